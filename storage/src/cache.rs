@@ -1,0 +1,287 @@
+//! The shard's batch cache: the most recent frames of every log on the shard, bounded in
+//! bytes, evicted oldest-first across logs.
+//!
+//! Invariant: for each registered log, the cached frames are a contiguous run of Raft
+//! indexes ending at that log's last appended frame (appends push at the back, eviction
+//! pops at the front, suffix truncation pops at the back). `used_bytes <= max_bytes`.
+//! Lives on one shard (`!Send`); no borrow is held across an `.await`.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+
+use bytes::Bytes;
+
+use crate::frame::FrameHeader;
+use crate::types::{KafkaOffset, RaftIndex};
+
+/// Default shard batch cache size.
+pub const BATCH_CACHE_BYTES_DEFAULT: usize = 64 * 1024 * 1024;
+
+/// Identifies a log's slot in the cache.
+pub type LogId = u64;
+
+/// A cached frame: header plus body bytes (base offset and leader epoch already rewritten).
+#[derive(Clone, Debug)]
+pub struct CachedFrame {
+    /// The frame header.
+    pub header: FrameHeader,
+    /// The frame body.
+    pub body: Bytes,
+}
+
+#[derive(Default)]
+struct Inner {
+    max_bytes: usize,
+    used_bytes: usize,
+    next_log_id: LogId,
+    fifo: VecDeque<(LogId, RaftIndex, usize)>,
+    logs: HashMap<LogId, VecDeque<CachedFrame>>,
+    hits: u64,
+    misses: u64,
+}
+
+/// Shard-wide batch cache shared (by `Rc`) among the shard's logs.
+pub struct BatchCache {
+    inner: RefCell<Inner>,
+}
+
+/// Counters for metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Bytes cached.
+    pub used_bytes: usize,
+    /// Reads fully served from the cache.
+    pub hits: u64,
+    /// Reads that went to disk.
+    pub misses: u64,
+}
+
+fn cost(f: &CachedFrame) -> usize {
+    f.body.len() + std::mem::size_of::<CachedFrame>()
+}
+
+impl BatchCache {
+    /// A cache bounded at `max_bytes`.
+    pub fn new(max_bytes: usize) -> BatchCache {
+        BatchCache { inner: RefCell::new(Inner { max_bytes, ..Inner::default() }) }
+    }
+
+    /// Registers a log; its frames are dropped by [`BatchCache::unregister`].
+    pub fn register(&self) -> LogId {
+        let mut i = self.inner.borrow_mut();
+        i.next_log_id += 1;
+        let id = i.next_log_id;
+        i.logs.insert(id, VecDeque::new());
+        id
+    }
+
+    /// Drops every frame of `log`.
+    pub fn unregister(&self, log: LogId) {
+        let mut i = self.inner.borrow_mut();
+        if let Some(q) = i.logs.remove(&log) {
+            let freed: usize = q.iter().map(cost).sum();
+            i.used_bytes -= freed;
+        }
+    }
+
+    /// Caches the frame just appended to `log`. Frames too large for the cache are not
+    /// cached, and then the log's cached run is cleared to keep it contiguous.
+    pub fn insert(&self, log: LogId, frame: CachedFrame) {
+        let mut guard = self.inner.borrow_mut();
+        let i = &mut *guard;
+        let c = cost(&frame);
+        if c > i.max_bytes / 4 {
+            drop(guard);
+            self.truncate_from(log, RaftIndex(0));
+            return;
+        }
+        while i.used_bytes + c > i.max_bytes {
+            if !evict_oldest(i) {
+                break;
+            }
+        }
+        let Some(q) = i.logs.get_mut(&log) else { return };
+        if let Some(back) = q.back() {
+            assert_eq!(back.header.index.next(), frame.header.index, "cache run not contiguous");
+        }
+        i.fifo.push_back((log, frame.header.index, c));
+        q.push_back(frame);
+        i.used_bytes += c;
+        compact_fifo(i);
+    }
+
+    /// Drops frames of `log` with index >= `from` (suffix truncation).
+    pub fn truncate_from(&self, log: LogId, from: RaftIndex) {
+        let mut i = self.inner.borrow_mut();
+        let Some(q) = i.logs.get_mut(&log) else { return };
+        let mut freed = 0;
+        while q.back().is_some_and(|f| f.header.index >= from) {
+            if let Some(f) = q.pop_back() {
+                freed += cost(&f);
+            }
+        }
+        i.used_bytes -= freed;
+    }
+
+    /// Drops frames of `log` with index < `below` (prefix truncation).
+    pub fn truncate_below(&self, log: LogId, below: RaftIndex) {
+        let mut i = self.inner.borrow_mut();
+        let Some(q) = i.logs.get_mut(&log) else { return };
+        let mut freed = 0;
+        while q.front().is_some_and(|f| f.header.index < below) {
+            if let Some(f) = q.pop_front() {
+                freed += cost(&f);
+            }
+        }
+        i.used_bytes -= freed;
+    }
+
+    /// If the cache holds every frame of `log` from the one containing Kafka offset
+    /// `from` to the log end, calls `take` on those data frames in order until it returns
+    /// false, and returns true. Otherwise returns false (the caller reads from disk).
+    pub fn read_from_offset(
+        &self,
+        log: LogId,
+        from: KafkaOffset,
+        mut take: impl FnMut(&CachedFrame) -> bool,
+    ) -> bool {
+        let mut i = self.inner.borrow_mut();
+        let served = match i.logs.get(&log) {
+            Some(q) if q.front().is_some_and(|f| f.header.kafka_base_offset <= from) => {
+                let start = q.partition_point(|f| f.header.next_offset() <= from);
+                for f in q.range(start..) {
+                    if f.header.kind.has_kafka_batch() && !take(f) {
+                        break;
+                    }
+                }
+                true
+            }
+            _ => false,
+        };
+        if served {
+            i.hits += 1;
+        } else {
+            i.misses += 1;
+        }
+        served
+    }
+
+    /// Like [`BatchCache::read_from_offset`] by Raft index, all kinds of frame.
+    pub fn read_from_index(
+        &self,
+        log: LogId,
+        from: RaftIndex,
+        mut take: impl FnMut(&CachedFrame) -> bool,
+    ) -> bool {
+        let mut i = self.inner.borrow_mut();
+        let served = match i.logs.get(&log) {
+            Some(q) if q.front().is_some_and(|f| f.header.index <= from) => {
+                let start = q.partition_point(|f| f.header.index < from);
+                for f in q.range(start..) {
+                    if !take(f) {
+                        break;
+                    }
+                }
+                true
+            }
+            _ => false,
+        };
+        if served {
+            i.hits += 1;
+        } else {
+            i.misses += 1;
+        }
+        served
+    }
+
+    /// Current counters.
+    pub fn stats(&self) -> CacheStats {
+        let i = self.inner.borrow();
+        CacheStats { used_bytes: i.used_bytes, hits: i.hits, misses: i.misses }
+    }
+}
+
+/// Evicts the globally oldest cached frame; false when nothing is left to evict.
+fn evict_oldest(i: &mut Inner) -> bool {
+    while let Some((log, index, _)) = i.fifo.pop_front() {
+        let Some(q) = i.logs.get_mut(&log) else { continue };
+        if q.front().is_some_and(|f| f.header.index == index) {
+            if let Some(f) = q.pop_front() {
+                i.used_bytes -= cost(&f);
+            }
+            return true;
+        }
+        // Stale entry: the frame was truncated or its log unregistered.
+    }
+    false
+}
+
+/// Drops stale FIFO entries once they outnumber live frames, bounding the FIFO's length.
+fn compact_fifo(i: &mut Inner) {
+    let live: usize = i.logs.values().map(VecDeque::len).sum();
+    if i.fifo.len() <= 2 * live + 1024 {
+        return;
+    }
+    let logs = &i.logs;
+    i.fifo.retain(|(log, index, _)| {
+        logs.get(log).is_some_and(|q| {
+            q.front().is_some_and(|f| f.header.index <= *index)
+                && q.back().is_some_and(|b| b.header.index >= *index)
+        })
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::{FrameHeader, FrameKind};
+    use crate::types::RaftTerm;
+
+    fn frame(index: u64, base: i64, body_len: usize) -> CachedFrame {
+        CachedFrame {
+            header: FrameHeader {
+                frame_len_bytes: 48 + body_len as u32,
+                body_crc: 0,
+                kind: FrameKind::Data,
+                term: RaftTerm(1),
+                index: RaftIndex(index),
+                kafka_base_offset: KafkaOffset(base),
+                offset_count: 10,
+            },
+            body: Bytes::from(vec![0u8; body_len]),
+        }
+    }
+
+    fn offsets_from(c: &BatchCache, log: LogId, from: i64) -> Option<Vec<i64>> {
+        let mut out = Vec::new();
+        c.read_from_offset(log, KafkaOffset(from), |f| {
+            out.push(f.header.kafka_base_offset.0);
+            true
+        })
+        .then_some(out)
+    }
+
+    #[test]
+    fn bounded_and_evicts_oldest_across_logs() {
+        let per = 1000 + std::mem::size_of::<CachedFrame>();
+        let c = BatchCache::new(per * 10);
+        let a = c.register();
+        let b = c.register();
+        for i in 0..8 {
+            c.insert(a, frame(i + 1, i as i64 * 10, 1000));
+        }
+        for i in 0..8 {
+            c.insert(b, frame(i + 1, i as i64 * 10, 1000));
+        }
+        assert!(c.stats().used_bytes <= per * 10);
+        // a's six oldest frames were evicted first.
+        assert_eq!(offsets_from(&c, a, 0), None);
+        assert_eq!(offsets_from(&c, a, 65), Some(vec![60, 70]));
+        assert_eq!(offsets_from(&c, b, 0), Some((0..8).map(|i| i * 10).collect()));
+        c.truncate_from(b, RaftIndex(5));
+        assert_eq!(offsets_from(&c, b, 0), Some(vec![0, 10, 20, 30]));
+        c.unregister(a);
+        c.unregister(b);
+        assert_eq!(c.stats().used_bytes, 0);
+    }
+}

@@ -1,0 +1,89 @@
+//! Per-partition log configuration (Kafka topic-config names, with units) and the clock.
+
+use std::time::Duration;
+
+/// Kafka's `segment.bytes` default.
+pub const SEGMENT_BYTES_DEFAULT: u64 = 128 * 1024 * 1024;
+/// Smallest `segment.bytes` accepted (Kafka's minimum is 14 bytes of header; ours must hold
+/// at least one frame header and one alignment unit).
+pub const SEGMENT_BYTES_MIN: u64 = 4096;
+/// Kafka's `segment.ms` default (7 days).
+pub const SEGMENT_MS_DEFAULT: i64 = 7 * 24 * 3600 * 1000;
+/// Kafka's `retention.ms` default (7 days).
+pub const RETENTION_MS_DEFAULT: i64 = 7 * 24 * 3600 * 1000;
+/// Bytes of log between two sparse index entries (Kafka's `index.interval.bytes`).
+pub const INDEX_INTERVAL_BYTES: u64 = 4096;
+/// Step by which the active segment is `fallocate`d ahead of the write position.
+pub const PREALLOCATE_STEP_BYTES: u64 = 32 * 1024 * 1024;
+/// Largest amount of appended-but-unflushed data a log holds; appends past it fail with
+/// `TailFull` until a flush succeeds (bounds memory while the disk is full or slow).
+pub const TAIL_PENDING_BYTES_MAX: u64 = 256 * 1024 * 1024;
+const _: () = assert!(SEGMENT_BYTES_MIN <= SEGMENT_BYTES_DEFAULT);
+
+/// Configuration of one partition log.
+#[derive(Clone, Debug)]
+pub struct LogConfig {
+    /// Roll the active segment once it holds this many bytes (`segment.bytes`).
+    pub segment_bytes: u64,
+    /// Roll the active segment once it is this old (`segment.ms`).
+    pub segment_ms: i64,
+    /// Delete closed segments whose newest record is older than this; -1 = never.
+    pub retention_ms: i64,
+    /// Delete oldest closed segments while the log stays above this size; -1 = never.
+    pub retention_bytes: i64,
+    /// `fallocate` step for the active segment; 0 disables preallocation.
+    pub preallocate_bytes: u64,
+    /// Operator opted in to buffered I/O when the directory cannot do O_DIRECT.
+    pub allow_buffered_io: bool,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            segment_bytes: SEGMENT_BYTES_DEFAULT,
+            segment_ms: SEGMENT_MS_DEFAULT,
+            retention_ms: RETENTION_MS_DEFAULT,
+            retention_bytes: -1,
+            preallocate_bytes: PREALLOCATE_STEP_BYTES,
+            allow_buffered_io: false,
+        }
+    }
+}
+
+impl LogConfig {
+    /// Checks the values are usable.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.segment_bytes < SEGMENT_BYTES_MIN {
+            return Err(format!(
+                "segment.bytes {} is below the minimum {SEGMENT_BYTES_MIN}",
+                self.segment_bytes
+            ));
+        }
+        if self.segment_ms <= 0 {
+            return Err(format!("segment.ms {} must be positive", self.segment_ms));
+        }
+        if self.retention_ms < -1 || self.retention_bytes < -1 {
+            return Err("retention.ms and retention.bytes must be -1 or non-negative".into());
+        }
+        Ok(())
+    }
+}
+
+/// Wall-clock source, injected so simulations control time (STYLE.md 9).
+pub trait Clock {
+    /// Milliseconds since the Unix epoch.
+    fn now_ms(&self) -> i64;
+}
+
+/// The real clock.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> i64 {
+        let since = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or(Duration::ZERO);
+        i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+    }
+}

@@ -1,0 +1,256 @@
+//! File I/O for segments on glommio DMA files (O_DIRECT, io_uring). The only module of the
+//! storage crate, with `io_runtime`, that names glommio (STYLE.md 1).
+//!
+//! Invariant: every write is `WRITE_ALIGN_BYTES`-aligned in position and length; reads may
+//! be unaligned (glommio widens them). Files live on the shard that opened them (`!Send`).
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use bytes::Bytes;
+use glommio::io::{DmaFile, OpenOptions};
+
+use crate::error::StorageError;
+
+/// Alignment of every write: covers 512-byte and 4 KiB logical block devices.
+pub const WRITE_ALIGN_BYTES: u64 = 4096;
+
+/// Rounds `v` down to the write alignment.
+pub fn align_down(v: u64) -> u64 {
+    v & !(WRITE_ALIGN_BYTES - 1)
+}
+
+/// Rounds `v` up to the write alignment.
+pub fn align_up(v: u64) -> u64 {
+    align_down(v + WRITE_ALIGN_BYTES - 1)
+}
+
+/// How a failed write or sync should be treated.
+#[derive(Debug)]
+pub enum IoFault {
+    /// ENOSPC / EDQUOT: nothing unflushed is acknowledged; retry later.
+    NoSpace,
+    /// Anything else.
+    Other(io::Error),
+}
+
+fn to_io(e: glommio::GlommioError<()>) -> io::Error {
+    io::Error::from(e)
+}
+
+fn classify(e: io::Error) -> IoFault {
+    let enospc = matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+        || e.kind() == io::ErrorKind::StorageFull
+        || e.kind() == io::ErrorKind::QuotaExceeded;
+    if enospc {
+        IoFault::NoSpace
+    } else {
+        IoFault::Other(e)
+    }
+}
+
+/// One open segment (or index) file.
+pub struct SegmentFile {
+    file: DmaFile,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for SegmentFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SegmentFile({})", self.path.display())
+    }
+}
+
+impl SegmentFile {
+    /// Creates a new file (fails if it exists), opened read-write.
+    pub async fn create(path: &Path) -> Result<SegmentFile, StorageError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .dma_open(path)
+            .await
+            .map_err(|e| StorageError::io(path, to_io(e)))?;
+        Ok(SegmentFile { file, path: path.to_path_buf() })
+    }
+
+    /// Opens an existing file read-write.
+    pub async fn open(path: &Path) -> Result<SegmentFile, StorageError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .dma_open(path)
+            .await
+            .map_err(|e| StorageError::io(path, to_io(e)))?;
+        Ok(SegmentFile { file, path: path.to_path_buf() })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Writes `data` at `pos`; both must be aligned. Returns on completion (not durable).
+    pub async fn write_aligned(&self, pos: u64, data: &[u8]) -> Result<(), IoFault> {
+        assert_eq!(pos % WRITE_ALIGN_BYTES, 0, "unaligned write position {pos}");
+        assert_eq!(data.len() as u64 % WRITE_ALIGN_BYTES, 0, "unaligned write length");
+        let mut buf = self.file.alloc_dma_buffer(data.len());
+        buf.as_bytes_mut().copy_from_slice(data);
+        let written = self.file.write_at(buf, pos).await.map_err(|e| classify(to_io(e)))?;
+        if written != data.len() {
+            // A short O_DIRECT write happens when the filesystem runs out of space mid-way.
+            return Err(IoFault::NoSpace);
+        }
+        Ok(())
+    }
+
+    /// `fdatasync`: everything written so far is durable once this returns `Ok`.
+    pub async fn fdatasync(&self) -> Result<(), IoFault> {
+        self.file.fdatasync().await.map_err(|e| classify(to_io(e)))
+    }
+
+    /// Reads up to `len` bytes at `pos` (fewer at end of file).
+    pub async fn read(&self, pos: u64, len: usize) -> Result<Bytes, StorageError> {
+        if len == 0 {
+            return Ok(Bytes::new());
+        }
+        let r = self
+            .file
+            .read_at(pos, len)
+            .await
+            .map_err(|e| StorageError::io(&self.path, to_io(e)))?;
+        Ok(Bytes::copy_from_slice(&r))
+    }
+
+    /// Sets the file size.
+    pub async fn truncate(&self, size_bytes: u64) -> Result<(), StorageError> {
+        self.file.truncate(size_bytes).await.map_err(|e| StorageError::io(&self.path, to_io(e)))
+    }
+
+    /// `fallocate`s the file to at least `size_bytes` (file size grows, contents read zero).
+    pub async fn preallocate(&self, size_bytes: u64) -> Result<(), IoFault> {
+        self.file.pre_allocate(size_bytes, false).await.map_err(|e| classify(to_io(e)))
+    }
+
+    /// Current file size.
+    pub async fn size_bytes(&self) -> Result<u64, StorageError> {
+        self.file.file_size().await.map_err(|e| StorageError::io(&self.path, to_io(e)))
+    }
+
+    /// Closes the file (outstanding `Rc` clones keep their descriptor until dropped).
+    pub async fn close(self) -> Result<(), StorageError> {
+        let path = self.path;
+        self.file.close().await.map_err(|e| StorageError::io(path, to_io(e)))
+    }
+}
+
+/// Shared handle to a segment file; reads in flight keep a removed file readable.
+pub type SharedFile = Rc<SegmentFile>;
+
+/// Reads a whole small file (an index) into memory; `None` when it does not exist.
+pub fn read_small_file(path: &Path) -> Result<Option<Vec<u8>>, StorageError> {
+    match std::fs::read(path) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(StorageError::io(path, e)),
+    }
+}
+
+/// Writes a small file atomically: temp file, fsync, rename, fsync directory. Cold path
+/// only (segment roll, DeleteRecords): it blocks the shard for a few syscalls.
+pub fn write_small_file_atomic(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
+    use std::io::Write;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp).map_err(|e| StorageError::io(&tmp, e))?;
+    f.write_all(bytes).map_err(|e| StorageError::io(&tmp, e))?;
+    f.sync_data().map_err(|e| StorageError::io(&tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| StorageError::io(path, e))?;
+    if let Some(dir) = path.parent() {
+        fsync_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// `fsync`s a directory so created, renamed and removed entries are durable.
+pub fn fsync_dir(dir: &Path) -> Result<(), StorageError> {
+    let d = std::fs::File::open(dir).map_err(|e| StorageError::io(dir, e))?;
+    d.sync_all().map_err(|e| StorageError::io(dir, e))
+}
+
+/// Removes a file; a missing file is not an error.
+pub fn remove_file(path: &Path) -> Result<(), StorageError> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(StorageError::io(path, e)),
+    }
+}
+
+/// Checks that `dir` can do O_DIRECT I/O. glommio silently uses buffered I/O on tmpfs, so
+/// the filesystem type is checked as well as an actual O_DIRECT open and write.
+pub fn probe_direct_io(dir: &Path) -> Result<(), StorageError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let no = |detail: String| StorageError::NoDirectIo { path: dir.to_path_buf(), detail };
+    if is_tmpfs(dir)? {
+        return Err(no("tmpfs keeps data in the page cache".into()));
+    }
+    let probe = dir.join(".strand-direct-io-probe");
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&probe);
+    let result = match opened {
+        Ok(_) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            Err(no("open with O_DIRECT returned EINVAL".into()))
+        }
+        Err(e) => Err(StorageError::io(&probe, e)),
+    };
+    remove_file(&probe)?;
+    result
+}
+
+fn is_tmpfs(dir: &Path) -> Result<bool, StorageError> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| StorageError::Usage("data directory path contains a NUL byte"))?;
+    // SAFETY: `c` is a valid NUL-terminated path and `st` a correctly sized out-parameter.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; statfs only writes into `st`.
+    let rc = unsafe { libc::statfs(c.as_ptr(), &mut st) };
+    if rc != 0 {
+        return Err(StorageError::io(dir, io::Error::last_os_error()));
+    }
+    Ok(st.f_type == libc::TMPFS_MAGIC)
+}
+
+/// Makes glommio probe io_uring polled I/O (IOPOLL) support on `dir`'s device with a real
+/// read. glommio probes on the first DMA file it opens per device and caches the answer; if
+/// that file is empty, the probe read ends at EOF without reaching the device, "succeeds",
+/// and every later read on a device without polling fails with EOPNOTSUPP (seen on virtio
+/// disks). Opening a non-empty file first gives the probe a real read. Run on each
+/// executor thread before opening segments there.
+pub async fn prime_device_probe(dir: &Path) -> Result<(), StorageError> {
+    thread_local! {
+        static PRIMED: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(dir).map_err(|e| StorageError::io(dir, e))?.dev();
+    if PRIMED.with(|p| p.borrow().contains(&dev)) {
+        return Ok(());
+    }
+    let probe = dir.join(".strand-iopoll-probe");
+    std::fs::write(&probe, vec![0u8; WRITE_ALIGN_BYTES as usize])
+        .map_err(|e| StorageError::io(&probe, e))?;
+    let file = DmaFile::open(&probe).await.map_err(|e| StorageError::io(&probe, to_io(e)));
+    if let Ok(f) = file {
+        let _ = f.close().await;
+    }
+    remove_file(&probe)?;
+    PRIMED.with(|p| p.borrow_mut().push(dev));
+    Ok(())
+}

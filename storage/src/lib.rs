@@ -1,0 +1,33 @@
+//! Strand's partition log (ARCHITECTURE.md, Storage and Offsets).
+//!
+//! Main types: [`Log`] (one partition: append, group-commit flush, reads by Kafka offset,
+//! Raft index and timestamp, truncation, retention, recovery), [`BatchCache`] (the shard's
+//! cache of recent frames), [`frame`] (the on-disk frame format) and [`io_runtime`]
+//! (locked-memory planning and an executor for non-broker users).
+//!
+//! This crate never touches the network, never decodes records (only batch headers), and
+//! never picks Kafka offsets or Raft indexes out of order. glommio appears only in `io*`.
+
+pub mod cache;
+pub mod config;
+pub mod error;
+pub mod frame;
+pub mod io;
+pub mod io_runtime;
+pub mod log;
+pub mod log_flush;
+pub mod log_read;
+pub mod log_truncate;
+pub mod recovery;
+pub mod segment;
+pub mod types;
+
+pub use cache::{BatchCache, CacheStats, BATCH_CACHE_BYTES_DEFAULT};
+pub use config::{Clock, LogConfig, SystemClock};
+pub use error::StorageError;
+pub use frame::{FrameHeader, FrameKind};
+pub use log::{AppendEntry, Appended, Durable, Log, LogStats};
+pub use log_flush::{FlushJob, FlushOutcome};
+pub use log_read::{LogFrame, ReadBatches};
+pub use log_truncate::RetentionOutcome;
+pub use types::{FilePos, KafkaOffset, RaftIndex, RaftTerm};

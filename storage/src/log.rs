@@ -1,0 +1,351 @@
+//! One partition's log: an ordered list of segments, the last of which is active.
+//!
+//! Invariants (ARCHITECTURE.md, Storage and Offsets):
+//! - Raft indexes are dense from `first_index` to `next_index - 1`; Kafka offsets are
+//!   dense and assigned once, in order, only to data and control frames.
+//! - Bytes below a segment's `flushed_pos` are written and fdatasync'ed; bytes above it
+//!   exist only in that segment's tail buffer and may vanish on a crash.
+//! - After an fdatasync failure the log is fenced and refuses every further operation.
+//! - `Log` lives on one shard (`!Send`). Every method takes `&self` and holds its
+//!   `RefCell` borrow only between awaits, so appends proceed while a flush is in flight.
+//!
+//! The work is split by concern: `log_flush` (group commit), `log_read` (reads),
+//! `log_truncate` (suffix/prefix truncation and retention), `recovery` (open).
+
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use bytes::{Bytes, BytesMut};
+use strand_wire::RecordBatch;
+
+use crate::cache::{BatchCache, CachedFrame, LogId};
+use crate::config::{Clock, LogConfig, TAIL_PENDING_BYTES_MAX};
+use crate::error::StorageError;
+use crate::frame::{encode_header, FrameHeader, FrameKind, FRAME_BYTES_MAX, FRAME_HEADER_BYTES};
+use crate::io::SharedFile;
+use crate::segment::{SegmentMeta, SegmentName};
+use crate::types::{FilePos, KafkaOffset, RaftIndex, RaftTerm};
+
+/// Unflushed bytes of a segment.
+///
+/// Invariant: `buf` holds the segment's bytes `base_pos..meta.size_bytes`;
+/// `base_pos <= flushed_pos <= meta.size_bytes`; for the active segment `base_pos` is
+/// write-aligned so a flush rewrites the partially filled last page.
+#[derive(Debug, Default)]
+pub(crate) struct Tail {
+    pub(crate) buf: Vec<u8>,
+    pub(crate) base_pos: u64,
+    pub(crate) flushed_pos: u64,
+    pub(crate) preallocated_to: u64,
+}
+
+/// A segment and its I/O state.
+#[derive(Debug)]
+pub(crate) struct Segment {
+    pub(crate) meta: SegmentMeta,
+    /// `None` until the first flush creates the file.
+    pub(crate) file: Option<SharedFile>,
+    /// `Some` while the segment has bytes not yet durable or is not finalized.
+    pub(crate) tail: Option<Tail>,
+    /// No more appends go here.
+    pub(crate) closed: bool,
+}
+
+impl Segment {
+    pub(crate) fn path(&self, dir: &Path) -> PathBuf {
+        dir.join(format!("{}.log", self.meta.name.stem()))
+    }
+}
+
+/// Mutable state of a log.
+#[derive(Debug)]
+pub(crate) struct State {
+    pub(crate) segments: Vec<Segment>,
+    pub(crate) log_start_offset: KafkaOffset,
+    pub(crate) log_end_offset: KafkaOffset,
+    pub(crate) next_index: RaftIndex,
+    pub(crate) terms: Vec<(RaftIndex, RaftTerm)>,
+    pub(crate) durable: Durable,
+    pub(crate) flush_in_flight: bool,
+    pub(crate) busy: bool,
+    pub(crate) fenced: Option<String>,
+    pub(crate) stats: LogStats,
+}
+
+/// What is known durable.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Durable {
+    /// Last durable Raft index (0 when none).
+    pub last_index: RaftIndex,
+    /// One past the last durable Kafka offset.
+    pub next_offset: KafkaOffset,
+}
+
+/// Plain counters for metrics (shard-local; the broker sums and exports them).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LogStats {
+    /// Frames appended.
+    pub frames_appended: u64,
+    /// Bytes appended (frames, headers included).
+    pub bytes_appended: u64,
+    /// Write calls issued.
+    pub writes: u64,
+    /// Bytes written (aligned, rewrites included).
+    pub bytes_written: u64,
+    /// fdatasync calls issued.
+    pub fdatasyncs: u64,
+    /// Segments rolled.
+    pub rolls: u64,
+}
+
+/// One entry to append.
+#[derive(Clone, Debug)]
+pub struct AppendEntry {
+    /// Raft term to write it in (the Kafka leader epoch of a data batch).
+    pub term: RaftTerm,
+    /// What it is.
+    pub kind: FrameKind,
+    /// For data/control: one Kafka RecordBatch v2 whose CRC the caller has validated.
+    pub body: Bytes,
+}
+
+/// Where an entry landed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Appended {
+    /// Its Raft index.
+    pub index: RaftIndex,
+    /// Its first Kafka offset (for non-data entries, the log end offset).
+    pub kafka_base_offset: KafkaOffset,
+    /// The log end offset after it.
+    pub next_offset: KafkaOffset,
+}
+
+/// A partition log. See the module docs for its invariants.
+pub struct Log {
+    pub(crate) dir: PathBuf,
+    pub(crate) config: LogConfig,
+    pub(crate) clock: Rc<dyn Clock>,
+    pub(crate) cache: Rc<BatchCache>,
+    pub(crate) cache_id: LogId,
+    pub(crate) st: RefCell<State>,
+}
+
+impl Drop for Log {
+    fn drop(&mut self) {
+        self.cache.unregister(self.cache_id);
+    }
+}
+
+impl Log {
+    /// The partition directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Kafka offset of the first record still readable.
+    pub fn log_start_offset(&self) -> KafkaOffset {
+        self.st.borrow().log_start_offset
+    }
+
+    /// Next Kafka offset to assign.
+    pub fn log_end_offset(&self) -> KafkaOffset {
+        self.st.borrow().log_end_offset
+    }
+
+    /// First Raft index present (equals `next_index` when the log is empty).
+    pub fn first_index(&self) -> RaftIndex {
+        let st = self.st.borrow();
+        st.segments.first().map_or(st.next_index, |s| s.meta.name.raft_base_index)
+    }
+
+    /// Last Raft index present (`first_index - 1` when empty).
+    pub fn last_index(&self) -> RaftIndex {
+        RaftIndex(self.st.borrow().next_index.0 - 1)
+    }
+
+    /// Term of the last entry, 0 when empty.
+    pub fn last_term(&self) -> RaftTerm {
+        self.st.borrow().terms.last().map_or(RaftTerm(0), |&(_, t)| t)
+    }
+
+    /// Term of the entry at `index`, answered from memory; `None` outside the log.
+    pub fn term_at(&self, index: RaftIndex) -> Option<RaftTerm> {
+        let first = self.first_index();
+        let st = self.st.borrow();
+        if index < first || index >= st.next_index {
+            return None;
+        }
+        let k = st.terms.partition_point(|&(start, _)| start <= index);
+        k.checked_sub(1).map(|k| st.terms[k].1)
+    }
+
+    /// What is durable.
+    pub fn durable(&self) -> Durable {
+        self.st.borrow().durable
+    }
+
+    /// Total bytes of all segments (logical sizes).
+    pub fn size_bytes(&self) -> u64 {
+        self.st.borrow().segments.iter().map(|s| s.meta.size_bytes).sum()
+    }
+
+    /// Number of segments.
+    pub fn segment_count(&self) -> usize {
+        self.st.borrow().segments.len()
+    }
+
+    /// Names of the segments, oldest first.
+    pub fn segment_names(&self) -> Vec<SegmentName> {
+        self.st.borrow().segments.iter().map(|s| s.meta.name).collect()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> LogStats {
+        self.st.borrow().stats
+    }
+
+    /// Why the log is fenced, if it is.
+    pub fn fenced(&self) -> Option<String> {
+        self.st.borrow().fenced.clone()
+    }
+
+    pub(crate) fn check_usable(&self, st: &State) -> Result<(), StorageError> {
+        match &st.fenced {
+            Some(reason) => {
+                Err(StorageError::Fenced { dir: self.dir.clone(), reason: reason.clone() })
+            }
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn fence(&self, reason: String) -> StorageError {
+        tracing::error!(dir = %self.dir.display(), %reason, "partition log fenced");
+        self.st.borrow_mut().fenced = Some(reason.clone());
+        StorageError::Fenced { dir: self.dir.clone(), reason }
+    }
+
+    /// Appends entries in order (logically: readable at once, durable after a flush).
+    /// Data bodies get their base offset and leader epoch rewritten in the stored copy.
+    pub fn append(&self, entries: &[AppendEntry]) -> Result<Option<Appended>, StorageError> {
+        let mut last = None;
+        for e in entries {
+            last = Some(self.append_one(e)?);
+        }
+        Ok(last)
+    }
+
+    /// Appends one entry; see [`Log::append`].
+    pub fn append_one(&self, e: &AppendEntry) -> Result<Appended, StorageError> {
+        let mut guard = self.st.borrow_mut();
+        let st = &mut *guard;
+        self.check_usable(st)?;
+        if st.busy {
+            return Err(StorageError::Usage("append during truncation"));
+        }
+        let pending: u64 = st
+            .segments
+            .iter()
+            .filter_map(|s| s.tail.as_ref().map(|t| s.meta.size_bytes - t.flushed_pos))
+            .sum();
+        if pending > TAIL_PENDING_BYTES_MAX {
+            return Err(StorageError::TailFull {
+                pending_bytes: pending,
+                limit_bytes: TAIL_PENDING_BYTES_MAX,
+            });
+        }
+        let last_term = st.terms.last().map_or(RaftTerm(0), |&(_, t)| t);
+        assert!(e.term >= last_term, "term went back: {:?} < {last_term:?}", e.term);
+        let (frame, header, max_ts) = build_frame(e, st.next_index, st.log_end_offset)?;
+        let now_ms = self.clock.now_ms();
+        self.roll_if_needed(st, header.frame_len_bytes, now_ms);
+        if st.segments.last().is_none_or(|s| s.closed) {
+            let name = SegmentName {
+                kafka_base_offset: st.log_end_offset,
+                raft_base_index: st.next_index,
+                term: e.term,
+            };
+            st.segments.push(Segment {
+                meta: SegmentMeta::new(name, now_ms),
+                file: None,
+                tail: Some(Tail::default()),
+                closed: false,
+            });
+        }
+        let seg = st.segments.last_mut().expect("an open segment was just ensured");
+        let tail = seg.tail.as_mut().expect("the active segment always has a tail");
+        let pos = seg.meta.size_bytes;
+        tail.buf.extend_from_slice(&frame);
+        seg.meta.on_frame(FilePos(pos), &header, max_ts);
+        assert_eq!(tail.base_pos + tail.buf.len() as u64, seg.meta.size_bytes, "tail desync");
+        if st.terms.last().is_none_or(|&(_, t)| t != header.term) {
+            st.terms.push((header.index, header.term));
+        }
+        st.next_index = header.index.next();
+        st.log_end_offset = header.next_offset();
+        st.stats.frames_appended += 1;
+        st.stats.bytes_appended += u64::from(header.frame_len_bytes);
+        drop(guard);
+        let body = frame.slice(FRAME_HEADER_BYTES..);
+        self.cache.insert(self.cache_id, CachedFrame { header, body });
+        Ok(Appended {
+            index: header.index,
+            kafka_base_offset: header.kafka_base_offset,
+            next_offset: header.next_offset(),
+        })
+    }
+
+    /// Closes the active segment when the next frame would overflow `segment.bytes` or the
+    /// segment is older than `segment.ms`. A segment always keeps at least one frame.
+    fn roll_if_needed(&self, st: &mut State, frame_len: u32, now_ms: i64) {
+        let Some(active) = st.segments.last_mut() else { return };
+        if active.closed || active.meta.is_empty() {
+            return;
+        }
+        let full = active.meta.size_bytes + u64::from(frame_len) > self.config.segment_bytes;
+        let old = now_ms.saturating_sub(active.meta.created_ms) >= self.config.segment_ms;
+        if full || old {
+            active.closed = true;
+            st.stats.rolls += 1;
+            tracing::info!(dir = %self.dir.display(), segment = %active.meta.name.stem(),
+                size_bytes = active.meta.size_bytes, "segment rolled");
+        }
+    }
+}
+
+/// Builds the stored frame for `e` at `index`, assigning Kafka offsets from `next_offset`.
+fn build_frame(
+    e: &AppendEntry,
+    index: RaftIndex,
+    next_offset: KafkaOffset,
+) -> Result<(Bytes, FrameHeader, Option<i64>), StorageError> {
+    let frame_len = FRAME_HEADER_BYTES + e.body.len();
+    if frame_len > FRAME_BYTES_MAX as usize {
+        return Err(StorageError::Usage("entry larger than FRAME_BYTES_MAX"));
+    }
+    let mut buf = BytesMut::with_capacity(frame_len);
+    buf.resize(FRAME_HEADER_BYTES, 0);
+    buf.extend_from_slice(&e.body);
+    let (offset_count, max_ts) = if e.kind.has_kafka_batch() {
+        let batch = RecordBatch::parse(e.body.clone())?;
+        let count = u32::try_from(i64::from(batch.last_offset_delta()) + 1)
+            .map_err(|_| StorageError::Usage("negative last offset delta"))?;
+        let epoch = i32::try_from(e.term.0).map_err(|_| StorageError::Usage("term > i32"))?;
+        strand_wire::set_base_offset(&mut buf[FRAME_HEADER_BYTES..], next_offset.0)?;
+        strand_wire::set_partition_leader_epoch(&mut buf[FRAME_HEADER_BYTES..], epoch)?;
+        (count, Some(batch.max_timestamp()))
+    } else {
+        (0, None)
+    };
+    let header = FrameHeader {
+        frame_len_bytes: frame_len as u32,
+        body_crc: crc32c::crc32c(&buf[FRAME_HEADER_BYTES..]),
+        kind: e.kind,
+        term: e.term,
+        index,
+        kafka_base_offset: next_offset,
+        offset_count,
+    };
+    buf[..FRAME_HEADER_BYTES].copy_from_slice(&encode_header(&header));
+    Ok((buf.freeze(), header, max_ts))
+}

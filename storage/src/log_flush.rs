@@ -1,0 +1,277 @@
+//! Group commit: one write and one fdatasync per segment with pending bytes, per flush.
+//!
+//! A flush is three steps so appends continue while the I/O is in flight:
+//! [`Log::begin_flush`] (synchronous: copies the pending tail into a job),
+//! [`FlushJob::run`] (the I/O, no borrow of the log), [`Log::complete_flush`]
+//! (synchronous: advances `flushed_pos`, trims tails, reports what is durable).
+//! Only one flush may be in flight per log.
+//!
+//! Invariant: `durable` only advances over bytes whose write and fdatasync both returned
+//! `Ok`, and over new files only after their directory entry was fsynced.
+
+use std::path::PathBuf;
+use std::rc::Rc;
+
+use crate::error::StorageError;
+use crate::io::{self, align_down, align_up, IoFault, SegmentFile, SharedFile};
+use crate::log::{Durable, Log};
+use crate::types::{KafkaOffset, RaftIndex};
+
+/// Work for one segment.
+struct WriteOp {
+    key: RaftIndex,
+    path: PathBuf,
+    file: Option<SharedFile>,
+    pos: u64,
+    data: Vec<u8>,
+    target_pos: u64,
+    preallocate_to: Option<u64>,
+    finalize: Option<(u64, Vec<u8>, Vec<u8>)>,
+    last_index: RaftIndex,
+    next_offset: KafkaOffset,
+}
+
+/// A segment whose write and fdatasync succeeded.
+struct DoneOp {
+    key: RaftIndex,
+    file: SharedFile,
+    target_pos: u64,
+    preallocated_to: u64,
+    finalized: bool,
+    last_index: RaftIndex,
+    next_offset: KafkaOffset,
+}
+
+/// The I/O of one flush, detached from the log.
+pub struct FlushJob {
+    dir: PathBuf,
+    ops: Vec<WriteOp>,
+}
+
+/// The result of a [`FlushJob`], to hand back to [`Log::complete_flush`].
+pub struct FlushOutcome {
+    done: Vec<DoneOp>,
+    error: Option<(PathBuf, IoFault)>,
+    writes: u64,
+    bytes_written: u64,
+    fdatasyncs: u64,
+}
+
+impl Log {
+    /// Starts a flush of everything appended so far; `None` when nothing is pending.
+    pub fn begin_flush(&self) -> Result<Option<FlushJob>, StorageError> {
+        let mut st = self.st.borrow_mut();
+        self.check_usable(&st)?;
+        if st.flush_in_flight || st.busy {
+            return Err(StorageError::Usage("flush while another flush or truncation runs"));
+        }
+        let step = self.config.preallocate_bytes;
+        let mut ops = Vec::new();
+        for seg in &st.segments {
+            let Some(tail) = &seg.tail else { continue };
+            let size = seg.meta.size_bytes;
+            let pending = size > tail.flushed_pos;
+            let finalize = seg.closed.then(|| {
+                (size, seg.meta.encode_index(), seg.meta.encode_time_index())
+            });
+            if !pending && finalize.is_none() {
+                continue;
+            }
+            let mut data = Vec::new();
+            if pending {
+                data.reserve(usize::try_from(align_up(size) - tail.base_pos).unwrap_or(0));
+                data.extend_from_slice(&tail.buf);
+                data.resize(usize::try_from(align_up(size) - tail.base_pos).unwrap_or(0), 0);
+            }
+            let want = align_up(size);
+            let preallocate_to = (pending && !seg.closed && step > 0 && want > tail.preallocated_to)
+                .then(|| want.div_ceil(step) * step);
+            ops.push(WriteOp {
+                key: seg.meta.name.raft_base_index,
+                path: seg.path(&self.dir),
+                file: seg.file.clone(),
+                pos: tail.base_pos,
+                data,
+                target_pos: size,
+                preallocate_to,
+                finalize,
+                last_index: seg.meta.last_index.unwrap_or(RaftIndex(0)),
+                next_offset: seg.meta.next_offset,
+            });
+        }
+        if ops.is_empty() {
+            return Ok(None);
+        }
+        st.flush_in_flight = true;
+        Ok(Some(FlushJob { dir: self.dir.clone(), ops }))
+    }
+
+    /// Applies a finished job. Returns what is durable now, or the error that stopped it
+    /// (ENOSPC leaves the data pending for a retry; anything else fences the log).
+    pub fn complete_flush(&self, outcome: FlushOutcome) -> Result<Durable, StorageError> {
+        let mut guard = self.st.borrow_mut();
+        let st = &mut *guard;
+        st.flush_in_flight = false;
+        st.stats.writes += outcome.writes;
+        st.stats.bytes_written += outcome.bytes_written;
+        st.stats.fdatasyncs += outcome.fdatasyncs;
+        for done in outcome.done {
+            let DoneOp { key, file, target_pos, preallocated_to: prealloc, finalized, .. } = done;
+            if done.last_index.0 > 0 {
+                let now = Durable { last_index: done.last_index, next_offset: done.next_offset };
+                st.durable = now.max(st.durable);
+            }
+            let Some(seg) = st.segments.iter_mut().find(|s| s.meta.name.raft_base_index == key)
+            else {
+                continue;
+            };
+            if seg.file.is_none() {
+                seg.file = Some(file);
+            }
+            let Some(tail) = seg.tail.as_mut() else { continue };
+            assert!(target_pos >= tail.flushed_pos, "flush went back: {target_pos}");
+            assert!(target_pos <= seg.meta.size_bytes, "flushed past append: {target_pos}");
+            tail.flushed_pos = target_pos;
+            tail.preallocated_to = tail.preallocated_to.max(prealloc);
+            let new_base = if seg.closed { target_pos } else { align_down(target_pos) };
+            if new_base > tail.base_pos {
+                let cut = usize::try_from(new_base - tail.base_pos).unwrap_or(usize::MAX);
+                tail.buf.drain(..cut.min(tail.buf.len()));
+                tail.base_pos = new_base;
+            }
+            if finalized && tail.flushed_pos == seg.meta.size_bytes {
+                seg.tail = None;
+            }
+        }
+        drop(guard);
+        match outcome.error {
+            None => Ok(self.durable()),
+            Some((path, IoFault::NoSpace)) => {
+                tracing::warn!(path = %path.display(), "disk full: flush failed, data kept pending");
+                Err(StorageError::NoSpace { path })
+            }
+            Some((path, IoFault::Other(e))) => {
+                Err(self.fence(format!("write or fdatasync of {} failed: {e}", path.display())))
+            }
+        }
+    }
+
+    /// Appended data becomes durable: begin, run and complete one flush.
+    pub async fn flush(&self) -> Result<Durable, StorageError> {
+        match self.begin_flush()? {
+            Some(job) => {
+                let outcome = job.run().await;
+                self.complete_flush(outcome)
+            }
+            None => Ok(self.durable()),
+        }
+    }
+}
+
+impl Durable {
+    fn max(self, other: Durable) -> Durable {
+        if self.last_index >= other.last_index {
+            self
+        } else {
+            other
+        }
+    }
+}
+
+impl FlushJob {
+    /// Performs the writes and fdatasyncs, segment by segment in log order, and stops at
+    /// the first failure (later segments are not made durable before earlier ones).
+    pub async fn run(self) -> FlushOutcome {
+        let mut out = FlushOutcome {
+            done: Vec::with_capacity(self.ops.len()),
+            error: None,
+            writes: 0,
+            bytes_written: 0,
+            fdatasyncs: 0,
+        };
+        for op in self.ops {
+            match run_op(&self.dir, &op, &mut out).await {
+                Ok((file, preallocated_to, finalized)) => out.done.push(DoneOp {
+                    key: op.key,
+                    file,
+                    target_pos: op.target_pos,
+                    preallocated_to,
+                    finalized,
+                    last_index: op.last_index,
+                    next_offset: op.next_offset,
+                }),
+                Err(fault) => {
+                    out.error = Some((op.path.clone(), fault));
+                    break;
+                }
+            }
+        }
+        out
+    }
+}
+
+async fn run_op(
+    dir: &std::path::Path,
+    op: &WriteOp,
+    out: &mut FlushOutcome,
+) -> Result<(SharedFile, u64, bool), IoFault> {
+    let file = match &op.file {
+        Some(f) => f.clone(),
+        None => {
+            let f = SegmentFile::create(&op.path).await.map_err(fault_of)?;
+            io::fsync_dir(dir).map_err(fault_of)?;
+            Rc::new(f)
+        }
+    };
+    let mut prealloc = 0;
+    if let Some(to) = op.preallocate_to {
+        match file.preallocate(to).await {
+            Ok(()) => prealloc = to,
+            // Preallocation only saves extent allocation later; the write itself decides.
+            Err(e) => tracing::debug!(path = %op.path.display(), ?e, "preallocation failed"),
+        }
+    }
+    if !op.data.is_empty() {
+        file.write_aligned(op.pos, &op.data).await?;
+        out.writes += 1;
+        out.bytes_written += op.data.len() as u64;
+        file.fdatasync().await?;
+        out.fdatasyncs += 1;
+    }
+    let mut finalized = false;
+    if let Some((size, index, time)) = &op.finalize {
+        finalized = finalize(&file, &op.path, *size, index, time).await;
+    }
+    Ok((file, prealloc, finalized))
+}
+
+/// Trims a closed segment to its logical size and writes its index files. Best effort:
+/// indexes are derived data and rebuilt at open when missing or stale.
+async fn finalize(
+    file: &SegmentFile,
+    path: &std::path::Path,
+    size: u64,
+    index: &[u8],
+    time: &[u8],
+) -> bool {
+    let result = async {
+        file.truncate(size).await?;
+        io::write_small_file_atomic(&path.with_extension("index"), index)?;
+        io::write_small_file_atomic(&path.with_extension("timeindex"), time)
+    }
+    .await;
+    if let Err(e) = &result {
+        tracing::warn!(path = %path.display(), error = %e, "finalizing closed segment failed");
+    }
+    result.is_ok()
+}
+
+fn fault_of(e: StorageError) -> IoFault {
+    match e {
+        StorageError::Io { source, .. } => match source.raw_os_error() {
+            Some(libc::ENOSPC) => IoFault::NoSpace,
+            _ => IoFault::Other(source),
+        },
+        other => IoFault::Other(std::io::Error::other(other.to_string())),
+    }
+}

@@ -1,0 +1,295 @@
+//! Reads: by Kafka offset (whole batches), by Raft index range, by timestamp.
+//!
+//! The tail of every log is served from the shard's batch cache; older data is read with
+//! aligned DMA reads in windows of `READ_WINDOW_BYTES`, and the active segment's bytes not
+//! yet on disk come from its tail buffer. Every frame read from disk has both CRCs checked;
+//! a bad frame below the logical end fences the log with the file and position.
+//!
+//! Invariant: a read never returns a frame past the log end at the time of the read, and
+//! never a partial frame.
+
+use bytes::{Bytes, BytesMut};
+
+use crate::error::StorageError;
+use crate::frame::{decode_frame, FrameError, FrameHeader};
+use crate::log::Log;
+use crate::types::{FilePos, KafkaOffset, RaftIndex};
+
+/// Bytes read from disk per window (frames larger than this are read whole).
+pub const READ_WINDOW_BYTES: u64 = 256 * 1024;
+
+/// A frame as stored.
+#[derive(Clone, Debug)]
+pub struct LogFrame {
+    /// The header.
+    pub header: FrameHeader,
+    /// The body (for data, the Kafka batch with its assigned base offset).
+    pub body: Bytes,
+}
+
+/// Whole data batches returned by [`Log::read`].
+#[derive(Clone, Debug, Default)]
+pub struct ReadBatches {
+    /// Record batches in offset order.
+    pub batches: Vec<Bytes>,
+    /// Sum of their lengths.
+    pub bytes: usize,
+    /// One past the last offset returned (or the requested offset when none).
+    pub next_offset: KafkaOffset,
+}
+
+/// Where a walk starts.
+#[derive(Clone, Copy, Debug)]
+enum Start {
+    Offset(KafkaOffset),
+    Index(RaftIndex),
+    Time(i64),
+}
+
+/// Whether a walk goes on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Walk {
+    Continue,
+    Stop,
+}
+
+impl Log {
+    /// Reads whole batches starting with the one containing `from`, stopping before a
+    /// batch that would exceed `max_bytes` (the first batch is returned regardless when
+    /// `min_one`, KIP-74) or that does not end before `end` (the high watermark).
+    pub async fn read(
+        &self,
+        from: KafkaOffset,
+        end: KafkaOffset,
+        max_bytes: usize,
+        min_one: bool,
+    ) -> Result<ReadBatches, StorageError> {
+        {
+            let st = self.st.borrow();
+            self.check_usable(&st)?;
+            if from < st.log_start_offset || from > st.log_end_offset {
+                return Err(StorageError::OffsetOutOfRange {
+                    requested: from,
+                    start: st.log_start_offset,
+                    end: st.log_end_offset,
+                });
+            }
+        }
+        let mut out = ReadBatches { next_offset: from, ..ReadBatches::default() };
+        let mut take = |h: &FrameHeader, body: &Bytes| {
+            if !h.kind.has_kafka_batch() || h.next_offset() <= from {
+                return Walk::Continue;
+            }
+            let fits = out.bytes + body.len() <= max_bytes || (min_one && out.batches.is_empty());
+            if h.next_offset() > end || !fits {
+                return Walk::Stop;
+            }
+            out.bytes += body.len();
+            out.batches.push(body.clone());
+            out.next_offset = h.next_offset();
+            Walk::Continue
+        };
+        let cached = self.cache.read_from_offset(self.cache_id, from, |f| {
+            take(&f.header, &f.body) == Walk::Continue
+        });
+        if !cached {
+            self.walk(Start::Offset(from), &mut take).await?;
+        }
+        Ok(out)
+    }
+
+    /// Reads frames with Raft index in `lo..hi`, at most `max_bytes` of bodies but at least
+    /// one frame when `lo < hi`.
+    pub async fn read_entries(
+        &self,
+        lo: RaftIndex,
+        hi: RaftIndex,
+        max_bytes: usize,
+    ) -> Result<Vec<LogFrame>, StorageError> {
+        {
+            let st = self.st.borrow();
+            self.check_usable(&st)?;
+            let first = st.segments.first().map_or(st.next_index, |s| s.meta.name.raft_base_index);
+            if lo < first || hi > st.next_index {
+                return Err(StorageError::IndexOutOfRange {
+                    requested: if lo < first { lo } else { hi },
+                    first,
+                    last: RaftIndex(st.next_index.0 - 1),
+                });
+            }
+        }
+        let mut out: Vec<LogFrame> = Vec::new();
+        let mut bytes = 0usize;
+        let mut take = |h: &FrameHeader, body: &Bytes| {
+            if h.index < lo {
+                return Walk::Continue;
+            }
+            if h.index >= hi || (!out.is_empty() && bytes + body.len() > max_bytes) {
+                return Walk::Stop;
+            }
+            bytes += body.len();
+            out.push(LogFrame { header: *h, body: body.clone() });
+            Walk::Continue
+        };
+        if lo >= hi {
+            return Ok(out);
+        }
+        let cached = self.cache.read_from_index(self.cache_id, lo, |f| {
+            take(&f.header, &f.body) == Walk::Continue
+        });
+        if !cached {
+            self.walk(Start::Index(lo), &mut take).await?;
+        }
+        Ok(out)
+    }
+
+    /// The first data frame whose batch max timestamp is >= `ts` (ListOffsets by time; the
+    /// caller finds the exact record inside the batch), or `None`.
+    pub async fn find_by_timestamp(&self, ts: i64) -> Result<Option<LogFrame>, StorageError> {
+        let start = self.log_start_offset();
+        let mut found = None;
+        let mut take = |h: &FrameHeader, body: &Bytes| {
+            if !h.kind.has_kafka_batch() || h.next_offset() <= start {
+                return Walk::Continue;
+            }
+            match strand_wire::RecordBatch::parse(body.clone()) {
+                Ok(b) if b.max_timestamp() >= ts => {
+                    found = Some(LogFrame { header: *h, body: body.clone() });
+                    Walk::Stop
+                }
+                _ => Walk::Continue,
+            }
+        };
+        self.walk(Start::Time(ts), &mut take).await?;
+        Ok(found)
+    }
+
+    /// Finds the segment and position where a walk starts.
+    fn locate(&self, start: Start) -> Option<(RaftIndex, FilePos)> {
+        let st = self.st.borrow();
+        let seg = st.segments.iter().find(|s| match start {
+            Start::Offset(o) => !s.meta.is_empty() && s.meta.next_offset > o,
+            Start::Index(i) => s.meta.last_index.is_some_and(|l| l >= i),
+            Start::Time(ts) => s.meta.max_timestamp_ms >= ts,
+        })?;
+        let pos = match start {
+            Start::Offset(o) => seg.meta.locate_offset(o),
+            Start::Index(i) => seg.meta.locate_index(i),
+            Start::Time(ts) => seg.meta.locate_time(ts),
+        };
+        Some((seg.meta.name.raft_base_index, pos))
+    }
+
+    /// The segment after `key` and its logical size.
+    fn next_segment(&self, key: RaftIndex) -> Option<RaftIndex> {
+        let st = self.st.borrow();
+        let k = st.segments.iter().position(|s| s.meta.name.raft_base_index == key)?;
+        st.segments.get(k + 1).map(|s| s.meta.name.raft_base_index)
+    }
+
+    /// Visits frames in log order from `start` until `visit` stops or the log ends.
+    async fn walk(
+        &self,
+        start: Start,
+        visit: &mut dyn FnMut(&FrameHeader, &Bytes) -> Walk,
+    ) -> Result<(), StorageError> {
+        let Some((mut key, mut pos)) = self.locate(start) else { return Ok(()) };
+        let mut want = READ_WINDOW_BYTES;
+        loop {
+            let window = self.read_span(key, pos.0, want).await?;
+            if window.is_empty() {
+                match self.next_segment(key) {
+                    Some(next) => (key, pos, want) = (next, FilePos(0), READ_WINDOW_BYTES),
+                    None => return Ok(()),
+                }
+                continue;
+            }
+            let mut at = 0usize;
+            while at < window.len() {
+                match decode_frame(&window[at..]) {
+                    Ok((h, body)) => {
+                        let body = window.slice(at + body.start..at + body.end);
+                        if visit(&h, &body) == Walk::Stop {
+                            return Ok(());
+                        }
+                        at += h.frame_len_bytes as usize;
+                    }
+                    Err(FrameError::Truncated { .. }) if at > 0 => break,
+                    Err(FrameError::Truncated { needed, .. }) if window.len() as u64 == want => {
+                        // The first frame is larger than the window: read it whole.
+                        want = (needed as u64).max(want + 1);
+                        break;
+                    }
+                    Err(e) => {
+                        let path = self.segment_path(key);
+                        let at_pos = FilePos(pos.0 + at as u64);
+                        let _ = self.fence(format!("{e} in {} at {at_pos:?}", path.display()));
+                        return Err(StorageError::Corrupt { path, pos: at_pos, reason: e.to_string() });
+                    }
+                }
+            }
+            if at > 0 {
+                want = READ_WINDOW_BYTES;
+            }
+            pos = FilePos(pos.0 + at as u64);
+        }
+    }
+
+    pub(crate) fn segment_path(&self, key: RaftIndex) -> std::path::PathBuf {
+        let st = self.st.borrow();
+        match st.segments.iter().find(|s| s.meta.name.raft_base_index == key) {
+            Some(s) => s.path(&self.dir),
+            None => self.dir.clone(),
+        }
+    }
+
+    /// Reads up to `len` bytes of segment `key` from `pos`, never past its logical end,
+    /// combining disk (durable part) and the tail buffer. Empty when `pos` is at the end
+    /// or the segment is gone.
+    pub(crate) async fn read_span(
+        &self,
+        key: RaftIndex,
+        pos: u64,
+        len: u64,
+    ) -> Result<Bytes, StorageError> {
+        let mut out = BytesMut::new();
+        let mut p = pos;
+        loop {
+            let disk = {
+                let st = self.st.borrow();
+                let Some(seg) = st.segments.iter().find(|s| s.meta.name.raft_base_index == key)
+                else {
+                    return Ok(out.freeze());
+                };
+                let end = (pos + len).min(seg.meta.size_bytes);
+                if p >= end {
+                    return Ok(out.freeze());
+                }
+                match &seg.tail {
+                    Some(t) if p >= t.base_pos => {
+                        let a = usize::try_from(p - t.base_pos).unwrap_or(usize::MAX);
+                        let b = usize::try_from(end - t.base_pos).unwrap_or(usize::MAX);
+                        out.extend_from_slice(&t.buf[a..b]);
+                        return Ok(out.freeze());
+                    }
+                    Some(t) => (seg.file.clone(), end.min(t.base_pos)),
+                    None => (seg.file.clone(), end),
+                }
+            };
+            let (Some(file), disk_end) = disk else {
+                return Err(StorageError::Usage("segment without file has no tail buffer"));
+            };
+            let len_now = usize::try_from(disk_end - p).unwrap_or(usize::MAX);
+            let bytes = file.read(p, len_now).await?;
+            if bytes.len() < len_now {
+                let reason = format!("short read: {} of {len_now} bytes", bytes.len());
+                return Err(StorageError::Corrupt { path: file.path().into(), pos: FilePos(p), reason });
+            }
+            if out.is_empty() && disk_end == (pos + len) {
+                return Ok(bytes);
+            }
+            out.extend_from_slice(&bytes);
+            p = disk_end;
+        }
+    }
+}

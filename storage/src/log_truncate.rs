@@ -1,0 +1,269 @@
+//! Removing data: suffix truncation (a Raft follower discarding uncommitted entries),
+//! prefix truncation (DeleteRecords) and retention (whole closed segments by age and size).
+//!
+//! Invariant: data is removed newest-first on suffix truncation (later segments are
+//! unlinked before the cut segment is shortened), so a crash in between leaves a prefix of
+//! the old log, never a log with a hole. The log start offset is persisted before any
+//! segment below it is unlinked.
+
+use std::path::PathBuf;
+
+use crate::error::StorageError;
+use crate::frame::FrameHeader;
+use crate::io::{self, align_down};
+use crate::log::{Durable, Log, Tail};
+use crate::recovery::{encode_log_start, LOG_START_FILE};
+use crate::segment::SegmentMeta;
+use crate::types::{FilePos, KafkaOffset, RaftIndex, RaftTerm};
+
+/// What retention removed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RetentionOutcome {
+    /// Segments deleted.
+    pub segments_deleted: usize,
+    /// Bytes freed.
+    pub bytes_deleted: u64,
+}
+
+impl Log {
+    /// Removes every entry with Raft index >= `from`. No flush may be in flight.
+    pub async fn truncate_suffix(&self, from: RaftIndex) -> Result<(), StorageError> {
+        let (first, next) = (self.first_index(), self.st.borrow().next_index);
+        if from >= next {
+            return Ok(());
+        }
+        if from < first {
+            return Err(StorageError::IndexOutOfRange { requested: from, first, last: RaftIndex(next.0 - 1) });
+        }
+        let cut = self.read_entries(from, from.next(), 0).await?;
+        let Some(cut) = cut.first().map(|f| f.header) else {
+            return Err(StorageError::Usage("entry to truncate from vanished"));
+        };
+        let (removed, keep) = self.truncate_suffix_in_memory(&cut)?;
+        let result = self.truncate_suffix_on_disk(removed, keep, &cut).await;
+        self.st.borrow_mut().busy = false;
+        result
+    }
+
+    /// The synchronous half: drops later segments and cuts the segment holding `cut`.
+    /// Returns the removed segments' paths and the cut segment's (key, new size).
+    #[allow(clippy::type_complexity)]
+    fn truncate_suffix_in_memory(
+        &self,
+        cut: &FrameHeader,
+    ) -> Result<(Vec<PathBuf>, Option<(RaftIndex, u64)>), StorageError> {
+        let mut guard = self.st.borrow_mut();
+        let st = &mut *guard;
+        self.check_usable(st)?;
+        if st.flush_in_flight || st.busy {
+            return Err(StorageError::Usage("truncation while a flush or truncation runs"));
+        }
+        st.busy = true;
+        let k = st
+            .segments
+            .iter()
+            .position(|s| s.meta.last_index.is_some_and(|l| l >= cut.index))
+            .expect("the frame just read is in a segment");
+        let whole = st.segments[k].meta.name.raft_base_index == cut.index;
+        let split = if whole { k } else { k + 1 };
+        let removed: Vec<PathBuf> =
+            st.segments.drain(split..).rev().map(|s| s.path(&self.dir)).collect();
+        let keep = (!whole).then(|| {
+            let seg = &mut st.segments[k];
+            let pos = seg.meta.locate_index(cut.index);
+            (seg.meta.name.raft_base_index, pos)
+        });
+        st.next_index = cut.index;
+        st.log_end_offset = cut.kafka_base_offset;
+        st.terms.retain(|&(i, _)| i < cut.index);
+        st.durable = Durable {
+            last_index: st.durable.last_index.min(RaftIndex(cut.index.0 - 1)),
+            next_offset: st.durable.next_offset.min(cut.kafka_base_offset),
+        };
+        drop(guard);
+        self.cache.truncate_from(self.cache_id, cut.index);
+        Ok((removed, keep.map(|(key, pos)| (key, pos.0))))
+    }
+
+    async fn truncate_suffix_on_disk(
+        &self,
+        removed: Vec<PathBuf>,
+        keep: Option<(RaftIndex, u64)>,
+        cut: &FrameHeader,
+    ) -> Result<(), StorageError> {
+        for path in &removed {
+            for ext in ["log", "index", "timeindex"] {
+                io::remove_file(&path.with_extension(ext))?;
+            }
+        }
+        io::fsync_dir(&self.dir)?;
+        let Some((key, scan_from)) = keep else { return Ok(()) };
+        // Find the exact byte position of the cut frame from the sparse index position.
+        let cut_pos = self.position_of(key, FilePos(scan_from), cut.index).await?;
+        let rebuilt = self.rebuild_prefix(key, cut_pos).await?;
+        let file = {
+            let st = self.st.borrow();
+            st.segments.iter().find(|s| s.meta.name.raft_base_index == key).and_then(|s| s.file.clone())
+        };
+        let base_pos = align_down(cut_pos);
+        let mut partial = Vec::new();
+        if let Some(file) = &file {
+            file.truncate(cut_pos).await?;
+            file.fdatasync().await.map_err(|_| self.fence("fdatasync after truncation failed".into()))?;
+            partial = file.read(base_pos, usize::try_from(cut_pos - base_pos).unwrap_or(0)).await?.to_vec();
+        }
+        let path = self.segment_path(key);
+        for ext in ["index", "timeindex"] {
+            io::remove_file(&path.with_extension(ext))?;
+        }
+        let mut st = self.st.borrow_mut();
+        let seg = st
+            .segments
+            .iter_mut()
+            .find(|s| s.meta.name.raft_base_index == key)
+            .expect("busy flag keeps the cut segment in place");
+        match seg.tail.as_mut() {
+            // The cut is in bytes the tail buffer still holds.
+            Some(t) if cut_pos >= t.base_pos => {
+                t.buf.truncate(usize::try_from(cut_pos - t.base_pos).unwrap_or(usize::MAX));
+                t.flushed_pos = t.flushed_pos.min(cut_pos);
+            }
+            _ => {
+                let t = Tail { buf: partial, base_pos, flushed_pos: cut_pos, preallocated_to: cut_pos };
+                seg.tail = Some(t);
+            }
+        }
+        seg.meta = rebuilt;
+        seg.closed = false;
+        Ok(())
+    }
+
+    /// Byte position of the frame with index `index` in segment `key`, scanning from `from`.
+    async fn position_of(&self, key: RaftIndex, from: FilePos, index: RaftIndex) -> Result<u64, StorageError> {
+        let mut pos = from.0;
+        loop {
+            let head = self.read_span(key, pos, crate::frame::FRAME_HEADER_BYTES as u64).await?;
+            let h = crate::frame::decode_header(&head).map_err(|e| StorageError::Corrupt {
+                path: self.segment_path(key),
+                pos: FilePos(pos),
+                reason: e.to_string(),
+            })?;
+            if h.index == index {
+                return Ok(pos);
+            }
+            pos += u64::from(h.frame_len_bytes);
+        }
+    }
+
+    /// Segment metadata for the frames of segment `key` below `end`, by scanning them.
+    async fn rebuild_prefix(&self, key: RaftIndex, end: u64) -> Result<SegmentMeta, StorageError> {
+        let (name, created_ms) = {
+            let st = self.st.borrow();
+            let s = st.segments.iter().find(|s| s.meta.name.raft_base_index == key);
+            let s = s.ok_or(StorageError::Usage("segment vanished during truncation"))?;
+            (s.meta.name, s.meta.created_ms)
+        };
+        let mut meta = SegmentMeta::new(name, created_ms);
+        let bytes = self.read_span(key, 0, end).await?;
+        let stop = crate::frame::scan(&bytes, |f, body| {
+            let max_ts = f.header.kind.has_kafka_batch().then(|| {
+                strand_wire::RecordBatch::parse(bytes::Bytes::copy_from_slice(body))
+                    .map_or(-1, |b| b.max_timestamp())
+            });
+            meta.on_frame(FilePos(f.at as u64), &f.header, max_ts);
+        });
+        if stop != crate::frame::ScanStop::Clean || meta.size_bytes != end {
+            return Err(self.fence(format!("segment {} unreadable while truncating", name.stem())));
+        }
+        Ok(meta)
+    }
+
+    /// Moves the log start offset to `offset` (DeleteRecords) and deletes closed segments
+    /// entirely below it. Returns the new log start offset.
+    pub async fn truncate_prefix(&self, offset: KafkaOffset) -> Result<KafkaOffset, StorageError> {
+        {
+            let mut st = self.st.borrow_mut();
+            self.check_usable(&st)?;
+            if offset > st.log_end_offset || offset < KafkaOffset(0) {
+                return Err(StorageError::OffsetOutOfRange {
+                    requested: offset,
+                    start: st.log_start_offset,
+                    end: st.log_end_offset,
+                });
+            }
+            if offset <= st.log_start_offset {
+                return Ok(st.log_start_offset);
+            }
+            st.log_start_offset = offset;
+        }
+        io::write_small_file_atomic(&self.dir.join(LOG_START_FILE), &encode_log_start(offset))?;
+        self.delete_segments_below(offset).await?;
+        Ok(self.log_start_offset())
+    }
+
+    /// Deletes closed, finalized segments whose data is all below `offset` (never the
+    /// active segment).
+    async fn delete_segments_below(&self, offset: KafkaOffset) -> Result<RetentionOutcome, StorageError> {
+        let paths = {
+            let mut guard = self.st.borrow_mut();
+            let st = &mut *guard;
+            let n = st.segments.len().saturating_sub(1);
+            let k = st.segments[..n]
+                .iter()
+                .take_while(|s| s.tail.is_none() && s.meta.next_offset <= offset)
+                .count();
+            st.segments.drain(..k).map(|s| (s.path(&self.dir), s.meta.size_bytes)).collect::<Vec<_>>()
+        };
+        if let Some(first) = self.st.borrow().segments.first() {
+            self.cache.truncate_below(self.cache_id, first.meta.name.raft_base_index);
+        }
+        let mut out = RetentionOutcome::default();
+        for (path, size) in &paths {
+            for ext in ["log", "index", "timeindex"] {
+                io::remove_file(&path.with_extension(ext))?;
+            }
+            out.segments_deleted += 1;
+            out.bytes_deleted += size;
+        }
+        if !paths.is_empty() {
+            io::fsync_dir(&self.dir)?;
+            tracing::info!(dir = %self.dir.display(), segments = out.segments_deleted,
+                bytes = out.bytes_deleted, "segments deleted");
+        }
+        Ok(out)
+    }
+
+    /// Applies `retention.ms` and `retention.bytes` to closed segments, oldest first.
+    pub async fn apply_retention(&self) -> Result<RetentionOutcome, StorageError> {
+        let now_ms = self.clock.now_ms();
+        let new_start = {
+            let st = self.st.borrow();
+            self.check_usable(&st)?;
+            let mut total: u64 = st.segments.iter().map(|s| s.meta.size_bytes).sum();
+            let n = st.segments.len().saturating_sub(1);
+            let mut new_start = None;
+            for s in st.segments[..n].iter().take_while(|s| s.tail.is_none()) {
+                let newest_ms = if s.meta.max_timestamp_ms >= 0 { s.meta.max_timestamp_ms } else { s.meta.created_ms };
+                let by_time = self.config.retention_ms >= 0
+                    && now_ms.saturating_sub(newest_ms) > self.config.retention_ms;
+                let by_size = self.config.retention_bytes >= 0
+                    && total.saturating_sub(s.meta.size_bytes) >= self.config.retention_bytes as u64;
+                if !(by_time || by_size) {
+                    break;
+                }
+                total -= s.meta.size_bytes;
+                new_start = Some(s.meta.next_offset);
+            }
+            new_start.filter(|&o| o > st.log_start_offset)
+        };
+        let Some(offset) = new_start else { return Ok(RetentionOutcome::default()) };
+        self.st.borrow_mut().log_start_offset = offset;
+        io::write_small_file_atomic(&self.dir.join(LOG_START_FILE), &encode_log_start(offset))?;
+        self.delete_segments_below(offset).await
+    }
+
+    /// Term of the last entry before `index` (for Raft's log matching), from memory.
+    pub fn term_before(&self, index: RaftIndex) -> Option<RaftTerm> {
+        index.0.checked_sub(1).and_then(|i| self.term_at(RaftIndex(i)))
+    }
+}

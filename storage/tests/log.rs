@@ -1,0 +1,269 @@
+//! Behaviour of the partition log against a real O_DIRECT directory.
+
+use std::cell::Cell;
+use std::path::Path;
+use std::rc::Rc;
+
+use bytes::Bytes;
+use strand_storage::io_runtime::block_on;
+use strand_storage::{
+    AppendEntry, BatchCache, Clock, FrameKind, KafkaOffset, Log, LogConfig, RaftIndex, RaftTerm,
+    StorageError,
+};
+use strand_wire::{BatchBuilder, RecordBatch};
+
+struct FakeClock(Cell<i64>);
+impl Clock for FakeClock {
+    fn now_ms(&self) -> i64 {
+        self.0.get()
+    }
+}
+
+fn batch(records: i64, ts: i64, value_len: usize) -> Bytes {
+    let mut b = BatchBuilder::new(ts);
+    for i in 0..records {
+        b.push(ts + i, Some(format!("k{i}").as_bytes()), Some(&vec![i as u8; value_len]), &[]);
+    }
+    b.build()
+}
+
+fn data(term: u64, body: Bytes) -> AppendEntry {
+    AppendEntry { term: RaftTerm(term), kind: FrameKind::Data, body }
+}
+
+fn noop(term: u64) -> AppendEntry {
+    AppendEntry { term: RaftTerm(term), kind: FrameKind::NoOp, body: Bytes::from_static(b"noop") }
+}
+
+fn config(segment_bytes: u64) -> LogConfig {
+    LogConfig { segment_bytes, preallocate_bytes: 1 << 20, ..LogConfig::default() }
+}
+
+async fn open(dir: &Path, cfg: LogConfig, cache_bytes: usize) -> Result<Log, StorageError> {
+    let clock = Rc::new(FakeClock(Cell::new(1_000_000)));
+    Log::open(dir, cfg, clock, Rc::new(BatchCache::new(cache_bytes))).await
+}
+
+fn run<T>(f: impl std::future::Future<Output = T>) -> T {
+    block_on("storage-test", 2, f).expect("executor starts")
+}
+
+/// Base offsets of every batch read from `from`, and checks each batch is valid.
+async fn offsets(log: &Log, from: i64) -> Vec<i64> {
+    let r = log.read(KafkaOffset(from), log.log_end_offset(), usize::MAX, true).await.expect("read");
+    r.batches
+        .into_iter()
+        .map(|b| {
+            let b = RecordBatch::parse(b).expect("batch parses");
+            b.validate().expect("batch valid");
+            b.base_offset()
+        })
+        .collect()
+}
+
+#[test]
+fn append_flush_read_reopen() {
+    let dir = tempfile::tempdir_in(".").expect("tempdir");
+    run(async {
+        let log = open(dir.path(), config(1 << 20), 1 << 20).await.expect("open");
+        for i in 0..10 {
+            let a = log.append_one(&data(1, batch(3, 100 + i, 10))).expect("append");
+            assert_eq!(a.kafka_base_offset, KafkaOffset(i * 3));
+            assert_eq!(a.index, RaftIndex(i as u64 + 1));
+        }
+        log.append_one(&noop(2)).expect("noop");
+        log.append_one(&data(2, batch(2, 500, 10))).expect("append");
+        assert_eq!(log.log_end_offset(), KafkaOffset(32));
+        let d = log.flush().await.expect("flush");
+        assert_eq!(d.last_index, RaftIndex(12));
+        assert_eq!(d.next_offset, KafkaOffset(32));
+        let s = log.stats();
+        assert_eq!((s.writes, s.fdatasyncs), (1, 1), "group commit: one write, one sync");
+        assert_eq!(offsets(&log, 0).await, (0..10).map(|i| i * 3).chain([30]).collect::<Vec<_>>());
+        assert_eq!(offsets(&log, 4).await[0], 3, "offset inside a batch returns that batch");
+        assert_eq!(log.term_at(RaftIndex(11)), Some(RaftTerm(2)));
+        assert_eq!(log.term_at(RaftIndex(10)), Some(RaftTerm(1)));
+        drop(log);
+        let log = open(dir.path(), config(1 << 20), 0).await.expect("reopen");
+        assert_eq!(log.log_end_offset(), KafkaOffset(32));
+        assert_eq!(log.last_index(), RaftIndex(12));
+        assert_eq!(offsets(&log, 0).await.len(), 11, "read from disk after reopen");
+        let a = log.append_one(&data(2, batch(1, 600, 10))).expect("append after reopen");
+        assert_eq!(a.kafka_base_offset, KafkaOffset(32));
+        log.flush().await.expect("flush");
+        assert_eq!(offsets(&log, 31).await, vec![30, 32]);
+    });
+}
+
+#[test]
+fn segments_roll_and_indexes_rebuild() {
+    let dir = tempfile::tempdir_in(".").expect("tempdir");
+    run(async {
+        let log = open(dir.path(), config(8192), 0).await.expect("open");
+        for i in 0..40 {
+            log.append_one(&data(1, batch(2, i, 500))).expect("append");
+            if i % 7 == 0 {
+                log.flush().await.expect("flush");
+            }
+        }
+        log.flush().await.expect("flush");
+        // A flush after the last roll finalizes the closed segments.
+        log.flush().await.expect("flush");
+        let n = log.segment_count();
+        assert!(n >= 4, "expected several segments, got {n}");
+        let all: Vec<i64> = (0..40).map(|i| i * 2).collect();
+        assert_eq!(offsets(&log, 0).await, all);
+        for (from, want) in [(0, 0), (17, 16), (79, 78)] {
+            assert_eq!(offsets(&log, from).await[0], want);
+        }
+        let e = log.read_entries(RaftIndex(5), RaftIndex(9), usize::MAX).await.expect("entries");
+        assert_eq!(e.iter().map(|f| f.header.index.0).collect::<Vec<_>>(), vec![5, 6, 7, 8]);
+        drop(log);
+        let indexes: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("ls")
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "index"))
+            .collect();
+        assert_eq!(indexes.len(), n - 1, "closed segments have index files");
+        std::fs::remove_file(&indexes[0]).expect("rm index");
+        std::fs::write(&indexes[1], b"garbage").expect("corrupt index");
+        let log = open(dir.path(), config(8192), 0).await.expect("reopen rebuilds indexes");
+        assert_eq!(offsets(&log, 0).await, all);
+        assert_eq!(log.segment_count(), n);
+    });
+}
+
+#[test]
+fn truncate_suffix_then_append() {
+    let dir = tempfile::tempdir_in(".").expect("tempdir");
+    run(async {
+        let log = open(dir.path(), config(8192), 0).await.expect("open");
+        for i in 0..30 {
+            log.append_one(&data(1, batch(1, i, 700))).expect("append");
+        }
+        log.flush().await.expect("flush");
+        log.flush().await.expect("finalize");
+        // Cut inside an earlier (closed) segment: later segments go, the cut one reopens.
+        log.truncate_suffix(RaftIndex(8)).await.expect("truncate");
+        assert_eq!(log.last_index(), RaftIndex(7));
+        assert_eq!(log.log_end_offset(), KafkaOffset(7));
+        assert_eq!(log.term_at(RaftIndex(8)), None);
+        let a = log.append_one(&data(2, batch(2, 100, 10))).expect("append");
+        assert_eq!((a.index, a.kafka_base_offset), (RaftIndex(8), KafkaOffset(7)));
+        log.flush().await.expect("flush");
+        assert_eq!(offsets(&log, 0).await, vec![0, 1, 2, 3, 4, 5, 6, 7]);
+        // Cut in the unflushed tail.
+        log.append_one(&data(2, batch(1, 101, 10))).expect("append");
+        log.truncate_suffix(RaftIndex(9)).await.expect("truncate unflushed");
+        log.append_one(&data(3, batch(1, 102, 10))).expect("append");
+        log.flush().await.expect("flush");
+        drop(log);
+        let log = open(dir.path(), config(8192), 0).await.expect("reopen");
+        assert_eq!(log.last_index(), RaftIndex(9));
+        assert_eq!(log.term_at(RaftIndex(9)), Some(RaftTerm(3)));
+        assert_eq!(offsets(&log, 0).await, vec![0, 1, 2, 3, 4, 5, 6, 7, 9]);
+    });
+}
+
+#[test]
+fn prefix_truncation_and_retention() {
+    let dir = tempfile::tempdir_in(".").expect("tempdir");
+    run(async {
+        let clock = Rc::new(FakeClock(Cell::new(10_000)));
+        let cfg = LogConfig { retention_bytes: 20_000, ..config(8192) };
+        let cache = Rc::new(BatchCache::new(0));
+        let log = Log::open(dir.path(), cfg.clone(), clock.clone(), cache.clone()).await.expect("open");
+        for i in 0..60 {
+            log.append_one(&data(1, batch(1, 1_000 + i, 700))).expect("append");
+        }
+        log.flush().await.expect("flush");
+        log.flush().await.expect("finalize");
+        let before = log.size_bytes();
+        let out = log.apply_retention().await.expect("retention");
+        assert!(out.segments_deleted > 0);
+        assert!(log.size_bytes() < before && log.size_bytes() >= 20_000 - 8192);
+        let start = log.log_start_offset();
+        assert!(start > KafkaOffset(0));
+        assert!(matches!(
+            log.read(KafkaOffset(0), log.log_end_offset(), 100, true).await,
+            Err(StorageError::OffsetOutOfRange { .. })
+        ));
+        assert_eq!(offsets(&log, start.0).await[0], start.0);
+        // DeleteRecords in the middle of a segment.
+        let new_start = log.truncate_prefix(KafkaOffset(50)).await.expect("delete records");
+        assert_eq!(new_start, KafkaOffset(50));
+        drop(log);
+        let log = Log::open(dir.path(), cfg, clock.clone(), cache).await.expect("reopen");
+        assert_eq!(log.log_start_offset(), KafkaOffset(50), "log start offset persisted");
+        assert_eq!(offsets(&log, 50).await[0], 50);
+        // Time retention: everything closed is older than retention.ms after a week.
+        clock.0.set(1_000 + 8 * 24 * 3600 * 1000);
+        log.apply_retention().await.expect("retention by time");
+        assert_eq!(log.segment_count(), 1, "only the active segment is kept");
+    });
+}
+
+#[test]
+fn timestamp_lookup() {
+    let dir = tempfile::tempdir_in(".").expect("tempdir");
+    run(async {
+        let log = open(dir.path(), config(8192), 0).await.expect("open");
+        for i in 0..30 {
+            log.append_one(&data(1, batch(2, 1_000 * i, 600))).expect("append");
+        }
+        log.flush().await.expect("flush");
+        for (ts, want) in [(0, Some(0)), (5_000, Some(10)), (5_001, Some(10)), (29_001, Some(58))] {
+            let f = log.find_by_timestamp(ts).await.expect("lookup");
+            assert_eq!(f.map(|f| f.header.kafka_base_offset.0), want, "ts {ts}");
+        }
+        assert!(log.find_by_timestamp(40_000).await.expect("lookup").is_none());
+    });
+}
+
+#[test]
+fn corrupt_closed_segment_is_an_error_not_a_skip() {
+    let dir = tempfile::tempdir_in(".").expect("tempdir");
+    run(async {
+        let log = open(dir.path(), config(8192), 0).await.expect("open");
+        for i in 0..30 {
+            log.append_one(&data(1, batch(1, i, 700))).expect("append");
+        }
+        log.flush().await.expect("flush");
+        log.flush().await.expect("finalize");
+        let first = log.segment_names()[0].stem();
+        drop(log);
+        let path = dir.path().join(format!("{first}.log"));
+        let mut bytes = std::fs::read(&path).expect("read");
+        bytes[1000] ^= 0x10;
+        std::fs::write(&path, &bytes).expect("write");
+        // With the index present, open succeeds and the read finds the corruption.
+        let log = open(dir.path(), config(8192), 0).await.expect("open");
+        let err = log.read(KafkaOffset(0), log.log_end_offset(), usize::MAX, true).await;
+        let msg = format!("{:?}", err.expect_err("corruption detected"));
+        assert!(msg.contains(&first), "error names the file: {msg}");
+        assert!(log.fenced().is_some(), "log fenced after corruption");
+        drop(log);
+        std::fs::remove_file(path.with_extension("index")).expect("rm index");
+        let err = open(dir.path(), config(8192), 0).await.err().expect("open fails");
+        assert!(matches!(err, StorageError::Corrupt { .. }), "{err}");
+    });
+}
+
+#[test]
+fn tmpfs_without_opt_in_is_refused() {
+    let shm = Path::new("/dev/shm");
+    if !shm.is_dir() {
+        eprintln!("skipped: no /dev/shm");
+        return;
+    }
+    let dir = tempfile::tempdir_in(shm).expect("tempdir");
+    run(async {
+        let err = open(dir.path(), config(8192), 0).await.err().expect("refused");
+        assert!(matches!(err, StorageError::NoDirectIo { .. }), "{err}");
+        assert!(err.to_string().contains("buffered"), "message names the opt-in: {err}");
+        let cfg = LogConfig { allow_buffered_io: true, ..config(8192) };
+        let log = open(dir.path(), cfg, 0).await.expect("opt-in works");
+        log.append_one(&data(1, batch(1, 1, 10))).expect("append");
+        log.flush().await.expect("flush");
+    });
+}

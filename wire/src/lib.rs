@@ -1,0 +1,29 @@
+//! Strand's protocol codecs: bytes in, typed values out, and back.
+//!
+//! Main types:
+//! - [`RecordBatch`]: a zero-copy view of one Kafka RecordBatch v2 over [`bytes::Bytes`],
+//!   with header getters, [`RecordBatch::validate`] (magic, CRC32C, counts) and the two
+//!   in-place rewrites the broker makes ([`set_base_offset`], [`set_partition_leader_epoch`]).
+//! - [`batches`] / [`BatchIter`]: splits a Produce request's `records` field into batches
+//!   without copying.
+//! - [`BatchError`]: every way bytes can fail to be an acceptable batch, with the values seen.
+//! - [`fuzz`]: the bodies of the fuzz targets, shared by `cargo fuzz` and a stable-Rust
+//!   replay test.
+//!
+//! This crate never does I/O, never spawns or awaits (no async runtime), and never panics
+//! on peer input: every length is checked against a named limit before it is used, and
+//! malformed bytes give an `Err`. The hot path (parse, validate, getters) does not allocate.
+//! It knows nothing of Raft, storage or sockets (ARCHITECTURE.md, "Layout").
+
+#![deny(missing_docs)]
+
+pub mod batch_builder;
+pub mod fuzz;
+pub mod record_batch;
+
+pub use batch_builder::BatchBuilder;
+pub use record_batch::{
+    batches, set_base_offset, set_partition_leader_epoch, Attributes, BatchError, BatchIter,
+    Compression, RecordBatch, TimestampType, BATCH_BYTES_MAX, BATCH_HEADER_BYTES,
+    BATCH_LENGTH_FIELD_END,
+};
