@@ -63,7 +63,12 @@ fn cost(f: &CachedFrame) -> usize {
 impl BatchCache {
     /// A cache bounded at `max_bytes`.
     pub fn new(max_bytes: usize) -> BatchCache {
-        BatchCache { inner: RefCell::new(Inner { max_bytes, ..Inner::default() }) }
+        BatchCache {
+            inner: RefCell::new(Inner {
+                max_bytes,
+                ..Inner::default()
+            }),
+        }
     }
 
     /// Registers a log; its frames are dropped by [`BatchCache::unregister`].
@@ -100,9 +105,15 @@ impl BatchCache {
                 break;
             }
         }
-        let Some(q) = i.logs.get_mut(&log) else { return };
+        let Some(q) = i.logs.get_mut(&log) else {
+            return;
+        };
         if let Some(back) = q.back() {
-            assert_eq!(back.header.index.next(), frame.header.index, "cache run not contiguous");
+            assert_eq!(
+                back.header.index.next(),
+                frame.header.index,
+                "cache run not contiguous"
+            );
         }
         i.fifo.push_back((log, frame.header.index, c));
         q.push_back(frame);
@@ -113,7 +124,9 @@ impl BatchCache {
     /// Drops frames of `log` with index >= `from` (suffix truncation).
     pub fn truncate_from(&self, log: LogId, from: RaftIndex) {
         let mut i = self.inner.borrow_mut();
-        let Some(q) = i.logs.get_mut(&log) else { return };
+        let Some(q) = i.logs.get_mut(&log) else {
+            return;
+        };
         let mut freed = 0;
         while q.back().is_some_and(|f| f.header.index >= from) {
             if let Some(f) = q.pop_back() {
@@ -126,7 +139,9 @@ impl BatchCache {
     /// Drops frames of `log` with index < `below` (prefix truncation).
     pub fn truncate_below(&self, log: LogId, below: RaftIndex) {
         let mut i = self.inner.borrow_mut();
-        let Some(q) = i.logs.get_mut(&log) else { return };
+        let Some(q) = i.logs.get_mut(&log) else {
+            return;
+        };
         let mut freed = 0;
         while q.front().is_some_and(|f| f.header.index < below) {
             if let Some(f) = q.pop_front() {
@@ -147,7 +162,10 @@ impl BatchCache {
     ) -> bool {
         let mut i = self.inner.borrow_mut();
         let served = match i.logs.get(&log) {
-            Some(q) if q.front().is_some_and(|f| f.header.kafka_base_offset <= from) => {
+            Some(q)
+                if q.front()
+                    .is_some_and(|f| f.header.kafka_base_offset <= from) =>
+            {
                 let start = q.partition_point(|f| f.header.next_offset() <= from);
                 for f in q.range(start..) {
                     if f.header.kind.has_kafka_batch() && !take(f) {
@@ -197,14 +215,20 @@ impl BatchCache {
     /// Current counters.
     pub fn stats(&self) -> CacheStats {
         let i = self.inner.borrow();
-        CacheStats { used_bytes: i.used_bytes, hits: i.hits, misses: i.misses }
+        CacheStats {
+            used_bytes: i.used_bytes,
+            hits: i.hits,
+            misses: i.misses,
+        }
     }
 }
 
 /// Evicts the globally oldest cached frame; false when nothing is left to evict.
 fn evict_oldest(i: &mut Inner) -> bool {
     while let Some((log, index, _)) = i.fifo.pop_front() {
-        let Some(q) = i.logs.get_mut(&log) else { continue };
+        let Some(q) = i.logs.get_mut(&log) else {
+            continue;
+        };
         if q.front().is_some_and(|f| f.header.index == index) {
             if let Some(f) = q.pop_front() {
                 i.used_bytes -= cost(&f);
@@ -277,7 +301,10 @@ mod tests {
         // a's six oldest frames were evicted first.
         assert_eq!(offsets_from(&c, a, 0), None);
         assert_eq!(offsets_from(&c, a, 65), Some(vec![60, 70]));
-        assert_eq!(offsets_from(&c, b, 0), Some((0..8).map(|i| i * 10).collect()));
+        assert_eq!(
+            offsets_from(&c, b, 0),
+            Some((0..8).map(|i| i * 10).collect())
+        );
         c.truncate_from(b, RaftIndex(5));
         assert_eq!(offsets_from(&c, b, 0), Some(vec![0, 10, 20, 30]));
         c.unregister(a);

@@ -93,6 +93,9 @@ pub enum StorageError {
 impl StorageError {
     /// Wraps an I/O error with the path it happened on.
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> StorageError {
-        StorageError::Io { path: path.into(), source }
+        StorageError::Io {
+            path: path.into(),
+            source,
+        }
     }
 }

@@ -183,7 +183,9 @@ pub fn decode_header(bytes: &[u8]) -> Result<FrameHeader, FrameError> {
     let kafka_base_offset = KafkaOffset(u64_at(b, 32) as i64);
     let offset_count = u32_at(b, 40);
     if kafka_base_offset.0 < 0 || (!kind.has_kafka_batch() && offset_count != 0) {
-        return Err(FrameError::BadHeader("kafka offsets inconsistent with kind"));
+        return Err(FrameError::BadHeader(
+            "kafka offsets inconsistent with kind",
+        ));
     }
     Ok(FrameHeader {
         frame_len_bytes,
@@ -201,13 +203,18 @@ pub fn decode_header(bytes: &[u8]) -> Result<FrameHeader, FrameError> {
 pub fn decode_frame(bytes: &[u8]) -> Result<(FrameHeader, std::ops::Range<usize>), FrameError> {
     let h = decode_header(bytes)?;
     let end = h.frame_len_bytes as usize;
-    let body = bytes.get(FRAME_HEADER_BYTES..end).ok_or(FrameError::Truncated {
-        needed: end,
-        available: bytes.len(),
-    })?;
+    let body = bytes
+        .get(FRAME_HEADER_BYTES..end)
+        .ok_or(FrameError::Truncated {
+            needed: end,
+            available: bytes.len(),
+        })?;
     let computed = crc32c::crc32c(body);
     if computed != h.body_crc {
-        return Err(FrameError::BodyCrc { stored: h.body_crc, computed });
+        return Err(FrameError::BodyCrc {
+            stored: h.body_crc,
+            computed,
+        });
     }
     Ok((h, FRAME_HEADER_BYTES..end))
 }
@@ -223,7 +230,10 @@ pub fn encode_frame(
     body: &[u8],
 ) -> FrameHeader {
     let frame_len = FRAME_HEADER_BYTES + body.len();
-    assert!(frame_len <= FRAME_BYTES_MAX as usize, "frame too large: {frame_len}");
+    assert!(
+        frame_len <= FRAME_BYTES_MAX as usize,
+        "frame too large: {frame_len}"
+    );
     let h = FrameHeader {
         frame_len_bytes: frame_len as u32,
         body_crc: crc32c::crc32c(body),

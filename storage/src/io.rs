@@ -72,7 +72,10 @@ impl SegmentFile {
             .dma_open(path)
             .await
             .map_err(|e| StorageError::io(path, to_io(e)))?;
-        Ok(SegmentFile { file, path: path.to_path_buf() })
+        Ok(SegmentFile {
+            file,
+            path: path.to_path_buf(),
+        })
     }
 
     /// Opens an existing file read-write.
@@ -83,7 +86,10 @@ impl SegmentFile {
             .dma_open(path)
             .await
             .map_err(|e| StorageError::io(path, to_io(e)))?;
-        Ok(SegmentFile { file, path: path.to_path_buf() })
+        Ok(SegmentFile {
+            file,
+            path: path.to_path_buf(),
+        })
     }
 
     /// The file's path.
@@ -94,10 +100,18 @@ impl SegmentFile {
     /// Writes `data` at `pos`; both must be aligned. Returns on completion (not durable).
     pub async fn write_aligned(&self, pos: u64, data: &[u8]) -> Result<(), IoFault> {
         assert_eq!(pos % WRITE_ALIGN_BYTES, 0, "unaligned write position {pos}");
-        assert_eq!(data.len() as u64 % WRITE_ALIGN_BYTES, 0, "unaligned write length");
+        assert_eq!(
+            data.len() as u64 % WRITE_ALIGN_BYTES,
+            0,
+            "unaligned write length"
+        );
         let mut buf = self.file.alloc_dma_buffer(data.len());
         buf.as_bytes_mut().copy_from_slice(data);
-        let written = self.file.write_at(buf, pos).await.map_err(|e| classify(to_io(e)))?;
+        let written = self
+            .file
+            .write_at(buf, pos)
+            .await
+            .map_err(|e| classify(to_io(e)))?;
         if written != data.len() {
             // A short O_DIRECT write happens when the filesystem runs out of space mid-way.
             return Err(IoFault::NoSpace);
@@ -125,23 +139,35 @@ impl SegmentFile {
 
     /// Sets the file size.
     pub async fn truncate(&self, size_bytes: u64) -> Result<(), StorageError> {
-        self.file.truncate(size_bytes).await.map_err(|e| StorageError::io(&self.path, to_io(e)))
+        self.file
+            .truncate(size_bytes)
+            .await
+            .map_err(|e| StorageError::io(&self.path, to_io(e)))
     }
 
     /// `fallocate`s the file to at least `size_bytes` (file size grows, contents read zero).
     pub async fn preallocate(&self, size_bytes: u64) -> Result<(), IoFault> {
-        self.file.pre_allocate(size_bytes, false).await.map_err(|e| classify(to_io(e)))
+        self.file
+            .pre_allocate(size_bytes, false)
+            .await
+            .map_err(|e| classify(to_io(e)))
     }
 
     /// Current file size.
     pub async fn size_bytes(&self) -> Result<u64, StorageError> {
-        self.file.file_size().await.map_err(|e| StorageError::io(&self.path, to_io(e)))
+        self.file
+            .file_size()
+            .await
+            .map_err(|e| StorageError::io(&self.path, to_io(e)))
     }
 
     /// Closes the file (outstanding `Rc` clones keep their descriptor until dropped).
     pub async fn close(self) -> Result<(), StorageError> {
         let path = self.path;
-        self.file.close().await.map_err(|e| StorageError::io(path, to_io(e)))
+        self.file
+            .close()
+            .await
+            .map_err(|e| StorageError::io(path, to_io(e)))
     }
 }
 
@@ -191,7 +217,10 @@ pub fn remove_file(path: &Path) -> Result<(), StorageError> {
 /// the filesystem type is checked as well as an actual O_DIRECT open and write.
 pub fn probe_direct_io(dir: &Path) -> Result<(), StorageError> {
     use std::os::unix::fs::OpenOptionsExt;
-    let no = |detail: String| StorageError::NoDirectIo { path: dir.to_path_buf(), detail };
+    let no = |detail: String| StorageError::NoDirectIo {
+        path: dir.to_path_buf(),
+        detail,
+    };
     if is_tmpfs(dir)? {
         return Err(no("tmpfs keeps data in the page cache".into()));
     }
@@ -239,14 +268,18 @@ pub async fn prime_device_probe(dir: &Path) -> Result<(), StorageError> {
         static PRIMED: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
     }
     use std::os::unix::fs::MetadataExt;
-    let dev = std::fs::metadata(dir).map_err(|e| StorageError::io(dir, e))?.dev();
+    let dev = std::fs::metadata(dir)
+        .map_err(|e| StorageError::io(dir, e))?
+        .dev();
     if PRIMED.with(|p| p.borrow().contains(&dev)) {
         return Ok(());
     }
     let probe = dir.join(".strand-iopoll-probe");
     std::fs::write(&probe, vec![0u8; WRITE_ALIGN_BYTES as usize])
         .map_err(|e| StorageError::io(&probe, e))?;
-    let file = DmaFile::open(&probe).await.map_err(|e| StorageError::io(&probe, to_io(e)));
+    let file = DmaFile::open(&probe)
+        .await
+        .map_err(|e| StorageError::io(&probe, to_io(e)));
     if let Ok(f) = file {
         let _ = f.close().await;
     }

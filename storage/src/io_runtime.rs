@@ -53,18 +53,27 @@ pub fn plan_io_memory(executors: usize) -> Result<IoMemoryPlan, StorageError> {
             IO_MEMORY_BYTES_MIN as u64 * RINGS_PER_EXECUTOR * 4 / 3
         )));
     }
-    Ok(IoMemoryPlan { memlock_bytes, io_memory_bytes: per_executor.min(IO_MEMORY_BYTES_MAX) })
+    Ok(IoMemoryPlan {
+        memlock_bytes,
+        io_memory_bytes: per_executor.min(IO_MEMORY_BYTES_MAX),
+    })
 }
 
 /// Raises the soft memlock limit to the hard one; returns the soft limit now in force.
 fn raise_memlock() -> u64 {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: getrlimit writes only into `lim`, a correctly sized out-parameter.
     if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) } != 0 {
         return 0;
     }
     if lim.rlim_cur < lim.rlim_max {
-        let raised = libc::rlimit { rlim_cur: lim.rlim_max, rlim_max: lim.rlim_max };
+        let raised = libc::rlimit {
+            rlim_cur: lim.rlim_max,
+            rlim_max: lim.rlim_max,
+        };
         // SAFETY: setrlimit reads only `raised`.
         if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &raised) } == 0 {
             lim.rlim_cur = lim.rlim_max;

@@ -156,7 +156,9 @@ impl Log {
     /// First Raft index present (equals `next_index` when the log is empty).
     pub fn first_index(&self) -> RaftIndex {
         let st = self.st.borrow();
-        st.segments.first().map_or(st.next_index, |s| s.meta.name.raft_base_index)
+        st.segments
+            .first()
+            .map_or(st.next_index, |s| s.meta.name.raft_base_index)
     }
 
     /// Last Raft index present (`first_index - 1` when empty).
@@ -166,7 +168,11 @@ impl Log {
 
     /// Term of the last entry, 0 when empty.
     pub fn last_term(&self) -> RaftTerm {
-        self.st.borrow().terms.last().map_or(RaftTerm(0), |&(_, t)| t)
+        self.st
+            .borrow()
+            .terms
+            .last()
+            .map_or(RaftTerm(0), |&(_, t)| t)
     }
 
     /// Term of the entry at `index`, answered from memory; `None` outside the log.
@@ -187,7 +193,12 @@ impl Log {
 
     /// Total bytes of all segments (logical sizes).
     pub fn size_bytes(&self) -> u64 {
-        self.st.borrow().segments.iter().map(|s| s.meta.size_bytes).sum()
+        self.st
+            .borrow()
+            .segments
+            .iter()
+            .map(|s| s.meta.size_bytes)
+            .sum()
     }
 
     /// Number of segments.
@@ -197,7 +208,12 @@ impl Log {
 
     /// Names of the segments, oldest first.
     pub fn segment_names(&self) -> Vec<SegmentName> {
-        self.st.borrow().segments.iter().map(|s| s.meta.name).collect()
+        self.st
+            .borrow()
+            .segments
+            .iter()
+            .map(|s| s.meta.name)
+            .collect()
     }
 
     /// Counters.
@@ -212,9 +228,10 @@ impl Log {
 
     pub(crate) fn check_usable(&self, st: &State) -> Result<(), StorageError> {
         match &st.fenced {
-            Some(reason) => {
-                Err(StorageError::Fenced { dir: self.dir.clone(), reason: reason.clone() })
-            }
+            Some(reason) => Err(StorageError::Fenced {
+                dir: self.dir.clone(),
+                reason: reason.clone(),
+            }),
             None => Ok(()),
         }
     }
@@ -222,7 +239,10 @@ impl Log {
     pub(crate) fn fence(&self, reason: String) -> StorageError {
         tracing::error!(dir = %self.dir.display(), %reason, "partition log fenced");
         self.st.borrow_mut().fenced = Some(reason.clone());
-        StorageError::Fenced { dir: self.dir.clone(), reason }
+        StorageError::Fenced {
+            dir: self.dir.clone(),
+            reason,
+        }
     }
 
     /// Appends entries in order (logically: readable at once, durable after a flush).
@@ -255,7 +275,11 @@ impl Log {
             });
         }
         let last_term = st.terms.last().map_or(RaftTerm(0), |&(_, t)| t);
-        assert!(e.term >= last_term, "term went back: {:?} < {last_term:?}", e.term);
+        assert!(
+            e.term >= last_term,
+            "term went back: {:?} < {last_term:?}",
+            e.term
+        );
         let (frame, header, max_ts) = build_frame(e, st.next_index, st.log_end_offset)?;
         let now_ms = self.clock.now_ms();
         self.roll_if_needed(st, header.frame_len_bytes, now_ms);
@@ -272,12 +296,22 @@ impl Log {
                 closed: false,
             });
         }
-        let seg = st.segments.last_mut().expect("an open segment was just ensured");
-        let tail = seg.tail.as_mut().expect("the active segment always has a tail");
+        let seg = st
+            .segments
+            .last_mut()
+            .expect("an open segment was just ensured");
+        let tail = seg
+            .tail
+            .as_mut()
+            .expect("the active segment always has a tail");
         let pos = seg.meta.size_bytes;
         tail.buf.extend_from_slice(&frame);
         seg.meta.on_frame(FilePos(pos), &header, max_ts);
-        assert_eq!(tail.base_pos + tail.buf.len() as u64, seg.meta.size_bytes, "tail desync");
+        assert_eq!(
+            tail.base_pos + tail.buf.len() as u64,
+            seg.meta.size_bytes,
+            "tail desync"
+        );
         if st.terms.last().is_none_or(|&(_, t)| t != header.term) {
             st.terms.push((header.index, header.term));
         }
@@ -287,7 +321,8 @@ impl Log {
         st.stats.bytes_appended += u64::from(header.frame_len_bytes);
         drop(guard);
         let body = frame.slice(FRAME_HEADER_BYTES..);
-        self.cache.insert(self.cache_id, CachedFrame { header, body });
+        self.cache
+            .insert(self.cache_id, CachedFrame { header, body });
         Ok(Appended {
             index: header.index,
             kafka_base_offset: header.kafka_base_offset,
@@ -298,7 +333,9 @@ impl Log {
     /// Closes the active segment when the next frame would overflow `segment.bytes` or the
     /// segment is older than `segment.ms`. A segment always keeps at least one frame.
     fn roll_if_needed(&self, st: &mut State, frame_len: u32, now_ms: i64) {
-        let Some(active) = st.segments.last_mut() else { return };
+        let Some(active) = st.segments.last_mut() else {
+            return;
+        };
         if active.closed || active.meta.is_empty() {
             return;
         }

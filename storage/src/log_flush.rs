@@ -63,7 +63,9 @@ impl Log {
         let mut st = self.st.borrow_mut();
         self.check_usable(&st)?;
         if st.flush_in_flight || st.busy {
-            return Err(StorageError::Usage("flush while another flush or truncation runs"));
+            return Err(StorageError::Usage(
+                "flush while another flush or truncation runs",
+            ));
         }
         let step = self.config.preallocate_bytes;
         let mut ops = Vec::new();
@@ -71,9 +73,9 @@ impl Log {
             let Some(tail) = &seg.tail else { continue };
             let size = seg.meta.size_bytes;
             let pending = size > tail.flushed_pos;
-            let finalize = seg.closed.then(|| {
-                (size, seg.meta.encode_index(), seg.meta.encode_time_index())
-            });
+            let finalize = seg
+                .closed
+                .then(|| (size, seg.meta.encode_index(), seg.meta.encode_time_index()));
             if !pending && finalize.is_none() {
                 continue;
             }
@@ -81,11 +83,15 @@ impl Log {
             if pending {
                 data.reserve(usize::try_from(align_up(size) - tail.base_pos).unwrap_or(0));
                 data.extend_from_slice(&tail.buf);
-                data.resize(usize::try_from(align_up(size) - tail.base_pos).unwrap_or(0), 0);
+                data.resize(
+                    usize::try_from(align_up(size) - tail.base_pos).unwrap_or(0),
+                    0,
+                );
             }
             let want = align_up(size);
-            let preallocate_to = (pending && !seg.closed && step > 0 && want > tail.preallocated_to)
-                .then(|| want.div_ceil(step) * step);
+            let preallocate_to =
+                (pending && !seg.closed && step > 0 && want > tail.preallocated_to)
+                    .then(|| want.div_ceil(step) * step);
             ops.push(WriteOp {
                 key: seg.meta.name.raft_base_index,
                 path: seg.path(&self.dir),
@@ -103,7 +109,10 @@ impl Log {
             return Ok(None);
         }
         st.flush_in_flight = true;
-        Ok(Some(FlushJob { dir: self.dir.clone(), ops }))
+        Ok(Some(FlushJob {
+            dir: self.dir.clone(),
+            ops,
+        }))
     }
 
     /// Applies a finished job. Returns what is durable now, or the error that stopped it
@@ -116,24 +125,52 @@ impl Log {
         st.stats.bytes_written += outcome.bytes_written;
         st.stats.fdatasyncs += outcome.fdatasyncs;
         for done in outcome.done {
-            let DoneOp { key, file, target_pos, preallocated_to: prealloc, finalized, .. } = done;
+            let DoneOp {
+                key,
+                file,
+                target_pos,
+                preallocated_to: prealloc,
+                finalized,
+                ..
+            } = done;
             if done.last_index.0 > 0 {
-                let now = Durable { last_index: done.last_index, next_offset: done.next_offset };
+                let now = Durable {
+                    last_index: done.last_index,
+                    next_offset: done.next_offset,
+                };
                 st.durable = now.max(st.durable);
             }
-            let Some(seg) = st.segments.iter_mut().find(|s| s.meta.name.raft_base_index == key)
+            let Some(seg) = st
+                .segments
+                .iter_mut()
+                .find(|s| s.meta.name.raft_base_index == key)
             else {
                 continue;
             };
             if seg.file.is_none() {
                 seg.file = Some(file);
             }
-            let Some(tail) = seg.tail.as_mut() else { continue };
-            assert!(target_pos >= tail.flushed_pos, "flush went back: {target_pos}");
-            assert!(target_pos <= seg.meta.size_bytes, "flushed past append: {target_pos}");
+            let Some(tail) = seg.tail.as_mut() else {
+                continue;
+            };
+            assert!(
+                target_pos >= tail.flushed_pos,
+                "flush went back: {target_pos}"
+            );
+            assert!(
+                target_pos <= seg.meta.size_bytes,
+                "flushed past append: {target_pos}"
+            );
             tail.flushed_pos = target_pos;
             tail.preallocated_to = tail.preallocated_to.max(prealloc);
-            let new_base = if seg.closed { target_pos } else { align_down(target_pos) };
+            // A closed, fully flushed segment is never written again, so its buffer can go;
+            // otherwise keep the partial last page for the next aligned rewrite.
+            let done = seg.closed && target_pos == seg.meta.size_bytes;
+            let new_base = if done {
+                target_pos
+            } else {
+                align_down(target_pos)
+            };
             if new_base > tail.base_pos {
                 let cut = usize::try_from(new_base - tail.base_pos).unwrap_or(usize::MAX);
                 tail.buf.drain(..cut.min(tail.buf.len()));
@@ -150,9 +187,10 @@ impl Log {
                 tracing::warn!(path = %path.display(), "disk full: flush failed, data kept pending");
                 Err(StorageError::NoSpace { path })
             }
-            Some((path, IoFault::Other(e))) => {
-                Err(self.fence(format!("write or fdatasync of {} failed: {e}", path.display())))
-            }
+            Some((path, IoFault::Other(e))) => Err(self.fence(format!(
+                "write or fdatasync of {} failed: {e}",
+                path.display()
+            ))),
         }
     }
 

@@ -75,7 +75,10 @@ impl Log {
                 });
             }
         }
-        let mut out = ReadBatches { next_offset: from, ..ReadBatches::default() };
+        let mut out = ReadBatches {
+            next_offset: from,
+            ..ReadBatches::default()
+        };
         let mut take = |h: &FrameHeader, body: &Bytes| {
             if !h.kind.has_kafka_batch() || h.next_offset() <= from {
                 return Walk::Continue;
@@ -109,7 +112,10 @@ impl Log {
         {
             let st = self.st.borrow();
             self.check_usable(&st)?;
-            let first = st.segments.first().map_or(st.next_index, |s| s.meta.name.raft_base_index);
+            let first = st
+                .segments
+                .first()
+                .map_or(st.next_index, |s| s.meta.name.raft_base_index);
             if lo < first || hi > st.next_index {
                 return Err(StorageError::IndexOutOfRange {
                     requested: if lo < first { lo } else { hi },
@@ -128,7 +134,10 @@ impl Log {
                 return Walk::Stop;
             }
             bytes += body.len();
-            out.push(LogFrame { header: *h, body: body.clone() });
+            out.push(LogFrame {
+                header: *h,
+                body: body.clone(),
+            });
             Walk::Continue
         };
         if lo >= hi {
@@ -154,7 +163,10 @@ impl Log {
             }
             match strand_wire::RecordBatch::parse(body.clone()) {
                 Ok(b) if b.max_timestamp() >= ts => {
-                    found = Some(LogFrame { header: *h, body: body.clone() });
+                    found = Some(LogFrame {
+                        header: *h,
+                        body: body.clone(),
+                    });
                     Walk::Stop
                 }
                 _ => Walk::Continue,
@@ -183,7 +195,10 @@ impl Log {
     /// The segment after `key` and its logical size.
     fn next_segment(&self, key: RaftIndex) -> Option<RaftIndex> {
         let st = self.st.borrow();
-        let k = st.segments.iter().position(|s| s.meta.name.raft_base_index == key)?;
+        let k = st
+            .segments
+            .iter()
+            .position(|s| s.meta.name.raft_base_index == key)?;
         st.segments.get(k + 1).map(|s| s.meta.name.raft_base_index)
     }
 
@@ -193,7 +208,9 @@ impl Log {
         start: Start,
         visit: &mut dyn FnMut(&FrameHeader, &Bytes) -> Walk,
     ) -> Result<(), StorageError> {
-        let Some((mut key, mut pos)) = self.locate(start) else { return Ok(()) };
+        let Some((mut key, mut pos)) = self.locate(start) else {
+            return Ok(());
+        };
         let mut want = READ_WINDOW_BYTES;
         loop {
             let window = self.read_span(key, pos.0, want).await?;
@@ -224,7 +241,11 @@ impl Log {
                         let path = self.segment_path(key);
                         let at_pos = FilePos(pos.0 + at as u64);
                         let _ = self.fence(format!("{e} in {} at {at_pos:?}", path.display()));
-                        return Err(StorageError::Corrupt { path, pos: at_pos, reason: e.to_string() });
+                        return Err(StorageError::Corrupt {
+                            path,
+                            pos: at_pos,
+                            reason: e.to_string(),
+                        });
                     }
                 }
             }
@@ -237,7 +258,11 @@ impl Log {
 
     pub(crate) fn segment_path(&self, key: RaftIndex) -> std::path::PathBuf {
         let st = self.st.borrow();
-        match st.segments.iter().find(|s| s.meta.name.raft_base_index == key) {
+        match st
+            .segments
+            .iter()
+            .find(|s| s.meta.name.raft_base_index == key)
+        {
             Some(s) => s.path(&self.dir),
             None => self.dir.clone(),
         }
@@ -257,7 +282,10 @@ impl Log {
         loop {
             let disk = {
                 let st = self.st.borrow();
-                let Some(seg) = st.segments.iter().find(|s| s.meta.name.raft_base_index == key)
+                let Some(seg) = st
+                    .segments
+                    .iter()
+                    .find(|s| s.meta.name.raft_base_index == key)
                 else {
                     return Ok(out.freeze());
                 };
@@ -277,13 +305,19 @@ impl Log {
                 }
             };
             let (Some(file), disk_end) = disk else {
-                return Err(StorageError::Usage("segment without file has no tail buffer"));
+                return Err(StorageError::Usage(
+                    "segment without file has no tail buffer",
+                ));
             };
             let len_now = usize::try_from(disk_end - p).unwrap_or(usize::MAX);
             let bytes = file.read(p, len_now).await?;
             if bytes.len() < len_now {
                 let reason = format!("short read: {} of {len_now} bytes", bytes.len());
-                return Err(StorageError::Corrupt { path: file.path().into(), pos: FilePos(p), reason });
+                return Err(StorageError::Corrupt {
+                    path: file.path().into(),
+                    pos: FilePos(p),
+                    reason,
+                });
             }
             if out.is_empty() && disk_end == (pos + len) {
                 return Ok(bytes);

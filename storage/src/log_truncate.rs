@@ -33,7 +33,11 @@ impl Log {
             return Ok(());
         }
         if from < first {
-            return Err(StorageError::IndexOutOfRange { requested: from, first, last: RaftIndex(next.0 - 1) });
+            return Err(StorageError::IndexOutOfRange {
+                requested: from,
+                first,
+                last: RaftIndex(next.0 - 1),
+            });
         }
         let cut = self.read_entries(from, from.next(), 0).await?;
         let Some(cut) = cut.first().map(|f| f.header) else {
@@ -56,7 +60,9 @@ impl Log {
         let st = &mut *guard;
         self.check_usable(st)?;
         if st.flush_in_flight || st.busy {
-            return Err(StorageError::Usage("truncation while a flush or truncation runs"));
+            return Err(StorageError::Usage(
+                "truncation while a flush or truncation runs",
+            ));
         }
         st.busy = true;
         let k = st
@@ -66,8 +72,12 @@ impl Log {
             .expect("the frame just read is in a segment");
         let whole = st.segments[k].meta.name.raft_base_index == cut.index;
         let split = if whole { k } else { k + 1 };
-        let removed: Vec<PathBuf> =
-            st.segments.drain(split..).rev().map(|s| s.path(&self.dir)).collect();
+        let removed: Vec<PathBuf> = st
+            .segments
+            .drain(split..)
+            .rev()
+            .map(|s| s.path(&self.dir))
+            .collect();
         let keep = (!whole).then(|| {
             let seg = &mut st.segments[k];
             let pos = seg.meta.locate_index(cut.index);
@@ -97,20 +107,30 @@ impl Log {
             }
         }
         io::fsync_dir(&self.dir)?;
-        let Some((key, scan_from)) = keep else { return Ok(()) };
+        let Some((key, scan_from)) = keep else {
+            return Ok(());
+        };
         // Find the exact byte position of the cut frame from the sparse index position.
         let cut_pos = self.position_of(key, FilePos(scan_from), cut.index).await?;
         let rebuilt = self.rebuild_prefix(key, cut_pos).await?;
         let file = {
             let st = self.st.borrow();
-            st.segments.iter().find(|s| s.meta.name.raft_base_index == key).and_then(|s| s.file.clone())
+            st.segments
+                .iter()
+                .find(|s| s.meta.name.raft_base_index == key)
+                .and_then(|s| s.file.clone())
         };
         let base_pos = align_down(cut_pos);
         let mut partial = Vec::new();
         if let Some(file) = &file {
             file.truncate(cut_pos).await?;
-            file.fdatasync().await.map_err(|_| self.fence("fdatasync after truncation failed".into()))?;
-            partial = file.read(base_pos, usize::try_from(cut_pos - base_pos).unwrap_or(0)).await?.to_vec();
+            file.fdatasync()
+                .await
+                .map_err(|_| self.fence("fdatasync after truncation failed".into()))?;
+            partial = file
+                .read(base_pos, usize::try_from(cut_pos - base_pos).unwrap_or(0))
+                .await?
+                .to_vec();
         }
         let path = self.segment_path(key);
         for ext in ["index", "timeindex"] {
@@ -125,11 +145,17 @@ impl Log {
         match seg.tail.as_mut() {
             // The cut is in bytes the tail buffer still holds.
             Some(t) if cut_pos >= t.base_pos => {
-                t.buf.truncate(usize::try_from(cut_pos - t.base_pos).unwrap_or(usize::MAX));
+                t.buf
+                    .truncate(usize::try_from(cut_pos - t.base_pos).unwrap_or(usize::MAX));
                 t.flushed_pos = t.flushed_pos.min(cut_pos);
             }
             _ => {
-                let t = Tail { buf: partial, base_pos, flushed_pos: cut_pos, preallocated_to: cut_pos };
+                let t = Tail {
+                    buf: partial,
+                    base_pos,
+                    flushed_pos: cut_pos,
+                    preallocated_to: cut_pos,
+                };
                 seg.tail = Some(t);
             }
         }
@@ -139,10 +165,17 @@ impl Log {
     }
 
     /// Byte position of the frame with index `index` in segment `key`, scanning from `from`.
-    async fn position_of(&self, key: RaftIndex, from: FilePos, index: RaftIndex) -> Result<u64, StorageError> {
+    async fn position_of(
+        &self,
+        key: RaftIndex,
+        from: FilePos,
+        index: RaftIndex,
+    ) -> Result<u64, StorageError> {
         let mut pos = from.0;
         loop {
-            let head = self.read_span(key, pos, crate::frame::FRAME_HEADER_BYTES as u64).await?;
+            let head = self
+                .read_span(key, pos, crate::frame::FRAME_HEADER_BYTES as u64)
+                .await?;
             let h = crate::frame::decode_header(&head).map_err(|e| StorageError::Corrupt {
                 path: self.segment_path(key),
                 pos: FilePos(pos),
@@ -159,7 +192,10 @@ impl Log {
     async fn rebuild_prefix(&self, key: RaftIndex, end: u64) -> Result<SegmentMeta, StorageError> {
         let (name, created_ms) = {
             let st = self.st.borrow();
-            let s = st.segments.iter().find(|s| s.meta.name.raft_base_index == key);
+            let s = st
+                .segments
+                .iter()
+                .find(|s| s.meta.name.raft_base_index == key);
             let s = s.ok_or(StorageError::Usage("segment vanished during truncation"))?;
             (s.meta.name, s.meta.created_ms)
         };
@@ -173,7 +209,10 @@ impl Log {
             meta.on_frame(FilePos(f.at as u64), &f.header, max_ts);
         });
         if stop != crate::frame::ScanStop::Clean || meta.size_bytes != end {
-            return Err(self.fence(format!("segment {} unreadable while truncating", name.stem())));
+            return Err(self.fence(format!(
+                "segment {} unreadable while truncating",
+                name.stem()
+            )));
         }
         Ok(meta)
     }
@@ -203,7 +242,10 @@ impl Log {
 
     /// Deletes closed, finalized segments whose data is all below `offset` (never the
     /// active segment).
-    async fn delete_segments_below(&self, offset: KafkaOffset) -> Result<RetentionOutcome, StorageError> {
+    async fn delete_segments_below(
+        &self,
+        offset: KafkaOffset,
+    ) -> Result<RetentionOutcome, StorageError> {
         let paths = {
             let mut guard = self.st.borrow_mut();
             let st = &mut *guard;
@@ -212,10 +254,14 @@ impl Log {
                 .iter()
                 .take_while(|s| s.tail.is_none() && s.meta.next_offset <= offset)
                 .count();
-            st.segments.drain(..k).map(|s| (s.path(&self.dir), s.meta.size_bytes)).collect::<Vec<_>>()
+            st.segments
+                .drain(..k)
+                .map(|s| (s.path(&self.dir), s.meta.size_bytes))
+                .collect::<Vec<_>>()
         };
         if let Some(first) = self.st.borrow().segments.first() {
-            self.cache.truncate_below(self.cache_id, first.meta.name.raft_base_index);
+            self.cache
+                .truncate_below(self.cache_id, first.meta.name.raft_base_index);
         }
         let mut out = RetentionOutcome::default();
         for (path, size) in &paths {
@@ -243,11 +289,16 @@ impl Log {
             let n = st.segments.len().saturating_sub(1);
             let mut new_start = None;
             for s in st.segments[..n].iter().take_while(|s| s.tail.is_none()) {
-                let newest_ms = if s.meta.max_timestamp_ms >= 0 { s.meta.max_timestamp_ms } else { s.meta.created_ms };
+                let newest_ms = if s.meta.max_timestamp_ms >= 0 {
+                    s.meta.max_timestamp_ms
+                } else {
+                    s.meta.created_ms
+                };
                 let by_time = self.config.retention_ms >= 0
                     && now_ms.saturating_sub(newest_ms) > self.config.retention_ms;
                 let by_size = self.config.retention_bytes >= 0
-                    && total.saturating_sub(s.meta.size_bytes) >= self.config.retention_bytes as u64;
+                    && total.saturating_sub(s.meta.size_bytes)
+                        >= self.config.retention_bytes as u64;
                 if !(by_time || by_size) {
                     break;
                 }
@@ -256,7 +307,9 @@ impl Log {
             }
             new_start.filter(|&o| o > st.log_start_offset)
         };
-        let Some(offset) = new_start else { return Ok(RetentionOutcome::default()) };
+        let Some(offset) = new_start else {
+            return Ok(RetentionOutcome::default());
+        };
         self.st.borrow_mut().log_start_offset = offset;
         io::write_small_file_atomic(&self.dir.join(LOG_START_FILE), &encode_log_start(offset))?;
         self.delete_segments_below(offset).await
@@ -264,6 +317,9 @@ impl Log {
 
     /// Term of the last entry before `index` (for Raft's log matching), from memory.
     pub fn term_before(&self, index: RaftIndex) -> Option<RaftTerm> {
-        index.0.checked_sub(1).and_then(|i| self.term_at(RaftIndex(i)))
+        index
+            .0
+            .checked_sub(1)
+            .and_then(|i| self.term_at(RaftIndex(i)))
     }
 }

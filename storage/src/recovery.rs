@@ -47,7 +47,9 @@ impl Log {
         clock: Rc<dyn Clock>,
         cache: Rc<BatchCache>,
     ) -> Result<Log, StorageError> {
-        config.validate().map_err(|e| StorageError::Environment(format!("bad log config: {e}")))?;
+        config
+            .validate()
+            .map_err(|e| StorageError::Environment(format!("bad log config: {e}")))?;
         std::fs::create_dir_all(dir).map_err(|e| StorageError::io(dir, e))?;
         if let Err(e) = io::probe_direct_io(dir) {
             if !config.allow_buffered_io {
@@ -94,10 +96,18 @@ impl Log {
         let first_offset = segments.first().map(|s| s.meta.name.kafka_base_offset);
         let log_start_offset = read_log_start(dir)?.max(first_offset.unwrap_or_default());
         let next_index = expect.map_or(RaftIndex(1), |e| e.index);
-        let log_end_offset = expect.map_or(log_start_offset, |e| e.offset).max(log_start_offset);
-        let terms: Vec<_> = segments.iter().flat_map(|s| s.meta.terms().iter().copied()).collect();
+        let log_end_offset = expect
+            .map_or(log_start_offset, |e| e.offset)
+            .max(log_start_offset);
+        let terms: Vec<_> = segments
+            .iter()
+            .flat_map(|s| s.meta.terms().iter().copied())
+            .collect();
         let cache_id = cache.register();
-        let durable = Durable { last_index: RaftIndex(next_index.0 - 1), next_offset: log_end_offset };
+        let durable = Durable {
+            last_index: RaftIndex(next_index.0 - 1),
+            next_offset: log_end_offset,
+        };
         tracing::info!(dir = %dir.display(), segments = segments.len(), %next_index,
             %log_end_offset, "partition log opened");
         Ok(Log {
@@ -129,7 +139,10 @@ fn list_segments(dir: &Path) -> Result<Vec<SegmentName>, StorageError> {
         let entry = entry.map_err(|e| StorageError::io(dir, e))?;
         let path = entry.path();
         let ext = path.extension().and_then(|e| e.to_str());
-        let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
+        let stem = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or_default();
         match ext {
             Some("log") => match SegmentName::parse(stem) {
                 Some(n) => names.push(n),
@@ -157,7 +170,12 @@ async fn open_closed(
     if let (Some(i), Some(t)) = (index, time) {
         if let Some(meta) = SegmentMeta::decode(name, size, &i, &t) {
             if !meta.is_empty() {
-                let seg = Segment { meta, file: Some(file), tail: None, closed: true };
+                let seg = Segment {
+                    meta,
+                    file: Some(file),
+                    tail: None,
+                    closed: true,
+                };
                 return Ok(Some(seg));
             }
         }
@@ -165,7 +183,11 @@ async fn open_closed(
     tracing::info!(path = %path.display(), "rebuilding index of closed segment");
     let s = scan_segment(&file, name, size, e, now_ms).await?;
     if let Some((pos, reason)) = s.bad {
-        return Err(StorageError::Corrupt { path: path.to_path_buf(), pos: FilePos(pos), reason });
+        return Err(StorageError::Corrupt {
+            path: path.to_path_buf(),
+            pos: FilePos(pos),
+            reason,
+        });
     }
     if s.meta.is_empty() {
         return Err(StorageError::Corrupt {
@@ -175,8 +197,18 @@ async fn open_closed(
         });
     }
     // Not finalized: the next flush trims it to size and writes its index files.
-    let tail = Tail { buf: Vec::new(), base_pos: s.valid_end, flushed_pos: s.valid_end, preallocated_to: 0 };
-    Ok(Some(Segment { meta: s.meta, file: Some(file), tail: Some(tail), closed: true }))
+    let tail = Tail {
+        buf: Vec::new(),
+        base_pos: s.valid_end,
+        flushed_pos: s.valid_end,
+        preallocated_to: 0,
+    };
+    Ok(Some(Segment {
+        meta: s.meta,
+        file: Some(file),
+        tail: Some(tail),
+        closed: true,
+    }))
 }
 
 /// Opens the tail segment: validates every frame and truncates at the first bad one.
@@ -203,10 +235,17 @@ async fn open_tail(
     }
     if size != s.valid_end {
         file.truncate(s.valid_end).await?;
-        file.fdatasync().await.map_err(|f| StorageError::io(path, fault_io(f)))?;
+        file.fdatasync()
+            .await
+            .map_err(|f| StorageError::io(path, fault_io(f)))?;
     }
     let base_pos = align_down(s.valid_end);
-    let partial = file.read(base_pos, usize::try_from(s.valid_end - base_pos).unwrap_or(0)).await?;
+    let partial = file
+        .read(
+            base_pos,
+            usize::try_from(s.valid_end - base_pos).unwrap_or(0),
+        )
+        .await?;
     let tail = Tail {
         buf: partial.to_vec(),
         base_pos,
@@ -216,7 +255,12 @@ async fn open_tail(
     for ext in ["index", "timeindex"] {
         io::remove_file(&path.with_extension(ext))?;
     }
-    Ok(Some(Segment { meta: s.meta, file: Some(Rc::new(file)), tail: Some(tail), closed: false }))
+    Ok(Some(Segment {
+        meta: s.meta,
+        file: Some(Rc::new(file)),
+        tail: Some(tail),
+        closed: false,
+    }))
 }
 
 fn parent(path: &Path) -> &Path {
@@ -242,7 +286,9 @@ async fn scan_segment(
     let mut pos = 0u64;
     let mut want = SCAN_WINDOW_BYTES;
     while pos < size {
-        let window = file.read(pos, usize::try_from(want.min(size - pos)).unwrap_or(0)).await?;
+        let window = file
+            .read(pos, usize::try_from(want.min(size - pos)).unwrap_or(0))
+            .await?;
         let at_file_end = pos + window.len() as u64 >= size;
         let mut at = 0usize;
         while at < window.len() {
@@ -251,20 +297,36 @@ async fn scan_segment(
             match decode_frame(rest) {
                 Ok((h, body)) => {
                     if let Err(reason) = continues(&e, &h, &rest[body.clone()]) {
-                        return Ok(Scanned { meta, valid_end: frame_pos, bad: Some((frame_pos, reason)) });
+                        return Ok(Scanned {
+                            meta,
+                            valid_end: frame_pos,
+                            bad: Some((frame_pos, reason)),
+                        });
                     }
                     let max_ts = max_timestamp(&h, &rest[body]);
                     meta.on_frame(FilePos(frame_pos), &h, max_ts);
-                    e = Expect { index: h.index.next(), offset: h.next_offset(), term: h.term };
+                    e = Expect {
+                        index: h.index.next(),
+                        offset: h.next_offset(),
+                        term: h.term,
+                    };
                     at += h.frame_len_bytes as usize;
                 }
                 Err(FrameError::Truncated { needed, .. }) if !at_file_end => {
-                    want = if at == 0 { (needed as u64).max(want) } else { SCAN_WINDOW_BYTES };
+                    want = if at == 0 {
+                        (needed as u64).max(want)
+                    } else {
+                        SCAN_WINDOW_BYTES
+                    };
                     break;
                 }
                 Err(err) => {
                     let bad = (!rest.iter().all(|&b| b == 0)).then(|| (frame_pos, err.to_string()));
-                    return Ok(Scanned { meta, valid_end: frame_pos, bad });
+                    return Ok(Scanned {
+                        meta,
+                        valid_end: frame_pos,
+                        bad,
+                    });
                 }
             }
         }
@@ -273,7 +335,11 @@ async fn scan_segment(
         }
         pos += at as u64;
     }
-    Ok(Scanned { meta, valid_end: pos, bad: None })
+    Ok(Scanned {
+        meta,
+        valid_end: pos,
+        bad: None,
+    })
 }
 
 /// Checks a frame continues the log (dense indexes and offsets, terms never go back).
@@ -285,7 +351,10 @@ fn continues(e: &Expect, h: &FrameHeader, body: &[u8]) -> Result<(), String> {
         return Err(format!("term {:?} after {:?}", h.term, e.term));
     }
     if h.kafka_base_offset != e.offset {
-        return Err(format!("kafka offset {:?}, expected {:?}", h.kafka_base_offset, e.offset));
+        return Err(format!(
+            "kafka offset {:?}, expected {:?}",
+            h.kafka_base_offset, e.offset
+        ));
     }
     if h.kind.has_kafka_batch() {
         let base = body.first_chunk::<8>().map(|a| i64::from_be_bytes(*a));
@@ -302,14 +371,20 @@ fn max_timestamp(h: &FrameHeader, body: &[u8]) -> Option<i64> {
         return None;
     }
     let at = strand_wire::record_batch::MAX_TIMESTAMP_FIELD_START;
-    body.get(at..at + 8).and_then(|s| s.first_chunk::<8>()).map(|a| i64::from_be_bytes(*a))
+    body.get(at..at + 8)
+        .and_then(|s| s.first_chunk::<8>())
+        .map(|a| i64::from_be_bytes(*a))
 }
 
 fn read_log_start(dir: &Path) -> Result<KafkaOffset, StorageError> {
     let path: PathBuf = dir.join(LOG_START_FILE);
-    let Some(b) = io::read_small_file(&path)? else { return Ok(KafkaOffset(0)) };
+    let Some(b) = io::read_small_file(&path)? else {
+        return Ok(KafkaOffset(0));
+    };
     let ok = b.len() == 12
-        && b.get(8..12).and_then(|s| s.first_chunk::<4>()).map(|a| u32::from_le_bytes(*a))
+        && b.get(8..12)
+            .and_then(|s| s.first_chunk::<4>())
+            .map(|a| u32::from_le_bytes(*a))
             == Some(crc32c::crc32c(&b[..8]));
     match b.first_chunk::<8>() {
         Some(a) if ok => Ok(KafkaOffset(i64::from_le_bytes(*a))),

@@ -127,19 +127,35 @@ impl SegmentMeta {
     /// Records a frame appended at `pos` (`max_ts` is the batch's max timestamp for data).
     pub fn on_frame(&mut self, pos: FilePos, h: &FrameHeader, max_ts: Option<i64>) {
         assert_eq!(pos.0, self.size_bytes, "frame not at segment end");
-        let expected = self.last_index.map_or(self.name.raft_base_index, RaftIndex::next);
+        let expected = self
+            .last_index
+            .map_or(self.name.raft_base_index, RaftIndex::next);
         assert_eq!(h.index, expected, "raft index gap in segment");
         if self.terms.last().is_none_or(|&(_, t)| t != h.term) {
             self.terms.push((h.index, h.term));
         }
-        if self.last_indexed_pos.is_none_or(|p| pos.0 - p >= INDEX_INTERVAL_BYTES) {
-            self.index.push(IndexEntry { kafka_offset: h.kafka_base_offset, index: h.index, pos });
+        if self
+            .last_indexed_pos
+            .is_none_or(|p| pos.0 - p >= INDEX_INTERVAL_BYTES)
+        {
+            self.index.push(IndexEntry {
+                kafka_offset: h.kafka_base_offset,
+                index: h.index,
+                pos,
+            });
             self.last_indexed_pos = Some(pos.0);
         }
         if let Some(ts) = max_ts.filter(|&ts| ts > self.max_timestamp_ms) {
             self.max_timestamp_ms = ts;
-            if self.last_timed_pos.is_none_or(|p| pos.0 - p >= INDEX_INTERVAL_BYTES) {
-                let e = TimeEntry { max_timestamp_ms: ts, kafka_offset: h.kafka_base_offset, pos };
+            if self
+                .last_timed_pos
+                .is_none_or(|p| pos.0 - p >= INDEX_INTERVAL_BYTES)
+            {
+                let e = TimeEntry {
+                    max_timestamp_ms: ts,
+                    kafka_offset: h.kafka_base_offset,
+                    pos,
+                };
                 self.time_index.push(e);
                 self.last_timed_pos = Some(pos.0);
             }
@@ -174,7 +190,8 @@ impl SegmentMeta {
     /// A position before which every frame's max timestamp is < `ts`.
     pub fn locate_time(&self, ts: i64) -> FilePos {
         let n = self.time_index.partition_point(|e| e.max_timestamp_ms < ts);
-        n.checked_sub(1).map_or(FilePos(0), |k| self.time_index[k].pos)
+        n.checked_sub(1)
+            .map_or(FilePos(0), |k| self.time_index[k].pos)
     }
 
     /// Encodes the `.index` file.
@@ -243,7 +260,11 @@ impl SegmentMeta {
         let n_terms = r.count(16)?;
         for _ in 0..n_entries {
             let (o, i, p) = (r.i64()?, r.u64()?, r.u64()?);
-            m.index.push(IndexEntry { kafka_offset: KafkaOffset(o), index: RaftIndex(i), pos: FilePos(p) });
+            m.index.push(IndexEntry {
+                kafka_offset: KafkaOffset(o),
+                index: RaftIndex(i),
+                pos: FilePos(p),
+            });
         }
         for _ in 0..n_terms {
             m.terms.push((RaftIndex(r.u64()?), RaftTerm(r.u64()?)));
@@ -255,7 +276,11 @@ impl SegmentMeta {
         let n = t.count(24)?;
         for _ in 0..n {
             let (ts, o, p) = (t.i64()?, t.i64()?, t.u64()?);
-            m.time_index.push(TimeEntry { max_timestamp_ms: ts, kafka_offset: KafkaOffset(o), pos: FilePos(p) });
+            m.time_index.push(TimeEntry {
+                max_timestamp_ms: ts,
+                kafka_offset: KafkaOffset(o),
+                pos: FilePos(p),
+            });
         }
         m.last_indexed_pos = m.index.last().map(|e| e.pos.0);
         m.last_timed_pos = m.time_index.last().map(|e| e.pos.0);

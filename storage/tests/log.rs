@@ -22,21 +22,38 @@ impl Clock for FakeClock {
 fn batch(records: i64, ts: i64, value_len: usize) -> Bytes {
     let mut b = BatchBuilder::new(ts);
     for i in 0..records {
-        b.push(ts + i, Some(format!("k{i}").as_bytes()), Some(&vec![i as u8; value_len]), &[]);
+        b.push(
+            ts + i,
+            Some(format!("k{i}").as_bytes()),
+            Some(&vec![i as u8; value_len]),
+            &[],
+        );
     }
     b.build()
 }
 
 fn data(term: u64, body: Bytes) -> AppendEntry {
-    AppendEntry { term: RaftTerm(term), kind: FrameKind::Data, body }
+    AppendEntry {
+        term: RaftTerm(term),
+        kind: FrameKind::Data,
+        body,
+    }
 }
 
 fn noop(term: u64) -> AppendEntry {
-    AppendEntry { term: RaftTerm(term), kind: FrameKind::NoOp, body: Bytes::from_static(b"noop") }
+    AppendEntry {
+        term: RaftTerm(term),
+        kind: FrameKind::NoOp,
+        body: Bytes::from_static(b"noop"),
+    }
 }
 
 fn config(segment_bytes: u64) -> LogConfig {
-    LogConfig { segment_bytes, preallocate_bytes: 1 << 20, ..LogConfig::default() }
+    LogConfig {
+        segment_bytes,
+        preallocate_bytes: 1 << 20,
+        ..LogConfig::default()
+    }
 }
 
 async fn open(dir: &Path, cfg: LogConfig, cache_bytes: usize) -> Result<Log, StorageError> {
@@ -50,7 +67,10 @@ fn run<T>(f: impl std::future::Future<Output = T>) -> T {
 
 /// Base offsets of every batch read from `from`, and checks each batch is valid.
 async fn offsets(log: &Log, from: i64) -> Vec<i64> {
-    let r = log.read(KafkaOffset(from), log.log_end_offset(), usize::MAX, true).await.expect("read");
+    let r = log
+        .read(KafkaOffset(from), log.log_end_offset(), usize::MAX, true)
+        .await
+        .expect("read");
     r.batches
         .into_iter()
         .map(|b| {
@@ -65,9 +85,13 @@ async fn offsets(log: &Log, from: i64) -> Vec<i64> {
 fn append_flush_read_reopen() {
     let dir = tempfile::tempdir_in(".").expect("tempdir");
     run(async {
-        let log = open(dir.path(), config(1 << 20), 1 << 20).await.expect("open");
+        let log = open(dir.path(), config(1 << 20), 1 << 20)
+            .await
+            .expect("open");
         for i in 0..10 {
-            let a = log.append_one(&data(1, batch(3, 100 + i, 10))).expect("append");
+            let a = log
+                .append_one(&data(1, batch(3, 100 + i, 10)))
+                .expect("append");
             assert_eq!(a.kafka_base_offset, KafkaOffset(i * 3));
             assert_eq!(a.index, RaftIndex(i as u64 + 1));
         }
@@ -78,17 +102,34 @@ fn append_flush_read_reopen() {
         assert_eq!(d.last_index, RaftIndex(12));
         assert_eq!(d.next_offset, KafkaOffset(32));
         let s = log.stats();
-        assert_eq!((s.writes, s.fdatasyncs), (1, 1), "group commit: one write, one sync");
-        assert_eq!(offsets(&log, 0).await, (0..10).map(|i| i * 3).chain([30]).collect::<Vec<_>>());
-        assert_eq!(offsets(&log, 4).await[0], 3, "offset inside a batch returns that batch");
+        assert_eq!(
+            (s.writes, s.fdatasyncs),
+            (1, 1),
+            "group commit: one write, one sync"
+        );
+        assert_eq!(
+            offsets(&log, 0).await,
+            (0..10).map(|i| i * 3).chain([30]).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            offsets(&log, 4).await[0],
+            3,
+            "offset inside a batch returns that batch"
+        );
         assert_eq!(log.term_at(RaftIndex(11)), Some(RaftTerm(2)));
         assert_eq!(log.term_at(RaftIndex(10)), Some(RaftTerm(1)));
         drop(log);
         let log = open(dir.path(), config(1 << 20), 0).await.expect("reopen");
         assert_eq!(log.log_end_offset(), KafkaOffset(32));
         assert_eq!(log.last_index(), RaftIndex(12));
-        assert_eq!(offsets(&log, 0).await.len(), 11, "read from disk after reopen");
-        let a = log.append_one(&data(2, batch(1, 600, 10))).expect("append after reopen");
+        assert_eq!(
+            offsets(&log, 0).await.len(),
+            11,
+            "read from disk after reopen"
+        );
+        let a = log
+            .append_one(&data(2, batch(1, 600, 10)))
+            .expect("append after reopen");
         assert_eq!(a.kafka_base_offset, KafkaOffset(32));
         log.flush().await.expect("flush");
         assert_eq!(offsets(&log, 31).await, vec![30, 32]);
@@ -116,8 +157,14 @@ fn segments_roll_and_indexes_rebuild() {
         for (from, want) in [(0, 0), (17, 16), (79, 78)] {
             assert_eq!(offsets(&log, from).await[0], want);
         }
-        let e = log.read_entries(RaftIndex(5), RaftIndex(9), usize::MAX).await.expect("entries");
-        assert_eq!(e.iter().map(|f| f.header.index.0).collect::<Vec<_>>(), vec![5, 6, 7, 8]);
+        let e = log
+            .read_entries(RaftIndex(5), RaftIndex(9), usize::MAX)
+            .await
+            .expect("entries");
+        assert_eq!(
+            e.iter().map(|f| f.header.index.0).collect::<Vec<_>>(),
+            vec![5, 6, 7, 8]
+        );
         drop(log);
         let indexes: Vec<_> = std::fs::read_dir(dir.path())
             .expect("ls")
@@ -127,7 +174,9 @@ fn segments_roll_and_indexes_rebuild() {
         assert_eq!(indexes.len(), n - 1, "closed segments have index files");
         std::fs::remove_file(&indexes[0]).expect("rm index");
         std::fs::write(&indexes[1], b"garbage").expect("corrupt index");
-        let log = open(dir.path(), config(8192), 0).await.expect("reopen rebuilds indexes");
+        let log = open(dir.path(), config(8192), 0)
+            .await
+            .expect("reopen rebuilds indexes");
         assert_eq!(offsets(&log, 0).await, all);
         assert_eq!(log.segment_count(), n);
     });
@@ -149,12 +198,17 @@ fn truncate_suffix_then_append() {
         assert_eq!(log.log_end_offset(), KafkaOffset(7));
         assert_eq!(log.term_at(RaftIndex(8)), None);
         let a = log.append_one(&data(2, batch(2, 100, 10))).expect("append");
-        assert_eq!((a.index, a.kafka_base_offset), (RaftIndex(8), KafkaOffset(7)));
+        assert_eq!(
+            (a.index, a.kafka_base_offset),
+            (RaftIndex(8), KafkaOffset(7))
+        );
         log.flush().await.expect("flush");
         assert_eq!(offsets(&log, 0).await, vec![0, 1, 2, 3, 4, 5, 6, 7]);
         // Cut in the unflushed tail.
         log.append_one(&data(2, batch(1, 101, 10))).expect("append");
-        log.truncate_suffix(RaftIndex(9)).await.expect("truncate unflushed");
+        log.truncate_suffix(RaftIndex(9))
+            .await
+            .expect("truncate unflushed");
         log.append_one(&data(3, batch(1, 102, 10))).expect("append");
         log.flush().await.expect("flush");
         drop(log);
@@ -170,11 +224,17 @@ fn prefix_truncation_and_retention() {
     let dir = tempfile::tempdir_in(".").expect("tempdir");
     run(async {
         let clock = Rc::new(FakeClock(Cell::new(10_000)));
-        let cfg = LogConfig { retention_bytes: 20_000, ..config(8192) };
+        let cfg = LogConfig {
+            retention_bytes: 20_000,
+            ..config(8192)
+        };
         let cache = Rc::new(BatchCache::new(0));
-        let log = Log::open(dir.path(), cfg.clone(), clock.clone(), cache.clone()).await.expect("open");
+        let log = Log::open(dir.path(), cfg.clone(), clock.clone(), cache.clone())
+            .await
+            .expect("open");
         for i in 0..60 {
-            log.append_one(&data(1, batch(1, 1_000 + i, 700))).expect("append");
+            log.append_one(&data(1, batch(1, 1_000 + i, 700)))
+                .expect("append");
         }
         log.flush().await.expect("flush");
         log.flush().await.expect("finalize");
@@ -185,16 +245,26 @@ fn prefix_truncation_and_retention() {
         let start = log.log_start_offset();
         assert!(start > KafkaOffset(0));
         assert!(matches!(
-            log.read(KafkaOffset(0), log.log_end_offset(), 100, true).await,
+            log.read(KafkaOffset(0), log.log_end_offset(), 100, true)
+                .await,
             Err(StorageError::OffsetOutOfRange { .. })
         ));
         assert_eq!(offsets(&log, start.0).await[0], start.0);
         // DeleteRecords in the middle of a segment.
-        let new_start = log.truncate_prefix(KafkaOffset(50)).await.expect("delete records");
+        let new_start = log
+            .truncate_prefix(KafkaOffset(50))
+            .await
+            .expect("delete records");
         assert_eq!(new_start, KafkaOffset(50));
         drop(log);
-        let log = Log::open(dir.path(), cfg, clock.clone(), cache).await.expect("reopen");
-        assert_eq!(log.log_start_offset(), KafkaOffset(50), "log start offset persisted");
+        let log = Log::open(dir.path(), cfg, clock.clone(), cache)
+            .await
+            .expect("reopen");
+        assert_eq!(
+            log.log_start_offset(),
+            KafkaOffset(50),
+            "log start offset persisted"
+        );
         assert_eq!(offsets(&log, 50).await[0], 50);
         // Time retention: everything closed is older than retention.ms after a week.
         clock.0.set(1_000 + 8 * 24 * 3600 * 1000);
@@ -209,14 +279,24 @@ fn timestamp_lookup() {
     run(async {
         let log = open(dir.path(), config(8192), 0).await.expect("open");
         for i in 0..30 {
-            log.append_one(&data(1, batch(2, 1_000 * i, 600))).expect("append");
+            log.append_one(&data(1, batch(2, 1_000 * i, 600)))
+                .expect("append");
         }
         log.flush().await.expect("flush");
-        for (ts, want) in [(0, Some(0)), (5_000, Some(10)), (5_001, Some(10)), (29_001, Some(58))] {
+        for (ts, want) in [
+            (0, Some(0)),
+            (5_000, Some(10)),
+            (5_001, Some(10)),
+            (29_001, Some(58)),
+        ] {
             let f = log.find_by_timestamp(ts).await.expect("lookup");
             assert_eq!(f.map(|f| f.header.kafka_base_offset.0), want, "ts {ts}");
         }
-        assert!(log.find_by_timestamp(40_000).await.expect("lookup").is_none());
+        assert!(log
+            .find_by_timestamp(40_000)
+            .await
+            .expect("lookup")
+            .is_none());
     });
 }
 
@@ -238,13 +318,18 @@ fn corrupt_closed_segment_is_an_error_not_a_skip() {
         std::fs::write(&path, &bytes).expect("write");
         // With the index present, open succeeds and the read finds the corruption.
         let log = open(dir.path(), config(8192), 0).await.expect("open");
-        let err = log.read(KafkaOffset(0), log.log_end_offset(), usize::MAX, true).await;
+        let err = log
+            .read(KafkaOffset(0), log.log_end_offset(), usize::MAX, true)
+            .await;
         let msg = format!("{:?}", err.expect_err("corruption detected"));
         assert!(msg.contains(&first), "error names the file: {msg}");
         assert!(log.fenced().is_some(), "log fenced after corruption");
         drop(log);
         std::fs::remove_file(path.with_extension("index")).expect("rm index");
-        let err = open(dir.path(), config(8192), 0).await.err().expect("open fails");
+        let err = open(dir.path(), config(8192), 0)
+            .await
+            .err()
+            .expect("open fails");
         assert!(matches!(err, StorageError::Corrupt { .. }), "{err}");
     });
 }
@@ -258,12 +343,52 @@ fn tmpfs_without_opt_in_is_refused() {
     }
     let dir = tempfile::tempdir_in(shm).expect("tempdir");
     run(async {
-        let err = open(dir.path(), config(8192), 0).await.err().expect("refused");
+        let err = open(dir.path(), config(8192), 0)
+            .await
+            .err()
+            .expect("refused");
         assert!(matches!(err, StorageError::NoDirectIo { .. }), "{err}");
-        assert!(err.to_string().contains("buffered"), "message names the opt-in: {err}");
-        let cfg = LogConfig { allow_buffered_io: true, ..config(8192) };
+        assert!(
+            err.to_string().contains("buffered"),
+            "message names the opt-in: {err}"
+        );
+        let cfg = LogConfig {
+            allow_buffered_io: true,
+            ..config(8192)
+        };
         let log = open(dir.path(), cfg, 0).await.expect("opt-in works");
         log.append_one(&data(1, batch(1, 1, 10))).expect("append");
         log.flush().await.expect("flush");
+    });
+}
+
+#[test]
+fn appends_during_flush_across_rolls() {
+    let dir = tempfile::tempdir_in(".").expect("tempdir");
+    run(async {
+        let log = open(dir.path(), config(8192), 1 << 20).await.expect("open");
+        let mut n = 0i64;
+        for round in 0..20 {
+            for _ in 0..(round % 4 + 1) {
+                log.append_one(&data(1, batch(1, n, 900))).expect("append");
+                n += 1;
+            }
+            let job = log.begin_flush().expect("begin").expect("pending");
+            // Appends while the flush is in flight, some of them rolling the segment.
+            for _ in 0..(round % 5) {
+                log.append_one(&data(1, batch(1, n, 900)))
+                    .expect("append in flight");
+                n += 1;
+            }
+            assert!(log.begin_flush().is_err(), "one flush at a time");
+            let outcome = job.run().await;
+            log.complete_flush(outcome).expect("complete");
+        }
+        log.flush().await.expect("flush");
+        log.flush().await.expect("finalize");
+        assert_eq!(offsets(&log, 0).await, (0..n).collect::<Vec<_>>());
+        drop(log);
+        let log = open(dir.path(), config(8192), 0).await.expect("reopen");
+        assert_eq!(offsets(&log, 0).await, (0..n).collect::<Vec<_>>());
     });
 }

@@ -132,7 +132,12 @@ mod tests {
     fn built_batches_validate() {
         let mut bb = BatchBuilder::new(1_000);
         for i in 0..5 {
-            bb.push(1_000 + i, Some(b"k"), Some(&[7u8; 100]), &[("h", Some(b"v"))]);
+            bb.push(
+                1_000 + i,
+                Some(b"k"),
+                Some(&[7u8; 100]),
+                &[("h", Some(b"v"))],
+            );
         }
         let batch = RecordBatch::parse(bb.build()).expect("parses");
         batch.validate().expect("valid");

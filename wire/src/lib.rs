@@ -7,6 +7,7 @@
 //! - [`batches`] / [`BatchIter`]: splits a Produce request's `records` field into batches
 //!   without copying.
 //! - [`BatchError`]: every way bytes can fail to be an acceptable batch, with the values seen.
+//! - [`BatchBuilder`]: encodes uncompressed batches for producers (client, bench, tests).
 //! - [`fuzz`]: the bodies of the fuzz targets, shared by `cargo fuzz` and a stable-Rust
 //!   replay test.
 //!

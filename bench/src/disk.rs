@@ -1,0 +1,330 @@
+//! `strand-bench disk`: the data directory's physics and the storage engine against it.
+//!
+//! Physics: raw O_DIRECT sequential write and read bandwidth (block size and queue depth
+//! configurable) and write+fdatasync latency at several sizes. Engine: append+flush
+//! throughput and flush latency for each (partitions, batch size), each printed as a
+//! ratio to the physics figure that bounds it.
+
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use bytes::Bytes;
+use futures::future::join_all;
+use strand_storage::io::{probe_direct_io, SegmentFile};
+use strand_storage::io_runtime::block_on;
+use strand_storage::{AppendEntry, BatchCache, FrameKind, Log, LogConfig, RaftTerm, SystemClock};
+use strand_wire::BatchBuilder;
+
+use crate::stats::Latency;
+
+const MIB: f64 = 1024.0 * 1024.0;
+/// Sizes at which raw write+fdatasync latency is measured.
+const SYNC_SIZES_BYTES: [usize; 3] = [4096, 64 * 1024, 1024 * 1024];
+/// Bytes appended per flush in the engine's throughput mode.
+const THROUGHPUT_FLUSH_BYTES: usize = 1024 * 1024;
+
+/// Options of `strand-bench disk`.
+#[derive(clap::Args, Debug)]
+pub struct DiskArgs {
+    /// Directory on the disk to measure; a temporary subdirectory is used and removed.
+    #[arg(long, default_value = "data")]
+    dir: PathBuf,
+    /// Measure even if the directory cannot do O_DIRECT (figures then mean little).
+    #[arg(long)]
+    allow_buffered_io: bool,
+    /// Block size of the raw sequential write and read.
+    #[arg(long, default_value_t = 1 << 20)]
+    block_bytes: usize,
+    /// Concurrent raw writes/reads in flight.
+    #[arg(long, default_value_t = 4)]
+    queue_depth: usize,
+    /// Bytes written (then read) by the raw bandwidth test.
+    #[arg(long, default_value_t = 512 << 20)]
+    total_bytes: u64,
+    /// Samples per size for the write+fdatasync latency test.
+    #[arg(long, default_value_t = 300)]
+    sync_samples: usize,
+    /// Seconds per engine case.
+    #[arg(long, default_value_t = 2.0)]
+    engine_secs: f64,
+    /// Partition counts for the engine cases.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16")]
+    partitions: Vec<usize>,
+    /// Batch sizes for the engine cases.
+    #[arg(long, value_delimiter = ',', default_value = "1024,65536")]
+    batch_bytes: Vec<usize>,
+}
+
+/// The physics of the disk.
+struct Physics {
+    write_mib_s: f64,
+    read_mib_s: f64,
+    sync: Vec<(usize, Latency)>,
+}
+
+impl Physics {
+    /// Raw write+fdatasync p99 at the measured size closest to (at least) `bytes`.
+    fn sync_p99_us(&self, bytes: usize) -> u64 {
+        let distance = |size: usize| (size as f64).ln() - (bytes.max(1) as f64).ln();
+        let (_, l) = self
+            .sync
+            .iter()
+            .min_by(|a, b| distance(a.0).abs().total_cmp(&distance(b.0).abs()))
+            .expect("sync latency measured at least once");
+        l.quantile_us(0.99)
+    }
+}
+
+/// Runs the disk benchmark.
+pub fn run(args: DiskArgs) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.dir)
+        .with_context(|| format!("creating {}", args.dir.display()))?;
+    if let Err(e) = probe_direct_io(&args.dir) {
+        if !args.allow_buffered_io {
+            anyhow::bail!("{e}\n(strand-bench disk measures O_DIRECT; pass --allow-buffered-io to measure anyway)");
+        }
+        eprintln!("warning: {e}; measuring buffered i/o as asked");
+    }
+    let work = args
+        .dir
+        .join(format!(".strand-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&work)?;
+    let result = block_on("strand-bench", 1, run_all(&args, &work));
+    let _ = std::fs::remove_dir_all(&work);
+    result?
+}
+
+async fn run_all(args: &DiskArgs, work: &Path) -> anyhow::Result<()> {
+    strand_storage::io::prime_device_probe(work).await?;
+    println!("# disk physics of {}", args.dir.display());
+    let physics = measure_physics(args, work).await?;
+    println!(
+        "raw O_DIRECT sequential write: {:.1} MiB/s  read: {:.1} MiB/s  (block {} KiB, qd {})",
+        physics.write_mib_s,
+        physics.read_mib_s,
+        args.block_bytes / 1024,
+        args.queue_depth
+    );
+    for (size, l) in &physics.sync {
+        println!(
+            "raw write+fdatasync {:>5} KiB: {}",
+            size / 1024,
+            l.summary()
+        );
+    }
+    println!();
+    println!("# storage engine (append + group-commit flush), ratios to physics");
+    println!(
+        "{:>5} {:>9} {:>10} | {:>10} {:>6} | {:>10} {:>10} {:>6}",
+        "parts", "batch", "mode", "MiB/s", "x raw", "flush p50", "flush p99", "x raw"
+    );
+    for &p in &args.partitions {
+        for &b in &args.batch_bytes {
+            for (mode, per_flush) in [
+                ("thruput", (THROUGHPUT_FLUSH_BYTES / b).max(1)),
+                ("latency", 1),
+            ] {
+                let dir = work.join(format!("engine-{p}-{b}-{mode}"));
+                let r = engine_case(&dir, p, b, per_flush, args.engine_secs).await?;
+                let write_bytes = per_flush * (b + strand_storage::frame::FRAME_HEADER_BYTES);
+                let raw_p99 = physics.sync_p99_us(write_bytes).max(1);
+                println!(
+                    "{p:>5} {:>7}KiB {mode:>10} | {:>10.1} {:>6.2} | {:>8.3}ms {:>8.3}ms {:>6.2}",
+                    b / 1024,
+                    r.mib_s,
+                    r.mib_s / physics.write_mib_s,
+                    r.flush.quantile_us(0.5) as f64 / 1000.0,
+                    r.flush.quantile_us(0.99) as f64 / 1000.0,
+                    r.flush.quantile_us(0.99) as f64 / raw_p99 as f64,
+                );
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+        }
+    }
+    println!();
+    println!("targets: thruput x raw >= 0.70 with 64 KiB batches; flush p99 x raw <= 1.30");
+    Ok(())
+}
+
+async fn measure_physics(args: &DiskArgs, work: &Path) -> anyhow::Result<Physics> {
+    let block = args.block_bytes.max(4096) & !4095;
+    let blocks = (args.total_bytes / block as u64).max(1);
+    let path = work.join("raw-bandwidth");
+    let file = Rc::new(SegmentFile::create(&path).await?);
+    file.preallocate(blocks * block as u64)
+        .await
+        .map_err(|e| anyhow::anyhow!("fallocate: {e:?}"))?;
+    let data = vec![0xA5u8; block];
+    let qd = args.queue_depth.max(1) as u64;
+    let start = Instant::now();
+    let writers = (0..qd).map(|w| {
+        let (file, data) = (file.clone(), &data);
+        async move {
+            let mut i = w;
+            while i < blocks {
+                file.write_aligned(i * block as u64, data)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+                i += qd;
+            }
+            anyhow::Ok(())
+        }
+    });
+    join_all(writers)
+        .await
+        .into_iter()
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    file.fdatasync()
+        .await
+        .map_err(|e| anyhow::anyhow!("fdatasync: {e:?}"))?;
+    let write_mib_s = (blocks * block as u64) as f64 / MIB / start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    let readers = (0..qd).map(|w| {
+        let file = file.clone();
+        async move {
+            let mut i = w;
+            while i < blocks {
+                file.read(i * block as u64, block).await?;
+                i += qd;
+            }
+            anyhow::Ok(())
+        }
+    });
+    join_all(readers)
+        .await
+        .into_iter()
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let read_mib_s = (blocks * block as u64) as f64 / MIB / start.elapsed().as_secs_f64();
+    drop(file);
+    std::fs::remove_file(&path)?;
+    let mut sync = Vec::new();
+    for size in SYNC_SIZES_BYTES {
+        let samples = if size >= 1 << 20 {
+            args.sync_samples.min(100)
+        } else {
+            args.sync_samples
+        };
+        sync.push((size, sync_latency(work, size, samples.max(1)).await?));
+    }
+    Ok(Physics {
+        write_mib_s,
+        read_mib_s,
+        sync,
+    })
+}
+
+/// Appends of `size` bytes at increasing positions, each followed by fdatasync.
+async fn sync_latency(work: &Path, size: usize, samples: usize) -> anyhow::Result<Latency> {
+    let path = work.join(format!("raw-sync-{size}"));
+    let file = SegmentFile::create(&path).await?;
+    file.preallocate((size * samples) as u64)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let data = vec![0x5Au8; size];
+    let mut lat = Latency::new();
+    for i in 0..samples {
+        let t = Instant::now();
+        file.write_aligned((i * size) as u64, &data)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        file.fdatasync()
+            .await
+            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        lat.record(t.elapsed());
+    }
+    file.close().await?;
+    std::fs::remove_file(&path)?;
+    Ok(lat)
+}
+
+struct EngineResult {
+    mib_s: f64,
+    flush: Latency,
+}
+
+/// One engine case: `partitions` logs, each appending `per_flush` batches of about
+/// `batch_bytes` per flush while the previous flush is in flight, for `secs` seconds.
+async fn engine_case(
+    dir: &Path,
+    partitions: usize,
+    batch_bytes: usize,
+    per_flush: usize,
+    secs: f64,
+) -> anyhow::Result<EngineResult> {
+    let cache = Rc::new(BatchCache::new(64 << 20));
+    let mut logs = Vec::with_capacity(partitions);
+    for p in 0..partitions {
+        let cfg = LogConfig::default();
+        logs.push(
+            Log::open(
+                &dir.join(format!("p{p}")),
+                cfg,
+                Rc::new(SystemClock),
+                cache.clone(),
+            )
+            .await?,
+        );
+    }
+    let batch = make_batch(batch_bytes);
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    let start = Instant::now();
+    let runs = logs.iter().map(|log| {
+        let batch = batch.clone();
+        async move {
+            let mut flush = Latency::new();
+            let mut bytes = 0u64;
+            let entry = AppendEntry {
+                term: RaftTerm(1),
+                kind: FrameKind::Data,
+                body: batch,
+            };
+            let append_some = |bytes: &mut u64| -> anyhow::Result<()> {
+                for _ in 0..per_flush {
+                    log.append_one(&entry)?;
+                    *bytes += entry.body.len() as u64;
+                }
+                Ok(())
+            };
+            append_some(&mut bytes)?;
+            // As in the broker, the next appends overlap the flush in flight.
+            while Instant::now() < deadline {
+                let t = Instant::now();
+                let Some(job) = log.begin_flush()? else {
+                    continue;
+                };
+                let (outcome, appended) = futures::join!(job.run(), async {
+                    futures::pending!();
+                    append_some(&mut bytes)
+                });
+                log.complete_flush(outcome)?;
+                flush.record(t.elapsed());
+                appended?;
+            }
+            log.flush().await?;
+            anyhow::Ok((bytes, flush))
+        }
+    });
+    let results = join_all(runs).await;
+    let elapsed = start.elapsed().as_secs_f64();
+    let mut total = 0u64;
+    let mut flush = Latency::new();
+    for r in results {
+        let (bytes, l) = r?;
+        total += bytes;
+        flush.merge(&l);
+    }
+    Ok(EngineResult {
+        mib_s: total as f64 / MIB / elapsed,
+        flush,
+    })
+}
+
+/// One batch of about `bytes` bytes (a single record).
+fn make_batch(bytes: usize) -> Bytes {
+    let mut b = BatchBuilder::new(0);
+    let value = vec![0x42u8; bytes.saturating_sub(80).max(1)];
+    b.push(0, None, Some(&value), &[]);
+    b.build()
+}
