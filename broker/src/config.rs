@@ -1,0 +1,211 @@
+//! Broker configuration: built-in defaults < TOML file (`--config`) < `STRAND_*`
+//! environment variables < command-line flags; validated at start with clear errors.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use serde::Deserialize;
+
+/// Largest request frame we allocate for (Kafka's `socket.request.max.bytes` default).
+pub const REQUEST_BYTES_MAX: usize = 100 * 1024 * 1024;
+/// Kafka's `message.max.bytes` default: the largest record batch accepted.
+pub const MESSAGE_MAX_BYTES_DEFAULT: usize = 1_048_588;
+const _: () = assert!(MESSAGE_MAX_BYTES_DEFAULT <= REQUEST_BYTES_MAX);
+
+/// Command-line flags; each also reads its `STRAND_*` environment variable.
+#[derive(clap::Parser, Debug, Default)]
+#[command(
+    name = "strand",
+    version,
+    about = "Strand: a thread-per-core Kafka-compatible broker"
+)]
+pub struct Flags {
+    /// TOML configuration file (keys as the long flags, with underscores).
+    #[arg(long, env = "STRAND_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Data directory.
+    #[arg(long, env = "STRAND_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Kafka listener address.
+    #[arg(long, env = "STRAND_KAFKA_ADDR")]
+    pub kafka_addr: Option<SocketAddr>,
+    /// Host name advertised to Kafka clients (default: the listener's IP).
+    #[arg(long, env = "STRAND_ADVERTISED_HOST")]
+    pub advertised_host: Option<String>,
+    /// Number of shards (cores) to use; default: every CPU in the affinity mask.
+    #[arg(long, env = "STRAND_SMP")]
+    pub smp: Option<usize>,
+    /// This node's id.
+    #[arg(long, env = "STRAND_NODE_ID")]
+    pub node_id: Option<i32>,
+    /// Create unknown topics on Metadata/Produce (`auto.create.topics.enable`).
+    #[arg(long, env = "STRAND_AUTO_CREATE_TOPICS")]
+    pub auto_create_topics: Option<bool>,
+    /// Partitions of auto-created topics (`num.partitions`).
+    #[arg(long, env = "STRAND_NUM_PARTITIONS")]
+    pub num_partitions: Option<i32>,
+    /// Allow buffered I/O when the data directory cannot do O_DIRECT (slower, no
+    /// predictable latency; for tmpfs test setups).
+    #[arg(long, env = "STRAND_ALLOW_BUFFERED_IO")]
+    pub allow_buffered_io: Option<bool>,
+    /// Default `segment.bytes` of new partitions.
+    #[arg(long, env = "STRAND_SEGMENT_BYTES")]
+    pub segment_bytes: Option<u64>,
+    /// Largest record batch accepted (`message.max.bytes`).
+    #[arg(long, env = "STRAND_MESSAGE_MAX_BYTES")]
+    pub message_max_bytes: Option<usize>,
+}
+
+/// The same keys in a TOML file.
+#[derive(Deserialize, Debug, Default)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    data_dir: Option<PathBuf>,
+    kafka_addr: Option<SocketAddr>,
+    advertised_host: Option<String>,
+    smp: Option<usize>,
+    node_id: Option<i32>,
+    auto_create_topics: Option<bool>,
+    num_partitions: Option<i32>,
+    allow_buffered_io: Option<bool>,
+    segment_bytes: Option<u64>,
+    message_max_bytes: Option<usize>,
+}
+
+/// Validated configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Data directory.
+    pub data_dir: PathBuf,
+    /// Kafka listener.
+    pub kafka_addr: SocketAddr,
+    /// Host advertised in Metadata.
+    pub advertised_host: String,
+    /// Shards requested (`None` = all CPUs in the affinity mask).
+    pub smp: Option<usize>,
+    /// Node id.
+    pub node_id: i32,
+    /// `auto.create.topics.enable`.
+    pub auto_create_topics: bool,
+    /// `num.partitions`.
+    pub num_partitions: i32,
+    /// Buffered I/O allowed.
+    pub allow_buffered_io: bool,
+    /// Default `segment.bytes`.
+    pub segment_bytes: u64,
+    /// `message.max.bytes`.
+    pub message_max_bytes: usize,
+}
+
+impl Config {
+    /// Merges flags (with environment) over the file over defaults, and validates.
+    pub fn load(flags: Flags) -> anyhow::Result<Config> {
+        let file = match &flags.config {
+            Some(p) => read_file(p)?,
+            None => FileConfig::default(),
+        };
+        let kafka_addr = flags
+            .kafka_addr
+            .or(file.kafka_addr)
+            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 9092)));
+        let c = Config {
+            data_dir: flags
+                .data_dir
+                .or(file.data_dir)
+                .unwrap_or_else(|| PathBuf::from("data")),
+            advertised_host: flags
+                .advertised_host
+                .or(file.advertised_host)
+                .unwrap_or_else(|| kafka_addr.ip().to_string()),
+            kafka_addr,
+            smp: flags.smp.or(file.smp),
+            node_id: flags.node_id.or(file.node_id).unwrap_or(0),
+            auto_create_topics: flags
+                .auto_create_topics
+                .or(file.auto_create_topics)
+                .unwrap_or(true),
+            num_partitions: flags.num_partitions.or(file.num_partitions).unwrap_or(1),
+            allow_buffered_io: flags
+                .allow_buffered_io
+                .or(file.allow_buffered_io)
+                .unwrap_or(false),
+            segment_bytes: flags
+                .segment_bytes
+                .or(file.segment_bytes)
+                .unwrap_or(strand_storage::config::SEGMENT_BYTES_DEFAULT),
+            message_max_bytes: flags
+                .message_max_bytes
+                .or(file.message_max_bytes)
+                .unwrap_or(MESSAGE_MAX_BYTES_DEFAULT),
+        };
+        c.validate()?;
+        Ok(c)
+    }
+
+    fn validate(&self) -> anyhow::Result<()> {
+        if self.smp == Some(0) {
+            bail!("smp must be at least 1");
+        }
+        if self.node_id < 0 {
+            bail!("node_id must be >= 0, got {}", self.node_id);
+        }
+        if !(1..=crate::metadata::PARTITIONS_PER_TOPIC_MAX).contains(&self.num_partitions) {
+            bail!(
+                "num_partitions must be in 1..=10000, got {}",
+                self.num_partitions
+            );
+        }
+        if self.segment_bytes < strand_storage::config::SEGMENT_BYTES_MIN {
+            bail!(
+                "segment_bytes must be at least {}",
+                strand_storage::config::SEGMENT_BYTES_MIN
+            );
+        }
+        if self.message_max_bytes == 0 || self.message_max_bytes > strand_wire::BATCH_BYTES_MAX {
+            bail!(
+                "message_max_bytes must be in 1..={}",
+                strand_wire::BATCH_BYTES_MAX
+            );
+        }
+        Ok(())
+    }
+}
+
+fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading config file {}", path.display()))?;
+    toml::from_str(&text).with_context(|| format!("parsing config file {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_override_file_and_bad_values_are_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = dir.path().join("strand.toml");
+        std::fs::write(&f, "num_partitions = 3\nnode_id = 4\n").expect("write");
+        let flags = Flags {
+            config: Some(f.clone()),
+            node_id: Some(9),
+            ..Flags::default()
+        };
+        let c = Config::load(flags).expect("valid");
+        assert_eq!((c.num_partitions, c.node_id), (3, 9));
+        std::fs::write(&f, "nonsense = 1\n").expect("write");
+        let err = Config::load(Flags {
+            config: Some(f),
+            ..Flags::default()
+        })
+        .expect_err("refused");
+        assert!(format!("{err:#}").contains("nonsense"), "{err:#}");
+        let err = Config::load(Flags {
+            smp: Some(0),
+            ..Flags::default()
+        })
+        .expect_err("refused");
+        assert!(err.to_string().contains("smp"));
+    }
+}

@@ -1,0 +1,101 @@
+//! Metadata: brokers, topics, partitions (this node leads every partition until
+//! replication exists), with auto-creation of unknown topics when enabled.
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use bytes::Bytes;
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+
+use super::{topics, Ctx, FramingError};
+use crate::metadata::validate_topic_name;
+use crate::shard::Shard;
+
+/// Creates the topics in `names` that do not exist, when auto-creation is enabled.
+pub async fn auto_create(shard: &Rc<Shard>, names: &[String]) {
+    if !shard.config.auto_create_topics {
+        return;
+    }
+    let meta = shard.metadata();
+    let cmds: Vec<_> = names
+        .iter()
+        .filter(|n| !meta.topics.contains_key(*n) && validate_topic_name(n).is_ok())
+        .map(|n| {
+            topics::create_command(
+                shard,
+                n,
+                shard.config.num_partitions as usize,
+                BTreeMap::new(),
+            )
+        })
+        .collect();
+    if !cmds.is_empty() {
+        topics::commit(shard, cmds).await;
+    }
+}
+
+/// Metadata.
+pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
+    let req: MetadataRequest = ctx.decode(body)?;
+    let wanted: Option<Vec<String>> = req.topics.as_ref().map(|ts| {
+        ts.iter()
+            .filter_map(|t| t.name.as_ref().map(|n| n.0.as_str().to_string()))
+            .collect()
+    });
+    if let Some(names) = &wanted {
+        if req.allow_auto_topic_creation || ctx.version < 4 {
+            auto_create(shard, names).await;
+        }
+    }
+    let meta = shard.metadata();
+    let node = shard.config.node_id;
+    let names: Vec<String> = match wanted {
+        Some(n) => n,
+        None => meta.topics.keys().cloned().collect(),
+    };
+    let topics = names
+        .into_iter()
+        .map(|name| {
+            let base = MetadataResponseTopic::default()
+                .with_name(Some(TopicName(StrBytes::from_string(name.clone()))));
+            match meta.topics.get(&name) {
+                None => {
+                    let code = if validate_topic_name(&name).is_ok() {
+                        3
+                    } else {
+                        17
+                    };
+                    base.with_error_code(code)
+                }
+                Some(t) => base
+                    .with_topic_id(uuid::Uuid::from_u128(t.id))
+                    .with_partitions(
+                        (0..t.shards.len() as i32)
+                            .map(|p| {
+                                MetadataResponsePartition::default()
+                                    .with_partition_index(p)
+                                    .with_leader_id(BrokerId(node))
+                                    .with_leader_epoch(0)
+                                    .with_replica_nodes(vec![BrokerId(node)])
+                                    .with_isr_nodes(vec![BrokerId(node)])
+                            })
+                            .collect(),
+                    ),
+            }
+        })
+        .collect();
+    let broker = MetadataResponseBroker::default()
+        .with_node_id(BrokerId(node))
+        .with_host(StrBytes::from_string(shard.config.advertised_host.clone()))
+        .with_port(i32::from(shard.config.kafka_addr.port()));
+    let resp = MetadataResponse::default()
+        .with_brokers(vec![broker])
+        .with_cluster_id(Some(StrBytes::from_string(meta.cluster_id.clone())))
+        .with_controller_id(BrokerId(node))
+        .with_topics(topics);
+    ctx.respond(&resp)
+}

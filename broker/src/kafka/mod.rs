@@ -1,0 +1,142 @@
+//! The Kafka protocol gateway: request framing, version negotiation and dispatch.
+//! Framing and non-hot-path messages use the `kafka-protocol` crate; record batches stay
+//! `Bytes` end to end (ARCHITECTURE.md, Kafka gateway).
+//!
+//! Invariant: only APIs in [`SUPPORTED`] are advertised and served; any other API key or
+//! version closes the connection, except ApiVersions, which answers UNSUPPORTED_VERSION
+//! with the supported ranges so the client can retry (KAFKA-NOTES.md).
+
+pub mod api_versions;
+pub mod fetch;
+pub mod list_offsets;
+pub mod metadata;
+pub mod produce;
+pub mod topics;
+
+use std::rc::Rc;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable};
+
+use crate::shard::Shard;
+
+/// APIs and versions this broker implements: (api, min, max).
+pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::Produce, 3, 9),
+    (ApiKey::Fetch, 4, 12),
+    (ApiKey::ListOffsets, 1, 7),
+    (ApiKey::Metadata, 1, 12),
+    (ApiKey::ApiVersions, 0, 3),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DeleteTopics, 1, 6),
+];
+
+/// A request that cannot be answered: the connection is closed.
+#[derive(Debug, thiserror::Error)]
+pub enum FramingError {
+    /// Shorter than a request header.
+    #[error("request shorter than its header")]
+    Short,
+    /// Unknown or unimplemented API key.
+    #[error("api key {0} not supported")]
+    UnsupportedApi(i16),
+    /// Version outside the advertised range.
+    #[error("api {api} version {version} not supported")]
+    UnsupportedVersion {
+        /// API key.
+        api: i16,
+        /// Version asked.
+        version: i16,
+    },
+    /// The header or body failed to decode.
+    #[error("malformed request: {0}")]
+    Malformed(String),
+}
+
+/// The advertised version range of `key`.
+pub fn supported_range(key: ApiKey) -> Option<(i16, i16)> {
+    SUPPORTED
+        .iter()
+        .find(|(k, _, _)| *k == key)
+        .map(|&(_, lo, hi)| (lo, hi))
+}
+
+/// Handles one request frame; `Ok(None)` means no response (acks=0 produce).
+pub async fn handle(shard: &Rc<Shard>, frame: Bytes) -> Result<Option<Bytes>, FramingError> {
+    let (key_raw, version) = match frame.first_chunk::<4>() {
+        Some(h) => (
+            i16::from_be_bytes([h[0], h[1]]),
+            i16::from_be_bytes([h[2], h[3]]),
+        ),
+        None => return Err(FramingError::Short),
+    };
+    let key = ApiKey::try_from(key_raw).map_err(|_| FramingError::UnsupportedApi(key_raw))?;
+    let (lo, hi) = supported_range(key).ok_or(FramingError::UnsupportedApi(key_raw))?;
+    if version < lo || version > hi {
+        if key == ApiKey::ApiVersions {
+            let corr = frame
+                .get(4..8)
+                .and_then(|s| s.first_chunk::<4>())
+                .map(|a| i32::from_be_bytes(*a));
+            let corr = corr.ok_or(FramingError::Short)?;
+            return Ok(Some(api_versions::unsupported_version(corr)?));
+        }
+        return Err(FramingError::UnsupportedVersion {
+            api: key_raw,
+            version,
+        });
+    }
+    let mut buf = frame;
+    let header = RequestHeader::decode(&mut buf, key.request_header_version(version))
+        .map_err(|e| FramingError::Malformed(e.to_string()))?;
+    let ctx = Ctx {
+        key,
+        version,
+        correlation_id: header.correlation_id,
+    };
+    match key {
+        ApiKey::ApiVersions => api_versions::handle(&ctx, buf).map(Some),
+        ApiKey::Metadata => metadata::handle(shard, &ctx, buf).await.map(Some),
+        ApiKey::Produce => produce::handle(shard, &ctx, buf).await,
+        ApiKey::Fetch => fetch::handle(shard, &ctx, buf).await.map(Some),
+        ApiKey::ListOffsets => list_offsets::handle(shard, &ctx, buf).await.map(Some),
+        ApiKey::CreateTopics => topics::create(shard, &ctx, buf).await.map(Some),
+        ApiKey::DeleteTopics => topics::delete(shard, &ctx, buf).await.map(Some),
+        _ => Err(FramingError::UnsupportedApi(key_raw)),
+    }
+}
+
+/// What every handler needs from the request header.
+pub struct Ctx {
+    /// API.
+    pub key: ApiKey,
+    /// Version.
+    pub version: i16,
+    /// Correlation id to echo.
+    pub correlation_id: i32,
+}
+
+impl Ctx {
+    /// Decodes the request body.
+    pub fn decode<T: Decodable>(&self, mut body: Bytes) -> Result<T, FramingError> {
+        T::decode(&mut body, self.version).map_err(|e| FramingError::Malformed(e.to_string()))
+    }
+
+    /// Encodes a response with its size prefix and header.
+    pub fn respond<T: Encodable>(&self, body: &T) -> Result<Bytes, FramingError> {
+        let header = ResponseHeader::default().with_correlation_id(self.correlation_id);
+        let hv = self.key.response_header_version(self.version);
+        let bad = |e: anyhow::Error| FramingError::Malformed(format!("encoding response: {e}"));
+        let size =
+            header.compute_size(hv).map_err(bad)? + body.compute_size(self.version).map_err(bad)?;
+        let mut out = BytesMut::with_capacity(4 + size);
+        out.put_i32(
+            i32::try_from(size)
+                .map_err(|_| FramingError::Malformed("response too large".into()))?,
+        );
+        header.encode(&mut out, hv).map_err(bad)?;
+        body.encode(&mut out, self.version).map_err(bad)?;
+        Ok(out.freeze())
+    }
+}

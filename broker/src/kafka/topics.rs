@@ -1,0 +1,177 @@
+//! CreateTopics and DeleteTopics, and topic creation for auto-create.
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use bytes::Bytes;
+use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::{
+    CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use super::{Ctx, FramingError};
+use crate::metadata::{place_partitions, Command, MetaError};
+use crate::ops::{Op, Reply};
+use crate::shard::Shard;
+
+/// Topic configs this broker understands (others are refused with INVALID_CONFIG).
+pub const TOPIC_CONFIGS: &[&str] = &[
+    "retention.ms",
+    "retention.bytes",
+    "segment.bytes",
+    "segment.ms",
+    "max.message.bytes",
+    "cleanup.policy",
+];
+
+/// Commits metadata commands on shard 0 (the metadata log's home).
+pub async fn commit(shard: &Rc<Shard>, cmds: Vec<Command>) -> Vec<Result<(), MetaError>> {
+    let n = cmds.len();
+    match shard.call(0, Op::MetaCommands(cmds)).await {
+        Reply::Meta(r) => r,
+        _ => (0..n)
+            .map(|_| Err(MetaError::UnknownTopic("metadata shard unavailable".into())))
+            .collect(),
+    }
+}
+
+/// A CreateTopic command with placement and a fresh id.
+pub fn create_command(
+    shard: &Shard,
+    name: &str,
+    partitions: usize,
+    configs: BTreeMap<String, String>,
+) -> Command {
+    Command::CreateTopic {
+        name: name.to_string(),
+        id: uuid::Uuid::new_v4().as_u128(),
+        shards: place_partitions(name, 0, partitions, shard.count),
+        configs,
+    }
+}
+
+/// CreateTopics.
+pub async fn create(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
+    let req: CreateTopicsRequest = ctx.decode(body)?;
+    let mut results = Vec::with_capacity(req.topics.len());
+    let mut cmds = Vec::new();
+    let mut slots = Vec::new();
+    for t in &req.topics {
+        let name = t.name.0.as_str().to_string();
+        let mut r = CreatableTopicResult::default().with_name(t.name.clone());
+        let partitions = if t.num_partitions == -1 {
+            shard.config.num_partitions
+        } else {
+            t.num_partitions
+        };
+        let bad_rf = t.replication_factor != -1 && t.replication_factor != 1;
+        let mut configs = BTreeMap::new();
+        let mut bad_config = None;
+        for c in &t.configs {
+            let k = c.name.as_str();
+            if !TOPIC_CONFIGS.contains(&k) {
+                bad_config = Some(format!("unknown or unsupported config {k}"));
+            }
+            if let Some(v) = &c.value {
+                configs.insert(k.to_string(), v.as_str().to_string());
+            }
+        }
+        if partitions < 1 {
+            r = r
+                .with_error_code(37)
+                .with_error_message(Some(msg("number of partitions must be at least 1")));
+        } else if bad_rf {
+            r = r
+                .with_error_code(38)
+                .with_error_message(Some(msg("replication factor must be 1 on a single node")));
+        } else if let Some(m) = bad_config {
+            r = r
+                .with_error_code(40)
+                .with_error_message(Some(StrBytes::from_string(m)));
+        } else if !t.assignments.is_empty() {
+            r = r
+                .with_error_code(39)
+                .with_error_message(Some(msg("manual replica assignment is not supported")));
+        } else {
+            r = r.with_num_partitions(partitions).with_replication_factor(1);
+            let cmd = create_command(shard, &name, partitions as usize, configs);
+            if let Command::CreateTopic { id, .. } = &cmd {
+                r = r.with_topic_id(uuid::Uuid::from_u128(*id));
+            }
+            if req.validate_only {
+                if let Err(e) = shard.metadata().check(&cmd) {
+                    r = r
+                        .with_error_code(e.kafka_code())
+                        .with_error_message(Some(StrBytes::from_string(e.to_string())));
+                }
+            } else {
+                slots.push(results.len());
+                cmds.push(cmd);
+            }
+        }
+        results.push(r);
+    }
+    if !cmds.is_empty() {
+        for (slot, res) in slots.into_iter().zip(commit(shard, cmds).await) {
+            if let Err(e) = res {
+                let r = std::mem::take(&mut results[slot]);
+                results[slot] = r
+                    .with_error_code(e.kafka_code())
+                    .with_error_message(Some(StrBytes::from_string(e.to_string())));
+            }
+        }
+    }
+    ctx.respond(&CreateTopicsResponse::default().with_topics(results))
+}
+
+/// DeleteTopics (by name; by topic id from v6).
+pub async fn delete(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
+    let req: DeleteTopicsRequest = ctx.decode(body)?;
+    let meta = shard.metadata();
+    let mut names: Vec<(Option<TopicName>, uuid::Uuid)> = req
+        .topic_names
+        .iter()
+        .map(|n| (Some(n.clone()), uuid::Uuid::nil()))
+        .collect();
+    names.extend(req.topics.iter().map(|t| (t.name.clone(), t.topic_id)));
+    let mut results = Vec::with_capacity(names.len());
+    let mut cmds = Vec::new();
+    let mut slots = Vec::new();
+    for (name, id) in names {
+        let resolved = match &name {
+            Some(n) => Some(n.0.as_str().to_string()),
+            None => meta
+                .topics
+                .iter()
+                .find(|(_, t)| t.id == id.as_u128())
+                .map(|(n, _)| n.clone()),
+        };
+        let mut r = DeletableTopicResult::default()
+            .with_name(name)
+            .with_topic_id(id);
+        match resolved {
+            Some(n) if meta.topics.contains_key(&n) => {
+                r = r.with_topic_id(uuid::Uuid::from_u128(meta.topics[&n].id));
+                slots.push(results.len());
+                cmds.push(Command::DeleteTopic { name: n });
+            }
+            _ => r = r.with_error_code(if id.is_nil() { 3 } else { 100 }),
+        }
+        results.push(r);
+    }
+    if !cmds.is_empty() {
+        for (slot, res) in slots.into_iter().zip(commit(shard, cmds).await) {
+            if let Err(e) = res {
+                let r = std::mem::take(&mut results[slot]);
+                results[slot] = r.with_error_code(e.kafka_code());
+            }
+        }
+    }
+    ctx.respond(&DeleteTopicsResponse::default().with_responses(results))
+}
+
+fn msg(s: &'static str) -> StrBytes {
+    StrBytes::from_static_str(s)
+}

@@ -1,0 +1,273 @@
+//! Cluster metadata as a state machine over commands, shaped as the future controller
+//! Raft group's (ARCHITECTURE.md, Replication: Controller): the single-node metadata log
+//! stores these commands; replaying them rebuilds [`Metadata`].
+//!
+//! Invariant: `apply` is pure and deterministic; a command that fails validation changes
+//! nothing. Topic names follow Kafka's rules. Partition -> shard placement is recorded
+//! in the commands (node-local placement, ARCHITECTURE.md, The shard runtime).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Kafka's longest topic name.
+pub const TOPIC_NAME_BYTES_MAX: usize = 249;
+/// Most partitions one topic may have (a bound on what a request can make us allocate).
+pub const PARTITIONS_PER_TOPIC_MAX: i32 = 10_000;
+
+/// A change to cluster metadata.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub enum Command {
+    /// First command of a new cluster.
+    InitCluster {
+        /// The cluster id clients see.
+        cluster_id: String,
+    },
+    /// Creates a topic with partitions placed on shards.
+    CreateTopic {
+        /// Topic name.
+        name: String,
+        /// Topic id (Kafka UUID as 16 bytes, big-endian u128).
+        id: u128,
+        /// Shard of each partition, by partition index.
+        shards: Vec<u32>,
+        /// Topic-level config overrides.
+        configs: BTreeMap<String, String>,
+    },
+    /// Deletes a topic.
+    DeleteTopic {
+        /// Topic name.
+        name: String,
+    },
+    /// Adds partitions to a topic.
+    CreatePartitions {
+        /// Topic name.
+        name: String,
+        /// Shards of the new partitions, in order.
+        shards: Vec<u32>,
+    },
+    /// Changes topic config overrides.
+    AlterConfig {
+        /// Topic name.
+        name: String,
+        /// Keys to set.
+        set: BTreeMap<String, String>,
+        /// Keys to remove (back to the default).
+        delete: Vec<String>,
+    },
+}
+
+/// One topic.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Topic {
+    /// Topic id.
+    pub id: u128,
+    /// Shard of each partition.
+    pub shards: Vec<u32>,
+    /// Config overrides.
+    pub configs: BTreeMap<String, String>,
+}
+
+/// Cluster metadata: an immutable snapshot of it is shared (`Arc`) with every shard.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Metadata {
+    /// Cluster id (empty until `InitCluster`).
+    pub cluster_id: String,
+    /// Topics by name.
+    pub topics: BTreeMap<String, Topic>,
+    /// Commands applied so far.
+    pub version: u64,
+}
+
+/// Why a command was refused; each maps to one Kafka error code.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MetaError {
+    /// TOPIC_ALREADY_EXISTS (36).
+    #[error("topic '{0}' already exists")]
+    TopicExists(String),
+    /// UNKNOWN_TOPIC_OR_PARTITION (3).
+    #[error("topic '{0}' does not exist")]
+    UnknownTopic(String),
+    /// INVALID_TOPIC_EXCEPTION (17).
+    #[error("invalid topic name '{0}': {1}")]
+    InvalidTopic(String, &'static str),
+    /// INVALID_PARTITIONS (37).
+    #[error("invalid partition count {0}")]
+    InvalidPartitions(i64),
+}
+
+impl MetaError {
+    /// The Kafka error code a Kafka broker returns for this.
+    pub fn kafka_code(&self) -> i16 {
+        match self {
+            MetaError::TopicExists(_) => 36,
+            MetaError::UnknownTopic(_) => 3,
+            MetaError::InvalidTopic(..) => 17,
+            MetaError::InvalidPartitions(_) => 37,
+        }
+    }
+}
+
+/// Kafka's topic name rules.
+pub fn validate_topic_name(name: &str) -> Result<(), MetaError> {
+    let bad = |why| Err(MetaError::InvalidTopic(name.to_string(), why));
+    if name.is_empty() {
+        return bad("empty");
+    }
+    if name == "." || name == ".." {
+        return bad("'.' and '..' are not allowed");
+    }
+    if name.len() > TOPIC_NAME_BYTES_MAX {
+        return bad("longer than 249 characters");
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+    {
+        return bad("only ASCII alphanumerics, '.', '_' and '-' are allowed");
+    }
+    Ok(())
+}
+
+impl Metadata {
+    /// Checks `cmd` against the current state without applying it.
+    pub fn check(&self, cmd: &Command) -> Result<(), MetaError> {
+        match cmd {
+            Command::InitCluster { .. } => Ok(()),
+            Command::CreateTopic { name, shards, .. } => {
+                validate_topic_name(name)?;
+                if self.topics.contains_key(name) {
+                    return Err(MetaError::TopicExists(name.clone()));
+                }
+                check_count(shards.len())
+            }
+            Command::DeleteTopic { name } | Command::AlterConfig { name, .. } => self
+                .topics
+                .get(name)
+                .map(|_| ())
+                .ok_or(MetaError::UnknownTopic(name.clone())),
+            Command::CreatePartitions { name, shards } => {
+                let t = self
+                    .topics
+                    .get(name)
+                    .ok_or(MetaError::UnknownTopic(name.clone()))?;
+                check_count(t.shards.len() + shards.len())?;
+                if shards.is_empty() {
+                    return Err(MetaError::InvalidPartitions(t.shards.len() as i64));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Applies `cmd`; on error nothing changes.
+    pub fn apply(&mut self, cmd: &Command) -> Result<(), MetaError> {
+        self.check(cmd)?;
+        match cmd {
+            Command::InitCluster { cluster_id } => self.cluster_id = cluster_id.clone(),
+            Command::CreateTopic {
+                name,
+                id,
+                shards,
+                configs,
+            } => {
+                let t = Topic {
+                    id: *id,
+                    shards: shards.clone(),
+                    configs: configs.clone(),
+                };
+                self.topics.insert(name.clone(), t);
+            }
+            Command::DeleteTopic { name } => {
+                self.topics.remove(name);
+            }
+            Command::CreatePartitions { name, shards } => {
+                if let Some(t) = self.topics.get_mut(name) {
+                    t.shards.extend_from_slice(shards);
+                }
+            }
+            Command::AlterConfig { name, set, delete } => {
+                if let Some(t) = self.topics.get_mut(name) {
+                    for k in delete {
+                        t.configs.remove(k);
+                    }
+                    t.configs
+                        .extend(set.iter().map(|(k, v)| (k.clone(), v.clone())));
+                }
+            }
+        }
+        self.version += 1;
+        Ok(())
+    }
+
+    /// The shard owning `topic`/`partition`.
+    pub fn shard_of(&self, topic: &str, partition: i32) -> Option<usize> {
+        let t = self.topics.get(topic)?;
+        let p = usize::try_from(partition).ok()?;
+        t.shards.get(p).map(|&s| s as usize)
+    }
+}
+
+fn check_count(n: usize) -> Result<(), MetaError> {
+    if n == 0 || n > PARTITIONS_PER_TOPIC_MAX as usize {
+        return Err(MetaError::InvalidPartitions(n as i64));
+    }
+    Ok(())
+}
+
+/// Places `count` new partitions of `topic`, starting at index `first`, on `shards` shards:
+/// a stable hash of the topic picks the first shard, then round-robin.
+pub fn place_partitions(topic: &str, first: usize, count: usize, shards: usize) -> Vec<u32> {
+    let start = crc32c::crc32c(topic.as_bytes()) as usize;
+    (first..first + count)
+        .map(|p| ((start + p) % shards.max(1)) as u32)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn create(name: &str, n: usize) -> Command {
+        Command::CreateTopic {
+            name: name.into(),
+            id: 7,
+            shards: vec![0; n],
+            configs: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn commands_apply_and_refuse() {
+        let mut m = Metadata::default();
+        m.apply(&create("a", 2)).expect("create");
+        assert_eq!(
+            m.apply(&create("a", 1)),
+            Err(MetaError::TopicExists("a".into()))
+        );
+        assert_eq!(
+            m.apply(&create("b/c", 1)).map_err(|e| e.kafka_code()),
+            Err(17)
+        );
+        assert_eq!(
+            m.apply(&create("z", 0)).map_err(|e| e.kafka_code()),
+            Err(37)
+        );
+        let add = Command::CreatePartitions {
+            name: "a".into(),
+            shards: vec![1],
+        };
+        m.apply(&add).expect("add partitions");
+        assert_eq!(m.shard_of("a", 2), Some(1));
+        m.apply(&Command::DeleteTopic { name: "a".into() })
+            .expect("delete");
+        assert_eq!(m.shard_of("a", 0), None);
+        assert_eq!(m.version, 3);
+    }
+
+    #[test]
+    fn placement_spreads_round_robin() {
+        let p = place_partitions("t", 0, 4, 2);
+        assert_eq!(p.iter().filter(|&&s| s == 0).count(), 2);
+    }
+}

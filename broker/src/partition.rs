@@ -1,0 +1,226 @@
+//! One partition on its shard: the log, the high watermark, group commit and the waiters
+//! for durability (acks=all) and for appends (Fetch long-poll).
+//!
+//! Invariant: `high_watermark` only moves forward, to what the log reports durable (on one
+//! node, committed = fdatasynced). At most one flush task runs per partition; every
+//! append after it started is flushed by the next turn of the same task.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use bytes::Bytes;
+use futures::channel::oneshot;
+use strand_storage::{AppendEntry, FrameKind, KafkaOffset, Log, RaftIndex, RaftTerm, StorageError};
+use strand_wire::RecordBatch;
+
+use crate::errors::KafkaError;
+
+/// Durability waiters and append watchers are bounded by the requests in flight, which
+/// the connection pipeline depth bounds; this caps one partition's list regardless.
+pub const WAITERS_MAX: usize = 65_536;
+
+/// A produce waiting for its entry to become durable.
+type DurableWaiter = (RaftIndex, oneshot::Sender<Result<(), KafkaError>>);
+
+/// Result of a produce to this partition.
+#[derive(Clone, Copy, Debug)]
+pub struct Produced {
+    /// Offset of the batch's first record.
+    pub base_offset: KafkaOffset,
+}
+
+/// A partition hosted on this shard.
+pub struct Partition {
+    /// Topic name.
+    pub topic: String,
+    /// Partition index.
+    pub index: i32,
+    log: Log,
+    // Invariant: never decreases; <= log end offset.
+    high_watermark: Cell<KafkaOffset>,
+    flushing: Cell<bool>,
+    durable_waiters: RefCell<Vec<DurableWaiter>>,
+    append_watchers: RefCell<Vec<oneshot::Sender<()>>>,
+    max_message_bytes: usize,
+}
+
+impl Partition {
+    /// Wraps an opened log.
+    pub fn new(topic: String, index: i32, log: Log, max_message_bytes: usize) -> Partition {
+        let hw = log.durable().next_offset;
+        Partition {
+            topic,
+            index,
+            log,
+            high_watermark: Cell::new(hw),
+            flushing: Cell::new(false),
+            durable_waiters: RefCell::new(Vec::new()),
+            append_watchers: RefCell::new(Vec::new()),
+            max_message_bytes,
+        }
+    }
+
+    /// The log.
+    pub fn log(&self) -> &Log {
+        &self.log
+    }
+
+    /// End of committed (durable) data.
+    pub fn high_watermark(&self) -> KafkaOffset {
+        self.high_watermark.get()
+    }
+
+    /// Leader epoch (the Raft term; fixed at 0 until replication exists).
+    pub fn leader_epoch(&self) -> i32 {
+        i32::try_from(self.log.last_term().0).unwrap_or(i32::MAX)
+    }
+
+    /// Validates and appends one producer batch; with `acks_all`, waits until durable.
+    pub async fn produce(
+        self: &Rc<Self>,
+        batch: Bytes,
+        acks_all: bool,
+    ) -> Result<Produced, KafkaError> {
+        if batch.len() > self.max_message_bytes {
+            return Err(KafkaError::MessageTooLarge);
+        }
+        let view = RecordBatch::parse(batch.clone()).map_err(KafkaError::from_batch)?;
+        view.validate().map_err(KafkaError::from_batch)?;
+        view.validate_produce().map_err(KafkaError::from_batch)?;
+        let entry = AppendEntry {
+            term: RaftTerm(0),
+            kind: FrameKind::Data,
+            body: batch,
+        };
+        let appended = self
+            .log
+            .append_one(&entry)
+            .map_err(KafkaError::from_storage)?;
+        let durable = acks_all.then(|| self.wait_durable(appended.index));
+        self.ensure_flushing();
+        if let Some(rx) = durable {
+            rx.await.map_err(|_| KafkaError::NotLeader)??;
+        }
+        Ok(Produced {
+            base_offset: appended.kafka_base_offset,
+        })
+    }
+
+    fn wait_durable(&self, index: RaftIndex) -> oneshot::Receiver<Result<(), KafkaError>> {
+        let (tx, rx) = oneshot::channel();
+        let mut w = self.durable_waiters.borrow_mut();
+        if w.len() < WAITERS_MAX {
+            w.push((index, tx));
+        } else {
+            let _ = tx.send(Err(KafkaError::RequestTimedOut));
+        }
+        rx
+    }
+
+    /// A future that resolves at the next advance of the high watermark.
+    pub fn watch_appends(&self) -> oneshot::Receiver<()> {
+        let (tx, rx) = oneshot::channel();
+        let mut w = self.append_watchers.borrow_mut();
+        if w.len() < WAITERS_MAX {
+            w.push(tx);
+        }
+        rx
+    }
+
+    fn ensure_flushing(self: &Rc<Self>) {
+        if self.flushing.replace(true) {
+            return;
+        }
+        let me = self.clone();
+        crate::shard::spawn_local(async move { me.flush_loop().await });
+    }
+
+    /// Group commit: flushes until nothing is pending, waking waiters after each flush.
+    async fn flush_loop(self: Rc<Self>) {
+        loop {
+            let job = match self.log.begin_flush() {
+                Ok(Some(job)) => job,
+                Ok(None) => break,
+                Err(e) => {
+                    self.fail_waiters(KafkaError::from_storage(e));
+                    break;
+                }
+            };
+            let outcome = job.run().await;
+            match self.log.complete_flush(outcome) {
+                Ok(d) => self.on_durable(d.last_index, d.next_offset),
+                Err(e) => {
+                    tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "flush failed");
+                    self.fail_waiters(KafkaError::from_storage(e));
+                    break;
+                }
+            }
+        }
+        self.flushing.set(false);
+    }
+
+    fn on_durable(&self, index: RaftIndex, next_offset: KafkaOffset) {
+        if next_offset > self.high_watermark.get() {
+            self.high_watermark.set(next_offset);
+            for w in self.append_watchers.borrow_mut().drain(..) {
+                let _ = w.send(());
+            }
+        }
+        let mut waiters = self.durable_waiters.borrow_mut();
+        let mut k = 0;
+        while k < waiters.len() {
+            if waiters[k].0 <= index {
+                let (_, tx) = waiters.swap_remove(k);
+                let _ = tx.send(Ok(()));
+            } else {
+                k += 1;
+            }
+        }
+    }
+
+    fn fail_waiters(&self, e: KafkaError) {
+        for (_, tx) in self.durable_waiters.borrow_mut().drain(..) {
+            let _ = tx.send(Err(e.clone()));
+        }
+    }
+
+    /// Reads whole batches from `offset` up to the high watermark, concatenated.
+    pub async fn fetch(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        min_one: bool,
+    ) -> Result<Bytes, KafkaError> {
+        let hw = self.high_watermark.get();
+        if offset == hw.0 {
+            return Ok(Bytes::new());
+        }
+        if offset > hw.0 && offset <= self.log.log_end_offset().0 {
+            // Appended but not yet committed: nothing to return yet, not out of range.
+            return Ok(Bytes::new());
+        }
+        let r = self
+            .log
+            .read(KafkaOffset(offset), hw, max_bytes, min_one)
+            .await;
+        let r = r.map_err(KafkaError::from_storage)?;
+        if r.batches.len() == 1 {
+            return Ok(r.batches.into_iter().next().unwrap_or_default());
+        }
+        let mut out = bytes::BytesMut::with_capacity(r.bytes);
+        for b in &r.batches {
+            out.extend_from_slice(b);
+        }
+        Ok(out.freeze())
+    }
+
+    /// Flushes what is pending (shutdown).
+    pub async fn flush(&self) -> Result<(), StorageError> {
+        if self.flushing.get() {
+            return Ok(());
+        }
+        let d = self.log.flush().await?;
+        self.on_durable(d.last_index, d.next_offset);
+        Ok(())
+    }
+}

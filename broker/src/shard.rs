@@ -1,0 +1,358 @@
+//! The shard runtime: one pinned glommio executor per CPU in the affinity mask, each
+//! owning its partitions, its batch cache and its share of the Kafka connections (all
+//! shards accept on the listener with SO_REUSEPORT). Shards talk only through bounded
+//! channels of [`Envelope`]s (ARCHITECTURE.md, The shard runtime). One of the two homes of
+//! glommio names in the broker (STYLE.md 1).
+//!
+//! Invariant: a shard's state (`Shard`) never leaves its thread; `RefCell` borrows are
+//! never held across an `.await`; every cross-shard message is counted.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use futures::channel::{mpsc, oneshot};
+use futures::{SinkExt, StreamExt};
+use glommio::{LocalExecutorBuilder, Placement};
+use strand_storage::{BatchCache, Log, LogConfig, SystemClock};
+
+use crate::config::Config;
+use crate::metadata::Metadata;
+use crate::metastore::MetaStore;
+use crate::ops::{Envelope, Op, Reply};
+use crate::partition::Partition;
+
+/// Messages queued per shard before senders wait (backpressure between shards).
+pub const SHARD_QUEUE_DEPTH: usize = 1024;
+/// Shard batch cache size.
+pub const BATCH_CACHE_BYTES: usize = 64 * 1024 * 1024;
+/// How long shutdown waits for in-flight requests.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Counters of one shard.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ShardStats {
+    /// Messages sent to other shards.
+    pub cross_shard_messages: u64,
+}
+
+/// Everything one shard owns.
+pub struct Shard {
+    /// This shard's index.
+    pub id: usize,
+    /// Number of shards.
+    pub count: usize,
+    /// Configuration.
+    pub config: Arc<Config>,
+    peers: Vec<mpsc::Sender<Envelope>>,
+    meta: RefCell<Arc<Metadata>>,
+    pub(crate) partitions: RefCell<HashMap<(String, i32), Rc<Partition>>>,
+    cache: Rc<BatchCache>,
+    metastore: RefCell<Option<MetaStore>>,
+    stats: Cell<ShardStats>,
+    stopping: Cell<bool>,
+    in_flight: Cell<usize>,
+    stop_tx: RefCell<Option<oneshot::Sender<()>>>,
+}
+
+/// Spawns a task on the current shard.
+pub fn spawn_local(fut: impl Future<Output = ()> + 'static) {
+    glommio::spawn_local(fut).detach();
+}
+
+/// Sleeps on the shard's timer.
+pub async fn sleep(d: Duration) {
+    glommio::timer::sleep(d).await;
+}
+
+/// Runs `fut` for at most `d`.
+pub async fn timeout<T>(d: Duration, fut: impl Future<Output = T>) -> Option<T> {
+    let fut = std::pin::pin!(fut);
+    let timer = std::pin::pin!(glommio::timer::sleep(d));
+    match futures::future::select(fut, timer).await {
+        futures::future::Either::Left((v, _)) => Some(v),
+        futures::future::Either::Right(_) => None,
+    }
+}
+
+impl Shard {
+    /// Runs `op` on shard `target`: locally, or through that shard's queue.
+    pub async fn call(self: &Rc<Self>, target: usize, op: Op) -> Reply {
+        if target == self.id {
+            return Box::pin(self.execute(op)).await;
+        }
+        let mut s = self.stats.get();
+        s.cross_shard_messages += 1;
+        self.stats.set(s);
+        let (tx, rx) = oneshot::channel();
+        let mut peer = self.peers[target].clone();
+        if peer.send(Envelope { op, reply: tx }).await.is_err() {
+            return Reply::Done;
+        }
+        rx.await.unwrap_or(Reply::Done)
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> ShardStats {
+        self.stats.get()
+    }
+
+    /// The current metadata snapshot.
+    pub fn metadata(&self) -> Arc<Metadata> {
+        self.meta.borrow().clone()
+    }
+
+    pub(crate) fn set_metadata(&self, m: Arc<Metadata>) {
+        *self.meta.borrow_mut() = m;
+    }
+
+    pub(crate) fn take_metastore(&self) -> Option<MetaStore> {
+        self.metastore.borrow_mut().take()
+    }
+
+    pub(crate) fn put_metastore(&self, m: MetaStore) {
+        *self.metastore.borrow_mut() = Some(m);
+    }
+
+    pub(crate) fn partition_keys(&self) -> Vec<(String, i32)> {
+        self.partitions.borrow().keys().cloned().collect()
+    }
+
+    pub(crate) fn remove_partition(&self, topic: &str, p: i32) -> Option<Rc<Partition>> {
+        self.partitions.borrow_mut().remove(&(topic.to_string(), p))
+    }
+
+    pub(crate) async fn open_partition(
+        &self,
+        topic: &str,
+        p: i32,
+        configs: &BTreeMap<String, String>,
+    ) -> anyhow::Result<()> {
+        let mut lc = LogConfig {
+            segment_bytes: self.config.segment_bytes,
+            allow_buffered_io: self.config.allow_buffered_io,
+            ..LogConfig::default()
+        };
+        let num = |k: &str| configs.get(k).and_then(|v| v.parse::<i64>().ok());
+        if let Some(v) = num("segment.bytes") {
+            lc.segment_bytes = u64::try_from(v).unwrap_or(lc.segment_bytes);
+        }
+        if let Some(v) = num("segment.ms") {
+            lc.segment_ms = v;
+        }
+        if let Some(v) = num("retention.ms") {
+            lc.retention_ms = v;
+        }
+        if let Some(v) = num("retention.bytes") {
+            lc.retention_bytes = v;
+        }
+        let max_message = num("max.message.bytes")
+            .and_then(|v| usize::try_from(v).ok())
+            .unwrap_or(self.config.message_max_bytes);
+        let dir = self.config.data_dir.join(format!("{topic}-{p}"));
+        let log = Log::open(&dir, lc, Rc::new(SystemClock), self.cache.clone()).await?;
+        let part = Rc::new(Partition::new(topic.to_string(), p, log, max_message));
+        self.partitions
+            .borrow_mut()
+            .insert((topic.to_string(), p), part);
+        Ok(())
+    }
+
+    /// Whether the shard is shutting down (connections stop reading new requests).
+    pub fn stopping(&self) -> bool {
+        self.stopping.get()
+    }
+
+    /// Tracks a request in flight (for graceful shutdown).
+    pub fn request_started(&self) {
+        self.in_flight.set(self.in_flight.get() + 1);
+    }
+
+    /// See [`Shard::request_started`].
+    pub fn request_finished(&self) {
+        self.in_flight.set(self.in_flight.get().saturating_sub(1));
+    }
+
+    pub(crate) async fn shutdown(self: &Rc<Self>) {
+        self.stopping.set(true);
+        if let Some(tx) = self.stop_tx.borrow_mut().take() {
+            let _ = tx.send(());
+        }
+        let deadline = std::time::Instant::now() + SHUTDOWN_GRACE;
+        while self.in_flight.get() > 0 && std::time::Instant::now() < deadline {
+            sleep(Duration::from_millis(5)).await;
+        }
+        let parts: Vec<Rc<Partition>> = self.partitions.borrow().values().cloned().collect();
+        for p in parts {
+            if let Err(e) = p.flush().await {
+                tracing::error!(topic = %p.topic, partition = p.index, error = %e, "flush at shutdown failed");
+            }
+        }
+    }
+}
+
+/// Starts every shard and blocks until they exit (after SIGTERM/SIGINT).
+pub fn run(config: Config) -> anyhow::Result<()> {
+    let config = Arc::new(config);
+    let cpus = affinity_cpus()?;
+    let count = config.smp.unwrap_or(cpus.len()).min(cpus.len()).max(1);
+    if let Some(n) = config.smp.filter(|&n| n > cpus.len()) {
+        bail!(
+            "--smp {n} but only {} CPUs are in this process's affinity mask",
+            cpus.len()
+        );
+    }
+    let plan = strand_storage::io_runtime::plan_io_memory(count)?;
+    crate::preflight::check(&config)?;
+    let mask = crate::signals::block_termination_signals()?;
+    let mut senders = Vec::with_capacity(count);
+    let mut receivers = Vec::with_capacity(count);
+    for _ in 0..count {
+        let (tx, rx) = mpsc::channel::<Envelope>(SHARD_QUEUE_DEPTH);
+        senders.push(tx);
+        receivers.push(rx);
+    }
+    let mut handles = Vec::with_capacity(count);
+    for (id, rx) in receivers.into_iter().enumerate() {
+        let (config, peers) = (config.clone(), senders.clone());
+        let h = LocalExecutorBuilder::new(Placement::Fixed(cpus[id]))
+            .name(&format!("shard-{id}"))
+            .io_memory(plan.io_memory_bytes)
+            .spawn(move || async move { shard_main(id, count, config, peers, rx).await })
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot start shard {id} (io_uring executor): {e}; check that io_uring is \
+                     enabled (sysctl kernel.io_uring_disabled=0) and not blocked by seccomp"
+                )
+            })?;
+        handles.push(h);
+    }
+    tracing::info!(shards = count, addr = %config.kafka_addr, data_dir = %config.data_dir.display(), "strand starting");
+    let signal = crate::signals::wait(&mask);
+    tracing::info!(signal, "shutting down");
+    for tx in &senders {
+        let (reply, _rx) = oneshot::channel();
+        let _ = tx.clone().try_send(Envelope {
+            op: Op::Shutdown,
+            reply,
+        });
+    }
+    let mut failed = false;
+    for h in handles {
+        match h.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::error!(error = %format!("{e:#}"), "shard failed");
+                failed = true;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "shard panicked");
+                failed = true;
+            }
+        }
+    }
+    if failed {
+        bail!("a shard failed; see the log above");
+    }
+    Ok(())
+}
+
+async fn shard_main(
+    id: usize,
+    count: usize,
+    config: Arc<Config>,
+    peers: Vec<mpsc::Sender<Envelope>>,
+    mut rx: mpsc::Receiver<Envelope>,
+) -> anyhow::Result<()> {
+    strand_storage::io::prime_device_probe(&config.data_dir).await?;
+    let (stop_tx, stop_rx) = oneshot::channel();
+    let shard = Rc::new(Shard {
+        id,
+        count,
+        config: config.clone(),
+        peers,
+        meta: RefCell::new(Arc::new(Metadata::default())),
+        partitions: RefCell::new(HashMap::new()),
+        cache: Rc::new(BatchCache::new(BATCH_CACHE_BYTES)),
+        metastore: RefCell::new(None),
+        stats: Cell::new(ShardStats::default()),
+        stopping: Cell::new(false),
+        in_flight: Cell::new(0),
+        stop_tx: RefCell::new(Some(stop_tx)),
+    });
+    let (done_tx, done_rx) = oneshot::channel::<()>();
+    {
+        let shard = shard.clone();
+        spawn_local(async move {
+            let mut done_tx = Some(done_tx);
+            while let Some(env) = rx.next().await {
+                let is_shutdown = matches!(env.op, Op::Shutdown);
+                let shard = shard.clone();
+                if is_shutdown {
+                    shard.execute(env.op).await;
+                    let _ = env.reply.send(Reply::Done);
+                    if let Some(tx) = done_tx.take() {
+                        let _ = tx.send(());
+                    }
+                    continue;
+                }
+                spawn_local(async move {
+                    let r = shard.execute(env.op).await;
+                    let _ = env.reply.send(r);
+                });
+            }
+        });
+    }
+    if id == 0 {
+        let lc = LogConfig {
+            allow_buffered_io: config.allow_buffered_io,
+            ..LogConfig::default()
+        };
+        let store = MetaStore::open(&config.data_dir, lc)
+            .await
+            .context("opening the metadata log")?;
+        let snapshot = Arc::new(store.state().clone());
+        shard.put_metastore(store);
+        shard.publish(snapshot).await;
+    }
+    // Serve only once the first metadata snapshot arrived, so no request sees an empty
+    // cluster (and auto-creates a topic that exists).
+    while shard.metadata().version == 0 {
+        sleep(Duration::from_millis(1)).await;
+    }
+    crate::shard_conn::serve(shard.clone(), stop_rx).await?;
+    let _ = done_rx.await;
+    tracing::info!(
+        shard = id,
+        cross_shard_messages = shard.stats().cross_shard_messages,
+        "shard stopped"
+    );
+    Ok(())
+}
+
+/// CPUs in this process's affinity mask (never all online CPUs).
+fn affinity_cpus() -> anyhow::Result<Vec<usize>> {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity fills it for this process.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid, correctly sized cpu_set_t.
+    let rc =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if rc != 0 {
+        bail!(
+            "sched_getaffinity failed: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    // SAFETY: CPU_ISSET reads the set initialised above.
+    let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect();
+    if cpus.is_empty() {
+        bail!("empty CPU affinity mask");
+    }
+    Ok(cpus)
+}
