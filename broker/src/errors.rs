@@ -34,6 +34,12 @@ pub enum KafkaError {
     /// KAFKA_STORAGE_ERROR (56).
     #[error("storage error: {0}")]
     Storage(String),
+    /// FENCED_LEADER_EPOCH (74).
+    #[error("fenced leader epoch")]
+    FencedLeaderEpoch,
+    /// UNKNOWN_LEADER_EPOCH (75).
+    #[error("unknown leader epoch")]
+    UnknownLeaderEpoch,
     /// INVALID_REQUEST (42).
     #[error("invalid request: {0}")]
     InvalidRequest(String),
@@ -50,6 +56,8 @@ impl KafkaError {
             KafkaError::RequestTimedOut => 7,
             KafkaError::MessageTooLarge => 10,
             KafkaError::InvalidRequest(_) => 42,
+            KafkaError::FencedLeaderEpoch => 74,
+            KafkaError::UnknownLeaderEpoch => 75,
             KafkaError::Storage(_) => 56,
             KafkaError::UnsupportedCompression => 76,
             KafkaError::InvalidRecord(_) => 87,

@@ -12,6 +12,7 @@ mod preflight;
 mod shard;
 mod shard_conn;
 mod signals;
+mod topic_config;
 
 use clap::Parser;
 

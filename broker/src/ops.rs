@@ -96,6 +96,10 @@ pub enum Op {
     },
     /// Offsets by time.
     ListOffsets { parts: Vec<ListOffsetsPart> },
+    /// DeleteRecords: move each partition's log start offset (-1 = high watermark).
+    DeleteRecords { parts: Vec<(String, i32, i64)> },
+    /// OffsetForLeaderEpoch: (topic, partition, current leader epoch, epoch asked).
+    EpochEnd { parts: Vec<(String, i32, i32, i32)> },
     /// Open/close partitions for a new metadata snapshot.
     ApplyMetadata(Arc<Metadata>),
     /// Commit metadata commands (shard 0 only) and publish the result to every shard.
@@ -115,8 +119,31 @@ pub enum Reply {
     ListOffsets(Vec<(Option<KafkaError>, i64, i64, i32)>),
     /// Per command.
     Meta(Vec<Result<(), MetaError>>),
+    /// Per part, in order.
+    Parts(Vec<PartReply>),
     /// Done.
     Done,
+}
+
+/// A per-partition answer: an error or (epoch, offset).
+#[derive(Debug, Clone)]
+pub struct PartReply {
+    /// Error, if any.
+    pub error: Option<KafkaError>,
+    /// Leader epoch (OffsetForLeaderEpoch) or -1.
+    pub epoch: i32,
+    /// The offset answered (low watermark, epoch end offset).
+    pub offset: i64,
+}
+
+impl PartReply {
+    fn err(e: KafkaError) -> PartReply {
+        PartReply {
+            error: Some(e),
+            epoch: -1,
+            offset: -1,
+        }
+    }
 }
 
 /// An op and where to send its reply.
@@ -138,6 +165,8 @@ impl Shard {
                 Reply::Done
             }
             Op::ListOffsets { parts } => Reply::ListOffsets(self.list_offsets(parts).await),
+            Op::DeleteRecords { parts } => Reply::Parts(self.delete_records(parts).await),
+            Op::EpochEnd { parts } => Reply::Parts(self.epoch_end(parts).await),
             Op::ApplyMetadata(meta) => {
                 self.apply_metadata(meta).await;
                 Reply::Done
@@ -259,6 +288,81 @@ impl Shard {
         out
     }
 
+    async fn delete_records(self: &Rc<Self>, parts: Vec<(String, i32, i64)>) -> Vec<PartReply> {
+        let mut out = Vec::with_capacity(parts.len());
+        for (topic, p, offset) in parts {
+            let Some(part) = self.partition(&topic, p) else {
+                out.push(PartReply::err(KafkaError::UnknownTopicOrPartition));
+                continue;
+            };
+            let hw = part.high_watermark().0;
+            let target = if offset == -1 { hw } else { offset };
+            if target < 0 || target > hw {
+                out.push(PartReply::err(KafkaError::OffsetOutOfRange));
+                continue;
+            }
+            let r = part
+                .log()
+                .truncate_prefix(strand_storage::KafkaOffset(target))
+                .await;
+            out.push(match r {
+                Ok(start) => PartReply {
+                    error: None,
+                    epoch: -1,
+                    offset: start.0,
+                },
+                Err(e) => PartReply::err(KafkaError::from_storage(e)),
+            });
+        }
+        out
+    }
+
+    async fn epoch_end(self: &Rc<Self>, parts: Vec<(String, i32, i32, i32)>) -> Vec<PartReply> {
+        let mut out = Vec::with_capacity(parts.len());
+        for (topic, p, current, epoch) in parts {
+            let Some(part) = self.partition(&topic, p) else {
+                out.push(PartReply::err(KafkaError::UnknownTopicOrPartition));
+                continue;
+            };
+            let ours = part.leader_epoch();
+            if current != -1 && current < ours {
+                out.push(PartReply::err(KafkaError::FencedLeaderEpoch));
+                continue;
+            }
+            if current > ours {
+                out.push(PartReply::err(KafkaError::UnknownLeaderEpoch));
+                continue;
+            }
+            let term = strand_storage::RaftTerm(u64::try_from(epoch).unwrap_or(0));
+            let r = if epoch < 0 {
+                Ok(None)
+            } else {
+                part.log().epoch_end_offset(term).await
+            };
+            let empty = part.log().last_index() < part.log().first_index();
+            out.push(match r {
+                Ok(Some((t, o))) => PartReply {
+                    error: None,
+                    epoch: i32::try_from(t.0).unwrap_or(i32::MAX),
+                    offset: o.0,
+                },
+                // No entries yet: the current epoch ends at the log end offset.
+                Ok(None) if empty && epoch == ours => PartReply {
+                    error: None,
+                    epoch: ours,
+                    offset: part.log().log_end_offset().0,
+                },
+                Ok(None) => PartReply {
+                    error: None,
+                    epoch: -1,
+                    offset: -1,
+                },
+                Err(e) => PartReply::err(KafkaError::from_storage(e)),
+            });
+        }
+        out
+    }
+
     async fn meta_commands(self: &Rc<Self>, cmds: Vec<Command>) -> Vec<Result<(), MetaError>> {
         let results = {
             let Some(mut store) = self.take_metastore() else {
@@ -317,14 +421,16 @@ impl Shard {
             }
         }
         for ((topic, p), ()) in wanted {
-            if self.partition(&topic, p).is_some() {
-                continue;
-            }
             let configs = meta
                 .topics
                 .get(&topic)
                 .map(|t| t.configs.clone())
                 .unwrap_or_default();
+            if let Some(part) = self.partition(&topic, p) {
+                let (lc, max) = crate::topic_config::log_config(&self.config, &configs);
+                part.set_config(lc, max);
+                continue;
+            }
             if let Err(e) = self.open_partition(&topic, p, &configs).await {
                 tracing::error!(%topic, partition = p, error = %e, "cannot open partition");
             }

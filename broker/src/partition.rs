@@ -41,7 +41,7 @@ pub struct Partition {
     flushing: Cell<bool>,
     durable_waiters: RefCell<Vec<DurableWaiter>>,
     append_watchers: RefCell<Vec<oneshot::Sender<()>>>,
-    max_message_bytes: usize,
+    max_message_bytes: Cell<usize>,
 }
 
 impl Partition {
@@ -56,7 +56,7 @@ impl Partition {
             flushing: Cell::new(false),
             durable_waiters: RefCell::new(Vec::new()),
             append_watchers: RefCell::new(Vec::new()),
-            max_message_bytes,
+            max_message_bytes: Cell::new(max_message_bytes),
         }
     }
 
@@ -81,7 +81,7 @@ impl Partition {
         batch: Bytes,
         acks_all: bool,
     ) -> Result<Produced, KafkaError> {
-        if batch.len() > self.max_message_bytes {
+        if batch.len() > self.max_message_bytes.get() {
             return Err(KafkaError::MessageTooLarge);
         }
         let view = RecordBatch::parse(batch.clone()).map_err(KafkaError::from_batch)?;
@@ -212,6 +212,14 @@ impl Partition {
             out.extend_from_slice(b);
         }
         Ok(out.freeze())
+    }
+
+    /// Applies changed topic configs.
+    pub fn set_config(&self, lc: strand_storage::LogConfig, max_message_bytes: usize) {
+        if let Err(e) = self.log.set_config(lc) {
+            tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "config not applied");
+        }
+        self.max_message_bytes.set(max_message_bytes);
     }
 
     /// Flushes what is pending (shutdown).

@@ -132,27 +132,7 @@ impl Shard {
         p: i32,
         configs: &BTreeMap<String, String>,
     ) -> anyhow::Result<()> {
-        let mut lc = LogConfig {
-            segment_bytes: self.config.segment_bytes,
-            allow_buffered_io: self.config.allow_buffered_io,
-            ..LogConfig::default()
-        };
-        let num = |k: &str| configs.get(k).and_then(|v| v.parse::<i64>().ok());
-        if let Some(v) = num("segment.bytes") {
-            lc.segment_bytes = u64::try_from(v).unwrap_or(lc.segment_bytes);
-        }
-        if let Some(v) = num("segment.ms") {
-            lc.segment_ms = v;
-        }
-        if let Some(v) = num("retention.ms") {
-            lc.retention_ms = v;
-        }
-        if let Some(v) = num("retention.bytes") {
-            lc.retention_bytes = v;
-        }
-        let max_message = num("max.message.bytes")
-            .and_then(|v| usize::try_from(v).ok())
-            .unwrap_or(self.config.message_max_bytes);
+        let (lc, max_message) = crate::topic_config::log_config(&self.config, configs);
         let dir = self.config.data_dir.join(format!("{topic}-{p}"));
         let log = Log::open(&dir, lc, Rc::new(SystemClock), self.cache.clone()).await?;
         let part = Rc::new(Partition::new(topic.to_string(), p, log, max_message));

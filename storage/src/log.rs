@@ -124,7 +124,7 @@ pub struct Appended {
 /// A partition log. See the module docs for its invariants.
 pub struct Log {
     pub(crate) dir: PathBuf,
-    pub(crate) config: LogConfig,
+    pub(crate) config: RefCell<LogConfig>,
     pub(crate) clock: Rc<dyn Clock>,
     pub(crate) cache: Rc<BatchCache>,
     pub(crate) cache_id: LogId,
@@ -141,6 +141,35 @@ impl Log {
     /// The partition directory.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> LogConfig {
+        self.config.borrow().clone()
+    }
+
+    /// Changes the configuration (topic config altered); applies from the next append,
+    /// flush or retention run.
+    pub fn set_config(&self, config: LogConfig) -> Result<(), StorageError> {
+        config.validate().map_err(|e| StorageError::Environment(format!("bad log config: {e}")))?;
+        *self.config.borrow_mut() = config;
+        Ok(())
+    }
+
+    /// The end offset of leader epoch (term) `term`: the first offset of the next larger
+    /// term, or the log end offset when `term` is the latest. Returns the largest term
+    /// <= `term` with it, or `None` when `term` precedes the log.
+    pub async fn epoch_end_offset(&self, term: RaftTerm) -> Result<Option<(RaftTerm, KafkaOffset)>, StorageError> {
+        let (found, next_start) = {
+            let st = self.st.borrow();
+            let k = st.terms.partition_point(|&(_, t)| t <= term);
+            (k.checked_sub(1).map(|k| st.terms[k].1), st.terms.get(k).map(|&(i, _)| i))
+        };
+        let Some(found) = found else { return Ok(None) };
+        let Some(start) = next_start else { return Ok(Some((found, self.log_end_offset()))) };
+        let frames = self.read_entries(start, start.next(), 0).await?;
+        let offset = frames.first().map_or(self.log_end_offset(), |f| f.header.kafka_base_offset);
+        Ok(Some((found, offset)))
     }
 
     /// Kafka offset of the first record still readable.
@@ -339,8 +368,8 @@ impl Log {
         if active.closed || active.meta.is_empty() {
             return;
         }
-        let full = active.meta.size_bytes + u64::from(frame_len) > self.config.segment_bytes;
-        let old = now_ms.saturating_sub(active.meta.created_ms) >= self.config.segment_ms;
+        let full = active.meta.size_bytes + u64::from(frame_len) > self.config.borrow().segment_bytes;
+        let old = now_ms.saturating_sub(active.meta.created_ms) >= self.config.borrow().segment_ms;
         if full || old {
             active.closed = true;
             st.stats.rolls += 1;

@@ -67,7 +67,7 @@ impl Log {
                 "flush while another flush or truncation runs",
             ));
         }
-        let step = self.config.preallocate_bytes;
+        let step = self.config.borrow().preallocate_bytes;
         let mut ops = Vec::new();
         for seg in &st.segments {
             let Some(tail) = &seg.tail else { continue };

@@ -294,11 +294,11 @@ impl Log {
                 } else {
                     s.meta.created_ms
                 };
-                let by_time = self.config.retention_ms >= 0
-                    && now_ms.saturating_sub(newest_ms) > self.config.retention_ms;
-                let by_size = self.config.retention_bytes >= 0
+                let by_time = self.config.borrow().retention_ms >= 0
+                    && now_ms.saturating_sub(newest_ms) > self.config.borrow().retention_ms;
+                let by_size = self.config.borrow().retention_bytes >= 0
                     && total.saturating_sub(s.meta.size_bytes)
-                        >= self.config.retention_bytes as u64;
+                        >= self.config.borrow().retention_bytes as u64;
                 if !(by_time || by_size) {
                     break;
                 }

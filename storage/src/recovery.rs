@@ -112,7 +112,7 @@ impl Log {
             %log_end_offset, "partition log opened");
         Ok(Log {
             dir: dir.to_path_buf(),
-            config,
+            config: std::cell::RefCell::new(config),
             clock,
             cache,
             cache_id,

@@ -7,10 +7,13 @@
 //! with the supported ranges so the client can retry (KAFKA-NOTES.md).
 
 pub mod api_versions;
+pub mod cluster;
+pub mod configs;
 pub mod fetch;
 pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
+pub mod records;
 pub mod topics;
 
 use std::rc::Rc;
@@ -30,6 +33,13 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ApiVersions, 0, 3),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::DeleteRecords, 0, 2),
+    (ApiKey::OffsetForLeaderEpoch, 2, 4),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::AlterConfigs, 0, 2),
+    (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::DescribeCluster, 0, 1),
 ];
 
 /// A request that cannot be answered: the connection is closed.
@@ -103,6 +113,15 @@ pub async fn handle(shard: &Rc<Shard>, frame: Bytes) -> Result<Option<Bytes>, Fr
         ApiKey::ListOffsets => list_offsets::handle(shard, &ctx, buf).await.map(Some),
         ApiKey::CreateTopics => topics::create(shard, &ctx, buf).await.map(Some),
         ApiKey::DeleteTopics => topics::delete(shard, &ctx, buf).await.map(Some),
+        ApiKey::CreatePartitions => topics::create_partitions(shard, &ctx, buf).await.map(Some),
+        ApiKey::DescribeConfigs => configs::describe(shard, &ctx, buf).await.map(Some),
+        ApiKey::AlterConfigs => configs::replace(shard, &ctx, buf).await.map(Some),
+        ApiKey::IncrementalAlterConfigs => configs::incremental(shard, &ctx, buf).await.map(Some),
+        ApiKey::DescribeCluster => cluster::describe(shard, &ctx, buf).await.map(Some),
+        ApiKey::DeleteRecords => records::delete_records(shard, &ctx, buf).await.map(Some),
+        ApiKey::OffsetForLeaderEpoch => records::offset_for_leader_epoch(shard, &ctx, buf)
+            .await
+            .map(Some),
         _ => Err(FramingError::UnsupportedApi(key_raw)),
     }
 }

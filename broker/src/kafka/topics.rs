@@ -4,10 +4,12 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use bytes::Bytes;
+use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::{
-    CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, TopicName,
+    CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
+    DeleteTopicsRequest, DeleteTopicsResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -15,16 +17,6 @@ use super::{Ctx, FramingError};
 use crate::metadata::{place_partitions, Command, MetaError};
 use crate::ops::{Op, Reply};
 use crate::shard::Shard;
-
-/// Topic configs this broker understands (others are refused with INVALID_CONFIG).
-pub const TOPIC_CONFIGS: &[&str] = &[
-    "retention.ms",
-    "retention.bytes",
-    "segment.bytes",
-    "segment.ms",
-    "max.message.bytes",
-    "cleanup.policy",
-];
 
 /// Commits metadata commands on shard 0 (the metadata log's home).
 pub async fn commit(shard: &Rc<Shard>, cmds: Vec<Command>) -> Vec<Result<(), MetaError>> {
@@ -71,11 +63,18 @@ pub async fn create(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
         let mut bad_config = None;
         for c in &t.configs {
             let k = c.name.as_str();
-            if !TOPIC_CONFIGS.contains(&k) {
-                bad_config = Some(format!("unknown or unsupported config {k}"));
-            }
-            if let Some(v) = &c.value {
-                configs.insert(k.to_string(), v.as_str().to_string());
+            let v = c.value.as_ref().map(|v| v.as_str().to_string());
+            match v {
+                Some(v) => match crate::topic_config::validate(k, &v) {
+                    Ok(()) => {
+                        configs.insert(k.to_string(), v);
+                    }
+                    Err(m) => bad_config = Some(m),
+                },
+                None if crate::topic_config::def(k).is_none() => {
+                    bad_config = Some(format!("unknown or unsupported topic config {k}"));
+                }
+                None => {}
             }
         }
         if partitions < 1 {
@@ -174,4 +173,71 @@ pub async fn delete(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
 
 fn msg(s: &'static str) -> StrBytes {
     StrBytes::from_static_str(s)
+}
+
+/// CreatePartitions: grows a topic to `count` partitions; new ones are writable at once.
+pub async fn create_partitions(
+    shard: &Rc<Shard>,
+    ctx: &Ctx,
+    body: Bytes,
+) -> Result<Bytes, FramingError> {
+    let req: CreatePartitionsRequest = ctx.decode(body)?;
+    let meta = shard.metadata();
+    let node = shard.config.node_id;
+    let mut results = Vec::with_capacity(req.topics.len());
+    let mut cmds = Vec::new();
+    let mut slots = Vec::new();
+    for t in &req.topics {
+        let name = t.name.0.as_str();
+        let r = CreatePartitionsTopicResult::default().with_name(t.name.clone());
+        let err = |code: i16, m: String| {
+            r.clone()
+                .with_error_code(code)
+                .with_error_message(Some(StrBytes::from_string(m)))
+        };
+        let Some(topic) = meta.topics.get(name) else {
+            results.push(err(3, format!("topic {name} does not exist")));
+            continue;
+        };
+        let current = topic.shards.len();
+        let wanted = usize::try_from(t.count).unwrap_or(0);
+        if wanted <= current || t.count > crate::metadata::PARTITIONS_PER_TOPIC_MAX {
+            results.push(err(
+                37,
+                format!("topic has {current} partitions; requested {}", t.count),
+            ));
+            continue;
+        }
+        let bad_assignment = t.assignments.as_ref().is_some_and(|a| {
+            a.len() != wanted - current
+                || a.iter().any(|x| x.broker_ids.iter().any(|b| b.0 != node))
+        });
+        if bad_assignment {
+            results.push(err(
+                39,
+                "assignments must name this broker for each new partition".into(),
+            ));
+            continue;
+        }
+        results.push(r);
+        if !req.validate_only {
+            slots.push(results.len() - 1);
+            let shards = place_partitions(name, current, wanted - current, shard.count);
+            cmds.push(Command::CreatePartitions {
+                name: name.to_string(),
+                shards,
+            });
+        }
+    }
+    if !cmds.is_empty() {
+        for (slot, res) in slots.into_iter().zip(commit(shard, cmds).await) {
+            if let Err(e) = res {
+                let r = std::mem::take(&mut results[slot]);
+                results[slot] = r
+                    .with_error_code(e.kafka_code())
+                    .with_error_message(Some(StrBytes::from_string(e.to_string())));
+            }
+        }
+    }
+    ctx.respond(&CreatePartitionsResponse::default().with_results(results))
 }
