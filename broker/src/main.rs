@@ -1,6 +1,7 @@
 //! `strand`: the Strand broker server (ARCHITECTURE.md). Parses configuration, runs the
 //! start-up checks and the shards, and exits 0 after a clean SIGTERM/SIGINT shutdown.
 
+mod clock;
 mod config;
 mod errors;
 mod kafka;
@@ -11,7 +12,7 @@ mod partition;
 mod preflight;
 mod shard;
 mod shard_conn;
-mod signals;
+mod shard_signals;
 mod topic_config;
 
 use clap::Parser;

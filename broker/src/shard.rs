@@ -162,8 +162,8 @@ impl Shard {
         if let Some(tx) = self.stop_tx.borrow_mut().take() {
             let _ = tx.send(());
         }
-        let deadline = std::time::Instant::now() + SHUTDOWN_GRACE;
-        while self.in_flight.get() > 0 && std::time::Instant::now() < deadline {
+        let deadline = crate::clock::now() + SHUTDOWN_GRACE;
+        while self.in_flight.get() > 0 && crate::clock::now() < deadline {
             sleep(Duration::from_millis(5)).await;
         }
         let parts: Vec<Rc<Partition>> = self.partitions.borrow().values().cloned().collect();
@@ -188,7 +188,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     }
     let plan = strand_storage::io_runtime::plan_io_memory(count)?;
     crate::preflight::check(&config)?;
-    let mask = crate::signals::block_termination_signals()?;
+    let mask = crate::shard_signals::block_termination_signals()?;
     let mut senders = Vec::with_capacity(count);
     let mut receivers = Vec::with_capacity(count);
     for _ in 0..count {
@@ -212,7 +212,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         handles.push(h);
     }
     tracing::info!(shards = count, addr = %config.kafka_addr, data_dir = %config.data_dir.display(), "strand starting");
-    let signal = crate::signals::wait(&mask);
+    let signal = crate::shard_signals::wait(&mask);
     tracing::info!(signal, "shutting down");
     for tx in &senders {
         let (reply, _rx) = oneshot::channel();

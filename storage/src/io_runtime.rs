@@ -100,7 +100,13 @@ pub fn block_on<T>(
                  (sysctl kernel.io_uring_disabled=0, no seccomp filter blocking it)"
             ))
         })?;
-    Ok(ex.run(fut))
+    Ok(ex.run(async {
+        let out = fut.await;
+        // glommio closes files dropped without an explicit close on its next I/O cycle;
+        // give it one before the executor goes away, or their descriptors leak.
+        glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
+        out
+    }))
 }
 
 /// Yields to other tasks on the executor.

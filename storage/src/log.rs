@@ -151,7 +151,9 @@ impl Log {
     /// Changes the configuration (topic config altered); applies from the next append,
     /// flush or retention run.
     pub fn set_config(&self, config: LogConfig) -> Result<(), StorageError> {
-        config.validate().map_err(|e| StorageError::Environment(format!("bad log config: {e}")))?;
+        config
+            .validate()
+            .map_err(|e| StorageError::Environment(format!("bad log config: {e}")))?;
         *self.config.borrow_mut() = config;
         Ok(())
     }
@@ -159,16 +161,26 @@ impl Log {
     /// The end offset of leader epoch (term) `term`: the first offset of the next larger
     /// term, or the log end offset when `term` is the latest. Returns the largest term
     /// <= `term` with it, or `None` when `term` precedes the log.
-    pub async fn epoch_end_offset(&self, term: RaftTerm) -> Result<Option<(RaftTerm, KafkaOffset)>, StorageError> {
+    pub async fn epoch_end_offset(
+        &self,
+        term: RaftTerm,
+    ) -> Result<Option<(RaftTerm, KafkaOffset)>, StorageError> {
         let (found, next_start) = {
             let st = self.st.borrow();
             let k = st.terms.partition_point(|&(_, t)| t <= term);
-            (k.checked_sub(1).map(|k| st.terms[k].1), st.terms.get(k).map(|&(i, _)| i))
+            (
+                k.checked_sub(1).map(|k| st.terms[k].1),
+                st.terms.get(k).map(|&(i, _)| i),
+            )
         };
         let Some(found) = found else { return Ok(None) };
-        let Some(start) = next_start else { return Ok(Some((found, self.log_end_offset()))) };
+        let Some(start) = next_start else {
+            return Ok(Some((found, self.log_end_offset())));
+        };
         let frames = self.read_entries(start, start.next(), 0).await?;
-        let offset = frames.first().map_or(self.log_end_offset(), |f| f.header.kafka_base_offset);
+        let offset = frames
+            .first()
+            .map_or(self.log_end_offset(), |f| f.header.kafka_base_offset);
         Ok(Some((found, offset)))
     }
 
@@ -368,7 +380,8 @@ impl Log {
         if active.closed || active.meta.is_empty() {
             return;
         }
-        let full = active.meta.size_bytes + u64::from(frame_len) > self.config.borrow().segment_bytes;
+        let full =
+            active.meta.size_bytes + u64::from(frame_len) > self.config.borrow().segment_bytes;
         let old = now_ms.saturating_sub(active.meta.created_ms) >= self.config.borrow().segment_ms;
         if full || old {
             active.closed = true;

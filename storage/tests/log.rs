@@ -392,3 +392,23 @@ fn appends_during_flush_across_rolls() {
         assert_eq!(offsets(&log, 0).await, (0..n).collect::<Vec<_>>());
     });
 }
+
+#[test]
+fn dropped_log_closes_its_files_before_block_on_returns() {
+    let dir = tempfile::tempdir_in(".").expect("tempdir");
+    run(async {
+        let log = open(dir.path(), config(8192), 0).await.expect("open");
+        log.append_one(&data(1, batch(1, 1, 10))).expect("append");
+        log.flush().await.expect("flush");
+    });
+    let dir_path = dir.path().canonicalize().expect("canonical");
+    let open: Vec<_> = std::fs::read_dir("/proc/self/fd")
+        .expect("fds")
+        .filter_map(|e| e.ok().and_then(|e| std::fs::read_link(e.path()).ok()))
+        .filter(|p| p.starts_with(&dir_path))
+        .collect();
+    assert!(
+        open.is_empty(),
+        "still open after the executor ended: {open:?}"
+    );
+}

@@ -3,7 +3,7 @@
 //! Fetch sessions (KIP-227) are declined (session id 0), so every fetch is a full one.
 
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
@@ -21,7 +21,7 @@ pub const MAX_WAIT_MS_MAX: u64 = 30_000;
 pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
     let req: FetchRequest = ctx.decode(body)?;
     let meta = shard.metadata();
-    let deadline = Instant::now()
+    let deadline = crate::clock::now()
         + Duration::from_millis(
             u64::try_from(req.max_wait_ms)
                 .unwrap_or(0)
@@ -86,7 +86,7 @@ pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
                 results[ti][pi] = r;
             }
         }
-        let now = Instant::now();
+        let now = crate::clock::now();
         if total >= min_bytes.max(1) || any_error || now >= deadline || involved.is_empty() {
             break;
         }

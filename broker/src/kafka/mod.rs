@@ -159,3 +159,40 @@ impl Ctx {
         Ok(out.freeze())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::MetadataRequest;
+
+    fn ctx(key: ApiKey, version: i16) -> Ctx {
+        Ctx {
+            key,
+            version,
+            correlation_id: 1,
+        }
+    }
+
+    #[test]
+    fn huge_array_count_in_a_tiny_body_is_an_error_not_an_allocation() {
+        // Metadata v1 body: topics array count = i32::MAX, then nothing.
+        let body = Bytes::from_static(&[0x7f, 0xff, 0xff, 0xff, 0, 0]);
+        let r = ctx(ApiKey::Metadata, 1).decode::<MetadataRequest>(body);
+        assert!(r.is_err());
+        // Flexible version: compact array count varint of 2^32-1.
+        let body = Bytes::from_static(&[0xff, 0xff, 0xff, 0xff, 0x0f, 0, 0, 0]);
+        let r = ctx(ApiKey::Metadata, 9).decode::<MetadataRequest>(body);
+        assert!(r.is_err());
+    }
+
+    #[test]
+    fn only_implemented_apis_are_advertised() {
+        for (key, lo, hi) in SUPPORTED {
+            let range = key.valid_versions();
+            assert!(
+                range.min <= *lo && *hi <= range.max,
+                "{key:?} {lo}..={hi} outside the codec's {range}"
+            );
+        }
+    }
+}
