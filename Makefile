@@ -18,13 +18,9 @@ build:
 	$(CARGO) build --release --workspace
 
 ## run: build and start a single-node broker (data in ./$(DATA_DIR), git-ignored)
-run: build
-	@if [ -x target/release/strand ]; then \
-	  exec target/release/strand --data-dir $(DATA_DIR); \
-	else \
-	  echo "make run: the strand broker binary is not part of this build yet (see 'issues show 3');"; \
-	  echo "the storage engine and its benchmark are: try 'make bench'"; exit 2; \
-	fi
+run:
+	$(CARGO) build --release -p strand-broker
+	exec target/release/strand --data-dir $(DATA_DIR)
 
 ## test: install what the tests need, then formatting, lints and every test
 test: deps lint

@@ -12,6 +12,8 @@ pub const REQUEST_BYTES_MAX: usize = 100 * 1024 * 1024;
 /// Kafka's `message.max.bytes` default: the largest record batch accepted.
 pub const MESSAGE_MAX_BYTES_DEFAULT: usize = 1_048_588;
 const _: () = assert!(MESSAGE_MAX_BYTES_DEFAULT <= REQUEST_BYTES_MAX);
+/// Kafka's `log.retention.check.interval.ms` default (5 minutes).
+pub const RETENTION_CHECK_INTERVAL_MS_DEFAULT: u64 = 300_000;
 
 /// Command-line flags; each also reads its `STRAND_*` environment variable.
 #[derive(clap::Parser, Debug, Default)]
@@ -55,6 +57,9 @@ pub struct Flags {
     /// Largest record batch accepted (`message.max.bytes`).
     #[arg(long, env = "STRAND_MESSAGE_MAX_BYTES")]
     pub message_max_bytes: Option<usize>,
+    /// How often retention runs (`log.retention.check.interval.ms`).
+    #[arg(long, env = "STRAND_RETENTION_CHECK_INTERVAL_MS")]
+    pub retention_check_interval_ms: Option<u64>,
 }
 
 /// The same keys in a TOML file.
@@ -71,6 +76,7 @@ struct FileConfig {
     allow_buffered_io: Option<bool>,
     segment_bytes: Option<u64>,
     message_max_bytes: Option<usize>,
+    retention_check_interval_ms: Option<u64>,
 }
 
 /// Validated configuration.
@@ -96,6 +102,8 @@ pub struct Config {
     pub segment_bytes: u64,
     /// `message.max.bytes`.
     pub message_max_bytes: usize,
+    /// `log.retention.check.interval.ms`.
+    pub retention_check_interval_ms: u64,
 }
 
 impl Config {
@@ -138,6 +146,10 @@ impl Config {
                 .message_max_bytes
                 .or(file.message_max_bytes)
                 .unwrap_or(MESSAGE_MAX_BYTES_DEFAULT),
+            retention_check_interval_ms: flags
+                .retention_check_interval_ms
+                .or(file.retention_check_interval_ms)
+                .unwrap_or(RETENTION_CHECK_INTERVAL_MS_DEFAULT),
         };
         c.validate()?;
         Ok(c)
@@ -161,6 +173,9 @@ impl Config {
                 "segment_bytes must be at least {}",
                 strand_storage::config::SEGMENT_BYTES_MIN
             );
+        }
+        if self.retention_check_interval_ms == 0 {
+            bail!("retention_check_interval_ms must be positive");
         }
         if self.message_max_bytes == 0 || self.message_max_bytes > strand_wire::BATCH_BYTES_MAX {
             bail!(

@@ -38,6 +38,8 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 pub struct ShardStats {
     /// Messages sent to other shards.
     pub cross_shard_messages: u64,
+    /// Times a connection stopped reading because the shard's in-flight bytes were full.
+    pub backpressure_events: u64,
 }
 
 /// Everything one shard owns.
@@ -57,6 +59,7 @@ pub struct Shard {
     stopping: Cell<bool>,
     in_flight: Cell<usize>,
     stop_tx: RefCell<Option<oneshot::Sender<()>>>,
+    in_flight_bytes: Rc<glommio::sync::Semaphore>,
 }
 
 /// Spawns a task on the current shard.
@@ -145,6 +148,19 @@ impl Shard {
     /// Whether the shard is shutting down (connections stop reading new requests).
     pub fn stopping(&self) -> bool {
         self.stopping.get()
+    }
+
+    /// Reserves `n` bytes of the shard's in-flight request budget, waiting (and counting
+    /// a backpressure event) while it is exhausted. `None` when the shard is stopping.
+    pub async fn reserve_request_bytes(&self, n: usize) -> Option<glommio::sync::StaticPermit> {
+        let units = n as u64;
+        if let Ok(p) = self.in_flight_bytes.try_acquire_static_permit(units) {
+            return Some(p);
+        }
+        let mut s = self.stats.get();
+        s.backpressure_events += 1;
+        self.stats.set(s);
+        self.in_flight_bytes.acquire_static_permit(units).await.ok()
     }
 
     /// Tracks a request in flight (for graceful shutdown).
@@ -263,6 +279,9 @@ async fn shard_main(
         stopping: Cell::new(false),
         in_flight: Cell::new(0),
         stop_tx: RefCell::new(Some(stop_tx)),
+        in_flight_bytes: Rc::new(glommio::sync::Semaphore::new(
+            crate::shard_conn::IN_FLIGHT_BYTES_MAX as u64,
+        )),
     });
     let (done_tx, done_rx) = oneshot::channel::<()>();
     {
@@ -304,6 +323,7 @@ async fn shard_main(
     while shard.metadata().version == 0 {
         sleep(Duration::from_millis(1)).await;
     }
+    spawn_local(retention_loop(shard.clone()));
     crate::shard_conn::serve(shard.clone(), stop_rx).await?;
     let _ = done_rx.await;
     tracing::info!(
@@ -312,6 +332,27 @@ async fn shard_main(
         "shard stopped"
     );
     Ok(())
+}
+
+/// Applies retention to this shard's partitions every `retention_check_interval_ms`.
+async fn retention_loop(shard: Rc<Shard>) {
+    let every = Duration::from_millis(shard.config.retention_check_interval_ms);
+    while !shard.stopping() {
+        sleep(every).await;
+        let parts: Vec<Rc<Partition>> = shard.partitions.borrow().values().cloned().collect();
+        for p in parts {
+            match p.log().apply_retention().await {
+                Ok(r) if r.segments_deleted > 0 => {
+                    tracing::info!(topic = %p.topic, partition = p.index, segments = r.segments_deleted,
+                        bytes = r.bytes_deleted, "retention deleted segments");
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "retention failed")
+                }
+            }
+        }
+    }
 }
 
 /// CPUs in this process's affinity mask (never all online CPUs).

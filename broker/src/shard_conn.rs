@@ -22,6 +22,15 @@ use crate::shard::{spawn_local, Shard};
 /// Requests of one connection in flight before the reader waits (Kafka clients default
 /// to 5 in-flight requests per connection; 64 leaves room for pipelining consumers).
 pub const PIPELINE_DEPTH: usize = 64;
+/// A connection with no request for this long is closed (Kafka's
+/// `connections.max.idle.ms` default).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+/// A request whose length arrived must be complete within this (half-sent requests).
+pub const REQUEST_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Request bytes a shard holds in memory at once; past it, connections stop reading
+/// (backpressure). At least one largest request fits.
+pub const IN_FLIGHT_BYTES_MAX: usize = 256 * 1024 * 1024;
+const _: () = assert!(REQUEST_BYTES_MAX <= IN_FLIGHT_BYTES_MAX);
 
 /// Accepts connections until `stop` fires.
 pub async fn serve(shard: Rc<Shard>, stop: oneshot::Receiver<()>) -> anyhow::Result<()> {
@@ -74,8 +83,13 @@ async fn connection(shard: Rc<Shard>, stream: TcpStream) {
             break;
         }
         let mut len = [0u8; 4];
-        if rd.read_exact(&mut len).await.is_err() {
-            break;
+        match crate::shard::timeout(IDLE_TIMEOUT, rd.read_exact(&mut len)).await {
+            Some(Ok(())) => {}
+            Some(Err(_)) => break,
+            None => {
+                tracing::debug!(?peer, "idle connection closed");
+                break;
+            }
         }
         let n = i32::from_be_bytes(len);
         let Some(n) = usize::try_from(n)
@@ -89,9 +103,17 @@ async fn connection(shard: Rc<Shard>, stream: TcpStream) {
             );
             break;
         };
-        let mut buf = vec![0u8; n];
-        if rd.read_exact(&mut buf).await.is_err() {
+        let Some(permit) = shard.reserve_request_bytes(n).await else {
             break;
+        };
+        let mut buf = vec![0u8; n];
+        match crate::shard::timeout(REQUEST_READ_TIMEOUT, rd.read_exact(&mut buf)).await {
+            Some(Ok(())) => {}
+            Some(Err(_)) => break,
+            None => {
+                tracing::debug!(?peer, "half-sent request timed out: closing connection");
+                break;
+            }
         }
         let frame = Bytes::from(buf);
         shard.request_started();
@@ -99,6 +121,7 @@ async fn connection(shard: Rc<Shard>, stream: TcpStream) {
         let task = glommio::spawn_local(async move {
             let r = kafka::handle(&s, frame).await;
             s.request_finished();
+            drop(permit);
             r
         });
         if tx.send(task).await.is_err() {
