@@ -34,6 +34,12 @@ pub enum KafkaError {
     /// KAFKA_STORAGE_ERROR (56).
     #[error("storage error: {0}")]
     Storage(String),
+    /// OUT_OF_ORDER_SEQUENCE_NUMBER (45).
+    #[error("out of order sequence number")]
+    OutOfOrderSequence,
+    /// INVALID_PRODUCER_EPOCH (47).
+    #[error("invalid producer epoch")]
+    InvalidProducerEpoch,
     /// FENCED_LEADER_EPOCH (74).
     #[error("fenced leader epoch")]
     FencedLeaderEpoch,
@@ -56,6 +62,8 @@ impl KafkaError {
             KafkaError::RequestTimedOut => 7,
             KafkaError::MessageTooLarge => 10,
             KafkaError::InvalidRequest(_) => 42,
+            KafkaError::OutOfOrderSequence => 45,
+            KafkaError::InvalidProducerEpoch => 47,
             KafkaError::FencedLeaderEpoch => 74,
             KafkaError::UnknownLeaderEpoch => 75,
             KafkaError::Storage(_) => 56,

@@ -10,6 +10,7 @@ mod metastore;
 mod ops;
 mod partition;
 mod preflight;
+mod producer_state;
 mod shard;
 mod shard_conn;
 mod shard_signals;

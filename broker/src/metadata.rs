@@ -46,6 +46,11 @@ pub enum Command {
         /// Shards of the new partitions, in order.
         shards: Vec<u32>,
     },
+    /// Reserves producer ids below `up_to` (never handed out again after a restart).
+    ReserveProducerIds {
+        /// Ids below this are reserved.
+        up_to: i64,
+    },
     /// Changes topic config overrides.
     AlterConfig {
         /// Topic name.
@@ -77,6 +82,8 @@ pub struct Metadata {
     pub topics: BTreeMap<String, Topic>,
     /// Commands applied so far.
     pub version: u64,
+    /// Producer ids below this have been reserved.
+    pub producer_ids_reserved_to: i64,
 }
 
 /// Why a command was refused; each maps to one Kafka error code.
@@ -94,6 +101,9 @@ pub enum MetaError {
     /// INVALID_PARTITIONS (37).
     #[error("invalid partition count {0}")]
     InvalidPartitions(i64),
+    /// UNKNOWN_SERVER_ERROR (-1): the metadata log could not be written.
+    #[error("{0}")]
+    Internal(String),
 }
 
 impl MetaError {
@@ -104,6 +114,7 @@ impl MetaError {
             MetaError::UnknownTopic(_) => 3,
             MetaError::InvalidTopic(..) => 17,
             MetaError::InvalidPartitions(_) => 37,
+            MetaError::Internal(_) => -1,
         }
     }
 }
@@ -134,6 +145,13 @@ impl Metadata {
     pub fn check(&self, cmd: &Command) -> Result<(), MetaError> {
         match cmd {
             Command::InitCluster { .. } => Ok(()),
+            Command::ReserveProducerIds { up_to } if *up_to > self.producer_ids_reserved_to => {
+                Ok(())
+            }
+            Command::ReserveProducerIds { up_to } => Err(MetaError::Internal(format!(
+                "producer ids already reserved to {}, not {up_to}",
+                self.producer_ids_reserved_to
+            ))),
             Command::CreateTopic { name, shards, .. } => {
                 validate_topic_name(name)?;
                 if self.topics.contains_key(name) {
@@ -165,6 +183,7 @@ impl Metadata {
         self.check(cmd)?;
         match cmd {
             Command::InitCluster { cluster_id } => self.cluster_id = cluster_id.clone(),
+            Command::ReserveProducerIds { up_to } => self.producer_ids_reserved_to = *up_to,
             Command::CreateTopic {
                 name,
                 id,

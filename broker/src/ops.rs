@@ -14,6 +14,9 @@ use futures::channel::oneshot;
 
 use crate::errors::KafkaError;
 use crate::metadata::{Command, MetaError, Metadata};
+
+/// Producer ids reserved per metadata-log write.
+pub const PRODUCER_ID_BLOCK: i64 = 1000;
 use crate::partition::Partition;
 use crate::shard::Shard;
 
@@ -104,6 +107,8 @@ pub enum Op {
     ApplyMetadata(Arc<Metadata>),
     /// Commit metadata commands (shard 0 only) and publish the result to every shard.
     MetaCommands(Vec<Command>),
+    /// Hand out a new producer id (shard 0 only).
+    AllocateProducerId,
     /// Stop accepting, flush, and let the shard exit.
     Shutdown,
 }
@@ -121,6 +126,8 @@ pub enum Reply {
     Meta(Vec<Result<(), MetaError>>),
     /// Per part, in order.
     Parts(Vec<PartReply>),
+    /// A producer id, or why none.
+    ProducerId(Result<i64, MetaError>),
     /// Done.
     Done,
 }
@@ -172,6 +179,7 @@ impl Shard {
                 Reply::Done
             }
             Op::MetaCommands(cmds) => Reply::Meta(self.meta_commands(cmds).await),
+            Op::AllocateProducerId => Reply::ProducerId(self.allocate_producer_id().await),
             Op::Shutdown => {
                 self.shutdown().await;
                 Reply::Done
@@ -364,30 +372,51 @@ impl Shard {
     }
 
     async fn meta_commands(self: &Rc<Self>, cmds: Vec<Command>) -> Vec<Result<(), MetaError>> {
-        let results = {
-            let Some(mut store) = self.take_metastore() else {
-                return cmds
-                    .iter()
-                    .map(|_| Err(MetaError::UnknownTopic("metadata not on this shard".into())))
-                    .collect();
+        let _serial = self.lock_metadata().await;
+        let Some(mut store) = self.take_metastore() else {
+            let e = MetaError::Internal("metadata is not on this shard".into());
+            return cmds.iter().map(|_| Err(e.clone())).collect();
+        };
+        let r = store.commit(cmds.clone()).await;
+        let snapshot = Arc::new(store.state().clone());
+        self.put_metastore(store);
+        match r {
+            Ok(r) => {
+                self.publish(snapshot).await;
+                r
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "metadata log write failed");
+                let e = MetaError::Internal(format!("metadata log: {e}"));
+                cmds.iter().map(|_| Err(e.clone())).collect()
+            }
+        }
+    }
+
+    /// Allocates a producer id that was never handed out before, even across restarts:
+    /// ids are reserved in blocks persisted in the metadata log before use.
+    async fn allocate_producer_id(self: &Rc<Self>) -> Result<i64, MetaError> {
+        loop {
+            let reserved = self.metadata().producer_ids_reserved_to;
+            let next = self
+                .next_producer_id
+                .get()
+                .max(self.producer_id_floor.get());
+            if next < reserved {
+                self.next_producer_id.set(next + 1);
+                return Ok(next);
+            }
+            let cmd = Command::ReserveProducerIds {
+                up_to: reserved + PRODUCER_ID_BLOCK,
             };
-            let r = store.commit(cmds.clone()).await;
-            let snapshot = Arc::new(store.state().clone());
-            self.put_metastore(store);
-            match r {
-                Ok(r) => {
-                    self.publish(snapshot).await;
-                    r
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "metadata log write failed");
-                    cmds.iter()
-                        .map(|_| Err(MetaError::UnknownTopic(format!("metadata log: {e}"))))
-                        .collect()
+            let r = self.meta_commands(vec![cmd]).await.pop().unwrap_or(Ok(()));
+            // A concurrent allocation may have reserved the block first: that is fine.
+            if let Err(e) = r {
+                if self.metadata().producer_ids_reserved_to <= reserved {
+                    return Err(e);
                 }
             }
-        };
-        results
+        }
     }
 
     /// Sends a snapshot to every shard (itself included) and waits until all applied it.

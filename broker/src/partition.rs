@@ -14,6 +14,7 @@ use strand_storage::{AppendEntry, FrameKind, KafkaOffset, Log, RaftIndex, RaftTe
 use strand_wire::RecordBatch;
 
 use crate::errors::KafkaError;
+use crate::producer_state::{ProducerStates, Verdict};
 
 /// Durability waiters and append watchers are bounded by the requests in flight, which
 /// the connection pipeline depth bounds; this caps one partition's list regardless.
@@ -42,6 +43,23 @@ pub struct Partition {
     durable_waiters: RefCell<Vec<DurableWaiter>>,
     append_watchers: RefCell<Vec<oneshot::Sender<()>>>,
     max_message_bytes: Cell<usize>,
+    producers: RefCell<ProducerStates>,
+}
+
+/// Idempotence fields of a batch: (producer id, epoch, first sequence, last sequence).
+fn idempotence(view: &RecordBatch) -> Option<(i64, i16, i32, i32)> {
+    let pid = view.producer_id();
+    if pid < 0 {
+        return None;
+    }
+    let first = view.base_sequence();
+    let last = (i64::from(first) + i64::from(view.last_offset_delta())) % (i64::from(i32::MAX) + 1);
+    Some((
+        pid,
+        view.producer_epoch(),
+        first,
+        i32::try_from(last).unwrap_or(0),
+    ))
 }
 
 impl Partition {
@@ -57,6 +75,7 @@ impl Partition {
             durable_waiters: RefCell::new(Vec::new()),
             append_watchers: RefCell::new(Vec::new()),
             max_message_bytes: Cell::new(max_message_bytes),
+            producers: RefCell::new(ProducerStates::default()),
         }
     }
 
@@ -87,6 +106,18 @@ impl Partition {
         let view = RecordBatch::parse(batch.clone()).map_err(KafkaError::from_batch)?;
         view.validate().map_err(KafkaError::from_batch)?;
         view.validate_produce().map_err(KafkaError::from_batch)?;
+        let ids = idempotence(&view);
+        if let Some((pid, epoch, first, last)) = ids {
+            let verdict = self.producers.borrow().check(pid, epoch, first, last)?;
+            if let Verdict::Duplicate { base_offset } = verdict {
+                if acks_all {
+                    self.wait_committed(KafkaOffset(base_offset)).await;
+                }
+                return Ok(Produced {
+                    base_offset: KafkaOffset(base_offset),
+                });
+            }
+        }
         let entry = AppendEntry {
             term: RaftTerm(0),
             kind: FrameKind::Data,
@@ -96,6 +127,15 @@ impl Partition {
             .log
             .append_one(&entry)
             .map_err(KafkaError::from_storage)?;
+        if let Some((pid, epoch, first, last)) = ids {
+            self.producers.borrow_mut().record(
+                pid,
+                epoch,
+                first,
+                last,
+                appended.kafka_base_offset.0,
+            );
+        }
         let durable = acks_all.then(|| self.wait_durable(appended.index));
         self.ensure_flushing();
         if let Some(rx) = durable {
@@ -104,6 +144,39 @@ impl Partition {
         Ok(Produced {
             base_offset: appended.kafka_base_offset,
         })
+    }
+
+    /// Waits until the high watermark passes `offset` (a retried batch's original).
+    async fn wait_committed(self: &Rc<Self>, offset: KafkaOffset) {
+        while self.high_watermark.get() <= offset {
+            let rx = self.watch_appends();
+            self.ensure_flushing();
+            let _ = crate::shard::timeout(std::time::Duration::from_secs(30), rx).await;
+        }
+    }
+
+    /// Rebuilds idempotent-producer state by replaying the batch headers of the log, so
+    /// a producer retrying across a restart gets no duplicates.
+    pub async fn rebuild_producer_state(&self) -> Result<(), StorageError> {
+        let mut next = self.log.log_start_offset();
+        let end = self.log.log_end_offset();
+        while next < end {
+            let r = self.log.read(next, end, 4 << 20, true).await?;
+            if r.batches.is_empty() {
+                break;
+            }
+            let mut states = self.producers.borrow_mut();
+            for b in r.batches {
+                let Ok(view) = RecordBatch::parse(b) else {
+                    continue;
+                };
+                if let Some((pid, epoch, first, last)) = idempotence(&view) {
+                    states.record(pid, epoch, first, last, view.base_offset());
+                }
+            }
+            next = r.next_offset;
+        }
+        Ok(())
     }
 
     fn wait_durable(&self, index: RaftIndex) -> oneshot::Receiver<Result<(), KafkaError>> {

@@ -60,6 +60,11 @@ pub struct Shard {
     in_flight: Cell<usize>,
     stop_tx: RefCell<Option<oneshot::Sender<()>>>,
     in_flight_bytes: Rc<glommio::sync::Semaphore>,
+    metadata_serial: Rc<glommio::sync::Semaphore>,
+    /// Next producer id to hand out (shard 0).
+    pub(crate) next_producer_id: Cell<i64>,
+    /// Ids below this may have been handed out before the last restart (shard 0).
+    pub(crate) producer_id_floor: Cell<i64>,
 }
 
 /// Spawns a task on the current shard.
@@ -139,6 +144,7 @@ impl Shard {
         let dir = self.config.data_dir.join(format!("{topic}-{p}"));
         let log = Log::open(&dir, lc, Rc::new(SystemClock), self.cache.clone()).await?;
         let part = Rc::new(Partition::new(topic.to_string(), p, log, max_message));
+        part.rebuild_producer_state().await?;
         self.partitions
             .borrow_mut()
             .insert((topic.to_string(), p), part);
@@ -161,6 +167,11 @@ impl Shard {
         s.backpressure_events += 1;
         self.stats.set(s);
         self.in_flight_bytes.acquire_static_permit(units).await.ok()
+    }
+
+    /// Serializes metadata commits and publishes on shard 0 (in commit order).
+    pub async fn lock_metadata(&self) -> Option<glommio::sync::StaticPermit> {
+        self.metadata_serial.acquire_static_permit(1).await.ok()
     }
 
     /// Tracks a request in flight (for graceful shutdown).
@@ -279,6 +290,9 @@ async fn shard_main(
         stopping: Cell::new(false),
         in_flight: Cell::new(0),
         stop_tx: RefCell::new(Some(stop_tx)),
+        metadata_serial: Rc::new(glommio::sync::Semaphore::new(1)),
+        next_producer_id: Cell::new(0),
+        producer_id_floor: Cell::new(0),
         in_flight_bytes: Rc::new(glommio::sync::Semaphore::new(
             crate::shard_conn::IN_FLIGHT_BYTES_MAX as u64,
         )),
@@ -315,6 +329,9 @@ async fn shard_main(
             .await
             .context("opening the metadata log")?;
         let snapshot = Arc::new(store.state().clone());
+        shard
+            .producer_id_floor
+            .set(snapshot.producer_ids_reserved_to);
         shard.put_metastore(store);
         shard.publish(snapshot).await;
     }

@@ -274,7 +274,15 @@ pub async fn prime_device_probe(dir: &Path) -> Result<(), StorageError> {
     if PRIMED.with(|p| p.borrow().contains(&dev)) {
         return Ok(());
     }
-    let probe = dir.join(".strand-iopoll-probe");
+    // One probe file per thread: shards prime concurrently on the same directory.
+    let probe = dir.join(
+        format!(
+            ".strand-iopoll-probe-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        )
+        .replace(['(', ')'], ""),
+    );
     std::fs::write(&probe, vec![0u8; WRITE_ALIGN_BYTES as usize])
         .map_err(|e| StorageError::io(&probe, e))?;
     let file = DmaFile::open(&probe)

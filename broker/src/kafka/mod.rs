@@ -13,6 +13,7 @@ pub mod fetch;
 pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
+pub mod producer;
 pub mod records;
 pub mod topics;
 
@@ -40,6 +41,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DescribeCluster, 0, 1),
+    (ApiKey::InitProducerId, 0, 4),
 ];
 
 /// A request that cannot be answered: the connection is closed.
@@ -117,6 +119,7 @@ pub async fn handle(shard: &Rc<Shard>, frame: Bytes) -> Result<Option<Bytes>, Fr
         ApiKey::DescribeConfigs => configs::describe(shard, &ctx, buf).await.map(Some),
         ApiKey::AlterConfigs => configs::replace(shard, &ctx, buf).await.map(Some),
         ApiKey::IncrementalAlterConfigs => configs::incremental(shard, &ctx, buf).await.map(Some),
+        ApiKey::InitProducerId => producer::init(shard, &ctx, buf).await.map(Some),
         ApiKey::DescribeCluster => cluster::describe(shard, &ctx, buf).await.map(Some),
         ApiKey::DeleteRecords => records::delete_records(shard, &ctx, buf).await.map(Some),
         ApiKey::OffsetForLeaderEpoch => records::offset_for_leader_epoch(shard, &ctx, buf)
