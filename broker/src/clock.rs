@@ -7,3 +7,8 @@ use std::time::Instant;
 pub fn now() -> Instant {
     Instant::now()
 }
+
+/// Milliseconds since the Unix epoch (record timestamps).
+pub fn wall_ms() -> i64 {
+    strand_storage::Clock::now_ms(&strand_storage::SystemClock)
+}

@@ -60,6 +60,14 @@ pub struct Flags {
     /// How often retention runs (`log.retention.check.interval.ms`).
     #[arg(long, env = "STRAND_RETENTION_CHECK_INTERVAL_MS")]
     pub retention_check_interval_ms: Option<u64>,
+    /// Partitions of `__consumer_offsets` (`offsets.topic.num.partitions`), fixed at its
+    /// creation.
+    #[arg(long, env = "STRAND_OFFSETS_TOPIC_NUM_PARTITIONS")]
+    pub offsets_topic_num_partitions: Option<usize>,
+    /// How long a new group waits for more members before its first rebalance completes
+    /// (`group.initial.rebalance.delay.ms`).
+    #[arg(long, env = "STRAND_GROUP_INITIAL_REBALANCE_DELAY_MS")]
+    pub group_initial_rebalance_delay_ms: Option<u64>,
 }
 
 /// The same keys in a TOML file.
@@ -77,6 +85,8 @@ struct FileConfig {
     segment_bytes: Option<u64>,
     message_max_bytes: Option<usize>,
     retention_check_interval_ms: Option<u64>,
+    offsets_topic_num_partitions: Option<usize>,
+    group_initial_rebalance_delay_ms: Option<u64>,
 }
 
 /// Validated configuration.
@@ -104,6 +114,10 @@ pub struct Config {
     pub message_max_bytes: usize,
     /// `log.retention.check.interval.ms`.
     pub retention_check_interval_ms: u64,
+    /// `offsets.topic.num.partitions`.
+    pub offsets_topic_num_partitions: usize,
+    /// `group.initial.rebalance.delay.ms`.
+    pub group_initial_rebalance_delay_ms: u64,
 }
 
 impl Config {
@@ -150,6 +164,14 @@ impl Config {
                 .retention_check_interval_ms
                 .or(file.retention_check_interval_ms)
                 .unwrap_or(RETENTION_CHECK_INTERVAL_MS_DEFAULT),
+            offsets_topic_num_partitions: flags
+                .offsets_topic_num_partitions
+                .or(file.offsets_topic_num_partitions)
+                .unwrap_or(50),
+            group_initial_rebalance_delay_ms: flags
+                .group_initial_rebalance_delay_ms
+                .or(file.group_initial_rebalance_delay_ms)
+                .unwrap_or(3000),
         };
         c.validate()?;
         Ok(c)
@@ -173,6 +195,12 @@ impl Config {
                 "segment_bytes must be at least {}",
                 strand_storage::config::SEGMENT_BYTES_MIN
             );
+        }
+        if !(1..=1000).contains(&self.offsets_topic_num_partitions) {
+            bail!("offsets_topic_num_partitions must be in 1..=1000");
+        }
+        if self.group_initial_rebalance_delay_ms > 300_000 {
+            bail!("group_initial_rebalance_delay_ms must be at most 300000");
         }
         if self.retention_check_interval_ms == 0 {
             bail!("retention_check_interval_ms must be positive");

@@ -4,6 +4,7 @@
 mod clock;
 mod config;
 mod errors;
+mod group;
 mod kafka;
 mod metadata;
 mod metastore;

@@ -107,6 +107,29 @@ pub enum Op {
     ApplyMetadata(Arc<Metadata>),
     /// Commit metadata commands (shard 0 only) and publish the result to every shard.
     MetaCommands(Vec<Command>),
+    /// A single-group request, run on the group's coordinator shard.
+    Group {
+        /// API key.
+        key: i16,
+        /// Version.
+        version: i16,
+        /// Correlation id.
+        correlation_id: i32,
+        /// Client id.
+        client_id: String,
+        /// Client host.
+        client_host: String,
+        /// Request body.
+        body: Bytes,
+    },
+    /// Describe these groups (all coordinated here).
+    DescribeGroups(Vec<String>),
+    /// List the groups coordinated here.
+    ListGroups,
+    /// Delete these groups (all coordinated here).
+    DeleteGroups(Vec<String>),
+    /// Committed offsets of these groups (all coordinated here).
+    OffsetFetch(Vec<(String, crate::kafka::groups::WantedOffsets)>),
     /// Hand out a new producer id (shard 0 only).
     AllocateProducerId,
     /// Stop accepting, flush, and let the shard exit.
@@ -126,6 +149,16 @@ pub enum Reply {
     Meta(Vec<Result<(), MetaError>>),
     /// Per part, in order.
     Parts(Vec<PartReply>),
+    /// An encoded response, or why the request failed.
+    Encoded(Result<Bytes, String>),
+    /// Described groups, in order.
+    Described(Vec<kafka_protocol::messages::describe_groups_response::DescribedGroup>),
+    /// Listed groups.
+    Listed(Vec<kafka_protocol::messages::list_groups_response::ListedGroup>),
+    /// Error codes, in order.
+    Codes(Vec<i16>),
+    /// Offsets per group, in order.
+    Offsets(Vec<crate::kafka::groups::GroupOffsets>),
     /// A producer id, or why none.
     ProducerId(Result<i64, MetaError>),
     /// Done.
@@ -179,6 +212,31 @@ impl Shard {
                 Reply::Done
             }
             Op::MetaCommands(cmds) => Reply::Meta(self.meta_commands(cmds).await),
+            Op::Group {
+                key,
+                version,
+                correlation_id,
+                client_id,
+                client_host,
+                body,
+            } => Reply::Encoded(
+                self.run_group_request(key, version, correlation_id, client_id, client_host, body)
+                    .await,
+            ),
+            Op::DescribeGroups(ids) => {
+                Reply::Described(crate::kafka::groups::describe_local(self, ids))
+            }
+            Op::ListGroups => Reply::Listed(crate::kafka::groups::list_local(self)),
+            Op::DeleteGroups(ids) => {
+                let mut codes = Vec::with_capacity(ids.len());
+                for g in ids {
+                    codes.push(self.delete_group(&g).await);
+                }
+                Reply::Codes(codes)
+            }
+            Op::OffsetFetch(reqs) => {
+                Reply::Offsets(crate::kafka::groups::offset_fetch_local(self, reqs))
+            }
             Op::AllocateProducerId => Reply::ProducerId(self.allocate_producer_id().await),
             Op::Shutdown => {
                 self.shutdown().await;
@@ -369,6 +427,29 @@ impl Shard {
             });
         }
         out
+    }
+
+    async fn run_group_request(
+        self: &Rc<Self>,
+        key: i16,
+        version: i16,
+        correlation_id: i32,
+        client_id: String,
+        client_host: String,
+        body: Bytes,
+    ) -> Result<Bytes, String> {
+        let key = kafka_protocol::messages::ApiKey::try_from(key)
+            .map_err(|_| "unknown api key".to_string())?;
+        let ctx = crate::kafka::Ctx {
+            key,
+            version,
+            correlation_id,
+            client_id,
+            client_host,
+        };
+        crate::kafka::groups::execute(self, &ctx, body)
+            .await
+            .map_err(|e| e.to_string())
     }
 
     async fn meta_commands(self: &Rc<Self>, cmds: Vec<Command>) -> Vec<Result<(), MetaError>> {

@@ -53,6 +53,8 @@ pub struct Shard {
     peers: Vec<mpsc::Sender<Envelope>>,
     meta: RefCell<Arc<Metadata>>,
     pub(crate) partitions: RefCell<HashMap<(String, i32), Rc<Partition>>>,
+    /// Groups coordinated by this shard.
+    pub(crate) groups: RefCell<HashMap<String, crate::group::state::Group>>,
     cache: Rc<BatchCache>,
     metastore: RefCell<Option<MetaStore>>,
     stats: Cell<ShardStats>,
@@ -145,9 +147,31 @@ impl Shard {
         let log = Log::open(&dir, lc, Rc::new(SystemClock), self.cache.clone()).await?;
         let part = Rc::new(Partition::new(topic.to_string(), p, log, max_message));
         part.rebuild_producer_state().await?;
+        if topic == crate::group::OFFSETS_TOPIC {
+            self.load_groups(&part).await?;
+        }
         self.partitions
             .borrow_mut()
             .insert((topic.to_string(), p), part);
+        Ok(())
+    }
+
+    /// Rebuilds the groups of an offsets partition from its records.
+    async fn load_groups(&self, part: &Partition) -> anyhow::Result<()> {
+        let log = part.log();
+        let mut next = log.log_start_offset();
+        let end = part.high_watermark();
+        while next < end {
+            let r = log.read(next, end, 4 << 20, true).await?;
+            if r.batches.is_empty() {
+                break;
+            }
+            let mut groups = self.groups.borrow_mut();
+            for b in r.batches {
+                crate::group::coordinator::replay_batch(&mut groups, b);
+            }
+            next = r.next_offset;
+        }
         Ok(())
     }
 
@@ -284,6 +308,7 @@ async fn shard_main(
         peers,
         meta: RefCell::new(Arc::new(Metadata::default())),
         partitions: RefCell::new(HashMap::new()),
+        groups: RefCell::new(HashMap::new()),
         cache: Rc::new(BatchCache::new(BATCH_CACHE_BYTES)),
         metastore: RefCell::new(None),
         stats: Cell::new(ShardStats::default()),
@@ -334,6 +359,7 @@ async fn shard_main(
             .set(snapshot.producer_ids_reserved_to);
         shard.put_metastore(store);
         shard.publish(snapshot).await;
+        ensure_offsets_topic(&shard).await;
     }
     // Serve only once the first metadata snapshot arrived, so no request sees an empty
     // cluster (and auto-creates a topic that exists).
@@ -341,6 +367,7 @@ async fn shard_main(
         sleep(Duration::from_millis(1)).await;
     }
     spawn_local(retention_loop(shard.clone()));
+    spawn_local(session_sweeper(shard.clone()));
     crate::shard_conn::serve(shard.clone(), stop_rx).await?;
     let _ = done_rx.await;
     tracing::info!(
@@ -349,6 +376,27 @@ async fn shard_main(
         "shard stopped"
     );
     Ok(())
+}
+
+/// Creates `__consumer_offsets` at first start.
+async fn ensure_offsets_topic(shard: &Rc<Shard>) {
+    use crate::group::OFFSETS_TOPIC;
+    if shard.metadata().topics.contains_key(OFFSETS_TOPIC) {
+        return;
+    }
+    let n = shard.config.offsets_topic_num_partitions;
+    let cmd = crate::kafka::topics::create_command(shard, OFFSETS_TOPIC, n, BTreeMap::new());
+    if let Some(Err(e)) = crate::kafka::topics::commit(shard, vec![cmd]).await.pop() {
+        tracing::error!(error = %e, "cannot create {OFFSETS_TOPIC}");
+    }
+}
+
+/// Expires group member sessions.
+async fn session_sweeper(shard: Rc<Shard>) {
+    while !shard.stopping() {
+        sleep(crate::group::coordinator::SESSION_SWEEP).await;
+        shard.expire_sessions();
+    }
 }
 
 /// Applies retention to this shard's partitions every `retention_check_interval_ms`.

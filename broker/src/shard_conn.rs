@@ -59,6 +59,7 @@ type Pending = glommio::Task<Result<Option<Bytes>, FramingError>>;
 
 async fn connection(shard: Rc<Shard>, stream: TcpStream) {
     let peer = stream.peer_addr().ok();
+    let host: Rc<str> = peer.map_or_else(|| "".into(), |p| format!("/{}", p.ip()).into());
     let (mut rd, mut wr) = stream.split();
     let (tx, rx) = local_channel::new_bounded::<Pending>(PIPELINE_DEPTH);
     let writer = glommio::spawn_local(async move {
@@ -118,8 +119,9 @@ async fn connection(shard: Rc<Shard>, stream: TcpStream) {
         let frame = Bytes::from(buf);
         shard.request_started();
         let s = shard.clone();
+        let host = host.clone();
         let task = glommio::spawn_local(async move {
-            let r = kafka::handle(&s, frame).await;
+            let r = kafka::handle(&s, frame, &host).await;
             s.request_finished();
             drop(permit);
             r

@@ -10,6 +10,7 @@ pub mod api_versions;
 pub mod cluster;
 pub mod configs;
 pub mod fetch;
+pub mod groups;
 pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
@@ -42,6 +43,17 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DescribeCluster, 0, 1),
     (ApiKey::InitProducerId, 0, 4),
+    (ApiKey::FindCoordinator, 0, 4),
+    (ApiKey::JoinGroup, 0, 7),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::OffsetCommit, 2, 8),
+    (ApiKey::OffsetFetch, 1, 8),
+    (ApiKey::OffsetDelete, 0, 0),
+    (ApiKey::ListGroups, 0, 4),
+    (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::DeleteGroups, 0, 2),
 ];
 
 /// A request that cannot be answered: the connection is closed.
@@ -75,7 +87,11 @@ pub fn supported_range(key: ApiKey) -> Option<(i16, i16)> {
 }
 
 /// Handles one request frame; `Ok(None)` means no response (acks=0 produce).
-pub async fn handle(shard: &Rc<Shard>, frame: Bytes) -> Result<Option<Bytes>, FramingError> {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    frame: Bytes,
+    client_host: &str,
+) -> Result<Option<Bytes>, FramingError> {
     let (key_raw, version) = match frame.first_chunk::<4>() {
         Some(h) => (
             i16::from_be_bytes([h[0], h[1]]),
@@ -106,6 +122,12 @@ pub async fn handle(shard: &Rc<Shard>, frame: Bytes) -> Result<Option<Bytes>, Fr
         key,
         version,
         correlation_id: header.correlation_id,
+        client_id: header
+            .client_id
+            .as_ref()
+            .map(|c| c.to_string())
+            .unwrap_or_default(),
+        client_host: client_host.to_string(),
     };
     match key {
         ApiKey::ApiVersions => api_versions::handle(&ctx, buf).map(Some),
@@ -119,6 +141,20 @@ pub async fn handle(shard: &Rc<Shard>, frame: Bytes) -> Result<Option<Bytes>, Fr
         ApiKey::DescribeConfigs => configs::describe(shard, &ctx, buf).await.map(Some),
         ApiKey::AlterConfigs => configs::replace(shard, &ctx, buf).await.map(Some),
         ApiKey::IncrementalAlterConfigs => configs::incremental(shard, &ctx, buf).await.map(Some),
+        ApiKey::FindCoordinator => groups::find_coordinator(shard, &ctx, buf).map(Some),
+        ApiKey::JoinGroup
+        | ApiKey::SyncGroup
+        | ApiKey::Heartbeat
+        | ApiKey::LeaveGroup
+        | ApiKey::OffsetCommit
+        | ApiKey::OffsetDelete => {
+            let group = groups::group_of(&ctx, &buf)?;
+            groups::route(shard, &ctx, &group, buf).await.map(Some)
+        }
+        ApiKey::OffsetFetch => groups::offset_fetch(shard, &ctx, buf).await.map(Some),
+        ApiKey::ListGroups => groups::list(shard, &ctx, buf).await.map(Some),
+        ApiKey::DescribeGroups => groups::describe(shard, &ctx, buf).await.map(Some),
+        ApiKey::DeleteGroups => groups::delete(shard, &ctx, buf).await.map(Some),
         ApiKey::InitProducerId => producer::init(shard, &ctx, buf).await.map(Some),
         ApiKey::DescribeCluster => cluster::describe(shard, &ctx, buf).await.map(Some),
         ApiKey::DeleteRecords => records::delete_records(shard, &ctx, buf).await.map(Some),
@@ -137,6 +173,10 @@ pub struct Ctx {
     pub version: i16,
     /// Correlation id to echo.
     pub correlation_id: i32,
+    /// The client's id (request header).
+    pub client_id: String,
+    /// The client's address.
+    pub client_host: String,
 }
 
 impl Ctx {
@@ -173,6 +213,8 @@ mod tests {
             key,
             version,
             correlation_id: 1,
+            client_id: String::new(),
+            client_host: String::new(),
         }
     }
 

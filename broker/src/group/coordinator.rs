@@ -1,0 +1,785 @@
+//! Group coordinator request handling on the shard that owns the group's
+//! `__consumer_offsets` partition: the classic rebalance protocol as Kafka runs it, with
+//! parked JoinGroup/SyncGroup requests, a per-rebalance driver task and a session sweeper.
+//!
+//! Invariant: no `RefCell` borrow of `groups` is held across an await; every state change
+//! that must survive a restart is written (acks=all) before it is acknowledged.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::channel::oneshot;
+use strand_wire::BatchBuilder;
+
+use super::records::{self, Key, OffsetValue};
+use super::state::{Committed, Group, GroupState, JoinOutcome, Member};
+use super::{partition_for, OFFSETS_TOPIC};
+use crate::shard::Shard;
+
+/// Kafka's `group.min.session.timeout.ms` and `group.max.session.timeout.ms` defaults.
+pub const SESSION_TIMEOUT_MS_MIN: i32 = 6_000;
+/// See [`SESSION_TIMEOUT_MS_MIN`].
+pub const SESSION_TIMEOUT_MS_MAX: i32 = 1_800_000;
+/// Kafka's `offset.metadata.max.bytes`.
+pub const OFFSET_METADATA_BYTES_MAX: usize = 4096;
+/// How often a rebalance checks whether it can complete.
+pub const REBALANCE_POLL: Duration = Duration::from_millis(10);
+/// How often member sessions are checked.
+pub const SESSION_SWEEP: Duration = Duration::from_millis(250);
+
+/// Kafka error codes used here.
+pub mod code {
+    /// NONE.
+    pub const NONE: i16 = 0;
+    /// UNKNOWN_TOPIC_OR_PARTITION.
+    pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+    /// OFFSET_METADATA_TOO_LARGE.
+    pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;
+    /// COORDINATOR_NOT_AVAILABLE.
+    pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+    /// NOT_COORDINATOR.
+    pub const NOT_COORDINATOR: i16 = 16;
+    /// ILLEGAL_GENERATION.
+    pub const ILLEGAL_GENERATION: i16 = 22;
+    /// INCONSISTENT_GROUP_PROTOCOL.
+    pub const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
+    /// INVALID_GROUP_ID.
+    pub const INVALID_GROUP_ID: i16 = 24;
+    /// UNKNOWN_MEMBER_ID.
+    pub const UNKNOWN_MEMBER_ID: i16 = 25;
+    /// INVALID_SESSION_TIMEOUT.
+    pub const INVALID_SESSION_TIMEOUT: i16 = 26;
+    /// REBALANCE_IN_PROGRESS.
+    pub const REBALANCE_IN_PROGRESS: i16 = 27;
+    /// NON_EMPTY_GROUP.
+    pub const NON_EMPTY_GROUP: i16 = 68;
+    /// GROUP_ID_NOT_FOUND.
+    pub const GROUP_ID_NOT_FOUND: i16 = 69;
+    /// MEMBER_ID_REQUIRED.
+    pub const MEMBER_ID_REQUIRED: i16 = 79;
+    /// GROUP_SUBSCRIBED_TO_TOPIC.
+    pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
+}
+
+/// A JoinGroup as the coordinator sees it.
+#[derive(Debug)]
+pub struct JoinRequest {
+    /// Group.
+    pub group: String,
+    /// Member id ("" on first join).
+    pub member_id: String,
+    /// Static id.
+    pub instance_id: Option<String>,
+    /// Client id.
+    pub client_id: String,
+    /// Client host.
+    pub client_host: String,
+    /// Session timeout.
+    pub session_timeout_ms: i32,
+    /// Rebalance timeout.
+    pub rebalance_timeout_ms: i32,
+    /// Protocol type.
+    pub protocol_type: String,
+    /// Protocols.
+    pub protocols: Vec<(String, Bytes)>,
+    /// Request version (MEMBER_ID_REQUIRED needs v4+).
+    pub version: i16,
+}
+
+fn failed_join(error: i16, member_id: String) -> JoinOutcome {
+    JoinOutcome {
+        error,
+        generation: -1,
+        protocol: None,
+        protocol_type: None,
+        leader: String::new(),
+        member_id,
+        members: Vec::new(),
+    }
+}
+
+impl Shard {
+    /// JoinGroup.
+    pub async fn group_join(self: &Rc<Self>, r: JoinRequest) -> JoinOutcome {
+        if r.group.is_empty() {
+            return failed_join(code::INVALID_GROUP_ID, r.member_id);
+        }
+        if !(SESSION_TIMEOUT_MS_MIN..=SESSION_TIMEOUT_MS_MAX).contains(&r.session_timeout_ms) {
+            return failed_join(code::INVALID_SESSION_TIMEOUT, r.member_id);
+        }
+        let rx = {
+            let mut groups = self.groups.borrow_mut();
+            let g = groups
+                .entry(r.group.clone())
+                .or_insert_with(|| Group::new(&r.group));
+            match self.admit(g, &r) {
+                Err(outcome) => return *outcome,
+                Ok(rx) => rx,
+            }
+        };
+        match rx.await {
+            Ok(o) => o,
+            Err(_) => failed_join(code::REBALANCE_IN_PROGRESS, r.member_id),
+        }
+    }
+
+    /// Decides what a JoinGroup does; parks it (returns the receiver) or answers at once.
+    fn admit(
+        self: &Rc<Self>,
+        g: &mut Group,
+        r: &JoinRequest,
+    ) -> Result<oneshot::Receiver<JoinOutcome>, Box<JoinOutcome>> {
+        let now = crate::clock::now();
+        if !g.accepts(&r.protocol_type, &r.protocols) {
+            return Err(Box::new(failed_join(
+                code::INCONSISTENT_GROUP_PROTOCOL,
+                r.member_id.clone(),
+            )));
+        }
+        let member_id = match (&r.instance_id, r.member_id.is_empty()) {
+            (Some(inst), _) => match g.member_by_instance(inst) {
+                Some(m) => m.id.clone(),
+                None if r.member_id.is_empty() => format!("{inst}-{}", uuid::Uuid::new_v4()),
+                None => r.member_id.clone(),
+            },
+            (None, true) => {
+                let id = format!("{}-{}", r.client_id, uuid::Uuid::new_v4());
+                if r.version >= 4 {
+                    g.pending.insert(id.clone(), now);
+                    return Err(Box::new(failed_join(code::MEMBER_ID_REQUIRED, id)));
+                }
+                id
+            }
+            (None, false) => {
+                if !g.members.contains_key(&r.member_id) && !g.pending.contains_key(&r.member_id) {
+                    return Err(Box::new(failed_join(
+                        code::UNKNOWN_MEMBER_ID,
+                        r.member_id.clone(),
+                    )));
+                }
+                r.member_id.clone()
+            }
+        };
+        g.pending.remove(&member_id);
+        // A follower rejoining a stable group with unchanged protocols gets the current
+        // generation without a rebalance (as Kafka does).
+        if g.state == GroupState::Stable && g.leader.as_deref() != Some(member_id.as_str()) {
+            if let Some(m) = g.members.get_mut(&member_id) {
+                if m.protocols == r.protocols {
+                    m.last_seen = now;
+                    return Err(Box::new(JoinOutcome {
+                        error: code::NONE,
+                        generation: g.generation,
+                        protocol: g.protocol.clone(),
+                        protocol_type: g.protocol_type.clone(),
+                        leader: g.leader.clone().unwrap_or_default(),
+                        member_id,
+                        members: Vec::new(),
+                    }));
+                }
+            }
+        }
+        let (tx, rx) = oneshot::channel();
+        if g.members.is_empty() {
+            g.protocol_type = Some(r.protocol_type.clone());
+        }
+        let m = g
+            .members
+            .entry(member_id.clone())
+            .or_insert_with(|| Member {
+                id: member_id.clone(),
+                instance_id: r.instance_id.clone(),
+                client_id: r.client_id.clone(),
+                client_host: r.client_host.clone(),
+                session_timeout_ms: r.session_timeout_ms,
+                rebalance_timeout_ms: r.rebalance_timeout_ms,
+                protocols: Vec::new(),
+                assignment: Bytes::new(),
+                join_waiter: None,
+                sync_waiter: None,
+                last_seen: now,
+            });
+        m.protocols = r.protocols.clone();
+        m.session_timeout_ms = r.session_timeout_ms;
+        m.rebalance_timeout_ms = r.rebalance_timeout_ms;
+        m.join_waiter = Some(tx);
+        m.last_seen = now;
+        if g.state != GroupState::PreparingRebalance {
+            self.prepare_rebalance(g);
+        }
+        Ok(rx)
+    }
+
+    /// Moves a group to PreparingRebalance and starts the task that completes the join.
+    fn prepare_rebalance(self: &Rc<Self>, g: &mut Group) {
+        let now = crate::clock::now();
+        for m in g.members.values_mut() {
+            if let Some(tx) = m.sync_waiter.take() {
+                let _ = tx.send((code::REBALANCE_IN_PROGRESS, Bytes::new()));
+            }
+        }
+        let was_empty = g.state == GroupState::Empty;
+        g.state = GroupState::PreparingRebalance;
+        let timeout = Duration::from_millis(u64::try_from(g.rebalance_timeout_ms()).unwrap_or(0));
+        g.rebalance_deadline = Some(now + timeout);
+        let delay = Duration::from_millis(self.config.group_initial_rebalance_delay_ms);
+        g.join_not_before = Some(if was_empty {
+            now + delay.min(timeout)
+        } else {
+            now
+        });
+        let (me, id) = (self.clone(), g.id.clone());
+        crate::shard::spawn_local(async move { me.drive_rebalance(id).await });
+    }
+
+    /// Completes the join phase once every member rejoined (after the initial delay for a
+    /// new group) or the rebalance timeout passed (dropping members that did not rejoin).
+    async fn drive_rebalance(self: Rc<Self>, group: String) {
+        loop {
+            crate::shard::sleep(REBALANCE_POLL).await;
+            let persist = {
+                let mut groups = self.groups.borrow_mut();
+                let Some(g) = groups.get_mut(&group) else {
+                    return;
+                };
+                if g.state != GroupState::PreparingRebalance {
+                    return;
+                }
+                let now = crate::clock::now();
+                let expired = g.rebalance_deadline.is_some_and(|t| now >= t);
+                let pending_wait = g.pending.iter().any(|(id, t)| {
+                    now.duration_since(*t)
+                        < Duration::from_millis(u64::try_from(SESSION_TIMEOUT_MS_MIN).unwrap_or(0))
+                        && !id.is_empty()
+                });
+                let all_joined =
+                    g.members.values().all(|m| m.join_waiter.is_some()) && !pending_wait;
+                let delay_done = g.join_not_before.is_none_or(|t| now >= t);
+                if !(expired || (all_joined && delay_done)) {
+                    continue;
+                }
+                if expired {
+                    g.members.retain(|_, m| m.join_waiter.is_some());
+                    g.pending.clear();
+                }
+                complete_join(g);
+                (g.state == GroupState::Empty).then(|| records::group_value(g))
+            };
+            if let Some(v) = persist {
+                let rec = (
+                    records::key_bytes(&Key::Group {
+                        group: group.clone(),
+                    }),
+                    Some(records::value_bytes(&v)),
+                );
+                if let Err(e) = self.persist_group_records(&group, vec![rec]).await {
+                    tracing::warn!(%group, code = e, "persisting empty group failed");
+                }
+            }
+            return;
+        }
+    }
+
+    /// SyncGroup: (error code, assignment).
+    pub async fn group_sync(
+        self: &Rc<Self>,
+        group: &str,
+        member_id: &str,
+        generation: i32,
+        assignments: Vec<(String, Bytes)>,
+    ) -> (i16, Bytes) {
+        let (rx, persist) = {
+            let mut groups = self.groups.borrow_mut();
+            let Some(g) = groups.get_mut(group) else {
+                return (code::UNKNOWN_MEMBER_ID, Bytes::new());
+            };
+            let Some(m) = g.members.get_mut(member_id) else {
+                return (code::UNKNOWN_MEMBER_ID, Bytes::new());
+            };
+            m.last_seen = crate::clock::now();
+            if generation != g.generation {
+                return (code::ILLEGAL_GENERATION, Bytes::new());
+            }
+            match g.state {
+                GroupState::PreparingRebalance => {
+                    return (code::REBALANCE_IN_PROGRESS, Bytes::new())
+                }
+                GroupState::Empty => return (code::UNKNOWN_MEMBER_ID, Bytes::new()),
+                GroupState::Stable => return (code::NONE, m.assignment.clone()),
+                GroupState::CompletingRebalance => {}
+            }
+            let (tx, rx) = oneshot::channel();
+            m.sync_waiter = Some(tx);
+            let persist = if g.leader.as_deref() == Some(member_id) {
+                for m in g.members.values_mut() {
+                    m.assignment = Bytes::new();
+                }
+                for (id, a) in assignments {
+                    if let Some(m) = g.members.get_mut(&id) {
+                        m.assignment = a;
+                    }
+                }
+                g.state = GroupState::Stable;
+                Some((g.generation, records::group_value(g)))
+            } else {
+                None
+            };
+            (rx, persist)
+        };
+        if let Some((gen, value)) = persist {
+            let rec = (
+                records::key_bytes(&Key::Group {
+                    group: group.to_string(),
+                }),
+                Some(records::value_bytes(&value)),
+            );
+            let result = self.persist_group_records(group, vec![rec]).await;
+            let mut groups = self.groups.borrow_mut();
+            if let Some(g) = groups
+                .get_mut(group)
+                .filter(|g| g.generation == gen && g.state == GroupState::Stable)
+            {
+                for m in g.members.values_mut() {
+                    if let Some(tx) = m.sync_waiter.take() {
+                        let answer = match result {
+                            Ok(()) => (code::NONE, m.assignment.clone()),
+                            Err(c) => (c, Bytes::new()),
+                        };
+                        let _ = tx.send(answer);
+                    }
+                }
+            }
+        }
+        rx.await
+            .unwrap_or((code::REBALANCE_IN_PROGRESS, Bytes::new()))
+    }
+
+    /// Heartbeat: error code.
+    pub fn group_heartbeat(&self, group: &str, member_id: &str, generation: i32) -> i16 {
+        let mut groups = self.groups.borrow_mut();
+        let Some(g) = groups.get_mut(group) else {
+            return code::UNKNOWN_MEMBER_ID;
+        };
+        let state = g.state;
+        let current = g.generation;
+        let Some(m) = g.members.get_mut(member_id) else {
+            return code::UNKNOWN_MEMBER_ID;
+        };
+        m.last_seen = crate::clock::now();
+        match state {
+            GroupState::Empty => code::UNKNOWN_MEMBER_ID,
+            _ if generation != current => code::ILLEGAL_GENERATION,
+            GroupState::PreparingRebalance => code::REBALANCE_IN_PROGRESS,
+            GroupState::CompletingRebalance | GroupState::Stable => code::NONE,
+        }
+    }
+
+    /// LeaveGroup: per (member id, instance id), an error code.
+    pub fn group_leave(
+        self: &Rc<Self>,
+        group: &str,
+        members: &[(String, Option<String>)],
+    ) -> Vec<i16> {
+        let mut groups = self.groups.borrow_mut();
+        let Some(g) = groups.get_mut(group) else {
+            return vec![code::UNKNOWN_MEMBER_ID; members.len()];
+        };
+        let mut removed = false;
+        let codes = members
+            .iter()
+            .map(|(id, inst)| {
+                let key = match inst {
+                    Some(i) => g.member_by_instance(i).map(|m| m.id.clone()),
+                    None => g.members.contains_key(id).then(|| id.clone()),
+                };
+                match key.and_then(|k| g.members.remove(&k)) {
+                    Some(m) => {
+                        if let Some(tx) = m.join_waiter {
+                            let _ = tx.send(failed_join(code::UNKNOWN_MEMBER_ID, m.id.clone()));
+                        }
+                        removed = true;
+                        code::NONE
+                    }
+                    None if g.pending.remove(id).is_some() => code::NONE,
+                    None => code::UNKNOWN_MEMBER_ID,
+                }
+            })
+            .collect();
+        if removed && g.state != GroupState::PreparingRebalance {
+            self.prepare_rebalance(g);
+        }
+        codes
+    }
+
+    /// Removes members whose session expired and pending ids never used; rebalances.
+    pub fn expire_sessions(self: &Rc<Self>) {
+        let now = crate::clock::now();
+        let mut groups = self.groups.borrow_mut();
+        for g in groups.values_mut() {
+            let before = g.members.len();
+            g.members.retain(|_, m| {
+                m.join_waiter.is_some()
+                    || now.duration_since(m.last_seen)
+                        < Duration::from_millis(u64::try_from(m.session_timeout_ms).unwrap_or(0))
+            });
+            g.pending.retain(|_, t| {
+                now.duration_since(*t)
+                    < Duration::from_millis(u64::try_from(SESSION_TIMEOUT_MS_MAX).unwrap_or(0))
+            });
+            if g.members.len() != before {
+                tracing::info!(group = %g.id, expired = before - g.members.len(), "member sessions expired");
+                if g.state != GroupState::PreparingRebalance {
+                    self.prepare_rebalance(g);
+                }
+            }
+        }
+    }
+
+    /// OffsetCommit for one group: per (topic, partition), an error code.
+    pub async fn offset_commit(
+        self: &Rc<Self>,
+        group: &str,
+        member_id: &str,
+        generation: i32,
+        offsets: Vec<(String, i32, Committed)>,
+    ) -> Vec<i16> {
+        let meta = self.metadata();
+        let group_code = {
+            let mut groups = self.groups.borrow_mut();
+            let g = groups
+                .entry(group.to_string())
+                .or_insert_with(|| Group::new(group));
+            commit_allowed(g, member_id, generation)
+        };
+        let mut codes: Vec<i16> = offsets
+            .iter()
+            .map(|(t, p, c)| {
+                if group_code != code::NONE {
+                    group_code
+                } else if meta.shard_of(t, *p).is_none() {
+                    code::UNKNOWN_TOPIC_OR_PARTITION
+                } else if c.metadata.len() > OFFSET_METADATA_BYTES_MAX {
+                    code::OFFSET_METADATA_TOO_LARGE
+                } else {
+                    code::NONE
+                }
+            })
+            .collect();
+        let accepted: Vec<&(String, i32, Committed)> = offsets
+            .iter()
+            .zip(&codes)
+            .filter(|(_, c)| **c == code::NONE)
+            .map(|(o, _)| o)
+            .collect();
+        if accepted.is_empty() {
+            return codes;
+        }
+        let recs = accepted
+            .iter()
+            .map(|(t, p, c)| {
+                let key = Key::Offset {
+                    group: group.to_string(),
+                    topic: t.clone(),
+                    partition: *p,
+                };
+                let value = OffsetValue {
+                    offset: c.offset,
+                    leader_epoch: c.leader_epoch,
+                    metadata: c.metadata.clone(),
+                };
+                (records::key_bytes(&key), Some(records::value_bytes(&value)))
+            })
+            .collect();
+        match self.persist_group_records(group, recs).await {
+            Ok(()) => {
+                let mut groups = self.groups.borrow_mut();
+                let g = groups
+                    .entry(group.to_string())
+                    .or_insert_with(|| Group::new(group));
+                for (t, p, c) in accepted {
+                    g.offsets.insert((t.clone(), *p), c.clone());
+                }
+            }
+            Err(e) => {
+                for c in codes.iter_mut().filter(|c| **c == code::NONE) {
+                    *c = e;
+                }
+            }
+        }
+        codes
+    }
+
+    /// Deletes an empty group and its offsets.
+    pub async fn delete_group(self: &Rc<Self>, group: &str) -> i16 {
+        let recs = {
+            let groups = self.groups.borrow();
+            let Some(g) = groups.get(group) else {
+                return code::GROUP_ID_NOT_FOUND;
+            };
+            if !g.members.is_empty() {
+                return code::NON_EMPTY_GROUP;
+            }
+            let mut recs: Vec<(Vec<u8>, Option<Vec<u8>>)> = g
+                .offsets
+                .keys()
+                .map(|(t, p)| {
+                    let key = Key::Offset {
+                        group: group.to_string(),
+                        topic: t.clone(),
+                        partition: *p,
+                    };
+                    (records::key_bytes(&key), None)
+                })
+                .collect();
+            recs.push((
+                records::key_bytes(&Key::Group {
+                    group: group.to_string(),
+                }),
+                None,
+            ));
+            recs
+        };
+        match self.persist_group_records(group, recs).await {
+            Ok(()) => {
+                self.groups.borrow_mut().remove(group);
+                code::NONE
+            }
+            Err(e) => e,
+        }
+    }
+
+    /// OffsetDelete: per (topic, partition), an error code.
+    pub async fn offset_delete(
+        self: &Rc<Self>,
+        group: &str,
+        parts: Vec<(String, i32)>,
+    ) -> Result<Vec<i16>, i16> {
+        let (codes, recs) = {
+            let groups = self.groups.borrow();
+            let Some(g) = groups.get(group) else {
+                return Err(code::GROUP_ID_NOT_FOUND);
+            };
+            let subscribed = subscribed_topics(g);
+            let codes: Vec<i16> = parts
+                .iter()
+                .map(|(t, _)| {
+                    if subscribed.contains(t) {
+                        code::GROUP_SUBSCRIBED_TO_TOPIC
+                    } else {
+                        code::NONE
+                    }
+                })
+                .collect();
+            let recs: Vec<(Vec<u8>, Option<Vec<u8>>)> = parts
+                .iter()
+                .zip(&codes)
+                .filter(|(_, c)| **c == code::NONE)
+                .map(|((t, p), _)| {
+                    let key = Key::Offset {
+                        group: group.to_string(),
+                        topic: t.clone(),
+                        partition: *p,
+                    };
+                    (records::key_bytes(&key), None)
+                })
+                .collect();
+            (codes, recs)
+        };
+        if !recs.is_empty() {
+            self.persist_group_records(group, recs).await?;
+            let mut groups = self.groups.borrow_mut();
+            if let Some(g) = groups.get_mut(group) {
+                for ((t, p), c) in parts.iter().zip(&codes) {
+                    if *c == code::NONE {
+                        g.offsets.remove(&(t.clone(), *p));
+                    }
+                }
+            }
+        }
+        Ok(codes)
+    }
+
+    /// Writes records to the group's offsets partition and waits until durable.
+    async fn persist_group_records(
+        &self,
+        group: &str,
+        recs: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    ) -> Result<(), i16> {
+        let meta = self.metadata();
+        let n = meta.topics.get(OFFSETS_TOPIC).map_or(0, |t| t.shards.len());
+        let p = partition_for(group, n);
+        let part = self
+            .partitions
+            .borrow()
+            .get(&(OFFSETS_TOPIC.to_string(), p))
+            .cloned();
+        let Some(part) = part else {
+            return Err(code::NOT_COORDINATOR);
+        };
+        let now = crate::clock::wall_ms();
+        let mut b = BatchBuilder::new(now);
+        for (k, v) in &recs {
+            b.push(now, Some(k), v.as_deref(), &[]);
+        }
+        part.produce(b.build(), true)
+            .await
+            .map(|_| ())
+            .map_err(|e| {
+                tracing::warn!(%group, error = %e, "writing __consumer_offsets failed");
+                code::COORDINATOR_NOT_AVAILABLE
+            })
+    }
+}
+
+/// Kafka's commit checks: simple commits only to empty groups; members must be current.
+fn commit_allowed(g: &Group, member_id: &str, generation: i32) -> i16 {
+    if generation < 0 && member_id.is_empty() {
+        return if g.members.is_empty() {
+            code::NONE
+        } else {
+            code::UNKNOWN_MEMBER_ID
+        };
+    }
+    if !g.members.contains_key(member_id) {
+        return code::UNKNOWN_MEMBER_ID;
+    }
+    if generation != g.generation {
+        return code::ILLEGAL_GENERATION;
+    }
+    if g.state == GroupState::CompletingRebalance {
+        return code::REBALANCE_IN_PROGRESS;
+    }
+    code::NONE
+}
+
+/// Ends the join phase: next generation, protocol, leader; answers every parked join.
+fn complete_join(g: &mut Group) {
+    g.generation += 1;
+    g.rebalance_deadline = None;
+    g.join_not_before = None;
+    if g.members.is_empty() {
+        g.state = GroupState::Empty;
+        g.protocol = None;
+        g.leader = None;
+        return;
+    }
+    g.protocol = g.select_protocol();
+    if !g.leader.as_ref().is_some_and(|l| g.members.contains_key(l)) {
+        g.leader = g.members.keys().next().cloned();
+    }
+    g.state = GroupState::CompletingRebalance;
+    let leader = g.leader.clone().unwrap_or_default();
+    let protocol = g.protocol.clone().unwrap_or_default();
+    let all: Vec<(String, Option<String>, Bytes)> = g
+        .members
+        .values()
+        .map(|m| {
+            let meta = m
+                .protocols
+                .iter()
+                .find(|(n, _)| *n == protocol)
+                .map(|(_, b)| b.clone())
+                .unwrap_or_default();
+            (m.id.clone(), m.instance_id.clone(), meta)
+        })
+        .collect();
+    for m in g.members.values_mut() {
+        if let Some(tx) = m.join_waiter.take() {
+            let _ = tx.send(JoinOutcome {
+                error: code::NONE,
+                generation: g.generation,
+                protocol: g.protocol.clone(),
+                protocol_type: g.protocol_type.clone(),
+                leader: leader.clone(),
+                member_id: m.id.clone(),
+                members: if m.id == leader {
+                    all.clone()
+                } else {
+                    Vec::new()
+                },
+            });
+        }
+    }
+}
+
+/// Topics the members of a "consumer" group subscribe to.
+fn subscribed_topics(g: &Group) -> Vec<String> {
+    use kafka_protocol::messages::ConsumerProtocolSubscription;
+    use kafka_protocol::protocol::Decodable;
+    if g.protocol_type.as_deref() != Some("consumer") {
+        return Vec::new();
+    }
+    let protocol = g.protocol.clone().unwrap_or_default();
+    let mut out = Vec::new();
+    for m in g.members.values() {
+        let Some((_, meta)) = m.protocols.iter().find(|(n, _)| *n == protocol) else {
+            continue;
+        };
+        let mut buf = meta.clone();
+        let Some(v) = buf.first_chunk::<2>().map(|a| i16::from_be_bytes(*a)) else {
+            continue;
+        };
+        let mut body = buf.split_off(2);
+        if let Ok(s) = ConsumerProtocolSubscription::decode(&mut body, v.clamp(0, 3)) {
+            out.extend(s.topics.iter().map(|t| t.to_string()));
+        }
+    }
+    out
+}
+
+/// Rebuilds the groups of one offsets partition from its records.
+pub fn replay_batch(groups: &mut std::collections::HashMap<String, Group>, batch: Bytes) {
+    use kafka_protocol::records::RecordBatchDecoder;
+    let mut buf = batch;
+    match RecordBatchDecoder::decode(&mut buf) {
+        Ok(set) => {
+            for r in set.records {
+                if let Some(k) = r.key.as_ref() {
+                    records::apply(groups, k, r.value.as_deref());
+                }
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "skipping unreadable __consumer_offsets batch"),
+    }
+}
+
+/// Requested offsets of one group: `None` = every committed partition.
+pub type WantedOffsets = Option<Vec<(String, Vec<i32>)>>;
+/// Answer for one group: per topic, per partition, the committed offset if any.
+pub type GroupOffsets = Vec<(String, Vec<(i32, Option<Committed>)>)>;
+
+/// Parses a group's offsets from the requested list, answering -1 where none.
+pub fn fetch_offsets(g: Option<&Group>, wanted: Option<Vec<(String, Vec<i32>)>>) -> GroupOffsets {
+    match wanted {
+        Some(ts) => ts
+            .into_iter()
+            .map(|(t, ps)| {
+                let parts = ps
+                    .into_iter()
+                    .map(|p| (p, g.and_then(|g| g.offsets.get(&(t.clone(), p)).cloned())))
+                    .collect();
+                (t, parts)
+            })
+            .collect(),
+        None => {
+            let mut by_topic: std::collections::BTreeMap<String, Vec<(i32, Option<Committed>)>> =
+                Default::default();
+            if let Some(g) = g {
+                for ((t, p), c) in &g.offsets {
+                    by_topic
+                        .entry(t.clone())
+                        .or_default()
+                        .push((*p, Some(c.clone())));
+                }
+            }
+            by_topic
+                .into_iter()
+                .map(|(t, mut ps)| {
+                    ps.sort_by_key(|(p, _)| *p);
+                    (t, ps)
+                })
+                .collect()
+        }
+    }
+}

@@ -1,0 +1,46 @@
+//! The group coordinator (classic rebalance protocol) and committed offsets
+//! (ARCHITECTURE.md, Kafka gateway: Consumer groups).
+//!
+//! A group lives on the shard owning `__consumer_offsets` partition
+//! `abs(java_hash(group)) % N`. Offset commits and group metadata are records in that
+//! partition, written with acks=all before they are acknowledged, and replayed when the
+//! partition opens, so coordinator state survives kill -9.
+//!
+//! `state` holds the pure data and decisions; `coordinator` the request handling with
+//! waiters and timers; `records` the record format and replay.
+
+pub mod coordinator;
+pub mod records;
+pub mod state;
+
+/// Internal topic holding offsets and group metadata.
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+
+/// Java's `String.hashCode` over UTF-16 code units, as Kafka uses for placement.
+pub fn java_hash(s: &str) -> i32 {
+    s.encode_utf16()
+        .fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(i32::from(c)))
+}
+
+/// The `__consumer_offsets` partition of `group` among `partitions`.
+pub fn partition_for(group: &str, partitions: usize) -> i32 {
+    let n = i32::try_from(partitions.max(1)).unwrap_or(i32::MAX);
+    (java_hash(group) & 0x7fff_ffff) % n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placement_matches_kafka() {
+        // Java: "test".hashCode() == 3556498, "polygenelubricants".hashCode() == i32::MIN.
+        assert_eq!(java_hash("test"), 3_556_498);
+        assert_eq!(java_hash("polygenelubricants"), i32::MIN);
+        assert_eq!(partition_for("polygenelubricants", 50), 0);
+        assert_eq!(java_hash(""), 0);
+        assert_eq!(java_hash("a"), 97);
+        assert_eq!(java_hash("ab"), 97 * 31 + 98);
+        assert!((0..50).contains(&partition_for("my-group", 50)));
+    }
+}

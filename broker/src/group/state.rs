@@ -1,0 +1,246 @@
+//! Group data: members, generation, protocol, assignments, committed offsets.
+//!
+//! Invariant: `generation` only grows; in `CompletingRebalance` and `Stable` every member
+//! has joined the current generation; `leader` is a member whenever there are members.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Instant;
+
+use bytes::Bytes;
+use futures::channel::oneshot;
+
+/// Kafka's group states.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupState {
+    /// No members.
+    Empty,
+    /// Waiting for members to (re)join.
+    PreparingRebalance,
+    /// Joined; waiting for the leader's assignment.
+    CompletingRebalance,
+    /// Assignment distributed.
+    Stable,
+}
+
+impl GroupState {
+    /// Kafka's name for the state.
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupState::Empty => "Empty",
+            GroupState::PreparingRebalance => "PreparingRebalance",
+            GroupState::CompletingRebalance => "CompletingRebalance",
+            GroupState::Stable => "Stable",
+        }
+    }
+}
+
+/// What a parked JoinGroup receives.
+#[derive(Clone, Debug)]
+pub struct JoinOutcome {
+    /// Error code (0 = joined).
+    pub error: i16,
+    /// Generation joined.
+    pub generation: i32,
+    /// Protocol chosen.
+    pub protocol: Option<String>,
+    /// Protocol type.
+    pub protocol_type: Option<String>,
+    /// Leader member id.
+    pub leader: String,
+    /// The member's id.
+    pub member_id: String,
+    /// For the leader: every member's (id, instance id, metadata for the chosen protocol).
+    pub members: Vec<(String, Option<String>, Bytes)>,
+}
+
+/// What a parked SyncGroup receives: error code and assignment.
+pub type SyncOutcome = (i16, Bytes);
+
+/// One member.
+#[derive(Debug)]
+pub struct Member {
+    /// Member id.
+    pub id: String,
+    /// Static membership id.
+    pub instance_id: Option<String>,
+    /// Client id.
+    pub client_id: String,
+    /// Client host.
+    pub client_host: String,
+    /// Session timeout.
+    pub session_timeout_ms: i32,
+    /// Rebalance timeout.
+    pub rebalance_timeout_ms: i32,
+    /// Supported protocols in preference order: (name, metadata).
+    pub protocols: Vec<(String, Bytes)>,
+    /// Current assignment.
+    pub assignment: Bytes,
+    /// A JoinGroup waiting for the rebalance to complete.
+    pub join_waiter: Option<oneshot::Sender<JoinOutcome>>,
+    /// A SyncGroup waiting for the leader's assignment.
+    pub sync_waiter: Option<oneshot::Sender<SyncOutcome>>,
+    /// Last heartbeat (or join/sync).
+    pub last_seen: Instant,
+}
+
+/// A committed offset.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Committed {
+    /// Offset.
+    pub offset: i64,
+    /// Leader epoch.
+    pub leader_epoch: i32,
+    /// Metadata string.
+    pub metadata: String,
+}
+
+/// One group.
+#[derive(Debug)]
+pub struct Group {
+    /// Group id.
+    pub id: String,
+    /// State.
+    pub state: GroupState,
+    /// Generation.
+    pub generation: i32,
+    /// Protocol type ("consumer", "connect", ...).
+    pub protocol_type: Option<String>,
+    /// Chosen protocol.
+    pub protocol: Option<String>,
+    /// Leader member id.
+    pub leader: Option<String>,
+    /// Members by id (ordered: deterministic leader choice and responses).
+    pub members: BTreeMap<String, Member>,
+    /// Ids handed out with MEMBER_ID_REQUIRED, not yet joined, with when.
+    pub pending: HashMap<String, Instant>,
+    /// Committed offsets by (topic, partition).
+    pub offsets: HashMap<(String, i32), Committed>,
+    /// When the current rebalance gives up on members that did not rejoin.
+    pub rebalance_deadline: Option<Instant>,
+    /// Earliest time the current join phase may complete (initial rebalance delay).
+    pub join_not_before: Option<Instant>,
+}
+
+impl Group {
+    /// A new empty group.
+    pub fn new(id: &str) -> Group {
+        Group {
+            id: id.to_string(),
+            state: GroupState::Empty,
+            generation: 0,
+            protocol_type: None,
+            protocol: None,
+            leader: None,
+            members: BTreeMap::new(),
+            pending: HashMap::new(),
+            offsets: HashMap::new(),
+            rebalance_deadline: None,
+            join_not_before: None,
+        }
+    }
+
+    /// The protocol every member supports with the most votes (each member votes for its
+    /// first supported candidate), ties broken by the leader's preference order.
+    pub fn select_protocol(&self) -> Option<String> {
+        let mut candidates: Option<HashSet<&str>> = None;
+        for m in self.members.values() {
+            let names: HashSet<&str> = m.protocols.iter().map(|(n, _)| n.as_str()).collect();
+            candidates = Some(match candidates {
+                None => names,
+                Some(c) => c.intersection(&names).copied().collect(),
+            });
+        }
+        let candidates = candidates?;
+        let mut votes: BTreeMap<&str, usize> = BTreeMap::new();
+        for m in self.members.values() {
+            if let Some((n, _)) = m
+                .protocols
+                .iter()
+                .find(|(n, _)| candidates.contains(n.as_str()))
+            {
+                *votes.entry(n.as_str()).or_default() += 1;
+            }
+        }
+        let best = votes.values().copied().max()?;
+        let first_member = self.members.values().next()?;
+        first_member
+            .protocols
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .find(|n| votes.get(n) == Some(&best))
+            .map(str::to_string)
+    }
+
+    /// Whether a member with these protocols can join (type matches, one protocol in
+    /// common with every member).
+    pub fn accepts(&self, protocol_type: &str, protocols: &[(String, Bytes)]) -> bool {
+        if self.members.is_empty() {
+            return !protocols.is_empty();
+        }
+        if self
+            .protocol_type
+            .as_deref()
+            .is_some_and(|t| t != protocol_type)
+        {
+            return false;
+        }
+        protocols.iter().any(|(n, _)| {
+            self.members
+                .values()
+                .all(|m| m.protocols.iter().any(|(mn, _)| mn == n))
+        })
+    }
+
+    /// The largest rebalance timeout among members (how long a rebalance waits).
+    pub fn rebalance_timeout_ms(&self) -> i32 {
+        self.members
+            .values()
+            .map(|m| m.rebalance_timeout_ms)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The member with this static instance id.
+    pub fn member_by_instance(&self, instance: &str) -> Option<&Member> {
+        self.members
+            .values()
+            .find(|m| m.instance_id.as_deref() == Some(instance))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(id: &str, protocols: &[&str]) -> Member {
+        Member {
+            id: id.into(),
+            instance_id: None,
+            client_id: "c".into(),
+            client_host: "h".into(),
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 30_000,
+            protocols: protocols
+                .iter()
+                .map(|p| (p.to_string(), Bytes::new()))
+                .collect(),
+            assignment: Bytes::new(),
+            join_waiter: None,
+            sync_waiter: None,
+            last_seen: crate::clock::now(),
+        }
+    }
+
+    #[test]
+    fn protocol_selection_by_votes() {
+        let mut g = Group::new("g");
+        g.members
+            .insert("a".into(), member("a", &["range", "roundrobin"]));
+        g.members
+            .insert("b".into(), member("b", &["roundrobin", "range"]));
+        g.members.insert("c".into(), member("c", &["roundrobin"]));
+        assert_eq!(g.select_protocol().as_deref(), Some("roundrobin"));
+        assert!(g.accepts("consumer", &[("roundrobin".into(), Bytes::new())]));
+        assert!(!g.accepts("consumer", &[("range".into(), Bytes::new())]));
+    }
+}
