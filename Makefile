@@ -20,13 +20,16 @@ build:
 ## run: build and start a single-node broker (data in ./$(DATA_DIR), git-ignored)
 run:
 	$(CARGO) build --release -p strand-broker
-	exec target/release/strand --data-dir $(DATA_DIR)
+	@echo "make run: group.initial.rebalance.delay.ms is 100 here for development (Kafka and strand default: 3000)"
+	exec target/release/strand --data-dir $(DATA_DIR) --group-initial-rebalance-delay-ms 100
 
 ## test: install what the tests need, then formatting, lints and every test
 test: deps lint
+	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace --all-targets
 	$(CARGO) run -q -p strand-bench -- disk --dir $(DATA_DIR)/bench-smoke \
 	  --total-bytes 16777216 --sync-samples 20 --engine-secs 0.1 --partitions 1,4 > /dev/null
+	STRAND_BIN=$(CURDIR)/target/debug/strand tests/kafka/run.sh
 	@echo "make test: all passed"
 
 ## bench: the disk physics and storage engine ratios (release build)
@@ -40,15 +43,21 @@ lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-## deps: system packages the tests use (mkfs.ext4 and mount for the ENOSPC test)
+## deps: system packages the tests use (installed only when missing): mkfs.ext4 and mount
+## (ENOSPC test), kcat, a JDK (Java client test), Node.js + npm (kafkajs), python3-venv
 deps:
 	@missing=""; \
 	command -v mkfs.ext4 >/dev/null || missing="$$missing e2fsprogs"; \
 	command -v mount >/dev/null || missing="$$missing mount"; \
+	command -v kcat >/dev/null || missing="$$missing kcat"; \
+	command -v javac >/dev/null || missing="$$missing openjdk-17-jdk-headless"; \
+	command -v node >/dev/null || missing="$$missing nodejs"; \
+	command -v npm >/dev/null || missing="$$missing npm"; \
+	python3 -c 'import ensurepip, venv' 2>/dev/null || missing="$$missing python3-venv"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq $$missing; \
-	  else sudo apt-get update -qq && sudo apt-get install -y -qq $$missing; fi; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
 
 ## soak: many more kill -9 iterations than `make test` runs
