@@ -32,6 +32,9 @@ pub struct Flags {
     /// Kafka listener address.
     #[arg(long, env = "STRAND_KAFKA_ADDR")]
     pub kafka_addr: Option<SocketAddr>,
+    /// Admin HTTP listener address (health, status, Prometheus metrics).
+    #[arg(long, env = "STRAND_ADMIN_ADDR")]
+    pub admin_addr: Option<SocketAddr>,
     /// Host name advertised to Kafka clients (default: the listener's IP).
     #[arg(long, env = "STRAND_ADVERTISED_HOST")]
     pub advertised_host: Option<String>,
@@ -76,6 +79,7 @@ pub struct Flags {
 struct FileConfig {
     data_dir: Option<PathBuf>,
     kafka_addr: Option<SocketAddr>,
+    admin_addr: Option<SocketAddr>,
     advertised_host: Option<String>,
     smp: Option<usize>,
     node_id: Option<i32>,
@@ -96,6 +100,8 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Kafka listener.
     pub kafka_addr: SocketAddr,
+    /// Admin HTTP listener.
+    pub admin_addr: SocketAddr,
     /// Host advertised in Metadata.
     pub advertised_host: String,
     /// Shards requested (`None` = all CPUs in the affinity mask).
@@ -141,6 +147,10 @@ impl Config {
                 .or(file.advertised_host)
                 .unwrap_or_else(|| kafka_addr.ip().to_string()),
             kafka_addr,
+            admin_addr: flags
+                .admin_addr
+                .or(file.admin_addr)
+                .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 9644))),
             smp: flags.smp.or(file.smp),
             node_id: flags.node_id.or(file.node_id).unwrap_or(0),
             auto_create_topics: flags

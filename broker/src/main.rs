@@ -1,6 +1,7 @@
 //! `strand`: the Strand broker server (ARCHITECTURE.md). Parses configuration, runs the
 //! start-up checks and the shards, and exits 0 after a clean SIGTERM/SIGINT shutdown.
 
+mod admin;
 mod clock;
 mod config;
 mod errors;
@@ -13,6 +14,7 @@ mod partition;
 mod preflight;
 mod producer_state;
 mod shard;
+mod shard_admin;
 mod shard_conn;
 mod shard_signals;
 mod topic_config;

@@ -130,6 +130,8 @@ pub enum Op {
     DeleteGroups(Vec<String>),
     /// Committed offsets of these groups (all coordinated here).
     OffsetFetch(Vec<(String, crate::kafka::groups::WantedOffsets)>),
+    /// Counters for admin HTTP.
+    Stats,
     /// Hand out a new producer id (shard 0 only).
     AllocateProducerId,
     /// Stop accepting, flush, and let the shard exit.
@@ -159,6 +161,8 @@ pub enum Reply {
     Codes(Vec<i16>),
     /// Offsets per group, in order.
     Offsets(Vec<crate::kafka::groups::GroupOffsets>),
+    /// A shard's counters.
+    Stats(Box<crate::admin::ShardSnapshot>),
     /// A producer id, or why none.
     ProducerId(Result<i64, MetaError>),
     /// Done.
@@ -237,6 +241,7 @@ impl Shard {
             Op::OffsetFetch(reqs) => {
                 Reply::Offsets(crate::kafka::groups::offset_fetch_local(self, reqs))
             }
+            Op::Stats => Reply::Stats(Box::new(self.snapshot())),
             Op::AllocateProducerId => Reply::ProducerId(self.allocate_producer_id().await),
             Op::Shutdown => {
                 self.shutdown().await;

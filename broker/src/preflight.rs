@@ -23,5 +23,12 @@ pub fn check(config: &Config) -> anyhow::Result<()> {
             config.kafka_addr
         );
     }
+    if let Err(e) = std::net::TcpListener::bind(config.admin_addr) {
+        bail!(
+            "cannot listen on {} for admin HTTP ({e}): stop the process using it or pick \
+             another address with --admin-addr",
+            config.admin_addr
+        );
+    }
     Ok(())
 }

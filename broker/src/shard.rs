@@ -53,6 +53,10 @@ pub struct Shard {
     peers: Vec<mpsc::Sender<Envelope>>,
     meta: RefCell<Arc<Metadata>>,
     pub(crate) partitions: RefCell<HashMap<(String, i32), Rc<Partition>>>,
+    /// Requests received, indexed like `kafka::SUPPORTED`.
+    requests: RefCell<Vec<u64>>,
+    /// Open Kafka connections.
+    connections: Cell<u64>,
     /// Groups coordinated by this shard.
     pub(crate) groups: RefCell<HashMap<String, crate::group::state::Group>>,
     cache: Rc<BatchCache>,
@@ -198,6 +202,55 @@ impl Shard {
         self.metadata_serial.acquire_static_permit(1).await.ok()
     }
 
+    /// Counts a request of the API at `index` in `kafka::SUPPORTED`.
+    pub fn count_request(&self, index: usize) {
+        if let Some(n) = self.requests.borrow_mut().get_mut(index) {
+            *n += 1;
+        }
+    }
+
+    /// Counts a connection opening (+1) or closing (-1).
+    pub fn count_connection(&self, opened: bool) {
+        let n = self.connections.get();
+        self.connections
+            .set(if opened { n + 1 } else { n.saturating_sub(1) });
+    }
+
+    /// This shard's counters.
+    pub fn snapshot(&self) -> crate::admin::ShardSnapshot {
+        let stats = self.stats.get();
+        let mut storage = strand_storage::LogStats::default();
+        let mut log_bytes = 0;
+        let parts = self.partitions.borrow();
+        for p in parts.values() {
+            let s = p.log().stats();
+            storage.bytes_appended += s.bytes_appended;
+            storage.bytes_written += s.bytes_written;
+            storage.fdatasyncs += s.fdatasyncs;
+            storage.rolls += s.rolls;
+            storage.frames_appended += s.frames_appended;
+            storage.writes += s.writes;
+            log_bytes += p.log().size_bytes();
+        }
+        let requests = crate::kafka::SUPPORTED
+            .iter()
+            .zip(self.requests.borrow().iter())
+            .map(|((k, _, _), n)| (crate::kafka::api_name(*k), *n))
+            .collect();
+        crate::admin::ShardSnapshot {
+            shard: self.id,
+            cross_shard_messages: stats.cross_shard_messages,
+            backpressure_events: stats.backpressure_events,
+            connections: self.connections.get(),
+            requests,
+            partitions: parts.len() as u64,
+            groups: self.groups.borrow().len() as u64,
+            storage,
+            log_bytes,
+            cache: self.cache.stats(),
+        }
+    }
+
     /// Tracks a request in flight (for graceful shutdown).
     pub fn request_started(&self) {
         self.in_flight.set(self.in_flight.get() + 1);
@@ -309,6 +362,8 @@ async fn shard_main(
         meta: RefCell::new(Arc::new(Metadata::default())),
         partitions: RefCell::new(HashMap::new()),
         groups: RefCell::new(HashMap::new()),
+        requests: RefCell::new(vec![0; crate::kafka::SUPPORTED.len()]),
+        connections: Cell::new(0),
         cache: Rc::new(BatchCache::new(BATCH_CACHE_BYTES)),
         metastore: RefCell::new(None),
         stats: Cell::new(ShardStats::default()),
@@ -368,6 +423,14 @@ async fn shard_main(
     }
     spawn_local(retention_loop(shard.clone()));
     spawn_local(session_sweeper(shard.clone()));
+    if id == 0 {
+        let admin = shard.clone();
+        spawn_local(async move {
+            if let Err(e) = crate::shard_admin::serve(admin).await {
+                tracing::error!(error = %format!("{e:#}"), "admin HTTP stopped");
+            }
+        });
+    }
     crate::shard_conn::serve(shard.clone(), stop_rx).await?;
     let _ = done_rx.await;
     tracing::info!(

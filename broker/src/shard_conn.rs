@@ -60,6 +60,7 @@ type Pending = glommio::Task<Result<Option<Bytes>, FramingError>>;
 async fn connection(shard: Rc<Shard>, stream: TcpStream) {
     let peer = stream.peer_addr().ok();
     let host: Rc<str> = peer.map_or_else(|| "".into(), |p| format!("/{}", p.ip()).into());
+    shard.count_connection(true);
     let (mut rd, mut wr) = stream.split();
     let (tx, rx) = local_channel::new_bounded::<Pending>(PIPELINE_DEPTH);
     let writer = glommio::spawn_local(async move {
@@ -132,4 +133,5 @@ async fn connection(shard: Rc<Shard>, stream: TcpStream) {
     }
     drop(tx);
     writer.await;
+    shard.count_connection(false);
 }

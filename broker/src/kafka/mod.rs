@@ -78,13 +78,39 @@ pub enum FramingError {
     Malformed(String),
 }
 
-/// The advertised version range of `key`.
-pub fn supported_range(key: ApiKey) -> Option<(i16, i16)> {
-    SUPPORTED
-        .iter()
-        .find(|(k, _, _)| *k == key)
-        .map(|&(_, lo, hi)| (lo, hi))
+/// Kafka's name of an API, for metric labels.
+pub fn api_name(key: ApiKey) -> &'static str {
+    match key {
+        ApiKey::Produce => "produce",
+        ApiKey::Fetch => "fetch",
+        ApiKey::ListOffsets => "list_offsets",
+        ApiKey::Metadata => "metadata",
+        ApiKey::ApiVersions => "api_versions",
+        ApiKey::CreateTopics => "create_topics",
+        ApiKey::DeleteTopics => "delete_topics",
+        ApiKey::DeleteRecords => "delete_records",
+        ApiKey::OffsetForLeaderEpoch => "offset_for_leader_epoch",
+        ApiKey::DescribeConfigs => "describe_configs",
+        ApiKey::AlterConfigs => "alter_configs",
+        ApiKey::CreatePartitions => "create_partitions",
+        ApiKey::IncrementalAlterConfigs => "incremental_alter_configs",
+        ApiKey::DescribeCluster => "describe_cluster",
+        ApiKey::InitProducerId => "init_producer_id",
+        ApiKey::FindCoordinator => "find_coordinator",
+        ApiKey::JoinGroup => "join_group",
+        ApiKey::SyncGroup => "sync_group",
+        ApiKey::Heartbeat => "heartbeat",
+        ApiKey::LeaveGroup => "leave_group",
+        ApiKey::OffsetCommit => "offset_commit",
+        ApiKey::OffsetFetch => "offset_fetch",
+        ApiKey::OffsetDelete => "offset_delete",
+        ApiKey::ListGroups => "list_groups",
+        ApiKey::DescribeGroups => "describe_groups",
+        ApiKey::DeleteGroups => "delete_groups",
+        _ => "other",
+    }
 }
+
 
 /// Handles one request frame; `Ok(None)` means no response (acks=0 produce).
 pub async fn handle(
@@ -100,7 +126,12 @@ pub async fn handle(
         None => return Err(FramingError::Short),
     };
     let key = ApiKey::try_from(key_raw).map_err(|_| FramingError::UnsupportedApi(key_raw))?;
-    let (lo, hi) = supported_range(key).ok_or(FramingError::UnsupportedApi(key_raw))?;
+    let index = SUPPORTED.iter().position(|(k, _, _)| *k == key);
+    let Some(index) = index else {
+        return Err(FramingError::UnsupportedApi(key_raw));
+    };
+    shard.count_request(index);
+    let (_, lo, hi) = SUPPORTED[index];
     if version < lo || version > hi {
         if key == ApiKey::ApiVersions {
             let corr = frame
