@@ -12,7 +12,7 @@ export STRAND_REQUIRE_CLIENTS := 1
 export STRAND_REQUIRE_ROOT_TESTS := 1
 endif
 
-.PHONY: build run test bench fmt lint deps soak fuzz clean
+.PHONY: build run test bench bench-kafka fmt lint deps soak fuzz clean
 
 build:
 	$(CARGO) build --release --workspace
@@ -35,6 +35,11 @@ test: deps lint
 ## bench: the disk physics and storage engine ratios (release build)
 bench:
 	$(CARGO) run --release -q -p strand-bench -- disk --dir $(DATA_DIR)
+
+## bench-kafka: Kafka-protocol throughput, Strand vs Tansu, with librdkafka's rdkafka_performance
+bench-kafka:
+	$(CARGO) build --release -p strand-broker -p strand-bench
+	BENCH_DATA_DIR=$(abspath $(DATA_DIR))/bench-kafka bench/kafka/run.sh
 
 fmt:
 	$(CARGO) fmt --all

@@ -16,18 +16,31 @@ pub fn check(config: &Config) -> anyhow::Result<()> {
         }
         tracing::warn!(error = %e, "data directory without O_DIRECT: using buffered i/o as configured");
     }
-    if let Err(e) = std::net::TcpListener::bind(config.kafka_addr) {
-        bail!(
-            "cannot listen on {} ({e}): another process uses the port; stop it or pick \
-             another address with --kafka-addr",
-            config.kafka_addr
-        );
+    for (what, addr, flag) in [
+        ("Kafka", config.kafka_addr, "--kafka-addr"),
+        ("admin HTTP", config.admin_addr, "--admin-addr"),
+    ] {
+        port_free(what, addr, flag)?;
     }
-    if let Err(e) = std::net::TcpListener::bind(config.admin_addr) {
+    Ok(())
+}
+
+/// Fails when something already listens on `addr`. The listeners bind with SO_REUSEPORT
+/// (as glommio does), so connections left in TIME_WAIT by a previous run do not block a
+/// restart; a live listener is detected by connecting to it.
+fn port_free(what: &str, addr: std::net::SocketAddr, flag: &str) -> anyhow::Result<()> {
+    if addr.port() == 0 {
+        return Ok(());
+    }
+    let probe = if addr.ip().is_unspecified() {
+        std::net::SocketAddr::from(([127, 0, 0, 1], addr.port()))
+    } else {
+        addr
+    };
+    if std::net::TcpStream::connect_timeout(&probe, std::time::Duration::from_millis(300)).is_ok() {
         bail!(
-            "cannot listen on {} for admin HTTP ({e}): stop the process using it or pick \
-             another address with --admin-addr",
-            config.admin_addr
+            "cannot listen on {addr} for {what}: another process is listening there; stop it \
+             or pick another address with {flag}"
         );
     }
     Ok(())

@@ -30,6 +30,8 @@ use crate::partition::Partition;
 pub const SHARD_QUEUE_DEPTH: usize = 1024;
 /// Shard batch cache size.
 pub const BATCH_CACHE_BYTES: usize = 64 * 1024 * 1024;
+/// How often a cross-shard call checks that its peer still runs.
+pub const PEER_CHECK: Duration = Duration::from_millis(250);
 /// How long shutdown waits for in-flight requests.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
@@ -51,6 +53,9 @@ pub struct Shard {
     /// Configuration.
     pub config: Arc<Config>,
     peers: Vec<mpsc::Sender<Envelope>>,
+    /// Whether each shard still runs (set false when its loop ends); a call to a stopped
+    /// shard returns instead of waiting for a reply that will never come.
+    alive: Arc<Vec<std::sync::atomic::AtomicBool>>,
     meta: RefCell<Arc<Metadata>>,
     pub(crate) partitions: RefCell<HashMap<(String, i32), Rc<Partition>>>,
     /// Requests received, indexed like `kafka::SUPPORTED`.
@@ -104,10 +109,23 @@ impl Shard {
         self.stats.set(s);
         let (tx, rx) = oneshot::channel();
         let mut peer = self.peers[target].clone();
-        if peer.send(Envelope { op, reply: tx }).await.is_err() {
+        if !self.peer_alive(target) || peer.send(Envelope { op, reply: tx }).await.is_err() {
             return Reply::Done;
         }
-        rx.await.unwrap_or(Reply::Done)
+        let mut rx = rx;
+        loop {
+            match timeout(PEER_CHECK, &mut rx).await {
+                Some(r) => return r.unwrap_or(Reply::Done),
+                None if !self.peer_alive(target) => return Reply::Done,
+                None => {}
+            }
+        }
+    }
+
+    fn peer_alive(&self, target: usize) -> bool {
+        self.alive
+            .get(target)
+            .is_some_and(|a| a.load(std::sync::atomic::Ordering::Acquire))
     }
 
     /// Counters.
@@ -300,13 +318,25 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         senders.push(tx);
         receivers.push(rx);
     }
+    let alive: Arc<Vec<std::sync::atomic::AtomicBool>> = Arc::new(
+        (0..count)
+            .map(|_| std::sync::atomic::AtomicBool::new(true))
+            .collect(),
+    );
     let mut handles = Vec::with_capacity(count);
     for (id, rx) in receivers.into_iter().enumerate() {
-        let (config, peers) = (config.clone(), senders.clone());
+        let (config, peers, alive) = (config.clone(), senders.clone(), alive.clone());
         let h = LocalExecutorBuilder::new(Placement::Fixed(cpus[id]))
             .name(&format!("shard-{id}"))
             .io_memory(plan.io_memory_bytes)
-            .spawn(move || async move { shard_main(id, count, config, peers, rx).await })
+            .spawn(move || async move {
+                let flags = alive.clone();
+                let r = shard_main(id, count, config, peers, alive, rx).await;
+                if let Some(a) = flags.get(id) {
+                    a.store(false, std::sync::atomic::Ordering::Release);
+                }
+                r
+            })
             .map_err(|e| {
                 anyhow::anyhow!(
                     "cannot start shard {id} (io_uring executor): {e}; check that io_uring is \
@@ -350,6 +380,7 @@ async fn shard_main(
     count: usize,
     config: Arc<Config>,
     peers: Vec<mpsc::Sender<Envelope>>,
+    alive: Arc<Vec<std::sync::atomic::AtomicBool>>,
     mut rx: mpsc::Receiver<Envelope>,
 ) -> anyhow::Result<()> {
     strand_storage::io::prime_device_probe(&config.data_dir).await?;
@@ -359,6 +390,7 @@ async fn shard_main(
         count,
         config: config.clone(),
         peers,
+        alive,
         meta: RefCell::new(Arc::new(Metadata::default())),
         partitions: RefCell::new(HashMap::new()),
         groups: RefCell::new(HashMap::new()),
@@ -391,7 +423,8 @@ async fn shard_main(
                     if let Some(tx) = done_tx.take() {
                         let _ = tx.send(());
                     }
-                    continue;
+                    // Dropping the receiver answers every queued or later call at once.
+                    break;
                 }
                 spawn_local(async move {
                     let r = shard.execute(env.op).await;
@@ -418,7 +451,7 @@ async fn shard_main(
     }
     // Serve only once the first metadata snapshot arrived, so no request sees an empty
     // cluster (and auto-creates a topic that exists).
-    while shard.metadata().version == 0 {
+    while shard.metadata().version == 0 && !shard.stopping() {
         sleep(Duration::from_millis(1)).await;
     }
     spawn_local(retention_loop(shard.clone()));

@@ -37,7 +37,9 @@ pub async fn serve(shard: Rc<Shard>, stop: oneshot::Receiver<()>) -> anyhow::Res
     let addr = shard.config.kafka_addr;
     let listener = TcpListener::bind(addr)
         .map_err(std::io::Error::from)
-        .with_context(|| format!("listening on {addr}"))?;
+        .with_context(|| {
+            format!("cannot listen on {addr}; pick another address with --kafka-addr")
+        })?;
     let mut stop = stop;
     loop {
         let accept = std::pin::pin!(listener.accept());

@@ -96,6 +96,22 @@ pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes
             }
         })
         .collect();
+    // config_type and documentation exist from v3 only.
+    let results: Vec<DescribeConfigsResult> = if ctx.version >= 3 {
+        results
+    } else {
+        let d = DescribeConfigsResourceResult::default();
+        results
+            .into_iter()
+            .map(|mut r: DescribeConfigsResult| {
+                for c in &mut r.configs {
+                    c.config_type = d.config_type;
+                    c.documentation = d.documentation.clone();
+                }
+                r
+            })
+            .collect()
+    };
     ctx.respond(&DescribeConfigsResponse::default().with_results(results))
 }
 

@@ -101,7 +101,7 @@ pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
                 .partitions
                 .iter()
                 .zip(row)
-                .map(|(p, r)| partition_data(p.partition, r))
+                .map(|(p, r)| partition_data(p.partition, r, ctx.version))
                 .collect();
             FetchableTopicResponse::default()
                 .with_topic(t.topic.clone())
@@ -133,12 +133,12 @@ async fn wait_for_appends(
     let _ = futures::future::select_all(waits).await;
 }
 
-fn partition_data(index: i32, r: FetchResult) -> PartitionData {
+fn partition_data(index: i32, r: FetchResult, version: i16) -> PartitionData {
     let mut d = PartitionData::default()
         .with_partition_index(index)
         .with_high_watermark(r.high_watermark)
         .with_last_stable_offset(r.high_watermark)
-        .with_log_start_offset(r.log_start_offset)
+        .with_log_start_offset(if version >= 5 { r.log_start_offset } else { -1 })
         .with_records(Some(r.records));
     if let Some(e) = r.error {
         d = d.with_error_code(e.code());

@@ -149,14 +149,18 @@ async fn join(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, Framin
         .map(|(id, inst, meta)| {
             JoinGroupResponseMember::default()
                 .with_member_id(s(id))
-                .with_group_instance_id(inst.map(s))
+                .with_group_instance_id(if ctx.version >= 5 { inst.map(s) } else { None })
                 .with_metadata(meta)
         })
         .collect();
     let resp = JoinGroupResponse::default()
         .with_error_code(o.error)
         .with_generation_id(o.generation)
-        .with_protocol_type(o.protocol_type.map(s))
+        .with_protocol_type(if ctx.version >= 7 {
+            o.protocol_type.map(s)
+        } else {
+            None
+        })
         .with_protocol_name(Some(s(o.protocol.unwrap_or_default())))
         .with_leader(s(o.leader))
         .with_member_id(s(o.member_id))
@@ -320,7 +324,11 @@ pub fn find_coordinator(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Byt
         let a = answer(r.key.clone());
         FindCoordinatorResponse::default()
             .with_error_code(a.error_code)
-            .with_error_message(a.error_message)
+            .with_error_message(if ctx.version >= 1 {
+                a.error_message
+            } else {
+                None
+            })
             .with_node_id(a.node_id)
             .with_host(a.host)
             .with_port(a.port)
@@ -354,7 +362,12 @@ pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes
         })
         .collect();
     for (target, (groups, idx)) in by_shard(shard, &ids) {
-        if let Reply::Described(ds) = shard.call(target, Op::DescribeGroups(groups)).await {
+        if let Reply::Described(mut ds) = shard.call(target, Op::DescribeGroups(groups)).await {
+            if ctx.version < 4 {
+                for m in ds.iter_mut().flat_map(|d| d.members.iter_mut()) {
+                    m.group_instance_id = None;
+                }
+            }
             for (i, d) in idx.into_iter().zip(ds) {
                 out[i] = d;
             }
@@ -402,6 +415,7 @@ pub fn describe_local(shard: &Shard, ids: Vec<String>) -> Vec<DescribedGroup> {
 
 /// ListGroups over every shard.
 pub async fn list(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
+    let with_state = ctx.version >= 4;
     let r: ListGroupsRequest = ctx.decode(body)?;
     let states: Vec<String> = r.states_filter.iter().map(|x| x.to_lowercase()).collect();
     let calls = (0..shard.count).map(|t| shard.call(t, Op::ListGroups));
@@ -411,6 +425,12 @@ pub async fn list(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, Fr
             groups.extend(gs.into_iter().filter(|g: &ListedGroup| {
                 states.is_empty() || states.contains(&g.group_state.to_lowercase())
             }));
+        }
+    }
+    if !with_state {
+        let d = ListedGroup::default();
+        for g in &mut groups {
+            g.group_state = d.group_state.clone();
         }
     }
     ctx.respond(&ListGroupsResponse::default().with_groups(groups))
@@ -427,7 +447,6 @@ pub fn list_local(shard: &Shard) -> Vec<ListedGroup> {
                 .with_group_id(GroupId(s(g.id.clone())))
                 .with_protocol_type(s(g.protocol_type.clone().unwrap_or_default()))
                 .with_group_state(s(g.state.name()))
-                .with_group_type(s("classic"))
         })
         .collect()
 }
@@ -549,7 +568,7 @@ pub async fn offset_fetch(
                         OffsetFetchResponsePartition::default()
                             .with_partition_index(*p)
                             .with_committed_offset(o)
-                            .with_committed_leader_epoch(e)
+                            .with_committed_leader_epoch(if ctx.version >= 5 { e } else { -1 })
                             .with_metadata(Some(s(m)))
                     })
                     .collect();

@@ -87,7 +87,7 @@ pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
                 .with_error_code(err.map_or(0, |e| e.code()))
                 .with_timestamp(ts)
                 .with_offset(off)
-                .with_leader_epoch(epoch);
+                .with_leader_epoch(if ctx.version >= 4 { epoch } else { -1 });
         }
     }
     let topics = req

@@ -72,14 +72,19 @@ pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
                     base.with_error_code(code)
                 }
                 Some(t) => base
-                    .with_topic_id(uuid::Uuid::from_u128(t.id))
+                    .with_is_internal(name == crate::group::OFFSETS_TOPIC)
+                    .with_topic_id(if ctx.version >= 10 {
+                        uuid::Uuid::from_u128(t.id)
+                    } else {
+                        uuid::Uuid::nil()
+                    })
                     .with_partitions(
                         (0..t.shards.len() as i32)
                             .map(|p| {
                                 MetadataResponsePartition::default()
                                     .with_partition_index(p)
                                     .with_leader_id(BrokerId(node))
-                                    .with_leader_epoch(0)
+                                    .with_leader_epoch(if ctx.version >= 7 { 0 } else { -1 })
                                     .with_replica_nodes(vec![BrokerId(node)])
                                     .with_isr_nodes(vec![BrokerId(node)])
                             })
@@ -94,7 +99,7 @@ pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
         .with_port(i32::from(shard.config.kafka_addr.port()));
     let resp = MetadataResponse::default()
         .with_brokers(vec![broker])
-        .with_cluster_id(Some(StrBytes::from_string(meta.cluster_id.clone())))
+        .with_cluster_id((ctx.version >= 2).then(|| StrBytes::from_string(meta.cluster_id.clone())))
         .with_controller_id(BrokerId(node))
         .with_topics(topics);
     ctx.respond(&resp)

@@ -111,7 +111,6 @@ pub fn api_name(key: ApiKey) -> &'static str {
     }
 }
 
-
 /// Handles one request frame; `Ok(None)` means no response (acks=0 produce).
 pub async fn handle(
     shard: &Rc<Shard>,

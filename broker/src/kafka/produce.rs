@@ -94,6 +94,7 @@ pub async fn handle(
                         p.index,
                         r.unwrap_or_else(|| failed(KafkaError::NotLeader)),
                         req.acks,
+                        ctx.version,
                     )
                 })
                 .collect();
@@ -106,19 +107,25 @@ pub async fn handle(
         .map(Some)
 }
 
-fn partition_response(index: i32, r: ProduceResult, acks: i16) -> PartitionProduceResponse {
+fn partition_response(
+    index: i32,
+    r: ProduceResult,
+    acks: i16,
+    version: i16,
+) -> PartitionProduceResponse {
     let mut out = PartitionProduceResponse::default()
         .with_index(index)
         .with_base_offset(r.base_offset)
         .with_log_append_time_ms(-1)
-        .with_log_start_offset(r.log_start_offset);
+        .with_log_start_offset(if version >= 5 { r.log_start_offset } else { -1 });
     if !matches!(acks, -1..=1) {
         return out.with_error_code(INVALID_REQUIRED_ACKS);
     }
     if let Some(e) = r.error {
-        out = out
-            .with_error_code(e.code())
-            .with_error_message(Some(StrBytes::from_string(e.to_string())));
+        out = out.with_error_code(e.code());
+        if version >= 8 {
+            out = out.with_error_message(Some(StrBytes::from_string(e.to_string())));
+        }
     }
     out
 }

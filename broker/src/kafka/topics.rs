@@ -94,10 +94,14 @@ pub async fn create(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
                 .with_error_code(39)
                 .with_error_message(Some(msg("manual replica assignment is not supported")));
         } else {
-            r = r.with_num_partitions(partitions).with_replication_factor(1);
+            if ctx.version >= 5 {
+                r = r.with_num_partitions(partitions).with_replication_factor(1);
+            }
             let cmd = create_command(shard, &name, partitions as usize, configs);
             if let Command::CreateTopic { id, .. } = &cmd {
-                r = r.with_topic_id(uuid::Uuid::from_u128(*id));
+                if ctx.version >= 7 {
+                    r = r.with_topic_id(uuid::Uuid::from_u128(*id));
+                }
             }
             if req.validate_only {
                 if let Err(e) = shard.metadata().check(&cmd) {
@@ -152,7 +156,9 @@ pub async fn delete(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
             .with_topic_id(id);
         match resolved {
             Some(n) if meta.topics.contains_key(&n) => {
-                r = r.with_topic_id(uuid::Uuid::from_u128(meta.topics[&n].id));
+                if ctx.version >= 6 {
+                    r = r.with_topic_id(uuid::Uuid::from_u128(meta.topics[&n].id));
+                }
                 slots.push(results.len());
                 cmds.push(Command::DeleteTopic { name: n });
             }

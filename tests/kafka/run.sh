@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Runs the Kafka client integration tests (tests/kafka) against the real strand binary.
+#
+# Installs what the tests need, skipping each step that is already done: the Python venv
+# at .venv (tests/kafka/requirements.txt), kafkajs (tests/kafka/js, `npm ci`), the Java
+# client jars (fetch_java_clients.sh). Builds strand unless STRAND_BIN is set.
+# Extra arguments go to pytest, e.g. `tests/kafka/run.sh -k confluent -x`.
+# Exit code: pytest's.
+#
+# Env: STRAND_BIN (broker binary; default: build target/debug/strand),
+#      STRAND_REQUIRE_CLIENTS=1 (a missing client fails instead of skipping),
+#      PYTHON (interpreter for a new venv; default python3).
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root"
+here=tests/kafka
+say() { echo "tests/kafka/run.sh: $*" >&2; }
+
+# Python venv.
+if [[ ! -x .venv/bin/python ]]; then
+  say "creating .venv"
+  "${PYTHON:-python3}" -m venv .venv
+fi
+req_stamp=.venv/.strand-kafka-requirements.sha256
+req_hash=$(sha256sum "$here/requirements.txt" | cut -d' ' -f1)
+if [[ "$(cat "$req_stamp" 2>/dev/null || true)" != "$req_hash" ]]; then
+  say "installing $here/requirements.txt"
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -r "$here/requirements.txt"
+  echo "$req_hash" > "$req_stamp"
+fi
+
+# kafkajs.
+if command -v npm >/dev/null && command -v node >/dev/null; then
+  js="$here/js"
+  lock_hash=$(sha256sum "$js/package-lock.json" | cut -d' ' -f1)
+  if [[ "$(cat "$js/node_modules/.strand-lock.sha256" 2>/dev/null || true)" != "$lock_hash" ]]; then
+    say "npm ci in $js"
+    (cd "$js" && npm ci --no-audit --no-fund --loglevel=error)
+    echo "$lock_hash" > "$js/node_modules/.strand-lock.sha256"
+  fi
+else
+  say "node/npm not found: the kafkajs test will skip (fail with STRAND_REQUIRE_CLIENTS=1)"
+fi
+
+# Java client jars.
+if command -v javac >/dev/null; then
+  PYTHON="$root/.venv/bin/python" "$here/fetch_java_clients.sh"
+else
+  say "javac not found: the Java client test will skip (fail with STRAND_REQUIRE_CLIENTS=1)"
+fi
+
+if ! command -v kcat >/dev/null; then
+  say "kcat not found: the kcat tests will skip (fail with STRAND_REQUIRE_CLIENTS=1)"
+fi
+
+# The broker.
+if [[ -z "${STRAND_BIN:-}" ]]; then
+  say "building strand (cargo build -p strand-broker)"
+  cargo build --quiet -p strand-broker -j 1
+fi
+
+set +e
+.venv/bin/python -m pytest -q "$here" "$@"
+exit $?

@@ -1,0 +1,359 @@
+"""Starts and stops the real `strand` binary for the Kafka client tests.
+
+Every wait here has a deadline (STYLE.md section 9): nothing sleeps for a fixed time and
+hopes. A broker's stderr goes to a file whose tail is attached to a failing test's report.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TARGET_DIR = REPO_ROOT / "target"
+# Data dirs live under target/, not /tmp: /tmp may be tmpfs and strand needs O_DIRECT.
+KAFKA_TESTS_DIR = TARGET_DIR / "kafka-tests"
+RUN_ROOT = KAFKA_TESTS_DIR / "runs"
+
+START_DEADLINE_S = 30.0
+STOP_DEADLINE_S = 20.0
+
+
+def strand_bin() -> Path:
+    p = Path(os.environ.get("STRAND_BIN", "target/debug/strand"))
+    return p if p.is_absolute() else REPO_ROOT / p
+
+
+_FLAGS_CACHE: dict[tuple[str, float], str] = {}
+
+
+def supports_flag(binary: Path, flag: str) -> bool:
+    """Whether `strand --help` lists `flag` (the suite runs against older binaries too)."""
+    key = (str(binary), binary.stat().st_mtime)
+    if key not in _FLAGS_CACHE:
+        r = subprocess.run([str(binary), "--help"], capture_output=True, text=True, timeout=30,
+                           env=_child_env())
+        _FLAGS_CACHE[key] = r.stdout
+    return flag in _FLAGS_CACHE[key]
+
+
+def require_clients() -> bool:
+    return os.environ.get("STRAND_REQUIRE_CLIENTS", "") not in ("", "0")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(cond, timeout: float, what: str, interval: float = 0.02):
+    """Polls `cond()` until it returns a truthy value or `timeout` seconds pass."""
+    deadline = time.monotonic() + timeout
+    last_exc = None
+    while True:
+        try:
+            v = cond()
+            if v:
+                return v
+        except Exception as e:  # noqa: BLE001 - reported below if the deadline passes
+            last_exc = e
+        if time.monotonic() >= deadline:
+            extra = f" (last error: {last_exc!r})" if last_exc else ""
+            raise TimeoutError(f"timed out after {timeout:.1f}s waiting for {what}{extra}")
+        time.sleep(interval)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def tail(path: Path, lines: int = 60) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        return f"<cannot read {path}: {e}>"
+    text = _ANSI.sub("", data[-64 * 1024 :].decode("utf-8", "replace"))
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _child_env() -> dict:
+    # STRAND_* variables are broker configuration (clap `env`): a stray one in the
+    # caller's environment must not change the broker under test. STRAND_LOG is kept.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STRAND_")}
+    if "STRAND_LOG" in os.environ:
+        env["STRAND_LOG"] = os.environ["STRAND_LOG"]
+    env["NO_COLOR"] = "1"
+    return env
+
+
+class Broker:
+    """One `strand` process on 127.0.0.1 with its own data dir under target/kafka-tests."""
+
+    _seq = 0
+
+    def __init__(self, name: str = "broker", smp: int = 2, num_partitions: int = 1,
+                 auto_create_topics: bool = True, extra_args: list[str] | None = None):
+        Broker._seq += 1
+        self.name = name
+        self.root = RUN_ROOT / f"{os.getpid()}-{Broker._seq}-{name}"
+        if self.root.exists():
+            shutil.rmtree(self.root)
+        self.root.mkdir(parents=True)
+        self.data_dir = self.root / "data"
+        self.smp = smp
+        self.num_partitions = num_partitions
+        self.auto_create_topics = auto_create_topics
+        self.extra_args = list(extra_args or [])
+        self.port: int | None = None
+        self.admin_port: int | None = None
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+        self.stderr_path = self.root / "stderr-0.log"
+        self.stderr_paths: list[Path] = []
+
+    # -- life cycle -------------------------------------------------------------------
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, port: int | None = None, deadline_s: float = START_DEADLINE_S) -> "Broker":
+        """Starts the broker and waits (with a deadline) until it accepts connections.
+
+        `port=None` picks a free ephemeral port; a race with another process for it is
+        retried on a new port. A shard panic during start-up fails at once (StartupPanic)
+        instead of waiting for the deadline."""
+        binary = strand_bin()
+        if not binary.exists():
+            raise FileNotFoundError(
+                f"strand binary not found at {binary}: build it with "
+                "`cargo build -p strand-broker -j 1` or set STRAND_BIN")
+        attempts = 3
+        for attempt in range(attempts):
+            p = port if port is not None else free_port()
+            try:
+                self._spawn(binary, p, deadline_s)
+                return self
+            except _PortTaken:
+                if port is not None or attempt + 1 == attempts:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _spawn(self, binary: Path, port: int, deadline_s: float):
+        self.stderr_path = self.root / f"stderr-{self.starts}.log"
+        self.stderr_paths.append(self.stderr_path)
+        self.starts += 1
+        args = [
+            str(binary),
+            "--data-dir", str(self.data_dir),
+            "--kafka-addr", f"127.0.0.1:{port}",
+            "--smp", str(self.smp),
+            "--num-partitions", str(self.num_partitions),
+            "--auto-create-topics", "true" if self.auto_create_topics else "false",
+        ]
+        if supports_flag(binary, "--admin-addr"):
+            # The admin HTTP listener defaults to a fixed port (9644): give every broker
+            # its own so that brokers of one run (and of other runs) can coexist.
+            self.admin_port = free_port()
+            args += ["--admin-addr", f"127.0.0.1:{self.admin_port}"]
+        args += self.extra_args
+        with open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL,
+                                         stdout=err, stderr=err, env=_child_env(),
+                                         cwd=self.root)
+        self.port = port
+        deadline = time.monotonic() + deadline_s
+        while True:
+            rc = self.proc.poll()
+            if rc is not None:
+                log = tail(self.stderr_path)
+                self.proc = None
+                if "Address already in use" in log:
+                    raise _PortTaken(log)
+                raise BrokerStartError(
+                    f"strand exited with {rc} during start-up on port {port}:\n{log}")
+            if b"panicked at" in self.stderr_path.read_bytes():
+                self.kill9()
+                raise StartupPanic(tail(self.stderr_path, 200))
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+                    # Accepting is not enough: a request must be answered.
+                    s.settimeout(5)
+                    api_versions_v0(s)
+                if b"panicked at" in self.stderr_path.read_bytes():
+                    self.kill9()
+                    raise StartupPanic(tail(self.stderr_path, 200))
+                return
+            except (OSError, ConnectionError):
+                pass
+            if time.monotonic() >= deadline:
+                self.kill9()
+                raise BrokerStartError(
+                    f"strand did not accept connections on {port} within {deadline_s}s:\n"
+                    f"{tail(self.stderr_path)}")
+            time.sleep(0.02)
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, deadline_s: float = STOP_DEADLINE_S) -> int:
+        """SIGTERM and wait; returns the exit code (a hang past the deadline is killed and
+        reported as an error)."""
+        if self.proc is None:
+            return 0
+        proc = self.proc
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            rc = proc.wait(timeout=deadline_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+            self.proc = None
+            raise AssertionError(
+                f"strand did not exit within {deadline_s}s of SIGTERM:\n"
+                f"{tail(self.stderr_path)}") from None
+        self.proc = None
+        return rc
+
+    def kill9(self):
+        """SIGKILL: no shutdown path runs, unsynced state is lost."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=STOP_DEADLINE_S)
+        self.proc = None
+
+    def restart(self, same_port: bool = True, deadline_s: float = START_DEADLINE_S) -> "Broker":
+        """Starts again on the same data dir (after kill9() or stop())."""
+        assert not self.running(), "restart() needs the broker stopped first"
+        return self.start(port=self.port if same_port else None, deadline_s=deadline_s)
+
+    def kill9_and_restart(self, same_port: bool = True) -> "Broker":
+        self.kill9()
+        return self.restart(same_port=same_port)
+
+    def cleanup(self):
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def log_tails(self, lines: int = 60) -> str:
+        parts = []
+        for p in self.stderr_paths:
+            parts.append(f"--- {p} (last {lines} lines) ---\n{tail(p, lines)}")
+        return "\n".join(parts)
+
+
+class BrokerStartError(RuntimeError):
+    pass
+
+
+class _PortTaken(BrokerStartError):
+    pass
+
+
+class StartupPanic(BrokerStartError):
+    """A shard panicked before the broker was ready."""
+
+    def first_line(self) -> str:
+        for line in str(self).splitlines():
+            if "panicked at" in line or "called `Result::unwrap()`" in line:
+                return line.strip()
+        return str(self).splitlines()[0] if str(self) else ""
+
+
+# -- raw Kafka protocol helpers (for the bad-input tests) -------------------------------
+
+def frame(api_key: int, version: int, correlation_id: int, body: bytes = b"",
+          client_id: bytes | None = b"strand-tests", flexible: bool = False) -> bytes:
+    """A request frame: length prefix, header v1 (v2 with `flexible`), body."""
+    if client_id is None:
+        cid = struct.pack(">h", -1)
+    else:
+        cid = struct.pack(">h", len(client_id)) + client_id
+    header = struct.pack(">hhi", api_key, version, correlation_id) + cid
+    if flexible:
+        header += b"\x00"  # empty tagged fields
+    payload = header + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+def recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError(f"connection closed after {len(buf)} of {n} bytes")
+        buf += chunk
+    return buf
+
+
+def recv_response(sock: socket.socket) -> bytes:
+    (n,) = struct.unpack(">i", recv_exact(sock, 4))
+    return recv_exact(sock, n)
+
+
+def closed_by_peer(sock: socket.socket, timeout: float = 10.0) -> bool:
+    """True when the peer closes (EOF or reset) within `timeout`; False if data arrives or
+    the connection stays open."""
+    sock.settimeout(timeout)
+    try:
+        data = sock.recv(4096)
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except socket.timeout:
+        return False
+    return data == b""
+
+
+def api_versions_v0(sock: socket.socket, correlation_id: int = 7) -> tuple[int, list]:
+    """Sends ApiVersions v0 and returns (error_code, [(api, min, max), ...])."""
+    sock.sendall(frame(18, 0, correlation_id))
+    resp = recv_response(sock)
+    return parse_api_versions_v0(resp, correlation_id)
+
+
+def parse_api_versions_v0(resp: bytes, correlation_id: int) -> tuple[int, list]:
+    (corr,) = struct.unpack_from(">i", resp, 0)
+    assert corr == correlation_id, f"correlation id {corr} != {correlation_id}"
+    err, n = struct.unpack_from(">hi", resp, 4)
+    off = 10
+    ranges = []
+    for _ in range(n):
+        ranges.append(struct.unpack_from(">hhh", resp, off))
+        off += 6
+    assert off == len(resp), f"{len(resp) - off} trailing bytes after a v0 ApiVersions body"
+    return err, ranges
+
+
+# -- clients that may be missing --------------------------------------------------------
+
+def _skip_or_fail(reason: str):
+    if require_clients():
+        pytest.fail(f"{reason} (STRAND_REQUIRE_CLIENTS=1: a missing client is a failure)",
+                    pytrace=False)
+    print(f"SKIP: {reason}")
+    pytest.skip(reason)
+
+
+def need_module(name: str, why: str = ""):
+    """Imports a Python client or skips/fails the test."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        _skip_or_fail(f"python package {name!r} is not installed ({e}){why}")
+
+
+def need(condition: bool, reason: str):
+    if not condition:
+        _skip_or_fail(reason)
