@@ -228,10 +228,15 @@ impl Shard {
                     .await,
             ),
             Op::DescribeGroups(ids) => {
+                self.wait_all_groups_loaded().await;
                 Reply::Described(crate::kafka::groups::describe_local(self, ids))
             }
-            Op::ListGroups => Reply::Listed(crate::kafka::groups::list_local(self)),
+            Op::ListGroups => {
+                self.wait_all_groups_loaded().await;
+                Reply::Listed(crate::kafka::groups::list_local(self))
+            }
             Op::DeleteGroups(ids) => {
+                self.wait_all_groups_loaded().await;
                 let mut codes = Vec::with_capacity(ids.len());
                 for g in ids {
                     codes.push(self.delete_group(&g).await);
@@ -239,6 +244,7 @@ impl Shard {
                 Reply::Codes(codes)
             }
             Op::OffsetFetch(reqs) => {
+                self.wait_all_groups_loaded().await;
                 Reply::Offsets(crate::kafka::groups::offset_fetch_local(self, reqs))
             }
             Op::Stats => Reply::Stats(Box::new(self.snapshot())),
@@ -452,6 +458,9 @@ impl Shard {
             client_id,
             client_host,
         };
+        if let Ok(group) = crate::kafka::groups::group_of(&ctx, &body) {
+            self.wait_group_loaded(&group).await;
+        }
         crate::kafka::groups::execute(self, &ctx, body)
             .await
             .map_err(|e| e.to_string())

@@ -37,7 +37,19 @@ fn port_free(what: &str, addr: std::net::SocketAddr, flag: &str) -> anyhow::Resu
     } else {
         addr
     };
-    if std::net::TcpStream::connect_timeout(&probe, std::time::Duration::from_millis(300)).is_ok() {
+    // A process killed with SIGKILL keeps its listening socket for a moment while the
+    // kernel tears down its io_uring rings; only a listener that stays is "in use".
+    let deadline = crate::clock::now() + std::time::Duration::from_secs(3);
+    let mut listening = true;
+    while listening && crate::clock::now() < deadline {
+        listening =
+            std::net::TcpStream::connect_timeout(&probe, std::time::Duration::from_millis(300))
+                .is_ok();
+        if listening {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+    if listening {
         bail!(
             "cannot listen on {addr} for {what}: another process is listening there; stop it \
              or pick another address with {flag}"

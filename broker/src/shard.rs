@@ -30,6 +30,8 @@ use crate::partition::Partition;
 pub const SHARD_QUEUE_DEPTH: usize = 1024;
 /// Shard batch cache size.
 pub const BATCH_CACHE_BYTES: usize = 64 * 1024 * 1024;
+/// Longest a group request waits for its offsets partition to load after a restart.
+pub const GROUP_LOAD_WAIT: Duration = Duration::from_secs(30);
 /// How often a cross-shard call checks that its peer still runs.
 pub const PEER_CHECK: Duration = Duration::from_millis(250);
 /// How long shutdown waits for in-flight requests.
@@ -195,6 +197,46 @@ impl Shard {
             next = r.next_offset;
         }
         Ok(())
+    }
+
+    /// Waits (bounded) until the `__consumer_offsets` partition of `group` is open and
+    /// replayed on this shard, so a coordinator never answers from unloaded state after a
+    /// restart (Kafka answers COORDINATOR_LOAD_IN_PROGRESS; waiting is invisible to clients).
+    pub async fn wait_group_loaded(&self, group: &str) {
+        let deadline = crate::clock::now() + GROUP_LOAD_WAIT;
+        while crate::clock::now() < deadline && !self.stopping() {
+            let meta = self.metadata();
+            if let Some(t) = meta.topics.get(crate::group::OFFSETS_TOPIC) {
+                let p = crate::group::partition_for(group, t.shards.len());
+                let key = (crate::group::OFFSETS_TOPIC.to_string(), p);
+                if self.partitions.borrow().contains_key(&key) {
+                    return;
+                }
+            }
+            sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Waits (bounded) until every `__consumer_offsets` partition this shard owns is loaded.
+    pub async fn wait_all_groups_loaded(&self) {
+        let deadline = crate::clock::now() + GROUP_LOAD_WAIT;
+        while crate::clock::now() < deadline && !self.stopping() {
+            let meta = self.metadata();
+            let Some(t) = meta.topics.get(crate::group::OFFSETS_TOPIC) else {
+                return;
+            };
+            let loaded = {
+                let parts = self.partitions.borrow();
+                t.shards.iter().enumerate().all(|(p, &s)| {
+                    s as usize != self.id
+                        || parts.contains_key(&(crate::group::OFFSETS_TOPIC.to_string(), p as i32))
+                })
+            };
+            if loaded {
+                return;
+            }
+            sleep(Duration::from_millis(10)).await;
+        }
     }
 
     /// Whether the shard is shutting down (connections stop reading new requests).

@@ -376,14 +376,36 @@ impl Shard {
     }
 
     /// LeaveGroup: per (member id, instance id), an error code.
-    pub fn group_leave(
+    /// When the last member leaves, the group goes Empty at once (as Kafka does) and that
+    /// is written before the response, so a kill -9 cannot bring the member back.
+    pub async fn group_leave(
         self: &Rc<Self>,
         group: &str,
         members: &[(String, Option<String>)],
     ) -> Vec<i16> {
+        let (codes, persist) = self.leave_members(group, members);
+        if let Some(v) = persist {
+            let key = records::key_bytes(&Key::Group {
+                group: group.to_string(),
+            });
+            if let Err(e) = self
+                .persist_group_records(group, vec![(key, Some(records::value_bytes(&v)))])
+                .await
+            {
+                tracing::warn!(%group, code = e, "persisting empty group failed");
+            }
+        }
+        codes
+    }
+
+    fn leave_members(
+        self: &Rc<Self>,
+        group: &str,
+        members: &[(String, Option<String>)],
+    ) -> (Vec<i16>, Option<records::GroupValue>) {
         let mut groups = self.groups.borrow_mut();
         let Some(g) = groups.get_mut(group) else {
-            return vec![code::UNKNOWN_MEMBER_ID; members.len()];
+            return (vec![code::UNKNOWN_MEMBER_ID; members.len()], None);
         };
         let mut removed = false;
         let codes = members
@@ -406,10 +428,17 @@ impl Shard {
                 }
             })
             .collect();
-        if removed && g.state != GroupState::PreparingRebalance {
+        if !removed {
+            return (codes, None);
+        }
+        if g.members.is_empty() {
+            complete_join(g);
+            return (codes, Some(records::group_value(g)));
+        }
+        if g.state != GroupState::PreparingRebalance {
             self.prepare_rebalance(g);
         }
-        codes
+        (codes, None)
     }
 
     /// Removes members whose session expired and pending ids never used; rebalances.

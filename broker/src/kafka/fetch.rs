@@ -90,7 +90,7 @@ pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
         if total >= min_bytes.max(1) || any_error || now >= deadline || involved.is_empty() {
             break;
         }
-        wait_for_appends(shard, &split, &involved, deadline - now).await;
+        wait_for_appends(shard, &split, &results, &involved, deadline - now).await;
     }
     let topics = req
         .topics
@@ -116,17 +116,28 @@ pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
     )
 }
 
+/// Waits until a high watermark moves past what the last read saw (or the fetch offset),
+/// on any involved shard, or `timeout`. Waiting on the fetch offset alone would return at
+/// once when some data is there but less than `min_bytes`, and the fetch would spin.
 async fn wait_for_appends(
     shard: &Rc<Shard>,
     split: &ShardSplit<FetchPart>,
+    results: &[Vec<FetchResult>],
     involved: &[usize],
     timeout: Duration,
 ) {
+    let seen = |slot: &(usize, usize)| {
+        results
+            .get(slot.0)
+            .and_then(|row| row.get(slot.1))
+            .map_or(-1, |r| r.high_watermark)
+    };
     let waits = involved.iter().map(|&s| {
         let parts = split
             .parts(s)
             .iter()
-            .map(|p| (p.topic.clone(), p.partition, p.offset))
+            .zip(split.slots(s))
+            .map(|(p, slot)| (p.topic.clone(), p.partition, p.offset.max(seen(slot))))
             .collect();
         Box::pin(shard.call(s, Op::WaitAppend { parts, timeout }))
     });

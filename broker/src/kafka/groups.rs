@@ -112,7 +112,7 @@ pub async fn execute(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes,
             let code = shard.group_heartbeat(&r.group_id.0, &r.member_id, r.generation_id);
             ctx.respond(&HeartbeatResponse::default().with_error_code(code))
         }
-        ApiKey::LeaveGroup => leave(shard, ctx, body),
+        ApiKey::LeaveGroup => leave(shard, ctx, body).await,
         ApiKey::OffsetCommit => commit(shard, ctx, body).await,
         ApiKey::OffsetDelete => offset_delete(shard, ctx, body).await,
         _ => Err(FramingError::UnsupportedApi(ctx.key as i16)),
@@ -168,7 +168,7 @@ async fn join(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, Framin
     ctx.respond(&resp)
 }
 
-fn leave(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
+async fn leave(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
     let r: LeaveGroupRequest = ctx.decode(body)?;
     let members: Vec<(String, Option<String>)> = if ctx.version >= 3 {
         r.members
@@ -183,7 +183,7 @@ fn leave(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingErro
     } else {
         vec![(r.member_id.to_string(), None)]
     };
-    let codes = shard.group_leave(&r.group_id.0, &members);
+    let codes = shard.group_leave(&r.group_id.0, &members).await;
     let mut resp = LeaveGroupResponse::default();
     if ctx.version >= 3 {
         resp = resp.with_members(
