@@ -365,9 +365,13 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             .map(|_| std::sync::atomic::AtomicBool::new(true))
             .collect(),
     );
+    // Woken by a termination signal (None) or by a shard that exited (Some(id)): a shard
+    // that fails, even at start-up, takes the whole process down.
+    let (exit_tx, exit_rx) = std::sync::mpsc::channel::<Option<usize>>();
     let mut handles = Vec::with_capacity(count);
     for (id, rx) in receivers.into_iter().enumerate() {
         let (config, peers, alive) = (config.clone(), senders.clone(), alive.clone());
+        let exited = exit_tx.clone();
         let h = LocalExecutorBuilder::new(Placement::Fixed(cpus[id]))
             .name(&format!("shard-{id}"))
             .io_memory(plan.io_memory_bytes)
@@ -377,6 +381,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
                 if let Some(a) = flags.get(id) {
                     a.store(false, std::sync::atomic::Ordering::Release);
                 }
+                let _ = exited.send(Some(id));
                 r
             })
             .map_err(|e| {
@@ -388,8 +393,21 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         handles.push(h);
     }
     tracing::info!(shards = count, addr = %config.kafka_addr, data_dir = %config.data_dir.display(), "strand starting");
-    let signal = crate::shard_signals::wait(&mask);
-    tracing::info!(signal, "shutting down");
+    let signal_tx = exit_tx.clone();
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let signal = crate::shard_signals::wait(&mask);
+            tracing::info!(signal, "shutting down");
+            let _ = signal_tx.send(None);
+        })
+        .context("starting the signal thread")?;
+    if let Ok(Some(id)) = exit_rx.recv() {
+        tracing::error!(
+            shard = id,
+            "a shard stopped on its own: shutting the others down"
+        );
+    }
     for tx in &senders {
         let (reply, _rx) = oneshot::channel();
         let _ = tx.clone().try_send(Envelope {
