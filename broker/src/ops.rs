@@ -522,6 +522,12 @@ impl Shard {
 
     /// Opens partitions this shard now owns; closes and deletes those it no longer does.
     async fn apply_metadata(self: &Rc<Self>, meta: Arc<Metadata>) {
+        self.applying_metadata.set(true);
+        self.apply_metadata_inner(meta).await;
+        self.applying_metadata.set(false);
+    }
+
+    async fn apply_metadata_inner(self: &Rc<Self>, meta: Arc<Metadata>) {
         let mut wanted: HashMap<(String, i32), ()> = HashMap::new();
         for (name, t) in &meta.topics {
             for (p, &s) in t.shards.iter().enumerate() {

@@ -60,6 +60,9 @@ pub struct Shard {
     alive: Arc<Vec<std::sync::atomic::AtomicBool>>,
     meta: RefCell<Arc<Metadata>>,
     pub(crate) partitions: RefCell<HashMap<(String, i32), Rc<Partition>>>,
+    /// A metadata snapshot is being applied (partitions opening); group state may be
+    /// partial until it is done.
+    pub(crate) applying_metadata: Cell<bool>,
     /// Requests received, indexed like `kafka::SUPPORTED`.
     requests: RefCell<Vec<u64>>,
     /// Open Kafka connections.
@@ -206,7 +209,12 @@ impl Shard {
         let deadline = crate::clock::now() + GROUP_LOAD_WAIT;
         while crate::clock::now() < deadline && !self.stopping() {
             let meta = self.metadata();
-            if let Some(t) = meta.topics.get(crate::group::OFFSETS_TOPIC) {
+            let settled = meta.version > 0 && !self.applying_metadata.get();
+            if let Some(t) = meta
+                .topics
+                .get(crate::group::OFFSETS_TOPIC)
+                .filter(|_| settled)
+            {
                 let p = crate::group::partition_for(group, t.shards.len());
                 let key = (crate::group::OFFSETS_TOPIC.to_string(), p);
                 if self.partitions.borrow().contains_key(&key) {
@@ -222,6 +230,10 @@ impl Shard {
         let deadline = crate::clock::now() + GROUP_LOAD_WAIT;
         while crate::clock::now() < deadline && !self.stopping() {
             let meta = self.metadata();
+            if meta.version == 0 || self.applying_metadata.get() {
+                sleep(Duration::from_millis(10)).await;
+                continue;
+            }
             let Some(t) = meta.topics.get(crate::group::OFFSETS_TOPIC) else {
                 return;
             };
@@ -455,6 +467,7 @@ async fn shard_main(
         partitions: RefCell::new(HashMap::new()),
         groups: RefCell::new(HashMap::new()),
         requests: RefCell::new(vec![0; crate::kafka::SUPPORTED.len()]),
+        applying_metadata: Cell::new(false),
         connections: Cell::new(0),
         cache: Rc::new(BatchCache::new(BATCH_CACHE_BYTES)),
         metastore: RefCell::new(None),

@@ -160,28 +160,12 @@ impl BatchCache {
         from: KafkaOffset,
         mut take: impl FnMut(&CachedFrame) -> bool,
     ) -> bool {
-        let mut i = self.inner.borrow_mut();
-        let served = match i.logs.get(&log) {
-            Some(q)
-                if q.front()
-                    .is_some_and(|f| f.header.kafka_base_offset <= from) =>
-            {
-                let start = q.partition_point(|f| f.header.next_offset() <= from);
-                for f in q.range(start..) {
-                    if f.header.kind.has_kafka_batch() && !take(f) {
-                        break;
-                    }
-                }
-                true
-            }
-            _ => false,
-        };
-        if served {
-            i.hits += 1;
-        } else {
-            i.misses += 1;
-        }
-        served
+        self.serve(
+            log,
+            |f| f.header.kafka_base_offset <= from,
+            |f| f.header.next_offset() <= from,
+            |f| !f.header.kind.has_kafka_batch() || take(f),
+        )
     }
 
     /// Like [`BatchCache::read_from_offset`] by Raft index, all kinds of frame.
@@ -189,12 +173,30 @@ impl BatchCache {
         &self,
         log: LogId,
         from: RaftIndex,
+        take: impl FnMut(&CachedFrame) -> bool,
+    ) -> bool {
+        self.serve(
+            log,
+            |f| f.header.index <= from,
+            |f| f.header.index < from,
+            take,
+        )
+    }
+
+    /// Serves a read when the first cached frame of `log` satisfies `covers` (so every
+    /// frame the read needs is cached): skips frames while `before`, then calls `take`
+    /// until it returns false. Counts a hit or a miss.
+    fn serve(
+        &self,
+        log: LogId,
+        covers: impl Fn(&CachedFrame) -> bool,
+        before: impl Fn(&CachedFrame) -> bool,
         mut take: impl FnMut(&CachedFrame) -> bool,
     ) -> bool {
         let mut i = self.inner.borrow_mut();
         let served = match i.logs.get(&log) {
-            Some(q) if q.front().is_some_and(|f| f.header.index <= from) => {
-                let start = q.partition_point(|f| f.header.index < from);
+            Some(q) if q.front().is_some_and(&covers) => {
+                let start = q.partition_point(&before);
                 for f in q.range(start..) {
                     if !take(f) {
                         break;
