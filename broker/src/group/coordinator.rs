@@ -340,7 +340,9 @@ impl Shard {
                 .get_mut(group)
                 .filter(|g| g.generation == gen && g.state == GroupState::Stable)
             {
+                let now = crate::clock::now();
                 for m in g.members.values_mut() {
+                    m.last_seen = now;
                     if let Some(tx) = m.sync_waiter.take() {
                         let answer = match result {
                             Ok(()) => (code::NONE, m.assignment.clone()),
@@ -449,6 +451,7 @@ impl Shard {
             let before = g.members.len();
             g.members.retain(|_, m| {
                 m.join_waiter.is_some()
+                    || m.sync_waiter.is_some()
                     || now.duration_since(m.last_seen)
                         < Duration::from_millis(u64::try_from(m.session_timeout_ms).unwrap_or(0))
             });
@@ -713,7 +716,11 @@ fn complete_join(g: &mut Group) {
             (m.id.clone(), m.instance_id.clone(), meta)
         })
         .collect();
+    // Every member's session restarts now (as Kafka does): a member that waited long in
+    // JoinGroup must not expire before it can send SyncGroup.
+    let now = crate::clock::now();
     for m in g.members.values_mut() {
+        m.last_seen = now;
         if let Some(tx) = m.join_waiter.take() {
             let _ = tx.send(JoinOutcome {
                 error: code::NONE,
