@@ -707,12 +707,7 @@ fn complete_join(g: &mut Group) {
         .members
         .values()
         .map(|m| {
-            let meta = m
-                .protocols
-                .iter()
-                .find(|(n, _)| *n == protocol)
-                .map(|(_, b)| b.clone())
-                .unwrap_or_default();
+            let meta = m.metadata_for(&protocol);
             (m.id.clone(), m.instance_id.clone(), meta)
         })
         .collect();
@@ -749,10 +744,8 @@ fn subscribed_topics(g: &Group) -> Vec<String> {
     let protocol = g.protocol.clone().unwrap_or_default();
     let mut out = Vec::new();
     for m in g.members.values() {
-        let Some((_, meta)) = m.protocols.iter().find(|(n, _)| *n == protocol) else {
-            continue;
-        };
-        let mut buf = meta.clone();
+        // Empty when the member lacks the protocol: the version read below then fails.
+        let mut buf = m.metadata_for(&protocol);
         let Some(v) = buf.first_chunk::<2>().map(|a| i16::from_be_bytes(*a)) else {
             continue;
         };

@@ -83,6 +83,17 @@ pub struct Member {
     pub last_seen: Instant,
 }
 
+impl Member {
+    /// This member's metadata for `protocol` (empty when it does not support it).
+    pub fn metadata_for(&self, protocol: &str) -> Bytes {
+        self.protocols
+            .iter()
+            .find(|(n, _)| n == protocol)
+            .map(|(_, b)| b.clone())
+            .unwrap_or_default()
+    }
+}
+
 /// A committed offset.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Committed {

@@ -390,12 +390,7 @@ pub fn describe_local(shard: &Shard, ids: Vec<String>) -> Vec<DescribedGroup> {
                 .members
                 .values()
                 .map(|m| {
-                    let meta = m
-                        .protocols
-                        .iter()
-                        .find(|(n, _)| *n == protocol)
-                        .map(|(_, b)| b.clone())
-                        .unwrap_or_default();
+                    let meta = m.metadata_for(&protocol);
                     DescribedGroupMember::default()
                         .with_member_id(s(m.id.clone()))
                         .with_group_instance_id(m.instance_id.clone().map(s))
