@@ -1,0 +1,1 @@
+//! `strand-client`: the native, shard-aware Rust client for Strand (work in progress, issue 6).
