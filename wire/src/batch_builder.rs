@@ -5,7 +5,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::record_batch::{BATCH_HEADER_BYTES, BATCH_LENGTH_FIELD_END, MAGIC_V2};
+use crate::record_batch::{Compression, BATCH_HEADER_BYTES, BATCH_LENGTH_FIELD_END, MAGIC_V2};
 
 /// Builds one batch record by record.
 #[derive(Debug, Clone)]
@@ -100,15 +100,36 @@ impl BatchBuilder {
         self.max_timestamp_ms = self.max_timestamp_ms.max(timestamp_ms);
     }
 
+    /// The encoded records section (what a codec compresses).
+    pub fn records_bytes(&self) -> &[u8] {
+        &self.records
+    }
+
     /// Encodes the batch (base offset 0, leader epoch -1, CreateTime, uncompressed).
     pub fn build(&self) -> Bytes {
-        let mut b = BytesMut::with_capacity(self.size_bytes());
+        self.build_with_records(Compression::None, &self.records)
+    }
+
+    /// Encodes the batch with `records` as its records section, compressed with
+    /// `compression` by the caller (this crate has no codecs): `records` must be
+    /// [`Self::records_bytes`] passed through that codec.
+    pub fn build_with_records(&self, compression: Compression, records: &[u8]) -> Bytes {
+        let codec: i16 = match compression {
+            Compression::None => 0,
+            Compression::Gzip => 1,
+            Compression::Snappy => 2,
+            Compression::Lz4 => 3,
+            Compression::Zstd => 4,
+            Compression::Unknown(c) => i16::from(c),
+        };
+        let size_bytes = BATCH_HEADER_BYTES + records.len();
+        let mut b = BytesMut::with_capacity(size_bytes);
         b.put_i64(0);
-        b.put_i32((self.size_bytes() - BATCH_LENGTH_FIELD_END) as i32);
+        b.put_i32((size_bytes - BATCH_LENGTH_FIELD_END) as i32);
         b.put_i32(-1);
         b.put_i8(MAGIC_V2);
         b.put_u32(0);
-        b.put_i16(0);
+        b.put_i16(codec);
         b.put_i32(self.count - 1);
         b.put_i64(self.base_timestamp_ms);
         b.put_i64(self.max_timestamp_ms);
@@ -116,7 +137,7 @@ impl BatchBuilder {
         b.put_i16(self.producer_epoch);
         b.put_i32(self.base_sequence);
         b.put_i32(self.count);
-        b.put_slice(&self.records);
+        b.put_slice(records);
         let crc = crc32c::crc32c(&b[21..]);
         b[17..21].copy_from_slice(&crc.to_be_bytes());
         b.freeze()

@@ -8,6 +8,8 @@
 //!   without copying.
 //! - [`BatchError`]: every way bytes can fail to be an acceptable batch, with the values seen.
 //! - [`BatchBuilder`]: encodes uncompressed batches for producers (client, bench, tests).
+//! - [`native`]: the native protocol's frame header and flatbuffers messages.
+//! - [`records`]: decodes the records of a batch for consumers.
 //! - [`fuzz`]: the bodies of the fuzz targets, shared by `cargo fuzz` and a stable-Rust
 //!   replay test.
 //!
@@ -18,9 +20,14 @@
 
 #![deny(missing_docs)]
 
+// flatc-generated code (native::generated) names `alloc::` paths.
+extern crate alloc;
+
 pub mod batch_builder;
 pub mod fuzz;
+pub mod native;
 pub mod record_batch;
+pub mod records;
 
 pub use batch_builder::BatchBuilder;
 pub use record_batch::{

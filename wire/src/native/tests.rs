@@ -1,0 +1,332 @@
+//! Round trips of every native message through a frame, and hostile frames.
+
+use proptest::collection::vec;
+use proptest::option;
+use proptest::prelude::*;
+
+use super::generated::*;
+use super::*;
+
+fn name() -> impl Strategy<Value = Option<String>> {
+    option::of("[a-z0-9._-]{0,12}")
+}
+
+fn err() -> impl Strategy<Value = Option<Box<ErrorT>>> {
+    option::of(
+        (any::<i16>(), name(), any::<bool>(), any::<i32>(), any::<i32>()).prop_map(
+            |(code, message, retriable, moved_to_shard, moved_to_port)| {
+                Box::new(ErrorT {
+                    code,
+                    message,
+                    retriable,
+                    moved_to_shard,
+                    moved_to_port,
+                })
+            },
+        ),
+    )
+}
+
+fn bytes() -> impl Strategy<Value = Option<Vec<u8>>> {
+    option::of(vec(any::<u8>(), 0..64))
+}
+
+fn names() -> impl Strategy<Value = Option<Vec<String>>> {
+    option::of(vec("[a-z]{0,8}", 0..4))
+}
+
+fn placements() -> impl Strategy<Value = Option<Vec<TopicPlacementT>>> {
+    option::of(vec(
+        (name(), option::of(vec(any::<u32>(), 0..8)), err()).prop_map(
+            |(name, partition_shards, error)| TopicPlacementT {
+                name,
+                partition_shards,
+                error,
+            },
+        ),
+        0..4,
+    ))
+}
+
+fn offsets() -> impl Strategy<Value = Option<Vec<GroupOffsetT>>> {
+    option::of(vec(
+        (name(), any::<i32>(), any::<i64>(), name()).prop_map(
+            |(topic, partition, offset, metadata)| GroupOffsetT {
+                topic,
+                partition,
+                offset,
+                metadata,
+            },
+        ),
+        0..4,
+    ))
+}
+
+fn body() -> impl Strategy<Value = BodyT> {
+    prop_oneof![
+        (any::<u16>(), any::<u64>(), name(), names(), any::<bool>()).prop_map(
+            |(client_version, features, client_id, topics, allow_auto_create)| {
+                BodyT::HandshakeRequest(Box::new(HandshakeRequestT {
+                    client_version,
+                    features,
+                    client_id,
+                    topics,
+                    allow_auto_create,
+                }))
+            }
+        ),
+        (
+            any::<u16>(),
+            name(),
+            any::<i32>(),
+            option::of(vec(any::<u16>(), 0..4)),
+            placements(),
+            any::<u32>(),
+            any::<u32>(),
+            any::<i32>()
+        )
+            .prop_map(|(v, cluster_id, node_id, shard_ports, topics, f, b, s)| {
+                BodyT::HandshakeResponse(Box::new(HandshakeResponseT {
+                    protocol_version: v,
+                    cluster_id,
+                    node_id,
+                    shard_ports,
+                    topics,
+                    frame_bytes_max: f,
+                    batch_bytes_max: b,
+                    serving_shard: s,
+                }))
+            }),
+        (names(), any::<bool>()).prop_map(|(topics, allow_auto_create)| {
+            BodyT::MetadataRequest(Box::new(MetadataRequestT {
+                topics,
+                allow_auto_create,
+            }))
+        }),
+        (placements(), option::of(vec(any::<u16>(), 0..4))).prop_map(|(topics, shard_ports)| {
+            BodyT::MetadataResponse(Box::new(MetadataResponseT {
+                topics,
+                shard_ports,
+            }))
+        }),
+        (
+            any::<i8>(),
+            any::<i32>(),
+            option::of(vec(
+                (name(), any::<i32>(), bytes()).prop_map(|(topic, partition, records)| {
+                    ProducePartitionT {
+                        topic,
+                        partition,
+                        records,
+                    }
+                }),
+                0..4
+            ))
+        )
+            .prop_map(|(acks, timeout_ms, partitions)| {
+                BodyT::ProduceRequest(Box::new(ProduceRequestT {
+                    acks,
+                    timeout_ms,
+                    partitions,
+                }))
+            }),
+        option::of(vec(
+            (name(), any::<i32>(), any::<i64>(), any::<i64>(), err()).prop_map(
+                |(topic, partition, base_offset, log_start_offset, error)| {
+                    ProducePartitionResultT {
+                        topic,
+                        partition,
+                        base_offset,
+                        log_start_offset,
+                        error,
+                    }
+                }
+            ),
+            0..4
+        ))
+        .prop_map(|partitions| BodyT::ProduceResponse(Box::new(ProduceResponseT { partitions }))),
+        (
+            any::<i32>(),
+            any::<i32>(),
+            any::<i32>(),
+            any::<bool>(),
+            option::of(vec(
+                (name(), any::<i32>(), any::<i64>(), any::<i32>()).prop_map(
+                    |(topic, partition, offset, max_bytes)| FetchPartitionT {
+                        topic,
+                        partition,
+                        offset,
+                        max_bytes,
+                    }
+                ),
+                0..4
+            ))
+        )
+            .prop_map(|(max_wait_ms, min_bytes, max_bytes, committed, partitions)| {
+                BodyT::FetchRequest(Box::new(FetchRequestT {
+                    max_wait_ms,
+                    min_bytes,
+                    max_bytes,
+                    isolation: if committed {
+                        Isolation::ReadCommitted
+                    } else {
+                        Isolation::ReadUncommitted
+                    },
+                    partitions,
+                }))
+            }),
+        option::of(vec(
+            (name(), any::<i32>(), any::<i64>(), any::<i64>(), bytes(), err()).prop_map(
+                |(topic, partition, high_watermark, log_start_offset, records, error)| {
+                    FetchPartitionResultT {
+                        topic,
+                        partition,
+                        high_watermark,
+                        log_start_offset,
+                        records,
+                        error,
+                    }
+                }
+            ),
+            0..4
+        ))
+        .prop_map(|partitions| BodyT::FetchResponse(Box::new(FetchResponseT { partitions }))),
+        option::of(vec(
+            (name(), any::<i32>(), any::<i64>()).prop_map(|(topic, partition, timestamp_ms)| {
+                ListOffsetsPartitionT {
+                    topic,
+                    partition,
+                    timestamp_ms,
+                }
+            }),
+            0..4
+        ))
+        .prop_map(|partitions| {
+            BodyT::ListOffsetsRequest(Box::new(ListOffsetsRequestT { partitions }))
+        }),
+        option::of(vec(
+            (name(), any::<i32>(), any::<i64>(), any::<i64>(), err()).prop_map(
+                |(topic, partition, offset, timestamp_ms, error)| ListOffsetsPartitionResultT {
+                    topic,
+                    partition,
+                    offset,
+                    timestamp_ms,
+                    error,
+                }
+            ),
+            0..4
+        ))
+        .prop_map(|partitions| {
+            BodyT::ListOffsetsResponse(Box::new(ListOffsetsResponseT { partitions }))
+        }),
+        (name(), offsets()).prop_map(|(group, offsets)| {
+            BodyT::CommitOffsetsRequest(Box::new(CommitOffsetsRequestT { group, offsets }))
+        }),
+        option::of(vec(
+            (name(), any::<i32>(), err()).prop_map(|(topic, partition, error)| {
+                PartitionErrorT {
+                    topic,
+                    partition,
+                    error,
+                }
+            }),
+            0..4
+        ))
+        .prop_map(|partitions| {
+            BodyT::CommitOffsetsResponse(Box::new(CommitOffsetsResponseT { partitions }))
+        }),
+        (
+            name(),
+            option::of(vec(
+                (name(), any::<i32>())
+                    .prop_map(|(topic, partition)| TopicPartitionT { topic, partition }),
+                0..4
+            ))
+        )
+            .prop_map(|(group, partitions)| {
+                BodyT::FetchOffsetsRequest(Box::new(FetchOffsetsRequestT { group, partitions }))
+            }),
+        (offsets(), err()).prop_map(|(offsets, error)| {
+            BodyT::FetchOffsetsResponse(Box::new(FetchOffsetsResponseT { offsets, error }))
+        }),
+        err().prop_map(|error| BodyT::ErrorResponse(Box::new(ErrorResponseT { error }))),
+    ]
+}
+
+fn header_of(frame: &[u8]) -> FrameHeader {
+    let h: &[u8; FRAME_HEADER_BYTES] = frame[..FRAME_HEADER_BYTES].try_into().unwrap();
+    FrameHeader::parse(h, FRAME_BYTES_MAX).unwrap()
+}
+
+proptest! {
+    #[test]
+    fn every_message_round_trips(body in body(), correlation_id in any::<u64>()) {
+        let msg = message(body);
+        let frame = Encoder::new().frame(PROTOCOL_VERSION, correlation_id, &msg);
+        let h = header_of(&frame);
+        prop_assert_eq!(h.correlation_id, correlation_id);
+        prop_assert_eq!(h.version, PROTOCOL_VERSION);
+        prop_assert_eq!(h.body_bytes + FRAME_HEADER_BYTES, frame.len());
+        let back = decode_body(&frame[FRAME_HEADER_BYTES..]).unwrap();
+        prop_assert_eq!(back, msg);
+    }
+
+    #[test]
+    fn flipped_and_cut_frames_never_panic(body in body(), bit in any::<usize>(), cut in any::<usize>()) {
+        let frame = Encoder::new().frame(PROTOCOL_VERSION, 7, &message(body)).to_vec();
+        let mut flipped = frame.clone();
+        let bit = bit % (flipped.len() * 8);
+        flipped[bit / 8] ^= 1 << (bit % 8);
+        crate::fuzz::native_frame(&flipped);
+        crate::fuzz::native_frame(&frame[..cut % frame.len()]);
+        crate::fuzz::native_frame(&frame);
+    }
+}
+
+#[test]
+fn header_limits_are_checked_before_allocation() {
+    let mut h = [0u8; FRAME_HEADER_BYTES];
+    h[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+    assert!(matches!(
+        FrameHeader::parse(&h, FRAME_BYTES_MAX),
+        Err(FrameError::TooLarge { .. })
+    ));
+    h[..4].copy_from_slice(&11u32.to_le_bytes());
+    assert!(matches!(
+        FrameHeader::parse(&h, FRAME_BYTES_MAX),
+        Err(FrameError::TooShort { length: 11 })
+    ));
+    h[..4].copy_from_slice(&12u32.to_le_bytes());
+    h[6] = 1;
+    assert!(matches!(
+        FrameHeader::parse(&h, FRAME_BYTES_MAX),
+        Err(FrameError::Flags { flags: 1 })
+    ));
+    h[6] = 0;
+    let ok = FrameHeader::parse(&h, FRAME_BYTES_MAX).unwrap();
+    assert_eq!(ok.body_bytes, 0);
+    assert!(matches!(decode_body(&[]), Err(FrameError::Body(_))));
+}
+
+#[test]
+fn an_empty_message_is_refused() {
+    let frame = Encoder::new().frame(PROTOCOL_VERSION, 1, &MessageT::default());
+    assert_eq!(
+        decode_body(&frame[FRAME_HEADER_BYTES..]),
+        Err(FrameError::NoBody)
+    );
+}
+
+#[test]
+fn the_version_one_error_layout_is_stable() {
+    // An old client must always be able to read this reply: pin its exact bytes.
+    let msg = message(BodyT::ErrorResponse(Box::new(ErrorResponseT {
+        error: error(codes::UNSUPPORTED_VERSION, "v", false),
+    })));
+    let frame = Encoder::new().frame(PROTOCOL_VERSION, 9, &msg);
+    let back = decode_body(&frame[FRAME_HEADER_BYTES..]).unwrap();
+    let BodyT::ErrorResponse(e) = back.body else {
+        panic!("not an error response")
+    };
+    assert_eq!(e.error.unwrap().code, codes::UNSUPPORTED_VERSION);
+}
