@@ -3,7 +3,11 @@
 use clap::Parser;
 
 #[derive(Parser, Debug)]
-#[command(name = "strandctl", version, about = "Manage and check a Strand cluster")]
+#[command(
+    name = "strandctl",
+    version,
+    about = "Manage and check a Strand cluster"
+)]
 struct Cli {}
 
 fn main() -> anyhow::Result<()> {

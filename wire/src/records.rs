@@ -169,7 +169,10 @@ pub fn decode_records(records: Bytes, record_count: i32) -> Result<Vec<Record>, 
         let mut headers = Vec::with_capacity(n);
         for _ in 0..n {
             let kat = r.pos;
-            let k = r.nullable()?.ok_or(RecordError::Length { length: -1, at: kat })?;
+            let k = r.nullable()?.ok_or(RecordError::Length {
+                length: -1,
+                at: kat,
+            })?;
             headers.push((k, r.nullable()?));
         }
         out.push(Record {
@@ -200,7 +203,12 @@ mod tests {
     #[test]
     fn decodes_what_the_builder_wrote() {
         let mut bb = BatchBuilder::new(1_000);
-        bb.push(1_000, Some(b"k1"), Some(b"v1"), &[("h", Some(b"x")), ("n", None)]);
+        bb.push(
+            1_000,
+            Some(b"k1"),
+            Some(b"v1"),
+            &[("h", Some(b"x")), ("n", None)],
+        );
         bb.push(1_005, None, None, &[]);
         let b = RecordBatch::parse(bb.build()).expect("parses");
         let recs = decode_records(b.as_bytes().slice(BATCH_HEADER_BYTES..), b.record_count())

@@ -154,8 +154,7 @@ impl FrameHeader {
         if flags != 0 {
             return Err(FrameError::Flags { flags });
         }
-        let body_bytes = usize::try_from(length)
-            .map_err(|_| FrameError::TooShort { length })?
+        let body_bytes = usize::try_from(length).map_err(|_| FrameError::TooShort { length })?
             - HEADER_AFTER_LENGTH_BYTES;
         Ok(FrameHeader {
             body_bytes,

@@ -13,17 +13,24 @@ fn name() -> impl Strategy<Value = Option<String>> {
 
 fn err() -> impl Strategy<Value = Option<Box<ErrorT>>> {
     option::of(
-        (any::<i16>(), name(), any::<bool>(), any::<i32>(), any::<i32>()).prop_map(
-            |(code, message, retriable, moved_to_shard, moved_to_port)| {
-                Box::new(ErrorT {
-                    code,
-                    message,
-                    retriable,
-                    moved_to_shard,
-                    moved_to_port,
-                })
-            },
-        ),
+        (
+            any::<i16>(),
+            name(),
+            any::<bool>(),
+            any::<i32>(),
+            any::<i32>(),
+        )
+            .prop_map(
+                |(code, message, retriable, moved_to_shard, moved_to_port)| {
+                    Box::new(ErrorT {
+                        code,
+                        message,
+                        retriable,
+                        moved_to_shard,
+                        moved_to_port,
+                    })
+                },
+            ),
     )
 }
 
@@ -162,32 +169,42 @@ fn body() -> impl Strategy<Value = BodyT> {
                 0..4
             ))
         )
-            .prop_map(|(max_wait_ms, min_bytes, max_bytes, committed, partitions)| {
-                BodyT::FetchRequest(Box::new(FetchRequestT {
-                    max_wait_ms,
-                    min_bytes,
-                    max_bytes,
-                    isolation: if committed {
-                        Isolation::ReadCommitted
-                    } else {
-                        Isolation::ReadUncommitted
-                    },
-                    partitions,
-                }))
-            }),
-        option::of(vec(
-            (name(), any::<i32>(), any::<i64>(), any::<i64>(), bytes(), err()).prop_map(
-                |(topic, partition, high_watermark, log_start_offset, records, error)| {
-                    FetchPartitionResultT {
-                        topic,
-                        partition,
-                        high_watermark,
-                        log_start_offset,
-                        records,
-                        error,
-                    }
+            .prop_map(
+                |(max_wait_ms, min_bytes, max_bytes, committed, partitions)| {
+                    BodyT::FetchRequest(Box::new(FetchRequestT {
+                        max_wait_ms,
+                        min_bytes,
+                        max_bytes,
+                        isolation: if committed {
+                            Isolation::ReadCommitted
+                        } else {
+                            Isolation::ReadUncommitted
+                        },
+                        partitions,
+                    }))
                 }
             ),
+        option::of(vec(
+            (
+                name(),
+                any::<i32>(),
+                any::<i64>(),
+                any::<i64>(),
+                bytes(),
+                err()
+            )
+                .prop_map(
+                    |(topic, partition, high_watermark, log_start_offset, records, error)| {
+                        FetchPartitionResultT {
+                            topic,
+                            partition,
+                            high_watermark,
+                            log_start_offset,
+                            records,
+                            error,
+                        }
+                    }
+                ),
             0..4
         ))
         .prop_map(|partitions| BodyT::FetchResponse(Box::new(FetchResponseT { partitions }))),
