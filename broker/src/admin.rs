@@ -21,6 +21,14 @@ pub struct ShardSnapshot {
     pub backpressure_events: u64,
     /// Open Kafka connections.
     pub connections: u64,
+    /// Native protocol requests served.
+    pub native_requests: u64,
+    /// Native partitions answered "moved".
+    pub native_moved: u64,
+    /// Cross-shard calls made for native requests.
+    pub native_cross_shard_hops: u64,
+    /// Open native connections.
+    pub native_connections: u64,
     /// Requests per API name.
     pub requests: Vec<(&'static str, u64)>,
     /// Partitions hosted.
@@ -94,6 +102,34 @@ pub fn render_metrics(shards: &[ShardSnapshot]) -> String {
         "Open Kafka connections",
         &mut reg,
         &|s| s.connections,
+        false,
+    );
+    per_shard(
+        "strand_native_requests",
+        "Native protocol requests served",
+        &mut reg,
+        &|s| s.native_requests,
+        true,
+    );
+    per_shard(
+        "strand_native_moved_partitions",
+        "Native partition requests answered with the owning shard (stale shard map)",
+        &mut reg,
+        &|s| s.native_moved,
+        true,
+    );
+    per_shard(
+        "strand_native_cross_shard_hops",
+        "Cross-shard calls made to serve native requests (group coordinator only)",
+        &mut reg,
+        &|s| s.native_cross_shard_hops,
+        true,
+    );
+    per_shard(
+        "strand_native_connections",
+        "Open native protocol connections",
+        &mut reg,
+        &|s| s.native_connections,
         false,
     );
     per_shard(

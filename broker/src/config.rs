@@ -15,6 +15,11 @@ const _: () = assert!(MESSAGE_MAX_BYTES_DEFAULT <= REQUEST_BYTES_MAX);
 /// Kafka's `log.retention.check.interval.ms` default (5 minutes).
 pub const RETENTION_CHECK_INTERVAL_MS_DEFAULT: u64 = 300_000;
 
+/// Default native handshake port (ARCHITECTURE.md, Native protocol).
+pub const NATIVE_PORT_DEFAULT: u16 = 9093;
+/// Default first per-shard native port: shard s listens on 9094 + s.
+pub const NATIVE_SHARD_BASE_PORT_DEFAULT: u16 = 9094;
+
 /// Command-line flags; each also reads its `STRAND_*` environment variable.
 #[derive(clap::Parser, Debug, Default)]
 #[command(
@@ -35,6 +40,13 @@ pub struct Flags {
     /// Admin HTTP listener address (health, status, Prometheus metrics).
     #[arg(long, env = "STRAND_ADMIN_ADDR")]
     pub admin_addr: Option<SocketAddr>,
+    /// Native protocol listener for the handshake (every shard accepts on it).
+    #[arg(long, env = "STRAND_NATIVE_ADDR")]
+    pub native_addr: Option<SocketAddr>,
+    /// First per-shard native port: shard s serves port base + s on the native address's
+    /// IP. 0 = an ephemeral port per shard (announced in the handshake).
+    #[arg(long, env = "STRAND_NATIVE_SHARD_BASE_PORT")]
+    pub native_shard_base_port: Option<u16>,
     /// Host name advertised to Kafka clients (default: the listener's IP).
     #[arg(long, env = "STRAND_ADVERTISED_HOST")]
     pub advertised_host: Option<String>,
@@ -80,6 +92,8 @@ struct FileConfig {
     data_dir: Option<PathBuf>,
     kafka_addr: Option<SocketAddr>,
     admin_addr: Option<SocketAddr>,
+    native_addr: Option<SocketAddr>,
+    native_shard_base_port: Option<u16>,
     advertised_host: Option<String>,
     smp: Option<usize>,
     node_id: Option<i32>,
@@ -102,6 +116,10 @@ pub struct Config {
     pub kafka_addr: SocketAddr,
     /// Admin HTTP listener.
     pub admin_addr: SocketAddr,
+    /// Native handshake listener.
+    pub native_addr: SocketAddr,
+    /// First per-shard native port (0 = ephemeral).
+    pub native_shard_base_port: u16,
     /// Host advertised in Metadata.
     pub advertised_host: String,
     /// Shards requested (`None` = all CPUs in the affinity mask).
@@ -151,6 +169,14 @@ impl Config {
                 .admin_addr
                 .or(file.admin_addr)
                 .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 9644))),
+            native_addr: flags
+                .native_addr
+                .or(file.native_addr)
+                .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], NATIVE_PORT_DEFAULT))),
+            native_shard_base_port: flags
+                .native_shard_base_port
+                .or(file.native_shard_base_port)
+                .unwrap_or(NATIVE_SHARD_BASE_PORT_DEFAULT),
             smp: flags.smp.or(file.smp),
             node_id: flags.node_id.or(file.node_id).unwrap_or(0),
             auto_create_topics: flags
@@ -211,6 +237,12 @@ impl Config {
         }
         if self.group_initial_rebalance_delay_ms > 300_000 {
             bail!("group_initial_rebalance_delay_ms must be at most 300000");
+        }
+        if self.native_shard_base_port != 0 {
+            let last = usize::from(self.native_shard_base_port) + self.smp.unwrap_or(1) - 1;
+            if last > usize::from(u16::MAX) {
+                bail!("native_shard_base_port + smp - 1 must be a port (<= 65535), got {last}");
+            }
         }
         if self.retention_check_interval_ms == 0 {
             bail!("retention_check_interval_ms must be positive");

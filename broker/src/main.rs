@@ -9,6 +9,7 @@ mod group;
 mod kafka;
 mod metadata;
 mod metastore;
+mod native;
 mod ops;
 mod partition;
 mod preflight;
@@ -16,6 +17,7 @@ mod producer_state;
 mod shard;
 mod shard_admin;
 mod shard_conn;
+mod shard_native;
 mod shard_signals;
 mod topic_config;
 

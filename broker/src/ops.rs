@@ -128,6 +128,13 @@ pub enum Op {
     ListGroups,
     /// Delete these groups (all coordinated here).
     DeleteGroups(Vec<String>),
+    /// Native OffsetCommit outside any generation (run on the group's coordinator).
+    CommitOffsets {
+        /// Group id.
+        group: String,
+        /// (topic, partition, offset).
+        offsets: Vec<(String, i32, crate::group::state::Committed)>,
+    },
     /// Committed offsets of these groups (all coordinated here).
     OffsetFetch(Vec<(String, crate::kafka::groups::WantedOffsets)>),
     /// Counters for admin HTTP.
@@ -242,6 +249,10 @@ impl Shard {
                     codes.push(self.delete_group(&g).await);
                 }
                 Reply::Codes(codes)
+            }
+            Op::CommitOffsets { group, offsets } => {
+                self.wait_group_loaded(&group).await;
+                Reply::Codes(self.offset_commit(&group, "", -1, offsets).await)
             }
             Op::OffsetFetch(reqs) => {
                 self.wait_all_groups_loaded().await;

@@ -19,8 +19,32 @@ pub fn check(config: &Config) -> anyhow::Result<()> {
     for (what, addr, flag) in [
         ("Kafka", config.kafka_addr, "--kafka-addr"),
         ("admin HTTP", config.admin_addr, "--admin-addr"),
+        ("native protocol", config.native_addr, "--native-addr"),
     ] {
         port_free(what, addr, flag)?;
+    }
+    Ok(())
+}
+
+/// Fails when a per-shard native port of one of `shards` shards is taken.
+pub fn native_shard_ports_free(config: &Config, shards: usize) -> anyhow::Result<()> {
+    if config.native_shard_base_port == 0 {
+        return Ok(());
+    }
+    for s in 0..shards {
+        let port = usize::from(config.native_shard_base_port) + s;
+        let port = u16::try_from(port).map_err(|_| {
+            anyhow::anyhow!(
+                "native port of shard {s} would be {port}, past 65535: lower \
+                 --native-shard-base-port"
+            )
+        })?;
+        let addr = std::net::SocketAddr::new(config.native_addr.ip(), port);
+        port_free(
+            "a shard's native protocol",
+            addr,
+            "--native-shard-base-port",
+        )?;
     }
     Ok(())
 }

@@ -44,6 +44,12 @@ pub struct ShardStats {
     pub cross_shard_messages: u64,
     /// Times a connection stopped reading because the shard's in-flight bytes were full.
     pub backpressure_events: u64,
+    /// Native protocol requests served.
+    pub native_requests: u64,
+    /// Native partitions answered "moved" (owned by another shard).
+    pub native_moved: u64,
+    /// Cross-shard calls made for native requests (group coordinator only; data never).
+    pub native_cross_shard_hops: u64,
 }
 
 /// Everything one shard owns.
@@ -67,6 +73,11 @@ pub struct Shard {
     requests: RefCell<Vec<u64>>,
     /// Open Kafka connections.
     connections: Cell<u64>,
+    /// Open native connections.
+    native_connections: Cell<u64>,
+    /// Each shard's bound native port (0 until bound). Written once per shard at start-up,
+    /// read by handshakes and "moved" answers: not on the data path.
+    native_ports: Arc<Vec<std::sync::atomic::AtomicU16>>,
     /// Groups coordinated by this shard.
     pub(crate) groups: RefCell<HashMap<String, crate::group::state::Group>>,
     cache: Rc<BatchCache>,
@@ -131,6 +142,49 @@ impl Shard {
         self.alive
             .get(target)
             .is_some_and(|a| a.load(std::sync::atomic::Ordering::Acquire))
+    }
+
+    fn bump(&self, f: impl FnOnce(&mut ShardStats)) {
+        let mut s = self.stats.get();
+        f(&mut s);
+        self.stats.set(s);
+    }
+
+    /// Counts a native request.
+    pub fn count_native_request(&self) {
+        self.bump(|s| s.native_requests += 1);
+    }
+
+    /// Counts a native partition answered "moved".
+    pub fn count_native_moved(&self) {
+        self.bump(|s| s.native_moved += 1);
+    }
+
+    /// Counts a cross-shard call made for a native request.
+    pub fn count_native_hop(&self) {
+        self.bump(|s| s.native_cross_shard_hops += 1);
+    }
+
+    /// Counts a native connection opened or closed.
+    pub fn count_native_connection(&self, opened: bool) {
+        let n = self.native_connections.get();
+        self.native_connections
+            .set(if opened { n + 1 } else { n.saturating_sub(1) });
+    }
+
+    /// Every shard's native port (0 = not bound yet).
+    pub fn native_ports(&self) -> Vec<u16> {
+        self.native_ports
+            .iter()
+            .map(|p| p.load(std::sync::atomic::Ordering::Acquire))
+            .collect()
+    }
+
+    /// Publishes this shard's bound native port.
+    pub(crate) fn set_native_port(&self, port: u16) {
+        if let Some(p) = self.native_ports.get(self.id) {
+            p.store(port, std::sync::atomic::Ordering::Release);
+        }
     }
 
     /// Counters.
@@ -313,6 +367,10 @@ impl Shard {
             shard: self.id,
             cross_shard_messages: stats.cross_shard_messages,
             backpressure_events: stats.backpressure_events,
+            native_requests: stats.native_requests,
+            native_moved: stats.native_moved,
+            native_cross_shard_hops: stats.native_cross_shard_hops,
+            native_connections: self.native_connections.get(),
             connections: self.connections.get(),
             requests,
             partitions: parts.len() as u64,
@@ -364,6 +422,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     }
     let plan = strand_storage::io_runtime::plan_io_memory(count)?;
     crate::preflight::check(&config)?;
+    crate::preflight::native_shard_ports_free(&config, count)?;
     let mask = crate::shard_signals::block_termination_signals()?;
     let mut senders = Vec::with_capacity(count);
     let mut receivers = Vec::with_capacity(count);
@@ -372,6 +431,11 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         senders.push(tx);
         receivers.push(rx);
     }
+    let native_ports: Arc<Vec<std::sync::atomic::AtomicU16>> = Arc::new(
+        (0..count)
+            .map(|_| std::sync::atomic::AtomicU16::new(0))
+            .collect(),
+    );
     let alive: Arc<Vec<std::sync::atomic::AtomicBool>> = Arc::new(
         (0..count)
             .map(|_| std::sync::atomic::AtomicBool::new(true))
@@ -383,13 +447,14 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     let mut handles = Vec::with_capacity(count);
     for (id, rx) in receivers.into_iter().enumerate() {
         let (config, peers, alive) = (config.clone(), senders.clone(), alive.clone());
+        let native_ports = native_ports.clone();
         let exited = exit_tx.clone();
         let h = LocalExecutorBuilder::new(Placement::Fixed(cpus[id]))
             .name(&format!("shard-{id}"))
             .io_memory(plan.io_memory_bytes)
             .spawn(move || async move {
                 let flags = alive.clone();
-                let r = shard_main(id, count, config, peers, alive, rx).await;
+                let r = shard_main(id, count, config, peers, alive, native_ports, rx).await;
                 if let Some(a) = flags.get(id) {
                     a.store(false, std::sync::atomic::Ordering::Release);
                 }
@@ -453,6 +518,7 @@ async fn shard_main(
     config: Arc<Config>,
     peers: Vec<mpsc::Sender<Envelope>>,
     alive: Arc<Vec<std::sync::atomic::AtomicBool>>,
+    native_ports: Arc<Vec<std::sync::atomic::AtomicU16>>,
     mut rx: mpsc::Receiver<Envelope>,
 ) -> anyhow::Result<()> {
     strand_storage::io::prime_device_probe(&config.data_dir).await?;
@@ -469,6 +535,8 @@ async fn shard_main(
         requests: RefCell::new(vec![0; crate::kafka::SUPPORTED.len()]),
         applying_metadata: Cell::new(false),
         connections: Cell::new(0),
+        native_connections: Cell::new(0),
+        native_ports,
         cache: Rc::new(BatchCache::new(BATCH_CACHE_BYTES)),
         metastore: RefCell::new(None),
         stats: Cell::new(ShardStats::default()),
@@ -537,6 +605,7 @@ async fn shard_main(
             }
         });
     }
+    crate::shard_native::listen(&shard)?;
     crate::shard_conn::serve(shard.clone(), stop_rx).await?;
     let _ = done_rx.await;
     tracing::info!(

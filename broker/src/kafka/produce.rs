@@ -139,7 +139,7 @@ fn failed(e: KafkaError) -> ProduceResult {
 }
 
 /// Kafka requires exactly one batch per partition in Produce v3+.
-fn check_one_batch(records: &Bytes) -> Result<(), KafkaError> {
+pub(crate) fn check_one_batch(records: &Bytes) -> Result<(), KafkaError> {
     let mut it = strand_wire::batches(records.clone());
     match (it.next(), it.next()) {
         (Some(Ok(_)), None) => Ok(()),

@@ -256,6 +256,8 @@ pub fn body_name(body: &BodyT) -> &'static str {
         BodyT::FetchOffsetsRequest(_) => "FetchOffsetsRequest",
         BodyT::FetchOffsetsResponse(_) => "FetchOffsetsResponse",
         BodyT::ErrorResponse(_) => "ErrorResponse",
+        BodyT::InitProducerIdRequest(_) => "InitProducerIdRequest",
+        BodyT::InitProducerIdResponse(_) => "InitProducerIdResponse",
     }
 }
 

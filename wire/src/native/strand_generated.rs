@@ -106,13 +106,13 @@ pub mod strand {
             since = "2.0.0",
             note = "Use associated constants instead. This will no longer be generated in 2021."
         )]
-        pub const ENUM_MAX_BODY: u8 = 15;
+        pub const ENUM_MAX_BODY: u8 = 17;
         #[deprecated(
             since = "2.0.0",
             note = "Use associated constants instead. This will no longer be generated in 2021."
         )]
         #[allow(non_camel_case_types)]
-        pub const ENUM_VALUES_BODY: [Body; 16] = [
+        pub const ENUM_VALUES_BODY: [Body; 18] = [
             Body::NONE,
             Body::HandshakeRequest,
             Body::HandshakeResponse,
@@ -129,6 +129,8 @@ pub mod strand {
             Body::FetchOffsetsRequest,
             Body::FetchOffsetsResponse,
             Body::ErrorResponse,
+            Body::InitProducerIdRequest,
+            Body::InitProducerIdResponse,
         ];
 
         #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -152,9 +154,11 @@ pub mod strand {
             pub const FetchOffsetsRequest: Self = Self(13);
             pub const FetchOffsetsResponse: Self = Self(14);
             pub const ErrorResponse: Self = Self(15);
+            pub const InitProducerIdRequest: Self = Self(16);
+            pub const InitProducerIdResponse: Self = Self(17);
 
             pub const ENUM_MIN: u8 = 0;
-            pub const ENUM_MAX: u8 = 15;
+            pub const ENUM_MAX: u8 = 17;
             pub const ENUM_VALUES: &'static [Self] = &[
                 Self::NONE,
                 Self::HandshakeRequest,
@@ -172,6 +176,8 @@ pub mod strand {
                 Self::FetchOffsetsRequest,
                 Self::FetchOffsetsResponse,
                 Self::ErrorResponse,
+                Self::InitProducerIdRequest,
+                Self::InitProducerIdResponse,
             ];
             /// Returns the variant's name or "" if unknown.
             pub fn variant_name(self) -> Option<&'static str> {
@@ -192,6 +198,8 @@ pub mod strand {
                     Self::FetchOffsetsRequest => Some("FetchOffsetsRequest"),
                     Self::FetchOffsetsResponse => Some("FetchOffsetsResponse"),
                     Self::ErrorResponse => Some("ErrorResponse"),
+                    Self::InitProducerIdRequest => Some("InitProducerIdRequest"),
+                    Self::InitProducerIdResponse => Some("InitProducerIdResponse"),
                     _ => None,
                 }
             }
@@ -250,7 +258,6 @@ pub mod strand {
         pub struct BodyUnionTableOffset {}
 
         #[allow(clippy::upper_case_acronyms)]
-        #[non_exhaustive]
         #[derive(Debug, Clone, PartialEq)]
         pub enum BodyT {
             NONE,
@@ -269,6 +276,8 @@ pub mod strand {
             FetchOffsetsRequest(alloc::boxed::Box<FetchOffsetsRequestT>),
             FetchOffsetsResponse(alloc::boxed::Box<FetchOffsetsResponseT>),
             ErrorResponse(alloc::boxed::Box<ErrorResponseT>),
+            InitProducerIdRequest(alloc::boxed::Box<InitProducerIdRequestT>),
+            InitProducerIdResponse(alloc::boxed::Box<InitProducerIdResponseT>),
         }
         impl Default for BodyT {
             fn default() -> Self {
@@ -294,6 +303,8 @@ pub mod strand {
                     Self::FetchOffsetsRequest(_) => Body::FetchOffsetsRequest,
                     Self::FetchOffsetsResponse(_) => Body::FetchOffsetsResponse,
                     Self::ErrorResponse(_) => Body::ErrorResponse,
+                    Self::InitProducerIdRequest(_) => Body::InitProducerIdRequest,
+                    Self::InitProducerIdResponse(_) => Body::InitProducerIdResponse,
                 }
             }
             pub fn pack<'b, A: ::flatbuffers::Allocator + 'b>(
@@ -317,6 +328,8 @@ pub mod strand {
                     Self::FetchOffsetsRequest(v) => Some(v.pack(fbb).as_union_value()),
                     Self::FetchOffsetsResponse(v) => Some(v.pack(fbb).as_union_value()),
                     Self::ErrorResponse(v) => Some(v.pack(fbb).as_union_value()),
+                    Self::InitProducerIdRequest(v) => Some(v.pack(fbb).as_union_value()),
+                    Self::InitProducerIdResponse(v) => Some(v.pack(fbb).as_union_value()),
                 }
             }
             /// If the union variant matches, return the owned HandshakeRequestT, setting the union to NONE.
@@ -774,6 +787,72 @@ pub mod strand {
                     None
                 }
             }
+            /// If the union variant matches, return the owned InitProducerIdRequestT, setting the union to NONE.
+            pub fn take_init_producer_id_request(
+                &mut self,
+            ) -> Option<alloc::boxed::Box<InitProducerIdRequestT>> {
+                if let Self::InitProducerIdRequest(_) = self {
+                    let v = ::core::mem::replace(self, Self::NONE);
+                    if let Self::InitProducerIdRequest(w) = v {
+                        Some(w)
+                    } else {
+                        unreachable!()
+                    }
+                } else {
+                    None
+                }
+            }
+            /// If the union variant matches, return a reference to the InitProducerIdRequestT.
+            pub fn as_init_producer_id_request(&self) -> Option<&InitProducerIdRequestT> {
+                if let Self::InitProducerIdRequest(v) = self {
+                    Some(v.as_ref())
+                } else {
+                    None
+                }
+            }
+            /// If the union variant matches, return a mutable reference to the InitProducerIdRequestT.
+            pub fn as_init_producer_id_request_mut(
+                &mut self,
+            ) -> Option<&mut InitProducerIdRequestT> {
+                if let Self::InitProducerIdRequest(v) = self {
+                    Some(v.as_mut())
+                } else {
+                    None
+                }
+            }
+            /// If the union variant matches, return the owned InitProducerIdResponseT, setting the union to NONE.
+            pub fn take_init_producer_id_response(
+                &mut self,
+            ) -> Option<alloc::boxed::Box<InitProducerIdResponseT>> {
+                if let Self::InitProducerIdResponse(_) = self {
+                    let v = ::core::mem::replace(self, Self::NONE);
+                    if let Self::InitProducerIdResponse(w) = v {
+                        Some(w)
+                    } else {
+                        unreachable!()
+                    }
+                } else {
+                    None
+                }
+            }
+            /// If the union variant matches, return a reference to the InitProducerIdResponseT.
+            pub fn as_init_producer_id_response(&self) -> Option<&InitProducerIdResponseT> {
+                if let Self::InitProducerIdResponse(v) = self {
+                    Some(v.as_ref())
+                } else {
+                    None
+                }
+            }
+            /// If the union variant matches, return a mutable reference to the InitProducerIdResponseT.
+            pub fn as_init_producer_id_response_mut(
+                &mut self,
+            ) -> Option<&mut InitProducerIdResponseT> {
+                if let Self::InitProducerIdResponse(v) = self {
+                    Some(v.as_mut())
+                } else {
+                    None
+                }
+            }
         }
         pub enum ErrorOffset {}
         #[derive(Copy, Clone, PartialEq)]
@@ -994,7 +1073,6 @@ pub mod strand {
                 ds.finish()
             }
         }
-        #[non_exhaustive]
         #[derive(Debug, Clone, PartialEq)]
         pub struct ErrorT {
             pub code: i16,
@@ -1231,7 +1309,6 @@ pub mod strand {
                 ds.finish()
             }
         }
-        #[non_exhaustive]
         #[derive(Debug, Clone, PartialEq)]
         pub struct TopicPlacementT {
             pub name: Option<alloc::string::String>,
@@ -1521,7 +1598,6 @@ pub mod strand {
                 ds.finish()
             }
         }
-        #[non_exhaustive]
         #[derive(Debug, Clone, PartialEq)]
         pub struct HandshakeRequestT {
             pub client_version: u16,
@@ -1908,7 +1984,6 @@ pub mod strand {
                 ds.finish()
             }
         }
-        #[non_exhaustive]
         #[derive(Debug, Clone, PartialEq)]
         pub struct HandshakeResponseT {
             pub protocol_version: u16,
@@ -2131,7 +2206,6 @@ pub mod strand {
                 ds.finish()
             }
         }
-        #[non_exhaustive]
         #[derive(Debug, Clone, PartialEq)]
         pub struct MetadataRequestT {
             pub topics: Option<alloc::vec::Vec<alloc::string::String>>,
@@ -2338,7 +2412,6 @@ pub mod strand {
                 ds.finish()
             }
         }
-        #[non_exhaustive]
         #[derive(Debug, Clone, PartialEq)]
         pub struct MetadataResponseT {
             pub topics: Option<alloc::vec::Vec<TopicPlacementT>>,
@@ -2559,7 +2632,6 @@ pub mod strand {
                 ds.finish()
             }
         }
-        #[non_exhaustive]
         #[derive(Debug, Clone, PartialEq)]
         pub struct ProducePartitionT {
             pub topic: Option<alloc::string::String>,
@@ -2779,7 +2851,6 @@ pub mod strand {
                 ds.finish()
             }
         }
-        #[non_exhaustive]
         #[derive(Debug, Clone, PartialEq)]
         pub struct ProduceRequestT {
             pub acks: i8,
@@ -3051,7 +3122,6 @@ pub mod strand {
                 ds.finish()
             }
         }
-        #[non_exhaustive]
         #[derive(Debug, Clone, PartialEq)]
         pub struct ProducePartitionResultT {
             pub topic: Option<alloc::string::String>,
@@ -3242,7 +3312,6 @@ pub mod strand {
                 ds.finish()
             }
         }
-        #[non_exhaustive]
         #[derive(Debug, Clone, PartialEq)]
         pub struct ProduceResponseT {
             pub partitions: Option<alloc::vec::Vec<ProducePartitionResultT>>,
@@ -3460,7 +3529,6 @@ pub mod strand {
                 ds.finish()
             }
         }
-        #[non_exhaustive]
         #[derive(Debug, Clone, PartialEq)]
         pub struct FetchPartitionT {
             pub topic: Option<alloc::string::String>,
@@ -3737,7 +3805,6 @@ pub mod strand {
                 ds.finish()
             }
         }
-        #[non_exhaustive]
         #[derive(Debug, Clone, PartialEq)]
         pub struct FetchRequestT {
             pub max_wait_ms: i32,
@@ -4058,7 +4125,6 @@ pub mod strand {
                 ds.finish()
             }
         }
-        #[non_exhaustive]
         #[derive(Debug, Clone, PartialEq)]
         pub struct FetchPartitionResultT {
             pub topic: Option<alloc::string::String>,
@@ -4250,7 +4316,6 @@ pub mod strand {
                 ds.finish()
             }
         }
-        #[non_exhaustive]
         #[derive(Debug, Clone, PartialEq)]
         pub struct FetchResponseT {
             pub partitions: Option<alloc::vec::Vec<FetchPartitionResultT>>,
@@ -4447,7 +4512,6 @@ pub mod strand {
                 ds.finish()
             }
         }
-        #[non_exhaustive]
         #[derive(Debug, Clone, PartialEq)]
         pub struct ListOffsetsPartitionT {
             pub topic: Option<alloc::string::String>,
@@ -4627,7 +4691,6 @@ pub mod strand {
                 ds.finish()
             }
         }
-        #[non_exhaustive]
         #[derive(Debug, Clone, PartialEq)]
         pub struct ListOffsetsRequestT {
             pub partitions: Option<alloc::vec::Vec<ListOffsetsPartitionT>>,
@@ -4884,7 +4947,6 @@ pub mod strand {
                 ds.finish()
             }
         }
-        #[non_exhaustive]
         #[derive(Debug, Clone, PartialEq)]
         pub struct ListOffsetsPartitionResultT {
             pub topic: Option<alloc::string::String>,
@@ -5075,7 +5137,6 @@ pub mod strand {
                 ds.finish()
             }
         }
-        #[non_exhaustive]
         #[derive(Debug, Clone, PartialEq)]
         pub struct ListOffsetsResponseT {
             pub partitions: Option<alloc::vec::Vec<ListOffsetsPartitionResultT>>,
@@ -5300,7 +5361,6 @@ pub mod strand {
                 ds.finish()
             }
         }
-        #[non_exhaustive]
         #[derive(Debug, Clone, PartialEq)]
         pub struct GroupOffsetT {
             pub topic: Option<alloc::string::String>,
@@ -5505,7 +5565,6 @@ pub mod strand {
                 ds.finish()
             }
         }
-        #[non_exhaustive]
         #[derive(Debug, Clone, PartialEq)]
         pub struct CommitOffsetsRequestT {
             pub group: Option<alloc::string::String>,
@@ -5714,7 +5773,6 @@ pub mod strand {
                 ds.finish()
             }
         }
-        #[non_exhaustive]
         #[derive(Debug, Clone, PartialEq)]
         pub struct PartitionErrorT {
             pub topic: Option<alloc::string::String>,
@@ -5881,7 +5939,6 @@ pub mod strand {
                 ds.finish()
             }
         }
-        #[non_exhaustive]
         #[derive(Debug, Clone, PartialEq)]
         pub struct CommitOffsetsResponseT {
             pub partitions: Option<alloc::vec::Vec<PartitionErrorT>>,
@@ -6048,7 +6105,6 @@ pub mod strand {
                 ds.finish()
             }
         }
-        #[non_exhaustive]
         #[derive(Debug, Clone, PartialEq)]
         pub struct TopicPartitionT {
             pub topic: Option<alloc::string::String>,
@@ -6239,7 +6295,6 @@ pub mod strand {
                 ds.finish()
             }
         }
-        #[non_exhaustive]
         #[derive(Debug, Clone, PartialEq)]
         pub struct FetchOffsetsRequestT {
             pub group: Option<alloc::string::String>,
@@ -6435,7 +6490,6 @@ pub mod strand {
                 ds.finish()
             }
         }
-        #[non_exhaustive]
         #[derive(Debug, Clone, PartialEq)]
         pub struct FetchOffsetsResponseT {
             pub offsets: Option<alloc::vec::Vec<GroupOffsetT>>,
@@ -6460,6 +6514,371 @@ pub mod strand {
                 });
                 let error = self.error.as_ref().map(|x| x.pack(_fbb));
                 FetchOffsetsResponse::create(_fbb, &FetchOffsetsResponseArgs { offsets, error })
+            }
+        }
+        pub enum InitProducerIdRequestOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        /// Asks for a producer id for an idempotent producer (one per producer session).
+        pub struct InitProducerIdRequest<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for InitProducerIdRequest<'a> {
+            type Inner = InitProducerIdRequest<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> InitProducerIdRequest<'a> {
+            pub const VT_TRANSACTIONAL_ID: ::flatbuffers::VOffsetT = 4;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                InitProducerIdRequest { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args InitProducerIdRequestArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<InitProducerIdRequest<'bldr>> {
+                let mut builder = InitProducerIdRequestBuilder::new(_fbb);
+                if let Some(x) = args.transactional_id {
+                    builder.add_transactional_id(x);
+                }
+                builder.finish()
+            }
+
+            pub fn unpack(&self) -> InitProducerIdRequestT {
+                let transactional_id = self
+                    .transactional_id()
+                    .map(|x| alloc::string::ToString::to_string(x));
+                InitProducerIdRequestT { transactional_id }
+            }
+
+            /// Reserved for transactions; must be empty.
+            #[inline]
+            pub fn transactional_id(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        InitProducerIdRequest::VT_TRANSACTIONAL_ID,
+                        None,
+                    )
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for InitProducerIdRequest<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "transactional_id",
+                        Self::VT_TRANSACTIONAL_ID,
+                        false,
+                    )?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct InitProducerIdRequestArgs<'a> {
+            pub transactional_id: Option<::flatbuffers::WIPOffset<&'a str>>,
+        }
+        impl<'a> Default for InitProducerIdRequestArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                InitProducerIdRequestArgs {
+                    transactional_id: None,
+                }
+            }
+        }
+
+        pub struct InitProducerIdRequestBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> InitProducerIdRequestBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_transactional_id(
+                &mut self,
+                transactional_id: ::flatbuffers::WIPOffset<&'b str>,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    InitProducerIdRequest::VT_TRANSACTIONAL_ID,
+                    transactional_id,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> InitProducerIdRequestBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                InitProducerIdRequestBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<InitProducerIdRequest<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for InitProducerIdRequest<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("InitProducerIdRequest");
+                ds.field("transactional_id", &self.transactional_id());
+                ds.finish()
+            }
+        }
+        #[derive(Debug, Clone, PartialEq)]
+        pub struct InitProducerIdRequestT {
+            pub transactional_id: Option<alloc::string::String>,
+        }
+        impl Default for InitProducerIdRequestT {
+            fn default() -> Self {
+                Self {
+                    transactional_id: None,
+                }
+            }
+        }
+        impl InitProducerIdRequestT {
+            pub fn pack<'b, A: ::flatbuffers::Allocator + 'b>(
+                &self,
+                _fbb: &mut ::flatbuffers::FlatBufferBuilder<'b, A>,
+            ) -> ::flatbuffers::WIPOffset<InitProducerIdRequest<'b>> {
+                let transactional_id = self
+                    .transactional_id
+                    .as_ref()
+                    .map(|x| _fbb.create_string(x));
+                InitProducerIdRequest::create(_fbb, &InitProducerIdRequestArgs { transactional_id })
+            }
+        }
+        pub enum InitProducerIdResponseOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct InitProducerIdResponse<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for InitProducerIdResponse<'a> {
+            type Inner = InitProducerIdResponse<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> InitProducerIdResponse<'a> {
+            pub const VT_PRODUCER_ID: ::flatbuffers::VOffsetT = 4;
+            pub const VT_PRODUCER_EPOCH: ::flatbuffers::VOffsetT = 6;
+            pub const VT_ERROR: ::flatbuffers::VOffsetT = 8;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                InitProducerIdResponse { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args InitProducerIdResponseArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<InitProducerIdResponse<'bldr>> {
+                let mut builder = InitProducerIdResponseBuilder::new(_fbb);
+                builder.add_producer_id(args.producer_id);
+                if let Some(x) = args.error {
+                    builder.add_error(x);
+                }
+                builder.add_producer_epoch(args.producer_epoch);
+                builder.finish()
+            }
+
+            pub fn unpack(&self) -> InitProducerIdResponseT {
+                let producer_id = self.producer_id();
+                let producer_epoch = self.producer_epoch();
+                let error = self.error().map(|x| alloc::boxed::Box::new(x.unpack()));
+                InitProducerIdResponseT {
+                    producer_id,
+                    producer_epoch,
+                    error,
+                }
+            }
+
+            #[inline]
+            pub fn producer_id(&self) -> i64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<i64>(InitProducerIdResponse::VT_PRODUCER_ID, Some(-1))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn producer_epoch(&self) -> i16 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<i16>(InitProducerIdResponse::VT_PRODUCER_EPOCH, Some(-1))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn error(&self) -> Option<Error<'a>> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<Error>>(
+                        InitProducerIdResponse::VT_ERROR,
+                        None,
+                    )
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for InitProducerIdResponse<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<i64>("producer_id", Self::VT_PRODUCER_ID, false)?
+                    .visit_field::<i16>("producer_epoch", Self::VT_PRODUCER_EPOCH, false)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<Error>>(
+                        "error",
+                        Self::VT_ERROR,
+                        false,
+                    )?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct InitProducerIdResponseArgs<'a> {
+            pub producer_id: i64,
+            pub producer_epoch: i16,
+            pub error: Option<::flatbuffers::WIPOffset<Error<'a>>>,
+        }
+        impl<'a> Default for InitProducerIdResponseArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                InitProducerIdResponseArgs {
+                    producer_id: -1,
+                    producer_epoch: -1,
+                    error: None,
+                }
+            }
+        }
+
+        pub struct InitProducerIdResponseBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> InitProducerIdResponseBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_producer_id(&mut self, producer_id: i64) {
+                self.fbb_
+                    .push_slot::<i64>(InitProducerIdResponse::VT_PRODUCER_ID, producer_id, -1);
+            }
+            #[inline]
+            pub fn add_producer_epoch(&mut self, producer_epoch: i16) {
+                self.fbb_.push_slot::<i16>(
+                    InitProducerIdResponse::VT_PRODUCER_EPOCH,
+                    producer_epoch,
+                    -1,
+                );
+            }
+            #[inline]
+            pub fn add_error(&mut self, error: ::flatbuffers::WIPOffset<Error<'b>>) {
+                self.fbb_
+                    .push_slot_always::<::flatbuffers::WIPOffset<Error>>(
+                        InitProducerIdResponse::VT_ERROR,
+                        error,
+                    );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> InitProducerIdResponseBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                InitProducerIdResponseBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<InitProducerIdResponse<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for InitProducerIdResponse<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("InitProducerIdResponse");
+                ds.field("producer_id", &self.producer_id());
+                ds.field("producer_epoch", &self.producer_epoch());
+                ds.field("error", &self.error());
+                ds.finish()
+            }
+        }
+        #[derive(Debug, Clone, PartialEq)]
+        pub struct InitProducerIdResponseT {
+            pub producer_id: i64,
+            pub producer_epoch: i16,
+            pub error: Option<alloc::boxed::Box<ErrorT>>,
+        }
+        impl Default for InitProducerIdResponseT {
+            fn default() -> Self {
+                Self {
+                    producer_id: -1,
+                    producer_epoch: -1,
+                    error: None,
+                }
+            }
+        }
+        impl InitProducerIdResponseT {
+            pub fn pack<'b, A: ::flatbuffers::Allocator + 'b>(
+                &self,
+                _fbb: &mut ::flatbuffers::FlatBufferBuilder<'b, A>,
+            ) -> ::flatbuffers::WIPOffset<InitProducerIdResponse<'b>> {
+                let producer_id = self.producer_id;
+                let producer_epoch = self.producer_epoch;
+                let error = self.error.as_ref().map(|x| x.pack(_fbb));
+                InitProducerIdResponse::create(
+                    _fbb,
+                    &InitProducerIdResponseArgs {
+                        producer_id,
+                        producer_epoch,
+                        error,
+                    },
+                )
             }
         }
         pub enum ErrorResponseOffset {}
@@ -6584,7 +7003,6 @@ pub mod strand {
                 ds.finish()
             }
         }
-        #[non_exhaustive]
         #[derive(Debug, Clone, PartialEq)]
         pub struct ErrorResponseT {
             pub error: Option<alloc::boxed::Box<ErrorT>>,
@@ -6744,6 +7162,24 @@ pub mod strand {
                             .expect("Invalid union table, expected `Body::ErrorResponse`.")
                             .unpack(),
                     )),
+                    Body::InitProducerIdRequest => {
+                        BodyT::InitProducerIdRequest(alloc::boxed::Box::new(
+                            self.body_as_init_producer_id_request()
+                                .expect(
+                                    "Invalid union table, expected `Body::InitProducerIdRequest`.",
+                                )
+                                .unpack(),
+                        ))
+                    }
+                    Body::InitProducerIdResponse => {
+                        BodyT::InitProducerIdResponse(alloc::boxed::Box::new(
+                            self.body_as_init_producer_id_response()
+                                .expect(
+                                    "Invalid union table, expected `Body::InitProducerIdResponse`.",
+                                )
+                                .unpack(),
+                        ))
+                    }
                     _ => BodyT::NONE,
                 };
                 MessageT { body }
@@ -6997,6 +7433,36 @@ pub mod strand {
                     None
                 }
             }
+
+            #[inline]
+            #[allow(non_snake_case)]
+            pub fn body_as_init_producer_id_request(&self) -> Option<InitProducerIdRequest<'a>> {
+                if self.body_type() == Body::InitProducerIdRequest {
+                    self.body().map(|t| {
+                        // Safety:
+                        // Created from a valid Table for this object
+                        // Which contains a valid union in this slot
+                        unsafe { InitProducerIdRequest::init_from_table(t) }
+                    })
+                } else {
+                    None
+                }
+            }
+
+            #[inline]
+            #[allow(non_snake_case)]
+            pub fn body_as_init_producer_id_response(&self) -> Option<InitProducerIdResponse<'a>> {
+                if self.body_type() == Body::InitProducerIdResponse {
+                    self.body().map(|t| {
+                        // Safety:
+                        // Created from a valid Table for this object
+                        // Which contains a valid union in this slot
+                        unsafe { InitProducerIdResponse::init_from_table(t) }
+                    })
+                } else {
+                    None
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for Message<'_> {
@@ -7023,6 +7489,8 @@ pub mod strand {
           Body::FetchOffsetsRequest => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<FetchOffsetsRequest>>("Body::FetchOffsetsRequest", pos),
           Body::FetchOffsetsResponse => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<FetchOffsetsResponse>>("Body::FetchOffsetsResponse", pos),
           Body::ErrorResponse => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<ErrorResponse>>("Body::ErrorResponse", pos),
+          Body::InitProducerIdRequest => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<InitProducerIdRequest>>("Body::InitProducerIdRequest", pos),
+          Body::InitProducerIdResponse => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<InitProducerIdResponse>>("Body::InitProducerIdResponse", pos),
           _ => Ok(()),
         }
      })?
@@ -7234,6 +7702,26 @@ pub mod strand {
                             )
                         }
                     }
+                    Body::InitProducerIdRequest => {
+                        if let Some(x) = self.body_as_init_producer_id_request() {
+                            ds.field("body", &x)
+                        } else {
+                            ds.field(
+                                "body",
+                                &"InvalidFlatbuffer: Union discriminant does not match value.",
+                            )
+                        }
+                    }
+                    Body::InitProducerIdResponse => {
+                        if let Some(x) = self.body_as_init_producer_id_response() {
+                            ds.field("body", &x)
+                        } else {
+                            ds.field(
+                                "body",
+                                &"InvalidFlatbuffer: Union discriminant does not match value.",
+                            )
+                        }
+                    }
                     _ => {
                         let x: Option<()> = None;
                         ds.field("body", &x)
@@ -7242,7 +7730,6 @@ pub mod strand {
                 ds.finish()
             }
         }
-        #[non_exhaustive]
         #[derive(Debug, Clone, PartialEq)]
         pub struct MessageT {
             pub body: BodyT,

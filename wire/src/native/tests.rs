@@ -267,6 +267,16 @@ fn body() -> impl Strategy<Value = BodyT> {
             BodyT::FetchOffsetsResponse(Box::new(FetchOffsetsResponseT { offsets, error }))
         }),
         err().prop_map(|error| BodyT::ErrorResponse(Box::new(ErrorResponseT { error }))),
+        name().prop_map(|transactional_id| BodyT::InitProducerIdRequest(Box::new(
+            InitProducerIdRequestT { transactional_id }
+        ))),
+        (any::<i64>(), any::<i16>(), err()).prop_map(|(producer_id, producer_epoch, error)| {
+            BodyT::InitProducerIdResponse(Box::new(InitProducerIdResponseT {
+                producer_id,
+                producer_epoch,
+                error,
+            }))
+        }),
     ]
 }
 
