@@ -1,0 +1,233 @@
+//! One TCP connection to a broker port: pipelined requests matched to responses by
+//! correlation id (responses may arrive out of order).
+//!
+//! Invariant: at most `max_in_flight` requests await a response on one connection (callers
+//! wait for a slot); a frame longer than the limit the broker announced, or that does not
+//! decode, closes the connection and fails every outstanding request with `Error::Closed`;
+//! a closed connection is never reused (the client opens a new one).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use strand_wire::native::generated::{BodyT, MessageT};
+use strand_wire::native::{
+    decode_body, Encoder, FrameHeader, FRAME_BYTES_MAX, FRAME_HEADER_BYTES, PROTOCOL_VERSION,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+use crate::error::{Error, Result};
+
+/// Frames queued for the socket writer before senders wait.
+const WRITE_QUEUE_FRAMES: usize = 256;
+
+type Waiter = oneshot::Sender<Result<BodyT>>;
+
+struct Pending {
+    waiters: HashMap<u64, Waiter>,
+    closed: Option<String>,
+}
+
+/// A connection; cheap to share (`Arc`).
+pub(crate) struct Connection {
+    addr: SocketAddr,
+    writer: mpsc::Sender<Bytes>,
+    pending: Arc<Mutex<Pending>>,
+    next_correlation_id: AtomicU64,
+    slots: Semaphore,
+    encoder: Mutex<Encoder>,
+    closed: Arc<AtomicBool>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding these short critical sections leaves plain data; go on.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Connection {
+    /// Connects to `addr`.
+    pub(crate) async fn open(
+        addr: SocketAddr,
+        max_in_flight: usize,
+        connect_timeout: Duration,
+    ) -> Result<Arc<Connection>> {
+        let connect = tokio::time::timeout(connect_timeout, TcpStream::connect(addr)).await;
+        let stream = match connect {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                return Err(Error::Connect {
+                    addr: addr.to_string(),
+                    reason: e.to_string(),
+                })
+            }
+            Err(_) => {
+                return Err(Error::Connect {
+                    addr: addr.to_string(),
+                    reason: "timed out".into(),
+                })
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let (mut rd, mut wr) = stream.into_split();
+        let (tx, mut rx) = mpsc::channel::<Bytes>(WRITE_QUEUE_FRAMES);
+        let pending = Arc::new(Mutex::new(Pending {
+            waiters: HashMap::new(),
+            closed: None,
+        }));
+        let closed = Arc::new(AtomicBool::new(false));
+        let fail_all = {
+            let pending = pending.clone();
+            let closed = closed.clone();
+            move |reason: String| {
+                closed.store(true, Ordering::Release);
+                let mut p = lock(&pending);
+                p.closed.get_or_insert(reason.clone());
+                for (_, w) in p.waiters.drain() {
+                    let _ = w.send(Err(Error::Closed {
+                        addr,
+                        reason: reason.clone(),
+                    }));
+                }
+            }
+        };
+        let fail_writer = fail_all.clone();
+        tokio::spawn(async move {
+            while let Some(frame) = rx.recv().await {
+                if let Err(e) = wr.write_all(&frame).await {
+                    fail_writer(format!("write failed: {e}"));
+                    return;
+                }
+            }
+            let _ = wr.shutdown().await;
+        });
+        let reader_pending = pending.clone();
+        tokio::spawn(async move {
+            let reason = loop {
+                let mut head = [0u8; FRAME_HEADER_BYTES];
+                if let Err(e) = rd.read_exact(&mut head).await {
+                    break format!("read failed: {e}");
+                }
+                let h = match FrameHeader::parse(&head, FRAME_BYTES_MAX) {
+                    Ok(h) => h,
+                    Err(e) => break format!("bad frame from broker: {e}"),
+                };
+                let mut body = vec![0u8; h.body_bytes];
+                if let Err(e) = rd.read_exact(&mut body).await {
+                    break format!("read failed: {e}");
+                }
+                let answer = match decode_body(&body) {
+                    Ok(m) if h.version == PROTOCOL_VERSION => Ok(m.body),
+                    Ok(m) => match m.body {
+                        BodyT::ErrorResponse(e) => Err(Error::UnsupportedVersion(
+                            e.error
+                                .and_then(|e| e.message)
+                                .unwrap_or_else(|| format!("broker speaks version {}", h.version)),
+                        )),
+                        _ => Err(Error::UnsupportedVersion(format!(
+                            "broker answered in version {}, we speak {PROTOCOL_VERSION}",
+                            h.version
+                        ))),
+                    },
+                    Err(e) => break format!("undecodable frame from broker: {e}"),
+                };
+                let waiter = lock(&reader_pending).waiters.remove(&h.correlation_id);
+                if let Some(w) = waiter {
+                    let _ = w.send(answer);
+                }
+            };
+            fail_all(reason);
+        });
+        Ok(Arc::new(Connection {
+            addr,
+            writer: tx,
+            pending,
+            next_correlation_id: AtomicU64::new(1),
+            slots: Semaphore::new(max_in_flight.max(1)),
+            encoder: Mutex::new(Encoder::new()),
+            closed,
+        }))
+    }
+
+    /// The peer address.
+    pub(crate) fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Whether the connection failed (a new one is needed).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    fn frame(&self, correlation_id: u64, body: BodyT) -> Bytes {
+        lock(&self.encoder).frame(PROTOCOL_VERSION, correlation_id, &MessageT { body })
+    }
+
+    /// Sends `body` and waits for its answer (an `ErrorResponse` becomes an `Err`).
+    pub(crate) async fn request(&self, body: BodyT, timeout: Duration) -> Result<BodyT> {
+        let _slot = self
+            .slots
+            .acquire()
+            .await
+            .map_err(|_| self.closed_error())?;
+        let id = self.next_correlation_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut p = lock(&self.pending);
+            if let Some(reason) = &p.closed {
+                return Err(Error::Closed {
+                    addr: self.addr,
+                    reason: reason.clone(),
+                });
+            }
+            p.waiters.insert(id, tx);
+        }
+        let frame = self.frame(id, body);
+        if self.writer.send(frame).await.is_err() {
+            lock(&self.pending).waiters.remove(&id);
+            return Err(self.closed_error());
+        }
+        let answer = match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(a)) => a,
+            Ok(Err(_)) => Err(self.closed_error()),
+            Err(_) => {
+                lock(&self.pending).waiters.remove(&id);
+                Err(Error::Timeout {
+                    timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+                })
+            }
+        }?;
+        match answer {
+            BodyT::ErrorResponse(e) => Err(e
+                .error
+                .as_deref()
+                .map(Error::from_wire)
+                .unwrap_or_else(|| Error::Protocol("error response without an error".into()))),
+            other => Ok(other),
+        }
+    }
+
+    /// Sends `body` expecting no answer (produce with acks 0).
+    pub(crate) async fn send_only(&self, body: BodyT) -> Result<()> {
+        let id = self.next_correlation_id.fetch_add(1, Ordering::Relaxed);
+        let frame = self.frame(id, body);
+        self.writer
+            .send(frame)
+            .await
+            .map_err(|_| self.closed_error())
+    }
+
+    fn closed_error(&self) -> Error {
+        Error::Closed {
+            addr: self.addr,
+            reason: lock(&self.pending)
+                .closed
+                .clone()
+                .unwrap_or_else(|| "connection closed".into()),
+        }
+    }
+}
