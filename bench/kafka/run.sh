@@ -173,6 +173,9 @@ start_strand() {
     # The admin HTTP listener defaults to a fixed port (9644): a free one instead.
     "$STRAND_BIN" --help 2>/dev/null | grep -q -- '--admin-addr' &&
       admin=(--admin-addr "127.0.0.1:$(free_port)")
+    # Likewise the native listeners (9093 and 9094 + shard).
+    "$STRAND_BIN" --help 2>/dev/null | grep -q -- '--native-addr' &&
+      admin+=(--native-addr "127.0.0.1:$(free_port)" --native-shard-base-port 0)
     NO_COLOR=1 "$STRAND_BIN" --data-dir "$BENCH_DATA_DIR/strand" \
       --kafka-addr "127.0.0.1:$port" "${admin[@]}" "${STRAND_EXTRA_ARGS[@]}" \
       < /dev/null > "$BROKER_LOG" 2>&1 &

@@ -639,14 +639,10 @@ async fn deliver(
         if !err.is_retriable() || clock::now() + config.retry_backoff >= deadline {
             return Err(err);
         }
-        if matches!(
-            err.code(),
-            Some(codes::UNKNOWN_TOPIC_OR_PARTITION | codes::NOT_LEADER_OR_FOLLOWER)
-        ) {
-            // Best effort: the next attempt fails again (and retries) if this does.
-            let _ = client.refresh_metadata(&[topic]).await;
-        }
         tokio::time::sleep(config.retry_backoff).await;
+        // The shard map may be stale (moved partition, restarted broker with new shard
+        // ports). Best effort: if this fails, the next attempt fails and retries too.
+        let _ = client.refresh_metadata(&[topic]).await;
     }
 }
 

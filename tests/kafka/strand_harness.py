@@ -166,6 +166,13 @@ class Broker:
             # its own so that brokers of one run (and of other runs) can coexist.
             self.admin_port = free_port()
             args += ["--admin-addr", f"127.0.0.1:{self.admin_port}"]
+        if supports_flag(binary, "--native-addr"):
+            # Likewise the native listeners (9093, 9094 + shard): a free handshake port,
+            # kept across restarts, and ephemeral shard ports announced by the handshake.
+            if getattr(self, "native_port", None) is None:
+                self.native_port = free_port()
+            args += ["--native-addr", f"127.0.0.1:{self.native_port}",
+                     "--native-shard-base-port", "0"]
         args += self.extra_args
         with open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL,

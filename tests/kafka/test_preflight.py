@@ -22,7 +22,8 @@ def run_strand(args, timeout=20, preexec=None) -> subprocess.CompletedProcess:
 
 def base_args(data_dir) -> list[str]:
     return ["--data-dir", str(data_dir), "--kafka-addr", f"127.0.0.1:{free_port()}",
-            "--admin-addr", f"127.0.0.1:{free_port()}", "--smp", "1"]
+            "--admin-addr", f"127.0.0.1:{free_port()}", "--smp", "1",
+            "--native-addr", f"127.0.0.1:{free_port()}", "--native-shard-base-port", "0"]
 
 
 def test_tmpfs_data_dir_is_refused_unless_buffered_io_is_allowed(tmp_path):
@@ -56,7 +57,8 @@ def test_kafka_port_in_use_is_refused_with_the_fix(tmp_path):
     port = s.getsockname()[1]
     try:
         args = ["--data-dir", str(tmp_path / "data"), "--kafka-addr", f"127.0.0.1:{port}",
-                "--admin-addr", f"127.0.0.1:{free_port()}", "--smp", "1"]
+                "--admin-addr", f"127.0.0.1:{free_port()}", "--smp", "1",
+                "--native-addr", f"127.0.0.1:{free_port()}", "--native-shard-base-port", "0"]
         r = run_strand(args)
         assert r.returncode == 1, r.stderr
         assert f"127.0.0.1:{port}" in r.stderr and "--kafka-addr" in r.stderr, r.stderr

@@ -86,6 +86,8 @@ pub struct Broker {
     // Holds the data dir and the logs; `None` once kept (STRAND_KEEP_DIRS=1).
     root: Option<tempfile::TempDir>,
     addr: SocketAddr,
+    /// Native handshake listener (kept across restarts, like the Kafka port).
+    native_addr: SocketAddr,
     options: Options,
     child: Option<Child>,
     starts: usize,
@@ -104,6 +106,7 @@ impl Broker {
             bin,
             root: Some(root),
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            native_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             options,
             child: None,
             starts: 0,
@@ -115,6 +118,11 @@ impl Broker {
     /// The Kafka listener.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The native protocol's handshake address.
+    pub fn native_addr(&self) -> SocketAddr {
+        self.native_addr
     }
 
     /// The data directory (kept across restarts).
@@ -191,6 +199,7 @@ impl Broker {
     fn launch_on_free_port(&mut self) {
         for attempt in 1..=PORT_ATTEMPTS {
             self.addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+            self.native_addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
             match self.launch() {
                 Ok(()) => return,
                 Err(e) if e.contains("Address already in use") && attempt < PORT_ATTEMPTS => {
@@ -223,6 +232,7 @@ impl Broker {
             ])
             .args(["--num-partitions", &o.num_partitions.to_string()])
             .args(admin_flag(&self.bin))
+            .args(native_flags(&self.bin, self.native_addr))
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("clone log handle"))
             .stderr(log)
@@ -393,19 +403,38 @@ fn newer_sources(dir: &Path, than: std::time::SystemTime, out: &mut Vec<PathBuf>
     }
 }
 
-/// `--admin-addr` on a free port when the binary has that listener: its fixed default port
-/// would collide between brokers running side by side.
-fn admin_flag(bin: &Path) -> Vec<String> {
+/// `strand --help`, read once.
+fn help_text(bin: &Path) -> &'static str {
     static HELP: OnceLock<String> = OnceLock::new();
-    let help = HELP.get_or_init(|| {
+    HELP.get_or_init(|| {
         let out = Command::new(bin)
             .arg("--help")
             .output()
             .unwrap_or_else(|e| panic!("{} --help: {e}", bin.display()));
         String::from_utf8_lossy(&out.stdout).into_owned()
-    });
-    if help.contains("--admin-addr") {
+    })
+}
+
+/// `--admin-addr` on a free port when the binary has that listener: its fixed default port
+/// would collide between brokers running side by side.
+fn admin_flag(bin: &Path) -> Vec<String> {
+    if help_text(bin).contains("--admin-addr") {
         vec!["--admin-addr".into(), format!("127.0.0.1:{}", free_port())]
+    } else {
+        Vec::new()
+    }
+}
+
+/// The native listeners on `addr` and ephemeral per-shard ports, when the binary has
+/// them: their fixed default ports would collide between brokers running side by side.
+fn native_flags(bin: &Path, addr: SocketAddr) -> Vec<String> {
+    if help_text(bin).contains("--native-addr") {
+        vec![
+            "--native-addr".into(),
+            addr.to_string(),
+            "--native-shard-base-port".into(),
+            "0".into(),
+        ]
     } else {
         Vec::new()
     }
