@@ -38,7 +38,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let client = Client::connect(ClientConfig::new(bootstrap.as_str())).await?;
     let mut consumer = client.consumer(ConsumerConfig::default());
     for p in 0..client.partition_count(topic).await? {
-        consumer.assign(topic, i32::try_from(p)?, Offset::Earliest).await?;
+        consumer
+            .assign(topic, i32::try_from(p)?, Offset::Earliest)
+            .await?;
     }
     let mut seen = 0;
     let mut quiet = Duration::ZERO;
@@ -52,7 +54,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let headers: Vec<String> = r
                 .headers
                 .iter()
-                .map(|(k, v)| format!("[{}, {}]", json_str(Some(k.as_bytes())), json_str(v.as_deref())))
+                .map(|(k, v)| {
+                    format!(
+                        "[{}, {}]",
+                        json_str(Some(k.as_bytes())),
+                        json_str(v.as_deref())
+                    )
+                })
                 .collect();
             println!(
                 "{{\"partition\": {}, \"offset\": {}, \"key\": {}, \"value\": {}, \"headers\": [{}]}}",

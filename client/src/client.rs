@@ -116,9 +116,10 @@ impl Client {
             topics: None,
             allow_auto_create: false,
         }));
-        let BodyT::HandshakeResponse(h) = conn.request(hello, config.request_timeout).await?
-        else {
-            return Err(Error::Protocol("handshake answered with another message".into()));
+        let BodyT::HandshakeResponse(h) = conn.request(hello, config.request_timeout).await? else {
+            return Err(Error::Protocol(
+                "handshake answered with another message".into(),
+            ));
         };
         if h.protocol_version != PROTOCOL_VERSION {
             return Err(Error::UnsupportedVersion(format!(
@@ -194,7 +195,9 @@ impl Client {
         }));
         let conn = self.control().await?;
         let BodyT::MetadataResponse(m) = conn.request(req, self.request_timeout()).await? else {
-            return Err(Error::Protocol("metadata answered with another message".into()));
+            return Err(Error::Protocol(
+                "metadata answered with another message".into(),
+            ));
         };
         let mut map = lock(&self.inner.map);
         if let Some(ports) = m.shard_ports {

@@ -7,7 +7,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-
 use strand_wire::native::generated::*;
 
 use crate::client::Client;
@@ -82,7 +81,8 @@ impl Consumer {
                 None => self.list_offset(topic, partition, -2).await?,
             },
         };
-        self.positions.insert((topic.to_string(), partition), offset);
+        self.positions
+            .insert((topic.to_string(), partition), offset);
         Ok(())
     }
 
@@ -119,7 +119,9 @@ impl Consumer {
             let BodyT::ListOffsetsResponse(r) =
                 conn.request(req, self.client.request_timeout()).await?
             else {
-                return Err(Error::Protocol("list offsets answered with another message".into()));
+                return Err(Error::Protocol(
+                    "list offsets answered with another message".into(),
+                ));
             };
             let p = r
                 .partitions
@@ -145,13 +147,13 @@ impl Consumer {
             if self.client.shard_of(topic, *partition).is_none() {
                 self.client.refresh_metadata(&[topic]).await?;
             }
-            let shard = self
-                .client
-                .shard_of(topic, *partition)
-                .ok_or_else(|| Error::UnknownPartition {
-                    topic: topic.clone(),
-                    partition: *partition,
-                })?;
+            let shard =
+                self.client
+                    .shard_of(topic, *partition)
+                    .ok_or_else(|| Error::UnknownPartition {
+                        topic: topic.clone(),
+                        partition: *partition,
+                    })?;
             by_shard.entry(shard).or_default().push(FetchPartitionT {
                 topic: Some(topic.clone()),
                 partition: *partition,
@@ -191,7 +193,9 @@ impl Consumer {
     }
 
     async fn fetch_shard(&self, parts: Vec<FetchPartitionT>) -> Result<Vec<FetchPartitionResultT>> {
-        let first = parts.first().map(|p| (p.topic.clone().unwrap_or_default(), p.partition));
+        let first = parts
+            .first()
+            .map(|p| (p.topic.clone().unwrap_or_default(), p.partition));
         let Some((topic, partition)) = first else {
             return Ok(Vec::new());
         };
@@ -207,7 +211,9 @@ impl Consumer {
         let timeout = self.client.request_timeout() + self.config.max_wait;
         match conn.request(req, timeout).await? {
             BodyT::FetchResponse(r) => Ok(r.partitions.unwrap_or_default()),
-            _ => Err(Error::Protocol("fetch answered with another message".into())),
+            _ => Err(Error::Protocol(
+                "fetch answered with another message".into(),
+            )),
         }
     }
 
@@ -248,9 +254,16 @@ impl Consumer {
         let BodyT::CommitOffsetsResponse(r) =
             conn.request(req, self.client.request_timeout()).await?
         else {
-            return Err(Error::Protocol("commit answered with another message".into()));
+            return Err(Error::Protocol(
+                "commit answered with another message".into(),
+            ));
         };
-        match r.partitions.unwrap_or_default().into_iter().find_map(|p| p.error) {
+        match r
+            .partitions
+            .unwrap_or_default()
+            .into_iter()
+            .find_map(|p| p.error)
+        {
             Some(e) => Err(Error::from_wire(&e)),
             None => Ok(()),
         }
@@ -269,7 +282,9 @@ impl Consumer {
         let BodyT::FetchOffsetsResponse(r) =
             conn.request(req, self.client.request_timeout()).await?
         else {
-            return Err(Error::Protocol("offset fetch answered with another message".into()));
+            return Err(Error::Protocol(
+                "offset fetch answered with another message".into(),
+            ));
         };
         if let Some(e) = r.error.as_deref() {
             return Err(Error::from_wire(e));

@@ -19,8 +19,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use strand_wire::native::generated::*;
 use strand_wire::native::codes;
+use strand_wire::native::generated::*;
 use strand_wire::BatchBuilder;
 use tokio::sync::{mpsc, oneshot};
 
@@ -387,9 +387,11 @@ impl Accumulator {
         };
         let key = (rec.topic.clone(), partition);
         let batch_limit = self.config.batch_size_bytes.min(limit);
-        let full = self.parts.get(&key).and_then(|q| q.open.as_ref()).is_some_and(|b| {
-            b.builder.size_bytes() + size > batch_limit
-        });
+        let full = self
+            .parts
+            .get(&key)
+            .and_then(|q| q.open.as_ref())
+            .is_some_and(|b| b.builder.size_bytes() + size > batch_limit);
         if full {
             self.seal(&key);
         }
@@ -631,7 +633,15 @@ async fn deliver(
             .request_timeout()
             .min(deadline.saturating_duration_since(now))
             .max(Duration::from_millis(1));
-        let err = match attempt(client, config.acks, topic, partition, batch.clone(), timeout).await
+        let err = match attempt(
+            client,
+            config.acks,
+            topic,
+            partition,
+            batch.clone(),
+            timeout,
+        )
+        .await
         {
             Ok(offset) => return Ok(offset),
             Err(e) => e,
@@ -669,7 +679,9 @@ async fn attempt(
         return Ok(-1);
     }
     let BodyT::ProduceResponse(r) = conn.request(req, timeout).await? else {
-        return Err(Error::Protocol("produce answered with another message".into()));
+        return Err(Error::Protocol(
+            "produce answered with another message".into(),
+        ));
     };
     let p = r
         .partitions

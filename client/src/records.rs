@@ -81,7 +81,9 @@ pub(crate) fn decode(
     let mut out = Vec::new();
     for batch in batches(records) {
         let batch = batch.map_err(|e| Error::Records(e.to_string()))?;
-        batch.validate().map_err(|e| Error::Records(e.to_string()))?;
+        batch
+            .validate()
+            .map_err(|e| Error::Records(e.to_string()))?;
         if batch.attributes().is_control() || batch.last_offset() < from_offset {
             continue;
         }
@@ -125,7 +127,12 @@ mod tests {
         let mut b = BatchBuilder::new(1_000);
         for i in 0..n {
             let v = format!("value-{i}");
-            b.push(1_000 + i as i64, Some(b"k"), Some(v.as_bytes()), &[("h", None)]);
+            b.push(
+                1_000 + i as i64,
+                Some(b"k"),
+                Some(v.as_bytes()),
+                &[("h", None)],
+            );
         }
         let mut bytes = build(&b, zstd.then_some(3)).unwrap().to_vec();
         bytes[..8].copy_from_slice(&base_offset.to_be_bytes());

@@ -88,6 +88,8 @@ pub struct Broker {
     addr: SocketAddr,
     /// Native handshake listener (kept across restarts, like the Kafka port).
     native_addr: SocketAddr,
+    /// Admin HTTP listener of the current start (a free port per start).
+    admin_addr: Option<SocketAddr>,
     options: Options,
     child: Option<Child>,
     starts: usize,
@@ -107,6 +109,7 @@ impl Broker {
             root: Some(root),
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             native_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            admin_addr: None,
             options,
             child: None,
             starts: 0,
@@ -123,6 +126,32 @@ impl Broker {
     /// The native protocol's handshake address.
     pub fn native_addr(&self) -> SocketAddr {
         self.native_addr
+    }
+
+    /// The admin HTTP address of the current start, if the binary has that listener.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin_addr
+    }
+
+    /// `GET path` on the admin listener: the response body.
+    pub fn admin_get(&self, path: &str) -> String {
+        use std::io::{Read, Write};
+        let addr = self.admin_addr.expect("broker has an admin listener");
+        let mut s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+        write!(s, "GET {path} HTTP/1.0\r\nHost: strand\r\n\r\n").expect("send GET");
+        let mut out = String::new();
+        s.read_to_string(&mut out).expect("read response");
+        out.split_once("\r\n\r\n")
+            .map_or(out.clone(), |(_, b)| b.to_string())
+    }
+
+    /// The sum over shards of a Prometheus counter or gauge (`name` as exposed).
+    pub fn metric_sum(&self, name: &str) -> f64 {
+        self.admin_get("/metrics")
+            .lines()
+            .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
     }
 
     /// The data directory (kept across restarts).
@@ -210,6 +239,12 @@ impl Broker {
         }
     }
 
+    fn admin_flag(&mut self) -> Vec<String> {
+        let flag = admin_flag(&self.bin);
+        self.admin_addr = flag.get(1).and_then(|a| a.parse().ok());
+        flag
+    }
+
     /// Spawns the process and waits until it serves; `Err` (with its log) if it exits
     /// first.
     fn launch(&mut self) -> Result<(), String> {
@@ -231,7 +266,7 @@ impl Broker {
                 &o.group_initial_rebalance_delay_ms.to_string(),
             ])
             .args(["--num-partitions", &o.num_partitions.to_string()])
-            .args(admin_flag(&self.bin))
+            .args(self.admin_flag())
             .args(native_flags(&self.bin, self.native_addr))
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("clone log handle"))

@@ -1,0 +1,301 @@
+//! The native protocol and `strand-client` against the real `strand` binary: shard routing
+//! with no cross-shard hop, recovery from a stale shard map through "moved", idempotent
+//! retries across kill -9 without duplicates, and hostile native frames.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::time::Duration;
+
+use strand_client::{Client, ClientConfig, ConsumerConfig, Offset, ProducerConfig, ProducerRecord};
+use strand_tests::broker::{Broker, Options};
+use strand_wire::native::generated::*;
+use strand_wire::native::{codes, decode_body, Encoder, FrameHeader, FRAME_HEADER_BYTES};
+
+fn tmp() -> &'static Path {
+    Path::new(env!("CARGO_TARGET_TMPDIR"))
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+async fn client(b: &Broker) -> Client {
+    Client::connect(ClientConfig::new(b.native_addr().to_string()))
+        .await
+        .expect("native handshake")
+}
+
+/// Reads every partition of `topic` from the start until `want` records or 20 s.
+async fn consume_all(c: &Client, topic: &str, want: usize) -> Vec<strand_client::ConsumedRecord> {
+    let mut consumer = c.consumer(ConsumerConfig {
+        max_wait: Duration::from_millis(200),
+        ..ConsumerConfig::default()
+    });
+    for p in 0..c.partition_count(topic).await.expect("partitions") {
+        consumer
+            .assign(topic, p as i32, Offset::Earliest)
+            .await
+            .expect("assign");
+    }
+    let mut out = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while out.len() < want && tokio::time::Instant::now() < deadline {
+        out.extend(consumer.poll().await.expect("poll"));
+    }
+    out
+}
+
+#[test]
+fn native_traffic_never_hops_shards_and_kafka_offsets_match() {
+    let broker = Broker::start(
+        tmp(),
+        Options {
+            smp: 2,
+            num_partitions: 8,
+            ..Options::default()
+        },
+    );
+    let broker_shards = 2;
+    runtime().block_on(async {
+        let c = client(&broker).await;
+        assert_eq!(c.shard_ports().len(), broker_shards, "one port per shard");
+        assert_eq!(c.partition_count("routed").await.expect("created"), 8);
+        let shards: Vec<u32> = (0..8)
+            .map(|p| c.shard_of("routed", p).expect("placed"))
+            .collect();
+        assert!(shards.contains(&0) && shards.contains(&1), "{shards:?}");
+        let producer = c
+            .producer(ProducerConfig::default())
+            .await
+            .expect("producer");
+        // Control traffic (topic creation, producer id) may cross shards; data must not.
+        let hops_before = broker.metric_sum("strand_shard_cross_shard_messages_total");
+        let mut deliveries = Vec::new();
+        for i in 0..400 {
+            let rec = ProducerRecord::new("routed")
+                .key(format!("key-{i}"))
+                .value(format!("value-{i}"));
+            deliveries.push(producer.send(rec).await.expect("queued"));
+        }
+        let mut by_partition: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
+        for d in deliveries {
+            let m = d.await.expect("delivered");
+            by_partition.entry(m.partition).or_default().push(m.offset);
+        }
+        for offsets in by_partition.values() {
+            let dense: Vec<i64> = (0..offsets.len() as i64).collect();
+            assert_eq!(
+                offsets, &dense,
+                "offsets per partition are dense and in order"
+            );
+        }
+        let records = consume_all(&c, "routed", 400).await;
+        assert_eq!(records.len(), 400);
+        for r in &records {
+            let i: usize = std::str::from_utf8(r.key.as_deref().unwrap())
+                .unwrap()
+                .trim_start_matches("key-")
+                .parse()
+                .unwrap();
+            assert_eq!(r.value.as_deref(), Some(format!("value-{i}").as_bytes()));
+            let want =
+                strand_client::partitioner::partition_for_key(format!("key-{i}").as_bytes(), 8);
+            assert_eq!(r.partition as u32, want, "murmur2 placement");
+        }
+        let hops_after = broker.metric_sum("strand_shard_cross_shard_messages_total");
+        // The one hop between the two readings is the first scrape itself: the admin
+        // server on shard 0 asks shard 1 for its counters.
+        let scrape_hops = (broker_shards - 1) as f64;
+        assert_eq!(
+            hops_after - hops_before,
+            scrape_hops,
+            "native produce and fetch made cross-shard hops"
+        );
+        assert_eq!(
+            broker.metric_sum("strand_native_moved_partitions_total"),
+            0.0
+        );
+        assert_eq!(
+            c.shard_connection_count().await,
+            2,
+            "one connection per shard"
+        );
+    });
+}
+
+#[test]
+fn a_stale_shard_map_recovers_through_moved() {
+    let broker = Broker::start(
+        tmp(),
+        Options {
+            smp: 2,
+            num_partitions: 2,
+            ..Options::default()
+        },
+    );
+    runtime().block_on(async {
+        let c = client(&broker).await;
+        c.partition_count("moving").await.expect("created");
+        let owner = c.shard_of("moving", 0).expect("placed");
+        c.debug_set_shard("moving", 0, 1 - owner);
+        let producer = c
+            .producer(ProducerConfig::default())
+            .await
+            .expect("producer");
+        let m = producer
+            .send(ProducerRecord::new("moving").partition(0).value("v"))
+            .await
+            .expect("queued")
+            .await
+            .expect("delivered after moved");
+        assert_eq!((m.partition, m.offset), (0, 0));
+        assert_eq!(c.shard_of("moving", 0), Some(owner), "map corrected");
+        assert!(broker.metric_sum("strand_native_moved_partitions_total") >= 1.0);
+        // A consumer with a stale map is redirected too.
+        c.debug_set_shard("moving", 0, 1 - owner);
+        let records = consume_all(&c, "moving", 1).await;
+        assert_eq!(records.len(), 1);
+    });
+}
+
+#[test]
+fn idempotent_retries_across_kill9_lose_and_duplicate_nothing() {
+    let mut broker = Broker::start(tmp(), Options::default());
+    let rt = runtime();
+    let c = rt.block_on(client(&broker));
+    let producer = rt
+        .block_on(c.producer(ProducerConfig {
+            delivery_timeout: Duration::from_secs(60),
+            ..ProducerConfig::default()
+        }))
+        .expect("producer");
+    const RECORDS: usize = 600;
+    let sender = {
+        let producer = producer.clone();
+        rt.spawn(async move {
+            let mut acked = Vec::new();
+            let mut deliveries = Vec::new();
+            for i in 0..RECORDS {
+                let rec = ProducerRecord::new("idem").value(format!("v{i}"));
+                deliveries.push((i, producer.send(rec).await.expect("queued")));
+                if i % 20 == 0 {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+            for (i, d) in deliveries {
+                if d.await.is_ok() {
+                    acked.push(i);
+                }
+            }
+            acked
+        })
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!sender.is_finished(), "the kill must land mid-stream");
+    broker.kill9();
+    std::thread::sleep(Duration::from_millis(300));
+    broker.restart();
+    let acked = rt.block_on(sender).expect("sender task");
+    assert!(
+        acked.len() > RECORDS / 2,
+        "most records acknowledged after the restart ({} of {RECORDS})",
+        acked.len()
+    );
+    let c2 = rt.block_on(client(&broker));
+    let records = rt.block_on(consume_all(&c2, "idem", RECORDS));
+    let mut seen = BTreeMap::new();
+    for r in &records {
+        *seen
+            .entry(String::from_utf8_lossy(r.value.as_deref().unwrap()).into_owned())
+            .or_insert(0) += 1;
+    }
+    let dups: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(dups.is_empty(), "duplicates: {dups:?}");
+    for i in acked {
+        assert!(
+            seen.contains_key(&format!("v{i}")),
+            "acknowledged v{i} lost"
+        );
+    }
+    let offsets: Vec<i64> = records.iter().map(|r| r.offset).collect();
+    let dense: Vec<i64> = (0..records.len() as i64).collect();
+    assert_eq!(offsets, dense, "offsets dense");
+}
+
+fn read_frame(s: &mut TcpStream) -> Option<(FrameHeader, MessageT)> {
+    let mut h = [0u8; FRAME_HEADER_BYTES];
+    s.read_exact(&mut h).ok()?;
+    let h = FrameHeader::parse(&h, 1 << 26).ok()?;
+    let mut body = vec![0u8; h.body_bytes];
+    s.read_exact(&mut body).ok()?;
+    Some((h, decode_body(&body).ok()?))
+}
+
+fn closed(s: &mut TcpStream) -> bool {
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut b = [0u8; 1];
+    matches!(s.read(&mut b), Ok(0) | Err(_))
+}
+
+#[test]
+fn hostile_native_frames_close_only_their_connection() {
+    let broker = Broker::start(tmp(), Options::default());
+    let addr = broker.native_addr();
+    // A length past the limit.
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(&[0xff, 0xff, 0xff, 0x7f, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0])
+        .unwrap();
+    assert!(closed(&mut s), "oversized frame closes the connection");
+    // A body that is not a flatbuffer.
+    let mut s = TcpStream::connect(addr).unwrap();
+    let mut f = vec![];
+    f.extend_from_slice(&(12u32 + 8).to_le_bytes());
+    f.extend_from_slice(&1u16.to_le_bytes());
+    f.extend_from_slice(&0u16.to_le_bytes());
+    f.extend_from_slice(&5u64.to_le_bytes());
+    f.extend_from_slice(&[0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4]);
+    s.write_all(&f).unwrap();
+    assert!(closed(&mut s), "garbage body closes the connection");
+    // Another protocol version gets a clear error, then the connection closes.
+    let mut s = TcpStream::connect(addr).unwrap();
+    let hello = MessageT {
+        body: BodyT::HandshakeRequest(Box::default()),
+    };
+    let frame = Encoder::new().frame(99, 42, &hello);
+    s.write_all(&frame).unwrap();
+    let (h, msg) = read_frame(&mut s).expect("an error response");
+    assert_eq!(h.correlation_id, 42);
+    let BodyT::ErrorResponse(e) = msg.body else {
+        panic!("expected ErrorResponse, got {:?}", msg.body)
+    };
+    let e = e.error.expect("error");
+    assert_eq!(e.code, codes::UNSUPPORTED_VERSION);
+    assert!(e.message.unwrap().contains("version 99"));
+    assert!(closed(&mut s));
+    // A response type sent as a request gets INVALID_REQUEST, and the connection lives on.
+    let mut s = TcpStream::connect(addr).unwrap();
+    let wrong = MessageT {
+        body: BodyT::ProduceResponse(Box::default()),
+    };
+    s.write_all(&Encoder::new().frame(1, 7, &wrong)).unwrap();
+    let (_, msg) = read_frame(&mut s).expect("answer");
+    assert!(
+        matches!(&msg.body, BodyT::ErrorResponse(e) if e.error.as_ref().unwrap().code == codes::INVALID_REQUEST)
+    );
+    // The broker still serves everyone.
+    runtime().block_on(async {
+        let c = client(&broker).await;
+        let p = c.producer(ProducerConfig::default()).await.unwrap();
+        p.send(ProducerRecord::new("after").value("x"))
+            .await
+            .unwrap()
+            .await
+            .expect("served after hostile frames");
+    });
+}
