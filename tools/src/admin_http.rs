@@ -26,24 +26,24 @@ pub struct HttpResponse {
 pub enum HttpError {
     /// No connection.
     #[error(
-        "cannot connect to the admin API at {addr}: {source} — is strand running? its admin \
+        "cannot connect to the admin API at {addr}: {cause} — is strand running? its admin \
          listener is --admin-addr (default 127.0.0.1:9644); point --admin (env STRANDCTL_ADMIN) at it"
     )]
     Connect {
         /// Address.
         addr: String,
         /// Socket error.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// Failed mid-request.
-    #[error("admin API {addr}{path}: {source}")]
+    #[error("admin API {addr}{path}: {cause}")]
     Io {
         /// Address.
         addr: String,
         /// Path.
         path: String,
         /// Socket error.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// Not HTTP, or too long.
     #[error("admin API {addr}{path}: {detail}")]
@@ -59,9 +59,9 @@ pub enum HttpError {
 
 /// `GET path` from `addr` (HOST:PORT).
 pub fn get(addr: &str, path: &str, timeout: Duration) -> Result<HttpResponse, HttpError> {
-    let connect_err = |source| HttpError::Connect {
+    let connect_err = |cause| HttpError::Connect {
         addr: addr.to_string(),
-        source,
+        cause,
     };
     let sock = addr
         .to_socket_addrs()
@@ -69,10 +69,10 @@ pub fn get(addr: &str, path: &str, timeout: Duration) -> Result<HttpResponse, Ht
         .next()
         .ok_or_else(|| connect_err(std::io::Error::other("address resolves to nothing")))?;
     let mut stream = TcpStream::connect_timeout(&sock, timeout).map_err(connect_err)?;
-    let io = |source| HttpError::Io {
+    let io = |cause| HttpError::Io {
         addr: addr.to_string(),
         path: path.to_string(),
-        source,
+        cause,
     };
     stream.set_read_timeout(Some(timeout)).map_err(io)?;
     stream.set_write_timeout(Some(timeout)).map_err(io)?;

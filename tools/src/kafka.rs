@@ -56,23 +56,23 @@ pub const API_VERSION_CAPS: &[(ApiKey, i16)] = &[
 #[derive(Debug, thiserror::Error)]
 pub enum KafkaError {
     /// The address does not resolve.
-    #[error("cannot resolve {addr}: {source} — pass --brokers HOST:PORT")]
+    #[error("cannot resolve {addr}: {cause} — pass --brokers HOST:PORT")]
     Resolve {
         /// Address given.
         addr: String,
         /// Resolver error.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// No TCP connection.
     #[error(
-        "cannot connect to {addr}: {source} — is strand running? start it with `make run`, \
+        "cannot connect to {addr}: {cause} — is strand running? start it with `make run`, \
          or point --brokers (env STRANDCTL_BROKERS) at its Kafka port"
     )]
     Connect {
         /// Address tried.
         addr: String,
         /// Socket error.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The broker did not answer in time.
     #[error(
@@ -88,14 +88,14 @@ pub enum KafkaError {
         timeout_ms: u64,
     },
     /// The connection failed mid-request.
-    #[error("{addr}: connection failed during {api:?}: {source}")]
+    #[error("{addr}: connection failed during {api:?}: {cause}")]
     Io {
         /// Broker.
         addr: String,
         /// API in flight.
         api: ApiKey,
         /// Socket error.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// A response length prefix above the limit.
     #[error("{addr}: {api:?} response of {size_bytes} bytes exceeds the {RESPONSE_BYTES_MAX} byte limit")]
@@ -204,9 +204,9 @@ impl KafkaClient {
     pub fn connect(addr: &str, timeout: Duration) -> Result<KafkaClient, KafkaError> {
         let resolved: Vec<SocketAddr> = addr
             .to_socket_addrs()
-            .map_err(|source| KafkaError::Resolve {
+            .map_err(|cause| KafkaError::Resolve {
                 addr: addr.to_string(),
-                source,
+                cause,
             })?
             .collect();
         let mut last = std::io::Error::new(ErrorKind::NotFound, "no address");
@@ -223,12 +223,12 @@ impl KafkaClient {
         let Some(stream) = stream else {
             return Err(KafkaError::Connect {
                 addr: addr.to_string(),
-                source: last,
+                cause: last,
             });
         };
-        let io = |source| KafkaError::Connect {
+        let io = |cause| KafkaError::Connect {
             addr: addr.to_string(),
-            source,
+            cause,
         };
         stream.set_read_timeout(Some(timeout)).map_err(io)?;
         stream.set_write_timeout(Some(timeout)).map_err(io)?;
@@ -338,8 +338,8 @@ impl KafkaClient {
         Ok(Bytes::from(buf))
     }
 
-    fn io_error(&self, api: ApiKey, source: std::io::Error) -> KafkaError {
-        match source.kind() {
+    fn io_error(&self, api: ApiKey, cause: std::io::Error) -> KafkaError {
+        match cause.kind() {
             ErrorKind::WouldBlock | ErrorKind::TimedOut => KafkaError::Timeout {
                 addr: self.addr.clone(),
                 api,
@@ -348,7 +348,7 @@ impl KafkaClient {
             _ => KafkaError::Io {
                 addr: self.addr.clone(),
                 api,
-                source,
+                cause,
             },
         }
     }

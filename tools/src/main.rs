@@ -61,11 +61,20 @@ fn main() -> ExitCode {
     match run(&cli) {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,
         Ok(Outcome::Problems) => ExitCode::from(EXIT_PROBLEMS),
+        // A closed stdout (`strandctl consume t | head`) is the reader's choice, not an error.
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("strandctl: {e:#}");
             ExitCode::from(exit_code_of(&e))
         }
     }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 fn exit_code_of(e: &anyhow::Error) -> u8 {

@@ -115,10 +115,10 @@ pub fn run(
         line.clear();
         let n = input
             .read_until(b'\n', &mut line)
-            .map_err(|source| KafkaError::Io {
+            .map_err(|cause| KafkaError::Io {
                 addr: "stdin".into(),
                 api: kafka_protocol::messages::ApiKey::Produce,
-                source,
+                cause,
             })?;
         if n == 0 {
             break;
