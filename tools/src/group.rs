@@ -137,7 +137,7 @@ fn describe(
     };
     let state = g.group_state.to_string();
     let mut out = format!(
-        "GROUP {group}  STATE {}  MEMBERS {}\n\n",
+        "group {group}: state {}, {} member(s)\n\n",
         if state.is_empty() { "-" } else { &state },
         g.members.len()
     );

@@ -167,7 +167,7 @@ fn describe(client: &mut KafkaClient, name: &str, all_configs: bool) -> Result<S
     let mut partitions = t.partitions.clone();
     partitions.sort_by_key(|p| p.partition_index);
     let mut out = format!(
-        "TOPIC {name}  PARTITIONS {}  INTERNAL {}\n\n",
+        "topic {name}: {} partition(s), internal {}\n\n",
         partitions.len(),
         t.is_internal
     );
