@@ -252,6 +252,54 @@ pub fn plan(
         .collect()
 }
 
+/// Earliest, latest, committed and (for a timestamp target) looked-up offsets.
+fn partition_offsets(
+    client: &mut KafkaClient,
+    partitions: &[TopicPartition],
+    committed: &BTreeMap<TopicPartition, i64>,
+    target: ResetTarget,
+) -> Result<BTreeMap<TopicPartition, PartitionOffsets>, KafkaError> {
+    let earliest = offsets::list_offsets(client, partitions, offsets::EARLIEST_TIMESTAMP)?;
+    let latest = offsets::list_offsets(client, partitions, offsets::LATEST_TIMESTAMP)?;
+    let at_ts = match target {
+        ResetTarget::TimestampMs(ts) => offsets::list_offsets(client, partitions, ts)?,
+        _ => BTreeMap::new(),
+    };
+    Ok(partitions
+        .iter()
+        .map(|tp| {
+            let o = PartitionOffsets {
+                earliest: earliest.get(tp).copied().unwrap_or(0),
+                latest: latest.get(tp).copied().unwrap_or(0),
+                current: committed.get(tp).copied(),
+                at_timestamp: at_ts.get(tp).copied(),
+            };
+            (tp.clone(), o)
+        })
+        .collect())
+}
+
+/// The plan as a table (pure).
+pub fn plan_table(group: &str, planned: &[PlannedReset]) -> Table {
+    let mut table = Table::new(&[
+        "GROUP",
+        "TOPIC",
+        "PARTITION",
+        "CURRENT-OFFSET",
+        "NEW-OFFSET",
+    ]);
+    for p in planned {
+        table.row(vec![
+            group.to_string(),
+            p.tp.0.clone(),
+            p.tp.1.to_string(),
+            or_dash(p.current),
+            p.new.to_string(),
+        ]);
+    }
+    table
+}
+
 fn reset_offsets(
     client: &mut KafkaClient,
     coord: &mut Option<KafkaClient>,
@@ -276,41 +324,9 @@ fn reset_offsets(
         partitions.extend(md.partitions.iter().map(|p| (t.clone(), p.partition_index)));
     }
     partitions.sort();
-    let earliest = offsets::list_offsets(client, &partitions, offsets::EARLIEST_TIMESTAMP)?;
-    let latest = offsets::list_offsets(client, &partitions, offsets::LATEST_TIMESTAMP)?;
-    let at_ts = match args.target() {
-        ResetTarget::TimestampMs(ts) => offsets::list_offsets(client, &partitions, ts)?,
-        _ => BTreeMap::new(),
-    };
-    let parts: BTreeMap<TopicPartition, PartitionOffsets> = partitions
-        .iter()
-        .map(|tp| {
-            let o = PartitionOffsets {
-                earliest: earliest.get(tp).copied().unwrap_or(0),
-                latest: latest.get(tp).copied().unwrap_or(0),
-                current: committed.get(tp).copied(),
-                at_timestamp: at_ts.get(tp).copied(),
-            };
-            (tp.clone(), o)
-        })
-        .collect();
+    let parts = partition_offsets(client, &partitions, &committed, args.target())?;
     let planned = plan(args.target(), &parts);
-    let mut table = Table::new(&[
-        "GROUP",
-        "TOPIC",
-        "PARTITION",
-        "CURRENT-OFFSET",
-        "NEW-OFFSET",
-    ]);
-    for p in &planned {
-        table.row(vec![
-            group.clone(),
-            p.tp.0.clone(),
-            p.tp.1.to_string(),
-            or_dash(p.current),
-            p.new.to_string(),
-        ]);
-    }
+    let table = plan_table(group, &planned);
     let mut out = table.render();
     if !args.execute {
         out.push_str("\ndry run: nothing changed; add --execute to commit these offsets\n");

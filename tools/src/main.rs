@@ -94,6 +94,42 @@ fn print(text: &str) -> anyhow::Result<Outcome> {
     Ok(Outcome::Ok)
 }
 
+fn validate_config(file: &std::path::Path) -> anyhow::Result<Outcome> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
+    let findings = config_validate::validate(&text);
+    print(&config_validate::render(
+        &file.display().to_string(),
+        &findings,
+    ))?;
+    Ok(if findings.is_empty() {
+        Outcome::Ok
+    } else {
+        Outcome::Problems
+    })
+}
+
+fn run_tune(cmd: &TuneCmd) -> anyhow::Result<Outcome> {
+    match cmd {
+        TuneCmd::Check { data_dir } => {
+            let rows = tune::collect(data_dir);
+            print(&tune::render(&rows))?;
+            let changes = rows.iter().any(|r| r.status == tune::Status::Change);
+            Ok(if changes {
+                Outcome::Problems
+            } else {
+                Outcome::Ok
+            })
+        }
+        TuneCmd::Apply { data_dir, yes } => {
+            let rows = tune::collect(data_dir);
+            print(&tune::render(&rows))?;
+            let done = tune::apply(&rows, *yes, &mut std::io::stdout().lock())?;
+            Ok(if done { Outcome::Ok } else { Outcome::Problems })
+        }
+    }
+}
+
 fn run(cli: &Cli) -> anyhow::Result<Outcome> {
     let timeout = Duration::from_millis(cli.request_timeout_ms.max(1));
     let connect = || KafkaClient::connect(&cli.brokers, timeout);
@@ -120,20 +156,7 @@ fn run(cli: &Cli) -> anyhow::Result<Outcome> {
             print(&text)?;
             Ok(outcome)
         }
-        Command::Config(ConfigCmd::Validate { file }) => {
-            let text = std::fs::read_to_string(file)
-                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
-            let findings = config_validate::validate(&text);
-            print(&config_validate::render(
-                &file.display().to_string(),
-                &findings,
-            ))?;
-            Ok(if findings.is_empty() {
-                Outcome::Ok
-            } else {
-                Outcome::Problems
-            })
-        }
+        Command::Config(ConfigCmd::Validate { file }) => validate_config(file),
         Command::SelfTest(args) => {
             let mut client = if args.skip_network {
                 None
@@ -144,22 +167,7 @@ fn run(cli: &Cli) -> anyhow::Result<Outcome> {
             print(&text)?;
             Ok(outcome)
         }
-        Command::Tune(TuneCmd::Check { data_dir }) => {
-            let rows = tune::collect(data_dir);
-            print(&tune::render(&rows))?;
-            let changes = rows.iter().any(|r| r.status == tune::Status::Change);
-            Ok(if changes {
-                Outcome::Problems
-            } else {
-                Outcome::Ok
-            })
-        }
-        Command::Tune(TuneCmd::Apply { data_dir, yes }) => {
-            let rows = tune::collect(data_dir);
-            print(&tune::render(&rows))?;
-            let done = tune::apply(&rows, *yes, &mut std::io::stdout().lock())?;
-            Ok(if done { Outcome::Ok } else { Outcome::Problems })
-        }
+        Command::Tune(cmd) => run_tune(cmd),
         Command::Completions { shell } => {
             clap_complete::generate(
                 *shell,
