@@ -305,6 +305,17 @@ def test_tune_check_reports_without_writing(ctl_broker):
     assert (r.returncode == 3) == ("CHANGE" in statuses), r.stdout
 
 
+def test_tune_apply_without_a_terminal_asks_for_yes(ctl_broker):
+    """Without a terminal to ask on and without --yes, apply refuses before writing."""
+    del ctl_broker
+    r = ctl(None, "tune", "apply", "--data-dir", str(TARGET_DIR), input="", expect_rc=(0, 1))
+    changes = any(line.split()[-1] == "CHANGE" for line in block(r.stdout, "SETTING"))
+    if changes:
+        assert r.returncode == 1 and "pass --yes" in r.stderr, r
+    else:
+        assert r.returncode == 0 and "nothing to change" in r.stdout, r
+
+
 def test_config_validate(ctl_broker):
     del ctl_broker
     d = TARGET_DIR / "kafka-tests" / name("ctl-config")
