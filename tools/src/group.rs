@@ -1,0 +1,429 @@
+//! `strandctl group`: list, describe (per-partition lag like `kafka-consumer-groups.sh
+//! --describe`), delete, reset-offsets (ListGroups, DescribeGroups, OffsetFetch,
+//! ListOffsets, OffsetCommit, DeleteGroups).
+//!
+//! Invariant: `reset-offsets` computes its whole plan with the pure [`plan`] before
+//! anything is written, prints it, and commits only with `--execute` and only when the
+//! group has no active members (Kafka's rule: a live consumer would overwrite the reset
+//! with its next commit).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafka_protocol::messages::describe_groups_response::DescribedGroup;
+use kafka_protocol::messages::{
+    ConsumerProtocolAssignment, DeleteGroupsRequest, DescribeGroupsRequest, GroupId,
+    ListGroupsRequest,
+};
+use kafka_protocol::protocol::{Decodable, StrBytes};
+
+use crate::cli::{GroupCmd, ResetArgs, ResetTarget};
+use crate::kafka::{check_code, KafkaClient, KafkaError};
+use crate::offsets::{self, TopicPartition};
+use crate::output::{or_dash, Table};
+use crate::Refused;
+
+/// Runs a `group` subcommand and returns what to print.
+pub fn run(client: &mut KafkaClient, cmd: &GroupCmd, timeout: Duration) -> anyhow::Result<String> {
+    match cmd {
+        GroupCmd::List => Ok(list(client)?),
+        GroupCmd::Describe { group } => {
+            let mut coord = offsets::coordinator(client, group, timeout)?;
+            describe(client, &mut coord, group)
+        }
+        GroupCmd::Delete { groups } => Ok(delete(client, groups)?),
+        GroupCmd::ResetOffsets(args) => {
+            let mut coord = offsets::coordinator(client, &args.group, timeout)?;
+            reset_offsets(client, &mut coord, args)
+        }
+    }
+}
+
+fn group_id(s: &str) -> GroupId {
+    GroupId(StrBytes::from_string(s.to_string()))
+}
+
+fn list(client: &mut KafkaClient) -> Result<String, KafkaError> {
+    let resp = client.send(&ListGroupsRequest::default())?;
+    check_code(resp.error_code, "list groups", None)?;
+    let mut groups: Vec<(String, String, String)> = resp
+        .groups
+        .iter()
+        .map(|g| {
+            (
+                g.group_id.to_string(),
+                g.protocol_type.to_string(),
+                g.group_state.to_string(),
+            )
+        })
+        .collect();
+    groups.sort();
+    let mut table = Table::new(&["GROUP", "PROTOCOL-TYPE", "STATE"]);
+    for (g, p, s) in groups {
+        table.row(vec![g, p, if s.is_empty() { "-".into() } else { s }]);
+    }
+    Ok(table.render())
+}
+
+fn describe_group(client: &mut KafkaClient, group: &str) -> Result<DescribedGroup, KafkaError> {
+    let resp = client.send(&DescribeGroupsRequest::default().with_groups(vec![group_id(group)]))?;
+    let g = resp
+        .groups
+        .into_iter()
+        .next()
+        .ok_or_else(|| KafkaError::Broker {
+            what: format!("describe group {group}"),
+            name: "empty response".into(),
+            code: -1,
+            detail: String::new(),
+        })?;
+    check_code(
+        g.error_code,
+        &format!("describe group {group}"),
+        g.error_message.as_ref(),
+    )?;
+    Ok(g)
+}
+
+/// The partitions in a member's `consumer` protocol assignment (empty if undecodable).
+pub fn assigned_partitions(assignment: &Bytes) -> Vec<TopicPartition> {
+    let Some(version) = assignment
+        .first_chunk::<2>()
+        .map(|v| i16::from_be_bytes(*v))
+    else {
+        return Vec::new();
+    };
+    let mut body = assignment.slice(2..);
+    match ConsumerProtocolAssignment::decode(&mut body, version.clamp(0, 3)) {
+        Ok(a) => a
+            .assigned_partitions
+            .iter()
+            .flat_map(|tp| tp.partitions.iter().map(|p| (tp.topic.to_string(), *p)))
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Who holds a partition: (member id, host, client id).
+type Owner = (String, String, String);
+
+/// `coord` is the group coordinator's connection, `None` when it is `client`'s broker.
+fn describe(
+    client: &mut KafkaClient,
+    coord: &mut Option<KafkaClient>,
+    group: &str,
+) -> anyhow::Result<String> {
+    let g = describe_group(coord.as_mut().unwrap_or(&mut *client), group)?;
+    let committed = offsets::committed(coord.as_mut().unwrap_or(&mut *client), group, None)?;
+    let mut owners: BTreeMap<TopicPartition, Owner> = BTreeMap::new();
+    for m in &g.members {
+        for tp in assigned_partitions(&m.member_assignment) {
+            let owner = (
+                m.member_id.to_string(),
+                m.client_host.to_string(),
+                m.client_id.to_string(),
+            );
+            owners.insert(tp, owner);
+        }
+    }
+    let partitions: BTreeSet<TopicPartition> =
+        committed.keys().chain(owners.keys()).cloned().collect();
+    let partitions: Vec<TopicPartition> = partitions.into_iter().collect();
+    let log_end = if partitions.is_empty() {
+        BTreeMap::new()
+    } else {
+        offsets::list_offsets(client, &partitions, offsets::LATEST_TIMESTAMP)?
+    };
+    let state = g.group_state.to_string();
+    let mut out = format!(
+        "group {group}: state {}, {} member(s)\n\n",
+        if state.is_empty() { "-" } else { &state },
+        g.members.len()
+    );
+    out.push_str(&describe_table(group, &partitions, &committed, &log_end, &owners).render());
+    Ok(out)
+}
+
+/// The describe table (pure).
+pub fn describe_table(
+    group: &str,
+    partitions: &[TopicPartition],
+    committed: &BTreeMap<TopicPartition, i64>,
+    log_end: &BTreeMap<TopicPartition, i64>,
+    owners: &BTreeMap<TopicPartition, Owner>,
+) -> Table {
+    let mut table = Table::new(&[
+        "GROUP",
+        "TOPIC",
+        "PARTITION",
+        "CURRENT-OFFSET",
+        "LOG-END-OFFSET",
+        "LAG",
+        "CONSUMER-ID",
+        "HOST",
+        "CLIENT-ID",
+    ]);
+    for tp in partitions {
+        let current = committed.get(tp).copied();
+        let end = log_end.get(tp).copied().filter(|o| *o >= 0);
+        let lag = current.zip(end).map(|(c, e)| (e - c).max(0));
+        let owner = owners.get(tp);
+        table.row(vec![
+            group.to_string(),
+            tp.0.clone(),
+            tp.1.to_string(),
+            or_dash(current),
+            or_dash(end),
+            or_dash(lag),
+            or_dash(owner.map(|o| &o.0)),
+            or_dash(owner.map(|o| &o.1)),
+            or_dash(owner.map(|o| &o.2)),
+        ]);
+    }
+    table
+}
+
+fn delete(client: &mut KafkaClient, groups: &[String]) -> Result<String, KafkaError> {
+    let req = DeleteGroupsRequest::default()
+        .with_groups_names(groups.iter().map(|g| group_id(g)).collect());
+    let resp = client.send(&req)?;
+    let mut out = String::new();
+    for r in &resp.results {
+        check_code(
+            r.error_code,
+            &format!("delete group {}", r.group_id.as_str()),
+            None,
+        )?;
+        out.push_str(&format!("deleted group {}\n", r.group_id.as_str()));
+    }
+    Ok(out)
+}
+
+/// What is known about one partition when planning a reset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartitionOffsets {
+    /// Log start offset.
+    pub earliest: i64,
+    /// Log end offset.
+    pub latest: i64,
+    /// The group's committed offset.
+    pub current: Option<i64>,
+    /// ListOffsets answer for the target timestamp (-1: no record at or after it).
+    pub at_timestamp: Option<i64>,
+}
+
+/// One planned change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedReset {
+    /// Partition.
+    pub tp: TopicPartition,
+    /// Committed now.
+    pub current: Option<i64>,
+    /// To commit.
+    pub new: i64,
+}
+
+/// The new offset of every partition (pure): explicit offsets are clamped into
+/// `earliest..=latest`, as Kafka's tool does; a timestamp with no record at or after it
+/// goes to the log end.
+pub fn plan(
+    target: ResetTarget,
+    parts: &BTreeMap<TopicPartition, PartitionOffsets>,
+) -> Vec<PlannedReset> {
+    parts
+        .iter()
+        .map(|(tp, o)| {
+            let new = match target {
+                ResetTarget::Earliest => o.earliest,
+                ResetTarget::Latest => o.latest,
+                ResetTarget::Offset(n) => n.clamp(o.earliest, o.latest.max(o.earliest)),
+                ResetTarget::TimestampMs(_) => match o.at_timestamp {
+                    Some(at) if at >= 0 => at,
+                    _ => o.latest,
+                },
+            };
+            PlannedReset {
+                tp: tp.clone(),
+                current: o.current,
+                new,
+            }
+        })
+        .collect()
+}
+
+/// Earliest, latest, committed and (for a timestamp target) looked-up offsets.
+fn partition_offsets(
+    client: &mut KafkaClient,
+    partitions: &[TopicPartition],
+    committed: &BTreeMap<TopicPartition, i64>,
+    target: ResetTarget,
+) -> Result<BTreeMap<TopicPartition, PartitionOffsets>, KafkaError> {
+    let earliest = offsets::list_offsets(client, partitions, offsets::EARLIEST_TIMESTAMP)?;
+    let latest = offsets::list_offsets(client, partitions, offsets::LATEST_TIMESTAMP)?;
+    let at_ts = match target {
+        ResetTarget::TimestampMs(ts) => offsets::list_offsets(client, partitions, ts)?,
+        _ => BTreeMap::new(),
+    };
+    Ok(partitions
+        .iter()
+        .map(|tp| {
+            let o = PartitionOffsets {
+                earliest: earliest.get(tp).copied().unwrap_or(0),
+                latest: latest.get(tp).copied().unwrap_or(0),
+                current: committed.get(tp).copied(),
+                at_timestamp: at_ts.get(tp).copied(),
+            };
+            (tp.clone(), o)
+        })
+        .collect())
+}
+
+/// The plan as a table (pure).
+pub fn plan_table(group: &str, planned: &[PlannedReset]) -> Table {
+    let mut table = Table::new(&[
+        "GROUP",
+        "TOPIC",
+        "PARTITION",
+        "CURRENT-OFFSET",
+        "NEW-OFFSET",
+    ]);
+    for p in planned {
+        table.row(vec![
+            group.to_string(),
+            p.tp.0.clone(),
+            p.tp.1.to_string(),
+            or_dash(p.current),
+            p.new.to_string(),
+        ]);
+    }
+    table
+}
+
+fn reset_offsets(
+    client: &mut KafkaClient,
+    coord: &mut Option<KafkaClient>,
+    args: &ResetArgs,
+) -> anyhow::Result<String> {
+    let group = &args.group;
+    let g = describe_group(coord.as_mut().unwrap_or(&mut *client), group)?;
+    let committed = offsets::committed(coord.as_mut().unwrap_or(&mut *client), group, None)?;
+    let topics: BTreeSet<String> = if args.topics.is_empty() {
+        committed.keys().map(|(t, _)| t.clone()).collect()
+    } else {
+        args.topics.iter().cloned().collect()
+    };
+    if topics.is_empty() {
+        anyhow::bail!(
+            "group {group} has no committed offsets: name the topics to reset with --topic"
+        );
+    }
+    let mut partitions = Vec::new();
+    for t in &topics {
+        let md = crate::topic::one_topic(client, t, false)?;
+        partitions.extend(md.partitions.iter().map(|p| (t.clone(), p.partition_index)));
+    }
+    partitions.sort();
+    let parts = partition_offsets(client, &partitions, &committed, args.target())?;
+    let planned = plan(args.target(), &parts);
+    let table = plan_table(group, &planned);
+    let mut out = table.render();
+    if !args.execute {
+        out.push_str("\ndry run: nothing changed; add --execute to commit these offsets\n");
+        return Ok(out);
+    }
+    if !g.members.is_empty() {
+        return Err(Refused(format!(
+            "group {group} has {} active member(s) (state {}): stop its consumers first; \
+             offsets can only be reset while a group is inactive",
+            g.members.len(),
+            g.group_state.as_str()
+        ))
+        .into());
+    }
+    let new: BTreeMap<TopicPartition, i64> =
+        planned.iter().map(|p| (p.tp.clone(), p.new)).collect();
+    offsets::commit(coord.as_mut().unwrap_or(client), group, &new)?;
+    out.push_str(&format!(
+        "\ncommitted {} offsets for group {group}\n",
+        new.len()
+    ));
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::BufMut;
+
+    fn check(target: ResetTarget, o: PartitionOffsets, want: i64) {
+        let mut parts = BTreeMap::new();
+        parts.insert(("t".to_string(), 0), o);
+        let got = plan(target, &parts);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].new, want, "{target:?} {o:?}");
+        assert_eq!(got[0].current, o.current);
+    }
+
+    #[test]
+    fn reset_plans() {
+        let o = PartitionOffsets {
+            earliest: 5,
+            latest: 50,
+            current: Some(20),
+            at_timestamp: Some(30),
+        };
+        check(ResetTarget::Earliest, o, 5);
+        check(ResetTarget::Latest, o, 50);
+        check(ResetTarget::Offset(10), o, 10);
+        check(ResetTarget::Offset(1), o, 5);
+        check(ResetTarget::Offset(99), o, 50);
+        check(ResetTarget::TimestampMs(1), o, 30);
+        let none = PartitionOffsets {
+            at_timestamp: Some(-1),
+            current: None,
+            ..o
+        };
+        check(ResetTarget::TimestampMs(1), none, 50);
+    }
+
+    #[test]
+    fn describe_table_computes_lag() {
+        let tp = |p| ("t".to_string(), p);
+        let committed: BTreeMap<_, _> = [(tp(0), 3), (tp(1), 10)].into();
+        let log_end: BTreeMap<_, _> = [(tp(0), 10), (tp(1), 10), (tp(2), 4)].into();
+        let owners: BTreeMap<_, _> =
+            [(tp(2), ("m-1".into(), "/127.0.0.1".into(), "c".into()))].into();
+        let text =
+            describe_table("g", &[tp(0), tp(1), tp(2)], &committed, &log_end, &owners).render();
+        let rows: Vec<Vec<&str>> = text
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(rows[1], ["g", "t", "0", "3", "10", "7", "-", "-", "-"]);
+        assert_eq!(rows[2], ["g", "t", "1", "10", "10", "0", "-", "-", "-"]);
+        assert_eq!(
+            rows[3],
+            ["g", "t", "2", "-", "4", "-", "m-1", "/127.0.0.1", "c"]
+        );
+    }
+
+    #[test]
+    fn assignments_decode_and_garbage_is_empty() {
+        let mut b = bytes::BytesMut::new();
+        b.put_i16(0); // version
+        b.put_i32(1); // one topic
+        b.put_i16(1);
+        b.put_slice(b"t");
+        b.put_i32(2); // two partitions
+        b.put_i32(0);
+        b.put_i32(3);
+        b.put_i32(-1); // null user data
+        let got = assigned_partitions(&b.freeze());
+        assert_eq!(got, vec![("t".to_string(), 0), ("t".to_string(), 3)]);
+        assert!(
+            assigned_partitions(&Bytes::from_static(&[0, 0, 0x7f, 0xff, 0xff, 0xff])).is_empty()
+        );
+        assert!(assigned_partitions(&Bytes::new()).is_empty());
+    }
+}

@@ -1,0 +1,291 @@
+//! `strandctl produce`: records from stdin, one per line, into one topic (Produce).
+//!
+//! Invariant: a record is counted as produced only after the broker's response for its
+//! batch carried error code 0 (with `--acks 0` there is no response, and the summary
+//! says so). Records are batched per partition, at most `--batch-records` per batch and
+//! at most [`BATCH_BYTES_MAX`] bytes, and sent in input order within a partition.
+
+use std::collections::BTreeMap;
+use std::io::BufRead;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{ProduceRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use strand_wire::BatchBuilder;
+
+use crate::cli::{Acks, ProduceArgs};
+use crate::kafka::{check_code, KafkaClient, KafkaError};
+
+/// Largest batch we build: under Kafka's `message.max.bytes` default (1,048,588) so a
+/// default broker accepts it. A single line larger than this goes alone in its batch,
+/// and the broker's answer (MESSAGE_TOO_LARGE) is reported.
+pub const BATCH_BYTES_MAX: usize = 1_000_000;
+
+/// How long the broker may wait for acknowledgements, in milliseconds.
+const PRODUCE_TIMEOUT_MS: i32 = 30_000;
+
+/// Kafka's `Utils.murmur2`, which its default partitioner applies to record keys.
+pub fn murmur2(data: &[u8]) -> u32 {
+    const SEED: u32 = 0x9747_b28c;
+    const M: u32 = 0x5bd1_e995;
+    const R: u32 = 24;
+    // Kafka mixes in the length as a Java int; longer inputs wrap the same way.
+    let len = u32::try_from(data.len() & 0xffff_ffff).unwrap_or(u32::MAX);
+    let mut h = SEED ^ len;
+    let chunks = data.chunks_exact(4);
+    let rest = chunks.remainder();
+    for c in chunks {
+        let mut k = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        k = k.wrapping_mul(M);
+        k ^= k >> R;
+        k = k.wrapping_mul(M);
+        h = h.wrapping_mul(M);
+        h ^= k;
+    }
+    if let Some(&b) = rest.get(2) {
+        h ^= u32::from(b) << 16;
+    }
+    if let Some(&b) = rest.get(1) {
+        h ^= u32::from(b) << 8;
+    }
+    if let Some(&b) = rest.first() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(M);
+    }
+    h ^= h >> 13;
+    h = h.wrapping_mul(M);
+    h ^= h >> 15;
+    h
+}
+
+/// The partition Kafka's default partitioner picks for `key` among `partitions`.
+pub fn partition_for_key(key: &[u8], partitions: i32) -> i32 {
+    let positive = i64::from(murmur2(key) & 0x7fff_ffff);
+    i32::try_from(positive % i64::from(partitions.max(1))).unwrap_or(0)
+}
+
+/// One input line as a record: (key, value).
+pub fn split_line<'a>(line: &'a [u8], separator: Option<&str>) -> (Option<&'a [u8]>, &'a [u8]) {
+    let Some(sep) = separator.map(str::as_bytes).filter(|s| !s.is_empty()) else {
+        return (None, line);
+    };
+    match line.windows(sep.len()).position(|w| w == sep) {
+        Some(at) => (Some(&line[..at]), &line[at + sep.len()..]),
+        None => (None, line),
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Per-partition batches waiting to be sent.
+struct Pending {
+    batches: BTreeMap<i32, BatchBuilder>,
+    produced: BTreeMap<i32, (i64, u64)>,
+}
+
+/// Reads stdin and produces; returns the summary to print.
+pub fn run(
+    client: &mut KafkaClient,
+    args: &ProduceArgs,
+    input: &mut dyn BufRead,
+) -> Result<String, KafkaError> {
+    let partitions = if args.partition.is_some() {
+        0
+    } else {
+        let t = crate::topic::one_topic(client, &args.topic, true)?;
+        i32::try_from(t.partitions.len()).unwrap_or(i32::MAX)
+    };
+    let headers: Vec<(&str, Option<&[u8]>)> = args
+        .headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), Some(v.as_bytes())))
+        .collect();
+    let mut pending = Pending {
+        batches: BTreeMap::new(),
+        produced: BTreeMap::new(),
+    };
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = input
+            .read_until(b'\n', &mut line)
+            .map_err(|cause| KafkaError::Io {
+                addr: "stdin".into(),
+                api: kafka_protocol::messages::ApiKey::Produce,
+                cause,
+            })?;
+        if n == 0 {
+            break;
+        }
+        let record = line.strip_suffix(b"\n").unwrap_or(&line);
+        let record = record.strip_suffix(b"\r").unwrap_or(record);
+        let (key, value) = split_line(record, args.key_separator.as_deref());
+        let partition = match (args.partition, key) {
+            (Some(p), _) => p,
+            (None, Some(k)) => partition_for_key(k, partitions),
+            (None, None) => 0,
+        };
+        let batch = pending
+            .batches
+            .entry(partition)
+            .or_insert_with(|| BatchBuilder::new(now_ms()));
+        batch.push(now_ms(), key, Some(value), &headers);
+        let full = batch.len() >= i32::try_from(args.batch_records).unwrap_or(i32::MAX)
+            || batch.size_bytes() >= BATCH_BYTES_MAX;
+        if full {
+            send(client, args, &mut pending)?;
+        }
+    }
+    send(client, args, &mut pending)?;
+    Ok(summary(&args.topic, args.acks, &pending.produced))
+}
+
+fn summary(topic: &str, acks: Acks, produced: &BTreeMap<i32, (i64, u64)>) -> String {
+    let total: u64 = produced.values().map(|(_, n)| n).sum();
+    let mut out = format!("produced {total} records to {topic}");
+    if acks == Acks::None {
+        out.push_str(" (acks=0: not confirmed by the broker)");
+    }
+    out.push('\n');
+    for (p, (first, n)) in produced {
+        if acks == Acks::None {
+            out.push_str(&format!("  partition {p}: {n} records\n"));
+        } else {
+            out.push_str(&format!(
+                "  partition {p}: {n} records at offsets {first}..={}\n",
+                first + i64::try_from(*n).unwrap_or(i64::MAX) - 1
+            ));
+        }
+    }
+    out
+}
+
+fn send(
+    client: &mut KafkaClient,
+    args: &ProduceArgs,
+    pending: &mut Pending,
+) -> Result<(), KafkaError> {
+    let batches = std::mem::take(&mut pending.batches);
+    if batches.is_empty() {
+        return Ok(());
+    }
+    let counts: BTreeMap<i32, u64> = batches
+        .iter()
+        .map(|(p, b)| (*p, u64::try_from(b.len()).unwrap_or(0)))
+        .collect();
+    let data: Vec<PartitionProduceData> = batches
+        .iter()
+        .map(|(p, b)| {
+            PartitionProduceData::default()
+                .with_index(*p)
+                .with_records(Some(b.build()))
+        })
+        .collect();
+    let resp_offsets = produce_batches(client, &args.topic, args.acks, data)?;
+    for (p, n) in counts {
+        let base = resp_offsets.get(&p).copied().unwrap_or(-1);
+        let e = pending.produced.entry(p).or_insert((base, 0));
+        e.1 += n;
+    }
+    Ok(())
+}
+
+/// Sends one Produce request with one batch per partition; returns each partition's base
+/// offset (empty with acks=0).
+pub fn produce_batches(
+    client: &mut KafkaClient,
+    topic: &str,
+    acks: Acks,
+    data: Vec<PartitionProduceData>,
+) -> Result<BTreeMap<i32, i64>, KafkaError> {
+    let req = ProduceRequest::default()
+        .with_acks(acks.wire())
+        .with_timeout_ms(PRODUCE_TIMEOUT_MS)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+            .with_partition_data(data)]);
+    if acks == Acks::None {
+        client.send_without_response(&req)?;
+        return Ok(BTreeMap::new());
+    }
+    let resp = client.send(&req)?;
+    let mut offsets = BTreeMap::new();
+    for t in &resp.responses {
+        for p in &t.partition_responses {
+            check_code(
+                p.error_code,
+                &format!("produce to {topic} partition {}", p.index),
+                p.error_message.as_ref(),
+            )?;
+            offsets.insert(p.index, p.base_offset);
+        }
+    }
+    Ok(offsets)
+}
+
+/// A batch of `count` records of `value_bytes` each, for load (self-test).
+pub fn filler_batch(count: u32, value_bytes: usize) -> Bytes {
+    let value = vec![b'x'; value_bytes];
+    let ts = now_ms();
+    let mut b = BatchBuilder::new(ts);
+    for _ in 0..count {
+        b.push(ts, None, Some(&value), &[]);
+    }
+    b.build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn murmur2_matches_kafka() {
+        // Values from kafka-python's `murmur2` (a port of Kafka's `Utils.murmur2`).
+        for (input, want) in [
+            (&b""[..], 275_646_681u32),
+            (b"a", 2_731_586_172),
+            (b"ab", 316_155_434),
+            (b"abc", 479_470_107),
+            (b"kafka", 3_496_464_228),
+            (b"key-17", 956_945_460),
+            (b"giberish123456789", 2_404_723_468),
+        ] {
+            assert_eq!(murmur2(input), want, "{:?}", String::from_utf8_lossy(input));
+        }
+        assert_eq!(
+            partition_for_key(b"kafka", 3),
+            (3_496_464_228u32 & 0x7fff_ffff) as i32 % 3
+        );
+    }
+
+    #[test]
+    fn lines_split_at_the_first_separator() {
+        assert_eq!(
+            split_line(b"k:v:w", Some(":")),
+            (Some(&b"k"[..]), &b"v:w"[..])
+        );
+        assert_eq!(split_line(b"no-sep", Some(":")), (None, &b"no-sep"[..]));
+        assert_eq!(
+            split_line(b"k::v", Some("::")),
+            (Some(&b"k"[..]), &b"v"[..])
+        );
+        assert_eq!(split_line(b"a:b", None), (None, &b"a:b"[..]));
+        assert_eq!(split_line(b":v", Some(":")), (Some(&b""[..]), &b"v"[..]));
+    }
+
+    #[test]
+    fn summary_names_offsets() {
+        let mut p = BTreeMap::new();
+        p.insert(0, (10, 3));
+        assert_eq!(
+            summary("t", Acks::All, &p),
+            "produced 3 records to t\n  partition 0: 3 records at offsets 10..=12\n"
+        );
+    }
+}

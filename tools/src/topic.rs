@@ -1,0 +1,324 @@
+//! `strandctl topic`: create, list, describe, delete, alter-config, add-partitions, over
+//! the Kafka admin APIs (CreateTopics, Metadata, DescribeConfigs, DeleteTopics,
+//! IncrementalAlterConfigs, CreatePartitions).
+//!
+//! Invariant: each command sends its requests and returns the text to print; a non-zero
+//! Kafka error code in any result becomes a `KafkaError::Broker` naming the topic, never
+//! a success line.
+
+use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::incremental_alter_configs_request::{
+    AlterConfigsResource, AlterableConfig,
+};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::metadata_response::MetadataResponseTopic;
+use kafka_protocol::messages::{
+    CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest,
+    IncrementalAlterConfigsRequest, MetadataRequest, MetadataResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::cli::TopicCmd;
+use crate::kafka::{check_code, KafkaClient, KafkaError};
+use crate::output::Table;
+
+/// How long the broker may take to create or delete topics, in milliseconds.
+const ADMIN_TIMEOUT_MS: i32 = 30_000;
+/// DescribeConfigs / IncrementalAlterConfigs resource type of a topic.
+const RESOURCE_TOPIC: i8 = 2;
+/// IncrementalAlterConfigs operations.
+const OP_SET: i8 = 0;
+const OP_DELETE: i8 = 1;
+/// DescribeConfigs `config_source` of a value set on the topic itself.
+const SOURCE_TOPIC: i8 = 1;
+
+/// Runs a `topic` subcommand and returns what to print.
+pub fn run(client: &mut KafkaClient, cmd: &TopicCmd) -> Result<String, KafkaError> {
+    match cmd {
+        TopicCmd::Create {
+            name,
+            partitions,
+            replication_factor,
+            configs,
+        } => create(client, name, *partitions, *replication_factor, configs),
+        TopicCmd::List { internal } => list(client, *internal),
+        TopicCmd::Describe { name, all_configs } => describe(client, name, *all_configs),
+        TopicCmd::Delete { names } => delete(client, names),
+        TopicCmd::AlterConfig { name, set, delete } => alter_config(client, name, set, delete),
+        TopicCmd::AddPartitions { name, total } => add_partitions(client, name, *total),
+    }
+}
+
+fn topic_name(s: &str) -> TopicName {
+    TopicName(StrBytes::from_string(s.to_string()))
+}
+
+fn str_bytes(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_string())
+}
+
+/// Creates one topic.
+pub fn create(
+    client: &mut KafkaClient,
+    name: &str,
+    partitions: i32,
+    replication_factor: i16,
+    configs: &[(String, String)],
+) -> Result<String, KafkaError> {
+    let topic = CreatableTopic::default()
+        .with_name(topic_name(name))
+        .with_num_partitions(partitions)
+        .with_replication_factor(replication_factor)
+        .with_configs(
+            configs
+                .iter()
+                .map(|(k, v)| {
+                    CreatableTopicConfig::default()
+                        .with_name(str_bytes(k))
+                        .with_value(Some(str_bytes(v)))
+                })
+                .collect(),
+        );
+    let req = CreateTopicsRequest::default()
+        .with_topics(vec![topic])
+        .with_timeout_ms(ADMIN_TIMEOUT_MS);
+    let resp = client.send(&req)?;
+    for t in &resp.topics {
+        check_code(
+            t.error_code,
+            &format!("create topic {name}"),
+            t.error_message.as_ref(),
+        )?;
+    }
+    Ok(format!(
+        "created topic {name} with {partitions} partitions, replication factor {replication_factor}\n"
+    ))
+}
+
+/// Metadata for `topics` (`None` = all).
+/// Topics are auto-created (where the broker allows it) only with `auto_create`.
+pub fn metadata(
+    client: &mut KafkaClient,
+    topics: Option<&[String]>,
+    auto_create: bool,
+) -> Result<MetadataResponse, KafkaError> {
+    let req = MetadataRequest::default()
+        .with_topics(topics.map(|ts| {
+            ts.iter()
+                .map(|t| MetadataRequestTopic::default().with_name(Some(topic_name(t))))
+                .collect()
+        }))
+        .with_allow_auto_topic_creation(auto_create);
+    client.send(&req)
+}
+
+/// The metadata of one topic, or the broker's error for it.
+pub fn one_topic(
+    client: &mut KafkaClient,
+    name: &str,
+    auto_create: bool,
+) -> Result<MetadataResponseTopic, KafkaError> {
+    let resp = metadata(client, Some(&[name.to_string()]), auto_create)?;
+    let t = resp
+        .topics
+        .into_iter()
+        .find(|t| t.name.as_ref().is_some_and(|n| n.as_str() == name));
+    let Some(t) = t else {
+        return Err(KafkaError::Broker {
+            what: format!("topic {name}"),
+            name: "UNKNOWN_TOPIC_OR_PARTITION".into(),
+            code: 3,
+            detail: ": not in the Metadata response".into(),
+        });
+    };
+    check_code(t.error_code, &format!("topic {name}"), None)?;
+    Ok(t)
+}
+
+fn list(client: &mut KafkaClient, internal: bool) -> Result<String, KafkaError> {
+    let resp = metadata(client, None, false)?;
+    let mut rows: Vec<(String, usize, usize, bool)> = resp
+        .topics
+        .iter()
+        .filter(|t| internal || !t.is_internal)
+        .map(|t| {
+            let name = t.name.as_ref().map_or("", |n| n.as_str()).to_string();
+            let rf = t.partitions.first().map_or(0, |p| p.replica_nodes.len());
+            (name, t.partitions.len(), rf, t.is_internal)
+        })
+        .collect();
+    rows.sort();
+    let mut table = Table::new(&["TOPIC", "PARTITIONS", "REPLICAS", "INTERNAL"]);
+    for (name, parts, rf, int) in rows {
+        table.row(vec![
+            name,
+            parts.to_string(),
+            rf.to_string(),
+            int.to_string(),
+        ]);
+    }
+    Ok(table.render())
+}
+
+fn describe(client: &mut KafkaClient, name: &str, all_configs: bool) -> Result<String, KafkaError> {
+    let t = one_topic(client, name, false)?;
+    let mut partitions = t.partitions.clone();
+    partitions.sort_by_key(|p| p.partition_index);
+    let mut out = format!(
+        "topic {name}: {} partition(s), internal {}\n\n",
+        partitions.len(),
+        t.is_internal
+    );
+    let mut table = Table::new(&["PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "ERROR"]);
+    for p in &partitions {
+        let ids = |v: &[kafka_protocol::messages::BrokerId]| {
+            v.iter()
+                .map(|b| b.0.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        table.row(vec![
+            p.partition_index.to_string(),
+            p.leader_id.0.to_string(),
+            p.leader_epoch.to_string(),
+            ids(&p.replica_nodes),
+            ids(&p.isr_nodes),
+            crate::kafka::code_name(p.error_code),
+        ]);
+    }
+    out.push_str(&table.render());
+    let req =
+        DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
+            .with_resource_type(RESOURCE_TOPIC)
+            .with_resource_name(str_bytes(name))
+            .with_configuration_keys(None)]);
+    let resp = client.send(&req)?;
+    let mut configs = Table::new(&["CONFIG", "VALUE", "SOURCE"]);
+    for r in &resp.results {
+        check_code(
+            r.error_code,
+            &format!("describe configs of {name}"),
+            r.error_message.as_ref(),
+        )?;
+        for c in &r.configs {
+            if !all_configs && c.config_source != SOURCE_TOPIC {
+                continue;
+            }
+            let value = if c.is_sensitive {
+                "(sensitive)".to_string()
+            } else {
+                c.value.as_ref().map_or("-", |v| v.as_str()).to_string()
+            };
+            configs.row(vec![
+                c.name.to_string(),
+                value,
+                config_source_name(c.config_source).into(),
+            ]);
+        }
+    }
+    out.push('\n');
+    if configs.is_empty() {
+        out.push_str("no configs set on the topic (--all-configs shows the defaults)\n");
+    } else {
+        out.push_str(&configs.render());
+    }
+    Ok(out)
+}
+
+/// Kafka's name of a DescribeConfigs `config_source`.
+pub fn config_source_name(source: i8) -> &'static str {
+    match source {
+        1 => "TOPIC",
+        2 => "DYNAMIC_BROKER",
+        3 => "DYNAMIC_DEFAULT_BROKER",
+        4 => "STATIC_BROKER",
+        5 => "DEFAULT",
+        6 => "DYNAMIC_BROKER_LOGGER",
+        7 => "CLIENT_METRICS",
+        8 => "GROUP",
+        _ => "UNKNOWN",
+    }
+}
+
+fn delete(client: &mut KafkaClient, names: &[String]) -> Result<String, KafkaError> {
+    let req = DeleteTopicsRequest::default()
+        .with_topic_names(names.iter().map(|n| topic_name(n)).collect())
+        .with_timeout_ms(ADMIN_TIMEOUT_MS);
+    let resp = client.send(&req)?;
+    let mut out = String::new();
+    for r in &resp.responses {
+        let name = r.name.as_ref().map_or("?", |n| n.as_str());
+        check_code(
+            r.error_code,
+            &format!("delete topic {name}"),
+            r.error_message.as_ref(),
+        )?;
+        out.push_str(&format!("deleted topic {name}\n"));
+    }
+    Ok(out)
+}
+
+fn alter_config(
+    client: &mut KafkaClient,
+    name: &str,
+    set: &[(String, String)],
+    delete: &[String],
+) -> Result<String, KafkaError> {
+    let mut configs: Vec<AlterableConfig> = set
+        .iter()
+        .map(|(k, v)| {
+            AlterableConfig::default()
+                .with_name(str_bytes(k))
+                .with_config_operation(OP_SET)
+                .with_value(Some(str_bytes(v)))
+        })
+        .collect();
+    configs.extend(delete.iter().map(|k| {
+        AlterableConfig::default()
+            .with_name(str_bytes(k))
+            .with_config_operation(OP_DELETE)
+            .with_value(None)
+    }));
+    let req = IncrementalAlterConfigsRequest::default().with_resources(vec![
+        AlterConfigsResource::default()
+            .with_resource_type(RESOURCE_TOPIC)
+            .with_resource_name(str_bytes(name))
+            .with_configs(configs),
+    ]);
+    let resp = client.send(&req)?;
+    for r in &resp.responses {
+        check_code(
+            r.error_code,
+            &format!("alter configs of {name}"),
+            r.error_message.as_ref(),
+        )?;
+    }
+    let mut out = String::new();
+    for (k, v) in set {
+        out.push_str(&format!("{name}: set {k}={v}\n"));
+    }
+    for k in delete {
+        out.push_str(&format!("{name}: reset {k} to its default\n"));
+    }
+    Ok(out)
+}
+
+fn add_partitions(client: &mut KafkaClient, name: &str, total: i32) -> Result<String, KafkaError> {
+    let req = CreatePartitionsRequest::default()
+        .with_topics(vec![CreatePartitionsTopic::default()
+            .with_name(topic_name(name))
+            .with_count(total)
+            .with_assignments(None)])
+        .with_timeout_ms(ADMIN_TIMEOUT_MS);
+    let resp = client.send(&req)?;
+    for r in &resp.results {
+        check_code(
+            r.error_code,
+            &format!("add partitions to {name}"),
+            r.error_message.as_ref(),
+        )?;
+    }
+    Ok(format!("{name} now has {total} partitions\n"))
+}
