@@ -36,6 +36,14 @@ const KEYS: &[(&str, Kind)] = &[
     ("data_dir", Kind::Text),
     ("kafka_addr", Kind::SocketAddr),
     ("admin_addr", Kind::SocketAddr),
+    ("native_addr", Kind::SocketAddr),
+    (
+        "native_shard_base_port",
+        Kind::Int {
+            min: 0,
+            max: u16::MAX as i64,
+        },
+    ),
     ("advertised_host", Kind::Text),
     ("smp", Kind::Int { min: 1, max: 4096 }),
     (
