@@ -263,7 +263,7 @@ impl Producer {
 
 async fn init_producer_id(client: &Client) -> Result<(i64, i16)> {
     let conn = client.control().await?;
-    let req = BodyT::InitProducerIdRequest(Box::new(InitProducerIdRequestT::default()));
+    let req = BodyT::InitProducerIdRequest(Box::default());
     match conn.request(req, client.request_timeout()).await? {
         BodyT::InitProducerIdResponse(r) => match r.error.as_deref() {
             Some(e) => Err(Error::from_wire(e)),
