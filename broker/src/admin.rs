@@ -33,6 +33,10 @@ pub struct ShardSnapshot {
     pub log_bytes: u64,
     /// Batch cache counters.
     pub cache: strand_storage::CacheStats,
+    /// Latency histograms and traffic counters.
+    pub metrics: crate::metrics::MetricsSnapshot,
+    /// Partitions, committed offsets and health (`metrics::detail`).
+    pub detail: crate::metrics::ShardDetail,
 }
 
 /// Renders `/metrics`.
@@ -166,33 +170,12 @@ pub fn render_metrics(shards: &[ShardSnapshot]) -> String {
         &|s| s.cache.used_bytes as u64,
         false,
     );
+    reg.register_collector(Box::new(crate::metrics_render::Scrape::new(shards)));
     let mut out = String::new();
     if encode(&mut out, &reg).is_err() {
         out.clear();
     }
     out
-}
-
-/// Renders `/v1/status` as JSON.
-pub fn render_status(node_id: i32, cluster_id: &str, shards: &[ShardSnapshot]) -> String {
-    let shard_rows: Vec<serde_json::Value> = shards
-        .iter()
-        .map(|s| {
-            serde_json::json!({
-                "shard": s.shard,
-                "partitions": s.partitions,
-                "groups": s.groups,
-                "connections": s.connections,
-                "log_bytes": s.log_bytes,
-            })
-        })
-        .collect();
-    let v = serde_json::json!({
-        "node_id": node_id,
-        "cluster_id": cluster_id,
-        "shards": shard_rows,
-    });
-    v.to_string()
 }
 
 /// An HTTP response: status line text, content type, body.
@@ -222,15 +205,6 @@ impl Response {
     }
 }
 
-/// The path of an HTTP request head (`GET /path HTTP/1.1`), if it is a GET.
-pub fn request_path(head: &str) -> Option<&str> {
-    let mut parts = head.lines().next()?.split_whitespace();
-    match (parts.next(), parts.next()) {
-        (Some("GET"), Some(path)) => Some(path.split('?').next().unwrap_or(path)),
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -256,19 +230,6 @@ mod tests {
         assert!(
             text.contains("# HELP strand_storage_fdatasync"),
             "every metric has help"
-        );
-    }
-
-    #[test]
-    fn request_paths() {
-        assert_eq!(
-            request_path("GET /metrics HTTP/1.1\r\nHost: x\r\n"),
-            Some("/metrics")
-        );
-        assert_eq!(request_path("POST /metrics HTTP/1.1"), None);
-        assert_eq!(
-            request_path("GET /v1/status?x=1 HTTP/1.1"),
-            Some("/v1/status")
         );
     }
 }

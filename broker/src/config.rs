@@ -71,6 +71,17 @@ pub struct Flags {
     /// (`group.initial.rebalance.delay.ms`).
     #[arg(long, env = "STRAND_GROUP_INITIAL_REBALANCE_DELAY_MS")]
     pub group_initial_rebalance_delay_ms: Option<u64>,
+    /// Log level filter: a level (`debug`) or `tracing` directives
+    /// (`strand_broker=debug,info`); changeable at run time with `PUT /v1/log-level`.
+    #[arg(long, env = "STRAND_LOG")]
+    pub log_level: Option<String>,
+    /// Log line format.
+    #[arg(long, env = "STRAND_LOG_FORMAT", value_enum)]
+    pub log_format: Option<crate::logging::LogFormat>,
+    /// Run the start-up checks only, print each finding with its fix, and exit (0 when
+    /// all pass).
+    #[arg(long)]
+    pub check: bool,
 }
 
 /// The same keys in a TOML file.
@@ -91,10 +102,12 @@ struct FileConfig {
     retention_check_interval_ms: Option<u64>,
     offsets_topic_num_partitions: Option<usize>,
     group_initial_rebalance_delay_ms: Option<u64>,
+    log_level: Option<String>,
+    log_format: Option<crate::logging::LogFormat>,
 }
 
 /// Validated configuration.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize)]
 pub struct Config {
     /// Data directory.
     pub data_dir: PathBuf,
@@ -124,6 +137,10 @@ pub struct Config {
     pub offsets_topic_num_partitions: usize,
     /// `group.initial.rebalance.delay.ms`.
     pub group_initial_rebalance_delay_ms: u64,
+    /// Log level filter at start.
+    pub log_level: String,
+    /// Log line format.
+    pub log_format: crate::logging::LogFormat,
 }
 
 impl Config {
@@ -182,6 +199,11 @@ impl Config {
                 .group_initial_rebalance_delay_ms
                 .or(file.group_initial_rebalance_delay_ms)
                 .unwrap_or(3000),
+            log_level: flags
+                .log_level
+                .or(file.log_level)
+                .unwrap_or_else(|| crate::logging::LOG_LEVEL_DEFAULT.to_string()),
+            log_format: flags.log_format.or(file.log_format).unwrap_or_default(),
         };
         c.validate()?;
         Ok(c)
@@ -212,6 +234,7 @@ impl Config {
         if self.group_initial_rebalance_delay_ms > 300_000 {
             bail!("group_initial_rebalance_delay_ms must be at most 300000");
         }
+        crate::logging::parse_filter(&self.log_level).context("log_level")?;
         if self.retention_check_interval_ms == 0 {
             bail!("retention_check_interval_ms must be positive");
         }

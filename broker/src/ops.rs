@@ -313,6 +313,7 @@ impl Shard {
                 Err(e) => (Some(e), Bytes::new()),
             };
             used += records.len();
+            self.metrics.fetched(&records);
             out.push(FetchResult {
                 error,
                 high_watermark: part.high_watermark().0,
@@ -388,7 +389,7 @@ impl Shard {
                     epoch: -1,
                     offset: start.0,
                 },
-                Err(e) => PartReply::err(KafkaError::from_storage(e)),
+                Err(e) => PartReply::err(part.storage_error(e)),
             });
         }
         out
@@ -434,7 +435,7 @@ impl Shard {
                     epoch: -1,
                     offset: -1,
                 },
-                Err(e) => PartReply::err(KafkaError::from_storage(e)),
+                Err(e) => PartReply::err(part.storage_error(e)),
             });
         }
         out
