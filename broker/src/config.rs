@@ -258,6 +258,55 @@ fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
 mod tests {
     use super::*;
 
+    /// deploy/strand.toml, the documented config file (`make install` installs it).
+    const DEPLOY_TOML: &str = include_str!("../../deploy/strand.toml");
+    /// Keys whose value in deploy/strand.toml is a deployment choice, not the default.
+    const DEPLOY_OVERRIDES: &[&str] = &["data_dir"];
+
+    #[test]
+    fn deploy_config_lists_every_option_with_its_default() {
+        use clap::CommandFactory;
+        let keys: Vec<String> = Flags::command()
+            .get_arguments()
+            .filter_map(|a| a.get_long())
+            .filter(|l| !matches!(*l, "config" | "check" | "help" | "version"))
+            .map(|l| l.replace('-', "_"))
+            .collect();
+        assert!(keys.len() >= 16, "{keys:?}");
+        for key in &keys {
+            let listed = DEPLOY_TOML.lines().any(|l| {
+                let l = l.trim_start_matches(['#', ' ']);
+                l.strip_prefix(key.as_str())
+                    .is_some_and(|rest| rest.trim_start().starts_with('='))
+            });
+            assert!(listed, "deploy/strand.toml does not document `{key}`");
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = dir.path().join("strand.toml");
+        std::fs::write(&f, DEPLOY_TOML).expect("write");
+        let deployed = Config::load(Flags {
+            config: Some(f),
+            ..Flags::default()
+        })
+        .expect("deploy/strand.toml loads");
+        let defaults = Config::load(Flags::default()).expect("defaults load");
+        let (deployed, defaults) = (
+            serde_json::to_value(&deployed).expect("json"),
+            serde_json::to_value(&defaults).expect("json"),
+        );
+        for key in &keys {
+            if DEPLOY_OVERRIDES.contains(&key.as_str()) {
+                continue;
+            }
+            assert_eq!(
+                deployed.get(key),
+                defaults.get(key),
+                "deploy/strand.toml's `{key}` is not the default"
+            );
+        }
+        assert_eq!(deployed["data_dir"], "/var/lib/strand");
+    }
+
     #[test]
     fn flags_override_file_and_bad_values_are_refused() {
         let dir = tempfile::tempdir().expect("tempdir");

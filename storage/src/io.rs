@@ -264,10 +264,14 @@ pub fn filesystem_space(dir: &Path) -> Result<FilesystemSpace, StorageError> {
     if rc != 0 {
         return Err(StorageError::io(dir, io::Error::last_os_error()));
     }
+    // statvfs fields are u64 on 64-bit Linux but narrower on some 32-bit targets.
+    #[allow(clippy::useless_conversion)]
     let frsize = u64::from(st.f_frsize);
+    #[allow(clippy::useless_conversion)]
+    let (bavail, blocks) = (u64::from(st.f_bavail), u64::from(st.f_blocks));
     Ok(FilesystemSpace {
-        available_bytes: u64::from(st.f_bavail).saturating_mul(frsize),
-        total_bytes: u64::from(st.f_blocks).saturating_mul(frsize),
+        available_bytes: bavail.saturating_mul(frsize),
+        total_bytes: blocks.saturating_mul(frsize),
     })
 }
 
