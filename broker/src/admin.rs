@@ -211,8 +211,11 @@ mod tests {
 
     #[test]
     fn metrics_follow_naming_rules() {
+        let metrics = crate::metrics::ShardMetrics::new(1);
+        metrics.request(0, std::time::Duration::from_millis(1));
         let s = ShardSnapshot {
             requests: vec![("produce", 3)],
+            metrics: metrics.snapshot(&["produce"]),
             ..ShardSnapshot::default()
         };
         let text = render_metrics(&[s]);
@@ -227,9 +230,36 @@ mod tests {
             let name = line.split(['{', ' ']).next().unwrap_or_default();
             assert!(name.starts_with("strand_"), "{name}");
         }
-        assert!(
-            text.contains("# HELP strand_storage_fdatasync"),
-            "every metric has help"
-        );
+        let mut families = 0;
+        for line in text.lines().filter(|l| l.starts_with("# TYPE ")) {
+            let mut parts = line.split(' ').skip(2);
+            let (name, kind) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+            families += 1;
+            assert!(
+                text.contains(&format!("# HELP {name} ")),
+                "{name} has no help"
+            );
+            match kind {
+                "counter" => assert!(
+                    text.contains(&format!("\n{name}_total")),
+                    "counter {name} is exported as {name}_total"
+                ),
+                "histogram" => assert!(
+                    name.ends_with("_seconds") || name.ends_with("_bytes"),
+                    "histogram {name} has a base unit"
+                ),
+                "gauge" => assert!(!name.ends_with("_total"), "gauge {name} ends in _total"),
+                other => panic!("{name}: unexpected type {other}"),
+            }
+        }
+        assert!(families >= 25, "{families} families");
+        // Cumulative: the 1 ms observation is in the 0.001 bucket and every later one.
+        for le in ["0.0005", "0.001", "0.0025", "+Inf"] {
+            let n = if le == "0.0005" { 0 } else { 1 };
+            let line = format!(
+                "strand_kafka_request_seconds_bucket{{le=\"{le}\",shard=\"0\",api=\"produce\"}} {n}"
+            );
+            assert!(text.contains(&line), "{line}\n{text}");
+        }
     }
 }

@@ -262,3 +262,12 @@ def test_check_reports_a_port_in_use(tmp_path):
         assert "FAIL  listen addresses" in r.stdout and "--kafka-addr" in r.stdout, r.stdout
     finally:
         s.close()
+
+
+def test_json_log_format(strand):
+    b = strand(extra_args=["--log-format", "json", "--log-level", "info"])
+    wait_until(lambda: b"strand starting" in b.stderr_path.read_bytes(), 10, "the start line")
+    lines = [l for l in b.stderr_path.read_text().splitlines() if l.strip()]
+    events = [json.loads(l) for l in lines]  # every line is one JSON object
+    start = [e for e in events if e.get("fields", {}).get("message") == "strand starting"]
+    assert start and start[0]["level"] == "INFO" and start[0]["fields"]["shards"] == 2, start
