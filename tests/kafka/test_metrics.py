@@ -271,3 +271,23 @@ def test_json_log_format(strand):
     events = [json.loads(l) for l in lines]  # every line is one JSON object
     start = [e for e in events if e.get("fields", {}).get("message") == "strand starting"]
     assert start and start[0]["level"] == "INFO" and start[0]["fields"]["shards"] == 2, start
+
+
+def test_grafana_dashboard_uses_only_exported_metrics(broker, topic):
+    import re
+
+    from strand_harness import REPO_ROOT
+
+    produce(broker, topic, 1)  # so every request/lag family has samples to look at
+    dash = json.loads((REPO_ROOT / "deploy" / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    names = {n for e in exprs for n in re.findall(r"\bstrand_[a-z_]+", e)}
+    families = scrape(broker)
+    for n in sorted(names):
+        base = re.sub(r"_(bucket|total|sum|count)$", "", n)
+        assert n in families or base in families, \
+            f"dashboard uses {n}, which /metrics does not export"
+    titles = " ".join(p["title"] for p in dash["panels"]).lower()
+    for topic_ in ("p99 by api", "stage", "throughput", "fdatasync", "hit ratio",
+                   "backpressure", "lag", "under-replicated", "leaderless", "controllers"):
+        assert topic_ in titles, topic_
