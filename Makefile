@@ -12,7 +12,7 @@ export STRAND_REQUIRE_CLIENTS := 1
 export STRAND_REQUIRE_ROOT_TESTS := 1
 endif
 
-.PHONY: build run test bench bench-kafka fmt lint deps soak fuzz gen clean
+.PHONY: build run test bench bench-kafka fmt lint deps soak fuzz gen clean install
 
 build:
 	$(CARGO) build --release --workspace
@@ -90,3 +90,35 @@ fuzz:
 clean:
 	$(CARGO) clean
 	rm -rf $(DATA_DIR)
+
+## install: strand, strand-bench and strandctl (if built), the systemd unit, the sysusers
+## entry and /etc/strand/strand.toml (an existing one is kept). PREFIX=/usr/local,
+## DESTDIR for staging/packaging (then the unit goes to $(DESTDIR)/lib/systemd/system).
+## BIN_DIR=<dir> installs binaries built elsewhere instead of building them here.
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+SYSCONFDIR ?= /etc
+BIN_DIR ?= target/release
+ifeq ($(DESTDIR),)
+UNITDIR ?= /etc/systemd/system
+else
+UNITDIR ?= /lib/systemd/system
+endif
+SYSUSERSDIR ?= /usr/lib/sysusers.d
+install:
+	@if [ "$(BIN_DIR)" = target/release ]; then $(CARGO) build --release --workspace --bins; fi
+	install -d "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(UNITDIR)" "$(DESTDIR)$(SYSCONFDIR)/strand" \
+	  "$(DESTDIR)$(SYSUSERSDIR)"
+	install -m 0755 "$(BIN_DIR)/strand" "$(BIN_DIR)/strand-bench" "$(DESTDIR)$(BINDIR)/"
+	@if [ -x "$(BIN_DIR)/strandctl" ]; then \
+	  install -m 0755 "$(BIN_DIR)/strandctl" "$(DESTDIR)$(BINDIR)/"; \
+	else echo "make install: $(BIN_DIR)/strandctl not built, skipped"; fi
+	sed 's|/usr/local/bin/strand|$(BINDIR)/strand|g; s|/etc/strand/|$(SYSCONFDIR)/strand/|g' \
+	  deploy/strand.service > "$(DESTDIR)$(UNITDIR)/strand.service"
+	chmod 0644 "$(DESTDIR)$(UNITDIR)/strand.service"
+	install -m 0644 deploy/strand.sysusers "$(DESTDIR)$(SYSUSERSDIR)/strand.conf"
+	@if [ -e "$(DESTDIR)$(SYSCONFDIR)/strand/strand.toml" ]; then \
+	  install -m 0644 deploy/strand.toml "$(DESTDIR)$(SYSCONFDIR)/strand/strand.toml.default"; \
+	  echo "make install: kept $(DESTDIR)$(SYSCONFDIR)/strand/strand.toml; the shipped one is strand.toml.default"; \
+	else install -m 0644 deploy/strand.toml "$(DESTDIR)$(SYSCONFDIR)/strand/strand.toml"; fi
+	@echo "make install: done. Next: systemd-sysusers; systemctl daemon-reload; systemctl enable --now strand"

@@ -41,6 +41,10 @@ pub struct ShardSnapshot {
     pub log_bytes: u64,
     /// Batch cache counters.
     pub cache: strand_storage::CacheStats,
+    /// Latency histograms and traffic counters.
+    pub metrics: crate::metrics::MetricsSnapshot,
+    /// Partitions, committed offsets and health (`metrics::detail`).
+    pub detail: crate::metrics::ShardDetail,
 }
 
 /// Renders `/metrics`.
@@ -202,33 +206,12 @@ pub fn render_metrics(shards: &[ShardSnapshot]) -> String {
         &|s| s.cache.used_bytes as u64,
         false,
     );
+    reg.register_collector(Box::new(crate::metrics_render::Scrape::new(shards)));
     let mut out = String::new();
     if encode(&mut out, &reg).is_err() {
         out.clear();
     }
     out
-}
-
-/// Renders `/v1/status` as JSON.
-pub fn render_status(node_id: i32, cluster_id: &str, shards: &[ShardSnapshot]) -> String {
-    let shard_rows: Vec<serde_json::Value> = shards
-        .iter()
-        .map(|s| {
-            serde_json::json!({
-                "shard": s.shard,
-                "partitions": s.partitions,
-                "groups": s.groups,
-                "connections": s.connections,
-                "log_bytes": s.log_bytes,
-            })
-        })
-        .collect();
-    let v = serde_json::json!({
-        "node_id": node_id,
-        "cluster_id": cluster_id,
-        "shards": shard_rows,
-    });
-    v.to_string()
 }
 
 /// An HTTP response: status line text, content type, body.
@@ -258,23 +241,17 @@ impl Response {
     }
 }
 
-/// The path of an HTTP request head (`GET /path HTTP/1.1`), if it is a GET.
-pub fn request_path(head: &str) -> Option<&str> {
-    let mut parts = head.lines().next()?.split_whitespace();
-    match (parts.next(), parts.next()) {
-        (Some("GET"), Some(path)) => Some(path.split('?').next().unwrap_or(path)),
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn metrics_follow_naming_rules() {
+        let metrics = crate::metrics::ShardMetrics::new(1);
+        metrics.request(0, std::time::Duration::from_millis(1));
         let s = ShardSnapshot {
             requests: vec![("produce", 3)],
+            metrics: metrics.snapshot(&["produce"]),
             ..ShardSnapshot::default()
         };
         let text = render_metrics(&[s]);
@@ -289,22 +266,36 @@ mod tests {
             let name = line.split(['{', ' ']).next().unwrap_or_default();
             assert!(name.starts_with("strand_"), "{name}");
         }
-        assert!(
-            text.contains("# HELP strand_storage_fdatasync"),
-            "every metric has help"
-        );
-    }
-
-    #[test]
-    fn request_paths() {
-        assert_eq!(
-            request_path("GET /metrics HTTP/1.1\r\nHost: x\r\n"),
-            Some("/metrics")
-        );
-        assert_eq!(request_path("POST /metrics HTTP/1.1"), None);
-        assert_eq!(
-            request_path("GET /v1/status?x=1 HTTP/1.1"),
-            Some("/v1/status")
-        );
+        let mut families = 0;
+        for line in text.lines().filter(|l| l.starts_with("# TYPE ")) {
+            let mut parts = line.split(' ').skip(2);
+            let (name, kind) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+            families += 1;
+            assert!(
+                text.contains(&format!("# HELP {name} ")),
+                "{name} has no help"
+            );
+            match kind {
+                "counter" => assert!(
+                    text.contains(&format!("\n{name}_total")),
+                    "counter {name} is exported as {name}_total"
+                ),
+                "histogram" => assert!(
+                    name.ends_with("_seconds") || name.ends_with("_bytes"),
+                    "histogram {name} has a base unit"
+                ),
+                "gauge" => assert!(!name.ends_with("_total"), "gauge {name} ends in _total"),
+                other => panic!("{name}: unexpected type {other}"),
+            }
+        }
+        assert!(families >= 25, "{families} families");
+        // Cumulative: the 1 ms observation is in the 0.001 bucket and every later one.
+        for le in ["0.0005", "0.001", "0.0025", "+Inf"] {
+            let n = if le == "0.0005" { 0 } else { 1 };
+            let line = format!(
+                "strand_kafka_request_seconds_bucket{{le=\"{le}\",shard=\"0\",api=\"produce\"}} {n}"
+            );
+            assert!(text.contains(&line), "{line}\n{text}");
+        }
     }
 }

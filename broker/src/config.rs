@@ -83,6 +83,17 @@ pub struct Flags {
     /// (`group.initial.rebalance.delay.ms`).
     #[arg(long, env = "STRAND_GROUP_INITIAL_REBALANCE_DELAY_MS")]
     pub group_initial_rebalance_delay_ms: Option<u64>,
+    /// Log level filter: a level (`debug`) or `tracing` directives
+    /// (`strand_broker=debug,info`); changeable at run time with `PUT /v1/log-level`.
+    #[arg(long, env = "STRAND_LOG")]
+    pub log_level: Option<String>,
+    /// Log line format.
+    #[arg(long, env = "STRAND_LOG_FORMAT", value_enum)]
+    pub log_format: Option<crate::logging::LogFormat>,
+    /// Run the start-up checks only, print each finding with its fix, and exit (0 when
+    /// all pass).
+    #[arg(long)]
+    pub check: bool,
 }
 
 /// The same keys in a TOML file.
@@ -105,10 +116,12 @@ struct FileConfig {
     retention_check_interval_ms: Option<u64>,
     offsets_topic_num_partitions: Option<usize>,
     group_initial_rebalance_delay_ms: Option<u64>,
+    log_level: Option<String>,
+    log_format: Option<crate::logging::LogFormat>,
 }
 
 /// Validated configuration.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize)]
 pub struct Config {
     /// Data directory.
     pub data_dir: PathBuf,
@@ -142,6 +155,10 @@ pub struct Config {
     pub offsets_topic_num_partitions: usize,
     /// `group.initial.rebalance.delay.ms`.
     pub group_initial_rebalance_delay_ms: u64,
+    /// Log level filter at start.
+    pub log_level: String,
+    /// Log line format.
+    pub log_format: crate::logging::LogFormat,
 }
 
 impl Config {
@@ -208,6 +225,11 @@ impl Config {
                 .group_initial_rebalance_delay_ms
                 .or(file.group_initial_rebalance_delay_ms)
                 .unwrap_or(3000),
+            log_level: flags
+                .log_level
+                .or(file.log_level)
+                .unwrap_or_else(|| crate::logging::LOG_LEVEL_DEFAULT.to_string()),
+            log_format: flags.log_format.or(file.log_format).unwrap_or_default(),
         };
         c.validate()?;
         Ok(c)
@@ -244,6 +266,7 @@ impl Config {
                 bail!("native_shard_base_port + smp - 1 must be a port (<= 65535), got {last}");
             }
         }
+        crate::logging::parse_filter(&self.log_level).context("log_level")?;
         if self.retention_check_interval_ms == 0 {
             bail!("retention_check_interval_ms must be positive");
         }
@@ -266,6 +289,55 @@ fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// deploy/strand.toml, the documented config file (`make install` installs it).
+    const DEPLOY_TOML: &str = include_str!("../../deploy/strand.toml");
+    /// Keys whose value in deploy/strand.toml is a deployment choice, not the default.
+    const DEPLOY_OVERRIDES: &[&str] = &["data_dir"];
+
+    #[test]
+    fn deploy_config_lists_every_option_with_its_default() {
+        use clap::CommandFactory;
+        let keys: Vec<String> = Flags::command()
+            .get_arguments()
+            .filter_map(|a| a.get_long())
+            .filter(|l| !matches!(*l, "config" | "check" | "help" | "version"))
+            .map(|l| l.replace('-', "_"))
+            .collect();
+        assert!(keys.len() >= 16, "{keys:?}");
+        for key in &keys {
+            let listed = DEPLOY_TOML.lines().any(|l| {
+                let l = l.trim_start_matches(['#', ' ']);
+                l.strip_prefix(key.as_str())
+                    .is_some_and(|rest| rest.trim_start().starts_with('='))
+            });
+            assert!(listed, "deploy/strand.toml does not document `{key}`");
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = dir.path().join("strand.toml");
+        std::fs::write(&f, DEPLOY_TOML).expect("write");
+        let deployed = Config::load(Flags {
+            config: Some(f),
+            ..Flags::default()
+        })
+        .expect("deploy/strand.toml loads");
+        let defaults = Config::load(Flags::default()).expect("defaults load");
+        let (deployed, defaults) = (
+            serde_json::to_value(&deployed).expect("json"),
+            serde_json::to_value(&defaults).expect("json"),
+        );
+        for key in &keys {
+            if DEPLOY_OVERRIDES.contains(&key.as_str()) {
+                continue;
+            }
+            assert_eq!(
+                deployed.get(key),
+                defaults.get(key),
+                "deploy/strand.toml's `{key}` is not the default"
+            );
+        }
+        assert_eq!(deployed["data_dir"], "/var/lib/strand");
+    }
 
     #[test]
     fn flags_override_file_and_bad_values_are_refused() {

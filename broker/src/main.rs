@@ -2,14 +2,18 @@
 //! start-up checks and the shards, and exits 0 after a clean SIGTERM/SIGINT shutdown.
 
 mod admin;
+mod admin_status;
 mod clock;
 mod config;
 mod errors;
 mod group;
 mod kafka;
+mod logging;
 mod metadata;
 mod metastore;
 mod native;
+mod metrics;
+mod metrics_render;
 mod ops;
 mod partition;
 mod preflight;
@@ -18,21 +22,27 @@ mod shard;
 mod shard_admin;
 mod shard_conn;
 mod shard_native;
+mod shard_probe;
 mod shard_signals;
 mod topic_config;
 
 use clap::Parser;
 
 fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("STRAND_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let flags = config::Flags::parse();
-    let result = config::Config::load(flags).and_then(shard::run);
+    let check = flags.check;
+    let config = match config::Config::load(flags) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("strand: {e:#}");
+            std::process::exit(1);
+        }
+    };
+    if check {
+        std::process::exit(preflight::report(&preflight::findings(&config)));
+    }
+    let result =
+        logging::init(config.log_format, &config.log_level).and_then(|()| shard::run(config));
     if let Err(e) = result {
         eprintln!("strand: {e:#}");
         std::process::exit(1);

@@ -60,6 +60,11 @@ impl MetaStore {
         Ok(store)
     }
 
+    /// Whether the log accepts writes (not fenced after an fdatasync failure).
+    pub fn writable(&self) -> bool {
+        self.log.fenced().is_none()
+    }
+
     /// Current state.
     pub fn state(&self) -> &Metadata {
         &self.state

@@ -324,6 +324,7 @@ impl Shard {
                 Err(e) => (Some(e), Bytes::new()),
             };
             used += records.len();
+            self.metrics.fetched(&records);
             out.push(FetchResult {
                 error,
                 high_watermark: part.high_watermark().0,
@@ -399,7 +400,7 @@ impl Shard {
                     epoch: -1,
                     offset: start.0,
                 },
-                Err(e) => PartReply::err(KafkaError::from_storage(e)),
+                Err(e) => PartReply::err(part.storage_error(e)),
             });
         }
         out
@@ -445,7 +446,7 @@ impl Shard {
                     epoch: -1,
                     offset: -1,
                 },
-                Err(e) => PartReply::err(KafkaError::from_storage(e)),
+                Err(e) => PartReply::err(part.storage_error(e)),
             });
         }
         out

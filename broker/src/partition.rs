@@ -14,6 +14,8 @@ use strand_storage::{AppendEntry, FrameKind, KafkaOffset, Log, RaftIndex, RaftTe
 use strand_wire::RecordBatch;
 
 use crate::errors::KafkaError;
+use crate::logging::{RateLimit, STORAGE_ERROR_LOG_INTERVAL};
+use crate::metrics::{ProduceStage, ShardMetrics};
 use crate::producer_state::{ProducerStates, Verdict};
 
 /// Durability waiters and append watchers are bounded by the requests in flight, which
@@ -44,6 +46,9 @@ pub struct Partition {
     append_watchers: RefCell<Vec<oneshot::Sender<()>>>,
     max_message_bytes: Cell<usize>,
     producers: RefCell<ProducerStates>,
+    metrics: Rc<ShardMetrics>,
+    /// At most one storage-error log line per partition per interval.
+    storage_error_log: RateLimit,
 }
 
 /// Idempotence fields of a batch: (producer id, epoch, first sequence, last sequence).
@@ -64,7 +69,13 @@ fn idempotence(view: &RecordBatch) -> Option<(i64, i16, i32, i32)> {
 
 impl Partition {
     /// Wraps an opened log.
-    pub fn new(topic: String, index: i32, log: Log, max_message_bytes: usize) -> Partition {
+    pub fn new(
+        topic: String,
+        index: i32,
+        log: Log,
+        max_message_bytes: usize,
+        metrics: Rc<ShardMetrics>,
+    ) -> Partition {
         let hw = log.durable().next_offset;
         Partition {
             topic,
@@ -76,6 +87,8 @@ impl Partition {
             append_watchers: RefCell::new(Vec::new()),
             max_message_bytes: Cell::new(max_message_bytes),
             producers: RefCell::new(ProducerStates::default()),
+            metrics,
+            storage_error_log: RateLimit::new(STORAGE_ERROR_LOG_INTERVAL),
         }
     }
 
@@ -100,6 +113,7 @@ impl Partition {
         batch: Bytes,
         acks_all: bool,
     ) -> Result<Produced, KafkaError> {
+        let started = crate::clock::now();
         if batch.len() > self.max_message_bytes.get() {
             return Err(KafkaError::MessageTooLarge);
         }
@@ -118,15 +132,22 @@ impl Partition {
                 });
             }
         }
+        let (batch_bytes, records) = (batch.len(), u64::try_from(view.record_count()).unwrap_or(0));
         let entry = AppendEntry {
             term: RaftTerm(0),
             kind: FrameKind::Data,
             body: batch,
         };
+        let append_started = crate::clock::now();
         let appended = self
             .log
             .append_one(&entry)
-            .map_err(KafkaError::from_storage)?;
+            .map_err(|e| self.storage_error(e))?;
+        let append_done = crate::clock::now();
+        self.metrics.storage_append(append_done - append_started);
+        self.metrics
+            .produce_stage(ProduceStage::Append, append_done - started);
+        self.metrics.produced(batch_bytes, records);
         if let Some((pid, epoch, first, last)) = ids {
             self.producers.borrow_mut().record(
                 pid,
@@ -140,6 +161,8 @@ impl Partition {
         self.ensure_flushing();
         if let Some(rx) = durable {
             rx.await.map_err(|_| KafkaError::NotLeader)??;
+            self.metrics
+                .produce_stage(ProduceStage::Flush, crate::clock::now() - append_done);
         }
         Ok(Produced {
             base_offset: appended.kafka_base_offset,
@@ -215,16 +238,20 @@ impl Partition {
                 Ok(Some(job)) => job,
                 Ok(None) => break,
                 Err(e) => {
-                    self.fail_waiters(KafkaError::from_storage(e));
+                    let e = self.storage_error(e);
+                    self.fail_waiters(e);
                     break;
                 }
             };
+            let flush_started = crate::clock::now();
             let outcome = job.run().await;
+            self.metrics
+                .storage_flush(crate::clock::now() - flush_started);
             match self.log.complete_flush(outcome) {
                 Ok(d) => self.on_durable(d.last_index, d.next_offset),
                 Err(e) => {
-                    tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "flush failed");
-                    self.fail_waiters(KafkaError::from_storage(e));
+                    let e = self.storage_error(e);
+                    self.fail_waiters(e);
                     break;
                 }
             }
@@ -276,7 +303,7 @@ impl Partition {
             .log
             .read(KafkaOffset(offset), hw, max_bytes, min_one)
             .await;
-        let r = r.map_err(KafkaError::from_storage)?;
+        let r = r.map_err(|e| self.storage_error(e))?;
         if r.batches.len() == 1 {
             return Ok(r.batches.into_iter().next().unwrap_or_default());
         }
@@ -285,6 +312,19 @@ impl Partition {
             out.extend_from_slice(b);
         }
         Ok(out.freeze())
+    }
+
+    /// The Kafka error for a storage failure of this partition; one that reaches the
+    /// client as KAFKA_STORAGE_ERROR is logged, rate-limited (STYLE.md 11).
+    pub(crate) fn storage_error(&self, e: StorageError) -> KafkaError {
+        let k = KafkaError::from_storage(e);
+        if let KafkaError::Storage(reason) = &k {
+            if let Some(suppressed) = self.storage_error_log.allow(crate::clock::now()) {
+                tracing::error!(topic = %self.topic, partition = self.index, error = %reason,
+                    suppressed, "storage error answered as KAFKA_STORAGE_ERROR");
+            }
+        }
+        k
     }
 
     /// Applies changed topic configs.

@@ -92,6 +92,8 @@ pub struct Shard {
     pub(crate) next_producer_id: Cell<i64>,
     /// Ids below this may have been handed out before the last restart (shard 0).
     pub(crate) producer_id_floor: Cell<i64>,
+    /// Latency histograms and traffic counters (`metrics.rs`).
+    pub(crate) metrics: Rc<crate::metrics::ShardMetrics>,
 }
 
 /// Spawns a task on the current shard.
@@ -226,7 +228,13 @@ impl Shard {
         let (lc, max_message) = crate::topic_config::log_config(&self.config, configs);
         let dir = self.config.data_dir.join(format!("{topic}-{p}"));
         let log = Log::open(&dir, lc, Rc::new(SystemClock), self.cache.clone()).await?;
-        let part = Rc::new(Partition::new(topic.to_string(), p, log, max_message));
+        let part = Rc::new(Partition::new(
+            topic.to_string(),
+            p,
+            log,
+            max_message,
+            self.metrics.clone(),
+        ));
         part.rebuild_producer_state().await?;
         if topic == crate::group::OFFSETS_TOPIC {
             self.load_groups(&part).await?;
@@ -342,6 +350,23 @@ impl Shard {
             .set(if opened { n + 1 } else { n.saturating_sub(1) });
     }
 
+    /// Request bytes held in memory now.
+    pub(crate) fn in_flight_bytes_used(&self) -> u64 {
+        (crate::shard_conn::IN_FLIGHT_BYTES_MAX as u64)
+            .saturating_sub(self.in_flight_bytes.available())
+    }
+
+    /// Shard 0: whether the metadata log accepts writes (a commit in progress has it
+    /// checked out, and counts as writable). `None` on other shards.
+    pub(crate) fn metadata_log_writable(&self) -> Option<bool> {
+        (self.id == 0).then(|| {
+            self.metastore
+                .borrow()
+                .as_ref()
+                .is_none_or(|m| m.writable())
+        })
+    }
+
     /// This shard's counters.
     pub fn snapshot(&self) -> crate::admin::ShardSnapshot {
         let stats = self.stats.get();
@@ -378,6 +403,8 @@ impl Shard {
             storage,
             log_bytes,
             cache: self.cache.stats(),
+            metrics: self.metrics.snapshot(&api_names()),
+            detail: crate::metrics::detail(self),
         }
     }
 
@@ -546,6 +573,9 @@ async fn shard_main(
         metadata_serial: Rc::new(glommio::sync::Semaphore::new(1)),
         next_producer_id: Cell::new(0),
         producer_id_floor: Cell::new(0),
+        metrics: Rc::new(crate::metrics::ShardMetrics::new(
+            crate::kafka::SUPPORTED.len(),
+        )),
         in_flight_bytes: Rc::new(glommio::sync::Semaphore::new(
             crate::shard_conn::IN_FLIGHT_BYTES_MAX as u64,
         )),
@@ -616,6 +646,14 @@ async fn shard_main(
     Ok(())
 }
 
+/// Metric label of each API in `kafka::SUPPORTED`, in order.
+fn api_names() -> Vec<&'static str> {
+    crate::kafka::SUPPORTED
+        .iter()
+        .map(|(k, _, _)| crate::kafka::api_name(*k))
+        .collect()
+}
+
 /// Creates `__consumer_offsets` at first start.
 async fn ensure_offsets_topic(shard: &Rc<Shard>) {
     use crate::group::OFFSETS_TOPIC;
@@ -659,7 +697,7 @@ async fn retention_loop(shard: Rc<Shard>) {
 }
 
 /// CPUs in this process's affinity mask (never all online CPUs).
-fn affinity_cpus() -> anyhow::Result<Vec<usize>> {
+pub(crate) fn affinity_cpus() -> anyhow::Result<Vec<usize>> {
     // SAFETY: cpu_set_t is plain data; sched_getaffinity fills it for this process.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: `set` is a valid, correctly sized cpu_set_t.

@@ -1,7 +1,9 @@
-//! The admin HTTP listener (shard 0): minimal HTTP/1.1 GET with `Connection: close`.
+//! The admin HTTP listener (shard 0): minimal HTTP/1.1 with `Connection: close`; GET for
+//! everything, PUT for `/v1/log-level`.
 //!
-//! Invariant: a request head larger than `ADMIN_REQUEST_BYTES_MAX` or slower than
-//! `ADMIN_READ_TIMEOUT` closes the connection; nothing else is read.
+//! Invariant: a request head larger than `ADMIN_REQUEST_BYTES_MAX`, a body larger than
+//! `ADMIN_BODY_BYTES_MAX`, or a request slower than `ADMIN_READ_TIMEOUT` closes the
+//! connection; nothing else is read.
 
 use std::rc::Rc;
 use std::time::Duration;
@@ -11,6 +13,7 @@ use futures::io::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
 
 use crate::admin::{self, Response};
+use crate::admin_status::{self, ADMIN_BODY_BYTES_MAX};
 use crate::ops::{Op, Reply};
 use crate::shard::{spawn_local, Shard};
 
@@ -38,24 +41,36 @@ pub async fn serve(shard: Rc<Shard>) -> anyhow::Result<()> {
 async fn handle(shard: Rc<Shard>, mut stream: TcpStream) {
     let mut head = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
-    let complete = loop {
+    let head_end = loop {
         let read = crate::shard::timeout(ADMIN_READ_TIMEOUT, stream.read(&mut chunk)).await;
         let Some(Ok(n)) = read else { return };
         if n == 0 {
             return;
         }
         head.extend_from_slice(&chunk[..n]);
-        if head.windows(4).any(|w| w == b"\r\n\r\n") {
-            break true;
+        if let Some(k) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+            break Some(k + 4);
         }
         if head.len() > ADMIN_REQUEST_BYTES_MAX {
-            break false;
+            break None;
         }
     };
-    let resp = if complete {
-        route(&shard, &String::from_utf8_lossy(&head)).await
-    } else {
-        text("431 Request Header Fields Too Large", "too large\n")
+    let resp = match head_end {
+        Some(end) => {
+            let text_head = String::from_utf8_lossy(&head[..end]).into_owned();
+            let mut body = head.split_off(end);
+            match admin_status::content_length(&text_head) {
+                Some(n) if n <= ADMIN_BODY_BYTES_MAX => {
+                    if !read_body(&mut stream, &mut body, n).await {
+                        return;
+                    }
+                    route(&shard, &text_head, &body).await
+                }
+                Some(_) => text("413 Payload Too Large", "body too large\n"),
+                None => text("400 Bad Request", "bad content-length\n"),
+            }
+        }
+        None => text("431 Request Header Fields Too Large", "too large\n"),
     };
     let _ = stream.write_all(&resp.encode()).await;
     let _ = stream.close().await;
@@ -81,27 +96,62 @@ async fn snapshots(shard: &Rc<Shard>) -> Vec<admin::ShardSnapshot> {
         .collect()
 }
 
-async fn route(shard: &Rc<Shard>, head: &str) -> Response {
-    match admin::request_path(head) {
-        Some("/v1/health") | Some("/v1/health/live") => text("200 OK", "ok\n"),
-        Some("/v1/health/ready") => {
-            if shard.metadata().version > 0 && !shard.stopping() {
+/// Reads until `body` holds `len` bytes (bounded by the caller); false on EOF or timeout.
+async fn read_body(stream: &mut TcpStream, body: &mut Vec<u8>, len: usize) -> bool {
+    let mut chunk = [0u8; 1024];
+    while body.len() < len {
+        let read = crate::shard::timeout(ADMIN_READ_TIMEOUT, stream.read(&mut chunk)).await;
+        match read {
+            Some(Ok(n)) if n > 0 => body.extend_from_slice(&chunk[..n]),
+            _ => return false,
+        }
+    }
+    body.truncate(len);
+    true
+}
+
+fn ready(shard: &Shard) -> bool {
+    shard.metadata().version > 0 && !shard.stopping()
+}
+
+async fn route(shard: &Rc<Shard>, head: &str, body: &[u8]) -> Response {
+    let path = match admin_status::request_line(head) {
+        Some(("GET", path)) => path,
+        Some(("PUT", "/v1/log-level")) => return admin_status::log_level(body),
+        _ => {
+            return text(
+                "405 Method Not Allowed",
+                "only GET, and PUT /v1/log-level\n",
+            )
+        }
+    };
+    match path {
+        "/v1/health/live" => text("200 OK", "live\n"),
+        "/v1/health" | "/v1/health/ready" => {
+            if ready(shard) {
                 text("200 OK", "ready\n")
             } else {
                 text("503 Service Unavailable", "not ready\n")
             }
         }
-        Some("/v1/status") => {
+        "/v1/log-level" => admin_status::current_log_level(),
+        "/v1/status" => {
             let snaps = snapshots(shard).await;
-            let body =
-                admin::render_status(shard.config.node_id, &shard.metadata().cluster_id, &snaps);
+            let meta = shard.metadata();
+            let input = admin_status::StatusInput {
+                config: &shard.config,
+                cluster_id: &meta.cluster_id,
+                ready: ready(shard),
+                space: strand_storage::io::filesystem_space(&shard.config.data_dir)
+                    .map_err(|e| e.to_string()),
+            };
             Response {
                 status: "200 OK",
                 content_type: "application/json",
-                body,
+                body: admin_status::render_status(&input, &snaps),
             }
         }
-        Some("/metrics") => {
+        "/metrics" => {
             let snaps = snapshots(shard).await;
             Response {
                 status: "200 OK",
@@ -109,7 +159,6 @@ async fn route(shard: &Rc<Shard>, head: &str) -> Response {
                 body: admin::render_metrics(&snaps),
             }
         }
-        Some(_) => text("404 Not Found", "not found\n"),
-        None => text("405 Method Not Allowed", "only GET\n"),
+        _ => text("404 Not Found", "not found\n"),
     }
 }

@@ -6,7 +6,7 @@
 //! `PIPELINE_DEPTH` requests of one connection are in flight (then reading stops).
 
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use bytes::Bytes;
@@ -17,6 +17,7 @@ use glommio::net::{TcpListener, TcpStream};
 
 use crate::config::REQUEST_BYTES_MAX;
 use crate::kafka::{self, FramingError};
+use crate::metrics::ProduceStage;
 use crate::shard::{spawn_local, Shard};
 
 /// Requests of one connection in flight before the reader waits (Kafka clients default
@@ -31,6 +32,17 @@ pub const REQUEST_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// (backpressure). At least one largest request fits.
 pub const IN_FLIGHT_BYTES_MAX: usize = 256 * 1024 * 1024;
 const _: () = assert!(REQUEST_BYTES_MAX <= IN_FLIGHT_BYTES_MAX);
+
+/// Index of Produce in `kafka::SUPPORTED` (checked by a test).
+const PRODUCE_API_INDEX: usize = 0;
+
+/// The index in `kafka::SUPPORTED` of a frame's API key, if supported.
+fn api_index(frame: &[u8]) -> Option<usize> {
+    let key = i16::from_be_bytes(*frame.first_chunk::<2>()?);
+    kafka::SUPPORTED
+        .iter()
+        .position(|(k, _, _)| *k as i16 == key)
+}
 
 /// Accepts connections until `stop` fires.
 pub async fn serve(shard: Rc<Shard>, stop: oneshot::Receiver<()>) -> anyhow::Result<()> {
@@ -57,23 +69,40 @@ pub async fn serve(shard: Rc<Shard>, stop: oneshot::Receiver<()>) -> anyhow::Res
     }
 }
 
-type Pending = glommio::Task<Result<Option<Bytes>, FramingError>>;
+/// A request's handling: its API (index in `kafka::SUPPORTED`, for latency metrics),
+/// when its frame was read, and its response.
+type Pending = glommio::Task<(Option<usize>, Instant, Result<Option<Bytes>, FramingError>)>;
 
 async fn connection(shard: Rc<Shard>, stream: TcpStream) {
     let peer = stream.peer_addr().ok();
     let host: Rc<str> = peer.map_or_else(|| "".into(), |p| format!("/{}", p.ip()).into());
     shard.count_connection(true);
+    shard.metrics.connection_accepted();
     let (mut rd, mut wr) = stream.split();
     let (tx, rx) = local_channel::new_bounded::<Pending>(PIPELINE_DEPTH);
+    let metrics = shard.metrics.clone();
     let writer = glommio::spawn_local(async move {
         while let Some(task) = rx.recv().await {
-            match task.await {
+            let (api, received, result) = task.await;
+            match result {
                 Ok(Some(resp)) => {
+                    let write_started = crate::clock::now();
                     if wr.write_all(&resp).await.is_err() {
                         break;
                     }
+                    let done = crate::clock::now();
+                    if api == Some(PRODUCE_API_INDEX) {
+                        metrics.produce_stage(ProduceStage::NetworkWrite, done - write_started);
+                    }
+                    if let Some(api) = api {
+                        metrics.request(api, done - received);
+                    }
                 }
-                Ok(None) => {}
+                Ok(None) => {
+                    if let Some(api) = api {
+                        metrics.request(api, crate::clock::now() - received);
+                    }
+                }
                 Err(e) => {
                     tracing::debug!(error = %e, "closing connection after a framing error");
                     break;
@@ -119,15 +148,21 @@ async fn connection(shard: Rc<Shard>, stream: TcpStream) {
                 break;
             }
         }
+        let received = crate::clock::now();
         let frame = Bytes::from(buf);
+        let api = api_index(&frame);
         shard.request_started();
         let s = shard.clone();
         let host = host.clone();
         let task = glommio::spawn_local(async move {
+            if api == Some(PRODUCE_API_INDEX) {
+                let waited = crate::clock::now() - received;
+                s.metrics.produce_stage(ProduceStage::QueueWait, waited);
+            }
             let r = kafka::handle(&s, frame, &host).await;
             s.request_finished();
             drop(permit);
-            r
+            (api, received, r)
         });
         if tx.send(task).await.is_err() {
             break;
@@ -136,4 +171,21 @@ async fn connection(shard: Rc<Shard>, stream: TcpStream) {
     drop(tx);
     writer.await;
     shard.count_connection(false);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn produce_is_at_its_index_and_frames_map_to_apis() {
+        assert_eq!(
+            kafka::SUPPORTED[PRODUCE_API_INDEX].0,
+            kafka_protocol::messages::ApiKey::Produce
+        );
+        assert_eq!(api_index(&[0, 0, 0, 9]), Some(PRODUCE_API_INDEX));
+        assert_eq!(api_index(&[0, 1, 0, 12]), Some(1)); // Fetch
+        assert_eq!(api_index(&[0x7f, 0x7f]), None);
+        assert_eq!(api_index(&[0]), None);
+    }
 }

@@ -243,6 +243,38 @@ pub fn probe_direct_io(dir: &Path) -> Result<(), StorageError> {
     result
 }
 
+/// Space of the filesystem holding `dir`, from statvfs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FilesystemSpace {
+    /// Bytes an unprivileged process may still write.
+    pub available_bytes: u64,
+    /// Size of the filesystem.
+    pub total_bytes: u64,
+}
+
+/// statvfs of `dir` (admin status: disk space left for the data directory).
+pub fn filesystem_space(dir: &Path) -> Result<FilesystemSpace, StorageError> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| StorageError::Usage("data directory path contains a NUL byte"))?;
+    // SAFETY: statvfs is plain data; zeroed is a valid value of it.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid NUL-terminated path; statvfs only writes into `st`.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+    if rc != 0 {
+        return Err(StorageError::io(dir, io::Error::last_os_error()));
+    }
+    // statvfs fields are u64 on 64-bit Linux but narrower on some 32-bit targets.
+    #[allow(clippy::useless_conversion)]
+    let frsize = u64::from(st.f_frsize);
+    #[allow(clippy::useless_conversion)]
+    let (bavail, blocks) = (u64::from(st.f_bavail), u64::from(st.f_blocks));
+    Ok(FilesystemSpace {
+        available_bytes: bavail.saturating_mul(frsize),
+        total_bytes: blocks.saturating_mul(frsize),
+    })
+}
+
 fn is_tmpfs(dir: &Path) -> Result<bool, StorageError> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(dir.as_os_str().as_bytes())

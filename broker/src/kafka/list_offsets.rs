@@ -28,7 +28,7 @@ pub async fn offset_for_time(part: &Partition, ts: i64) -> Result<(i64, i64), Ka
         .log()
         .find_by_timestamp(ts)
         .await
-        .map_err(KafkaError::from_storage)?;
+        .map_err(|e| part.storage_error(e))?;
     let Some(frame) = found else {
         return Ok((-1, -1));
     };

@@ -1,0 +1,473 @@
+//! Shard-local metrics (STYLE.md 12): latency histograms and counters that one shard
+//! updates on its own thread, and the plain snapshots the admin handler gathers from every
+//! shard at scrape time (through the ordinary per-shard call, `Op::Stats`).
+//!
+//! Invariant: nothing here is shared between threads while it is updated: a [`Histogram`]
+//! is `Cell`s owned by one shard (no lock, no atomic on the hot path); only its
+//! [`HistogramSnapshot`] (plain data) crosses shards. Bucket `k` counts observations in
+//! `(BUCKET_BOUNDS_NS[k-1], BUCKET_BOUNDS_NS[k]]`; the last bucket is `+Inf`.
+//!
+//! Produce latency breakdown (`strand_produce_stage_seconds{stage}`), where each stage is
+//! measured:
+//! - `queue_wait`: request frame fully read -> its handler starts (the connection's shard
+//!   run queue and pipeline).
+//! - `append`: on the partition's shard, batch validation + idempotence check + storage
+//!   append (in memory, not yet durable).
+//! - `flush`: appended -> durable (group commit: write + fdatasync), acks=all only; with
+//!   acks=0/1 the producer does not wait for it and nothing is observed.
+//! - `network_write`: the response's socket write.
+//! - `replication`: absent. There is no replication before Raft lands (ARCHITECTURE.md,
+//!   Replication); it will time append -> majority-durable. Nothing is emitted for it
+//!   rather than a made-up zero.
+//!
+//! The stages do not sum to `strand_kafka_request_seconds`: decoding, the cross-shard hop
+//! and waiting for earlier responses on the connection (in-order replies) are not stages.
+
+use std::cell::Cell;
+use std::time::Duration;
+
+/// Upper bounds of the latency buckets, nanoseconds: 10 µs to 10 s in 1-2.5-5 steps,
+/// covering a cached fetch (tens of µs) to a stalled fdatasync (seconds). Slower
+/// observations land in the `+Inf` bucket.
+pub const BUCKET_BOUNDS_NS: [u64; 19] = [
+    10_000,
+    25_000,
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_500_000_000,
+    5_000_000_000,
+    10_000_000_000,
+];
+/// Buckets including `+Inf`.
+pub const BUCKETS: usize = BUCKET_BOUNDS_NS.len() + 1;
+
+/// Stages of a produce (see the module doc); `replication` is deliberately absent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProduceStage {
+    /// Frame read -> handler start.
+    QueueWait = 0,
+    /// Validation and storage append.
+    Append = 1,
+    /// Appended -> durable (acks=all).
+    Flush = 2,
+    /// Response socket write.
+    NetworkWrite = 3,
+}
+
+impl ProduceStage {
+    /// Every stage, in label order.
+    pub const ALL: [ProduceStage; 4] = [
+        ProduceStage::QueueWait,
+        ProduceStage::Append,
+        ProduceStage::Flush,
+        ProduceStage::NetworkWrite,
+    ];
+
+    /// The `stage` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            ProduceStage::QueueWait => "queue_wait",
+            ProduceStage::Append => "append",
+            ProduceStage::Flush => "flush",
+            ProduceStage::NetworkWrite => "network_write",
+        }
+    }
+}
+
+/// Index of the bucket an observation of `ns` nanoseconds falls in.
+pub fn bucket_index(ns: u64) -> usize {
+    BUCKET_BOUNDS_NS.partition_point(|&bound| bound < ns)
+}
+
+/// A latency histogram owned by one shard (`!Sync`: `Cell`s).
+#[derive(Debug)]
+pub struct Histogram {
+    counts: [Cell<u64>; BUCKETS],
+    sum_ns: Cell<u64>,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram {
+            counts: std::array::from_fn(|_| Cell::new(0)),
+            sum_ns: Cell::new(0),
+        }
+    }
+}
+
+impl Histogram {
+    /// Records one observation.
+    pub fn observe(&self, d: Duration) {
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let c = &self.counts[bucket_index(ns)];
+        c.set(c.get().wrapping_add(1));
+        self.sum_ns.set(self.sum_ns.get().saturating_add(ns));
+    }
+
+    /// A copy for the scrape.
+    pub fn snapshot(&self) -> HistogramSnapshot {
+        HistogramSnapshot {
+            counts: self.counts.iter().map(Cell::get).collect(),
+            sum_ns: self.sum_ns.get(),
+        }
+    }
+}
+
+/// A histogram's values at scrape time: per-bucket (not cumulative) counts.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HistogramSnapshot {
+    /// Count per bucket, `BUCKETS` long (empty for a default snapshot).
+    pub counts: Vec<u64>,
+    /// Sum of all observations, nanoseconds.
+    pub sum_ns: u64,
+}
+
+impl HistogramSnapshot {
+    /// Observations.
+    pub fn count(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    /// Sum in seconds.
+    pub fn sum_seconds(&self) -> f64 {
+        self.sum_ns as f64 / 1e9
+    }
+
+    /// `(upper bound in seconds, count in that bucket)`, `+Inf` last, as
+    /// prometheus-client's encoder takes them (it accumulates).
+    pub fn buckets(&self) -> Vec<(f64, u64)> {
+        let bounds = BUCKET_BOUNDS_NS
+            .iter()
+            .map(|&ns| ns as f64 / 1e9)
+            .chain(std::iter::once(f64::INFINITY));
+        bounds
+            .zip(self.counts.iter().copied().chain(std::iter::repeat(0)))
+            .collect()
+    }
+}
+
+/// Counters and histograms of one shard.
+#[derive(Debug)]
+pub struct ShardMetrics {
+    /// Per Kafka API, indexed like `kafka::SUPPORTED`: frame read -> response written.
+    requests: Vec<Histogram>,
+    produce_stages: [Histogram; ProduceStage::ALL.len()],
+    storage_append: Histogram,
+    storage_flush: Histogram,
+    produce_bytes: Cell<u64>,
+    produce_records: Cell<u64>,
+    fetch_bytes: Cell<u64>,
+    fetch_records: Cell<u64>,
+    connections_accepted: Cell<u64>,
+}
+
+fn add(c: &Cell<u64>, n: u64) {
+    c.set(c.get().wrapping_add(n));
+}
+
+impl ShardMetrics {
+    /// Metrics for `apis` Kafka APIs (the length of `kafka::SUPPORTED`).
+    pub fn new(apis: usize) -> ShardMetrics {
+        ShardMetrics {
+            requests: (0..apis).map(|_| Histogram::default()).collect(),
+            produce_stages: std::array::from_fn(|_| Histogram::default()),
+            storage_append: Histogram::default(),
+            storage_flush: Histogram::default(),
+            produce_bytes: Cell::new(0),
+            produce_records: Cell::new(0),
+            fetch_bytes: Cell::new(0),
+            fetch_records: Cell::new(0),
+            connections_accepted: Cell::new(0),
+        }
+    }
+
+    /// A request of the API at `api_index` took `d` (an unknown index is ignored).
+    pub fn request(&self, api_index: usize, d: Duration) {
+        if let Some(h) = self.requests.get(api_index) {
+            h.observe(d);
+        }
+    }
+
+    /// One produce stage took `d`.
+    pub fn produce_stage(&self, stage: ProduceStage, d: Duration) {
+        self.produce_stages[stage as usize].observe(d);
+    }
+
+    /// One storage append call took `d`.
+    pub fn storage_append(&self, d: Duration) {
+        self.storage_append.observe(d);
+    }
+
+    /// One flush (write + fdatasync) took `d`.
+    pub fn storage_flush(&self, d: Duration) {
+        self.storage_flush.observe(d);
+    }
+
+    /// A batch was appended for a producer.
+    pub fn produced(&self, bytes: usize, records: u64) {
+        add(&self.produce_bytes, bytes as u64);
+        add(&self.produce_records, records);
+    }
+
+    /// Batches were returned to a fetcher.
+    pub fn fetched(&self, records: &bytes::Bytes) {
+        add(&self.fetch_bytes, records.len() as u64);
+        add(&self.fetch_records, count_records(records));
+    }
+
+    /// A connection was accepted.
+    pub fn connection_accepted(&self) {
+        add(&self.connections_accepted, 1);
+    }
+
+    /// A copy for the scrape; `api_names` names the request histograms, in order.
+    pub fn snapshot(&self, api_names: &[&'static str]) -> MetricsSnapshot {
+        MetricsSnapshot {
+            requests: api_names
+                .iter()
+                .zip(&self.requests)
+                .map(|(n, h)| (*n, h.snapshot()))
+                .collect(),
+            produce_stages: ProduceStage::ALL
+                .iter()
+                .map(|s| (s.label(), self.produce_stages[*s as usize].snapshot()))
+                .collect(),
+            storage_append: self.storage_append.snapshot(),
+            storage_flush: self.storage_flush.snapshot(),
+            produce_bytes: self.produce_bytes.get(),
+            produce_records: self.produce_records.get(),
+            fetch_bytes: self.fetch_bytes.get(),
+            fetch_records: self.fetch_records.get(),
+            connections_accepted: self.connections_accepted.get(),
+        }
+    }
+}
+
+/// Records in the whole batches of a fetch response (batch headers only; a batch that
+/// does not frame counts nothing: it was read from our own log and checked there).
+fn count_records(records: &bytes::Bytes) -> u64 {
+    strand_wire::batches(records.clone())
+        .filter_map(Result::ok)
+        .map(|b| u64::try_from(b.record_count()).unwrap_or(0))
+        .sum()
+}
+
+/// One shard's metrics at scrape time.
+#[derive(Clone, Debug, Default)]
+pub struct MetricsSnapshot {
+    /// Request latency per API name.
+    pub requests: Vec<(&'static str, HistogramSnapshot)>,
+    /// Produce latency per stage label.
+    pub produce_stages: Vec<(&'static str, HistogramSnapshot)>,
+    /// Storage append call latency.
+    pub storage_append: HistogramSnapshot,
+    /// Flush (write + fdatasync) latency.
+    pub storage_flush: HistogramSnapshot,
+    /// Batch bytes appended for producers.
+    pub produce_bytes: u64,
+    /// Records appended for producers.
+    pub produce_records: u64,
+    /// Batch bytes returned to fetchers.
+    pub fetch_bytes: u64,
+    /// Records returned to fetchers (whole batches).
+    pub fetch_records: u64,
+    /// Kafka connections accepted.
+    pub connections_accepted: u64,
+}
+
+/// One hosted partition at scrape time.
+#[derive(Clone, Debug, Default)]
+pub struct PartitionSnapshot {
+    /// Topic.
+    pub topic: String,
+    /// Partition index.
+    pub partition: i32,
+    /// High watermark (Kafka offset).
+    pub high_watermark: i64,
+    /// Log end offset (Kafka offset).
+    pub log_end_offset: i64,
+    /// Bytes of its segments on disk.
+    pub size_bytes: u64,
+    /// Its log refuses I/O after an fdatasync failure (ARCHITECTURE.md, Bad input).
+    pub fenced: bool,
+}
+
+/// One committed offset of a group coordinated on a shard.
+#[derive(Clone, Debug, Default)]
+pub struct CommittedSnapshot {
+    /// Group id.
+    pub group: String,
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// Committed offset (the next record the group will read).
+    pub offset: i64,
+}
+
+/// What a shard knows about the health of its share of the cluster at scrape time.
+#[derive(Clone, Debug, Default)]
+pub struct ShardDetail {
+    /// Request bytes held in memory now (bounded by `shard_conn::IN_FLIGHT_BYTES_MAX`).
+    pub in_flight_bytes: u64,
+    /// Partitions hosted here.
+    pub partitions: Vec<PartitionSnapshot>,
+    /// Committed offsets of the groups coordinated here.
+    pub committed: Vec<CommittedSnapshot>,
+    /// Partitions the metadata places on this shard that have no serving leader: not
+    /// open here, or their log is fenced.
+    pub leaderless_partitions: u64,
+    /// Partitions led here with fewer in-sync replicas than replicas. Every partition has
+    /// one replica (this node) until Raft lands, and a serving leader is in sync with
+    /// itself, so this counts 0 today; it is computed, not assumed.
+    pub under_replicated_partitions: u64,
+    /// Shard 0 only: whether this node's metadata (controller) log accepts writes.
+    pub metadata_log_writable: Option<bool>,
+}
+
+/// Replicas of every partition until replication exists (ARCHITECTURE.md, Replication).
+const REPLICAS_PER_PARTITION: u64 = 1;
+
+/// Collects the detail of `shard` (runs on that shard).
+pub fn detail(shard: &crate::shard::Shard) -> ShardDetail {
+    let meta = shard.metadata();
+    let parts = shard.partitions.borrow();
+    let partitions: Vec<PartitionSnapshot> = parts
+        .values()
+        .map(|p| PartitionSnapshot {
+            topic: p.topic.clone(),
+            partition: p.index,
+            high_watermark: p.high_watermark().0,
+            log_end_offset: p.log().log_end_offset().0,
+            size_bytes: p.log().size_bytes(),
+            fenced: p.log().fenced().is_some(),
+        })
+        .collect();
+    let mut leaderless = 0;
+    let mut under_replicated = 0;
+    for (name, t) in &meta.topics {
+        for (k, &s) in t.shards.iter().enumerate() {
+            if s as usize != shard.id {
+                continue;
+            }
+            let key = (name.clone(), i32::try_from(k).unwrap_or(i32::MAX));
+            let serving = parts.get(&key).filter(|p| p.log().fenced().is_none());
+            match serving {
+                None => leaderless += 1,
+                Some(_) => {
+                    // The leader itself is the one in-sync replica.
+                    let in_sync = 1;
+                    if in_sync < REPLICAS_PER_PARTITION {
+                        under_replicated += 1;
+                    }
+                }
+            }
+        }
+    }
+    let committed = shard
+        .groups
+        .borrow()
+        .values()
+        .flat_map(|g| {
+            g.offsets
+                .iter()
+                .map(|((topic, partition), c)| CommittedSnapshot {
+                    group: g.id.clone(),
+                    topic: topic.clone(),
+                    partition: *partition,
+                    offset: c.offset,
+                })
+        })
+        .collect();
+    ShardDetail {
+        in_flight_bytes: shard.in_flight_bytes_used(),
+        partitions,
+        committed,
+        leaderless_partitions: leaderless,
+        under_replicated_partitions: under_replicated,
+        metadata_log_writable: shard.metadata_log_writable(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(observations_us: &[u64], expected_nonzero: &[(usize, u64)]) {
+        let h = Histogram::default();
+        for us in observations_us {
+            h.observe(Duration::from_micros(*us));
+        }
+        let s = h.snapshot();
+        assert_eq!(s.counts.len(), BUCKETS);
+        let nonzero: Vec<(usize, u64)> = s
+            .counts
+            .iter()
+            .copied()
+            .enumerate()
+            .filter(|(_, c)| *c > 0)
+            .collect();
+        assert_eq!(nonzero, expected_nonzero, "{observations_us:?}");
+        assert_eq!(s.count(), observations_us.len() as u64);
+        assert_eq!(s.sum_ns, observations_us.iter().sum::<u64>() * 1000);
+    }
+
+    #[test]
+    fn bucket_bounds_are_inclusive_upper_bounds() {
+        check(&[], &[]);
+        check(&[0], &[(0, 1)]);
+        check(&[10], &[(0, 1)]); // exactly the first bound
+        check(&[11], &[(1, 1)]);
+        check(&[1_000, 1_000, 1_001], &[(6, 2), (7, 1)]);
+        check(&[10_000_000], &[(18, 1)]); // 10 s: the last finite bound
+        check(&[10_000_001, 60_000_000], &[(19, 2)]); // +Inf
+    }
+
+    #[test]
+    fn bounds_increase_and_render_with_inf_last() {
+        assert!(BUCKET_BOUNDS_NS.windows(2).all(|w| w[0] < w[1]));
+        let h = Histogram::default();
+        h.observe(Duration::from_millis(3));
+        let b = h.snapshot().buckets();
+        assert_eq!(b.len(), BUCKETS);
+        assert_eq!(b.last().map(|x| x.0), Some(f64::INFINITY));
+        assert_eq!(b[8], (0.005, 1));
+        assert_eq!(b.iter().map(|x| x.1).sum::<u64>(), 1);
+    }
+
+    #[test]
+    fn huge_durations_saturate_instead_of_wrapping() {
+        let h = Histogram::default();
+        h.observe(Duration::from_secs(u64::MAX));
+        h.observe(Duration::from_secs(1));
+        let s = h.snapshot();
+        assert_eq!(s.sum_ns, u64::MAX);
+        assert_eq!(s.counts[BUCKETS - 1], 1);
+    }
+
+    #[test]
+    fn produce_stage_labels_exclude_replication() {
+        let m = ShardMetrics::new(2);
+        m.produce_stage(ProduceStage::Flush, Duration::from_millis(1));
+        m.request(1, Duration::from_micros(20));
+        m.request(7, Duration::from_micros(20)); // unknown api index: ignored
+        let s = m.snapshot(&["produce", "fetch"]);
+        let labels: Vec<&str> = s.produce_stages.iter().map(|x| x.0).collect();
+        assert_eq!(labels, ["queue_wait", "append", "flush", "network_write"]);
+        assert_eq!(s.produce_stages[2].1.count(), 1);
+        assert_eq!(s.requests[1].1.count(), 1);
+        assert_eq!(s.requests[0].1.count(), 0);
+    }
+}
