@@ -29,6 +29,8 @@ enum Kind {
     Bool,
     /// An integer in `min..=max`.
     Int { min: i64, max: i64 },
+    /// One of these strings.
+    OneOf(&'static [&'static str]),
 }
 
 /// Every key of `FileConfig` in broker/src/config.rs, with its rule.
@@ -37,6 +39,9 @@ const KEYS: &[(&str, Kind)] = &[
     ("kafka_addr", Kind::SocketAddr),
     ("admin_addr", Kind::SocketAddr),
     ("native_addr", Kind::SocketAddr),
+    // A tracing filter (e.g. "info,strand_storage=debug"); the broker parses it at start.
+    ("log_level", Kind::Text),
+    ("log_format", Kind::OneOf(&["text", "json"])),
     (
         "native_shard_base_port",
         Kind::Int {
@@ -171,6 +176,10 @@ fn check_value(kind: Kind, value: &toml::Value) -> Option<String> {
             .err()
             .map(|_| format!("{s:?} is not IP:PORT (e.g. \"0.0.0.0:9092\")")),
         (Kind::Bool, toml::Value::Boolean(_)) => None,
+        (Kind::OneOf(allowed), toml::Value::String(s)) if allowed.contains(&s.as_str()) => None,
+        (Kind::OneOf(allowed), toml::Value::String(s)) => {
+            Some(format!("{s:?} is not one of {}", allowed.join(", ")))
+        }
         (Kind::Int { min, max }, toml::Value::Integer(n)) if (min..=max).contains(n) => None,
         (Kind::Int { min, max }, toml::Value::Integer(n)) => Some(if max == i64::MAX {
             format!("{n} is below the minimum {min}")
@@ -191,6 +200,7 @@ fn kind_name(kind: Kind) -> &'static str {
         Kind::SocketAddr => "a string IP:PORT",
         Kind::Bool => "true or false",
         Kind::Int { .. } => "an integer",
+        Kind::OneOf(_) => "one of the listed strings",
     }
 }
 
