@@ -422,6 +422,46 @@ async fn send_batches(
     }
 }
 
+/// Shortest pause of a pacer thread: above this rate, records are due in groups.
+const PACER_TICK_MIN: Duration = Duration::from_micros(100);
+
+/// Wakes an open-loop producer at its grid times from a thread with `nanosleep`
+/// precision (tokio's timer rounds up to whole milliseconds, which would be the
+/// harness's lateness, not the broker's). The thread ends at the window's end or when
+/// the pacer is dropped.
+struct Pacer {
+    notify: Arc<tokio::sync::Notify>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Pacer {
+    fn start(first: Instant, period: Duration, end: Instant) -> Pacer {
+        let notify = Arc::new(tokio::sync::Notify::new());
+        let stop = Arc::new(AtomicBool::new(false));
+        let (n, st) = (notify.clone(), stop.clone());
+        let step = period.max(PACER_TICK_MIN);
+        std::thread::spawn(move || {
+            let mut next = first;
+            while next < end && !st.load(Ordering::Relaxed) {
+                let now = Instant::now();
+                if next > now {
+                    std::thread::sleep(next - now);
+                }
+                // Stores a permit if the producer is busy: no wake is lost.
+                n.notify_one();
+                next += step;
+            }
+        });
+        Pacer { notify, stop }
+    }
+}
+
+impl Drop for Pacer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
 /// One producer: sends until the window ends, then waits (up to [`DRAIN_TIMEOUT`]) for
 /// its requests in flight.
 pub async fn produce_loop(
@@ -451,6 +491,7 @@ pub async fn produce_loop(
     };
     let mut next =
         win.start + period.map_or(Duration::ZERO, |d| d * index as u32 / producers as u32);
+    let pacer = period.map(|d| Pacer::start(next, d, win.end));
     let mut inflight: FuturesUnordered<BoxFut<'static, Completion>> = FuturesUnordered::new();
     loop {
         let now = Instant::now();
@@ -482,7 +523,8 @@ pub async fn produce_loop(
         }
         let mut wake = win.end;
         if period.is_some() {
-            wake = wake.min(next);
+            // Only a fallback: the pacer wakes us on time.
+            wake = wake.min(next + Duration::from_millis(2));
         }
         if let Some(d) = p.next_linger_deadline() {
             wake = wake.min(d);
@@ -491,11 +533,28 @@ pub async fn produce_loop(
         if closed_loop_has_room {
             continue;
         }
+        let paced = async {
+            match &pacer {
+                Some(pc) => pc.notify.notified().await,
+                None => futures::future::pending().await,
+            }
+        };
         tokio::select! {
             Some(done) = inflight.next(), if !inflight.is_empty() => p.record(done),
+            _ = paced => {}
             _ = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => {}
         }
     }
+    // Records due before the end that a late sender has not made yet are still sent
+    // (with their intended times): dropping them would hide the lateness.
+    if let Some(period) = period {
+        let now = Instant::now();
+        while next < win.end {
+            p.push(next, now);
+            next += period;
+        }
+    }
+    drop(pacer);
     let rest = p.take_ready(Instant::now(), true);
     send_batches(session.as_mut(), &mut p, rest, &mut inflight).await;
     let drain = tokio::time::sleep(DRAIN_TIMEOUT);

@@ -36,6 +36,8 @@ fn nines_label(x: &f64) -> String {
 }
 
 type Series<'a> = (String, &'a [(f64, u64)]);
+/// A named per-second figure.
+type Field = (&'static str, fn(&crate::result::SecondRow) -> u64);
 
 /// Latency by percentile of several named curves (percentile %, µs) into one SVG.
 pub fn percentiles(path: &Path, title: &str, series: &[Series<'_>]) -> anyhow::Result<()> {
@@ -114,7 +116,7 @@ pub fn timeline(path: &Path, title: &str, r: &RunResult) -> anyhow::Result<()> {
         .y_desc("latency (ms)")
         .draw()
         .map_err(plot_err)?;
-    let lines: [(&str, fn(&crate::result::SecondRow) -> u64); 3] = [
+    let lines: [Field; 3] = [
         ("p50", |s| s.p50_us),
         ("p99", |s| s.p99_us),
         ("max", |s| s.max_us),
@@ -156,7 +158,7 @@ pub fn timeline(path: &Path, title: &str, r: &RunResult) -> anyhow::Result<()> {
         .y_desc("records/s")
         .draw()
         .map_err(plot_err)?;
-    let flows: [(&str, fn(&crate::result::SecondRow) -> u64); 2] = [
+    let flows: [Field; 2] = [
         ("acked", |s| s.acked_records),
         ("consumed", |s| s.consumed_records),
     ];

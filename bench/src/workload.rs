@@ -6,7 +6,7 @@
 //! result carries no ratios rather than made-up ones.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -145,7 +145,7 @@ impl WorkloadArgs {
 /// The physics for ratios: `--physics`, else a quick measurement, else none (said why).
 pub fn physics_for(
     file: Option<&PathBuf>,
-    dir: &PathBuf,
+    dir: &Path,
     skip: bool,
 ) -> anyhow::Result<Option<PhysicsReport>> {
     if let Some(f) = file {
@@ -158,7 +158,7 @@ pub fn physics_for(
         "measuring a quick physics in {} (--physics FILE to reuse one)",
         dir.display()
     );
-    match crate::physics::measure(&PhysicsArgs::quick(dir.clone())) {
+    match crate::physics::measure(&PhysicsArgs::quick(dir.to_path_buf())) {
         Ok(p) => Ok(Some(p)),
         Err(e) => {
             eprintln!("warning: no physics, so no ratios: {e:#}");
