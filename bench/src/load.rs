@@ -422,6 +422,24 @@ async fn send_batches(
     }
 }
 
+/// Sends `partition`'s batch if it is full.
+async fn send_if_full(
+    session: &mut dyn ProduceSession,
+    p: &mut Producer<'_>,
+    partition: i32,
+    inflight: &mut FuturesUnordered<BoxFut<'static, Completion>>,
+) {
+    if !p.is_full(partition) {
+        return;
+    }
+    if let Some(b) = p.open.remove(&partition) {
+        if partition == p.sticky {
+            p.sticky = (p.sticky + 1) % p.partitions;
+        }
+        send_batches(session, p, vec![(partition, b)], inflight).await;
+    }
+}
+
 /// Shortest pause of a pacer thread: above this rate, records are due in groups.
 const PACER_TICK_MIN: Duration = Duration::from_micros(100);
 
@@ -501,8 +519,11 @@ pub async fn produce_loop(
         match period {
             Some(period) => {
                 while next <= now && next < win.end {
-                    p.push(next, now);
+                    let partition = p.push(next, now);
                     next += period;
+                    // A sender catching up sends full batches as it goes: memory stays
+                    // bounded by a batch per partition plus the in-flight window.
+                    send_if_full(session.as_mut(), &mut p, partition, &mut inflight).await;
                 }
             }
             None if inflight.len() < spec.max_in_flight.max(1) => {
@@ -550,8 +571,9 @@ pub async fn produce_loop(
     if let Some(period) = period {
         let now = Instant::now();
         while next < win.end {
-            p.push(next, now);
+            let partition = p.push(next, now);
             next += period;
+            send_if_full(session.as_mut(), &mut p, partition, &mut inflight).await;
         }
     }
     drop(pacer);
