@@ -96,7 +96,14 @@ impl RunResult {
                 curves.insert(name.to_string(), l.curve());
             }
         }
-        let n = p.seconds.len().max(c.seconds.len());
+        // Whole seconds of the measured window only: acks that arrive while draining
+        // after the end are counted in the totals, but a partial second would plot as
+        // a collapse of throughput that never happened.
+        let n = p
+            .seconds
+            .len()
+            .max(c.seconds.len())
+            .min(stats.measured_s.ceil() as usize);
         let timeline = (0..n)
             .map(|i| {
                 let ps = p.seconds.get(i);
