@@ -127,6 +127,8 @@ pub fn timeline(path: &Path, title: &str, r: &RunResult) -> anyhow::Result<()> {
             .draw_series(LineSeries::new(
                 r.timeline
                     .iter()
+                    // A second without samples has no latency, not a latency of zero.
+                    .filter(|s| s.max_us > 0)
                     .map(|s| (s.t_s as f64 + 0.5, f(s) as f64 / 1000.0)),
                 color.stroke_width(2),
             ))
