@@ -19,20 +19,20 @@ DURATION_S="${DURATION_S:-10}"
 WARMUP_S="${WARMUP_S:-2}"
 BENCH_DATA_DIR="${BENCH_DATA_DIR:-$ROOT/data/bench-suite}"
 OUT_DIR="${OUT_DIR:-$ROOT/target/bench-suite/$(date +%Y%m%d-%H%M%S)}"
-STRAND_BIN="${STRAND_BIN:-$ROOT/target/release/strand}"
-STRAND_BENCH_BIN="${STRAND_BENCH_BIN:-$ROOT/target/release/strand-bench}"
+BROKER_BIN="${STRAND_BIN:-$ROOT/target/release/strand}"
+BENCH_BIN="${STRAND_BENCH_BIN:-$ROOT/target/release/strand-bench}"
 SMP_ARGS=()
 [[ -n "${STRAND_SMP:-}" ]] && SMP_ARGS=(--smp "$STRAND_SMP")
-# Any other STRAND_* variable is broker configuration (clap `env`): not for the broker
-# under test.
+# Every STRAND_* variable is broker configuration (clap `env`) once read above: not for
+# the broker under test.
 for v in $(compgen -e | grep '^STRAND_' || true); do unset "$v"; done
 
 say() { echo "bench-suite: $*" >&2; }
 die() { say "error: $*"; exit 1; }
 
 TANSU="$("$ROOT/bench/kafka/fetch_tansu.sh" | tail -n1)" || die "fetching tansu failed"
-[[ -x "$STRAND_BIN" ]] || die "no $STRAND_BIN (cargo build --release -p strand-broker)"
-[[ -x "$STRAND_BENCH_BIN" ]] || die "no $STRAND_BENCH_BIN (cargo build --release -p strand-bench)"
+[[ -x "$BROKER_BIN" ]] || die "no $BROKER_BIN (cargo build --release -p strand-broker)"
+[[ -x "$BENCH_BIN" ]] || die "no $BENCH_BIN (cargo build --release -p strand-bench)"
 
 rm -rf "$BENCH_DATA_DIR"
 mkdir -p "$BENCH_DATA_DIR" "$OUT_DIR"
@@ -62,12 +62,12 @@ wait_port() {
 }
 
 say "physics of $BENCH_DATA_DIR"
-"$STRAND_BENCH_BIN" physics --dir "$BENCH_DATA_DIR/physics" --out "$OUT_DIR/physics.json" \
+"$BENCH_BIN" physics --dir "$BENCH_DATA_DIR/physics" --out "$OUT_DIR/physics.json" \
   > "$OUT_DIR/physics.txt"
 cat "$OUT_DIR/physics.txt" >&2
 
 STRAND_PORT="$(free_port)"
-NO_COLOR=1 "$STRAND_BIN" --data-dir "$BENCH_DATA_DIR/strand" \
+NO_COLOR=1 "$BROKER_BIN" --data-dir "$BENCH_DATA_DIR/strand" \
   --kafka-addr "127.0.0.1:$STRAND_PORT" --admin-addr "127.0.0.1:$(free_port)" "${SMP_ARGS[@]}" \
   < /dev/null > "$OUT_DIR/strand.log" 2>&1 &
 PIDS+=($!)
@@ -82,7 +82,7 @@ PIDS+=($!)
 wait_port "$!" "$TANSU_PORT" tansu
 
 say "suite: strand 127.0.0.1:$STRAND_PORT, tansu (memory storage) 127.0.0.1:$TANSU_PORT"
-"$STRAND_BENCH_BIN" suite --bootstrap "127.0.0.1:$STRAND_PORT" \
+"$BENCH_BIN" suite --bootstrap "127.0.0.1:$STRAND_PORT" \
   --peer-bootstrap "127.0.0.1:$TANSU_PORT" --peer-name tansu \
   --physics "$OUT_DIR/physics.json" --out-dir "$OUT_DIR" \
   --duration-s "$DURATION_S" --warmup-s "$WARMUP_S" "$@"

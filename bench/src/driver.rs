@@ -186,6 +186,8 @@ pub trait Driver: Send + Sync {
     /// Creates the topic unless it exists, then waits until every partition has a
     /// leader; returns the partition count.
     fn ensure_topic<'a>(&'a self, topic: &'a TopicSpec) -> BoxFut<'a, Result<i32, DriverError>>;
+    /// Deletes the topic (what a suite wrote would otherwise stay on the broker's disk).
+    fn delete_topic<'a>(&'a self, topic: &'a str) -> BoxFut<'a, Result<(), DriverError>>;
     /// A new producer with its own connections.
     fn producer<'a>(
         &'a self,

@@ -19,9 +19,9 @@ use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListO
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, BrokerId, CreateTopicsRequest, FetchRequest, FetchResponse,
-    ListOffsetsRequest, MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse,
-    TopicName,
+    ApiKey, ApiVersionsRequest, BrokerId, CreateTopicsRequest, DeleteTopicsRequest, FetchRequest,
+    FetchResponse, ListOffsetsRequest, MetadataRequest, MetadataResponse, ProduceRequest,
+    ProduceResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{
@@ -43,6 +43,8 @@ pub const OUR_VERSIONS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Metadata, 1, 12),
     (ApiKey::CreateTopics, 2, 7),
 ];
+/// APIs used when the broker has them: (api, min, max).
+pub const OPTIONAL_VERSIONS: &[(ApiKey, i16, i16)] = &[(ApiKey::DeleteTopics, 1, 5)];
 /// Bytes a fetch asks for in total (each partition: [`FETCH_PARTITION_BYTES_MAX`]).
 pub const FETCH_BYTES_MAX: i32 = 64 << 20;
 /// Bytes a fetch asks for per partition (Kafka's default `max.partition.fetch.bytes`).
@@ -93,6 +95,15 @@ impl KafkaDriver {
                 )));
             }
             versions.insert(key, v);
+        }
+        for &(api, ours_min, ours_max) in OPTIONAL_VERSIONS {
+            let key = api as i16;
+            if let Some(theirs) = resp.api_keys.iter().find(|k| k.api_key == key) {
+                let v = ours_max.min(theirs.max_version);
+                if v >= ours_min.max(theirs.min_version) {
+                    versions.insert(key, v);
+                }
+            }
         }
         Ok(KafkaDriver {
             bootstrap: bootstrap.to_string(),
@@ -232,6 +243,25 @@ impl Driver for KafkaDriver {
                     Err(e) => return Err(e),
                 }
             }
+        })
+    }
+
+    fn delete_topic<'a>(&'a self, topic: &'a str) -> BoxFut<'a, Result<(), DriverError>> {
+        Box::pin(async move {
+            let Some(&version) = self.versions.get(&(ApiKey::DeleteTopics as i16)) else {
+                return Err(DriverError::Unsupported("broker lacks DeleteTopics".into()));
+            };
+            let conn = Conn::connect(&self.bootstrap, SETUP_IN_FLIGHT).await?;
+            let req = DeleteTopicsRequest::default()
+                .with_topic_names(vec![TopicName(StrBytes::from_string(topic.to_string()))])
+                .with_timeout_ms(REQUEST_TIMEOUT_MS);
+            let resp = conn.request(&req, version).await?;
+            for r in &resp.responses {
+                if let Some(e) = broker_error("DeleteTopics", r.error_code) {
+                    return Err(e);
+                }
+            }
+            Ok(())
         })
     }
 

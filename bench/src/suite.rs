@@ -91,7 +91,14 @@ pub fn run(args: SuiteArgs) -> anyhow::Result<()> {
                     protocol: args.load.protocol,
                     physics: &physics,
                 };
+                let topic = spec.topic.clone();
                 cells.extend(rt.block_on(run_cell(&ctx, spec, &args.levels)));
+                // A cell can write gigabytes; the broker keeps them until the topic goes.
+                if let Err(e) = rt.block_on(delete_topic(bootstrap, args.load.protocol, &topic)) {
+                    eprintln!(
+                        "warning: topic {topic} stays on {name} ({e:#}): delete it to free its disk"
+                    );
+                }
             }
         }
     }
@@ -100,6 +107,12 @@ pub fn run(args: SuiteArgs) -> anyhow::Result<()> {
     std::fs::write(&path, &report).with_context(|| format!("writing {}", path.display()))?;
     print!("{report}");
     eprintln!("report written to {}", path.display());
+    Ok(())
+}
+
+async fn delete_topic(bootstrap: &str, protocol: Protocol, topic: &str) -> anyhow::Result<()> {
+    let driver = crate::driver::connect(protocol, bootstrap).await?;
+    driver.delete_topic(topic).await?;
     Ok(())
 }
 
