@@ -47,6 +47,8 @@ cleanup() {
   for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   sleep 1
   for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  # What the brokers were sent is not worth keeping (and can be gigabytes).
+  rm -rf "$BENCH_DATA_DIR"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
