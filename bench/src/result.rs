@@ -234,7 +234,7 @@ impl RunResult {
         }
         if s.mode != Mode::Produce {
             t += &format!(
-                "consumed {:>12.0} rec/s {:>9.2} MiB/s   ({} records, {} foreign)\n",
+                "consumed {:>12.0} rec/s {:>9.2} MiB/s fetched   ({} records, {} foreign)\n",
                 self.consumed_records_per_s,
                 self.consumed_mib_per_s,
                 self.consumed_records,
