@@ -12,7 +12,7 @@ export STRAND_REQUIRE_CLIENTS := 1
 export STRAND_REQUIRE_ROOT_TESTS := 1
 endif
 
-.PHONY: build run test bench bench-kafka fmt lint deps soak fuzz gen clean install
+.PHONY: build run test bench bench-kafka bench-suite fmt lint deps soak fuzz gen clean install
 
 build:
 	$(CARGO) build --release --workspace
@@ -53,6 +53,13 @@ gen:
 	@# so the broker and client build messages with struct literals the compiler checks.
 	sed -i '/#\[non_exhaustive\]/d' wire/src/native/strand_generated.rs
 	rustfmt --edition 2021 wire/src/native/strand_generated.rs
+
+## bench-suite: strand-bench suite (1 KiB; 1/16 partitions; acks 1/all; saturation, 50%, 90%)
+## against a release Strand and Tansu; report.md and SVG plots in target/bench-suite/<time>/.
+## DURATION_S=2 WARMUP_S=0.5 make bench-suite takes about two minutes.
+bench-suite:
+	$(CARGO) build --release -p strand-broker -p strand-bench
+	BENCH_DATA_DIR=$(abspath $(DATA_DIR))/bench-suite bench/suite.sh
 
 fmt:
 	$(CARGO) fmt --all

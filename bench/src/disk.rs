@@ -58,10 +58,56 @@ pub struct DiskArgs {
 }
 
 /// The physics of the disk.
-struct Physics {
-    write_mib_s: f64,
-    read_mib_s: f64,
-    sync: Vec<(usize, Latency)>,
+pub(crate) struct Physics {
+    pub(crate) write_mib_s: f64,
+    pub(crate) read_mib_s: f64,
+    /// (append size in bytes, write+fdatasync latency).
+    pub(crate) sync: Vec<(usize, Latency)>,
+}
+
+/// What the raw measurement does.
+pub(crate) struct RawParams {
+    pub(crate) block_bytes: usize,
+    pub(crate) queue_depth: usize,
+    pub(crate) total_bytes: u64,
+    pub(crate) sync_samples: usize,
+}
+
+/// Refuses a directory without O_DIRECT unless `allow`; `flag` names the override.
+pub(crate) fn check_direct_io(dir: &Path, allow: bool, flag: &str) -> anyhow::Result<bool> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    match probe_direct_io(dir) {
+        Ok(()) => Ok(true),
+        Err(e) if allow => {
+            eprintln!("warning: {e}; measuring buffered i/o as asked");
+            Ok(false)
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "O_DIRECT probe failed");
+            anyhow::bail!(
+                "refusing {}: it cannot do O_DIRECT (tmpfs cannot), so the figures would \
+                 measure the page cache, not the disk; use a directory on the data disk, or \
+                 pass {flag} to measure buffered i/o anyway",
+                dir.display()
+            )
+        }
+    }
+}
+
+/// Measures the raw physics in a fresh work directory under `dir` (removed after).
+pub(crate) fn measure_in(
+    dir: &Path,
+    params: &RawParams,
+    sizes: &[usize],
+) -> anyhow::Result<Physics> {
+    let work = dir.join(format!(".strand-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&work)?;
+    let result = block_on("strand-bench", 1, async {
+        strand_storage::io::prime_device_probe(&work).await?;
+        measure_physics(params, &work, sizes).await
+    });
+    let _ = std::fs::remove_dir_all(&work);
+    result?
 }
 
 impl Physics {
@@ -79,14 +125,7 @@ impl Physics {
 
 /// Runs the disk benchmark.
 pub fn run(args: DiskArgs) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&args.dir)
-        .with_context(|| format!("creating {}", args.dir.display()))?;
-    if let Err(e) = probe_direct_io(&args.dir) {
-        if !args.allow_buffered_io {
-            anyhow::bail!("{e}\n(strand-bench disk measures O_DIRECT; pass --allow-buffered-io to measure anyway)");
-        }
-        eprintln!("warning: {e}; measuring buffered i/o as asked");
-    }
+    check_direct_io(&args.dir, args.allow_buffered_io, "--allow-buffered-io")?;
     let work = args
         .dir
         .join(format!(".strand-bench-{}", std::process::id()));
@@ -99,7 +138,13 @@ pub fn run(args: DiskArgs) -> anyhow::Result<()> {
 async fn run_all(args: &DiskArgs, work: &Path) -> anyhow::Result<()> {
     strand_storage::io::prime_device_probe(work).await?;
     println!("# disk physics of {}", args.dir.display());
-    let physics = measure_physics(args, work).await?;
+    let params = RawParams {
+        block_bytes: args.block_bytes,
+        queue_depth: args.queue_depth,
+        total_bytes: args.total_bytes,
+        sync_samples: args.sync_samples,
+    };
+    let physics = measure_physics(&params, work, &SYNC_SIZES_BYTES).await?;
     println!(
         "raw O_DIRECT sequential write: {:.1} MiB/s  read: {:.1} MiB/s  (block {} KiB, qd {})",
         physics.write_mib_s,
@@ -148,7 +193,11 @@ async fn run_all(args: &DiskArgs, work: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn measure_physics(args: &DiskArgs, work: &Path) -> anyhow::Result<Physics> {
+async fn measure_physics(
+    args: &RawParams,
+    work: &Path,
+    sizes: &[usize],
+) -> anyhow::Result<Physics> {
     let block = args.block_bytes.max(4096) & !4095;
     let blocks = (args.total_bytes / block as u64).max(1);
     let path = work.join("raw-bandwidth");
@@ -200,7 +249,7 @@ async fn measure_physics(args: &DiskArgs, work: &Path) -> anyhow::Result<Physics
     drop(file);
     std::fs::remove_file(&path)?;
     let mut sync = Vec::new();
-    for size in SYNC_SIZES_BYTES {
+    for &size in sizes {
         let samples = if size >= 1 << 20 {
             args.sync_samples.min(100)
         } else {

