@@ -224,10 +224,8 @@ pub async fn connect(
         Protocol::Kafka => Ok(std::sync::Arc::new(
             crate::kafka_driver::KafkaDriver::connect(bootstrap).await?,
         )),
-        Protocol::Native => Err(DriverError::Unsupported(
-            "native protocol client not built yet (the strand-client crate lands separately; \
-             use --protocol kafka)"
-                .to_string(),
+        Protocol::Native => Ok(std::sync::Arc::new(
+            crate::native_driver::NativeDriver::connect(bootstrap).await?,
         )),
     }
 }

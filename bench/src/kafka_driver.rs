@@ -394,40 +394,50 @@ fn compression(codec: Codec) -> Compression {
 
 impl KafkaProducer {
     fn encode_batch(&mut self, batch: &PartitionBatch) -> Result<Bytes, DriverError> {
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-        let records: Vec<Record> = batch
-            .records
-            .iter()
-            .enumerate()
-            .map(|(i, r)| Record {
-                transactional: false,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: -1,
-                producer_id: -1,
-                producer_epoch: -1,
-                timestamp_type: TimestampType::Creation,
-                offset: i as i64,
-                // The encoder starts a new batch where offset - sequence changes; the
-                // batch's base sequence stays -1 (no idempotence).
-                sequence: (i as i32).wrapping_sub(1),
-                timestamp: now_ms,
-                key: r.key.clone(),
-                value: Some(r.value.clone()),
-                headers: Default::default(),
-            })
-            .collect();
-        self.encode_buf.clear();
-        let options = RecordEncodeOptions {
-            version: 2,
-            compression: compression(self.opts.codec),
-        };
-        RecordBatchEncoder::encode(&mut self.encode_buf, &records, &options)
-            .map_err(|e| DriverError::Protocol(format!("encoding record batch: {e}")))?;
-        Ok(self.encode_buf.split().freeze())
+        encode_batch(batch, self.opts.codec, &mut self.encode_buf)
     }
+}
+
+/// One partition's records as a Kafka RecordBatch v2 (kafka-protocol's encoder), the same
+/// bytes whichever protocol carries them, so both protocols are loaded alike.
+pub(crate) fn encode_batch(
+    batch: &PartitionBatch,
+    codec: Codec,
+    buf: &mut BytesMut,
+) -> Result<Bytes, DriverError> {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let records: Vec<Record> = batch
+        .records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            // The encoder starts a new batch where offset - sequence changes; the
+            // batch's base sequence stays -1 (no idempotence).
+            sequence: (i as i32).wrapping_sub(1),
+            timestamp: now_ms,
+            key: r.key.clone(),
+            value: Some(r.value.clone()),
+            headers: Default::default(),
+        })
+        .collect();
+    buf.clear();
+    let options = RecordEncodeOptions {
+        version: 2,
+        compression: compression(codec),
+    };
+    RecordBatchEncoder::encode(buf, &records, &options)
+        .map_err(|e| DriverError::Protocol(format!("encoding record batch: {e}")))?;
+    Ok(buf.split().freeze())
 }
 
 impl ProduceSession for KafkaProducer {

@@ -10,6 +10,7 @@ mod driver;
 mod kafka_conn;
 mod kafka_driver;
 mod load;
+mod native_driver;
 mod physics;
 mod plot;
 mod result;

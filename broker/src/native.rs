@@ -97,6 +97,8 @@ async fn handshake(shard: &Rc<Shard>, r: HandshakeRequestT) -> BodyT {
         frame_bytes_max: u32::try_from(crate::config::REQUEST_BYTES_MAX).unwrap_or(u32::MAX),
         batch_bytes_max: u32::try_from(shard.config.message_max_bytes).unwrap_or(u32::MAX),
         serving_shard: i32::try_from(shard.id).unwrap_or(-1),
+        kafka_host: Some(shard.config.advertised_host.clone()),
+        kafka_port: i32::from(shard.config.kafka_addr.port()),
     }))
 }
 

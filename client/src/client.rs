@@ -54,6 +54,7 @@ struct ClusterMap {
     shard_ports: Vec<u16>,
     topics: HashMap<String, Vec<u32>>,
     batch_bytes_max: usize,
+    kafka_bootstrap: Option<String>,
 }
 
 pub(crate) struct Inner {
@@ -133,6 +134,10 @@ impl Client {
             shard_ports: h.shard_ports.unwrap_or_default(),
             topics: HashMap::new(),
             batch_bytes_max: usize::try_from(h.batch_bytes_max).unwrap_or(usize::MAX),
+            kafka_bootstrap: match (h.kafka_host, u16::try_from(h.kafka_port)) {
+                (Some(host), Ok(port)) if !host.is_empty() => Some(format!("{host}:{port}")),
+                _ => None,
+            },
         };
         Ok(Client {
             inner: Arc::new(Inner {
@@ -153,6 +158,58 @@ impl Client {
     /// The broker's node id.
     pub fn node_id(&self) -> i32 {
         lock(&self.inner.map).node_id
+    }
+
+    /// The node's Kafka listener (`host:port`) as it advertises it, if it has one: for
+    /// Kafka-only operations such as creating topics.
+    pub fn kafka_bootstrap(&self) -> Option<String> {
+        lock(&self.inner.map).kafka_bootstrap.clone()
+    }
+
+    /// Sends one pre-built Kafka RecordBatch v2 to the shard owning `topic`-`partition`
+    /// and returns its base offset (-1 with `Acks::None`). No batching, no retry: the
+    /// building block of [`crate::Producer`], and of load generators that build their own
+    /// batches. A "moved" answer updates the shard map before the error is returned.
+    pub async fn produce_batch(
+        &self,
+        topic: &str,
+        partition: i32,
+        acks: crate::Acks,
+        batch: bytes::Bytes,
+        timeout: Duration,
+    ) -> Result<i64> {
+        let conn = self.shard_connection(topic, partition).await?;
+        let req = BodyT::ProduceRequest(Box::new(ProduceRequestT {
+            acks: acks.wire(),
+            timeout_ms: i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX),
+            partitions: Some(vec![ProducePartitionT {
+                topic: Some(topic.to_string()),
+                partition,
+                records: Some(batch.to_vec()),
+            }]),
+        }));
+        if acks == crate::Acks::None {
+            conn.send_only(req).await?;
+            return Ok(-1);
+        }
+        let BodyT::ProduceResponse(r) = conn.request(req, timeout).await? else {
+            return Err(Error::Protocol(
+                "produce answered with another message".into(),
+            ));
+        };
+        let p = r
+            .partitions
+            .and_then(|mut v| v.pop())
+            .ok_or_else(|| Error::Protocol("produce response without the partition".into()))?;
+        match p.error {
+            Some(e) => {
+                if e.moved_to_shard >= 0 {
+                    self.moved(topic, partition, e.moved_to_shard, e.moved_to_port);
+                }
+                Err(Error::from_wire(&e))
+            }
+            None => Ok(p.base_offset),
+        }
     }
 
     /// Each shard's native port, as last reported.

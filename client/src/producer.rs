@@ -46,7 +46,7 @@ pub enum Acks {
 }
 
 impl Acks {
-    fn wire(self) -> i8 {
+    pub(crate) fn wire(self) -> i8 {
         match self {
             Acks::None => 0,
             Acks::Leader => 1,
@@ -633,15 +633,9 @@ async fn deliver(
             .request_timeout()
             .min(deadline.saturating_duration_since(now))
             .max(Duration::from_millis(1));
-        let err = match attempt(
-            client,
-            config.acks,
-            topic,
-            partition,
-            batch.clone(),
-            timeout,
-        )
-        .await
+        let err = match client
+            .produce_batch(topic, partition, config.acks, batch.clone(), timeout)
+            .await
         {
             Ok(offset) => return Ok(offset),
             Err(e) => e,
@@ -653,47 +647,5 @@ async fn deliver(
         // The shard map may be stale (moved partition, restarted broker with new shard
         // ports). Best effort: if this fails, the next attempt fails and retries too.
         let _ = client.refresh_metadata(&[topic]).await;
-    }
-}
-
-async fn attempt(
-    client: &Client,
-    acks: Acks,
-    topic: &str,
-    partition: i32,
-    batch: Bytes,
-    timeout: Duration,
-) -> Result<i64> {
-    let conn = client.shard_connection(topic, partition).await?;
-    let req = BodyT::ProduceRequest(Box::new(ProduceRequestT {
-        acks: acks.wire(),
-        timeout_ms: i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX),
-        partitions: Some(vec![ProducePartitionT {
-            topic: Some(topic.to_string()),
-            partition,
-            records: Some(batch.to_vec()),
-        }]),
-    }));
-    if acks == Acks::None {
-        conn.send_only(req).await?;
-        return Ok(-1);
-    }
-    let BodyT::ProduceResponse(r) = conn.request(req, timeout).await? else {
-        return Err(Error::Protocol(
-            "produce answered with another message".into(),
-        ));
-    };
-    let p = r
-        .partitions
-        .and_then(|mut v| v.pop())
-        .ok_or_else(|| Error::Protocol("produce response without the partition".into()))?;
-    match p.error {
-        Some(e) => {
-            if e.moved_to_shard >= 0 {
-                client.moved(topic, partition, e.moved_to_shard, e.moved_to_port);
-            }
-            Err(Error::from_wire(&e))
-        }
-        None => Ok(p.base_offset),
     }
 }

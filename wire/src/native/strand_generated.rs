@@ -1668,6 +1668,8 @@ pub mod strand {
             pub const VT_FRAME_BYTES_MAX: ::flatbuffers::VOffsetT = 14;
             pub const VT_BATCH_BYTES_MAX: ::flatbuffers::VOffsetT = 16;
             pub const VT_SERVING_SHARD: ::flatbuffers::VOffsetT = 18;
+            pub const VT_KAFKA_HOST: ::flatbuffers::VOffsetT = 20;
+            pub const VT_KAFKA_PORT: ::flatbuffers::VOffsetT = 22;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -1684,6 +1686,10 @@ pub mod strand {
                 args: &'args HandshakeResponseArgs<'args>,
             ) -> ::flatbuffers::WIPOffset<HandshakeResponse<'bldr>> {
                 let mut builder = HandshakeResponseBuilder::new(_fbb);
+                builder.add_kafka_port(args.kafka_port);
+                if let Some(x) = args.kafka_host {
+                    builder.add_kafka_host(x);
+                }
                 builder.add_serving_shard(args.serving_shard);
                 builder.add_batch_bytes_max(args.batch_bytes_max);
                 builder.add_frame_bytes_max(args.frame_bytes_max);
@@ -1714,6 +1720,10 @@ pub mod strand {
                 let frame_bytes_max = self.frame_bytes_max();
                 let batch_bytes_max = self.batch_bytes_max();
                 let serving_shard = self.serving_shard();
+                let kafka_host = self
+                    .kafka_host()
+                    .map(|x| alloc::string::ToString::to_string(x));
+                let kafka_port = self.kafka_port();
                 HandshakeResponseT {
                     protocol_version,
                     cluster_id,
@@ -1723,6 +1733,8 @@ pub mod strand {
                     frame_bytes_max,
                     batch_bytes_max,
                     serving_shard,
+                    kafka_host,
+                    kafka_port,
                 }
             }
 
@@ -1824,6 +1836,31 @@ pub mod strand {
                         .unwrap()
                 }
             }
+            /// This node's Kafka listener as advertised to Kafka clients (for tools that need
+            /// Kafka-only APIs, e.g. CreateTopics); port -1 if none.
+            #[inline]
+            pub fn kafka_host(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        HandshakeResponse::VT_KAFKA_HOST,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn kafka_port(&self) -> i32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<i32>(HandshakeResponse::VT_KAFKA_PORT, Some(-1))
+                        .unwrap()
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for HandshakeResponse<'_> {
@@ -1851,6 +1888,12 @@ pub mod strand {
                     .visit_field::<u32>("frame_bytes_max", Self::VT_FRAME_BYTES_MAX, false)?
                     .visit_field::<u32>("batch_bytes_max", Self::VT_BATCH_BYTES_MAX, false)?
                     .visit_field::<i32>("serving_shard", Self::VT_SERVING_SHARD, false)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "kafka_host",
+                        Self::VT_KAFKA_HOST,
+                        false,
+                    )?
+                    .visit_field::<i32>("kafka_port", Self::VT_KAFKA_PORT, false)?
                     .finish();
                 Ok(())
             }
@@ -1868,6 +1911,8 @@ pub mod strand {
             pub frame_bytes_max: u32,
             pub batch_bytes_max: u32,
             pub serving_shard: i32,
+            pub kafka_host: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub kafka_port: i32,
         }
         impl<'a> Default for HandshakeResponseArgs<'a> {
             #[inline]
@@ -1881,6 +1926,8 @@ pub mod strand {
                     frame_bytes_max: 0,
                     batch_bytes_max: 0,
                     serving_shard: -1,
+                    kafka_host: None,
+                    kafka_port: -1,
                 }
             }
         }
@@ -1954,6 +2001,18 @@ pub mod strand {
                     .push_slot::<i32>(HandshakeResponse::VT_SERVING_SHARD, serving_shard, -1);
             }
             #[inline]
+            pub fn add_kafka_host(&mut self, kafka_host: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    HandshakeResponse::VT_KAFKA_HOST,
+                    kafka_host,
+                );
+            }
+            #[inline]
+            pub fn add_kafka_port(&mut self, kafka_port: i32) {
+                self.fbb_
+                    .push_slot::<i32>(HandshakeResponse::VT_KAFKA_PORT, kafka_port, -1);
+            }
+            #[inline]
             pub fn new(
                 _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
             ) -> HandshakeResponseBuilder<'a, 'b, A> {
@@ -1981,6 +2040,8 @@ pub mod strand {
                 ds.field("frame_bytes_max", &self.frame_bytes_max());
                 ds.field("batch_bytes_max", &self.batch_bytes_max());
                 ds.field("serving_shard", &self.serving_shard());
+                ds.field("kafka_host", &self.kafka_host());
+                ds.field("kafka_port", &self.kafka_port());
                 ds.finish()
             }
         }
@@ -1994,6 +2055,8 @@ pub mod strand {
             pub frame_bytes_max: u32,
             pub batch_bytes_max: u32,
             pub serving_shard: i32,
+            pub kafka_host: Option<alloc::string::String>,
+            pub kafka_port: i32,
         }
         impl Default for HandshakeResponseT {
             fn default() -> Self {
@@ -2006,6 +2069,8 @@ pub mod strand {
                     frame_bytes_max: 0,
                     batch_bytes_max: 0,
                     serving_shard: -1,
+                    kafka_host: None,
+                    kafka_port: -1,
                 }
             }
         }
@@ -2025,6 +2090,8 @@ pub mod strand {
                 let frame_bytes_max = self.frame_bytes_max;
                 let batch_bytes_max = self.batch_bytes_max;
                 let serving_shard = self.serving_shard;
+                let kafka_host = self.kafka_host.as_ref().map(|x| _fbb.create_string(x));
+                let kafka_port = self.kafka_port;
                 HandshakeResponse::create(
                     _fbb,
                     &HandshakeResponseArgs {
@@ -2036,6 +2103,8 @@ pub mod strand {
                         frame_bytes_max,
                         batch_bytes_max,
                         serving_shard,
+                        kafka_host,
+                        kafka_port,
                     },
                 )
             }

@@ -90,20 +90,24 @@ fn body() -> impl Strategy<Value = BodyT> {
             placements(),
             any::<u32>(),
             any::<u32>(),
-            any::<i32>()
+            (any::<i32>(), name(), any::<i32>())
         )
-            .prop_map(|(v, cluster_id, node_id, shard_ports, topics, f, b, s)| {
-                BodyT::HandshakeResponse(Box::new(HandshakeResponseT {
-                    protocol_version: v,
-                    cluster_id,
-                    node_id,
-                    shard_ports,
-                    topics,
-                    frame_bytes_max: f,
-                    batch_bytes_max: b,
-                    serving_shard: s,
-                }))
-            }),
+            .prop_map(
+                |(v, cluster_id, node_id, shard_ports, topics, f, b, (s, kh, kp))| {
+                    BodyT::HandshakeResponse(Box::new(HandshakeResponseT {
+                        protocol_version: v,
+                        cluster_id,
+                        node_id,
+                        shard_ports,
+                        topics,
+                        frame_bytes_max: f,
+                        batch_bytes_max: b,
+                        serving_shard: s,
+                        kafka_host: kh,
+                        kafka_port: kp,
+                    }))
+                }
+            ),
         (names(), any::<bool>()).prop_map(|(topics, allow_auto_create)| {
             BodyT::MetadataRequest(Box::new(MetadataRequestT {
                 topics,
