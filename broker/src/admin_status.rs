@@ -13,12 +13,13 @@ use crate::config::Config;
 /// Largest request body read (a log filter; nothing else takes a body).
 pub const ADMIN_BODY_BYTES_MAX: usize = crate::logging::LOG_FILTER_BYTES_MAX;
 
-/// Method and path (query string dropped) of a request head.
-pub fn request_line(head: &str) -> Option<(&str, &str)> {
+/// Method, path and query string ("" when none) of a request head.
+pub fn request_line(head: &str) -> Option<(&str, &str, &str)> {
     let mut parts = head.lines().next()?.split_whitespace();
     let method = parts.next()?;
-    let path = parts.next()?;
-    Some((method, path.split('?').next().unwrap_or(path)))
+    let target = parts.next()?;
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    Some((method, path, query))
 }
 
 /// The `Content-Length` of a request head (0 when absent); `None` when malformed.
@@ -150,7 +151,7 @@ mod tests {
     #[test]
     fn request_lines_and_lengths() {
         let head = "PUT /v1/log-level?x=1 HTTP/1.1\r\nHost: a\r\ncontent-length: 5\r\n\r\n";
-        assert_eq!(request_line(head), Some(("PUT", "/v1/log-level")));
+        assert_eq!(request_line(head), Some(("PUT", "/v1/log-level", "x=1")));
         assert_eq!(content_length(head), Some(5));
         assert_eq!(content_length("GET / HTTP/1.1\r\n\r\n"), Some(0));
         assert_eq!(

@@ -22,6 +22,7 @@ mod shard;
 mod shard_admin;
 mod shard_conn;
 mod shard_native;
+mod shard_netcheck;
 mod shard_probe;
 mod shard_signals;
 mod topic_config;

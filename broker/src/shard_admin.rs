@@ -115,9 +115,9 @@ fn ready(shard: &Shard) -> bool {
 }
 
 async fn route(shard: &Rc<Shard>, head: &str, body: &[u8]) -> Response {
-    let path = match admin_status::request_line(head) {
-        Some(("GET", path)) => path,
-        Some(("PUT", "/v1/log-level")) => return admin_status::log_level(body),
+    let (path, query) = match admin_status::request_line(head) {
+        Some(("GET", path, query)) => (path, query),
+        Some(("PUT", "/v1/log-level", _)) => return admin_status::log_level(body),
         _ => {
             return text(
                 "405 Method Not Allowed",
@@ -126,6 +126,8 @@ async fn route(shard: &Rc<Shard>, head: &str, body: &[u8]) -> Response {
         }
     };
     match path {
+        "/v1/self-test/blob" => crate::shard_netcheck::blob(query),
+        "/v1/self-test/network" => crate::shard_netcheck::network(query).await,
         "/v1/health/live" => text("200 OK", "live\n"),
         "/v1/health" | "/v1/health/ready" => {
             if ready(shard) {

@@ -359,3 +359,21 @@ def test_self_test_small(ctl_broker):
         for f in d.iterdir():
             f.unlink()
         d.rmdir()
+
+
+def test_self_test_between_two_nodes(ctl_broker, strand):
+    """Node-to-node network figures: the node at --admin measures the peer's admin API."""
+    need(ctl_broker.admin_port is not None, "this strand binary has no --admin-addr")
+    peer = strand(name="peer", smp=1)
+    r = ctl(ctl_broker, "self-test", "--skip-disk", "--skip-network",
+            "--peer-admin", f"127.0.0.1:{peer.admin_port}",
+            "--peer-rounds", "20", "--peer-bytes", str(4 << 20))
+    rows = block(r.stdout, "CHECK")
+    peer_rows = [line for line in rows if f"127.0.0.1:{peer.admin_port}" in line]
+    assert len(peer_rows) == 2, r.stdout
+    assert any("round trip p99" in line for line in peer_rows), r.stdout
+    assert any("transfer" in line for line in peer_rows), r.stdout
+    # A peer that is not there is an error that names it, not a figure.
+    bad = ctl(ctl_broker, "self-test", "--skip-disk", "--skip-network",
+              "--peer-admin", "127.0.0.1:1", expect_rc=1)
+    assert "127.0.0.1:1" in bad.stderr, bad.stderr

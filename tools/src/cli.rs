@@ -370,6 +370,16 @@ pub struct SelfTestArgs {
     /// Bytes produced to a temporary topic for the throughput figure.
     #[arg(long, default_value_t = 64 * 1024 * 1024)]
     pub produce_bytes: u64,
+    /// Another node's admin address (HOST:PORT, repeatable): the node at `--admin` measures
+    /// round trips and a bulk transfer to it through the admin API (node-to-node network).
+    #[arg(long = "peer-admin")]
+    pub peer_admin: Vec<String>,
+    /// Round trips per peer.
+    #[arg(long, default_value_t = 100)]
+    pub peer_rounds: u32,
+    /// Bytes transferred from each peer.
+    #[arg(long, default_value_t = 16 * 1024 * 1024)]
+    pub peer_bytes: u64,
     /// Skip the disk tests.
     #[arg(long)]
     pub skip_disk: bool,

@@ -163,7 +163,8 @@ fn run(cli: &Cli) -> anyhow::Result<Outcome> {
             } else {
                 Some(connect()?)
             };
-            let (text, outcome) = self_test::run(client.as_mut(), args)?;
+            let admin = (!args.peer_admin.is_empty()).then_some(cli.admin.as_str());
+            let (text, outcome) = self_test::run(client.as_mut(), admin, args)?;
             print(&text)?;
             Ok(outcome)
         }

@@ -315,9 +315,54 @@ fn produce_throughput(client: &mut KafkaClient, bytes: u64) -> anyhow::Result<Fi
     })
 }
 
-/// Runs the selected tests; returns the report and the outcome.
+/// Below this node-to-node transfer rate, WARN: 10 GbE moves ~1 GB/s; 1 GbE ~110 MB/s.
+pub const PEER_MB_PER_S_MIN: f64 = 100.0;
+/// How long the node may take for the whole peer test (round trips + transfer).
+const PEER_TEST_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Node-to-node figures: the node at `admin` measures each peer through its admin API
+/// (`/v1/self-test/network`).
+pub fn peers(admin: &str, args: &SelfTestArgs) -> anyhow::Result<Vec<Figure>> {
+    let mut figures = Vec::new();
+    for peer in &args.peer_admin {
+        let path = format!(
+            "/v1/self-test/network?peer={peer}&rounds={}&bytes={}",
+            args.peer_rounds, args.peer_bytes
+        );
+        let resp = crate::admin_http::get(admin, &path, PEER_TEST_TIMEOUT)?;
+        let v: serde_json::Value = serde_json::from_str(&resp.body)
+            .map_err(|e| anyhow::anyhow!("{admin}{path}: not JSON ({e}): {}", resp.body.trim()))?;
+        if resp.status != 200 {
+            anyhow::bail!(
+                "{admin} could not measure {peer}: {} (is {peer} the admin address of a \
+                 running strand node, reachable from {admin}?)",
+                v["error"].as_str().unwrap_or(resp.body.trim())
+            );
+        }
+        let num = |k: &str| v[k].as_f64().unwrap_or(f64::NAN);
+        figures.push(Figure {
+            name: format!("{admin} -> {peer} round trip p99"),
+            value: num("rtt_p99_ms"),
+            unit: "ms",
+            limit: Limit::AtMost(RTT_P99_MS_MAX),
+            why: "replication and acks=all pay it on every batch: check NICs, switches, MTU",
+        });
+        figures.push(Figure {
+            name: format!("{admin} -> {peer} transfer"),
+            value: num("throughput_mb_per_s"),
+            unit: "MB/s",
+            limit: Limit::AtLeast(PEER_MB_PER_S_MIN),
+            why: "followers catch up and replicate at most this fast",
+        });
+    }
+    Ok(figures)
+}
+
+/// Runs the selected tests; returns the report and the outcome. `admin` is given when
+/// peers are to be measured from that node.
 pub fn run(
     client: Option<&mut KafkaClient>,
+    admin: Option<&str>,
     args: &SelfTestArgs,
 ) -> anyhow::Result<(String, Outcome)> {
     let mut figures = Vec::new();
@@ -326,6 +371,9 @@ pub fn run(
     }
     if let Some(c) = client {
         figures.extend(network(c, args)?);
+    }
+    if let Some(a) = admin {
+        figures.extend(peers(a, args)?);
     }
     let warns = figures.iter().filter(|f| !f.pass()).count();
     let mut out = render(&figures);
