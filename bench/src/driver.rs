@@ -211,7 +211,7 @@ pub trait Driver: Send + Sync {
 pub enum Protocol {
     /// The Kafka wire protocol (any Kafka-compatible broker).
     Kafka,
-    /// Strand's native protocol (needs the strand-client crate).
+    /// Strand's native protocol (the node's native port, 9093 by default).
     Native,
 }
 
