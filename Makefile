@@ -25,7 +25,7 @@ run:
 
 ## test: install what the tests need, then formatting, lints and every test
 test: deps lint
-	$(CARGO) build --workspace --bins
+	$(CARGO) build --workspace --bins --examples
 	$(CARGO) test --workspace --all-targets
 	$(CARGO) run -q -p strand-bench -- disk --dir $(DATA_DIR)/bench-smoke \
 	  --total-bytes 16777216 --sync-samples 20 --engine-secs 0.1 --partitions 1,4 > /dev/null
