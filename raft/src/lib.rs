@@ -20,6 +20,8 @@ pub mod log_store;
 pub mod mem_store;
 pub mod multi_raft;
 pub mod seed;
+#[cfg(feature = "sim")]
+pub mod sim;
 pub mod storage;
 pub mod transport;
 pub mod types;

@@ -46,6 +46,18 @@ impl DurableImage {
     }
 }
 
+impl DurableImage {
+    /// Whether the image holds raft index `index` with `term` (a compacted index counts:
+    /// it was applied before it was compacted).
+    pub fn holds(&self, index: u64, term: u64) -> bool {
+        if index <= self.point.index.0 {
+            return true;
+        }
+        let k = usize::try_from(index - self.point.index.0 - 1).unwrap_or(usize::MAX);
+        self.entries.get(k).is_some_and(|e| e.term == term)
+    }
+}
+
 /// See the module doc.
 #[derive(Debug)]
 pub struct MemLogStore {
