@@ -89,9 +89,11 @@ mod tests {
     use super::*;
 
     fn check(data: &[u8], context: &[u8], expected: Result<EntryKind, &'static str>) {
-        let mut e = Entry::default();
-        e.data = data.to_vec().into();
-        e.context = context.to_vec().into();
+        let e = Entry {
+            data: data.to_vec().into(),
+            context: context.to_vec().into(),
+            ..Entry::default()
+        };
         assert_eq!(classify(&e), expected, "data {data:?} context {context:?}");
     }
 

@@ -192,9 +192,11 @@ impl<S: LogStore> Group<S> {
         if self.pending.len() >= proposals_max {
             return Err(RaftError::Backpressure { group });
         }
-        let mut e = Entry::default();
-        e.data = payload;
-        e.context = Bytes::copy_from_slice(&entry::data_context(record_count));
+        let e = Entry {
+            data: payload,
+            context: Bytes::copy_from_slice(&entry::data_context(record_count)),
+            ..Entry::default()
+        };
         if let Err(why) = entry::classify(&e) {
             return Err(RaftError::InvalidProposal { group, why });
         }

@@ -228,7 +228,7 @@ mod tests {
         );
         check(&ix, 1, Ok((1, 1)));
         check(&ix, 2, Ok((1, 2)));
-        assert_eq!(ix.push(RaftIndex(4), RaftTerm(3), 1).is_err(), true);
+        assert!(ix.push(RaftIndex(4), RaftTerm(3), 1).is_err());
         ix.push(RaftIndex(3), RaftTerm(3), 4).expect("contiguous");
         check(&ix, 3, Ok((3, 6)));
     }

@@ -37,10 +37,11 @@ pub struct DurableImage {
 impl DurableImage {
     /// A fresh group's image: no entries, the given voters.
     pub fn new(voters: &[u64]) -> Self {
-        let mut conf_state = ConfState::default();
-        conf_state.voters = voters.to_vec();
         Self {
-            conf_state,
+            conf_state: ConfState {
+                voters: voters.to_vec(),
+                ..ConfState::default()
+            },
             ..Self::default()
         }
     }
@@ -247,12 +248,13 @@ mod tests {
     use crate::types::KafkaOffset;
 
     fn data(index: u64, term: u64, records: u32) -> Entry {
-        let mut e = Entry::default();
-        e.index = index;
-        e.term = term;
-        e.data = vec![index as u8; 3].into();
-        e.context = entry::data_context(records).to_vec().into();
-        e
+        Entry {
+            index,
+            term,
+            data: vec![index as u8; 3].into(),
+            context: entry::data_context(records).to_vec().into(),
+            ..Entry::default()
+        }
     }
 
     fn fresh() -> MemLogStore {

@@ -120,8 +120,10 @@ impl<S: LogStore> Storage for GroupStorage<S> {
                 raft::StorageError::SnapshotTemporarilyUnavailable,
             ));
         }
-        let mut snapshot = Snapshot::default();
-        snapshot.data = point.kafka_end.0.to_be_bytes().to_vec().into();
+        let mut snapshot = Snapshot {
+            data: point.kafka_end.0.to_be_bytes().to_vec().into(),
+            ..Snapshot::default()
+        };
         let meta = snapshot.mut_metadata();
         meta.index = point.index.0;
         meta.term = point.term.0;

@@ -8,7 +8,7 @@ use strand_raft::sim::{self, SimConfig};
 use strand_raft::SyncBehaviour;
 
 /// Seeds per `cargo test` run: sized so the test stays well under a minute in debug.
-const SEEDS_DEFAULT: u64 = 300;
+const SEEDS_DEFAULT: u64 = 2000;
 /// Seeds of the failover measurement.
 const FAILOVER_SEEDS: u64 = 200;
 
