@@ -13,7 +13,7 @@ const SEEDS_DEFAULT: u64 = 2000;
 const FAILOVER_SEEDS: u64 = 200;
 
 fn env_u64(name: &str) -> Option<u64> {
-    let v = std::env::var(name).ok()?;
+    let v = std::env::var(name).ok().filter(|v| !v.is_empty())?;
     Some(
         v.parse()
             .unwrap_or_else(|_| panic!("{name}={v} is not a u64")),
@@ -78,9 +78,42 @@ fn checker_catches_a_store_that_lies_about_fsync() {
         .filter_map(|seed| sim::run(seed, &config).err())
         .map(|f| f.to_string())
         .collect();
+    eprintln!("lying store: {} of 20 seeds failed", failures.len());
+    for f in &failures {
+        eprintln!("  {f}");
+    }
     assert!(
         failures.iter().any(|f| f.contains("lost write")),
         "no seed reported a lost write; failures: {failures:?}"
+    );
+}
+
+/// Without the durability check, what a client sees still exposes the lying store: an
+/// acknowledged write missing at the end, a committed entry changed, or two leaders in a
+/// term (a forgotten vote).
+#[test]
+fn client_visible_checks_catch_a_store_that_lies_about_fsync() {
+    let config = SimConfig {
+        sync_behaviour: SyncBehaviour::LiesAboutSync,
+        check_durable: false,
+        ..SimConfig::default()
+    };
+    let failures: Vec<String> = (0..40)
+        .filter_map(|seed| sim::run(seed, &config).err())
+        .map(|f| f.to_string())
+        .collect();
+    eprintln!(
+        "lying store, durability check off: {} of 40 seeds failed",
+        failures.len()
+    );
+    for f in &failures {
+        eprintln!("  {f}");
+    }
+    assert!(
+        failures
+            .iter()
+            .any(|f| f.contains("lost write") || f.contains("changed")),
+        "no seed reported a lost or changed write; failures: {failures:?}"
     );
 }
 
