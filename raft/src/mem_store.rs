@@ -111,6 +111,11 @@ impl MemLogStore {
         image
     }
 
+    /// Whether the durable image holds raft index `index` with `term` (no copy).
+    pub fn durable_holds(&self, index: u64, term: u64) -> bool {
+        self.durable.holds(index, term)
+    }
+
     /// The next `sync` fails (an injected fdatasync error).
     pub fn fail_next_sync(&mut self) {
         self.fail_next_sync = true;

@@ -10,7 +10,9 @@
 //! - at most one leader per term;
 //! - the high watermark a leader serves never falls below one served in an earlier term,
 //!   and a node's committed end never goes back within one incarnation;
-//! - no committed entry is lost: each is in the durable image of a majority.
+//! - no committed entry is lost: each is in the durable image of a majority, and already
+//!   was when its proposal was acknowledged (acks=all never completes before a majority
+//!   fsync).
 //!
 //! Invariant: `truth[g]` holds, for raft index `k + 1`, the first applied copy of that entry.
 
@@ -188,6 +190,13 @@ impl Checker {
             return Err(format!("{group} acknowledged one payload twice"));
         }
         Ok(())
+    }
+
+    /// Where `payload` was committed: its group, raft index and term.
+    pub fn committed_entry(&self, payload: &Bytes) -> Option<(GroupId, RaftIndex, u64)> {
+        let &(g, index) = self.committed_at.get(payload)?;
+        let k = usize::try_from(index.0.checked_sub(1)?).ok()?;
+        Some((g, index, self.truth.get(&g)?.get(k)?.term))
     }
 
     /// Acknowledged payloads: (payload, group, base offset).

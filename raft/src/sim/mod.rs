@@ -44,7 +44,8 @@ pub struct SimConfig {
     pub faults: bool,
     /// `LiesAboutSync` plants a bug the checker must catch.
     pub sync_behaviour: SyncBehaviour,
-    /// Whether crashes check that committed entries stay durable on a majority. Off only
+    /// Whether acknowledgements and crashes check that committed entries are durable on a
+    /// majority. Off only
     /// to prove that the client-visible checks catch a lost write on their own.
     pub check_durable: bool,
 }

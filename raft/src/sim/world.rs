@@ -218,6 +218,29 @@ impl World {
         Ok(())
     }
 
+    /// An acknowledged entry is already durable on a majority.
+    fn check_acked_durable(&self, payload: &Bytes) -> Result<(), SimFailure> {
+        let Some((g, index, term)) = self.checker.committed_entry(payload) else {
+            return Err(self.fail("acknowledged entry not in the committed log"));
+        };
+        let holders = self
+            .nodes
+            .iter()
+            .filter(|n| match &n.driver {
+                Some(d) => d.store(g).is_some_and(|s| s.durable_holds(index.0, term)),
+                None => n.disk.get(&g).is_some_and(|im| im.holds(index.0, term)),
+            })
+            .count();
+        if holders <= self.nodes.len() / 2 {
+            return Err(self.fail(format!(
+                "lost write: {g} acknowledged raft index {} while durable on {holders} of {} nodes",
+                index.0,
+                self.nodes.len()
+            )));
+        }
+        Ok(())
+    }
+
     /// No committed entry is lost: each is on a majority of durable images.
     pub fn check_durable(&self) -> Result<(), SimFailure> {
         for &g in &self.groups {
@@ -339,6 +362,9 @@ impl World {
                 self.checker
                     .on_ack(c.group, &f.payload, base)
                     .map_err(|e| self.fail(e))?;
+                if self.config.check_durable {
+                    self.check_acked_durable(&f.payload)?;
+                }
             }
         }
         Ok(())
