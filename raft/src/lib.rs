@@ -15,6 +15,7 @@ pub mod clock;
 pub mod entry;
 pub mod error;
 mod group;
+pub mod log_bridge;
 pub mod log_index;
 pub mod log_store;
 pub mod mem_store;

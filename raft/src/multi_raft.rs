@@ -192,7 +192,7 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
         }
         let applied = store.index().compaction_point().index;
         let raft_config = self.config.raft_config(applied);
-        let logger = slog::Logger::root(slog::Discard, slog::o!());
+        let logger = crate::log_bridge::logger(self.config.node, group);
         let node = RawNode::new(&raft_config, GroupStorage::new(store), &logger).map_err(|e| {
             RaftError::Raft {
                 group,
