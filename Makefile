@@ -12,7 +12,7 @@ export STRAND_REQUIRE_CLIENTS := 1
 export STRAND_REQUIRE_ROOT_TESTS := 1
 endif
 
-.PHONY: build run test bench bench-kafka bench-suite fmt lint deps soak fuzz gen clean install
+.PHONY: build run test bench bench-kafka bench-suite fmt lint deps soak fuzz gen clean install sim
 
 build:
 	$(CARGO) build --release --workspace
@@ -93,6 +93,12 @@ soak:
 fuzz:
 	cd wire/fuzz && cargo +nightly fuzz run record_batch -- -max_total_time=60
 	cd wire/fuzz && cargo +nightly fuzz run native_frame -- -max_total_time=60
+
+## sim: the deterministic Raft simulator (raft/src/sim); SEED=n replays one seed exactly,
+## SEEDS=n runs n seeds from START=s (defaults: 2000 seeds from 0)
+sim:
+	STRAND_SIM_SEED=$(SEED) STRAND_SIM_SEEDS=$(SEEDS) STRAND_SIM_SEED_START=$(START) \
+	  $(CARGO) test -p strand-raft --test sim -- --nocapture
 
 clean:
 	$(CARGO) clean

@@ -1,0 +1,387 @@
+//! One Raft group on this shard: its `RawNode`, the proposals waiting for commit, and the
+//! handling of its `Ready` in two phases (ARCHITECTURE.md, Replication):
+//!
+//! 1. `begin_ready`: take the `Ready`, queue the leader's `messages()` (they leave before
+//!    our own fsync), apply what is committed, append entries and hard state (no sync).
+//! 2. `finish_ready`: sync once, queue `persisted_messages()`, `advance_append`, and handle
+//!    the `LightReady` (commit index, messages, committed entries).
+//!
+//! Invariants: a fenced group (its sync failed) is never touched again and acknowledges
+//! nothing; a proposal completes `Ok` only when its own entry (same index *and* term) is
+//! applied, i.e. committed by a majority that fsynced it; `applied` only grows.
+//! Election jitter comes from the driver's seeded `Prng`, never from raft-rs's own
+//! `thread_rng` draw, which `rejitter` overrides after every call that may reset it.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use protobuf::Message as _;
+use raft::eraftpb::{ConfChange, ConfChangeV2, Entry, EntryType, Message, MessageType};
+use raft::{RawNode, StateRole};
+
+use crate::entry;
+use crate::error::{RaftError, StoreError};
+use crate::log_store::LogStore;
+use crate::multi_raft::{Completion, Outbox, ProposalId};
+use crate::seed::Prng;
+use crate::storage::{compaction_point_of, GroupStorage};
+use crate::types::{GroupId, KafkaOffset, NodeId, RaftIndex, RaftTerm};
+
+/// A proposal waiting for its entry to be applied.
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    id: ProposalId,
+    term: RaftTerm,
+}
+
+/// Where a group's effects go during a turn.
+pub(crate) struct Effects<'a> {
+    pub outbox: &'a mut Outbox,
+    pub completions: &'a mut Vec<Completion>,
+    pub rng: &'a mut Prng,
+}
+
+/// See the module doc.
+pub(crate) struct Group<S: LogStore> {
+    id: GroupId,
+    node: RawNode<GroupStorage<S>>,
+    fenced: bool,
+    pending: BTreeMap<RaftIndex, Pending>,
+    // Invariant: only grows.
+    applied: RaftIndex,
+    /// Election ticks are drawn from `election_ticks.0..election_ticks.1`.
+    election_ticks: (usize, usize),
+    /// (term, role, leader) when the election timeout was last drawn.
+    jitter_key: Option<(u64, StateRole, u64)>,
+    /// The `Ready` between the two phases, and whether it wrote anything.
+    in_flight: Option<(raft::Ready, bool)>,
+}
+
+impl<S: LogStore> Group<S> {
+    pub fn new(
+        id: GroupId,
+        node: RawNode<GroupStorage<S>>,
+        election_ticks: (usize, usize),
+        rng: &mut Prng,
+    ) -> Self {
+        let applied = node.store().store().index().compaction_point().index;
+        let mut group = Self {
+            id,
+            node,
+            fenced: false,
+            pending: BTreeMap::new(),
+            applied,
+            election_ticks,
+            jitter_key: None,
+            in_flight: None,
+        };
+        group.rejitter(rng);
+        group
+    }
+
+    pub fn is_fenced(&self) -> bool {
+        self.fenced
+    }
+
+    pub fn is_leader(&self) -> bool {
+        !self.fenced && self.node.raft.state == StateRole::Leader
+    }
+
+    pub fn term(&self) -> RaftTerm {
+        RaftTerm(self.node.raft.term)
+    }
+
+    pub fn leader(&self) -> Option<NodeId> {
+        match self.node.raft.leader_id {
+            raft::INVALID_ID => None,
+            id => Some(NodeId(id)),
+        }
+    }
+
+    pub fn applied(&self) -> RaftIndex {
+        self.applied
+    }
+
+    pub fn store(&self) -> &S {
+        self.node.store().store()
+    }
+
+    pub fn store_mut(&mut self) -> &mut S {
+        self.node.mut_store().store_mut()
+    }
+
+    /// Kafka offset just past the data this node has applied (committed).
+    pub fn applied_kafka_end(&self) -> KafkaOffset {
+        self.store()
+            .index()
+            .kafka_end_at(self.applied)
+            .expect("the applied index is at or after the compaction point")
+    }
+
+    /// The high watermark this node serves as leader: none until it has applied an entry
+    /// of its own term (until then a previous leader may have committed more).
+    pub fn leader_high_watermark(&self) -> Option<KafkaOffset> {
+        if !self.is_leader() {
+            return None;
+        }
+        let applied_term = self.store().index().term_of(self.applied).ok()?;
+        (applied_term == self.term()).then(|| self.applied_kafka_end())
+    }
+
+    /// Redraws the election timeout from `rng` whenever raft-rs may have reset it.
+    fn rejitter(&mut self, rng: &mut Prng) {
+        let r = &self.node.raft;
+        let key = (r.term, r.state, r.leader_id);
+        if self.jitter_key == Some(key) {
+            return;
+        }
+        self.jitter_key = Some(key);
+        let (lo, hi) = self.election_ticks;
+        let ticks = usize::try_from(rng.range(lo as u64, hi as u64))
+            .expect("a tick count drawn below a usize bound fits in usize");
+        self.node.raft.set_randomized_election_timeout(ticks);
+    }
+
+    pub fn campaign(&mut self) -> raft::Result<()> {
+        if self.fenced {
+            return Ok(());
+        }
+        self.node.campaign()
+    }
+
+    pub fn tick(&mut self, rng: &mut Prng) {
+        if self.fenced {
+            return;
+        }
+        self.rejitter(rng);
+        self.node.tick();
+        self.rejitter(rng);
+    }
+
+    /// Steps a peer's message; a malformed one is dropped and reported.
+    pub fn step(&mut self, message: Message, fx: &mut Effects<'_>) -> Result<(), &'static str> {
+        if self.fenced {
+            return Ok(());
+        }
+        validate(&message)?;
+        // A stale or unexpected message is raft-rs's to ignore; its error says nothing we act on.
+        if let Err(e) = self.node.step(message) {
+            tracing::debug!(group = %self.id, error = %e, "raft step refused a message");
+        }
+        self.rejitter(fx.rng);
+        self.fail_pending_unless_leader(fx);
+        Ok(())
+    }
+
+    /// Proposes one Kafka batch; `id` completes when it is applied.
+    pub fn propose(
+        &mut self,
+        id: ProposalId,
+        payload: Bytes,
+        record_count: u32,
+        proposals_max: usize,
+    ) -> Result<(), RaftError> {
+        let group = self.id;
+        if self.fenced {
+            return Err(RaftError::Fenced { group });
+        }
+        if !self.is_leader() {
+            let leader_hint = self.leader();
+            return Err(RaftError::NotLeader { group, leader_hint });
+        }
+        if self.pending.len() >= proposals_max {
+            return Err(RaftError::Backpressure { group });
+        }
+        let e = Entry {
+            data: payload,
+            context: Bytes::copy_from_slice(&entry::data_context(record_count)),
+            ..Entry::default()
+        };
+        if let Err(why) = entry::classify(&e) {
+            return Err(RaftError::InvalidProposal { group, why });
+        }
+        let mut m = Message::default();
+        m.set_msg_type(MessageType::MsgPropose);
+        m.from = self.node.raft.id;
+        m.mut_entries().push(e);
+        // RawNode::propose takes Vec<u8>; stepping the message keeps the payload's Bytes.
+        match self.node.raft.step(m) {
+            Ok(()) => {}
+            Err(raft::Error::ProposalDropped) => return Err(RaftError::Dropped { group }),
+            Err(e) => {
+                let reason = e.to_string();
+                return Err(RaftError::Raft { group, reason });
+            }
+        }
+        let index = RaftIndex(self.node.raft.raft_log.last_index());
+        let term = self.term();
+        self.pending.insert(index, Pending { id, term });
+        Ok(())
+    }
+
+    /// Phase 1 of a turn: see the module doc.
+    pub fn begin_ready(&mut self, fx: &mut Effects<'_>) {
+        if self.fenced || !self.node.has_ready() {
+            return;
+        }
+        let mut rd = self.node.ready();
+        fx.outbox.push(self.id, rd.take_messages());
+        let mut wrote = false;
+        if !rd.snapshot().is_empty() {
+            let restored = compaction_point_of(rd.snapshot()).and_then(|point| {
+                let conf_state = rd.snapshot().get_metadata().get_conf_state().clone();
+                self.store_mut().restore(point, &conf_state)?;
+                Ok(point)
+            });
+            match restored {
+                Ok(point) => self.applied = self.applied.max(point.index),
+                Err(e) => return self.fence(e, fx),
+            }
+            wrote = true;
+        }
+        let committed = rd.take_committed_entries();
+        self.apply(committed, fx);
+        if !rd.entries().is_empty() {
+            if let Err(e) = self.store_mut().append(rd.entries()) {
+                return self.fence(e, fx);
+            }
+            wrote = true;
+        }
+        if let Some(hs) = rd.hs() {
+            let hs = hs.clone();
+            self.store_mut().set_hard_state(&hs);
+            wrote = true;
+        }
+        self.in_flight = Some((rd, wrote));
+    }
+
+    /// Phase 2 of a turn: see the module doc.
+    pub fn finish_ready(&mut self, fx: &mut Effects<'_>) {
+        let Some((mut rd, wrote)) = self.in_flight.take() else {
+            return;
+        };
+        if wrote {
+            if let Err(e) = self.store_mut().sync() {
+                return self.fence(e, fx);
+            }
+        }
+        fx.outbox.push(self.id, rd.take_persisted_messages());
+        let mut light = self.node.advance_append(rd);
+        if let Some(commit) = light.commit_index() {
+            // Durable with the next sync; a commit index lost in a crash is relearned.
+            let mut hs = self.store().hard_state();
+            hs.commit = commit;
+            self.store_mut().set_hard_state(&hs);
+        }
+        fx.outbox.push(self.id, light.take_messages());
+        self.apply(light.take_committed_entries(), fx);
+        self.node.advance_apply();
+        self.rejitter(fx.rng);
+        self.fail_pending_unless_leader(fx);
+    }
+
+    fn apply(&mut self, entries: Vec<Entry>, fx: &mut Effects<'_>) {
+        for e in entries {
+            let index = RaftIndex(e.index);
+            assert!(
+                index > self.applied,
+                "applied went back: {index:?} <= {:?}",
+                self.applied
+            );
+            if matches!(
+                e.get_entry_type(),
+                EntryType::EntryConfChange | EntryType::EntryConfChangeV2
+            ) {
+                if let Err(e) = self.apply_conf_change(&e) {
+                    return self.fence(e, fx);
+                }
+            }
+            self.applied = index;
+            self.complete_through(index, RaftTerm(e.term), fx);
+        }
+    }
+
+    fn complete_through(&mut self, index: RaftIndex, term: RaftTerm, fx: &mut Effects<'_>) {
+        let group = self.id;
+        while let Some(first) = self.pending.first_entry() {
+            if *first.key() > index {
+                break;
+            }
+            let at = *first.key();
+            let p = first.remove();
+            let result = if at == index && p.term == term {
+                self.store()
+                    .index()
+                    .kafka_base_of(index)
+                    .map_err(|source| RaftError::Store { group, source })
+            } else {
+                Err(RaftError::Dropped { group })
+            };
+            fx.completions.push(Completion {
+                id: p.id,
+                group,
+                result,
+            });
+        }
+    }
+
+    fn apply_conf_change(&mut self, e: &Entry) -> Result<(), StoreError> {
+        let index = RaftIndex(e.index);
+        let malformed = |why| StoreError::MalformedEntry { index, why };
+        let conf_state = if e.get_entry_type() == EntryType::EntryConfChangeV2 {
+            let cc = ConfChangeV2::parse_from_bytes(&e.data)
+                .map_err(|_| malformed("undecodable ConfChangeV2"))?;
+            self.node.apply_conf_change(&cc)
+        } else {
+            let cc = ConfChange::parse_from_bytes(&e.data)
+                .map_err(|_| malformed("undecodable ConfChange"))?;
+            self.node.apply_conf_change(&cc)
+        }
+        .map_err(|_| malformed("configuration change refused by raft-rs"))?;
+        self.store_mut().set_conf_state(&conf_state);
+        Ok(())
+    }
+
+    /// A proposal waits only while this node leads: once it does not, the outcome is
+    /// unknown to it and the producer must retry (Kafka's NOT_LEADER_OR_FOLLOWER).
+    fn fail_pending_unless_leader(&mut self, fx: &mut Effects<'_>) {
+        if self.pending.is_empty() || self.is_leader() {
+            return;
+        }
+        let (group, leader_hint) = (self.id, self.leader());
+        while let Some((_, p)) = self.pending.pop_first() {
+            let result = Err(RaftError::NotLeader { group, leader_hint });
+            fx.completions.push(Completion {
+                id: p.id,
+                group,
+                result,
+            });
+        }
+    }
+
+    fn fence(&mut self, error: StoreError, fx: &mut Effects<'_>) {
+        tracing::error!(group = %self.id, %error, "log write failed, fencing the group");
+        self.fenced = true;
+        self.in_flight = None;
+        let group = self.id;
+        while let Some((_, p)) = self.pending.pop_first() {
+            let result = Err(RaftError::Fenced { group });
+            fx.completions.push(Completion {
+                id: p.id,
+                group,
+                result,
+            });
+        }
+    }
+}
+
+/// Peer input check: every entry is one of ours, a snapshot carries a compaction point.
+fn validate(message: &Message) -> Result<(), &'static str> {
+    for e in message.get_entries() {
+        entry::classify(e)?;
+    }
+    if message.has_snapshot() && !message.get_snapshot().is_empty() {
+        compaction_point_of(message.get_snapshot()).map_err(|_| "malformed snapshot")?;
+    }
+    Ok(())
+}

@@ -1,0 +1,60 @@
+//! `LogStore`: what a Raft group needs from its partition log. The broker implements it
+//! over `storage::Log` (frames on O_DIRECT segments); `MemLogStore` implements it in memory
+//! for tests and the simulator.
+//!
+//! Durability contract: `append`, `truncate_suffix`, `set_hard_state` and `set_conf_state`
+//! change the log *logically*; only a successful `sync` makes every change before it
+//! durable. A crash loses (any suffix of) what was not synced. A failed `sync` leaves the
+//! disk unknown: the caller fences the group and never acknowledges from it again.
+//! Terms and Kafka offsets are answered from memory through `index()`.
+
+use raft::eraftpb::{ConfState, Entry, HardState};
+
+use crate::error::StoreError;
+use crate::log_index::{CompactionPoint, LogIndex};
+use crate::types::RaftIndex;
+
+/// A group's Raft log, hard state and configuration. See the module doc.
+pub trait LogStore {
+    /// Terms and Kafka offsets of every entry, held in memory.
+    fn index(&self) -> &LogIndex;
+
+    /// Entries in `lo..hi`, at least one when the range is not empty, then no more than
+    /// `max_size_bytes` in total (raft-rs's `limit_size` rule).
+    fn entries(
+        &self,
+        lo: RaftIndex,
+        hi: RaftIndex,
+        max_size_bytes: Option<u64>,
+    ) -> Result<Vec<Entry>, StoreError>;
+
+    /// Appends `entries` (contiguous, classified by `entry::classify`), first removing
+    /// every entry at or after `entries[0].index`.
+    fn append(&mut self, entries: &[Entry]) -> Result<(), StoreError>;
+
+    /// Removes every entry at or after `from`.
+    fn truncate_suffix(&mut self, from: RaftIndex) -> Result<(), StoreError>;
+
+    /// The hard state (term, vote, commit) as last set.
+    fn hard_state(&self) -> HardState;
+
+    /// Records a new hard state; durable at the next `sync`.
+    fn set_hard_state(&mut self, hard_state: &HardState);
+
+    /// The voters and learners as last set.
+    fn conf_state(&self) -> ConfState;
+
+    /// Records a new configuration; durable at the next `sync`.
+    fn set_conf_state(&mut self, conf_state: &ConfState);
+
+    /// Makes every change so far durable (write + fdatasync).
+    fn sync(&mut self) -> Result<(), StoreError>;
+
+    /// Drops the entries through `through` (already applied and retained elsewhere).
+    fn compact_through(&mut self, through: RaftIndex) -> Result<(), StoreError>;
+
+    /// Replaces the whole log by an empty one starting after `point` (a snapshot from the
+    /// leader); durable at the next `sync`.
+    fn restore(&mut self, point: CompactionPoint, conf_state: &ConfState)
+        -> Result<(), StoreError>;
+}

@@ -1,0 +1,371 @@
+//! `MultiRaft`: the per-shard driver owning every Raft group of its shard
+//! (ARCHITECTURE.md, Replication). It ticks the groups from the injected `Clock`, steps
+//! incoming batches, and in each `turn` drains every group's `Ready`: all writes first, the
+//! leaders' messages sent, then one sync per dirty group, then the messages that wait for
+//! persistence. Outgoing messages are batched per destination node, one batch per turn.
+//!
+//! Invariants: a proposal's completion is pushed exactly once (Ok with the Kafka base
+//! offset only after commit); at most one tick per group per turn (a stalled loop does not
+//! replay missed ticks as a burst of elections); groups are visited in `GroupId` order, so
+//! a run is a function of its inputs. Knows nothing of sockets, disks or glommio.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use raft::eraftpb::Message;
+use raft::{Config, RawNode};
+
+use crate::clock::Clock;
+use crate::error::RaftError;
+use crate::group::{Effects, Group};
+use crate::log_store::LogStore;
+use crate::seed::Prng;
+use crate::storage::GroupStorage;
+use crate::transport::{GroupMessage, MessageBatch, Transport, MESSAGES_PER_BATCH_MAX};
+use crate::types::{GroupId, KafkaOffset, NodeId, RaftIndex, RaftTerm};
+
+/// Default tick: raft-rs counts elections and heartbeats in ticks. 50 ms keeps the phase
+/// difference between two nodes' tick clocks (at most one tick) small against the timeouts.
+pub const TICK_INTERVAL_DEFAULT: Duration = Duration::from_millis(50);
+/// Leader heartbeat every 2 ticks (100 ms).
+pub const HEARTBEAT_TICKS_DEFAULT: usize = 2;
+/// The election timeout, 10 ticks (500 ms, five missed heartbeats): a follower that heard
+/// from its leader more recently honours the leader's lease and rejects votes
+/// (check-quorum), and a leader that heard from no quorum for this long steps down.
+pub const ELECTION_TICKS_DEFAULT: usize = 10;
+/// A follower campaigns after a timeout drawn from `ELECTION_TICKS_DEFAULT + 1 ..
+/// ELECTION_TICKS_MAX_DEFAULT` ticks (550 ms to 1.45 s). Starting one tick past the lease
+/// means the other followers' leases (their tick clocks lag by at most one tick) have
+/// expired when the first candidate asks. The range is wide (19 values) because after a
+/// leader dies the two survivors reset their timers together: equal draws split the vote
+/// and cost a whole extra round. Measured by the simulator's `failover` (issue 5 target:
+/// under 2 s).
+pub const ELECTION_TICKS_MAX_DEFAULT: usize = 30;
+/// Most bytes of entries in one append message (raft-rs `max_size_per_msg`).
+pub const APPEND_BYTES_MAX_DEFAULT: u64 = 1024 * 1024;
+/// Most append messages in flight to one follower (raft-rs `max_inflight_msgs`).
+pub const APPENDS_IN_FLIGHT_MAX_DEFAULT: usize = 256;
+/// Most proposals of one group waiting for commit; more get `Backpressure`. Kafka's
+/// producer keeps at most 5 requests in flight per connection, so this covers ~50 busy
+/// producers on one partition.
+pub const PROPOSALS_IN_FLIGHT_MAX_DEFAULT: usize = 256;
+
+const _: () = assert!(HEARTBEAT_TICKS_DEFAULT < ELECTION_TICKS_DEFAULT);
+const _: () = assert!(ELECTION_TICKS_DEFAULT + 1 < ELECTION_TICKS_MAX_DEFAULT);
+
+/// Identifies a proposal until its completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ProposalId(pub u64);
+
+/// The outcome of a proposal.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Completion {
+    pub id: ProposalId,
+    pub group: GroupId,
+    /// The committed batch's Kafka base offset, or why it is not (known to be) committed.
+    pub result: Result<KafkaOffset, RaftError>,
+}
+
+/// Driver settings; `DriverConfig::new` gives the defaults.
+#[derive(Clone, Debug)]
+pub struct DriverConfig {
+    pub node: NodeId,
+    pub tick_interval: Duration,
+    pub heartbeat_ticks: usize,
+    pub election_ticks: usize,
+    pub election_ticks_max: usize,
+    pub append_bytes_max: u64,
+    pub appends_in_flight_max: usize,
+    pub proposals_in_flight_max: usize,
+    /// Seeds the election jitter (from the run's seed in the simulator).
+    pub jitter_seed: u64,
+}
+
+impl DriverConfig {
+    /// The defaults for `node`.
+    pub fn new(node: NodeId, jitter_seed: u64) -> Self {
+        Self {
+            node,
+            tick_interval: TICK_INTERVAL_DEFAULT,
+            heartbeat_ticks: HEARTBEAT_TICKS_DEFAULT,
+            election_ticks: ELECTION_TICKS_DEFAULT,
+            election_ticks_max: ELECTION_TICKS_MAX_DEFAULT,
+            append_bytes_max: APPEND_BYTES_MAX_DEFAULT,
+            appends_in_flight_max: APPENDS_IN_FLIGHT_MAX_DEFAULT,
+            proposals_in_flight_max: PROPOSALS_IN_FLIGHT_MAX_DEFAULT,
+            jitter_seed,
+        }
+    }
+
+    fn raft_config(&self, applied: RaftIndex) -> Config {
+        Config {
+            id: self.node.0,
+            election_tick: self.election_ticks,
+            heartbeat_tick: self.heartbeat_ticks,
+            min_election_tick: self.election_ticks + 1,
+            max_election_tick: self.election_ticks_max,
+            applied: applied.0,
+            max_size_per_msg: self.append_bytes_max,
+            max_inflight_msgs: self.appends_in_flight_max,
+            // A partitioned node does not disturb the leader when it returns (pre-vote),
+            // and a leader cut off from its quorum steps down (check-quorum).
+            check_quorum: true,
+            pre_vote: true,
+            ..Config::default()
+        }
+    }
+}
+
+/// Messages to send at the end of a turn, per destination node.
+#[derive(Debug, Default)]
+pub(crate) struct Outbox {
+    by_node: BTreeMap<NodeId, Vec<GroupMessage>>,
+}
+
+impl Outbox {
+    pub fn push(&mut self, group: GroupId, messages: Vec<Message>) {
+        for message in messages {
+            let to = NodeId(message.to);
+            self.by_node
+                .entry(to)
+                .or_default()
+                .push(GroupMessage { group, message });
+        }
+    }
+
+    fn flush(&mut self, from: NodeId, transport: &mut impl Transport) {
+        for (&to, queued) in self.by_node.iter_mut() {
+            while !queued.is_empty() {
+                let rest = queued.split_off(queued.len().min(MESSAGES_PER_BATCH_MAX));
+                let messages = std::mem::replace(queued, rest);
+                transport.send(MessageBatch { from, to, messages });
+            }
+        }
+    }
+}
+
+/// What `step` did with a batch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StepOutcome {
+    /// Messages handed to their group.
+    pub stepped: usize,
+    /// Messages for a group this node does not have, or malformed.
+    pub dropped: usize,
+}
+
+/// See the module doc.
+pub struct MultiRaft<S: LogStore, T: Transport, C: Clock> {
+    config: DriverConfig,
+    clock: C,
+    transport: T,
+    rng: Prng,
+    groups: BTreeMap<GroupId, Group<S>>,
+    outbox: Outbox,
+    completions: Vec<Completion>,
+    next_tick_at: Duration,
+    next_proposal: u64,
+}
+
+impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
+    /// A driver with no groups.
+    pub fn new(config: DriverConfig, clock: C, transport: T) -> Self {
+        let next_tick_at = clock.now() + config.tick_interval;
+        Self {
+            rng: Prng::new(config.jitter_seed),
+            config,
+            clock,
+            transport,
+            groups: BTreeMap::new(),
+            outbox: Outbox::default(),
+            completions: Vec::new(),
+            next_tick_at,
+            next_proposal: 0,
+        }
+    }
+
+    /// Starts (or restarts from its store) a group whose store holds its configuration.
+    pub fn add_group(&mut self, group: GroupId, store: S) -> Result<(), RaftError> {
+        if store.conf_state().voters.is_empty() {
+            let reason = "the store holds no voters".to_string();
+            return Err(RaftError::Raft { group, reason });
+        }
+        let applied = store.index().compaction_point().index;
+        let raft_config = self.config.raft_config(applied);
+        let logger = crate::log_bridge::logger(self.config.node, group);
+        let node = RawNode::new(&raft_config, GroupStorage::new(store), &logger).map_err(|e| {
+            RaftError::Raft {
+                group,
+                reason: e.to_string(),
+            }
+        })?;
+        let ticks = (
+            self.config.election_ticks + 1,
+            self.config.election_ticks_max,
+        );
+        self.groups
+            .insert(group, Group::new(group, node, ticks, &mut self.rng));
+        Ok(())
+    }
+
+    /// This node's id.
+    pub fn node(&self) -> NodeId {
+        self.config.node
+    }
+
+    /// The transport (the simulator drains its queue through this).
+    pub fn transport_mut(&mut self) -> &mut T {
+        &mut self.transport
+    }
+
+    /// Proposes one Kafka batch of `record_count` records to `group`; the result arrives as
+    /// a `Completion` from `drain_completions`.
+    pub fn propose(
+        &mut self,
+        group: GroupId,
+        payload: Bytes,
+        record_count: u32,
+    ) -> Result<ProposalId, RaftError> {
+        let g = self
+            .groups
+            .get_mut(&group)
+            .ok_or(RaftError::UnknownGroup { group })?;
+        let id = ProposalId(self.next_proposal);
+        g.propose(
+            id,
+            payload,
+            record_count,
+            self.config.proposals_in_flight_max,
+        )?;
+        self.next_proposal += 1;
+        Ok(id)
+    }
+
+    /// Hands a peer's batch to its groups. Nothing is sent until the next `turn`.
+    pub fn step(&mut self, batch: MessageBatch) -> StepOutcome {
+        let mut outcome = StepOutcome::default();
+        if batch.to != self.config.node || batch.messages.len() > MESSAGES_PER_BATCH_MAX {
+            outcome.dropped = batch.messages.len();
+            return outcome;
+        }
+        let mut fx = Effects {
+            outbox: &mut self.outbox,
+            completions: &mut self.completions,
+            rng: &mut self.rng,
+        };
+        for GroupMessage { group, message } in batch.messages {
+            let stepped = match self.groups.get_mut(&group) {
+                Some(g) if message.from == batch.from.0 => g.step(message, &mut fx).is_ok(),
+                _ => false,
+            };
+            if stepped {
+                outcome.stepped += 1;
+            } else {
+                outcome.dropped += 1;
+            }
+        }
+        outcome
+    }
+
+    /// One loop turn: tick if due, drain every `Ready` in two phases, send the batches.
+    pub fn turn(&mut self) {
+        let now = self.clock.now();
+        let tick = now >= self.next_tick_at;
+        if tick {
+            self.next_tick_at = (self.next_tick_at + self.config.tick_interval)
+                .max(now + self.config.tick_interval / 2);
+        }
+        let mut fx = Effects {
+            outbox: &mut self.outbox,
+            completions: &mut self.completions,
+            rng: &mut self.rng,
+        };
+        for g in self.groups.values_mut() {
+            if tick {
+                g.tick(fx.rng);
+            }
+            g.begin_ready(&mut fx);
+        }
+        // The leaders' appends leave before their own fsync (ARCHITECTURE.md, Replication).
+        self.outbox.flush(self.config.node, &mut self.transport);
+        let mut fx = Effects {
+            outbox: &mut self.outbox,
+            completions: &mut self.completions,
+            rng: &mut self.rng,
+        };
+        for g in self.groups.values_mut() {
+            g.finish_ready(&mut fx);
+        }
+        self.outbox.flush(self.config.node, &mut self.transport);
+    }
+
+    /// Moves the completions so far into `out`.
+    pub fn drain_completions(&mut self, out: &mut Vec<Completion>) {
+        out.append(&mut self.completions);
+    }
+
+    /// Starts an election in `group` now (bootstrap and tests; elections otherwise time out).
+    pub fn campaign(&mut self, group: GroupId) -> Result<(), RaftError> {
+        let g = self
+            .groups
+            .get_mut(&group)
+            .ok_or(RaftError::UnknownGroup { group })?;
+        g.campaign().map_err(|e| RaftError::Raft {
+            group,
+            reason: e.to_string(),
+        })
+    }
+
+    /// The groups on this node, in order.
+    pub fn groups(&self) -> impl Iterator<Item = GroupId> + '_ {
+        self.groups.keys().copied()
+    }
+
+    /// The leader this node knows of (itself included).
+    pub fn leader_of(&self, group: GroupId) -> Option<NodeId> {
+        self.groups.get(&group).and_then(Group::leader)
+    }
+
+    /// Whether this node leads `group` (and is not fenced).
+    pub fn is_leader(&self, group: GroupId) -> bool {
+        self.groups.get(&group).is_some_and(Group::is_leader)
+    }
+
+    /// Current term of `group` on this node (the Kafka leader epoch).
+    pub fn term(&self, group: GroupId) -> Option<RaftTerm> {
+        self.groups.get(&group).map(Group::term)
+    }
+
+    /// The high watermark this node serves as the group's leader; `None` when it is not
+    /// the leader or has not yet committed an entry of its own term.
+    pub fn high_watermark(&self, group: GroupId) -> Option<KafkaOffset> {
+        self.groups
+            .get(&group)
+            .and_then(Group::leader_high_watermark)
+    }
+
+    /// The Kafka offset just past the data this node has applied (any role).
+    pub fn applied_kafka_end(&self, group: GroupId) -> Option<KafkaOffset> {
+        self.groups.get(&group).map(Group::applied_kafka_end)
+    }
+
+    /// Last applied Raft index of `group`.
+    pub fn applied_index(&self, group: GroupId) -> Option<RaftIndex> {
+        self.groups.get(&group).map(Group::applied)
+    }
+
+    /// Whether `group` is fenced after a storage failure.
+    pub fn is_fenced(&self, group: GroupId) -> bool {
+        self.groups.get(&group).is_some_and(Group::is_fenced)
+    }
+
+    /// The log store of `group`.
+    pub fn store(&self, group: GroupId) -> Option<&S> {
+        self.groups.get(&group).map(Group::store)
+    }
+
+    /// The log store of `group`, for fault injection and compaction.
+    pub fn store_mut(&mut self, group: GroupId) -> Option<&mut S> {
+        self.groups.get_mut(&group).map(Group::store_mut)
+    }
+}

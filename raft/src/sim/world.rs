@@ -1,0 +1,603 @@
+//! The simulated cluster: nodes (a `MultiRaft` each, or a crashed node's durable images),
+//! the network, a client, the fault injector, and the event loop that drives them on
+//! simulated time. Every step is followed by the checker on the node it touched.
+//!
+//! Invariant: the run is a pure function of the seed: one `Prng` feeds every random choice
+//! (each node's election jitter is forked from it), events at equal times are taken in a
+//! fixed order, and all maps are ordered.
+
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::clock::Clock;
+use crate::log_store::LogStore;
+use crate::mem_store::{DurableImage, MemLogStore};
+use crate::multi_raft::{Completion, DriverConfig, MultiRaft, ProposalId};
+use crate::seed::Prng;
+use crate::types::{GroupId, NodeId};
+
+use super::checker::{Checker, GroupView};
+use super::network::{Network, NetworkFaults, SimTransport};
+use super::{SimConfig, SimFailure};
+
+/// How often an idle node runs a loop turn (the driver ticks every 100 ms within them).
+const TURN_PERIOD: Duration = Duration::from_millis(10);
+/// Gap between client proposals, in milliseconds.
+const CLIENT_GAP_MS: (u64, u64) = (3, 30);
+/// Gap between injected faults, in milliseconds.
+const FAULT_GAP_MS: (u64, u64) = (200, 1500);
+/// How long a crashed node stays down, in milliseconds.
+const DOWN_MS: (u64, u64) = (100, 3000);
+/// How long a partition lasts, in milliseconds.
+const PARTITION_MS: (u64, u64) = (300, 4000);
+/// Most records a simulated batch claims.
+const RECORDS_PER_BATCH_MAX: u64 = 4;
+/// Most unsynced entries a crash may leave behind (a partly written tail).
+const TORN_ENTRIES_MAX: u64 = 3;
+
+/// Simulated time, shared by the world and every driver.
+#[derive(Clone, Debug, Default)]
+pub struct SimClock(Rc<Cell<Duration>>);
+
+impl SimClock {
+    fn set(&self, now: Duration) {
+        assert!(now >= self.0.get(), "simulated time went back");
+        self.0.set(now);
+    }
+}
+
+impl Clock for SimClock {
+    fn now(&self) -> Duration {
+        self.0.get()
+    }
+}
+
+pub(crate) type Driver = MultiRaft<MemLogStore, SimTransport, SimClock>;
+
+pub(crate) struct SimNode {
+    pub id: NodeId,
+    pub driver: Option<Driver>,
+    /// A crashed node's disk, per group.
+    disk: BTreeMap<GroupId, DurableImage>,
+    incarnation: u64,
+    next_turn: Duration,
+    /// When the node (re)starts: restarted at once if it is up (an operator restart).
+    restart_at: Option<Duration>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Event {
+    Deliver,
+    Turn(usize),
+    Restart(usize),
+    Heal,
+    Client,
+    Fault,
+}
+
+/// A proposal the client waits for.
+struct InFlight {
+    group: GroupId,
+    payload: Bytes,
+}
+
+pub(crate) struct World {
+    pub seed: u64,
+    config: SimConfig,
+    pub clock: SimClock,
+    pub rng: Prng,
+    pub nodes: Vec<SimNode>,
+    network: Network,
+    pub checker: Checker,
+    groups: Vec<GroupId>,
+    in_flight: BTreeMap<(usize, u64, ProposalId), InFlight>,
+    leader_guess: BTreeMap<GroupId, usize>,
+    next_payload: u64,
+    next_client: Option<Duration>,
+    next_fault: Option<Duration>,
+    heal_at: Option<Duration>,
+    pub step: u64,
+    pub digest: u64,
+    completions: Vec<Completion>,
+}
+
+impl World {
+    pub fn new(seed: u64, config: SimConfig) -> Result<Self, SimFailure> {
+        let mut rng = Prng::new(seed);
+        let clock = SimClock::default();
+        let voters: Vec<u64> = (1..=config.nodes).collect();
+        let groups: Vec<GroupId> = (1..=config.groups).map(GroupId).collect();
+        let mut nodes = Vec::new();
+        for &v in &voters {
+            let disk = groups
+                .iter()
+                .map(|&g| (g, DurableImage::new(&voters)))
+                .collect();
+            let next_turn = Duration::from_millis(rng.below(10));
+            nodes.push(SimNode {
+                id: NodeId(v),
+                driver: None,
+                disk,
+                incarnation: 0,
+                next_turn,
+                restart_at: None,
+            });
+        }
+        let mut world = Self {
+            seed,
+            network: Network::new(config.network.clone()),
+            next_client: Some(Duration::from_millis(
+                rng.range(CLIENT_GAP_MS.0, CLIENT_GAP_MS.1),
+            )),
+            next_fault: config
+                .faults
+                .then(|| Duration::from_millis(rng.range(FAULT_GAP_MS.0, FAULT_GAP_MS.1))),
+            config,
+            clock,
+            rng,
+            nodes,
+            checker: Checker::default(),
+            groups,
+            in_flight: BTreeMap::new(),
+            leader_guess: BTreeMap::new(),
+            next_payload: 0,
+            heal_at: None,
+            step: 0,
+            digest: 0xcbf2_9ce4_8422_2325,
+            completions: Vec::new(),
+        };
+        for i in 0..world.nodes.len() {
+            world.start(i)?;
+        }
+        Ok(world)
+    }
+
+    pub fn now(&self) -> Duration {
+        self.clock.now()
+    }
+
+    pub fn fail(&self, what: impl Into<String>) -> SimFailure {
+        SimFailure {
+            seed: self.seed,
+            step: self.step,
+            at: self.now(),
+            what: what.into(),
+        }
+    }
+
+    fn start(&mut self, i: usize) -> Result<(), SimFailure> {
+        let jitter_seed = self.rng.next_u64();
+        let node = &mut self.nodes[i];
+        let config = DriverConfig::new(node.id, jitter_seed);
+        let mut driver = MultiRaft::new(config, self.clock.clone(), SimTransport::default());
+        for (&g, image) in std::mem::take(&mut node.disk).iter() {
+            let store =
+                MemLogStore::recover(image.clone(), self.config.sync_behaviour).map_err(|e| {
+                    SimFailure {
+                        seed: self.seed,
+                        step: self.step,
+                        at: self.clock.now(),
+                        what: format!("recovery failed: {e}"),
+                    }
+                })?;
+            driver.add_group(g, store).map_err(|e| SimFailure {
+                seed: self.seed,
+                step: self.step,
+                at: self.clock.now(),
+                what: format!("restart failed: {e}"),
+            })?;
+        }
+        node.driver = Some(driver);
+        node.incarnation += 1;
+        node.next_turn = self.clock.now() + TURN_PERIOD;
+        Ok(())
+    }
+
+    /// Crashes node `i`: its unsynced writes vanish (but a torn tail may survive).
+    pub fn crash(&mut self, i: usize) -> Result<(), SimFailure> {
+        let Some(driver) = self.nodes[i].driver.take() else {
+            return Ok(());
+        };
+        for g in self.groups.clone() {
+            let torn = usize::try_from(self.rng.below(TORN_ENTRIES_MAX + 1)).unwrap_or(0);
+            let image = driver
+                .store(g)
+                .map(|s| s.crash_image(torn))
+                .unwrap_or_default();
+            self.nodes[i].disk.insert(g, image);
+        }
+        self.in_flight.retain(|&(n, _, _), _| n != i);
+        self.checker.forget_node(self.nodes[i].id);
+        if self.config.check_durable {
+            self.check_durable()?;
+        }
+        Ok(())
+    }
+
+    /// An acknowledged entry is already durable on a majority.
+    fn check_acked_durable(&self, payload: &Bytes) -> Result<(), SimFailure> {
+        let Some((g, index, term)) = self.checker.committed_entry(payload) else {
+            return Err(self.fail("acknowledged entry not in the committed log"));
+        };
+        let holders = self
+            .nodes
+            .iter()
+            .filter(|n| match &n.driver {
+                Some(d) => d.store(g).is_some_and(|s| s.durable_holds(index.0, term)),
+                None => n.disk.get(&g).is_some_and(|im| im.holds(index.0, term)),
+            })
+            .count();
+        if holders <= self.nodes.len() / 2 {
+            return Err(self.fail(format!(
+                "lost write: {g} acknowledged raft index {} while durable on {holders} of {} nodes",
+                index.0,
+                self.nodes.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// No committed entry is lost: each is on a majority of durable images.
+    pub fn check_durable(&self) -> Result<(), SimFailure> {
+        for &g in &self.groups {
+            let images: Vec<DurableImage> = self
+                .nodes
+                .iter()
+                .map(|n| match &n.driver {
+                    Some(d) => d.store(g).map(|s| s.crash_image(0)).unwrap_or_default(),
+                    None => n.disk.get(&g).cloned().unwrap_or_default(),
+                })
+                .collect();
+            self.checker
+                .check_durable(g, &images)
+                .map_err(|e| self.fail(e))?;
+        }
+        Ok(())
+    }
+}
+
+impl World {
+    fn next_event(&self) -> Option<(Duration, Event)> {
+        let mut best: Option<(Duration, Event)> = None;
+        let mut consider = |at: Option<Duration>, ev: Event| {
+            if let Some(at) = at {
+                if best.is_none_or(|(b, _)| at < b) {
+                    best = Some((at, ev));
+                }
+            }
+        };
+        consider(self.network.next_delivery(), Event::Deliver);
+        for (i, n) in self.nodes.iter().enumerate() {
+            consider(n.driver.as_ref().map(|_| n.next_turn), Event::Turn(i));
+            consider(n.restart_at, Event::Restart(i));
+        }
+        consider(self.heal_at, Event::Heal);
+        consider(self.next_client, Event::Client);
+        consider(self.next_fault, Event::Fault);
+        best
+    }
+
+    /// Runs the next event and the checks after it.
+    pub fn step(&mut self) -> Result<(), SimFailure> {
+        let Some((at, event)) = self.next_event() else {
+            return Err(self.fail("no event left"));
+        };
+        self.clock.set(at);
+        self.step += 1;
+        let touched = match event {
+            Event::Deliver => self.deliver(),
+            Event::Turn(i) => {
+                self.nodes[i].next_turn = at + TURN_PERIOD;
+                Some(i)
+            }
+            Event::Restart(i) => {
+                self.nodes[i].restart_at = None;
+                self.crash(i)?;
+                self.start(i)?;
+                Some(i)
+            }
+            Event::Heal => {
+                self.heal_at = None;
+                self.network.heal();
+                None
+            }
+            Event::Client => {
+                self.client();
+                None
+            }
+            Event::Fault => {
+                self.fault()?;
+                None
+            }
+        };
+        self.mix(at.as_micros() as u64, event_code(event));
+        if let Some(i) = touched {
+            self.turn(i)?;
+        }
+        Ok(())
+    }
+
+    fn mix(&mut self, a: u64, b: u64) {
+        for x in [a, b] {
+            self.digest = (self.digest ^ x).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    fn deliver(&mut self) -> Option<usize> {
+        let batch = self.network.deliver(self.now())?;
+        let i = self.nodes.iter().position(|n| n.id == batch.to)?;
+        let driver = self.nodes[i].driver.as_mut()?;
+        let outcome = driver.step(batch);
+        self.mix(outcome.stepped as u64, outcome.dropped as u64);
+        Some(i)
+    }
+
+    /// A loop turn on node `i`, then its sends, its completions and the checks.
+    fn turn(&mut self, i: usize) -> Result<(), SimFailure> {
+        let now = self.now();
+        let Some(driver) = self.nodes[i].driver.as_mut() else {
+            return Ok(());
+        };
+        driver.turn();
+        for batch in driver.transport_mut().take() {
+            self.network.send(now, batch, &mut self.rng);
+        }
+        driver.drain_completions(&mut self.completions);
+        // The applied entries enter the checker's truth before their acknowledgements.
+        self.check_node(i)?;
+        let incarnation = self.nodes[i].incarnation;
+        for c in std::mem::take(&mut self.completions) {
+            let Some(f) = self.in_flight.remove(&(i, incarnation, c.id)) else {
+                return Err(self.fail(format!("completion for an unknown proposal {:?}", c.id)));
+            };
+            if f.group != c.group {
+                return Err(self.fail("completion for the wrong group"));
+            }
+            if let Ok(base) = c.result {
+                self.mix(1, base.0 as u64);
+                self.checker
+                    .on_ack(c.group, &f.payload, base)
+                    .map_err(|e| self.fail(e))?;
+                if self.config.check_durable {
+                    self.check_acked_durable(&f.payload)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn check_node(&mut self, i: usize) -> Result<(), SimFailure> {
+        let Some(driver) = self.nodes[i].driver.as_ref() else {
+            return Ok(());
+        };
+        for &g in &self.groups {
+            let (Some(store), Some(applied)) = (driver.store(g), driver.applied_index(g)) else {
+                return Err(self.fail(format!("{} lost group {g}", self.nodes[i].id)));
+            };
+            let view = GroupView {
+                node: driver.node(),
+                group: g,
+                store,
+                applied,
+                leader_term: driver.is_leader(g).then(|| driver.term(g)).flatten(),
+                served_hw: driver.high_watermark(g),
+            };
+            if let Err(e) = self.checker.check_view(&view) {
+                return Err(SimFailure {
+                    seed: self.seed,
+                    step: self.step,
+                    at: self.clock.now(),
+                    what: e,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The client proposes a fresh payload to the node it believes leads a random group.
+    fn client(&mut self) {
+        let now = self.now();
+        self.next_client =
+            Some(now + Duration::from_millis(self.rng.range(CLIENT_GAP_MS.0, CLIENT_GAP_MS.1)));
+        let g = self.groups[self.rng.below(self.groups.len() as u64) as usize];
+        self.propose(g);
+    }
+
+    /// Proposes one fresh payload to `g`; true when a node accepted it.
+    pub fn propose(&mut self, g: GroupId) -> bool {
+        let n = self.nodes.len() as u64;
+        let i = match self.leader_guess.get(&g) {
+            Some(&i) if !self.rng.chance(100) => i,
+            _ => self.rng.below(n) as usize,
+        };
+        let Some(driver) = self.nodes[i].driver.as_mut() else {
+            self.leader_guess.remove(&g);
+            return false;
+        };
+        let id = self.next_payload;
+        let payload = Bytes::from([id.to_be_bytes(), g.0.to_be_bytes()].concat());
+        let records = u32::try_from(self.rng.range(1, RECORDS_PER_BATCH_MAX + 1)).unwrap_or(1);
+        match driver.propose(g, payload.clone(), records) {
+            Ok(pid) => {
+                self.next_payload += 1;
+                self.leader_guess.insert(g, i);
+                let key = (i, self.nodes[i].incarnation, pid);
+                self.in_flight.insert(key, InFlight { group: g, payload });
+                true
+            }
+            Err(crate::RaftError::NotLeader {
+                leader_hint: Some(l),
+                ..
+            }) => {
+                if let Some(j) = self.nodes.iter().position(|n| n.id == l) {
+                    self.leader_guess.insert(g, j);
+                }
+                false
+            }
+            Err(_) => {
+                self.leader_guess.remove(&g);
+                false
+            }
+        }
+    }
+}
+
+fn event_code(e: Event) -> u64 {
+    match e {
+        Event::Deliver => 1,
+        Event::Turn(i) => 100 + i as u64,
+        Event::Restart(i) => 200 + i as u64,
+        Event::Heal => 3,
+        Event::Client => 4,
+        Event::Fault => 5,
+    }
+}
+
+impl World {
+    /// Injects one random fault and schedules the next.
+    fn fault(&mut self) -> Result<(), SimFailure> {
+        let now = self.now();
+        self.next_fault =
+            Some(now + Duration::from_millis(self.rng.range(FAULT_GAP_MS.0, FAULT_GAP_MS.1)));
+        let n = self.nodes.len() as u64;
+        let i = self.rng.below(n) as usize;
+        let roll = self.rng.below(100);
+        self.mix(2, roll);
+        match roll {
+            0..30 => {
+                if self.nodes[i].driver.is_some() && self.nodes[i].restart_at.is_none() {
+                    self.crash(i)?;
+                    self.nodes[i].restart_at = Some(now + self.ms(DOWN_MS));
+                }
+            }
+            30..50 => {
+                let id = self.nodes[i].id;
+                for j in 0..self.nodes.len() {
+                    let other = self.nodes[j].id;
+                    if other != id {
+                        self.network.cut(id, other);
+                    }
+                }
+                self.heal_at = Some(now + self.ms(PARTITION_MS));
+            }
+            50..65 => {
+                let j = (i + 1 + self.rng.below(n - 1) as usize) % self.nodes.len();
+                let (a, b) = (self.nodes[i].id, self.nodes[j].id);
+                self.network.cut(a, b);
+                self.heal_at = Some(now + self.ms(PARTITION_MS));
+            }
+            65..80 => {
+                let g = self.groups[self.rng.below(self.groups.len() as u64) as usize];
+                if let Some(store) = self.nodes[i].driver.as_mut().and_then(|d| d.store_mut(g)) {
+                    store.fail_next_sync();
+                    // An operator restarts the node whose partition was fenced.
+                    let at = now + self.ms(DOWN_MS);
+                    self.nodes[i].restart_at.get_or_insert(at);
+                }
+            }
+            _ => self.network.heal(),
+        }
+        Ok(())
+    }
+
+    fn ms(&mut self, range: (u64, u64)) -> Duration {
+        Duration::from_millis(self.rng.range(range.0, range.1))
+    }
+
+    /// Ends the fault phase: the network heals and turns reliable, every node is (re)started
+    /// (a fenced group restarts with its node), clients stop.
+    pub fn heal_all(&mut self) -> Result<(), SimFailure> {
+        self.next_fault = None;
+        self.next_client = None;
+        self.heal_at = None;
+        self.network.heal();
+        self.network.set_faults(NetworkFaults::reliable());
+        for i in 0..self.nodes.len() {
+            let fenced = self.nodes[i]
+                .driver
+                .as_ref()
+                .is_some_and(|d| self.groups.iter().any(|&g| d.is_fenced(g)));
+            if self.nodes[i].driver.is_none() || fenced {
+                self.nodes[i].restart_at = None;
+                self.crash(i)?;
+                self.start(i)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The index of the node serving a high watermark for `g` (a leader that committed in
+    /// its own term).
+    pub fn serving_leader(&self, g: GroupId) -> Option<usize> {
+        self.nodes.iter().position(|n| {
+            n.driver
+                .as_ref()
+                .is_some_and(|d| d.high_watermark(g).is_some())
+        })
+    }
+
+    /// Whether the client still waits for a proposal to `g`.
+    pub fn waiting_on(&self, g: GroupId) -> bool {
+        self.in_flight.values().any(|f| f.group == g)
+    }
+
+    pub fn groups(&self) -> Vec<GroupId> {
+        self.groups.clone()
+    }
+
+    /// Every acknowledged payload is readable on every node at its offset.
+    pub fn check_acked_readable(&self) -> Result<(), SimFailure> {
+        for n in &self.nodes {
+            let Some(d) = n.driver.as_ref() else {
+                return Err(self.fail(format!("{} is down at the end", n.id)));
+            };
+            for &g in &self.groups {
+                let store = d.store(g).ok_or_else(|| self.fail("group missing"))?;
+                let ix = store.index();
+                let entries = store
+                    .entries(
+                        ix.first_index(),
+                        crate::RaftIndex(ix.last_index().0 + 1),
+                        None,
+                    )
+                    .map_err(|e| self.fail(e.to_string()))?;
+                let by_base: BTreeMap<i64, &Bytes> = entries
+                    .iter()
+                    .filter(|e| !e.data.is_empty())
+                    .filter_map(|e| {
+                        ix.kafka_base_of(crate::RaftIndex(e.index))
+                            .ok()
+                            .map(|b| (b.0, &e.data))
+                    })
+                    .collect();
+                for (payload, ag, base) in self.checker.acked() {
+                    if ag == g && by_base.get(&base.0) != Some(&payload) {
+                        return Err(self.fail(format!(
+                            "lost write: {} {g} does not hold the payload acknowledged at {base:?}",
+                            n.id
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether every node has applied everything the serving leader of `g` has.
+    pub fn caught_up(&self, g: GroupId) -> bool {
+        let Some(l) = self.serving_leader(g) else {
+            return false;
+        };
+        let target = self.nodes[l]
+            .driver
+            .as_ref()
+            .and_then(|d| d.applied_index(g));
+        self.nodes
+            .iter()
+            .all(|n| n.driver.as_ref().and_then(|d| d.applied_index(g)) == target)
+    }
+}

@@ -1,0 +1,40 @@
+//! Identifiers and positions used by the replication layer, as newtypes so that a Kafka
+//! offset, a Raft index and a Raft term never mix (STYLE.md 3).
+//!
+//! `storage` has its own `KafkaOffset`/`RaftIndex`; this crate does not depend on
+//! `storage` yet (that would pull in glommio), so the broker converts at the boundary
+//! until the `LogStore` over `storage::Log` lands and the two are unified.
+
+use std::fmt;
+
+/// A Strand node (a `strand` process) in the cluster; also the raft-rs peer id.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NodeId(pub u64);
+
+/// One Raft group (a partition, or the controller's group 0).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct GroupId(pub u64);
+
+/// A position in a Raft log. Every entry (data, no-op, configuration) has one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RaftIndex(pub u64);
+
+/// A Raft term; the Kafka leader epoch of a partition (ARCHITECTURE.md, Offsets).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RaftTerm(pub u64);
+
+/// A Kafka record offset. Only data entries occupy Kafka offsets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct KafkaOffset(pub i64);
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "n{}", self.0)
+    }
+}
+
+impl fmt::Display for GroupId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "g{}", self.0)
+    }
+}

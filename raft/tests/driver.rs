@@ -1,0 +1,188 @@
+//! `MultiRaft` scenarios, step by step on a hand-driven clock and a lossless in-memory
+//! network: Kafka offsets, leader hints, fencing and peer-input checks.
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use raft::eraftpb::{Entry, Message, MessageType};
+use strand_raft::{
+    Clock, Completion, DriverConfig, DurableImage, GroupId, GroupMessage, KafkaOffset, LogStore,
+    MemLogStore, MessageBatch, MultiRaft, NodeId, RaftError, RaftIndex, SyncBehaviour, Transport,
+};
+
+#[derive(Clone, Default)]
+struct TestClock(Rc<Cell<Duration>>);
+
+impl Clock for TestClock {
+    fn now(&self) -> Duration {
+        self.0.get()
+    }
+}
+
+#[derive(Default)]
+struct Queue(Vec<MessageBatch>);
+
+impl Transport for Queue {
+    fn send(&mut self, batch: MessageBatch) {
+        self.0.push(batch);
+    }
+}
+
+type Driver = MultiRaft<MemLogStore, Queue, TestClock>;
+
+const G: GroupId = GroupId(7);
+
+struct Cluster {
+    clock: TestClock,
+    nodes: Vec<Driver>,
+    completions: Vec<Completion>,
+}
+
+impl Cluster {
+    /// Three nodes, one group, node 1 elected.
+    fn new() -> Self {
+        let clock = TestClock::default();
+        let nodes = (1..=3)
+            .map(|id| {
+                let mut d = MultiRaft::new(
+                    DriverConfig::new(NodeId(id), id),
+                    clock.clone(),
+                    Queue::default(),
+                );
+                let store =
+                    MemLogStore::recover(DurableImage::new(&[1, 2, 3]), SyncBehaviour::Honest)
+                        .expect("an empty image recovers");
+                d.add_group(G, store).expect("group starts");
+                d
+            })
+            .collect();
+        let mut c = Self {
+            clock,
+            nodes,
+            completions: Vec::new(),
+        };
+        c.nodes[0].campaign(G).expect("campaign");
+        c.settle();
+        assert!(c.nodes[0].is_leader(G));
+        c
+    }
+
+    /// Turns every node and delivers every message until the network is quiet.
+    fn settle(&mut self) {
+        for _ in 0..100 {
+            let mut sent = Vec::new();
+            for d in &mut self.nodes {
+                d.turn();
+                sent.append(&mut d.transport_mut().0);
+                d.drain_completions(&mut self.completions);
+            }
+            if sent.is_empty() {
+                return;
+            }
+            for batch in sent {
+                let to = usize::try_from(batch.to.0 - 1).expect("node ids are 1..=3");
+                self.nodes[to].step(batch);
+            }
+        }
+        panic!("the cluster did not settle");
+    }
+
+    fn propose(&mut self, node: usize, records: u32) -> Result<(), RaftError> {
+        let payload = Bytes::from(vec![records as u8; 10]);
+        self.nodes[node].propose(G, payload, records).map(|_| ())
+    }
+
+    fn advance(&mut self, by: Duration) {
+        self.clock.0.set(self.clock.0.get() + by);
+    }
+}
+
+#[test]
+fn offsets_count_records_of_committed_data_only() {
+    let mut c = Cluster::new();
+    // The new leader's no-op (raft index 1 after the election) takes no Kafka offset.
+    assert_eq!(c.nodes[0].high_watermark(G), Some(KafkaOffset(0)));
+    c.propose(0, 3).expect("leader accepts");
+    c.propose(0, 2).expect("leader accepts");
+    c.settle();
+    let results: Vec<_> = c.completions.iter().map(|x| x.result.clone()).collect();
+    assert_eq!(results, vec![Ok(KafkaOffset(0)), Ok(KafkaOffset(3))]);
+    assert_eq!(c.nodes[0].high_watermark(G), Some(KafkaOffset(5)));
+    // Followers learn the commit with the next heartbeat.
+    c.advance(Duration::from_millis(500));
+    c.settle();
+    for d in &c.nodes {
+        assert_eq!(
+            d.applied_kafka_end(G),
+            Some(KafkaOffset(5)),
+            "{:?}",
+            d.node()
+        );
+        let index = d.store(G).expect("group").index();
+        // Raft index 1 is the no-op; the batches are indexes 2 and 3.
+        assert_eq!(index.kafka_base_of(RaftIndex(2)), Ok(KafkaOffset(0)));
+        assert_eq!(index.kafka_base_of(RaftIndex(3)), Ok(KafkaOffset(3)));
+    }
+}
+
+#[test]
+fn a_follower_refuses_with_a_leader_hint() {
+    let mut c = Cluster::new();
+    let refused = c.propose(1, 1);
+    assert_eq!(
+        refused,
+        Err(RaftError::NotLeader {
+            group: G,
+            leader_hint: Some(NodeId(1))
+        })
+    );
+    assert_eq!(
+        c.nodes[1].high_watermark(G),
+        None,
+        "only the leader serves a high watermark"
+    );
+}
+
+#[test]
+fn a_failed_sync_fences_the_group_and_acknowledges_nothing() {
+    let mut c = Cluster::new();
+    c.nodes[0].store_mut(G).expect("group").fail_next_sync();
+    c.propose(0, 1).expect("accepted before the write");
+    c.settle();
+    let results: Vec<_> = c.completions.iter().map(|x| x.result.clone()).collect();
+    assert_eq!(results, vec![Err(RaftError::Fenced { group: G })]);
+    assert!(c.nodes[0].is_fenced(G));
+    assert!(!c.nodes[0].is_leader(G));
+    assert_eq!(c.propose(0, 1), Err(RaftError::Fenced { group: G }));
+    assert_eq!(c.nodes[0].high_watermark(G), None);
+}
+
+#[test]
+fn malformed_peer_entries_are_dropped() {
+    let mut c = Cluster::new();
+    let mut m = Message::default();
+    m.set_msg_type(MessageType::MsgAppend);
+    (m.from, m.to, m.term) = (1, 2, 99);
+    m.mut_entries().push(Entry {
+        data: Bytes::from_static(b"batch"),
+        context: Bytes::from_static(b"xx"), // not a 4-byte record count
+        ..Entry::default()
+    });
+    let batch = MessageBatch {
+        from: NodeId(1),
+        to: NodeId(2),
+        messages: vec![GroupMessage {
+            group: G,
+            message: m,
+        }],
+    };
+    let outcome = c.nodes[1].step(batch);
+    assert_eq!((outcome.stepped, outcome.dropped), (0, 1));
+    assert_eq!(
+        c.nodes[1].term(G),
+        c.nodes[0].term(G),
+        "the bad message changed nothing"
+    );
+}
