@@ -39,7 +39,8 @@ mod clock;
 mod connection;
 mod consumer;
 mod error;
-pub mod partitioner;
+/// Kafka's default key partitioner (murmur2), as the producer uses it.
+pub use strand_wire::partitioner;
 mod producer;
 mod records;
 

@@ -27,7 +27,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::client::Client;
 use crate::clock;
 use crate::error::{Error, Result};
-use crate::partitioner::partition_for_key;
+use strand_wire::partitioner::partition_for_key;
 
 /// Records queued between `send` and the accumulator before `send` waits.
 const COMMAND_QUEUE_RECORDS: usize = 1024;

@@ -26,44 +26,10 @@ pub const BATCH_BYTES_MAX: usize = 1_000_000;
 /// How long the broker may wait for acknowledgements, in milliseconds.
 const PRODUCE_TIMEOUT_MS: i32 = 30_000;
 
-/// Kafka's `Utils.murmur2`, which its default partitioner applies to record keys.
-pub fn murmur2(data: &[u8]) -> u32 {
-    const SEED: u32 = 0x9747_b28c;
-    const M: u32 = 0x5bd1_e995;
-    const R: u32 = 24;
-    // Kafka mixes in the length as a Java int; longer inputs wrap the same way.
-    let len = u32::try_from(data.len() & 0xffff_ffff).unwrap_or(u32::MAX);
-    let mut h = SEED ^ len;
-    let chunks = data.chunks_exact(4);
-    let rest = chunks.remainder();
-    for c in chunks {
-        let mut k = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-        k = k.wrapping_mul(M);
-        k ^= k >> R;
-        k = k.wrapping_mul(M);
-        h = h.wrapping_mul(M);
-        h ^= k;
-    }
-    if let Some(&b) = rest.get(2) {
-        h ^= u32::from(b) << 16;
-    }
-    if let Some(&b) = rest.get(1) {
-        h ^= u32::from(b) << 8;
-    }
-    if let Some(&b) = rest.first() {
-        h ^= u32::from(b);
-        h = h.wrapping_mul(M);
-    }
-    h ^= h >> 13;
-    h = h.wrapping_mul(M);
-    h ^= h >> 15;
-    h
-}
-
-/// The partition Kafka's default partitioner picks for `key` among `partitions`.
+/// The partition Kafka's default partitioner (murmur2) picks for `key`.
 pub fn partition_for_key(key: &[u8], partitions: i32) -> i32 {
-    let positive = i64::from(murmur2(key) & 0x7fff_ffff);
-    i32::try_from(positive % i64::from(partitions.max(1))).unwrap_or(0)
+    let n = u32::try_from(partitions.max(1)).unwrap_or(1);
+    i32::try_from(strand_wire::partitioner::partition_for_key(key, n)).unwrap_or(0)
 }
 
 /// One input line as a record: (key, value).
@@ -243,26 +209,6 @@ pub fn filler_batch(count: u32, value_bytes: usize) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn murmur2_matches_kafka() {
-        // Values from kafka-python's `murmur2` (a port of Kafka's `Utils.murmur2`).
-        for (input, want) in [
-            (&b""[..], 275_646_681u32),
-            (b"a", 2_731_586_172),
-            (b"ab", 316_155_434),
-            (b"abc", 479_470_107),
-            (b"kafka", 3_496_464_228),
-            (b"key-17", 956_945_460),
-            (b"giberish123456789", 2_404_723_468),
-        ] {
-            assert_eq!(murmur2(input), want, "{:?}", String::from_utf8_lossy(input));
-        }
-        assert_eq!(
-            partition_for_key(b"kafka", 3),
-            (3_496_464_228u32 & 0x7fff_ffff) as i32 % 3
-        );
-    }
 
     #[test]
     fn lines_split_at_the_first_separator() {

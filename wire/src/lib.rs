@@ -10,6 +10,7 @@
 //! - [`BatchBuilder`]: encodes uncompressed batches for producers (client, bench, tests).
 //! - [`native`]: the native protocol's frame header and flatbuffers messages.
 //! - [`records`]: decodes the records of a batch for consumers.
+//! - [`partitioner`]: Kafka's murmur2 key partitioner, shared by every producer we ship.
 //! - [`fuzz`]: the bodies of the fuzz targets, shared by `cargo fuzz` and a stable-Rust
 //!   replay test.
 //!
@@ -26,6 +27,7 @@ extern crate alloc;
 pub mod batch_builder;
 pub mod fuzz;
 pub mod native;
+pub mod partitioner;
 pub mod record_batch;
 pub mod records;
 

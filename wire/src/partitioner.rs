@@ -64,6 +64,26 @@ mod tests {
         for (key, want) in cases {
             assert_eq!(murmur2(key.as_bytes()), want, "{key}");
         }
+        // From kafka-python's port, as unsigned 32-bit values.
+        for (key, want) in [
+            (&b""[..], 275_646_681u32),
+            (b"a", 2_731_586_172),
+            (b"ab", 316_155_434),
+            (b"kafka", 3_496_464_228),
+            (b"key-17", 956_945_460),
+            (b"giberish123456789", 2_404_723_468),
+        ] {
+            assert_eq!(
+                murmur2(key) as u32,
+                want,
+                "{:?}",
+                String::from_utf8_lossy(key)
+            );
+        }
+        assert_eq!(
+            partition_for_key(b"kafka", 3),
+            (3_496_464_228u32 & 0x7fff_ffff) % 3
+        );
     }
 
     #[test]
