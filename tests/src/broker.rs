@@ -476,9 +476,21 @@ fn native_flags(bin: &Path, addr: SocketAddr) -> Vec<String> {
 }
 
 /// A loopback port nobody listens on right now.
+///
+/// Never the same port twice in one test process: brokers of parallel tests pick ports
+/// before binding them, and glommio listeners bind with SO_REUSEPORT, so two brokers
+/// handed the same port would both bind it and share its connections.
 fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    l.local_addr().expect("local addr").port()
+    static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    loop {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+        let port = l.local_addr().expect("local addr").port();
+        let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+        if !handed_out.contains(&port) {
+            handed_out.push(port);
+            return port;
+        }
+    }
 }
 
 /// How a read that waits for the peer to close ended.
