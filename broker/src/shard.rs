@@ -122,9 +122,7 @@ impl Shard {
         if target == self.id {
             return Box::pin(self.execute(op)).await;
         }
-        let mut s = self.stats.get();
-        s.cross_shard_messages += 1;
-        self.stats.set(s);
+        self.bump(|s| s.cross_shard_messages += 1);
         let (tx, rx) = oneshot::channel();
         let mut peer = self.peers[target].clone();
         if !self.peer_alive(target) || peer.send(Envelope { op, reply: tx }).await.is_err() {
@@ -146,6 +144,7 @@ impl Shard {
             .is_some_and(|a| a.load(std::sync::atomic::Ordering::Acquire))
     }
 
+    /// Updates this shard's counters.
     fn bump(&self, f: impl FnOnce(&mut ShardStats)) {
         let mut s = self.stats.get();
         f(&mut s);
@@ -325,9 +324,7 @@ impl Shard {
         if let Ok(p) = self.in_flight_bytes.try_acquire_static_permit(units) {
             return Some(p);
         }
-        let mut s = self.stats.get();
-        s.backpressure_events += 1;
-        self.stats.set(s);
+        self.bump(|s| s.backpressure_events += 1);
         self.in_flight_bytes.acquire_static_permit(units).await.ok()
     }
 

@@ -355,6 +355,13 @@ fn the_version_one_error_layout_is_stable() {
         error: error(codes::UNSUPPORTED_VERSION, "v", false),
     })));
     let frame = Encoder::new().frame(PROTOCOL_VERSION, 9, &msg);
+    let hex: String = frame.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(
+        hex,
+        "500000000100000009000000000000000c00000008000e0007000800080000000000000f0c00000000\
+         00060008000400060000000c00000008000c00060008000800000000002300040000000100000076000000",
+        "the version-1 UNSUPPORTED_VERSION frame changed: check that old clients still read it, then re-pin"
+    );
     let back = decode_body(&frame[FRAME_HEADER_BYTES..]).unwrap();
     let BodyT::ErrorResponse(e) = back.body else {
         panic!("not an error response")
