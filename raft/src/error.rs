@@ -18,6 +18,10 @@ pub enum StoreError {
     /// An entry is not one of ours (see `entry`): corrupt or from a bad peer.
     #[error("malformed entry at raft index {index:?}: {why}")]
     MalformedEntry { index: RaftIndex, why: &'static str },
+    /// The entries are on disk but not in memory; the store reads them asynchronously
+    /// (raft-rs `LogTemporarilyUnavailable`) and the driver retries when they arrive.
+    #[error("raft index {index:?} is not in memory; fetching it")]
+    NotInMemory { index: RaftIndex },
     /// fdatasync (or the write before it) failed; what is on disk is unknown.
     #[error("sync failed: {why}")]
     SyncFailed { why: &'static str },

@@ -64,7 +64,9 @@ impl<S: LogStore> Group<S> {
         election_ticks: (usize, usize),
         rng: &mut Prng,
     ) -> Self {
-        let applied = node.store().store().index().compaction_point().index;
+        // raft-rs starts applying after `Config::applied`, which the driver sets to the
+        // larger of the compaction point and the persisted commit index.
+        let applied = RaftIndex(node.raft.raft_log.applied);
         let mut group = Self {
             id,
             node,
@@ -77,6 +79,11 @@ impl<S: LogStore> Group<S> {
         };
         group.rejitter(rng);
         group
+    }
+
+    /// The proposals still waiting, when the group is removed (its store is dropped).
+    pub fn into_pending(self) -> Vec<ProposalId> {
+        self.pending.into_values().map(|p| p.id).collect()
     }
 
     pub fn is_fenced(&self) -> bool {
@@ -299,6 +306,37 @@ impl<S: LogStore> Group<S> {
             self.applied = index;
             self.complete_through(index, RaftTerm(e.term), fx);
         }
+        let applied = self.applied;
+        self.store_mut().applied_to(applied);
+    }
+
+    /// Whether the `Ready` between the two phases wrote to the store (it needs a sync).
+    pub fn needs_sync(&self) -> bool {
+        matches!(self.in_flight, Some((_, true)))
+    }
+
+    /// Reads raft-rs waits for (see `GroupStorage::take_wanted`).
+    pub fn has_wanted(&self) -> bool {
+        self.node.store().has_wanted()
+    }
+
+    /// Hands every waiting read back to raft-rs once the store holds its entries; the
+    /// appends it then sends go out with the next `Ready`.
+    pub fn entries_fetched(&mut self) {
+        for w in self.node.store().take_wanted() {
+            if !self.fenced {
+                self.node.on_entries_fetched(w.context);
+            }
+        }
+    }
+
+    /// The reads raft-rs waits for, as index ranges (the contexts stay until
+    /// `entries_fetched`).
+    pub fn wanted_ranges(&self) -> Vec<(RaftIndex, RaftIndex)> {
+        let wanted = self.node.store().take_wanted();
+        let ranges = wanted.iter().map(|w| (w.lo, w.hi)).collect();
+        self.node.store().put_back_wanted(wanted);
+        ranges
     }
 
     fn complete_through(&mut self, index: RaftIndex, term: RaftTerm, fx: &mut Effects<'_>) {

@@ -20,7 +20,9 @@ pub trait LogStore {
     fn index(&self) -> &LogIndex;
 
     /// Entries in `lo..hi`, at least one when the range is not empty, then no more than
-    /// `max_size_bytes` in total (raft-rs's `limit_size` rule).
+    /// `max_size_bytes` in total (raft-rs's `limit_size` rule). A store that holds only
+    /// part of its log in memory answers `NotInMemory` for the rest; it must hold every
+    /// entry after the last `applied_to` (applying cannot wait).
     fn entries(
         &self,
         lo: RaftIndex,
@@ -52,6 +54,10 @@ pub trait LogStore {
 
     /// Drops the entries through `through` (already applied and retained elsewhere).
     fn compact_through(&mut self, through: RaftIndex) -> Result<(), StoreError>;
+
+    /// Every entry through `index` has been applied: a store that keeps unapplied entries
+    /// in memory (so that applying never waits for a disk read) may drop them now.
+    fn applied_to(&mut self, _index: RaftIndex) {}
 
     /// Replaces the whole log by an empty one starting after `point` (a snapshot from the
     /// leader); durable at the next `sync`.

@@ -190,7 +190,11 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
             let reason = "the store holds no voters".to_string();
             return Err(RaftError::Raft { group, reason });
         }
-        let applied = store.index().compaction_point().index;
+        // Entries through the persisted commit index were applied before a restart: the
+        // partition log is the state machine, so applying them again would only replay
+        // completions nobody waits for, and would read the whole log from disk.
+        let committed = RaftIndex(store.hard_state().commit).min(store.index().last_index());
+        let applied = store.index().compaction_point().index.max(committed);
         let raft_config = self.config.raft_config(applied);
         let logger = crate::log_bridge::logger(self.config.node, group);
         let node = RawNode::new(&raft_config, GroupStorage::new(store), &logger).map_err(|e| {
@@ -268,7 +272,18 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
     }
 
     /// One loop turn: tick if due, drain every `Ready` in two phases, send the batches.
+    /// With a store whose `sync` is synchronous (the simulator's) this is the whole turn.
     pub fn turn(&mut self) {
+        self.turn_begin();
+        self.turn_finish();
+    }
+
+    /// First half of a turn: ticks if due, takes every `Ready` (appending entries and hard
+    /// state to the stores without syncing) and sends the leaders' messages. Returns the
+    /// groups whose stores must be made durable before `turn_finish`, which calls their
+    /// `sync` (a store persisting asynchronously reports there what the caller's write and
+    /// fdatasync did in between).
+    pub fn turn_begin(&mut self) -> Vec<GroupId> {
         let now = self.clock.now();
         let tick = now >= self.next_tick_at;
         if tick {
@@ -280,14 +295,24 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
             completions: &mut self.completions,
             rng: &mut self.rng,
         };
-        for g in self.groups.values_mut() {
+        let mut dirty = Vec::new();
+        for (&id, g) in self.groups.iter_mut() {
             if tick {
                 g.tick(fx.rng);
             }
             g.begin_ready(&mut fx);
+            if g.needs_sync() {
+                dirty.push(id);
+            }
         }
         // The leaders' appends leave before their own fsync (ARCHITECTURE.md, Replication).
         self.outbox.flush(self.config.node, &mut self.transport);
+        dirty
+    }
+
+    /// Second half of a turn: syncs (or collects the outcome of) every store written by
+    /// `turn_begin`, sends what waited for persistence, applies what is committed.
+    pub fn turn_finish(&mut self) {
         let mut fx = Effects {
             outbox: &mut self.outbox,
             completions: &mut self.completions,
@@ -297,6 +322,49 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
             g.finish_ready(&mut fx);
         }
         self.outbox.flush(self.config.node, &mut self.transport);
+    }
+
+    /// When the next tick is due (the broker sleeps until then when nothing else happens).
+    pub fn next_tick_at(&self) -> Duration {
+        self.next_tick_at
+    }
+
+    /// Groups whose log reads raft-rs is waiting for, with the index ranges wanted: the
+    /// caller loads them into the store, then calls `entries_fetched`.
+    pub fn wanted_reads(&self) -> Vec<(GroupId, Vec<(RaftIndex, RaftIndex)>)> {
+        self.groups
+            .iter()
+            .filter(|(_, g)| g.has_wanted())
+            .map(|(&id, g)| (id, g.wanted_ranges()))
+            .collect()
+    }
+
+    /// The store of `group` now holds the entries it wanted: raft-rs sends them.
+    pub fn entries_fetched(&mut self, group: GroupId) {
+        if let Some(g) = self.groups.get_mut(&group) {
+            g.entries_fetched();
+        }
+    }
+
+    /// Stops and forgets a group (its replica moved away or its topic was deleted); its
+    /// pending proposals complete `Dropped`; its store is dropped. False if unknown.
+    pub fn remove_group(&mut self, group: GroupId) -> bool {
+        let Some(g) = self.groups.remove(&group) else {
+            return false;
+        };
+        for id in g.into_pending() {
+            self.completions.push(Completion {
+                id,
+                group,
+                result: Err(RaftError::Dropped { group }),
+            });
+        }
+        true
+    }
+
+    /// Whether `group` exists here.
+    pub fn has_group(&self, group: GroupId) -> bool {
+        self.groups.contains_key(&group)
     }
 
     /// Moves the completions so far into `out`.

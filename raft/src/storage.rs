@@ -7,6 +7,8 @@
 //! state machine, so a follower that receives one starts its log there. Shipping the
 //! compacted segments with it is not done yet.
 
+use std::cell::RefCell;
+
 use raft::eraftpb::{Entry, Snapshot};
 use raft::{GetEntriesContext, RaftState, Storage};
 
@@ -18,16 +20,46 @@ use crate::types::{KafkaOffset, RaftIndex, RaftTerm};
 /// Bytes of a snapshot's data: the Kafka offset after the compaction point.
 pub const SNAPSHOT_DATA_BYTES: usize = 8;
 
+/// A read raft-rs is waiting for: entries `lo..hi` (to send to a follower), and the
+/// context to hand back through `RawNode::on_entries_fetched` once the store has them.
+#[derive(Debug)]
+pub struct WantedEntries {
+    pub lo: RaftIndex,
+    pub hi: RaftIndex,
+    pub context: GetEntriesContext,
+}
+
 /// A group's `LogStore` as raft-rs sees it.
 #[derive(Debug)]
 pub struct GroupStorage<S> {
     store: S,
+    /// Reads answered `LogTemporarilyUnavailable`, waiting for the driver to fetch them.
+    wanted: RefCell<Vec<WantedEntries>>,
 }
 
 impl<S: LogStore> GroupStorage<S> {
     /// Wraps `store`.
     pub fn new(store: S) -> Self {
-        Self { store }
+        Self {
+            store,
+            wanted: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// The reads raft-rs waits for (see `WantedEntries`); the caller fetches them into the
+    /// store and hands each context back to raft-rs.
+    pub fn take_wanted(&self) -> Vec<WantedEntries> {
+        std::mem::take(&mut *self.wanted.borrow_mut())
+    }
+
+    /// Returns reads taken with `take_wanted` that are still waiting.
+    pub fn put_back_wanted(&self, mut wanted: Vec<WantedEntries>) {
+        self.wanted.borrow_mut().append(&mut wanted);
+    }
+
+    /// Whether raft-rs waits for a read.
+    pub fn has_wanted(&self) -> bool {
+        !self.wanted.borrow().is_empty()
     }
 
     /// The wrapped store.
@@ -45,6 +77,9 @@ fn to_raft(e: StoreError) -> raft::Error {
     match e {
         StoreError::Compacted { .. } => raft::Error::Store(raft::StorageError::Compacted),
         StoreError::Unavailable { .. } => raft::Error::Store(raft::StorageError::Unavailable),
+        StoreError::NotInMemory { .. } => {
+            raft::Error::Store(raft::StorageError::LogTemporarilyUnavailable)
+        }
         other @ (StoreError::NotContiguous { .. }
         | StoreError::MalformedEntry { .. }
         | StoreError::SyncFailed { .. }) => {
@@ -89,11 +124,20 @@ impl<S: LogStore> Storage for GroupStorage<S> {
         low: u64,
         high: u64,
         max_size: impl Into<Option<u64>>,
-        _context: GetEntriesContext,
+        context: GetEntriesContext,
     ) -> raft::Result<Vec<Entry>> {
-        self.store
-            .entries(RaftIndex(low), RaftIndex(high), max_size.into())
-            .map_err(to_raft)
+        let (lo, hi) = (RaftIndex(low), RaftIndex(high));
+        match self.store.entries(lo, hi, max_size.into()) {
+            Err(StoreError::NotInMemory { .. }) if context.can_async() => {
+                self.wanted
+                    .borrow_mut()
+                    .push(WantedEntries { lo, hi, context });
+                Err(raft::Error::Store(
+                    raft::StorageError::LogTemporarilyUnavailable,
+                ))
+            }
+            other => other.map_err(to_raft),
+        }
     }
 
     fn term(&self, idx: u64) -> raft::Result<u64> {
