@@ -55,6 +55,11 @@ pub(crate) struct Group<S: LogStore> {
     jitter_key: Option<(u64, StateRole, u64)>,
     /// The `Ready` between the two phases, and whether it wrote anything.
     in_flight: Option<(raft::Ready, bool)>,
+    /// Asynchronous persistence (the broker): the `Ready` was advanced at once; its number,
+    /// whether it wrote, and the messages that wait for its persistence.
+    in_flight_async: Option<(u64, bool, Vec<Message>)>,
+    /// Whether this group persists asynchronously (see `finish_ready_async`).
+    async_persist: bool,
 }
 
 impl<S: LogStore> Group<S> {
@@ -76,6 +81,8 @@ impl<S: LogStore> Group<S> {
             election_ticks,
             jitter_key: None,
             in_flight: None,
+            in_flight_async: None,
+            async_persist: false,
         };
         group.rejitter(rng);
         group
@@ -84,6 +91,11 @@ impl<S: LogStore> Group<S> {
     /// The proposals still waiting, when the group is removed (its store is dropped).
     pub fn into_pending(self) -> Vec<ProposalId> {
         self.pending.into_values().map(|p| p.id).collect()
+    }
+
+    /// Switches the group to asynchronous persistence (see `finish_ready_async`).
+    pub fn set_async_persist(&mut self) {
+        self.async_persist = true;
     }
 
     pub fn is_fenced(&self) -> bool {
@@ -226,6 +238,39 @@ impl<S: LogStore> Group<S> {
         Ok(())
     }
 
+    /// Hands a data entry to the leader through raft-rs's proposal forwarding, without
+    /// tracking it: the caller observes the outcome in the applied log (the controller's
+    /// commands are checked against the state they produce).
+    pub fn forward(&mut self, payload: Bytes, record_count: u32) -> Result<(), RaftError> {
+        let group = self.id;
+        if self.fenced {
+            return Err(RaftError::Fenced { group });
+        }
+        let e = Entry {
+            data: payload,
+            context: Bytes::copy_from_slice(&entry::data_context(record_count)),
+            ..Entry::default()
+        };
+        if let Err(why) = entry::classify(&e) {
+            return Err(RaftError::InvalidProposal { group, why });
+        }
+        let mut m = Message::default();
+        m.set_msg_type(MessageType::MsgPropose);
+        m.from = self.node.raft.id;
+        m.mut_entries().push(e);
+        match self.node.raft.step(m) {
+            Ok(()) => Ok(()),
+            Err(raft::Error::ProposalDropped) => Err(RaftError::NotLeader {
+                group,
+                leader_hint: self.leader(),
+            }),
+            Err(e) => Err(RaftError::Raft {
+                group,
+                reason: e.to_string(),
+            }),
+        }
+    }
+
     /// Phase 1 of a turn: see the module doc.
     pub fn begin_ready(&mut self, fx: &mut Effects<'_>) {
         if self.fenced || !self.node.has_ready() {
@@ -259,7 +304,17 @@ impl<S: LogStore> Group<S> {
             self.store_mut().set_hard_state(&hs);
             wrote = true;
         }
-        self.in_flight = Some((rd, wrote));
+        if self.async_persist {
+            // raft-rs's asynchronous-ready path: the entries are in the store's memory
+            // (logically appended), so the Ready is advanced now and the node may step and
+            // propose while the disk works; `on_persist_ready` follows the fsync.
+            let number = rd.number();
+            let persisted = rd.take_persisted_messages();
+            self.node.advance_append_async(rd);
+            self.in_flight_async = Some((number, wrote, persisted));
+        } else {
+            self.in_flight = Some((rd, wrote));
+        }
     }
 
     /// Phase 2 of a turn: see the module doc.
@@ -287,6 +342,32 @@ impl<S: LogStore> Group<S> {
         self.fail_pending_unless_leader(fx);
     }
 
+    /// Phase 2 when the store persisted asynchronously while the node kept stepping
+    /// messages and proposals (the broker): raft-rs's asynchronous-ready path, so messages
+    /// a follower generated meanwhile wait for the next `Ready` (after their own
+    /// persistence) instead of breaking `advance_append`'s contract. The commit this
+    /// enables surfaces in the next `Ready`.
+    pub fn finish_ready_async(&mut self, fx: &mut Effects<'_>) {
+        let Some((number, wrote, persisted)) = self.in_flight_async.take() else {
+            return;
+        };
+        if wrote {
+            if let Err(e) = self.store_mut().sync() {
+                return self.fence(e, fx);
+            }
+        }
+        fx.outbox.push(self.id, persisted);
+        self.node.on_persist_ready(number);
+        self.node.advance_apply();
+        self.rejitter(fx.rng);
+        self.fail_pending_unless_leader(fx);
+    }
+
+    /// Whether raft-rs has work for the next turn.
+    pub fn has_ready(&self) -> bool {
+        !self.fenced && self.node.has_ready()
+    }
+
     fn apply(&mut self, entries: Vec<Entry>, fx: &mut Effects<'_>) {
         for e in entries {
             let index = RaftIndex(e.index);
@@ -312,7 +393,7 @@ impl<S: LogStore> Group<S> {
 
     /// Whether the `Ready` between the two phases wrote to the store (it needs a sync).
     pub fn needs_sync(&self) -> bool {
-        matches!(self.in_flight, Some((_, true)))
+        matches!(self.in_flight, Some((_, true))) || matches!(self.in_flight_async, Some((_, true, _)))
     }
 
     /// Reads raft-rs waits for (see `GroupStorage::take_wanted`).
@@ -401,6 +482,7 @@ impl<S: LogStore> Group<S> {
         tracing::error!(group = %self.id, %error, "log write failed, fencing the group");
         self.fenced = true;
         self.in_flight = None;
+        self.in_flight_async = None;
         let group = self.id;
         while let Some((_, p)) = self.pending.pop_first() {
             let result = Err(RaftError::Fenced { group });

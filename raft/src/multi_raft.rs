@@ -80,6 +80,9 @@ pub struct DriverConfig {
     pub proposals_in_flight_max: usize,
     /// Seeds the election jitter (from the run's seed in the simulator).
     pub jitter_seed: u64,
+    /// The store persists between `turn_begin` and `turn_finish_async` while the driver
+    /// keeps stepping and proposing (the broker); false: `turn` with a synchronous store.
+    pub async_persist: bool,
 }
 
 impl DriverConfig {
@@ -95,6 +98,7 @@ impl DriverConfig {
             appends_in_flight_max: APPENDS_IN_FLIGHT_MAX_DEFAULT,
             proposals_in_flight_max: PROPOSALS_IN_FLIGHT_MAX_DEFAULT,
             jitter_seed,
+            async_persist: false,
         }
     }
 
@@ -207,8 +211,11 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
             self.config.election_ticks + 1,
             self.config.election_ticks_max,
         );
-        self.groups
-            .insert(group, Group::new(group, node, ticks, &mut self.rng));
+        let mut g = Group::new(group, node, ticks, &mut self.rng);
+        if self.config.async_persist {
+            g.set_async_persist();
+        }
+        self.groups.insert(group, g);
         Ok(())
     }
 
@@ -243,6 +250,20 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
         )?;
         self.next_proposal += 1;
         Ok(id)
+    }
+
+    /// Proposes on the leader or forwards to it (raft-rs proposal forwarding) without a
+    /// completion; `NotLeader` when no leader is known yet.
+    pub fn forward(
+        &mut self,
+        group: GroupId,
+        payload: Bytes,
+        record_count: u32,
+    ) -> Result<(), RaftError> {
+        self.groups
+            .get_mut(&group)
+            .ok_or(RaftError::UnknownGroup { group })?
+            .forward(payload, record_count)
     }
 
     /// Hands a peer's batch to its groups. Nothing is sent until the next `turn`.
@@ -322,6 +343,26 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
             g.finish_ready(&mut fx);
         }
         self.outbox.flush(self.config.node, &mut self.transport);
+    }
+
+    /// Second half of a turn for a store that persisted while the driver kept stepping and
+    /// proposing (see `Group::finish_ready_async`); commits surface in the next turn,
+    /// which `has_ready` asks for.
+    pub fn turn_finish_async(&mut self) {
+        let mut fx = Effects {
+            outbox: &mut self.outbox,
+            completions: &mut self.completions,
+            rng: &mut self.rng,
+        };
+        for g in self.groups.values_mut() {
+            g.finish_ready_async(&mut fx);
+        }
+        self.outbox.flush(self.config.node, &mut self.transport);
+    }
+
+    /// Whether any group has work for another turn now.
+    pub fn has_ready(&self) -> bool {
+        self.groups.values().any(Group::has_ready)
     }
 
     /// When the next tick is due (the broker sleeps until then when nothing else happens).
