@@ -1,3 +1,5 @@
+use std::path::PathBuf;
+
 use bytes::{Bytes, BytesMut};
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -5,6 +7,7 @@ use protobuf::{Message as _, ProtobufEnum as _};
 use raft::eraftpb::{ConfState, Entry, EntryType, Message, MessageType, Snapshot};
 
 use super::*;
+use crate::seed::Prng;
 
 const N1: NodeId = NodeId(1);
 const N2: NodeId = NodeId(2);
@@ -704,4 +707,130 @@ proptest! {
     fn mangled_frames_never_panic(bytes in arb_mangled_frame()) {
         crate::fuzz::rpc_frame(&bytes);
     }
+}
+
+// ---- fuzz corpus ----------------------------------------------------------------------
+
+/// Mutations of each corpus file run on stable Rust by `corpus_replays`.
+const MUTATIONS_PER_INPUT: usize = 300;
+
+fn corpus_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/rpc_frame")
+}
+
+/// The seed corpus of `raft/fuzz`: name and bytes. `STRAND_WRITE_FUZZ_SEEDS=1 cargo test
+/// -p strand-raft --lib corpus` rewrites the files; otherwise the test checks them.
+fn seeds() -> Vec<(&'static str, Vec<u8>)> {
+    let entries = vec![
+        entry(
+            EntryType::EntryNormal,
+            41,
+            b"kafka batch bytes",
+            &[0, 0, 0, 3],
+        ),
+        entry(EntryType::EntryConfChangeV2, 42, b"conf change", b""),
+    ];
+    let append = encode_one(&batch(N1, N2, vec![(5, append(N1, N2, entries))]));
+    let mixed = encode_one(&batch(
+        N1,
+        N2,
+        vec![
+            (0, snapshot_message(N1, N2)),
+            (3, message(MessageType::MsgHeartbeat, N1, N2)),
+        ],
+    ));
+    let hello = encode_one(&hello());
+    let mut bad_version = hello.clone();
+    bad_version[4] = 2;
+    vec![
+        ("hello", hello.clone()),
+        ("batch-append", append.clone()),
+        ("batch-snapshot-heartbeat", mixed),
+        ("batch-empty", encode_one(&batch(N1, N2, vec![]))),
+        ("stream-hello-batch", [hello, append.clone()].concat()),
+        ("truncated", append[..append.len() - 3].to_vec()),
+        ("bad-version", bad_version),
+        (
+            "huge-length",
+            [&u32::MAX.to_le_bytes()[..], &append[4..]].concat(),
+        ),
+        ("count-over-limit", raw_batch(N1, N2, u32::MAX, &[])),
+    ]
+}
+
+#[test]
+fn corpus_replays() {
+    let dir = corpus_dir();
+    if std::env::var_os("STRAND_WRITE_FUZZ_SEEDS").is_some() {
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, bytes) in seeds() {
+            std::fs::write(dir.join(name), bytes).unwrap();
+        }
+    }
+    for (name, bytes) in seeds() {
+        let on_disk = std::fs::read(dir.join(name)).unwrap_or_default();
+        assert!(
+            on_disk == bytes,
+            "seed {name} differs; rewrite with STRAND_WRITE_FUZZ_SEEDS=1"
+        );
+    }
+    let mut corpus: Vec<Vec<u8>> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| std::fs::read(e.unwrap().path()).unwrap())
+        .collect();
+    corpus.sort();
+    let mut rng = Prng::new(0x5712_a9d0_f022_0002);
+    for data in &corpus {
+        crate::fuzz::rpc_frame(data);
+        for _ in 0..MUTATIONS_PER_INPUT {
+            crate::fuzz::rpc_frame(&mutate(data, &corpus, &mut rng));
+        }
+    }
+}
+
+/// One mutation: bit flips, byte writes, a cut, a `len` or `count` at its edges, a splice
+/// with another input, or a duplication.
+fn mutate(data: &[u8], corpus: &[Vec<u8>], rng: &mut Prng) -> Vec<u8> {
+    let mut out = data.to_vec();
+    let below = |rng: &mut Prng, n: usize| usize::try_from(rng.below(n as u64)).unwrap();
+    match rng.below(6) {
+        0 if !out.is_empty() => {
+            for _ in 0..=rng.below(4) {
+                let bit = below(rng, out.len() * 8);
+                out[bit / 8] ^= 1 << (bit % 8);
+            }
+        }
+        1 if !out.is_empty() => {
+            for _ in 0..=rng.below(8) {
+                let at = below(rng, out.len());
+                out[at] = rng.next_u64().to_le_bytes()[0];
+            }
+        }
+        2 => out.truncate(below(rng, out.len() + 1)),
+        3 => {
+            let len = u32::try_from(out.len()).unwrap_or(u32::MAX);
+            let edges = [
+                0,
+                3,
+                4,
+                len.saturating_sub(5),
+                len.saturating_sub(4),
+                len,
+                u32::MAX,
+            ];
+            let value = edges[below(rng, edges.len())];
+            // `len` at 0, or a batch's `count` at 24.
+            let at = if rng.below(2) == 0 { 0 } else { 24 };
+            if out.len() >= at + 4 {
+                out[at..at + 4].copy_from_slice(&value.to_le_bytes());
+            }
+        }
+        4 => {
+            let other = &corpus[below(rng, corpus.len())];
+            out.truncate(below(rng, out.len() + 1));
+            out.extend_from_slice(&other[below(rng, other.len() + 1)..]);
+        }
+        _ => out.extend_from_slice(data),
+    }
+    out
 }
