@@ -89,10 +89,12 @@ deps:
 soak:
 	STRAND_SOAK_ITERATIONS=$(SOAK_ITERATIONS) $(CARGO) test --release -p strand-tests --test crash_kill9 -- --nocapture
 
-## fuzz: run the record-batch and native-frame fuzzers for 60 s each (needs nightly and cargo-fuzz)
+## fuzz: run the record-batch, native-frame and RPC-frame fuzzers for 60 s each (needs nightly
+## and cargo-fuzz)
 fuzz:
 	cd wire/fuzz && cargo +nightly fuzz run record_batch -- -max_total_time=60
 	cd wire/fuzz && cargo +nightly fuzz run native_frame -- -max_total_time=60
+	cd raft/fuzz && cargo +nightly fuzz run rpc_frame -- -max_total_time=60
 
 ## sim: the deterministic Raft simulator (raft/src/sim); SEED=n replays one seed exactly,
 ## SEEDS=n runs n seeds from START=s (defaults: 2000 seeds from 0)

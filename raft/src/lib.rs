@@ -6,6 +6,8 @@
 //! - [`MultiRaft`]: the per-shard driver: ticks, steps, drains `Ready`s, batches messages
 //!   per node, reports proposal completions with Kafka base offsets and the high watermark.
 //! - [`Clock`], [`Transport`]: how the driver sees time and the network.
+//! - [`rpc`]: the internal RPC frames that carry a [`MessageBatch`] between nodes.
+//! - [`fuzz`]: the bodies of the fuzz targets, shared by `cargo fuzz` and stable tests.
 //! - `sim` (feature `sim`): the deterministic simulator.
 //!
 //! This crate never does I/O itself, never reads wall-clock time or OS randomness, and
@@ -14,12 +16,14 @@
 pub mod clock;
 pub mod entry;
 pub mod error;
+pub mod fuzz;
 mod group;
 pub mod log_bridge;
 pub mod log_index;
 pub mod log_store;
 pub mod mem_store;
 pub mod multi_raft;
+pub mod rpc;
 pub mod seed;
 #[cfg(feature = "sim")]
 pub mod sim;
@@ -33,6 +37,7 @@ pub use log_index::{CompactionPoint, LogIndex};
 pub use log_store::LogStore;
 pub use mem_store::{DurableImage, MemLogStore, SyncBehaviour};
 pub use multi_raft::{Completion, DriverConfig, MultiRaft, ProposalId, StepOutcome};
+pub use rpc::{Encoded, Hello, RpcError, RpcFrame};
 pub use storage::GroupStorage;
 pub use transport::{GroupMessage, MessageBatch, Transport};
-pub use types::{GroupId, KafkaOffset, NodeId, RaftIndex, RaftTerm};
+pub use types::{GroupId, KafkaOffset, NodeId, RaftIndex, RaftTerm, ShardId};

@@ -1,6 +1,6 @@
 //! `Transport`: how the driver sends Raft messages to other nodes. One `MessageBatch` per
 //! destination node per loop turn carries the messages of every group (ARCHITECTURE.md,
-//! Replication); the broker frames it as one internal RPC, the simulator queues it.
+//! Replication); the broker frames it as internal RPC (`rpc`), the simulator queues it.
 
 use raft::eraftpb::Message;
 
@@ -12,7 +12,7 @@ use crate::types::{GroupId, NodeId};
 pub const MESSAGES_PER_BATCH_MAX: usize = 64 * 1024;
 
 /// A Raft message of one group.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct GroupMessage {
     /// The group it belongs to.
     pub group: GroupId,
@@ -21,7 +21,7 @@ pub struct GroupMessage {
 }
 
 /// The messages from one node to another in one loop turn.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct MessageBatch {
     /// Sender.
     pub from: NodeId,
