@@ -90,10 +90,52 @@ pub struct Flags {
     /// Log line format.
     #[arg(long, env = "STRAND_LOG_FORMAT", value_enum)]
     pub log_format: Option<crate::logging::LogFormat>,
+    /// Internal RPC listener (Raft traffic) of shard 0; shard s listens on port + s.
+    #[arg(long, env = "STRAND_RPC_ADDR")]
+    pub rpc_addr: Option<SocketAddr>,
+    /// Controller voters, `id@host:port,...` (their RPC addresses, this node included).
+    /// Empty: a single node with no replication.
+    #[arg(long, env = "STRAND_SEEDS")]
+    pub seeds: Option<String>,
+    /// Replication factor of topics created without one (and of `__consumer_offsets`).
+    #[arg(long, env = "STRAND_DEFAULT_REPLICATION_FACTOR")]
+    pub default_replication_factor: Option<i16>,
     /// Run the start-up checks only, print each finding with its fix, and exit (0 when
     /// all pass).
     #[arg(long)]
     pub check: bool,
+}
+
+/// Default internal RPC port (shard 0).
+pub const RPC_PORT_DEFAULT: u16 = 33145;
+/// Largest replication factor (a Raft group of more voters costs more than it protects).
+pub const REPLICATION_FACTOR_MAX: i16 = 5;
+/// Most controller voters listed in `--seeds`.
+pub const SEEDS_MAX: usize = 7;
+
+/// Parses `id@host:port,...`: distinct positive ids and addresses.
+pub fn parse_seeds(s: &str) -> anyhow::Result<Vec<(i32, SocketAddr)>> {
+    let mut out: Vec<(i32, SocketAddr)> = Vec::new();
+    for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (id, addr) = item
+            .split_once('@')
+            .ok_or_else(|| anyhow::anyhow!("seed '{item}' is not id@host:port"))?;
+        let id: i32 = id
+            .parse()
+            .map_err(|_| anyhow::anyhow!("seed '{item}': node id '{id}' is not a number"))?;
+        let addr: SocketAddr = addr
+            .parse()
+            .map_err(|_| anyhow::anyhow!("seed '{item}': '{addr}' is not ip:port"))?;
+        if id < 1 || out.iter().any(|&(i, a)| i == id || a == addr) {
+            bail!("seed '{item}': node ids must be >= 1 and ids and addresses distinct");
+        }
+        out.push((id, addr));
+    }
+    if out.len() > SEEDS_MAX {
+        bail!("at most {SEEDS_MAX} seeds (controller voters), got {}", out.len());
+    }
+    out.sort();
+    Ok(out)
 }
 
 /// The same keys in a TOML file.
@@ -118,6 +160,9 @@ struct FileConfig {
     group_initial_rebalance_delay_ms: Option<u64>,
     log_level: Option<String>,
     log_format: Option<crate::logging::LogFormat>,
+    rpc_addr: Option<SocketAddr>,
+    seeds: Option<String>,
+    default_replication_factor: Option<i16>,
 }
 
 /// Validated configuration.
@@ -159,6 +204,12 @@ pub struct Config {
     pub log_level: String,
     /// Log line format.
     pub log_format: crate::logging::LogFormat,
+    /// Internal RPC listener of shard 0 (shard s: port + s).
+    pub rpc_addr: SocketAddr,
+    /// Controller voters (node id, RPC address of shard 0); empty = single node.
+    pub seeds: Vec<(i32, SocketAddr)>,
+    /// `default.replication.factor`.
+    pub default_replication_factor: i16,
 }
 
 impl Config {
@@ -230,12 +281,42 @@ impl Config {
                 .or(file.log_level)
                 .unwrap_or_else(|| crate::logging::LOG_LEVEL_DEFAULT.to_string()),
             log_format: flags.log_format.or(file.log_format).unwrap_or_default(),
+            rpc_addr: flags
+                .rpc_addr
+                .or(file.rpc_addr)
+                .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], RPC_PORT_DEFAULT))),
+            seeds: parse_seeds(flags.seeds.or(file.seeds).as_deref().unwrap_or(""))?,
+            default_replication_factor: flags
+                .default_replication_factor
+                .or(file.default_replication_factor)
+                .unwrap_or(1),
         };
         c.validate()?;
         Ok(c)
     }
 
     fn validate(&self) -> anyhow::Result<()> {
+        if !self.seeds.is_empty() {
+            if self.node_id < 1 {
+                bail!("a cluster node (--seeds given) needs --node-id >= 1");
+            }
+            if !self.seeds.iter().any(|&(id, _)| id == self.node_id) {
+                bail!(
+                    "--seeds must list this node ({}) among the controller voters",
+                    self.node_id
+                );
+            }
+        }
+        let nodes = self.seeds.len().max(1);
+        if !(1..=REPLICATION_FACTOR_MAX).contains(&self.default_replication_factor)
+            || self.default_replication_factor as usize > nodes
+        {
+            bail!(
+                "default_replication_factor must be in 1..={} (the nodes in --seeds), got {}",
+                nodes.min(REPLICATION_FACTOR_MAX as usize),
+                self.default_replication_factor
+            );
+        }
         if self.smp == Some(0) {
             bail!("smp must be at least 1");
         }

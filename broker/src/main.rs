@@ -4,6 +4,7 @@
 mod admin;
 mod admin_status;
 mod clock;
+mod cluster;
 mod config;
 mod errors;
 mod group;
@@ -18,6 +19,8 @@ mod ops;
 mod partition;
 mod preflight;
 mod producer_state;
+mod raft_store;
+mod replication;
 mod shard;
 mod shard_admin;
 mod shard_conn;

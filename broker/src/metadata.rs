@@ -33,6 +33,10 @@ pub enum Command {
         shards: Vec<u32>,
         /// Topic-level config overrides.
         configs: BTreeMap<String, String>,
+        /// Replica node ids of each partition, preferred leader first (empty: the single
+        /// node, no replication).
+        #[serde(default)]
+        replicas: Vec<Vec<i32>>,
     },
     /// Deletes a topic.
     DeleteTopic {
@@ -45,11 +49,19 @@ pub enum Command {
         name: String,
         /// Shards of the new partitions, in order.
         shards: Vec<u32>,
+        /// Replica node ids of the new partitions (empty without replication).
+        #[serde(default)]
+        replicas: Vec<Vec<i32>>,
     },
+    /// A node announces its listeners (cluster mode).
+    RegisterNode(NodeInfo),
     /// Reserves producer ids below `up_to` (never handed out again after a restart).
     ReserveProducerIds {
         /// Ids below this are reserved.
         up_to: i64,
+        /// Cluster mode: the node reserving the block (it alone hands out its ids).
+        #[serde(default)]
+        owner: Option<i32>,
     },
     /// Changes topic config overrides.
     AlterConfig {
@@ -62,6 +74,21 @@ pub enum Command {
     },
 }
 
+/// A node of the cluster as it registered.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct NodeInfo {
+    /// Node id (`--node-id`).
+    pub id: i32,
+    /// Host advertised to Kafka clients.
+    pub host: String,
+    /// Kafka listener port.
+    pub kafka_port: u16,
+    /// Native handshake port.
+    pub native_port: u16,
+    /// Shards it runs (must equal every other node's).
+    pub shards: u32,
+}
+
 /// One topic.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Topic {
@@ -71,6 +98,29 @@ pub struct Topic {
     pub shards: Vec<u32>,
     /// Config overrides.
     pub configs: BTreeMap<String, String>,
+    /// Replica node ids of each partition (empty without replication).
+    pub replicas: Vec<Vec<i32>>,
+    /// Sequence number of the topic in the metadata log: its partitions' Raft groups are
+    /// `seq * GROUPS_PER_TOPIC + partition + 1` (group 0 is the controller).
+    pub seq: u64,
+}
+
+/// Raft group ids reserved per topic (the partition limit).
+pub const GROUPS_PER_TOPIC: u64 = PARTITIONS_PER_TOPIC_MAX as u64;
+
+impl Topic {
+    /// The Raft group of partition `p`.
+    pub fn group_of(&self, p: i32) -> u64 {
+        self.seq * GROUPS_PER_TOPIC + p.max(0) as u64 + 1
+    }
+
+    /// Replicas of partition `p` (empty without replication).
+    pub fn replicas_of(&self, p: i32) -> &[i32] {
+        usize::try_from(p)
+            .ok()
+            .and_then(|p| self.replicas.get(p))
+            .map_or(&[], Vec::as_slice)
+    }
 }
 
 /// Cluster metadata: an immutable snapshot of it is shared (`Arc`) with every shard.
@@ -84,6 +134,12 @@ pub struct Metadata {
     pub version: u64,
     /// Producer ids below this have been reserved.
     pub producer_ids_reserved_to: i64,
+    /// Cluster mode: the node that reserved the block ending at `producer_ids_reserved_to`.
+    pub producer_ids_owner: Option<i32>,
+    /// Registered nodes (cluster mode).
+    pub nodes: BTreeMap<i32, NodeInfo>,
+    /// Topics created so far (the next topic's `seq`).
+    pub topics_created: u64,
 }
 
 /// Why a command was refused; each maps to one Kafka error code.
@@ -145,10 +201,15 @@ impl Metadata {
     pub fn check(&self, cmd: &Command) -> Result<(), MetaError> {
         match cmd {
             Command::InitCluster { .. } => Ok(()),
-            Command::ReserveProducerIds { up_to } if *up_to > self.producer_ids_reserved_to => {
+            Command::RegisterNode(n) if n.id >= 1 && n.shards >= 1 => Ok(()),
+            Command::RegisterNode(n) => Err(MetaError::Internal(format!(
+                "node registration with id {} and {} shards",
+                n.id, n.shards
+            ))),
+            Command::ReserveProducerIds { up_to, .. } if *up_to > self.producer_ids_reserved_to => {
                 Ok(())
             }
-            Command::ReserveProducerIds { up_to } => Err(MetaError::Internal(format!(
+            Command::ReserveProducerIds { up_to, .. } => Err(MetaError::Internal(format!(
                 "producer ids already reserved to {}, not {up_to}",
                 self.producer_ids_reserved_to
             ))),
@@ -164,7 +225,7 @@ impl Metadata {
                 .get(name)
                 .map(|_| ())
                 .ok_or(MetaError::UnknownTopic(name.clone())),
-            Command::CreatePartitions { name, shards } => {
+            Command::CreatePartitions { name, shards, .. } => {
                 let t = self
                     .topics
                     .get(name)
@@ -182,27 +243,48 @@ impl Metadata {
     pub fn apply(&mut self, cmd: &Command) -> Result<(), MetaError> {
         self.check(cmd)?;
         match cmd {
-            Command::InitCluster { cluster_id } => self.cluster_id = cluster_id.clone(),
-            Command::ReserveProducerIds { up_to } => self.producer_ids_reserved_to = *up_to,
+            Command::InitCluster { cluster_id } => {
+                // A second InitCluster (two controller leaders racing at first start) is
+                // a no-op: the first one committed names the cluster.
+                if self.cluster_id.is_empty() {
+                    self.cluster_id = cluster_id.clone();
+                }
+            }
+            Command::RegisterNode(n) => {
+                self.nodes.insert(n.id, n.clone());
+            }
+            Command::ReserveProducerIds { up_to, owner } => {
+                self.producer_ids_reserved_to = *up_to;
+                self.producer_ids_owner = *owner;
+            }
             Command::CreateTopic {
                 name,
                 id,
                 shards,
                 configs,
+                replicas,
             } => {
                 let t = Topic {
                     id: *id,
                     shards: shards.clone(),
                     configs: configs.clone(),
+                    replicas: replicas.clone(),
+                    seq: self.topics_created,
                 };
+                self.topics_created += 1;
                 self.topics.insert(name.clone(), t);
             }
             Command::DeleteTopic { name } => {
                 self.topics.remove(name);
             }
-            Command::CreatePartitions { name, shards } => {
+            Command::CreatePartitions {
+                name,
+                shards,
+                replicas,
+            } => {
                 if let Some(t) = self.topics.get_mut(name) {
                     t.shards.extend_from_slice(shards);
+                    t.replicas.extend_from_slice(replicas);
                 }
             }
             Command::AlterConfig { name, set, delete } => {
@@ -234,6 +316,29 @@ fn check_count(n: usize) -> Result<(), MetaError> {
     Ok(())
 }
 
+/// Places the replicas of `count` new partitions of `topic` from index `first` on `nodes`
+/// (sorted ids): a stable hash of the topic picks the first node, then round-robin, so
+/// preferred leaders (the first replica) spread evenly over the nodes.
+pub fn place_replicas(
+    topic: &str,
+    first: usize,
+    count: usize,
+    nodes: &[i32],
+    factor: usize,
+) -> Vec<Vec<i32>> {
+    if nodes.is_empty() {
+        return Vec::new();
+    }
+    let start = crc32c::crc32c(topic.as_bytes()) as usize;
+    (first..first + count)
+        .map(|p| {
+            (0..factor.min(nodes.len()))
+                .map(|r| nodes[(start + p + r) % nodes.len()])
+                .collect()
+        })
+        .collect()
+}
+
 /// Places `count` new partitions of `topic`, starting at index `first`, on `shards` shards:
 /// a stable hash of the topic picks the first shard, then round-robin.
 pub fn place_partitions(topic: &str, first: usize, count: usize, shards: usize) -> Vec<u32> {
@@ -253,6 +358,7 @@ mod tests {
             id: 7,
             shards: vec![0; n],
             configs: BTreeMap::new(),
+            replicas: Vec::new(),
         }
     }
 
@@ -275,6 +381,7 @@ mod tests {
         let add = Command::CreatePartitions {
             name: "a".into(),
             shards: vec![1],
+            replicas: Vec::new(),
         };
         m.apply(&add).expect("add partitions");
         assert_eq!(m.shard_of("a", 2), Some(1));
@@ -282,6 +389,32 @@ mod tests {
             .expect("delete");
         assert_eq!(m.shard_of("a", 0), None);
         assert_eq!(m.version, 3);
+    }
+
+    #[test]
+    fn replicas_spread_preferred_leaders_and_never_repeat_a_node() {
+        let r = place_replicas("t", 0, 6, &[1, 2, 3], 3);
+        for set in &r {
+            let mut s = set.clone();
+            s.sort();
+            s.dedup();
+            assert_eq!(s.len(), 3, "{set:?}");
+        }
+        for n in 1..=3 {
+            assert_eq!(r.iter().filter(|s| s[0] == n).count(), 2);
+        }
+        assert_eq!(place_replicas("t", 0, 2, &[1, 2, 3], 1)[0].len(), 1);
+    }
+
+    #[test]
+    fn topics_get_distinct_group_ranges() {
+        let mut m = Metadata::default();
+        m.apply(&create("a", 2)).expect("a");
+        m.apply(&create("b", 2)).expect("b");
+        let (a, b) = (&m.topics["a"], &m.topics["b"]);
+        assert_ne!(a.group_of(0), b.group_of(0));
+        assert!(a.group_of(0) > 0, "group 0 is the controller");
+        assert_eq!(b.group_of(1), b.group_of(0) + 1);
     }
 
     #[test]

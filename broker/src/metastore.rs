@@ -102,7 +102,7 @@ impl MetaStore {
     }
 }
 
-fn decode_commands(batch: Bytes) -> anyhow::Result<Vec<Command>> {
+pub(crate) fn decode_commands(batch: Bytes) -> anyhow::Result<Vec<Command>> {
     let mut buf = batch;
     let set = RecordBatchDecoder::decode(&mut buf)?;
     set.records
@@ -116,7 +116,7 @@ fn now_ms() -> i64 {
     strand_storage::Clock::now_ms(&SystemClock)
 }
 
-fn new_cluster_id() -> String {
+pub(crate) fn new_cluster_id() -> String {
     // Kafka cluster ids are 22-character URL-safe base64 of a UUID.
     let id = uuid::Uuid::new_v4();
     let b = id.as_bytes();

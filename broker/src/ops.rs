@@ -137,6 +137,9 @@ pub enum Op {
     },
     /// Committed offsets of these groups (all coordinated here).
     OffsetFetch(Vec<(String, crate::kafka::groups::WantedOffsets)>),
+    /// Leader changes of Raft groups (group, leader node or -1, epoch), from a shard's
+    /// replicator to every shard.
+    Leaders(Vec<(u64, i32, i32)>),
     /// Counters for admin HTTP.
     Stats,
     /// Hand out a new producer id (shard 0 only).
@@ -259,6 +262,10 @@ impl Shard {
                 Reply::Offsets(crate::kafka::groups::offset_fetch_local(self, reqs))
             }
             Op::Stats => Reply::Stats(Box::new(self.snapshot())),
+            Op::Leaders(changes) => {
+                self.note_leaders(changes);
+                Reply::Done
+            }
             Op::AllocateProducerId => Reply::ProducerId(self.allocate_producer_id().await),
             Op::Shutdown => {
                 self.shutdown().await;
@@ -273,14 +280,17 @@ impl Shard {
         acks_all: bool,
     ) -> Vec<ProduceResult> {
         let futs = parts.into_iter().map(|p| {
-            let part = self.partition(&p.topic, p.partition);
+            let part = self.serving(&p.topic, p.partition);
             async move {
-                let Some(part) = part else {
-                    return ProduceResult {
-                        error: Some(KafkaError::UnknownTopicOrPartition),
-                        base_offset: -1,
-                        log_start_offset: -1,
-                    };
+                let part = match part {
+                    Ok(part) => part,
+                    Err(e) => {
+                        return ProduceResult {
+                            error: Some(e),
+                            base_offset: -1,
+                            log_start_offset: -1,
+                        }
+                    }
                 };
                 let r = part.produce(p.batch, acks_all).await;
                 let log_start_offset = part.log().log_start_offset().0;
@@ -305,12 +315,15 @@ impl Shard {
         let mut out = Vec::with_capacity(parts.len());
         let mut used = 0usize;
         for p in parts {
-            let Some(part) = self.partition(&p.topic, p.partition) else {
-                out.push(FetchResult {
-                    error: Some(KafkaError::UnknownTopicOrPartition),
-                    ..Default::default()
-                });
-                continue;
+            let part = match self.serving(&p.topic, p.partition) {
+                Ok(part) => part,
+                Err(e) => {
+                    out.push(FetchResult {
+                        error: Some(e),
+                        ..Default::default()
+                    });
+                    continue;
+                }
             };
             let budget = p.max_bytes.min(max_bytes.saturating_sub(used));
             let min_one = used == 0;
@@ -359,9 +372,12 @@ impl Shard {
     ) -> Vec<(Option<KafkaError>, i64, i64, i32)> {
         let mut out = Vec::with_capacity(parts.len());
         for p in parts {
-            let Some(part) = self.partition(&p.topic, p.partition) else {
-                out.push((Some(KafkaError::UnknownTopicOrPartition), -1, -1, -1));
-                continue;
+            let part = match self.serving(&p.topic, p.partition) {
+                Ok(part) => part,
+                Err(e) => {
+                    out.push((Some(e), -1, -1, -1));
+                    continue;
+                }
             };
             let epoch = part.leader_epoch();
             let r = match p.timestamp {
@@ -380,10 +396,20 @@ impl Shard {
     async fn delete_records(self: &Rc<Self>, parts: Vec<(String, i32, i64)>) -> Vec<PartReply> {
         let mut out = Vec::with_capacity(parts.len());
         for (topic, p, offset) in parts {
-            let Some(part) = self.partition(&topic, p) else {
-                out.push(PartReply::err(KafkaError::UnknownTopicOrPartition));
-                continue;
+            let part = match self.serving(&topic, p) {
+                Ok(part) => part,
+                Err(e) => {
+                    out.push(PartReply::err(e));
+                    continue;
+                }
             };
+            if part.replicated() {
+                // Moving a replicated log's start is a Raft compaction: not implemented.
+                out.push(PartReply::err(KafkaError::InvalidRequest(
+                    "DeleteRecords on a replicated partition is not supported yet".into(),
+                )));
+                continue;
+            }
             let hw = part.high_watermark().0;
             let target = if offset == -1 { hw } else { offset };
             if target < 0 || target > hw {
@@ -409,9 +435,12 @@ impl Shard {
     async fn epoch_end(self: &Rc<Self>, parts: Vec<(String, i32, i32, i32)>) -> Vec<PartReply> {
         let mut out = Vec::with_capacity(parts.len());
         for (topic, p, current, epoch) in parts {
-            let Some(part) = self.partition(&topic, p) else {
-                out.push(PartReply::err(KafkaError::UnknownTopicOrPartition));
-                continue;
+            let part = match self.serving(&topic, p) {
+                Ok(part) => part,
+                Err(e) => {
+                    out.push(PartReply::err(e));
+                    continue;
+                }
             };
             let ours = part.leader_epoch();
             if current != -1 && current < ours {
@@ -480,6 +509,9 @@ impl Shard {
 
     async fn meta_commands(self: &Rc<Self>, cmds: Vec<Command>) -> Vec<Result<(), MetaError>> {
         let _serial = self.lock_metadata().await;
+        if self.clustered() {
+            return crate::cluster::meta_commands(self, cmds).await;
+        }
         let Some(mut store) = self.take_metastore() else {
             let e = MetaError::Internal("metadata is not on this shard".into());
             return cmds.iter().map(|_| Err(e.clone())).collect();
@@ -513,13 +545,45 @@ impl Shard {
                 self.next_producer_id.set(next + 1);
                 return Ok(next);
             }
+            if self.clustered() {
+                return self.allocate_producer_id_clustered().await;
+            }
             let cmd = Command::ReserveProducerIds {
+                owner: None,
                 up_to: reserved + PRODUCER_ID_BLOCK,
             };
             let r = self.meta_commands(vec![cmd]).await.pop().unwrap_or(Ok(()));
             // A concurrent allocation may have reserved the block first: that is fine.
             if let Err(e) = r {
                 if self.metadata().producer_ids_reserved_to <= reserved {
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// Cluster mode: every node hands out ids only from blocks it reserved itself (the
+    /// controller records each block's owner), so two nodes never hand out the same id.
+    async fn allocate_producer_id_clustered(self: &Rc<Self>) -> Result<i64, MetaError> {
+        let me = self.config.node_id;
+        loop {
+            let (next, end) = self.producer_id_block.get();
+            if next < end {
+                self.producer_id_block.set((next + 1, end));
+                return Ok(next);
+            }
+            let reserved = self.metadata().producer_ids_reserved_to;
+            let up_to = reserved + PRODUCER_ID_BLOCK;
+            let cmd = Command::ReserveProducerIds {
+                up_to,
+                owner: Some(me),
+            };
+            let r = self.meta_commands(vec![cmd]).await.pop().unwrap_or(Ok(()));
+            let m = self.metadata();
+            if m.producer_ids_reserved_to == up_to && m.producer_ids_owner == Some(me) {
+                self.producer_id_block.set((reserved, up_to));
+            } else if let Err(e) = r {
+                if m.producer_ids_reserved_to == reserved {
                     return Err(e);
                 }
             }
@@ -541,19 +605,27 @@ impl Shard {
 
     async fn apply_metadata_inner(self: &Rc<Self>, meta: Arc<Metadata>) {
         let mut wanted: HashMap<(String, i32), ()> = HashMap::new();
-        for (name, t) in &meta.topics {
-            for (p, &s) in t.shards.iter().enumerate() {
-                if s as usize == self.id {
-                    wanted.insert((name.clone(), p as i32), ());
+        if self.clustered() {
+            for k in crate::cluster::hosted_here(self, &meta) {
+                wanted.insert(k, ());
+            }
+        } else {
+            for (name, t) in &meta.topics {
+                for (p, &s) in t.shards.iter().enumerate() {
+                    if s as usize == self.id {
+                        wanted.insert((name.clone(), p as i32), ());
+                    }
                 }
             }
         }
+        let before = self.metadata();
         let stale: Vec<(String, i32)> = self
             .partition_keys()
             .into_iter()
             .filter(|k| !wanted.contains_key(k))
             .collect();
         for (topic, p) in stale {
+            crate::cluster::unhost_partition(self, &before, &topic, p);
             if let Some(part) = self.remove_partition(&topic, p) {
                 let dir = part.log().dir().to_path_buf();
                 drop(part);
@@ -575,9 +647,33 @@ impl Shard {
             }
             if let Err(e) = self.open_partition(&topic, p, &configs).await {
                 tracing::error!(%topic, partition = p, error = %e, "cannot open partition");
+                continue;
+            }
+            if let Some(part) = self.partition(&topic, p).filter(|_| self.clustered()) {
+                crate::cluster::host_partition(self, &meta, part).await;
             }
         }
         self.set_metadata(meta);
+    }
+
+    /// The partition if this node serves it to clients. Cluster mode: a partition hosted
+    /// elsewhere, or here but led by another node, is NOT_LEADER_OR_FOLLOWER (clients
+    /// refresh metadata and retry); without a cluster only unknown partitions fail.
+    fn serving(&self, topic: &str, p: i32) -> Result<Rc<Partition>, KafkaError> {
+        match self.partition(topic, p) {
+            Some(part) if part.serving() => Ok(part),
+            Some(_) => Err(KafkaError::NotLeader),
+            None if self.clustered()
+                && self
+                    .metadata()
+                    .topics
+                    .get(topic)
+                    .is_some_and(|t| p >= 0 && (p as usize) < t.shards.len()) =>
+            {
+                Err(KafkaError::NotLeader)
+            }
+            None => Err(KafkaError::UnknownTopicOrPartition),
+        }
     }
 
     fn partition(&self, topic: &str, p: i32) -> Option<Rc<Partition>> {

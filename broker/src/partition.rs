@@ -6,7 +6,7 @@
 //! append after it started is flushed by the next turn of the same task.
 
 use std::cell::{Cell, RefCell};
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 
 use bytes::Bytes;
 use futures::channel::oneshot;
@@ -17,6 +17,8 @@ use crate::errors::KafkaError;
 use crate::logging::{RateLimit, STORAGE_ERROR_LOG_INTERVAL};
 use crate::metrics::{ProduceStage, ShardMetrics};
 use crate::producer_state::{ProducerStates, Verdict};
+use crate::replication::Replicator;
+use strand_raft::GroupId;
 
 /// Durability waiters and append watchers are bounded by the requests in flight, which
 /// the connection pipeline depth bounds; this caps one partition's list regardless.
@@ -49,6 +51,14 @@ pub struct Partition {
     metrics: Rc<ShardMetrics>,
     /// At most one storage-error log line per partition per interval.
     storage_error_log: RateLimit,
+    /// Set when the partition is a Raft group (cluster mode): its replicator and group.
+    replication: RefCell<Option<(Weak<Replicator>, GroupId)>>,
+    /// Cluster mode: whether this node leads the group and serves clients.
+    leading: Cell<bool>,
+    /// Cluster mode: the group's current Raft term (the Kafka leader epoch).
+    term: Cell<u64>,
+    /// Cluster mode: idempotent-producer state is being rebuilt after a leader change.
+    rebuilding: Cell<bool>,
 }
 
 /// Idempotence fields of a batch: (producer id, epoch, first sequence, last sequence).
@@ -89,6 +99,65 @@ impl Partition {
             producers: RefCell::new(ProducerStates::default()),
             metrics,
             storage_error_log: RateLimit::new(STORAGE_ERROR_LOG_INTERVAL),
+            replication: RefCell::new(None),
+            leading: Cell::new(false),
+            term: Cell::new(0),
+            rebuilding: Cell::new(false),
+        }
+    }
+
+    /// Makes this partition a Raft group driven by `rep` (cluster mode): produce goes
+    /// through Raft and the high watermark follows the group's commits. Its high
+    /// watermark is unknown (log start) until this node leads.
+    pub fn attach_replication(&self, rep: Weak<Replicator>, group: GroupId) {
+        *self.replication.borrow_mut() = Some((rep, group));
+        self.high_watermark.set(self.log.log_start_offset());
+    }
+
+    /// Whether the partition is replicated (a Raft group).
+    pub fn replicated(&self) -> bool {
+        self.replication.borrow().is_some()
+    }
+
+    /// Whether this node serves the partition to clients: always without replication,
+    /// else only as the group's leader with a high watermark of its own term.
+    pub fn serving(&self) -> bool {
+        !self.replicated() || self.leading.get()
+    }
+
+    /// The replicator's view after a turn: role, term and (as leader) the high watermark.
+    pub fn set_replica_role(
+        self: &Rc<Self>,
+        leader_with_hw: bool,
+        term: u64,
+        hw: Option<strand_raft::KafkaOffset>,
+    ) {
+        let was = self.leading.get();
+        let leading = leader_with_hw && hw.is_some();
+        self.term.set(term);
+        if leading && !was {
+            // Rebuild idempotence state from the log this node now leads: it appended
+            // batches as a follower without recording their producers.
+            self.rebuilding.set(true);
+            let me = self.clone();
+            crate::shard::spawn_local(async move {
+                *me.producers.borrow_mut() = ProducerStates::default();
+                if let Err(e) = me.rebuild_producer_state().await {
+                    tracing::warn!(topic = %me.topic, partition = me.index, error = %e,
+                        "rebuilding producer state after a leader change failed");
+                }
+                me.rebuilding.set(false);
+            });
+        }
+        self.leading.set(leading);
+        if let Some(hw) = hw.filter(|_| leading) {
+            let hw = KafkaOffset(hw.0);
+            if hw != self.high_watermark.get() {
+                self.high_watermark.set(hw);
+                for w in self.append_watchers.borrow_mut().drain(..) {
+                    let _ = w.send(());
+                }
+            }
         }
     }
 
@@ -102,9 +171,14 @@ impl Partition {
         self.high_watermark.get()
     }
 
-    /// Leader epoch (the Raft term; fixed at 0 until replication exists).
+    /// Leader epoch: the Raft term (the last written one without replication).
     pub fn leader_epoch(&self) -> i32 {
-        i32::try_from(self.log.last_term().0).unwrap_or(i32::MAX)
+        let term = if self.replicated() {
+            self.term.get()
+        } else {
+            self.log.last_term().0
+        };
+        i32::try_from(term).unwrap_or(i32::MAX)
     }
 
     /// Validates and appends one producer batch; with `acks_all`, waits until durable.
@@ -121,6 +195,10 @@ impl Partition {
         view.validate().map_err(KafkaError::from_batch)?;
         view.validate_produce().map_err(KafkaError::from_batch)?;
         let ids = idempotence(&view);
+        let replication = self.replication.borrow().clone();
+        if let Some((rep, group)) = replication {
+            return self.produce_replicated(rep, group, batch, &view, ids).await;
+        }
         if let Some((pid, epoch, first, last)) = ids {
             let verdict = self.producers.borrow().check(pid, epoch, first, last)?;
             if let Verdict::Duplicate { base_offset } = verdict {
@@ -167,6 +245,46 @@ impl Partition {
         Ok(Produced {
             base_offset: appended.kafka_base_offset,
         })
+    }
+
+    /// Cluster mode: proposes the batch to the partition's Raft group and answers once a
+    /// majority has it (acks=1 waits for the commit too: stronger than Kafka's leader-only
+    /// acknowledgement, and never weaker).
+    async fn produce_replicated(
+        self: &Rc<Self>,
+        rep: Weak<Replicator>,
+        group: GroupId,
+        batch: Bytes,
+        view: &RecordBatch,
+        ids: Option<(i64, i16, i32, i32)>,
+    ) -> Result<Produced, KafkaError> {
+        let started = crate::clock::now();
+        if !self.leading.get() || self.rebuilding.get() {
+            return Err(KafkaError::NotLeader);
+        }
+        let rep = rep.upgrade().ok_or(KafkaError::NotLeader)?;
+        if let Some((pid, epoch, first, last)) = ids {
+            let verdict = self.producers.borrow().check(pid, epoch, first, last)?;
+            if let Verdict::Duplicate { base_offset } = verdict {
+                self.wait_committed(KafkaOffset(base_offset)).await;
+                return Ok(Produced {
+                    base_offset: KafkaOffset(base_offset),
+                });
+            }
+        }
+        let records = u32::try_from(view.record_count()).unwrap_or(0).max(1);
+        let batch_bytes = batch.len();
+        let base = rep.propose(group, batch, records).await?;
+        let base = KafkaOffset(base.0);
+        self.metrics.produced(batch_bytes, u64::from(records));
+        self.metrics
+            .produce_stage(ProduceStage::Flush, crate::clock::now() - started);
+        if let Some((pid, epoch, first, last)) = ids {
+            self.producers
+                .borrow_mut()
+                .record(pid, epoch, first, last, base.0);
+        }
+        Ok(Produced { base_offset: base })
     }
 
     /// Waits until the high watermark passes `offset` (a retried batch's original).
@@ -224,6 +342,10 @@ impl Partition {
     }
 
     fn ensure_flushing(self: &Rc<Self>) {
+        if self.replicated() {
+            // The replicator persists replicated logs.
+            return;
+        }
         if self.flushing.replace(true) {
             return;
         }
@@ -291,6 +413,9 @@ impl Partition {
         max_bytes: usize,
         min_one: bool,
     ) -> Result<Bytes, KafkaError> {
+        if !self.serving() {
+            return Err(KafkaError::NotLeader);
+        }
         let hw = self.high_watermark.get();
         if offset == hw.0 {
             return Ok(Bytes::new());
@@ -337,7 +462,7 @@ impl Partition {
 
     /// Flushes what is pending (shutdown).
     pub async fn flush(&self) -> Result<(), StorageError> {
-        if self.flushing.get() {
+        if self.flushing.get() || self.replicated() {
             return Ok(());
         }
         let d = self.log.flush().await?;

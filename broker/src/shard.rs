@@ -92,8 +92,12 @@ pub struct Shard {
     pub(crate) next_producer_id: Cell<i64>,
     /// Ids below this may have been handed out before the last restart (shard 0).
     pub(crate) producer_id_floor: Cell<i64>,
+    /// Cluster mode: the block of producer ids this node reserved, (next, end) (shard 0).
+    pub(crate) producer_id_block: Cell<(i64, i64)>,
     /// Latency histograms and traffic counters (`metrics.rs`).
     pub(crate) metrics: Rc<crate::metrics::ShardMetrics>,
+    /// Cluster mode: replicator, leader table, controller state (`cluster.rs`).
+    pub(crate) cluster: crate::cluster::ClusterState,
 }
 
 /// Spawns a task on the current shard.
@@ -317,6 +321,12 @@ impl Shard {
         self.stopping.get()
     }
 
+    /// Whether this node is part of a replicated cluster (`--seeds` given).
+    pub fn clustered(&self) -> bool {
+        !self.config.seeds.is_empty()
+    }
+
+
     /// Reserves `n` bytes of the shard's in-flight request budget, waiting (and counting
     /// a backpressure event) while it is exhausted. `None` when the shard is stopping.
     pub async fn reserve_request_bytes(&self, n: usize) -> Option<glommio::sync::StaticPermit> {
@@ -425,6 +435,9 @@ impl Shard {
             sleep(Duration::from_millis(5)).await;
         }
         let parts: Vec<Rc<Partition>> = self.partitions.borrow().values().cloned().collect();
+        if let Some(rep) = self.replicator() {
+            rep.stop();
+        }
         for p in parts {
             if let Err(e) = p.flush().await {
                 tracing::error!(topic = %p.topic, partition = p.index, error = %e, "flush at shutdown failed");
@@ -570,12 +583,14 @@ async fn shard_main(
         metadata_serial: Rc::new(glommio::sync::Semaphore::new(1)),
         next_producer_id: Cell::new(0),
         producer_id_floor: Cell::new(0),
+        producer_id_block: Cell::new((0, 0)),
         metrics: Rc::new(crate::metrics::ShardMetrics::new(
             crate::kafka::SUPPORTED.len(),
         )),
         in_flight_bytes: Rc::new(glommio::sync::Semaphore::new(
             crate::shard_conn::IN_FLIGHT_BYTES_MAX as u64,
         )),
+        cluster: crate::cluster::ClusterState::default(),
     });
     let (done_tx, done_rx) = oneshot::channel::<()>();
     {
@@ -601,7 +616,18 @@ async fn shard_main(
             }
         });
     }
-    if id == 0 {
+    if shard.clustered() {
+        crate::cluster::start(&shard)
+            .await
+            .context("starting replication")?;
+        if id == 0 {
+            let s = shard.clone();
+            spawn_local(async move {
+                crate::cluster::register(&s).await;
+                ensure_offsets_topic(&s).await;
+            });
+        }
+    } else if id == 0 {
         let lc = LogConfig {
             allow_buffered_io: config.allow_buffered_io,
             ..LogConfig::default()
@@ -658,7 +684,7 @@ async fn ensure_offsets_topic(shard: &Rc<Shard>) {
         return;
     }
     let n = shard.config.offsets_topic_num_partitions;
-    let cmd = crate::kafka::topics::create_command(shard, OFFSETS_TOPIC, n, BTreeMap::new());
+    let cmd = crate::kafka::topics::create_command(shard, OFFSETS_TOPIC, n, BTreeMap::new(), -1);
     if let Some(Err(e)) = crate::kafka::topics::commit(shard, vec![cmd]).await.pop() {
         tracing::error!(error = %e, "cannot create {OFFSETS_TOPIC}");
     }
@@ -678,7 +704,9 @@ async fn retention_loop(shard: Rc<Shard>) {
     while !shard.stopping() {
         sleep(every).await;
         let parts: Vec<Rc<Partition>> = shard.partitions.borrow().values().cloned().collect();
-        for p in parts {
+        // Retention on a replicated log would move its Raft compaction point, which is not
+        // implemented yet: replicated partitions keep their whole log.
+        for p in parts.into_iter().filter(|p| !p.replicated()) {
             match p.log().apply_retention().await {
                 Ok(r) if r.segments_deleted > 0 => {
                     tracing::info!(topic = %p.topic, partition = p.index, segments = r.segments_deleted,

@@ -111,7 +111,8 @@ async fn read_body(stream: &mut TcpStream, body: &mut Vec<u8>, len: usize) -> bo
 }
 
 fn ready(shard: &Shard) -> bool {
-    shard.metadata().version > 0 && !shard.stopping()
+    let clustered_ready = !shard.clustered() || shard.cluster_ready();
+    shard.metadata().version > 0 && !shard.stopping() && clustered_ready
 }
 
 async fn route(shard: &Rc<Shard>, head: &str, body: &[u8]) -> Response {

@@ -152,6 +152,18 @@ impl Log {
         Ok(out)
     }
 
+    /// Frames from Raft index `from` on, only if the batch cache holds all of them:
+    /// calls `take` in order until it returns false and returns true; false (nothing
+    /// called) on a miss. Synchronous: the Raft read path tries it before going to disk.
+    pub fn read_cached_entries(
+        &self,
+        from: RaftIndex,
+        mut take: impl FnMut(&FrameHeader, &Bytes) -> bool,
+    ) -> bool {
+        self.cache
+            .read_from_index(self.cache_id, from, |f| take(&f.header, &f.body))
+    }
+
     /// The first data frame whose batch max timestamp is >= `ts` (ListOffsets by time; the
     /// caller finds the exact record inside the batch), or `None`.
     pub async fn find_by_timestamp(&self, ts: i64) -> Result<Option<LogFrame>, StorageError> {

@@ -50,6 +50,10 @@ const KEYS: &[(&str, Kind)] = &[
         },
     ),
     ("advertised_host", Kind::Text),
+    ("rpc_addr", Kind::SocketAddr),
+    // id@host:port,... ; the broker checks ids and addresses at start.
+    ("seeds", Kind::Text),
+    ("default_replication_factor", Kind::Int { min: 1, max: 5 }),
     ("smp", Kind::Int { min: 1, max: 4096 }),
     (
         "node_id",

@@ -297,8 +297,18 @@ async fn offset_delete(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Byte
 pub fn find_coordinator(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
     let r: FindCoordinatorRequest = ctx.decode(body)?;
     let c = &shard.config;
-    let ready = shard.metadata().topics.contains_key(OFFSETS_TOPIC);
+    let meta = shard.metadata();
+    let ready = meta.topics.contains_key(OFFSETS_TOPIC);
+    // Cluster mode: the coordinator is the node leading the group's offsets partition.
+    let leader_of = |key: &StrBytes| -> Option<(i32, String, i32)> {
+        let t = meta.topics.get(OFFSETS_TOPIC)?;
+        let p = partition_for(key.as_str(), t.shards.len());
+        let (leader, _) = shard.leader_of_group(t.group_of(p));
+        let n = meta.nodes.get(&leader)?;
+        Some((n.id, n.host.clone(), i32::from(n.kafka_port)))
+    };
     let answer = |key: StrBytes| {
+        let clustered = shard.clustered().then(|| leader_of(&key));
         let base = Coordinator::default().with_key(key);
         if r.key_type == 1 {
             base.with_node_id(BrokerId(-1))
@@ -306,11 +316,15 @@ pub fn find_coordinator(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Byt
                 .with_port(-1)
                 .with_error_code(42)
                 .with_error_message(Some(s("transactions are not supported by this broker")))
-        } else if !ready {
+        } else if !ready || clustered.as_ref().is_some_and(Option::is_none) {
             base.with_node_id(BrokerId(-1))
                 .with_host(s(""))
                 .with_port(-1)
                 .with_error_code(code::COORDINATOR_NOT_AVAILABLE)
+        } else if let Some(Some((id, host, port))) = clustered {
+            base.with_node_id(BrokerId(id))
+                .with_host(s(host))
+                .with_port(port)
         } else {
             base.with_node_id(BrokerId(c.node_id))
                 .with_host(s(c.advertised_host.clone()))

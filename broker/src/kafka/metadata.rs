@@ -30,6 +30,7 @@ pub async fn auto_create(shard: &Rc<Shard>, names: &[String]) {
                 n,
                 shard.config.num_partitions as usize,
                 BTreeMap::new(),
+                -1,
             )
         })
         .collect();
@@ -80,27 +81,69 @@ pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
                     })
                     .with_partitions(
                         (0..t.shards.len() as i32)
-                            .map(|p| {
-                                MetadataResponsePartition::default()
-                                    .with_partition_index(p)
-                                    .with_leader_id(BrokerId(node))
-                                    .with_leader_epoch(if ctx.version >= 7 { 0 } else { -1 })
-                                    .with_replica_nodes(vec![BrokerId(node)])
-                                    .with_isr_nodes(vec![BrokerId(node)])
-                            })
+                            .map(|p| partition_metadata(shard, ctx, t, p))
                             .collect(),
                     ),
             }
         })
         .collect();
-    let broker = MetadataResponseBroker::default()
-        .with_node_id(BrokerId(node))
-        .with_host(StrBytes::from_string(shard.config.advertised_host.clone()))
-        .with_port(i32::from(shard.config.kafka_addr.port()));
+    let brokers = if shard.clustered() {
+        meta.nodes
+            .values()
+            .map(|n| {
+                MetadataResponseBroker::default()
+                    .with_node_id(BrokerId(n.id))
+                    .with_host(StrBytes::from_string(n.host.clone()))
+                    .with_port(i32::from(n.kafka_port))
+            })
+            .collect()
+    } else {
+        vec![MetadataResponseBroker::default()
+            .with_node_id(BrokerId(node))
+            .with_host(StrBytes::from_string(shard.config.advertised_host.clone()))
+            .with_port(i32::from(shard.config.kafka_addr.port()))]
+    };
+    let controller = if shard.clustered() {
+        shard.controller_leader().unwrap_or(-1)
+    } else {
+        node
+    };
     let resp = MetadataResponse::default()
-        .with_brokers(vec![broker])
+        .with_brokers(brokers)
         .with_cluster_id((ctx.version >= 2).then(|| StrBytes::from_string(meta.cluster_id.clone())))
-        .with_controller_id(BrokerId(node))
+        .with_controller_id(BrokerId(controller))
         .with_topics(topics);
     ctx.respond(&resp)
+}
+
+/// One partition's leader, epoch and replicas: this node without replication; the Raft
+/// group's leader and term (as this node last heard) with it. An unknown leader is
+/// LEADER_NOT_AVAILABLE (5), which clients retry.
+fn partition_metadata(
+    shard: &Shard,
+    ctx: &Ctx,
+    t: &crate::metadata::Topic,
+    p: i32,
+) -> MetadataResponsePartition {
+    let base = MetadataResponsePartition::default().with_partition_index(p);
+    if !shard.clustered() {
+        let node = shard.config.node_id;
+        return base
+            .with_leader_id(BrokerId(node))
+            .with_leader_epoch(if ctx.version >= 7 { 0 } else { -1 })
+            .with_replica_nodes(vec![BrokerId(node)])
+            .with_isr_nodes(vec![BrokerId(node)]);
+    }
+    let replicas: Vec<BrokerId> = t.replicas_of(p).iter().map(|&n| BrokerId(n)).collect();
+    let (leader, epoch) = shard.leader_of_group(t.group_of(p));
+    let base = base
+        .with_leader_id(BrokerId(leader))
+        .with_leader_epoch(if ctx.version >= 7 { epoch } else { -1 })
+        .with_replica_nodes(replicas.clone())
+        .with_isr_nodes(replicas);
+    if leader < 0 {
+        base.with_error_code(5)
+    } else {
+        base
+    }
 }

@@ -29,18 +29,50 @@ pub async fn commit(shard: &Rc<Shard>, cmds: Vec<Command>) -> Vec<Result<(), Met
     }
 }
 
-/// A CreateTopic command with placement and a fresh id.
+/// A CreateTopic command with placement and a fresh id; `replication_factor` -1 means
+/// the configured default. Without replication (no seeds) there are no replica lists.
 pub fn create_command(
     shard: &Shard,
     name: &str,
     partitions: usize,
     configs: BTreeMap<String, String>,
+    replication_factor: i16,
 ) -> Command {
     Command::CreateTopic {
         name: name.to_string(),
         id: uuid::Uuid::new_v4().as_u128(),
         shards: place_partitions(name, 0, partitions, shard.count),
         configs,
+        replicas: replicas_for(shard, name, 0, partitions, replication_factor),
+    }
+}
+
+/// Replica lists for new partitions (cluster mode), over the nodes the cluster has.
+pub fn replicas_for(
+    shard: &Shard,
+    name: &str,
+    first: usize,
+    count: usize,
+    replication_factor: i16,
+) -> Vec<Vec<i32>> {
+    if !shard.clustered() {
+        return Vec::new();
+    }
+    let nodes: Vec<i32> = shard.config.seeds.iter().map(|&(id, _)| id).collect();
+    let factor = if replication_factor == -1 {
+        shard.config.default_replication_factor
+    } else {
+        replication_factor
+    };
+    crate::metadata::place_replicas(name, first, count, &nodes, factor.max(1) as usize)
+}
+
+/// Largest replication factor this node can create (1 without a cluster).
+pub fn replication_factor_max(shard: &Shard) -> i16 {
+    if shard.clustered() {
+        (shard.config.seeds.len() as i16).min(crate::config::REPLICATION_FACTOR_MAX)
+    } else {
+        1
     }
 }
 
@@ -58,7 +90,8 @@ pub async fn create(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
         } else {
             t.num_partitions
         };
-        let bad_rf = t.replication_factor != -1 && t.replication_factor != 1;
+        let rf_max = replication_factor_max(shard);
+        let bad_rf = t.replication_factor != -1 && !(1..=rf_max).contains(&t.replication_factor);
         let mut configs = BTreeMap::new();
         let mut bad_config = None;
         for c in &t.configs {
@@ -84,7 +117,9 @@ pub async fn create(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
         } else if bad_rf {
             r = r
                 .with_error_code(38)
-                .with_error_message(Some(msg("replication factor must be 1 on a single node")));
+                .with_error_message(Some(StrBytes::from_string(format!(
+                    "replication factor must be in 1..={rf_max} (the nodes of this cluster)"
+                ))));
         } else if let Some(m) = bad_config {
             r = r
                 .with_error_code(40)
@@ -94,10 +129,24 @@ pub async fn create(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
                 .with_error_code(39)
                 .with_error_message(Some(msg("manual replica assignment is not supported")));
         } else {
+            let cmd = create_command(
+                shard,
+                &name,
+                partitions as usize,
+                configs,
+                t.replication_factor,
+            );
             if ctx.version >= 5 {
-                r = r.with_num_partitions(partitions).with_replication_factor(1);
+                let rf = match &cmd {
+                    Command::CreateTopic { replicas, .. } => {
+                        replicas.first().map_or(1, |r| r.len() as i16)
+                    }
+                    _ => 1,
+                };
+                r = r
+                    .with_num_partitions(partitions)
+                    .with_replication_factor(rf);
             }
-            let cmd = create_command(shard, &name, partitions as usize, configs);
             if let Command::CreateTopic { id, .. } = &cmd {
                 if ctx.version >= 7 {
                     r = r.with_topic_id(uuid::Uuid::from_u128(*id));
@@ -229,9 +278,11 @@ pub async fn create_partitions(
         if !req.validate_only {
             slots.push(results.len() - 1);
             let shards = place_partitions(name, current, wanted - current, shard.count);
+            let rf = meta_rf(shard, name);
             cmds.push(Command::CreatePartitions {
                 name: name.to_string(),
                 shards,
+                replicas: replicas_for(shard, name, current, wanted - current, rf),
             });
         }
     }
@@ -246,4 +297,14 @@ pub async fn create_partitions(
         }
     }
     ctx.respond(&CreatePartitionsResponse::default().with_results(results))
+}
+
+/// Replication factor of an existing topic (its first partition's replica count).
+fn meta_rf(shard: &Shard, name: &str) -> i16 {
+    shard
+        .metadata()
+        .topics
+        .get(name)
+        .and_then(|t| t.replicas.first())
+        .map_or(-1, |r| r.len() as i16)
 }

@@ -1,0 +1,377 @@
+//! Cluster mode on a shard (ARCHITECTURE.md, Replication: Controller): the controller
+//! group's log applied into [`Metadata`], metadata commands proposed to it, node
+//! registration, the leader table every shard keeps, and hosting the Raft groups of the
+//! partitions this node is a replica of.
+//!
+//! Invariants: the metadata a node serves is exactly the controller log's committed prefix
+//! applied in order (shard 0 applies, then publishes the snapshot to every shard); a
+//! command is reported done only once it is visible in that applied state; a partition is
+//! opened on a node only if the node is one of its replicas, on the shard the metadata
+//! names (the same shard on every node).
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use strand_raft::GroupId;
+use strand_storage::{LogConfig, SystemClock};
+use strand_wire::BatchBuilder;
+
+use crate::metadata::{Command, MetaError, Metadata, NodeInfo};
+use crate::ops::Op;
+use crate::partition::Partition;
+use crate::replication::{Replicator, CONTROLLER_GROUP};
+use crate::shard::{sleep, Shard};
+
+/// Directory of the controller group's log under the data directory.
+pub const CONTROLLER_DIR: &str = "__strand_controller";
+/// Longest a metadata command waits to become visible before it fails.
+pub const META_COMMIT_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long a forwarded command is given before it is forwarded again.
+pub const META_RETRY: Duration = Duration::from_millis(1000);
+/// Poll interval while waiting for applied metadata.
+const META_POLL: Duration = Duration::from_millis(10);
+/// Bytes of controller log read per step when applying.
+const APPLY_READ_BYTES: usize = 1 << 20;
+
+/// Per-shard cluster state.
+#[derive(Default)]
+pub struct ClusterState {
+    /// This shard's replicator (cluster mode only).
+    pub replicator: RefCell<Option<Rc<Replicator>>>,
+    /// Leader node (-1 unknown) and epoch of every group, as broadcast by the shards.
+    pub leaders: RefCell<HashMap<u64, (i32, i32)>>,
+    /// Shard 0: the metadata applied from the controller log.
+    applied: RefCell<Metadata>,
+    /// Shard 0: Kafka offset of the next controller record to apply.
+    applied_to: Cell<i64>,
+    /// Shard 0: an apply task runs.
+    applying: Cell<bool>,
+    /// Shard 0: the controller log.
+    controller: RefCell<Option<Rc<Partition>>>,
+}
+
+impl Shard {
+    /// This shard's replicator (cluster mode).
+    pub fn replicator(&self) -> Option<Rc<Replicator>> {
+        self.cluster.replicator.borrow().clone()
+    }
+
+    /// Leader node (or -1) and leader epoch of a Raft group, as this node knows it.
+    pub fn leader_of_group(&self, group: u64) -> (i32, i32) {
+        self.cluster
+            .leaders
+            .borrow()
+            .get(&group)
+            .copied()
+            .unwrap_or((-1, -1))
+    }
+
+    /// The node leading the controller, if known.
+    pub fn controller_leader(&self) -> Option<i32> {
+        let (l, _) = self.leader_of_group(CONTROLLER_GROUP.0);
+        (l >= 0).then_some(l)
+    }
+
+    /// Records leader changes broadcast by a shard.
+    pub fn note_leaders(&self, changes: Vec<(u64, i32, i32)>) {
+        let mut l = self.cluster.leaders.borrow_mut();
+        for (g, leader, epoch) in changes {
+            l.insert(g, (leader, epoch));
+        }
+    }
+
+    /// Cluster-mode readiness: the controller has a leader, the metadata names the cluster
+    /// and this node is registered in it.
+    pub fn cluster_ready(&self) -> bool {
+        let m = self.metadata();
+        self.controller_leader().is_some()
+            && !m.cluster_id.is_empty()
+            && m.nodes.contains_key(&self.config.node_id)
+    }
+}
+
+/// Starts cluster mode on this shard: the replicator, its RPC listener and loop; on shard 0
+/// also the controller group.
+pub async fn start(shard: &Rc<Shard>) -> anyhow::Result<()> {
+    let c = &shard.config;
+    let rep = Replicator::new(c.node_id, shard.id, &c.seeds);
+    let port = c
+        .rpc_addr
+        .port()
+        .checked_add(shard.id as u16)
+        .ok_or_else(|| anyhow::anyhow!("rpc port + shard overflows"))?;
+    rep.listen(std::net::SocketAddr::new(c.rpc_addr.ip(), port))?;
+    {
+        let weak = Rc::downgrade(shard);
+        rep.set_on_changes(Box::new(move |changes| {
+            if let Some(s) = weak.upgrade() {
+                crate::shard::spawn_local(async move {
+                    let calls = (0..s.count).map(|t| s.call(t, Op::Leaders(changes.clone())));
+                    futures::future::join_all(calls).await;
+                });
+            }
+        }));
+    }
+    *shard.cluster.replicator.borrow_mut() = Some(rep.clone());
+    crate::shard::spawn_local(rep.clone().run());
+    if shard.id == 0 {
+        start_controller(shard, &rep).await?;
+    }
+    Ok(())
+}
+
+async fn start_controller(shard: &Rc<Shard>, rep: &Rc<Replicator>) -> anyhow::Result<()> {
+    let c = &shard.config;
+    let lc = LogConfig {
+        allow_buffered_io: c.allow_buffered_io,
+        ..LogConfig::default()
+    };
+    let cache = Rc::new(strand_storage::BatchCache::new(16 << 20));
+    let log = strand_storage::Log::open(
+        &c.data_dir.join(CONTROLLER_DIR),
+        lc,
+        Rc::new(SystemClock),
+        cache,
+    )
+    .await?;
+    let part = Rc::new(Partition::new(
+        CONTROLLER_DIR.to_string(),
+        0,
+        log,
+        usize::MAX,
+        shard.metrics.clone(),
+    ));
+    *shard.cluster.controller.borrow_mut() = Some(part.clone());
+    let voters: Vec<u64> = c.seeds.iter().map(|&(id, _)| id as u64).collect();
+    let first = c.seeds.first().map(|&(id, _)| id) == Some(c.node_id);
+    {
+        let weak = Rc::downgrade(shard);
+        rep.set_on_controller_applied(Box::new(move || {
+            if let Some(s) = weak.upgrade() {
+                crate::shard::spawn_local(async move { apply_controller(&s).await });
+            }
+        }));
+    }
+    rep.host(CONTROLLER_GROUP, part, &voters, first).await?;
+    Ok(())
+}
+
+/// Applies committed controller records to the metadata and publishes the snapshot.
+async fn apply_controller(shard: &Rc<Shard>) {
+    if shard.cluster.applying.replace(true) {
+        return;
+    }
+    loop {
+        let Some(end) = shard.replicator().and_then(|r| r.controller_applied_end()) else {
+            break;
+        };
+        let Some(part) = shard.cluster.controller.borrow().clone() else {
+            break;
+        };
+        let from = shard.cluster.applied_to.get();
+        if from >= end.0 {
+            break;
+        }
+        let r = part
+            .log()
+            .read(
+                strand_storage::KafkaOffset(from),
+                strand_storage::KafkaOffset(end.0),
+                APPLY_READ_BYTES,
+                true,
+            )
+            .await;
+        let r = match r {
+            Ok(r) if !r.batches.is_empty() => r,
+            Ok(_) => break,
+            Err(e) => {
+                tracing::error!(error = %e, "reading the controller log failed");
+                break;
+            }
+        };
+        {
+            let mut m = shard.cluster.applied.borrow_mut();
+            for b in r.batches {
+                match crate::metastore::decode_commands(b) {
+                    Ok(cmds) => {
+                        for cmd in cmds {
+                            if let Err(e) = m.apply(&cmd) {
+                                tracing::debug!(error = %e, "controller command refused on apply");
+                            }
+                        }
+                    }
+                    Err(e) => tracing::error!(error = %e, "undecodable controller record skipped"),
+                }
+            }
+        }
+        shard.cluster.applied_to.set(r.next_offset.0);
+        let snapshot = Arc::new(shard.cluster.applied.borrow().clone());
+        shard.publish(snapshot).await;
+    }
+    shard.cluster.applying.set(false);
+}
+
+/// Encodes commands as one record batch (the metadata log's format).
+pub fn encode_commands(cmds: &[Command]) -> anyhow::Result<Bytes> {
+    let now = crate::clock::wall_ms();
+    let mut b = BatchBuilder::new(now);
+    for c in cmds {
+        b.push(now, None, Some(&serde_json::to_vec(c)?), &[]);
+    }
+    Ok(b.build())
+}
+
+/// Whether `cmd` is visible in `m` (`after` is the state the command was checked against,
+/// with it applied).
+fn visible(m: &Metadata, after: &Metadata, cmd: &Command) -> bool {
+    match cmd {
+        Command::InitCluster { .. } => !m.cluster_id.is_empty(),
+        Command::RegisterNode(n) => m.nodes.get(&n.id) == Some(n),
+        Command::CreateTopic { name, .. } => m.topics.contains_key(name),
+        Command::DeleteTopic { name } => !m.topics.contains_key(name),
+        Command::CreatePartitions { name, .. } => {
+            let want = after.topics.get(name).map_or(0, |t| t.shards.len());
+            m.topics.get(name).is_some_and(|t| t.shards.len() >= want)
+        }
+        Command::ReserveProducerIds { up_to, .. } => m.producer_ids_reserved_to >= *up_to,
+        Command::AlterConfig { name, set, delete } => m.topics.get(name).is_some_and(|t| {
+            set.iter().all(|(k, v)| t.configs.get(k) == Some(v))
+                && delete.iter().all(|k| !t.configs.contains_key(k))
+        }),
+    }
+}
+
+/// Cluster mode: checks commands against the current metadata, proposes the accepted ones
+/// to the controller (forwarded to its leader), and waits until they are visible here.
+pub async fn meta_commands(shard: &Rc<Shard>, cmds: Vec<Command>) -> Vec<Result<(), MetaError>> {
+    let mut trial = (*shard.metadata()).clone();
+    let mut results: Vec<Result<(), MetaError>> = cmds.iter().map(|c| trial.apply(c)).collect();
+    let accepted: Vec<Command> = cmds
+        .iter()
+        .zip(&results)
+        .filter(|(_, r)| r.is_ok())
+        .map(|(c, _)| c.clone())
+        .collect();
+    if accepted.is_empty() {
+        return results;
+    }
+    let fail = |results: &mut Vec<Result<(), MetaError>>, why: String| {
+        for r in results.iter_mut().filter(|r| r.is_ok()) {
+            *r = Err(MetaError::Internal(why.clone()));
+        }
+    };
+    let payload = match encode_commands(&accepted) {
+        Ok(p) => p,
+        Err(e) => {
+            fail(&mut results, format!("encoding metadata commands: {e}"));
+            return results;
+        }
+    };
+    let Some(rep) = shard.replicator() else {
+        fail(&mut results, "no replicator on this shard".into());
+        return results;
+    };
+    let deadline = crate::clock::now() + META_COMMIT_TIMEOUT;
+    let count = u32::try_from(accepted.len()).unwrap_or(u32::MAX);
+    while crate::clock::now() < deadline && !shard.stopping() {
+        if let Err(e) = rep.forward_to_controller(payload.clone(), count) {
+            tracing::debug!(error = %e, "controller proposal not accepted yet");
+        }
+        let retry_at = crate::clock::now() + META_RETRY;
+        while crate::clock::now() < retry_at {
+            let m = shard.metadata();
+            if accepted.iter().all(|c| visible(&m, &trial, c)) {
+                return results;
+            }
+            sleep(META_POLL).await;
+        }
+    }
+    fail(
+        &mut results,
+        "the controller did not commit the change in time (no controller leader?)".into(),
+    );
+    results
+}
+
+/// Registers this node with the controller (and names the cluster if nobody has), retrying
+/// until the registration is visible.
+pub async fn register(shard: &Rc<Shard>) {
+    let c = &shard.config;
+    let info = NodeInfo {
+        id: c.node_id,
+        host: c.advertised_host.clone(),
+        kafka_port: c.kafka_addr.port(),
+        native_port: c.native_addr.port(),
+        shards: shard.count as u32,
+    };
+    while !shard.stopping() {
+        let m = shard.metadata();
+        if let Some(other) = m.nodes.values().find(|n| n.shards != info.shards) {
+            tracing::error!(node = other.id, shards = other.shards, ours = info.shards,
+                "every node of a cluster must run the same number of shards (--smp)");
+        }
+        let mut cmds = Vec::new();
+        if m.cluster_id.is_empty() {
+            cmds.push(Command::InitCluster {
+                cluster_id: crate::metastore::new_cluster_id(),
+            });
+        }
+        if m.nodes.get(&info.id) != Some(&info) {
+            cmds.push(Command::RegisterNode(info.clone()));
+        }
+        if cmds.is_empty() {
+            return;
+        }
+        let r = meta_commands(shard, cmds).await;
+        if r.iter().all(Result::is_ok) {
+            continue;
+        }
+        sleep(META_RETRY).await;
+    }
+}
+
+/// Cluster mode: the partitions of `meta` this shard hosts (replica here, on this shard).
+pub fn hosted_here(shard: &Shard, meta: &Metadata) -> Vec<(String, i32)> {
+    let me = shard.config.node_id;
+    let mut out = Vec::new();
+    for (name, t) in &meta.topics {
+        for (p, &s) in t.shards.iter().enumerate() {
+            let p = p as i32;
+            if s as usize == shard.id && t.replicas_of(p).contains(&me) {
+                out.push((name.clone(), p));
+            }
+        }
+    }
+    out
+}
+
+/// Cluster mode: makes an opened partition a Raft group of its replicas; the preferred
+/// leader (first replica) campaigns at once when the group is new.
+pub async fn host_partition(shard: &Rc<Shard>, meta: &Metadata, part: Rc<Partition>) {
+    let Some(rep) = shard.replicator() else {
+        return;
+    };
+    let Some(t) = meta.topics.get(&part.topic) else {
+        return;
+    };
+    let replicas = t.replicas_of(part.index);
+    let voters: Vec<u64> = replicas.iter().map(|&n| n as u64).collect();
+    let preferred = replicas.first() == Some(&shard.config.node_id);
+    let group = GroupId(t.group_of(part.index));
+    if let Err(e) = rep.host(group, part.clone(), &voters, preferred).await {
+        tracing::error!(topic = %part.topic, partition = part.index, error = %format!("{e:#}"),
+            "cannot start the partition's raft group");
+    }
+}
+
+/// Cluster mode: stops the Raft group of a partition this node no longer hosts.
+pub fn unhost_partition(shard: &Shard, meta_before: &Metadata, topic: &str, p: i32) {
+    let (Some(rep), Some(t)) = (shard.replicator(), meta_before.topics.get(topic)) else {
+        return;
+    };
+    rep.unhost(GroupId(t.group_of(p)));
+}

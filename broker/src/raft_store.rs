@@ -1,0 +1,463 @@
+//! `RaftLogStore`: a partition's Raft log (`strand_raft::LogStore`) over its storage-engine
+//! log (ARCHITECTURE.md, Replication: the partition log *is* the Raft log). Entries are
+//! frames; the hard state and the voters live in a small file beside the segments.
+//!
+//! raft-rs drives the store synchronously, the disk is asynchronous: appends and suffix
+//! truncations are staged in memory and taken as one [`PersistJob`] per loop turn, which
+//! the shard's replication loop runs (truncate, append, one fdatasync, then the state file
+//! when term or vote changed) before `sync` reports its outcome.
+//!
+//! Invariants: `index` always describes the logical log (staged changes included); every
+//! entry after the last applied one is held in `mem` (applying never waits for the disk);
+//! older entries come from the batch cache or are fetched asynchronously
+//! (`NotInMemory`); `sync` is Ok only when every staged change reached the disk; after a
+//! failed persist the store stays failed (the group is fenced). The commit index is
+//! written only with a term/vote change (a stale commit index is relearned), so steady
+//! produce costs one fdatasync per partition per turn.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use bytes::Bytes;
+use raft::eraftpb::{ConfState, Entry, EntryType, HardState};
+use serde::{Deserialize, Serialize};
+use strand_raft::entry::{classify, data_context};
+use strand_raft::{CompactionPoint, KafkaOffset, LogIndex, LogStore, RaftIndex, RaftTerm, StoreError};
+use strand_storage::{AppendEntry, FrameHeader, FrameKind, LogFrame, StorageError};
+
+use crate::partition::Partition;
+
+/// File holding the hard state and the voters, in the partition directory.
+pub const STATE_FILE: &str = "raft-state.json";
+/// Bytes read per window when the log is scanned at open.
+const OPEN_SCAN_WINDOW_BYTES: usize = 4 << 20;
+
+/// What the state file holds.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+struct StateFile {
+    term: u64,
+    vote: u64,
+    commit: u64,
+    voters: Vec<u64>,
+}
+
+/// The disk work of one turn. See the module doc.
+pub struct PersistJob {
+    part: Rc<Partition>,
+    truncate_from: Option<RaftIndex>,
+    entries: Vec<Entry>,
+    state: Option<(PathBuf, StateFile)>,
+}
+
+/// See the module doc.
+pub struct RaftLogStore {
+    part: Rc<Partition>,
+    state_path: PathBuf,
+    index: LogIndex,
+    hard: HardState,
+    conf: ConfState,
+    /// Term and vote as last written to the state file.
+    written: (u64, u64),
+    mem: VecDeque<Entry>,
+    staged_truncate: Option<RaftIndex>,
+    staged: Vec<Entry>,
+    state_dirty: bool,
+    fetched: BTreeMap<u64, Entry>,
+    failed: Option<String>,
+}
+
+fn storage_index(i: RaftIndex) -> strand_storage::RaftIndex {
+    strand_storage::RaftIndex(i.0)
+}
+
+/// The Raft entry a stored frame holds.
+pub fn entry_of(h: &FrameHeader, body: &Bytes) -> Entry {
+    let mut e = Entry {
+        index: h.index.0,
+        term: h.term.0,
+        ..Entry::default()
+    };
+    match h.kind {
+        FrameKind::Data | FrameKind::Control => {
+            e.data = body.clone();
+            e.context = Bytes::copy_from_slice(&data_context(h.offset_count));
+        }
+        FrameKind::NoOp => {}
+        FrameKind::RaftConfig => {
+            e.set_entry_type(EntryType::EntryConfChangeV2);
+            e.data = body.clone();
+        }
+    }
+    e
+}
+
+fn frame_kind(e: &Entry) -> Result<FrameKind, StoreError> {
+    let index = RaftIndex(e.index);
+    match classify(e).map_err(|why| StoreError::MalformedEntry { index, why })? {
+        strand_raft::entry::EntryKind::Data { .. } => Ok(FrameKind::Data),
+        strand_raft::entry::EntryKind::NoOp => Ok(FrameKind::NoOp),
+        strand_raft::entry::EntryKind::Config => {
+            if e.get_entry_type() == EntryType::EntryConfChangeV2 {
+                Ok(FrameKind::RaftConfig)
+            } else {
+                Err(StoreError::MalformedEntry {
+                    index,
+                    why: "only ConfChangeV2 entries are stored",
+                })
+            }
+        }
+    }
+}
+
+impl RaftLogStore {
+    /// Opens the Raft view of `part`'s log: reads the state file (or starts a new group
+    /// with `voters`), indexes every frame, keeps the entries after the commit index in
+    /// memory.
+    pub async fn open(part: Rc<Partition>, voters: &[u64]) -> anyhow::Result<RaftLogStore> {
+        let state_path = part.log().dir().join(STATE_FILE);
+        let file: StateFile = match std::fs::read(&state_path) {
+            Ok(b) => serde_json::from_slice(&b)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", state_path.display()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => StateFile {
+                voters: voters.to_vec(),
+                ..StateFile::default()
+            },
+            Err(e) => return Err(anyhow::anyhow!("{}: {e}", state_path.display())),
+        };
+        let log = part.log();
+        let first = log.first_index();
+        let next = strand_storage::RaftIndex(log.last_index().0 + 1);
+        let mut index: Option<LogIndex> = None;
+        let mut mem = VecDeque::new();
+        let mut lo = first;
+        while lo < next {
+            let frames = log.read_entries(lo, next, OPEN_SCAN_WINDOW_BYTES).await?;
+            let Some(last) = frames.last() else { break };
+            lo = strand_storage::RaftIndex(last.header.index.0 + 1);
+            for LogFrame { header: h, body } in frames {
+                let idx = index.get_or_insert_with(|| {
+                    LogIndex::new(CompactionPoint {
+                        index: RaftIndex(h.index.0 - 1),
+                        term: RaftTerm(log.term_before(h.index).map_or(0, |t| t.0)),
+                        kafka_end: KafkaOffset(h.kafka_base_offset.0),
+                    })
+                });
+                idx.push(RaftIndex(h.index.0), RaftTerm(h.term.0), h.offset_count)?;
+                if h.index.0 > file.commit {
+                    mem.push_back(entry_of(&h, &body));
+                }
+            }
+        }
+        let index = index.unwrap_or_else(|| {
+            LogIndex::new(CompactionPoint {
+                index: RaftIndex(next.0 - 1),
+                term: RaftTerm(log.last_term().0),
+                kafka_end: KafkaOffset(log.log_end_offset().0),
+            })
+        });
+        if index.log_end_offset().0 != log.log_end_offset().0 {
+            anyhow::bail!(
+                "{}: raft index ends at offset {} but the log at {}",
+                log.dir().display(),
+                index.log_end_offset().0,
+                log.log_end_offset().0
+            );
+        }
+        let hard = HardState {
+            term: file.term,
+            vote: file.vote,
+            commit: file.commit.min(index.last_index().0),
+            ..HardState::default()
+        };
+        let conf = ConfState {
+            voters: file.voters.clone(),
+            ..ConfState::default()
+        };
+        let fresh = !state_path.exists();
+        let store = RaftLogStore {
+            part,
+            state_path,
+            index,
+            hard,
+            conf,
+            written: (file.term, file.vote),
+            mem,
+            staged_truncate: None,
+            staged: Vec::new(),
+            state_dirty: false,
+            fetched: BTreeMap::new(),
+            failed: None,
+        };
+        if fresh {
+            write_state(&store.state_path, &store.state_file())?;
+        }
+        Ok(store.trimmed())
+    }
+
+    fn trimmed(mut self) -> Self {
+        let commit = self.hard.commit;
+        while self.mem.front().is_some_and(|e| e.index <= commit) {
+            self.mem.pop_front();
+        }
+        self
+    }
+
+    fn state_file(&self) -> StateFile {
+        StateFile {
+            term: self.hard.term,
+            vote: self.hard.vote,
+            commit: self.hard.commit,
+            voters: self.conf.voters.clone(),
+        }
+    }
+
+    /// The partition this store persists to.
+    pub fn partition(&self) -> &Rc<Partition> {
+        &self.part
+    }
+
+    /// Takes this turn's disk work (None when nothing is staged).
+    pub fn take_job(&mut self) -> Option<PersistJob> {
+        let state = self
+            .state_dirty
+            .then(|| (self.state_path.clone(), self.state_file()));
+        if self.staged_truncate.is_none() && self.staged.is_empty() && state.is_none() {
+            return None;
+        }
+        self.state_dirty = false;
+        if let Some((_, s)) = &state {
+            self.written = (s.term, s.vote);
+        }
+        Some(PersistJob {
+            part: self.part.clone(),
+            truncate_from: self.staged_truncate.take(),
+            entries: std::mem::take(&mut self.staged),
+            state,
+        })
+    }
+
+    /// Records how the job taken by `take_job` ended.
+    pub fn finish_job(&mut self, result: Result<(), String>) {
+        if let Err(e) = result {
+            self.failed.get_or_insert(e);
+        }
+    }
+
+    /// Whether a persist failed (the group is fenced).
+    pub fn failed(&self) -> Option<&str> {
+        self.failed.as_deref()
+    }
+
+    /// Loads entries read from disk for raft-rs's asynchronous read path.
+    pub fn load_fetched(&mut self, frames: Vec<LogFrame>) {
+        for f in frames {
+            self.fetched
+                .insert(f.header.index.0, entry_of(&f.header, &f.body));
+        }
+    }
+
+    /// Forgets fetched entries once raft-rs took them.
+    pub fn clear_fetched(&mut self) {
+        self.fetched.clear();
+    }
+
+    fn from_cache_or_fetched(&self, lo: u64, hi: u64, out: &mut Vec<Entry>) -> bool {
+        if let Some(first) = self.fetched.get(&lo) {
+            out.push(first.clone());
+            for i in lo + 1..hi {
+                match self.fetched.get(&i) {
+                    Some(e) => out.push(e.clone()),
+                    None => break,
+                }
+            }
+            return true;
+        }
+        let log = self.part.log();
+        log.read_cached_entries(strand_storage::RaftIndex(lo), |h, body| {
+            if h.index.0 >= hi {
+                return false;
+            }
+            out.push(entry_of(h, body));
+            true
+        }) && out.first().is_some_and(|e| e.index == lo)
+    }
+}
+
+impl PersistJob {
+    /// Truncates, appends and fdatasyncs the log, then writes the state file if needed.
+    pub async fn run(self) -> Result<(), String> {
+        let log = self.part.log();
+        let err = |e: StorageError| e.to_string();
+        if let Some(from) = self.truncate_from {
+            if from.0 <= log.last_index().0 {
+                log.truncate_suffix(storage_index(from)).await.map_err(err)?;
+            }
+        }
+        for e in &self.entries {
+            if e.index != log.last_index().0 + 1 {
+                return Err(format!(
+                    "raft entry {} does not follow the log's last index {}",
+                    e.index,
+                    log.last_index().0
+                ));
+            }
+            let kind = frame_kind(e).map_err(|e| e.to_string())?;
+            let entry = AppendEntry {
+                term: strand_storage::RaftTerm(e.term),
+                kind,
+                body: e.data.clone(),
+            };
+            log.append_one(&entry).map_err(err)?;
+        }
+        if self.truncate_from.is_some() || !self.entries.is_empty() {
+            log.flush().await.map_err(err)?;
+        }
+        if let Some((path, state)) = self.state {
+            write_state(&path, &state).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes the state file atomically (temporary file, fdatasync, rename, directory fsync).
+/// Blocking, but small and written only on a term or vote change.
+fn write_state(path: &Path, state: &StateFile) -> std::io::Result<()> {
+    let tmp = path.with_extension("json.tmp");
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(&serde_json::to_vec(state).map_err(std::io::Error::other)?)?;
+        f.sync_data()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+impl LogStore for RaftLogStore {
+    fn index(&self) -> &LogIndex {
+        &self.index
+    }
+
+    fn entries(
+        &self,
+        lo: RaftIndex,
+        hi: RaftIndex,
+        max_size_bytes: Option<u64>,
+    ) -> Result<Vec<Entry>, StoreError> {
+        let first = self.index.first_index();
+        if lo < first {
+            return Err(StoreError::Compacted { index: lo, first });
+        }
+        let last = self.index.last_index();
+        if hi.0 > last.0 + 1 {
+            return Err(StoreError::Unavailable { index: hi, last });
+        }
+        let mut out = Vec::new();
+        if lo >= hi {
+            return Ok(out);
+        }
+        let mem_first = self.mem.front().map_or(last.0 + 1, |e| e.index);
+        if lo.0 >= mem_first {
+            let from = (lo.0 - mem_first) as usize;
+            let to = (hi.0 - mem_first) as usize;
+            out.extend(self.mem.range(from..to).cloned());
+        } else if !self.from_cache_or_fetched(lo.0, hi.0.min(mem_first), &mut out) {
+            return Err(StoreError::NotInMemory { index: lo });
+        } else if out.last().is_some_and(|e| e.index + 1 == mem_first) && hi.0 > mem_first {
+            let to = (hi.0 - mem_first) as usize;
+            out.extend(self.mem.range(..to).cloned());
+        }
+        raft::util::limit_size(&mut out, max_size_bytes);
+        Ok(out)
+    }
+
+    fn append(&mut self, entries: &[Entry]) -> Result<(), StoreError> {
+        let Some(head) = entries.first() else {
+            return Ok(());
+        };
+        let from = RaftIndex(head.index);
+        if from <= self.index.last_index() {
+            self.truncate_suffix(from)?;
+        }
+        for e in entries {
+            let index = RaftIndex(e.index);
+            frame_kind(e)?;
+            let kind = classify(e).map_err(|why| StoreError::MalformedEntry { index, why })?;
+            self.index
+                .push(index, RaftTerm(e.term), kind.record_count())?;
+            self.mem.push_back(e.clone());
+            self.staged.push(e.clone());
+        }
+        Ok(())
+    }
+
+    fn truncate_suffix(&mut self, from: RaftIndex) -> Result<(), StoreError> {
+        self.index.truncate_from(from)?;
+        self.mem.retain(|e| e.index < from.0);
+        self.staged.retain(|e| e.index < from.0);
+        let durable_last = self.part.log().last_index().0;
+        if from.0 <= durable_last {
+            self.staged_truncate = Some(self.staged_truncate.map_or(from, |t| t.min(from)));
+        }
+        Ok(())
+    }
+
+    fn hard_state(&self) -> HardState {
+        self.hard.clone()
+    }
+
+    fn set_hard_state(&mut self, hard_state: &HardState) {
+        self.hard = hard_state.clone();
+        if (self.hard.term, self.hard.vote) != self.written {
+            self.state_dirty = true;
+        }
+    }
+
+    fn conf_state(&self) -> ConfState {
+        self.conf.clone()
+    }
+
+    fn set_conf_state(&mut self, conf_state: &ConfState) {
+        self.conf = conf_state.clone();
+        self.state_dirty = true;
+    }
+
+    fn sync(&mut self) -> Result<(), StoreError> {
+        if self.failed.is_some() {
+            return Err(StoreError::SyncFailed {
+                why: "the log write or fdatasync failed",
+            });
+        }
+        if !self.staged.is_empty() || self.staged_truncate.is_some() || self.state_dirty {
+            return Err(StoreError::SyncFailed {
+                why: "staged changes were not persisted before sync",
+            });
+        }
+        Ok(())
+    }
+
+    fn applied_to(&mut self, index: RaftIndex) {
+        while self.mem.front().is_some_and(|e| e.index <= index.0) {
+            self.mem.pop_front();
+        }
+    }
+
+    fn compact_through(&mut self, through: RaftIndex) -> Result<(), StoreError> {
+        self.index.compact_through(through)
+    }
+
+    fn restore(&mut self, point: CompactionPoint, conf_state: &ConfState) -> Result<(), StoreError> {
+        // A snapshot would replace the whole log by one starting after `point`; shipping
+        // segments is not implemented, and the leader never sends one while it keeps its
+        // whole log (no retention on replicated partitions yet).
+        let _ = (point, conf_state);
+        Err(StoreError::MalformedEntry {
+            index: point.index,
+            why: "snapshot install is not supported yet",
+        })
+    }
+}

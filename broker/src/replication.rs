@@ -1,0 +1,596 @@
+//! The shard's replication runtime (ARCHITECTURE.md, Replication): one `MultiRaft` driver
+//! per shard owning the Raft groups of the partitions this shard hosts (and, on shard 0,
+//! the controller's group 0), its loop, and the internal RPC that carries its messages.
+//!
+//! - The loop sleeps until woken (a proposal, a peer's batch) or the next tick, then runs
+//!   one turn: `turn_begin` (the leaders' appends leave at once), every dirty store's
+//!   disk work concurrently (one fdatasync per partition per turn), `turn_finish`.
+//! - Groups live on the same shard on every node (every node runs the same number of
+//!   shards and placement is in the metadata), so shard s talks only to shard s of its
+//!   peers: one connection per (peer node, shard), at the peer's RPC port + s.
+//! - After each turn the partitions learn their role, epoch and high watermark, and leader
+//!   changes are broadcast to every shard of this node (for Metadata and FindCoordinator).
+//!
+//! Invariants: no `RefCell` borrow of the driver is held across an `.await`; a proposal's
+//! waiter is answered exactly once (commit with its base offset, or why not); outgoing
+//! queues are bounded in bytes (a full queue drops the batch: Raft retries).
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::rc::{Rc, Weak};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use futures::channel::{mpsc, oneshot};
+use futures::io::{AsyncReadExt, AsyncWriteExt};
+use futures::StreamExt;
+use glommio::net::{TcpListener, TcpStream};
+use strand_raft::rpc::{self, Hello, RpcFrame};
+use strand_raft::types::ShardId;
+use strand_raft::{
+    Completion, DriverConfig, GroupId, KafkaOffset, MessageBatch, MultiRaft, NodeId, ProposalId,
+    RaftError, Transport,
+};
+
+use crate::errors::KafkaError;
+use crate::partition::Partition;
+use crate::raft_store::RaftLogStore;
+
+/// The controller's Raft group.
+pub const CONTROLLER_GROUP: GroupId = GroupId(0);
+/// Bytes queued for one peer connection before batches are dropped.
+pub const PEER_QUEUE_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// Wait between attempts to connect to a peer.
+pub const PEER_RECONNECT: Duration = Duration::from_millis(100);
+/// Longest a connect attempt waits.
+pub const PEER_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Bytes read from a peer socket per call.
+const READ_CHUNK_BYTES: usize = 256 * 1024;
+
+/// The driver's clock: monotonic time since the replicator started.
+#[derive(Clone, Copy, Debug)]
+pub struct MonoClock(Instant);
+
+impl strand_raft::Clock for MonoClock {
+    fn now(&self) -> Duration {
+        crate::clock::now().saturating_duration_since(self.0)
+    }
+}
+
+/// One peer connection's queue.
+struct PeerQueue {
+    tx: mpsc::UnboundedSender<Bytes>,
+    queued_bytes: Rc<Cell<usize>>,
+}
+
+/// Sends each batch to its node's connection task (see the module doc).
+pub struct RpcOut {
+    me: NodeId,
+    shard: usize,
+    cluster_tag: u64,
+    peers: HashMap<NodeId, SocketAddr>,
+    queues: HashMap<NodeId, PeerQueue>,
+    dropped: Rc<Cell<u64>>,
+}
+
+impl RpcOut {
+    fn queue(&mut self, to: NodeId) -> Option<&PeerQueue> {
+        if !self.queues.contains_key(&to) {
+            let base = *self.peers.get(&to)?;
+            let addr = SocketAddr::new(base.ip(), base.port() + self.shard as u16);
+            let (tx, rx) = mpsc::unbounded();
+            let queued_bytes = Rc::new(Cell::new(0));
+            let hello = Hello {
+                from_node: self.me,
+                to_node: to,
+                to_shard: ShardId(self.shard as u32),
+                cluster_tag: self.cluster_tag,
+            };
+            crate::shard::spawn_local(peer_writer(addr, hello, rx, queued_bytes.clone()));
+            self.queues.insert(to, PeerQueue { tx, queued_bytes });
+        }
+        self.queues.get(&to)
+    }
+}
+
+impl Transport for RpcOut {
+    fn send(&mut self, batch: MessageBatch) {
+        let to = batch.to;
+        let frame = encode(&RpcFrame::Batch(batch));
+        let dropped = self.dropped.clone();
+        let Some(q) = self.queue(to) else {
+            dropped.set(dropped.get() + 1);
+            return;
+        };
+        if q.queued_bytes.get() + frame.len() > PEER_QUEUE_BYTES_MAX {
+            dropped.set(dropped.get() + 1);
+            return;
+        }
+        q.queued_bytes.set(q.queued_bytes.get() + frame.len());
+        if q.tx.unbounded_send(frame).is_err() {
+            dropped.set(dropped.get() + 1);
+        }
+    }
+}
+
+/// Keeps one connection to a peer shard and writes queued frames to it; frames queued
+/// while disconnected are dropped (Raft resends what matters).
+async fn peer_writer(
+    addr: SocketAddr,
+    hello: Hello,
+    mut rx: mpsc::UnboundedReceiver<Bytes>,
+    queued_bytes: Rc<Cell<usize>>,
+) {
+    let hello = encode(&RpcFrame::Hello(hello));
+    loop {
+        let conn = crate::shard::timeout(PEER_CONNECT_TIMEOUT, TcpStream::connect(addr)).await;
+        let mut stream = match conn {
+            Some(Ok(s)) => s,
+            _ => {
+                // Drain what queued meanwhile: stale Raft messages are worse than none.
+                while let Ok(f) = rx.try_recv() {
+                    queued_bytes.set(queued_bytes.get().saturating_sub(f.len()));
+                }
+                crate::shard::sleep(PEER_RECONNECT).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        if stream.write_all(&hello).await.is_err() {
+            continue;
+        }
+        loop {
+            let Some(frame) = rx.next().await else {
+                return;
+            };
+            queued_bytes.set(queued_bytes.get().saturating_sub(frame.len()));
+            if stream.write_all(&frame).await.is_err() {
+                tracing::debug!(%addr, "peer connection lost; reconnecting");
+                break;
+            }
+        }
+    }
+}
+
+/// A group's partition and its last published role.
+struct Hosted {
+    part: Rc<Partition>,
+    leader: Option<NodeId>,
+    term: u64,
+}
+
+/// The shard's replication runtime. See the module doc.
+pub struct Replicator {
+    me: NodeId,
+    shard: usize,
+    cluster_tag: u64,
+    /// The driver's clock (same origin), to sleep until its next tick.
+    clock: MonoClock,
+    driver: RefCell<MultiRaft<RaftLogStore, RpcOut, MonoClock>>,
+    waiters: RefCell<HashMap<ProposalId, oneshot::Sender<Result<KafkaOffset, RaftError>>>>,
+    hosted: RefCell<HashMap<GroupId, Hosted>>,
+    wake_tx: mpsc::Sender<()>,
+    wake_rx: RefCell<Option<mpsc::Receiver<()>>>,
+    /// Called after each turn with the leader changes (the shard broadcasts them).
+    on_changes: RefCell<Option<Box<dyn Fn(Vec<(u64, i32, i32)>)>>>,
+    /// Called after a turn in which the controller group applied entries.
+    on_controller_applied: RefCell<Option<Box<dyn Fn()>>>,
+    controller_applied: Cell<Option<KafkaOffset>>,
+    reads_in_flight: RefCell<std::collections::HashSet<GroupId>>,
+    stopping: Cell<bool>,
+}
+
+/// A stable tag of the cluster membership, so that nodes configured for another cluster
+/// refuse each other.
+pub fn cluster_tag(seeds: &[(i32, SocketAddr)]) -> u64 {
+    let text: Vec<String> = seeds.iter().map(|(id, _)| id.to_string()).collect();
+    u64::from(crc32c::crc32c(text.join(",").as_bytes()))
+}
+
+impl Replicator {
+    /// A replicator for shard `shard` of node `me` with peers at their shard-0 RPC
+    /// addresses.
+    pub fn new(me: i32, shard: usize, seeds: &[(i32, SocketAddr)]) -> Rc<Replicator> {
+        let me_id = NodeId(me as u64);
+        let tag = cluster_tag(seeds);
+        let out = RpcOut {
+            me: me_id,
+            shard,
+            cluster_tag: tag,
+            peers: seeds
+                .iter()
+                .filter(|(id, _)| *id != me)
+                .map(|&(id, a)| (NodeId(id as u64), a))
+                .collect(),
+            queues: HashMap::new(),
+            dropped: Rc::new(Cell::new(0)),
+        };
+        let seed = u64::from(crc32c::crc32c(format!("{me}/{shard}/{:?}", crate::clock::now()).as_bytes()));
+        let mut config = DriverConfig::new(me_id, seed);
+        config.async_persist = true;
+        let (wake_tx, wake_rx) = mpsc::channel(1);
+        let clock = MonoClock(crate::clock::now());
+        Rc::new(Replicator {
+            me: me_id,
+            shard,
+            cluster_tag: tag,
+            clock,
+            driver: RefCell::new(MultiRaft::new(config, clock, out)),
+            waiters: RefCell::new(HashMap::new()),
+            hosted: RefCell::new(HashMap::new()),
+            wake_tx,
+            wake_rx: RefCell::new(Some(wake_rx)),
+            on_changes: RefCell::new(None),
+            on_controller_applied: RefCell::new(None),
+            controller_applied: Cell::new(None),
+            reads_in_flight: RefCell::new(Default::default()),
+            stopping: Cell::new(false),
+        })
+    }
+
+    /// This node's id.
+    pub fn node(&self) -> NodeId {
+        self.me
+    }
+
+    /// Sets the callback receiving leader changes after each turn.
+    pub fn set_on_changes(&self, f: Box<dyn Fn(Vec<(u64, i32, i32)>)>) {
+        *self.on_changes.borrow_mut() = Some(f);
+    }
+
+    /// Sets the callback run when the controller group applied entries.
+    pub fn set_on_controller_applied(&self, f: Box<dyn Fn()>) {
+        *self.on_controller_applied.borrow_mut() = Some(f);
+    }
+
+    /// Wakes the loop for a turn.
+    pub fn wake(&self) {
+        let _ = self.wake_tx.clone().try_send(());
+    }
+
+    /// Adds the group of `part` with `voters` (a new group when the store holds none);
+    /// `campaign` starts an election at once (the preferred leader of a new group).
+    pub async fn host(
+        self: &Rc<Self>,
+        group: GroupId,
+        part: Rc<Partition>,
+        voters: &[u64],
+        campaign: bool,
+    ) -> anyhow::Result<()> {
+        if self.hosted.borrow().contains_key(&group) {
+            return Ok(());
+        }
+        let store = RaftLogStore::open(part.clone(), voters).await?;
+        let fresh = strand_raft::LogStore::index(&store).last_index().0 == 0 && raft_term(&store) == 0;
+        {
+            let mut d = self.driver.borrow_mut();
+            d.add_group(group, store)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            if campaign && fresh {
+                let _ = d.campaign(group);
+            }
+        }
+        part.attach_replication(Rc::downgrade(self), group);
+        self.hosted.borrow_mut().insert(
+            group,
+            Hosted {
+                part,
+                leader: None,
+                term: 0,
+            },
+        );
+        self.wake();
+        Ok(())
+    }
+
+    /// Stops hosting `group`.
+    pub fn unhost(&self, group: GroupId) {
+        self.driver.borrow_mut().remove_group(group);
+        self.hosted.borrow_mut().remove(&group);
+        self.answer_completions();
+    }
+
+    /// Proposes one producer batch; resolves with its base offset once committed.
+    pub async fn propose(
+        &self,
+        group: GroupId,
+        batch: Bytes,
+        record_count: u32,
+    ) -> Result<KafkaOffset, KafkaError> {
+        let id = self
+            .driver
+            .borrow_mut()
+            .propose(group, batch, record_count)
+            .map_err(kafka_error)?;
+        let (tx, rx) = oneshot::channel();
+        self.waiters.borrow_mut().insert(id, tx);
+        self.wake();
+        match rx.await {
+            Ok(r) => r.map_err(kafka_error),
+            Err(_) => Err(KafkaError::NotLeader),
+        }
+    }
+
+    /// Proposes on the controller leader, through this node if it leads or forwarded
+    /// otherwise; the caller watches the applied metadata for the outcome.
+    pub fn forward_to_controller(&self, payload: Bytes, record_count: u32) -> Result<(), RaftError> {
+        let r = self
+            .driver
+            .borrow_mut()
+            .forward(CONTROLLER_GROUP, payload, record_count);
+        self.wake();
+        r
+    }
+
+    /// Who leads `group` as this node knows it, and its term.
+    pub fn leader_of(&self, group: GroupId) -> (Option<NodeId>, u64) {
+        let d = self.driver.borrow();
+        (d.leader_of(group), d.term(group).map_or(0, |t| t.0))
+    }
+
+    /// Kafka end of the controller log's applied (committed) entries.
+    pub fn controller_applied_end(&self) -> Option<KafkaOffset> {
+        self.driver.borrow().applied_kafka_end(CONTROLLER_GROUP)
+    }
+
+    /// Messages dropped because a peer queue was full or a peer unknown.
+    pub fn dropped_batches(&self) -> u64 {
+        self.driver.borrow_mut().transport_mut().dropped.get()
+    }
+
+    /// Hands a peer's batch to the driver.
+    fn step(&self, batch: MessageBatch) {
+        let outcome = self.driver.borrow_mut().step(batch);
+        if outcome.dropped > 0 {
+            tracing::debug!(dropped = outcome.dropped, "raft messages for unknown groups dropped");
+        }
+        self.wake();
+    }
+
+    /// Stops the loop after its current turn.
+    pub fn stop(&self) {
+        self.stopping.set(true);
+        self.wake();
+    }
+
+    /// The loop. See the module doc.
+    pub async fn run(self: Rc<Self>) {
+        let Some(mut wake_rx) = self.wake_rx.borrow_mut().take() else {
+            return;
+        };
+        while !self.stopping.get() {
+            let (wait, ready) = {
+                let d = self.driver.borrow();
+                (d.next_tick_at(), d.has_ready())
+            };
+            let now = strand_raft::Clock::now(&self.clock);
+            if wait > now && !ready {
+                let _ = crate::shard::timeout(wait - now, wake_rx.next()).await;
+            }
+            self.turn().await;
+        }
+    }
+
+    async fn turn(self: &Rc<Self>) {
+        let dirty = self.driver.borrow_mut().turn_begin();
+        let jobs: Vec<_> = {
+            let mut d = self.driver.borrow_mut();
+            dirty
+                .iter()
+                .filter_map(|&g| d.store_mut(g).and_then(|s| s.take_job()).map(|j| (g, j)))
+                .collect()
+        };
+        let results =
+            futures::future::join_all(jobs.into_iter().map(|(g, j)| async move { (g, j.run().await) }))
+                .await;
+        {
+            let mut d = self.driver.borrow_mut();
+            for (g, r) in results {
+                if let Err(e) = &r {
+                    tracing::error!(group = %g, error = %e, "raft log persist failed; fencing the group");
+                }
+                if let Some(s) = d.store_mut(g) {
+                    s.finish_job(r);
+                }
+            }
+            d.turn_finish_async();
+        }
+        self.answer_completions();
+        self.publish_roles();
+        self.start_reads();
+    }
+
+    fn answer_completions(&self) {
+        let mut done: Vec<Completion> = Vec::new();
+        self.driver.borrow_mut().drain_completions(&mut done);
+        let mut w = self.waiters.borrow_mut();
+        for c in done {
+            if let Some(tx) = w.remove(&c.id) {
+                let _ = tx.send(c.result);
+            }
+        }
+    }
+
+    /// Updates every hosted partition's role, epoch and high watermark; records leader
+    /// changes and hands them to the shard.
+    fn publish_roles(&self) {
+        let mut changes = Vec::new();
+        let mut controller_moved = false;
+        {
+            let d = self.driver.borrow();
+            let mut hosted = self.hosted.borrow_mut();
+            for (&g, h) in hosted.iter_mut() {
+                let leader = d.leader_of(g);
+                let term = d.term(g).map_or(0, |t| t.0);
+                let is_leader = d.is_leader(g);
+                let hw = d.high_watermark(g);
+                h.part.set_replica_role(is_leader, term, hw);
+                if (leader, term) != (h.leader, h.term) {
+                    h.leader = leader;
+                    h.term = term;
+                    let l = leader.map_or(-1, |n| n.0 as i32);
+                    changes.push((g.0, l, i32::try_from(term).unwrap_or(i32::MAX)));
+                }
+                if g == CONTROLLER_GROUP {
+                    let end = d.applied_kafka_end(g);
+                    if end != self.controller_applied.get() {
+                        self.controller_applied.set(end);
+                        controller_moved = true;
+                    }
+                }
+            }
+        }
+        if !changes.is_empty() {
+            if let Some(f) = self.on_changes.borrow().as_ref() {
+                f(changes);
+            }
+        }
+        if controller_moved {
+            if let Some(f) = self.on_controller_applied.borrow().as_ref() {
+                f();
+            }
+        }
+    }
+
+    /// Starts the asynchronous log reads raft-rs waits for (a follower behind the cache).
+    fn start_reads(self: &Rc<Self>) {
+        let wanted = self.driver.borrow().wanted_reads();
+        for (g, ranges) in wanted {
+            if !self.reads_in_flight.borrow_mut().insert(g) {
+                continue;
+            }
+            let Some(part) = self.hosted.borrow().get(&g).map(|h| h.part.clone()) else {
+                continue;
+            };
+            let me = self.clone();
+            crate::shard::spawn_local(async move {
+                let mut frames = Vec::new();
+                for (lo, hi) in ranges {
+                    let r = part
+                        .log()
+                        .read_entries(
+                            strand_storage::RaftIndex(lo.0),
+                            strand_storage::RaftIndex(hi.0),
+                            strand_raft::multi_raft::APPEND_BYTES_MAX_DEFAULT as usize,
+                        )
+                        .await;
+                    match r {
+                        Ok(f) => frames.extend(f),
+                        Err(e) => tracing::warn!(group = %g, error = %e, "raft log read failed"),
+                    }
+                }
+                {
+                    let mut d = me.driver.borrow_mut();
+                    if let Some(s) = d.store_mut(g) {
+                        s.load_fetched(frames);
+                    }
+                    d.entries_fetched(g);
+                    if let Some(s) = d.store_mut(g) {
+                        s.clear_fetched();
+                    }
+                }
+                me.reads_in_flight.borrow_mut().remove(&g);
+                me.wake();
+            });
+        }
+    }
+
+    /// Accepts peers' connections on this shard's RPC port and steps their batches.
+    pub fn listen(self: &Rc<Self>, addr: SocketAddr) -> anyhow::Result<()> {
+        let listener = TcpListener::bind(addr)
+            .map_err(|e| anyhow::anyhow!("cannot listen for RPC on {addr}: {e}"))?;
+        tracing::info!(shard = self.shard, %addr, "RPC listening");
+        let me = Rc::downgrade(self);
+        crate::shard::spawn_local(async move {
+            loop {
+                let stream = match listener.accept().await {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "RPC accept failed");
+                        crate::shard::sleep(PEER_RECONNECT).await;
+                        continue;
+                    }
+                };
+                let me = me.clone();
+                crate::shard::spawn_local(async move {
+                    if let Err(e) = serve_peer(me, stream).await {
+                        tracing::debug!(error = %e, "RPC connection closed");
+                    }
+                });
+            }
+        });
+        Ok(())
+    }
+}
+
+fn raft_term(store: &RaftLogStore) -> u64 {
+    strand_raft::LogStore::hard_state(store).term
+}
+
+/// Reads frames from one peer connection: a Hello first (checked), then batches.
+async fn serve_peer(me: Weak<Replicator>, mut stream: TcpStream) -> anyhow::Result<()> {
+    let _ = stream.set_nodelay(true);
+    let mut buf = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    let mut chunk = vec![0u8; READ_CHUNK_BYTES];
+    let mut peer: Option<NodeId> = None;
+    loop {
+        while let Some(n) = rpc::frame_len(&buf)? {
+            if buf.len() < n {
+                buf.reserve(n - buf.len());
+                break;
+            }
+            let frame = buf.split_to(n);
+            let Some(rep) = me.upgrade() else {
+                return Ok(());
+            };
+            match rpc::decode(&frame)? {
+                RpcFrame::Hello(h) => {
+                    if h.to_node != rep.me
+                        || h.to_shard.0 as usize != rep.shard
+                        || h.cluster_tag != rep.cluster_tag
+                    {
+                        anyhow::bail!(
+                            "peer hello for node {} shard {} tag {:x}: this is node {} shard {} tag {:x}",
+                            h.to_node, h.to_shard.0, h.cluster_tag, rep.me, rep.shard, rep.cluster_tag
+                        );
+                    }
+                    peer = Some(h.from_node);
+                }
+                RpcFrame::Batch(b) => {
+                    if peer != Some(b.from) || b.to != rep.me {
+                        anyhow::bail!("batch from {} to {} on a connection from {peer:?}", b.from, b.to);
+                    }
+                    rep.step(b);
+                }
+            }
+        }
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// One frame's bytes (a batch over a frame's limits becomes several frames back to back).
+fn encode(frame: &RpcFrame) -> Bytes {
+    let mut out = BytesMut::new();
+    rpc::encode_into(frame, &mut out);
+    out.freeze()
+}
+
+/// The Kafka error for a proposal that did not commit.
+pub fn kafka_error(e: RaftError) -> KafkaError {
+    match e {
+        RaftError::NotLeader { .. } | RaftError::UnknownGroup { .. } => KafkaError::NotLeader,
+        // Outcome unknown (overwritten or dropped): the producer retries; idempotence
+        // makes that safe.
+        RaftError::Dropped { .. } => KafkaError::NotLeader,
+        RaftError::Backpressure { .. } => KafkaError::RequestTimedOut,
+        RaftError::InvalidProposal { why, .. } => KafkaError::CorruptMessage(why.to_string()),
+        RaftError::Fenced { group } => KafkaError::Storage(format!("{group} is fenced after a storage failure")),
+        RaftError::Store { source, .. } => KafkaError::Storage(source.to_string()),
+        RaftError::Raft { reason, .. } => KafkaError::Storage(reason),
+    }
+}
