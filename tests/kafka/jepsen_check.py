@@ -113,7 +113,8 @@ class Report:
             items = getattr(self, name)
             if items:
                 shown = ", ".join(repr(x) for x in items[:EXAMPLES_SHOWN])
-                more = f" (+{len(items) - EXAMPLES_SHOWN} more)" if len(items) > EXAMPLES_SHOWN else ""
+                hidden = len(items) - EXAMPLES_SHOWN
+                more = f" (+{hidden} more)" if hidden > 0 else ""
                 lines.append(f"  {name}: {shown}{more}")
         return "\n".join(lines)
 

@@ -219,7 +219,8 @@ def test_metadata_v1_parser_reads_brokers_controller_leaders_replicas_isr():
     body += struct.pack(">i", 3)  # controller
     body += struct.pack(">i", 1)
     body += struct.pack(">h", 0) + _str("t") + struct.pack(">b", 0) + struct.pack(">i", 2)
-    body += struct.pack(">hii", 0, 0, 3) + struct.pack(">iiii", 3, 1, 2, 3) + struct.pack(">iii", 2, 1, 3)
+    body += struct.pack(">hii", 0, 0, 3)  # error, partition 0, leader 3
+    body += struct.pack(">iiii", 3, 1, 2, 3) + struct.pack(">iii", 2, 1, 3)  # replicas, isr
     body += struct.pack(">hii", 5, 1, -1) + struct.pack(">i", 0) + struct.pack(">i", 0)
     md = parse_metadata_v1(body, 77)
     assert md.brokers == {1: ("127.0.0.1", 9092), 3: ("127.0.0.1", 9292)}
