@@ -88,6 +88,22 @@ def ck():
 
 
 @pytest.fixture
+def workload(ck, cluster):
+    """Factory: `workload(topic)` starts a Workload; teardown aborts any still running so
+    a failed test leaves no producer behind."""
+    made: list[Workload] = []
+
+    def make(topic: str) -> Workload:
+        w = Workload(ck, cluster.bootstrap(), topic).start()
+        made.append(w)
+        return w
+
+    yield make
+    for w in made:
+        w.abort()
+
+
+@pytest.fixture
 def rf3_topic(ck, cluster, topic):
     """`topic` created with 3 partitions and replication factor 3, every partition led."""
     admin = need_module("confluent_kafka.admin")
@@ -149,6 +165,7 @@ class Workload:
         self.unflushed = 0
         self.exc: BaseException | None = None
         self._stop = threading.Event()
+        self._abort = threading.Event()
         self._thread = threading.Thread(target=self._run, name="workload", daemon=True)
         self.started_at = 0.0
 
@@ -164,6 +181,13 @@ class Workload:
         assert not self._thread.is_alive(), "the producer thread did not finish"
         if self.exc is not None:
             raise self.exc
+
+    def abort(self):
+        """Stops at once, dropping what is not acknowledged (a failed test's teardown)."""
+        self._abort.set()
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(30)
 
     def _on_error(self, err):
         if err.fatal():
@@ -204,8 +228,12 @@ class Workload:
                     continue
                 i += 1
                 p.poll(0)
-            self.unflushed = p.flush(FLUSH_DEADLINE_S)
-            if self.unflushed:
+            deadline = time.monotonic() + FLUSH_DEADLINE_S
+            left = p.flush(0.5)
+            while left and time.monotonic() < deadline and not self._abort.is_set():
+                left = p.flush(0.5)
+            self.unflushed = left
+            if left:
                 p.purge()
                 p.flush(5)
         except BaseException as e:  # noqa: BLE001 - re-raised by stop()
@@ -358,11 +386,11 @@ def test_three_nodes_form_a_cluster_and_replicate_a_topic(ck, cluster, rf3_topic
 
 # -- b. kill -9 of a leader ------------------------------------------------------------
 
-def test_kill9_of_a_leader_loses_no_acknowledged_write(ck, cluster, rf3_topic):
+def test_kill9_of_a_leader_loses_no_acknowledged_write(ck, cluster, rf3_topic, workload):
     topic = rf3_topic
     old = cluster.wait_leader(topic, 0)
     survivors = [n for n in NODE_IDS if n != old]
-    w = Workload(ck, cluster.bootstrap(), topic).start()
+    w = workload(topic)
     w.wait_acks(ACKS_BEFORE_FAULT, what="before the kill")
     sleep_until(w.started_at + FAULT_AT_S)
 
@@ -393,11 +421,11 @@ def _assert_through_proxy(cluster: Cluster):
         f"(node, peer, port) {direct}; a cut would not isolate anything")
 
 
-def test_a_cut_follower_loses_no_acknowledged_write(ck, cluster, rf3_topic):
+def test_a_cut_follower_loses_no_acknowledged_write(ck, cluster, rf3_topic, workload):
     topic = rf3_topic
     leader = cluster.wait_leader(topic, 0)
     follower = next(n for n in replicas_of(cluster, topic, 0, leader) if n != leader)
-    w = Workload(ck, cluster.bootstrap(), topic).start()
+    w = workload(topic)
     w.wait_acks(ACKS_BEFORE_FAULT, what="before the cut")
     _assert_through_proxy(cluster)
     sleep_until(w.started_at + FAULT_AT_S)
@@ -416,11 +444,11 @@ def test_a_cut_follower_loses_no_acknowledged_write(ck, cluster, rf3_topic):
     assert_consistent(w, read_everywhere(ck, cluster, topic), min_ok=ACKS_BEFORE_FAULT)
 
 
-def test_a_cut_leader_is_replaced_and_writes_continue(ck, cluster, rf3_topic):
+def test_a_cut_leader_is_replaced_and_writes_continue(ck, cluster, rf3_topic, workload):
     topic = rf3_topic
     old = cluster.wait_leader(topic, 0)
     others = [n for n in NODE_IDS if n != old]
-    w = Workload(ck, cluster.bootstrap(), topic).start()
+    w = workload(topic)
     w.wait_acks(ACKS_BEFORE_FAULT, what="before the cut")
     _assert_through_proxy(cluster)
     sleep_until(w.started_at + FAULT_AT_S)
