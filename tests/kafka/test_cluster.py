@@ -122,6 +122,13 @@ def wait_leaders(cluster: Cluster, topic: str) -> dict[int, int]:
             for p in range(PARTITIONS)}
 
 
+def one_leader_view(cluster: Cluster, topic: str, partition: int) -> dict | None:
+    """Every node's view of the partition's leader, when all name the same node."""
+    views = cluster.leader_views(topic, partition)
+    leaders = set(views.values())
+    return views if len(leaders) == 1 and leaders.pop() in NODE_IDS else None
+
+
 def replicas_of(cluster: Cluster, topic: str, partition: int, node_id: int) -> list[int]:
     return cluster.metadata(node_id).topics[topic][partition].replicas
 
@@ -341,6 +348,12 @@ def assert_consistent(workload_or_writes, passes, min_ok: int):
     return report
 
 
+def show(capsys, line: str):
+    """Prints past pytest's capture: timings worth seeing in passing runs too."""
+    with capsys.disabled():
+        print(f"\n{line}")
+
+
 def sleep_until(t: float):
     """The fault schedule: a fault starts and ends at fixed times of the workload. This is
     not a wait for a condition (those use wait_until with a deadline)."""
@@ -386,7 +399,7 @@ def test_three_nodes_form_a_cluster_and_replicate_a_topic(ck, cluster, rf3_topic
 
 # -- b. kill -9 of a leader ------------------------------------------------------------
 
-def test_kill9_of_a_leader_loses_no_acknowledged_write(ck, cluster, rf3_topic, workload):
+def test_kill9_of_a_leader_loses_no_acknowledged_write(ck, cluster, rf3_topic, workload, capsys):
     topic = rf3_topic
     old = cluster.wait_leader(topic, 0)
     survivors = [n for n in NODE_IDS if n != old]
@@ -399,8 +412,8 @@ def test_kill9_of_a_leader_loses_no_acknowledged_write(ck, cluster, rf3_topic, w
     new = cluster.wait_leader(topic, 0, nodes=survivors, exclude={old},
                               timeout=FAILOVER_BOUND_S, agree="any")
     failover_s = time.monotonic() - killed_at
-    print(f"failover of {topic}/0: leader {old} killed, node {new} named leader after "
-          f"{failover_s:.3f}s (target < {FAILOVER_TARGET_S}s)")
+    show(capsys, f"failover of {topic}/0: leader {old} killed, node {new} named leader "
+                 f"after {failover_s:.3f}s (target < {FAILOVER_TARGET_S}s)")
     assert new in survivors
 
     sleep_until(killed_at + FAULT_FOR_S)
@@ -444,7 +457,7 @@ def test_a_cut_follower_loses_no_acknowledged_write(ck, cluster, rf3_topic, work
     assert_consistent(w, read_everywhere(ck, cluster, topic), min_ok=ACKS_BEFORE_FAULT)
 
 
-def test_a_cut_leader_is_replaced_and_writes_continue(ck, cluster, rf3_topic, workload):
+def test_a_cut_leader_is_replaced_and_writes_continue(ck, cluster, rf3_topic, workload, capsys):
     topic = rf3_topic
     old = cluster.wait_leader(topic, 0)
     others = [n for n in NODE_IDS if n != old]
@@ -458,8 +471,8 @@ def test_a_cut_leader_is_replaced_and_writes_continue(ck, cluster, rf3_topic, wo
     new = cluster.wait_leader(topic, 0, nodes=others, exclude={old},
                               timeout=ELECTION_DEADLINE_S)
     elected_at = time.monotonic()
-    print(f"{topic}/0: leader {old} cut off, node {new} elected after "
-          f"{elected_at - cut_at:.3f}s")
+    show(capsys, f"{topic}/0: leader {old} cut off, node {new} elected after "
+                 f"{elected_at - cut_at:.3f}s")
     assert new in others
     # Writes continue on the majority side (the client finds the new leader by itself).
     w.wait_acks(ACKS_BEFORE_FAULT // PARTITIONS, partition=0, since=elected_at,
@@ -468,11 +481,8 @@ def test_a_cut_leader_is_replaced_and_writes_continue(ck, cluster, rf3_topic, wo
     cluster.heal(old)
     finish(w)
     # After the heal the old leader learns the new term: all three name one leader.
-    def one_view():
-        views = cluster.leader_views(topic, 0)
-        leaders = set(views.values())
-        return views if len(leaders) == 1 and leaders.pop() in NODE_IDS else None
-    views = wait_until(one_view, LEADERS_DEADLINE_S, f"all nodes naming one leader of {topic}/0")
+    views = wait_until(lambda: one_leader_view(cluster, topic, 0), LEADERS_DEADLINE_S,
+                       f"all nodes naming one leader of {topic}/0")
     print(f"leader views of {topic}/0 after the heal: {views}")
     wait_leaders(cluster, topic)
     assert_consistent(w, read_everywhere(ck, cluster, topic), min_ok=ACKS_BEFORE_FAULT)
@@ -487,8 +497,13 @@ def test_topics_and_data_survive_a_restart_of_every_node(ck, cluster, rf3_topic)
     rcs = cluster.restart_all()
     assert rcs == {n: 0 for n in NODE_IDS}, f"exit codes after SIGTERM: {rcs}"
 
-    md = admin.AdminClient({"bootstrap.servers": cluster.bootstrap()}).list_topics(timeout=10)
-    assert topic in md.topics, f"topic lost in the restart: {sorted(md.topics)}"
+    a = admin.AdminClient({"bootstrap.servers": cluster.bootstrap()})
+
+    def listed():
+        m = a.list_topics(timeout=5)
+        return m if topic in m.topics else None
+
+    md = wait_until(listed, LEADERS_DEADLINE_S, f"{topic} in Metadata after the restart (lost?)")
     parts = md.topics[topic].partitions
     assert sorted(parts) == list(range(PARTITIONS))
     for p, pm in parts.items():
