@@ -12,7 +12,7 @@ export STRAND_REQUIRE_CLIENTS := 1
 export STRAND_REQUIRE_ROOT_TESTS := 1
 endif
 
-.PHONY: build run test bench bench-kafka bench-suite fmt lint deps soak fuzz gen clean install sim
+.PHONY: build run run-cluster test bench bench-kafka bench-suite fmt lint deps soak fuzz gen clean install sim
 
 build:
 	$(CARGO) build --release --workspace
@@ -22,6 +22,11 @@ run:
 	$(CARGO) build --release -p strand-broker
 	@echo "make run: group.initial.rebalance.delay.ms is 100 here for development (Kafka and strand default: 3000)"
 	exec target/release/strand --data-dir $(DATA_DIR) --group-initial-rebalance-delay-ms 100
+
+## run-cluster: build and start three nodes on this machine (Kafka 127.0.0.1:9092, 9192,
+## 9292; admin 9644, 9744, 9844; data in ./$(DATA_DIR)/cluster); Ctrl-C stops all three
+run-cluster:
+	CARGO=$(CARGO) DATA_DIR=$(DATA_DIR)/cluster exec scripts/run-cluster.sh
 
 ## test: install what the tests need, then formatting, lints and every test
 test: deps lint

@@ -1,0 +1,519 @@
+"""A three-node cluster (ARCHITECTURE.md, Replication) under faults, checked like Jepsen.
+
+Each test starts three strand nodes (cluster_harness.py; all three are controller voters,
+peers talk through a fault-injecting proxy) and a topic with 3 partitions and replication
+factor 3. A producer thread (acks=all, idempotent) writes unique values round-robin over
+the partitions while a fault is applied: kill -9 of a partition leader, a cut of a
+follower, a cut of a leader, a restart of every node. Then each partition is read from
+offset 0 once through every node's listener, and jepsen_check.py checks the history: no
+acknowledged write lost, no value at two offsets, no offset with two values or another
+value than acknowledged, offsets increasing.
+
+A delivery error is an `unknown` outcome (librdkafka cannot tell us whether a timed-out or
+purged batch was appended), so only `ok` writes can be lost. With message.timeout.ms at a
+minute there should be none.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from cluster_harness import Cluster, NODE_IDS
+from jepsen_check import OK, UNKNOWN, Write, check
+from strand_harness import need_module, wait_until
+
+try:  # conftest.py attaches the stderr tail of the brokers it knows to a failing report
+    from conftest import _BROKERS_OF_TEST
+except ImportError:  # pragma: no cover - run outside tests/kafka
+    _BROKERS_OF_TEST = {}
+
+PARTITIONS = 3
+REPLICATION_FACTOR = 3
+# The producer thread's target rate; a 2-core CI box also runs three brokers.
+RATE_PER_S = 400
+# Length of each fault test's workload and when its fault starts and ends.
+WORKLOAD_S = 10.0
+FAULT_AT_S = 2.0
+FAULT_FOR_S = 3.0
+# Acknowledgements wanted before a fault, so that it lands mid-stream.
+ACKS_BEFORE_FAULT = 100
+# kill -9 of a leader until Metadata names another one. The target is 2 s; the bound is
+# loose so a loaded CI box does not fail on timing, which bench and the sim measure.
+FAILOVER_TARGET_S = 2.0
+FAILOVER_BOUND_S = 10.0
+# A new leader after a cut: election timeout plus a loaded box.
+ELECTION_DEADLINE_S = 15.0
+# Writes acknowledged again after a fault.
+PROGRESS_DEADLINE_S = 30.0
+# librdkafka retries a message this long (through failovers) before giving up on it.
+MESSAGE_TIMEOUT_MS = 60_000
+FLUSH_DEADLINE_S = 90.0
+READ_DEADLINE_S = 60.0
+LEADERS_DEADLINE_S = 30.0
+
+
+# -- fixtures -------------------------------------------------------------------------
+
+def _failed(node) -> bool:
+    return any(getattr(node, f"rep_{w}", None) is not None and getattr(node, f"rep_{w}").failed
+               for w in ("setup", "call"))
+
+
+@pytest.fixture
+def cluster(request):
+    """Three started nodes, owned by this test; SIGTERMed at teardown, which asserts
+    exit code 0 for each."""
+    c = Cluster(name=request.node.name[:40])
+    _BROKERS_OF_TEST[request.node.nodeid] = list(c.nodes.values())
+    try:
+        c.start()
+        yield c
+    finally:
+        rcs = c.close()
+        bad = {n: rc for n, rc in rcs.items() if rc != 0}
+        if not bad and not _failed(request.node):
+            c.cleanup()
+        else:
+            print(f"\nkept data dirs of {c.name}: {c.root}")
+    assert not bad, f"nodes exited with {bad} after SIGTERM:\n{c.log_tails()}"
+
+
+@pytest.fixture
+def ck():
+    return need_module("confluent_kafka")
+
+
+@pytest.fixture
+def workload(ck, cluster):
+    """Factory: `workload(topic)` starts a Workload; teardown aborts any still running so
+    a failed test leaves no producer behind."""
+    made: list[Workload] = []
+
+    def make(topic: str) -> Workload:
+        w = Workload(ck, cluster.bootstrap(), topic).start()
+        made.append(w)
+        return w
+
+    yield make
+    for w in made:
+        w.abort()
+
+
+@pytest.fixture
+def rf3_topic(ck, cluster, topic):
+    """`topic` created with 3 partitions and replication factor 3, every partition led."""
+    admin = need_module("confluent_kafka.admin")
+    a = admin.AdminClient({"bootstrap.servers": cluster.bootstrap()})
+    new = admin.NewTopic(topic, num_partitions=PARTITIONS, replication_factor=REPLICATION_FACTOR)
+    a.create_topics([new])[topic].result(30)
+    wait_leaders(cluster, topic)
+    return topic
+
+
+# -- helpers ---------------------------------------------------------------------------
+
+def wait_leaders(cluster: Cluster, topic: str) -> dict[int, int]:
+    """Waits until each partition has a leader the reachable nodes agree on."""
+    return {p: cluster.wait_leader(topic, p, timeout=LEADERS_DEADLINE_S)
+            for p in range(PARTITIONS)}
+
+
+def one_leader_view(cluster: Cluster, topic: str, partition: int) -> dict | None:
+    """Every node's view of the partition's leader, when all name the same node."""
+    views = cluster.leader_views(topic, partition)
+    leaders = set(views.values())
+    return views if len(leaders) == 1 and leaders.pop() in NODE_IDS else None
+
+
+def replicas_of(cluster: Cluster, topic: str, partition: int, node_id: int) -> list[int]:
+    return cluster.metadata(node_id).topics[topic][partition].replicas
+
+
+def producer_config(bootstrap: str, **extra) -> dict:
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "acks": "all",
+        "enable.idempotence": True,
+        "linger.ms": 5,
+        "message.timeout.ms": MESSAGE_TIMEOUT_MS,
+        # A produce to a leader that lost its quorum times out on the broker after this
+        # and is retried (same sequence numbers) wherever Metadata points next.
+        "request.timeout.ms": 5000,
+        "socket.timeout.ms": 10000,
+        "reconnect.backoff.ms": 50,
+        "reconnect.backoff.max.ms": 500,
+        "retry.backoff.ms": 50,
+        "retry.backoff.max.ms": 500,
+        "topic.metadata.refresh.interval.ms": 2000,
+    }
+    conf.update(extra)
+    return conf
+
+
+class Workload:
+    """A thread producing unique values `<topic>:<i>` to partition i % PARTITIONS at
+    RATE_PER_S, recording each write's outcome for jepsen_check."""
+
+    def __init__(self, ck, bootstrap: str, topic: str, rate_per_s: float = RATE_PER_S):
+        self.ck = ck
+        self.topic = topic
+        self.rate_per_s = rate_per_s
+        self.conf = producer_config(bootstrap, error_cb=self._on_error)
+        self._lock = threading.Lock()
+        self.partition_of: dict[bytes, int] = {}
+        self.outcome: dict[bytes, tuple[str, int, int | None]] = {}
+        self.ack_times: list[tuple[float, int]] = []  # (monotonic time, partition) per ok
+        self.delivery_errors: Counter = Counter()
+        self.fatal: list[str] = []
+        self.unflushed = 0
+        self.exc: BaseException | None = None
+        self._stop = threading.Event()
+        self._abort = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="workload", daemon=True)
+        self.started_at = 0.0
+
+    def start(self) -> "Workload":
+        self.started_at = time.monotonic()
+        self._thread.start()
+        return self
+
+    def stop(self):
+        """Stops producing, waits for every outstanding acknowledgement (or its failure)."""
+        self._stop.set()
+        self._thread.join(FLUSH_DEADLINE_S + 30)
+        assert not self._thread.is_alive(), "the producer thread did not finish"
+        if self.exc is not None:
+            raise self.exc
+
+    def abort(self):
+        """Stops at once, dropping what is not acknowledged (a failed test's teardown)."""
+        self._abort.set()
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(30)
+
+    def _on_error(self, err):
+        if err.fatal():
+            with self._lock:
+                self.fatal.append(str(err))
+
+    def _on_delivery(self, err, msg):
+        v = msg.value()
+        with self._lock:
+            if err is None:
+                self.outcome[v] = (OK, msg.partition(), msg.offset())
+                self.ack_times.append((time.monotonic(), msg.partition()))
+            else:
+                self.outcome[v] = (UNKNOWN, self.partition_of[v], None)
+                self.delivery_errors[err.name()] += 1
+
+    def _run(self):
+        try:
+            p = self.ck.Producer(self.conf)
+            i = 0
+            while not self._stop.is_set():
+                due = self.started_at + i / self.rate_per_s
+                now = time.monotonic()
+                if now < due:
+                    p.poll(min(due - now, 0.05))
+                    continue
+                value = f"{self.topic}:{i}".encode()
+                part = i % PARTITIONS
+                with self._lock:
+                    self.partition_of[value] = part
+                try:
+                    p.produce(self.topic, value=value, partition=part,
+                              on_delivery=self._on_delivery)
+                except BufferError:
+                    with self._lock:
+                        del self.partition_of[value]
+                    p.poll(0.05)
+                    continue
+                i += 1
+                p.poll(0)
+            deadline = time.monotonic() + FLUSH_DEADLINE_S
+            left = p.flush(0.5)
+            while left and time.monotonic() < deadline and not self._abort.is_set():
+                left = p.flush(0.5)
+            self.unflushed = left
+            if left:
+                p.purge()
+                p.flush(5)
+        except BaseException as e:  # noqa: BLE001 - re-raised by stop()
+            self.exc = e
+
+    def acks(self, partition: int | None = None, since: float = 0.0) -> int:
+        with self._lock:
+            return sum(1 for t, p in self.ack_times
+                       if t >= since and (partition is None or p == partition))
+
+    def wait_acks(self, n: int, partition: int | None = None, since: float = 0.0,
+                  timeout: float = PROGRESS_DEADLINE_S, what: str = ""):
+        wait_until(lambda: self.acks(partition, since) >= n, timeout,
+                   f"{n} acknowledgements (partition {partition}) {what}".strip(), interval=0.05)
+
+    def history(self) -> list[Write]:
+        """Every attempted write; one that never got a callback is `unknown`."""
+        with self._lock:
+            out = []
+            for value, part in self.partition_of.items():
+                outcome, p, offset = self.outcome.get(value, (UNKNOWN, part, None))
+                out.append(Write(value, outcome, p, offset))
+            return out
+
+    def summary(self) -> str:
+        with self._lock:
+            ok = sum(1 for o in self.outcome.values() if o[0] == OK)
+            return (f"{len(self.partition_of)} writes, {ok} ok, delivery errors "
+                    f"{dict(self.delivery_errors)}, unflushed {self.unflushed}, "
+                    f"fatal {self.fatal}")
+
+
+def produce_all(ck, cluster: Cluster, topic: str, indexes) -> dict[bytes, tuple[int, int]]:
+    """Produces `<topic>:<i>` to partition i % PARTITIONS for each index with acks=all and
+    returns value -> acknowledged (partition, offset); every write must succeed."""
+    p = ck.Producer(producer_config(cluster.bootstrap()))
+    acked: dict[bytes, tuple[int, int]] = {}
+    errors = []
+
+    def on_delivery(err, msg):
+        if err is None:
+            acked[msg.value()] = (msg.partition(), msg.offset())
+        else:
+            errors.append(str(err))
+
+    values = [f"{topic}:{i}".encode() for i in indexes]
+    for i, v in zip(indexes, values):
+        p.produce(topic, value=v, partition=i % PARTITIONS, on_delivery=on_delivery)
+    assert p.flush(MESSAGE_TIMEOUT_MS / 1000 + 10) == 0, "undelivered messages remain"
+    assert not errors, errors[:5]
+    assert sorted(acked) == sorted(values)
+    return acked
+
+
+def read_pass(ck, bootstrap: str, topic: str, deadline_s: float = READ_DEADLINE_S) -> list:
+    """Every record of every partition from offset 0 up to its high watermark, in the order
+    the consumer delivered them, as (partition, offset, value)."""
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "strand-tests-unused",
+                     "enable.auto.commit": False, "auto.offset.reset": "error"})
+    try:
+        high = {}
+        for p in range(PARTITIONS):
+            lo, hi = wait_until(
+                lambda p=p: c.get_watermark_offsets(ck.TopicPartition(topic, p), timeout=5,
+                                                    cached=False),
+                LEADERS_DEADLINE_S, f"watermarks of {topic}/{p} via {bootstrap}")
+            assert lo == 0, f"{topic}/{p}: log start offset {lo}, nothing was deleted"
+            high[p] = hi
+        c.assign([ck.TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+        out = []
+        next_offset = {p: 0 for p in range(PARTITIONS)}
+        errors = []
+        deadline = time.monotonic() + deadline_s
+        while any(next_offset[p] < high[p] for p in range(PARTITIONS)):
+            assert time.monotonic() < deadline, (
+                f"read via {bootstrap}: at {next_offset} of high watermarks {high} after "
+                f"{deadline_s}s; errors {errors[:5]}")
+            for m in c.consume(500, 0.5):
+                if m.error():
+                    assert not m.error().fatal(), m.error()
+                    errors.append(str(m.error()))
+                    continue
+                out.append((m.partition(), m.offset(), m.value()))
+                next_offset[m.partition()] = max(next_offset[m.partition()], m.offset() + 1)
+        return out
+    finally:
+        c.close()
+
+
+def read_everywhere(ck, cluster: Cluster, topic: str) -> list[list]:
+    """One read pass bootstrapped through each node's Kafka listener."""
+    return [read_pass(ck, cluster[n].bootstrap, topic) for n in sorted(cluster.nodes)]
+
+
+def assert_consistent(workload_or_writes, passes, min_ok: int):
+    writes = (workload_or_writes.history() if isinstance(workload_or_writes, Workload)
+              else workload_or_writes)
+    report = check(writes, passes)
+    print(report)
+    counts = report.counts()
+    for anomaly in ("lost", "duplicate", "inconsistent_offset", "nonmonotonic",
+                    "failed_read", "unexpected"):
+        assert counts[anomaly] == 0, str(report)
+    assert report.writes[OK] >= min_ok, f"only {report.writes[OK]} ok writes: {report}"
+    return report
+
+
+def show(capsys, line: str):
+    """Prints past pytest's capture: timings worth seeing in passing runs too."""
+    with capsys.disabled():
+        print(f"\n{line}")
+
+
+def sleep_until(t: float):
+    """The fault schedule: a fault starts and ends at fixed times of the workload. This is
+    not a wait for a condition (those use wait_until with a deadline)."""
+    time.sleep(max(0.0, t - time.monotonic()))
+
+
+def finish(workload: Workload):
+    sleep_until(workload.started_at + WORKLOAD_S)
+    workload.stop()
+    print(workload.summary())
+    assert not workload.fatal, f"the idempotent producer hit a fatal error: {workload.fatal}"
+
+
+# -- a. the cluster forms and replicates -----------------------------------------------
+
+def test_three_nodes_form_a_cluster_and_replicate_a_topic(ck, cluster, rf3_topic):
+    admin = need_module("confluent_kafka.admin")
+    topic = rf3_topic
+    md = admin.AdminClient({"bootstrap.servers": cluster.bootstrap()}).list_topics(timeout=10)
+    assert sorted(md.brokers) == list(NODE_IDS), f"brokers {md.brokers}"
+    for b in md.brokers.values():
+        assert (b.host, b.port) == ("127.0.0.1", cluster[b.id].kafka_port), b
+    parts = md.topics[topic].partitions
+    assert sorted(parts) == list(range(PARTITIONS))
+    for p, pm in parts.items():
+        assert sorted(pm.replicas) == list(NODE_IDS), f"{topic}/{p} replicas {pm.replicas}"
+        assert pm.leader in NODE_IDS, f"{topic}/{p} leader {pm.leader}"
+    # Every node's own Metadata agrees on brokers and replicas.
+    for n in NODE_IDS:
+        raw = cluster.metadata(n)
+        assert sorted(raw.brokers) == list(NODE_IDS), f"node {n}: brokers {raw.brokers}"
+        assert raw.controller in NODE_IDS, f"node {n}: controller {raw.controller}"
+        for p in range(PARTITIONS):
+            assert sorted(raw.topics[topic][p].replicas) == list(NODE_IDS), (n, p, raw.topics)
+
+    n = 200
+    acked = produce_all(ck, cluster, topic, range(n))
+    writes = [Write(v, OK, part, off) for v, (part, off) in acked.items()]
+    passes = read_everywhere(ck, cluster, topic)
+    assert [len(x) for x in passes] == [n] * len(NODE_IDS)
+    assert_consistent(writes, passes, min_ok=n)
+
+
+# -- b. kill -9 of a leader ------------------------------------------------------------
+
+def test_kill9_of_a_leader_loses_no_acknowledged_write(ck, cluster, rf3_topic, workload, capsys):
+    topic = rf3_topic
+    old = cluster.wait_leader(topic, 0)
+    survivors = [n for n in NODE_IDS if n != old]
+    w = workload(topic)
+    w.wait_acks(ACKS_BEFORE_FAULT, what="before the kill")
+    sleep_until(w.started_at + FAULT_AT_S)
+
+    killed_at = time.monotonic()
+    cluster.kill9(old)
+    new = cluster.wait_leader(topic, 0, nodes=survivors, exclude={old},
+                              timeout=FAILOVER_BOUND_S, agree="any")
+    failover_s = time.monotonic() - killed_at
+    show(capsys, f"failover of {topic}/0: leader {old} killed, node {new} named leader "
+                 f"after {failover_s:.3f}s (target < {FAILOVER_TARGET_S}s)")
+    assert new in survivors
+
+    sleep_until(killed_at + FAULT_FOR_S)
+    cluster.restart(old)
+    w.wait_acks(1, partition=0, since=killed_at, what="on partition 0 after the kill")
+    finish(w)
+    wait_leaders(cluster, topic)
+    assert_consistent(w, read_everywhere(ck, cluster, topic), min_ok=ACKS_BEFORE_FAULT)
+    assert failover_s < FAILOVER_BOUND_S
+
+
+# -- c. network cuts -------------------------------------------------------------------
+
+def _assert_through_proxy(cluster: Cluster):
+    direct = cluster.direct_rpc_connections()
+    assert not direct, (
+        f"nodes talk to peers' real RPC ports, not to the --seeds (proxy) addresses: "
+        f"(node, peer, port) {direct}; a cut would not isolate anything")
+
+
+def test_a_cut_follower_loses_no_acknowledged_write(ck, cluster, rf3_topic, workload):
+    topic = rf3_topic
+    leader = cluster.wait_leader(topic, 0)
+    follower = next(n for n in replicas_of(cluster, topic, 0, leader) if n != leader)
+    w = workload(topic)
+    w.wait_acks(ACKS_BEFORE_FAULT, what="before the cut")
+    _assert_through_proxy(cluster)
+    sleep_until(w.started_at + FAULT_AT_S)
+
+    cut_at = time.monotonic()
+    cluster.cut(follower)
+    # The leader and the other follower are a majority: partition 0 keeps committing.
+    w.wait_acks(ACKS_BEFORE_FAULT // PARTITIONS, partition=0, since=cut_at,
+                what=f"on partition 0 with follower {follower} cut off")
+    sleep_until(cut_at + FAULT_FOR_S)
+    cluster.heal(follower)
+    healed_at = time.monotonic()
+    w.wait_acks(1, since=healed_at, what="after the heal")
+    finish(w)
+    wait_leaders(cluster, topic)
+    assert_consistent(w, read_everywhere(ck, cluster, topic), min_ok=ACKS_BEFORE_FAULT)
+
+
+def test_a_cut_leader_is_replaced_and_writes_continue(ck, cluster, rf3_topic, workload, capsys):
+    topic = rf3_topic
+    old = cluster.wait_leader(topic, 0)
+    others = [n for n in NODE_IDS if n != old]
+    w = workload(topic)
+    w.wait_acks(ACKS_BEFORE_FAULT, what="before the cut")
+    _assert_through_proxy(cluster)
+    sleep_until(w.started_at + FAULT_AT_S)
+
+    cut_at = time.monotonic()
+    cluster.cut(old)
+    new = cluster.wait_leader(topic, 0, nodes=others, exclude={old},
+                              timeout=ELECTION_DEADLINE_S)
+    elected_at = time.monotonic()
+    show(capsys, f"{topic}/0: leader {old} cut off, node {new} elected after "
+                 f"{elected_at - cut_at:.3f}s")
+    assert new in others
+    # Writes continue on the majority side (the client finds the new leader by itself).
+    w.wait_acks(ACKS_BEFORE_FAULT // PARTITIONS, partition=0, since=elected_at,
+                what=f"on partition 0 from new leader {new}")
+    sleep_until(cut_at + FAULT_FOR_S)
+    cluster.heal(old)
+    finish(w)
+    # After the heal the old leader learns the new term: all three name one leader.
+    views = wait_until(lambda: one_leader_view(cluster, topic, 0), LEADERS_DEADLINE_S,
+                       f"all nodes naming one leader of {topic}/0")
+    print(f"leader views of {topic}/0 after the heal: {views}")
+    wait_leaders(cluster, topic)
+    assert_consistent(w, read_everywhere(ck, cluster, topic), min_ok=ACKS_BEFORE_FAULT)
+
+
+# -- d. restart of every node ------------------------------------------------------------
+
+def test_topics_and_data_survive_a_restart_of_every_node(ck, cluster, rf3_topic):
+    admin = need_module("confluent_kafka.admin")
+    topic = rf3_topic
+    before = produce_all(ck, cluster, topic, range(300))
+    rcs = cluster.restart_all()
+    assert rcs == {n: 0 for n in NODE_IDS}, f"exit codes after SIGTERM: {rcs}"
+
+    a = admin.AdminClient({"bootstrap.servers": cluster.bootstrap()})
+
+    def listed():
+        m = a.list_topics(timeout=5)
+        return m if topic in m.topics else None
+
+    md = wait_until(listed, LEADERS_DEADLINE_S, f"{topic} in Metadata after the restart (lost?)")
+    parts = md.topics[topic].partitions
+    assert sorted(parts) == list(range(PARTITIONS))
+    for p, pm in parts.items():
+        assert sorted(pm.replicas) == list(NODE_IDS), f"{topic}/{p} replicas {pm.replicas}"
+    wait_leaders(cluster, topic)
+
+    # Offsets continue after the restart; none is handed out again.
+    after = produce_all(ck, cluster, topic, range(300, 330))
+    last_before = {p: max(o for (pp, o) in before.values() if pp == p) for p in range(PARTITIONS)}
+    for p, o in after.values():
+        assert o > last_before[p], f"{topic}/{p}: offset {o} reused (last before {last_before[p]})"
+    writes = [Write(v, OK, p, o) for v, (p, o) in {**before, **after}.items()]
+    assert_consistent(writes, read_everywhere(ck, cluster, topic), min_ok=330)
