@@ -14,7 +14,9 @@ use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{fmt, reload, EnvFilter, Registry};
 
 /// Level filter when none is configured.
-pub const LOG_LEVEL_DEFAULT: &str = "info";
+/// raft-rs logs every election of every group at info: thousands of groups per node make
+/// that a flood, so its records start at warn (`raft=info` brings them back).
+pub const LOG_LEVEL_DEFAULT: &str = "info,raft=warn";
 /// Longest filter string accepted at run time (a bound on what an admin request sets).
 pub const LOG_FILTER_BYTES_MAX: usize = 1024;
 /// A partition logs at most one storage error per this interval; the next line says how

@@ -535,6 +535,9 @@ impl Shard {
     /// Allocates a producer id that was never handed out before, even across restarts:
     /// ids are reserved in blocks persisted in the metadata log before use.
     async fn allocate_producer_id(self: &Rc<Self>) -> Result<i64, MetaError> {
+        if self.clustered() {
+            return self.allocate_producer_id_clustered().await;
+        }
         loop {
             let reserved = self.metadata().producer_ids_reserved_to;
             let next = self
@@ -544,9 +547,6 @@ impl Shard {
             if next < reserved {
                 self.next_producer_id.set(next + 1);
                 return Ok(next);
-            }
-            if self.clustered() {
-                return self.allocate_producer_id_clustered().await;
             }
             let cmd = Command::ReserveProducerIds {
                 owner: None,

@@ -16,7 +16,7 @@ use strand_wire::RecordBatch;
 use crate::errors::KafkaError;
 use crate::logging::{RateLimit, STORAGE_ERROR_LOG_INTERVAL};
 use crate::metrics::{ProduceStage, ShardMetrics};
-use crate::producer_state::{ProducerStates, Verdict};
+use crate::producer_state::{ProducerStates, Verdict, PENDING_OFFSET};
 use crate::replication::Replicator;
 use strand_raft::GroupId;
 
@@ -265,24 +265,45 @@ impl Partition {
         let rep = rep.upgrade().ok_or(KafkaError::NotLeader)?;
         if let Some((pid, epoch, first, last)) = ids {
             let verdict = self.producers.borrow().check(pid, epoch, first, last)?;
-            if let Verdict::Duplicate { base_offset } = verdict {
-                self.wait_committed(KafkaOffset(base_offset)).await;
-                return Ok(Produced {
-                    base_offset: KafkaOffset(base_offset),
-                });
+            match verdict {
+                // A retry of a batch still in flight: answered retriable, the next retry
+                // finds its offset.
+                Verdict::Duplicate { base_offset } if base_offset == PENDING_OFFSET => {
+                    return Err(KafkaError::RequestTimedOut);
+                }
+                Verdict::Duplicate { base_offset } => {
+                    self.wait_committed(KafkaOffset(base_offset)).await;
+                    return Ok(Produced {
+                        base_offset: KafkaOffset(base_offset),
+                    });
+                }
+                // Recorded at proposal, so pipelined batches of the producer follow it.
+                Verdict::Append => self.producers.borrow_mut().record(
+                    pid,
+                    epoch,
+                    first,
+                    last,
+                    PENDING_OFFSET,
+                ),
             }
         }
         let records = u32::try_from(view.record_count()).unwrap_or(0).max(1);
         let batch_bytes = batch.len();
-        let base = rep.propose(group, batch, records).await?;
-        let base = KafkaOffset(base.0);
+        let r = rep.propose(group, batch, records).await;
+        let base = match r {
+            Ok(base) => KafkaOffset(base.0),
+            Err(e) => {
+                if let Some((pid, _, first, _)) = ids {
+                    self.producers.borrow_mut().forget_from(pid, first);
+                }
+                return Err(e);
+            }
+        };
         self.metrics.produced(batch_bytes, u64::from(records));
         self.metrics
             .produce_stage(ProduceStage::Flush, crate::clock::now() - started);
-        if let Some((pid, epoch, first, last)) = ids {
-            self.producers
-                .borrow_mut()
-                .record(pid, epoch, first, last, base.0);
+        if let Some((pid, _, first, _)) = ids {
+            self.producers.borrow_mut().settle(pid, first, base.0);
         }
         Ok(Produced { base_offset: base })
     }

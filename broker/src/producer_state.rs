@@ -13,6 +13,9 @@ use crate::errors::KafkaError;
 /// Batches remembered per producer (Kafka's `max.in.flight.requests.per.connection` cap
 /// for idempotence is 5).
 pub const BATCHES_PER_PRODUCER: usize = 5;
+/// Base offset of a batch recorded when it was proposed to Raft, before its commit
+/// assigned its offset (cluster mode: pipelined batches are checked against it).
+pub const PENDING_OFFSET: i64 = -1;
 /// Producers remembered per partition; the least recently written is forgotten beyond
 /// this (it then restarts like an unknown producer). Bounds memory per partition.
 pub const PRODUCERS_PER_PARTITION_MAX: usize = 100_000;
@@ -101,6 +104,26 @@ impl ProducerStates {
     }
 
     /// Records an appended batch (also used to replay the log on open).
+    /// Sets the base offset of a batch recorded as pending once it committed.
+    pub fn settle(&mut self, producer_id: i64, first_seq: i32, base_offset: i64) {
+        if let Some(b) = self
+            .producers
+            .get_mut(&producer_id)
+            .and_then(|p| p.batches.iter_mut().find(|b| b.first_seq == first_seq))
+        {
+            b.base_offset = base_offset;
+        }
+    }
+
+    /// Forgets a pending batch that did not commit, and every batch after it.
+    pub fn forget_from(&mut self, producer_id: i64, first_seq: i32) {
+        if let Some(p) = self.producers.get_mut(&producer_id) {
+            if let Some(k) = p.batches.iter().position(|b| b.first_seq == first_seq) {
+                p.batches.truncate(k);
+            }
+        }
+    }
+
     pub fn record(
         &mut self,
         producer_id: i64,
