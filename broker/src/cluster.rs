@@ -165,10 +165,7 @@ async fn apply_controller(shard: &Rc<Shard>) {
     if shard.cluster.applying.replace(true) {
         return;
     }
-    loop {
-        let Some(end) = shard.replicator().and_then(|r| r.controller_applied_end()) else {
-            break;
-        };
+    while let Some(end) = shard.replicator().and_then(|r| r.controller_applied_end()) {
         let Some(part) = shard.cluster.controller.borrow().clone() else {
             break;
         };
@@ -311,8 +308,12 @@ pub async fn register(shard: &Rc<Shard>) {
     while !shard.stopping() {
         let m = shard.metadata();
         if let Some(other) = m.nodes.values().find(|n| n.shards != info.shards) {
-            tracing::error!(node = other.id, shards = other.shards, ours = info.shards,
-                "every node of a cluster must run the same number of shards (--smp)");
+            tracing::error!(
+                node = other.id,
+                shards = other.shards,
+                ours = info.shards,
+                "every node of a cluster must run the same number of shards (--smp)"
+            );
         }
         let mut cmds = Vec::new();
         if m.cluster_id.is_empty() {

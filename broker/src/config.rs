@@ -132,7 +132,10 @@ pub fn parse_seeds(s: &str) -> anyhow::Result<Vec<(i32, SocketAddr)>> {
         out.push((id, addr));
     }
     if out.len() > SEEDS_MAX {
-        bail!("at most {SEEDS_MAX} seeds (controller voters), got {}", out.len());
+        bail!(
+            "at most {SEEDS_MAX} seeds (controller voters), got {}",
+            out.len()
+        );
     }
     out.sort();
     Ok(out)

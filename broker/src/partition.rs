@@ -278,13 +278,11 @@ impl Partition {
                     });
                 }
                 // Recorded at proposal, so pipelined batches of the producer follow it.
-                Verdict::Append => self.producers.borrow_mut().record(
-                    pid,
-                    epoch,
-                    first,
-                    last,
-                    PENDING_OFFSET,
-                ),
+                Verdict::Append => {
+                    self.producers
+                        .borrow_mut()
+                        .record(pid, epoch, first, last, PENDING_OFFSET)
+                }
             }
         }
         let records = u32::try_from(view.record_count()).unwrap_or(0).max(1);

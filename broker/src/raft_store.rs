@@ -24,7 +24,9 @@ use bytes::Bytes;
 use raft::eraftpb::{ConfState, Entry, EntryType, HardState};
 use serde::{Deserialize, Serialize};
 use strand_raft::entry::{classify, data_context};
-use strand_raft::{CompactionPoint, KafkaOffset, LogIndex, LogStore, RaftIndex, RaftTerm, StoreError};
+use strand_raft::{
+    CompactionPoint, KafkaOffset, LogIndex, LogStore, RaftIndex, RaftTerm, StoreError,
+};
 use strand_storage::{AppendEntry, FrameHeader, FrameKind, LogFrame, StorageError};
 
 use crate::partition::Partition;
@@ -213,11 +215,6 @@ impl RaftLogStore {
         }
     }
 
-    /// The partition this store persists to.
-    pub fn partition(&self) -> &Rc<Partition> {
-        &self.part
-    }
-
     /// Takes this turn's disk work (None when nothing is staged).
     pub fn take_job(&mut self) -> Option<PersistJob> {
         let state = self
@@ -245,11 +242,6 @@ impl RaftLogStore {
         }
     }
 
-    /// Whether a persist failed (the group is fenced).
-    pub fn failed(&self) -> Option<&str> {
-        self.failed.as_deref()
-    }
-
     /// Loads entries read from disk for raft-rs's asynchronous read path.
     pub fn load_fetched(&mut self, frames: Vec<LogFrame>) {
         for f in frames {
@@ -263,7 +255,7 @@ impl RaftLogStore {
         self.fetched.clear();
     }
 
-    fn from_cache_or_fetched(&self, lo: u64, hi: u64, out: &mut Vec<Entry>) -> bool {
+    fn cached_or_fetched(&self, lo: u64, hi: u64, out: &mut Vec<Entry>) -> bool {
         if let Some(first) = self.fetched.get(&lo) {
             out.push(first.clone());
             for i in lo + 1..hi {
@@ -292,7 +284,9 @@ impl PersistJob {
         let err = |e: StorageError| e.to_string();
         if let Some(from) = self.truncate_from {
             if from.0 <= log.last_index().0 {
-                log.truncate_suffix(storage_index(from)).await.map_err(err)?;
+                log.truncate_suffix(storage_index(from))
+                    .await
+                    .map_err(err)?;
             }
         }
         for e in &self.entries {
@@ -365,7 +359,7 @@ impl LogStore for RaftLogStore {
             let from = (lo.0 - mem_first) as usize;
             let to = (hi.0 - mem_first) as usize;
             out.extend(self.mem.range(from..to).cloned());
-        } else if !self.from_cache_or_fetched(lo.0, hi.0.min(mem_first), &mut out) {
+        } else if !self.cached_or_fetched(lo.0, hi.0.min(mem_first), &mut out) {
             return Err(StoreError::NotInMemory { index: lo });
         } else if out.last().is_some_and(|e| e.index + 1 == mem_first) && hi.0 > mem_first {
             let to = (hi.0 - mem_first) as usize;
@@ -450,7 +444,11 @@ impl LogStore for RaftLogStore {
         self.index.compact_through(through)
     }
 
-    fn restore(&mut self, point: CompactionPoint, conf_state: &ConfState) -> Result<(), StoreError> {
+    fn restore(
+        &mut self,
+        point: CompactionPoint,
+        conf_state: &ConfState,
+    ) -> Result<(), StoreError> {
         // A snapshot would replace the whole log by one starting after `point`; shipping
         // segments is not implemented, and the leader never sends one while it keeps its
         // whole log (no retention on replicated partitions yet).

@@ -160,6 +160,11 @@ struct Hosted {
     term: u64,
 }
 
+/// A leader change: (group, leader node or -1, term as the Kafka leader epoch).
+pub type LeaderChange = (u64, i32, i32);
+/// Receives the leader changes of a turn.
+pub type OnLeaderChanges = Box<dyn Fn(Vec<LeaderChange>)>;
+
 /// The shard's replication runtime. See the module doc.
 pub struct Replicator {
     me: NodeId,
@@ -173,7 +178,7 @@ pub struct Replicator {
     wake_tx: mpsc::Sender<()>,
     wake_rx: RefCell<Option<mpsc::Receiver<()>>>,
     /// Called after each turn with the leader changes (the shard broadcasts them).
-    on_changes: RefCell<Option<Box<dyn Fn(Vec<(u64, i32, i32)>)>>>,
+    on_changes: RefCell<Option<OnLeaderChanges>>,
     /// Called after a turn in which the controller group applied entries.
     on_controller_applied: RefCell<Option<Box<dyn Fn()>>>,
     controller_applied: Cell<Option<KafkaOffset>>,
@@ -206,7 +211,9 @@ impl Replicator {
             queues: HashMap::new(),
             dropped: Rc::new(Cell::new(0)),
         };
-        let seed = u64::from(crc32c::crc32c(format!("{me}/{shard}/{:?}", crate::clock::now()).as_bytes()));
+        let seed = u64::from(crc32c::crc32c(
+            format!("{me}/{shard}/{:?}", crate::clock::now()).as_bytes(),
+        ));
         let mut config = DriverConfig::new(me_id, seed);
         config.async_persist = true;
         let (wake_tx, wake_rx) = mpsc::channel(1);
@@ -229,13 +236,8 @@ impl Replicator {
         })
     }
 
-    /// This node's id.
-    pub fn node(&self) -> NodeId {
-        self.me
-    }
-
     /// Sets the callback receiving leader changes after each turn.
-    pub fn set_on_changes(&self, f: Box<dyn Fn(Vec<(u64, i32, i32)>)>) {
+    pub fn set_on_changes(&self, f: OnLeaderChanges) {
         *self.on_changes.borrow_mut() = Some(f);
     }
 
@@ -262,7 +264,8 @@ impl Replicator {
             return Ok(());
         }
         let store = RaftLogStore::open(part.clone(), voters).await?;
-        let fresh = strand_raft::LogStore::index(&store).last_index().0 == 0 && raft_term(&store) == 0;
+        let fresh =
+            strand_raft::LogStore::index(&store).last_index().0 == 0 && raft_term(&store) == 0;
         {
             let mut d = self.driver.borrow_mut();
             d.add_group(group, store)
@@ -314,7 +317,11 @@ impl Replicator {
 
     /// Proposes on the controller leader, through this node if it leads or forwarded
     /// otherwise; the caller watches the applied metadata for the outcome.
-    pub fn forward_to_controller(&self, payload: Bytes, record_count: u32) -> Result<(), RaftError> {
+    pub fn forward_to_controller(
+        &self,
+        payload: Bytes,
+        record_count: u32,
+    ) -> Result<(), RaftError> {
         let r = self
             .driver
             .borrow_mut()
@@ -323,27 +330,19 @@ impl Replicator {
         r
     }
 
-    /// Who leads `group` as this node knows it, and its term.
-    pub fn leader_of(&self, group: GroupId) -> (Option<NodeId>, u64) {
-        let d = self.driver.borrow();
-        (d.leader_of(group), d.term(group).map_or(0, |t| t.0))
-    }
-
     /// Kafka end of the controller log's applied (committed) entries.
     pub fn controller_applied_end(&self) -> Option<KafkaOffset> {
         self.driver.borrow().applied_kafka_end(CONTROLLER_GROUP)
-    }
-
-    /// Messages dropped because a peer queue was full or a peer unknown.
-    pub fn dropped_batches(&self) -> u64 {
-        self.driver.borrow_mut().transport_mut().dropped.get()
     }
 
     /// Hands a peer's batch to the driver.
     fn step(&self, batch: MessageBatch) {
         let outcome = self.driver.borrow_mut().step(batch);
         if outcome.dropped > 0 {
-            tracing::debug!(dropped = outcome.dropped, "raft messages for unknown groups dropped");
+            tracing::debug!(
+                dropped = outcome.dropped,
+                "raft messages for unknown groups dropped"
+            );
         }
         self.wake();
     }
@@ -381,9 +380,11 @@ impl Replicator {
                 .filter_map(|&g| d.store_mut(g).and_then(|s| s.take_job()).map(|j| (g, j)))
                 .collect()
         };
-        let results =
-            futures::future::join_all(jobs.into_iter().map(|(g, j)| async move { (g, j.run().await) }))
-                .await;
+        let results = futures::future::join_all(
+            jobs.into_iter()
+                .map(|(g, j)| async move { (g, j.run().await) }),
+        )
+        .await;
         {
             let mut d = self.driver.borrow_mut();
             for (g, r) in results {
@@ -559,7 +560,11 @@ async fn serve_peer(me: Weak<Replicator>, mut stream: TcpStream) -> anyhow::Resu
                 }
                 RpcFrame::Batch(b) => {
                     if peer != Some(b.from) || b.to != rep.me {
-                        anyhow::bail!("batch from {} to {} on a connection from {peer:?}", b.from, b.to);
+                        anyhow::bail!(
+                            "batch from {} to {} on a connection from {peer:?}",
+                            b.from,
+                            b.to
+                        );
                     }
                     rep.step(b);
                 }
@@ -589,7 +594,9 @@ pub fn kafka_error(e: RaftError) -> KafkaError {
         RaftError::Dropped { .. } => KafkaError::NotLeader,
         RaftError::Backpressure { .. } => KafkaError::RequestTimedOut,
         RaftError::InvalidProposal { why, .. } => KafkaError::CorruptMessage(why.to_string()),
-        RaftError::Fenced { group } => KafkaError::Storage(format!("{group} is fenced after a storage failure")),
+        RaftError::Fenced { group } => {
+            KafkaError::Storage(format!("{group} is fenced after a storage failure"))
+        }
         RaftError::Store { source, .. } => KafkaError::Storage(source.to_string()),
         RaftError::Raft { reason, .. } => KafkaError::Storage(reason),
     }

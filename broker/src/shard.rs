@@ -326,7 +326,6 @@ impl Shard {
         !self.config.seeds.is_empty()
     }
 
-
     /// Reserves `n` bytes of the shard's in-flight request budget, waiting (and counting
     /// a backpressure event) while it is exhausted. `None` when the shard is stopping.
     pub async fn reserve_request_bytes(&self, n: usize) -> Option<glommio::sync::StaticPermit> {

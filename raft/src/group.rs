@@ -393,7 +393,8 @@ impl<S: LogStore> Group<S> {
 
     /// Whether the `Ready` between the two phases wrote to the store (it needs a sync).
     pub fn needs_sync(&self) -> bool {
-        matches!(self.in_flight, Some((_, true))) || matches!(self.in_flight_async, Some((_, true, _)))
+        matches!(self.in_flight, Some((_, true)))
+            || matches!(self.in_flight_async, Some((_, true, _)))
     }
 
     /// Reads raft-rs waits for (see `GroupStorage::take_wanted`).
