@@ -12,7 +12,7 @@ export STRAND_REQUIRE_CLIENTS := 1
 export STRAND_REQUIRE_ROOT_TESTS := 1
 endif
 
-.PHONY: build run run-cluster test bench bench-kafka bench-suite fmt lint deps soak fuzz gen clean install sim
+.PHONY: build run run-cluster test bench bench-kafka bench-suite bench-cluster fmt lint deps soak fuzz gen clean install sim
 
 build:
 	$(CARGO) build --release --workspace
@@ -65,6 +65,11 @@ gen:
 bench-suite:
 	$(CARGO) build --release -p strand-broker -p strand-bench
 	BENCH_DATA_DIR=$(abspath $(DATA_DIR))/bench-suite bench/suite.sh
+
+## bench-cluster: 3-node RF=3 acks=all produce latency next to the physics (fdatasync p99 +
+## 2 x loopback RTT p99) and the CPU/memory cost of idle partitions (IDLE_COUNTS="1000 10000")
+bench-cluster:
+	bench/cluster.sh
 
 fmt:
 	$(CARGO) fmt --all

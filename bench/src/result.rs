@@ -185,8 +185,12 @@ impl RunResult {
                 });
             }
         };
+        // A replicated acks=all produce waits for a follower's fsync too: one more round
+        // trip (leader -> follower -> leader) on top of the client's (issue 5).
         let (bound, bound_us) = if self.spec.acks == Acks::None {
             ("rtt p99".to_string(), rtt)
+        } else if self.spec.replication_factor > 1 {
+            ("fdatasync p99 + 2 rtt p99".to_string(), sync + 2 * rtt)
         } else {
             ("fdatasync p99 + rtt p99".to_string(), sync + rtt)
         };

@@ -23,8 +23,8 @@ use strand_wire::BatchBuilder;
 use crate::metadata::{Command, MetaError, Metadata, NodeInfo};
 use crate::ops::Op;
 use crate::partition::Partition;
-use crate::replication::{Replicator, CONTROLLER_GROUP};
 use crate::shard::{sleep, Shard};
+use crate::shard_replication::{Replicator, CONTROLLER_GROUP};
 
 /// Directory of the controller group's log under the data directory.
 pub const CONTROLLER_DIR: &str = "__strand_controller";
@@ -363,6 +363,15 @@ pub async fn host_partition(shard: &Rc<Shard>, meta: &Metadata, part: Rc<Partiti
     let voters: Vec<u64> = replicas.iter().map(|&n| n as u64).collect();
     let preferred = replicas.first() == Some(&shard.config.node_id);
     let group = GroupId(t.group_of(part.index));
+    if part.topic == crate::group::OFFSETS_TOPIC {
+        let (weak, p) = (Rc::downgrade(shard), part.clone());
+        part.set_on_leader_gain(Box::new(move || {
+            if let Some(s) = weak.upgrade() {
+                let p = p.clone();
+                crate::shard::spawn_local(async move { s.reload_groups(&p).await });
+            }
+        }));
+    }
     if let Err(e) = rep.host(group, part.clone(), &voters, preferred).await {
         tracing::error!(topic = %part.topic, partition = part.index, error = %format!("{e:#}"),
             "cannot start the partition's raft group");

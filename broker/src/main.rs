@@ -20,13 +20,13 @@ mod partition;
 mod preflight;
 mod producer_state;
 mod raft_store;
-mod replication;
 mod shard;
 mod shard_admin;
 mod shard_conn;
 mod shard_native;
 mod shard_netcheck;
 mod shard_probe;
+mod shard_replication;
 mod shard_signals;
 mod topic_config;
 

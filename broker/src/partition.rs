@@ -17,7 +17,7 @@ use crate::errors::KafkaError;
 use crate::logging::{RateLimit, STORAGE_ERROR_LOG_INTERVAL};
 use crate::metrics::{ProduceStage, ShardMetrics};
 use crate::producer_state::{ProducerStates, Verdict, PENDING_OFFSET};
-use crate::replication::Replicator;
+use crate::shard_replication::Replicator;
 use strand_raft::GroupId;
 
 /// Durability waiters and append watchers are bounded by the requests in flight, which
@@ -59,6 +59,9 @@ pub struct Partition {
     term: Cell<u64>,
     /// Cluster mode: idempotent-producer state is being rebuilt after a leader change.
     rebuilding: Cell<bool>,
+    /// Cluster mode: run when this node becomes the leader (the group coordinator reloads
+    /// the groups of an offsets partition, which followers do not apply).
+    on_leader_gain: RefCell<Option<Box<dyn Fn()>>>,
 }
 
 /// Idempotence fields of a batch: (producer id, epoch, first sequence, last sequence).
@@ -103,7 +106,13 @@ impl Partition {
             leading: Cell::new(false),
             term: Cell::new(0),
             rebuilding: Cell::new(false),
+            on_leader_gain: RefCell::new(None),
         }
+    }
+
+    /// Sets what runs when this node becomes the partition's leader (cluster mode).
+    pub fn set_on_leader_gain(&self, f: Box<dyn Fn()>) {
+        *self.on_leader_gain.borrow_mut() = Some(f);
     }
 
     /// Makes this partition a Raft group driven by `rep` (cluster mode): produce goes
@@ -148,6 +157,9 @@ impl Partition {
                 }
                 me.rebuilding.set(false);
             });
+            if let Some(f) = self.on_leader_gain.borrow().as_ref() {
+                f();
+            }
         }
         self.leading.set(leading);
         if let Some(hw) = hw.filter(|_| leading) {

@@ -248,11 +248,35 @@ impl Shard {
         Ok(())
     }
 
+    /// Cluster mode, on becoming the coordinator of an offsets partition: forgets what this
+    /// node knew of its groups (it followed without applying) and replays the log.
+    pub(crate) async fn reload_groups(&self, part: &Partition) {
+        let partitions = self
+            .metadata()
+            .topics
+            .get(crate::group::OFFSETS_TOPIC)
+            .map_or(1, |t| t.shards.len());
+        self.groups
+            .borrow_mut()
+            .retain(|g, _| crate::group::partition_for(g, partitions) != part.index);
+        if let Err(e) = self.replay_groups(part, part.log().log_end_offset()).await {
+            tracing::error!(partition = part.index, error = %format!("{e:#}"),
+                "reloading consumer groups after a coordinator change failed");
+        }
+    }
+
     /// Rebuilds the groups of an offsets partition from its records.
     async fn load_groups(&self, part: &Partition) -> anyhow::Result<()> {
+        self.replay_groups(part, part.high_watermark()).await
+    }
+
+    async fn replay_groups(
+        &self,
+        part: &Partition,
+        end: strand_storage::KafkaOffset,
+    ) -> anyhow::Result<()> {
         let log = part.log();
         let mut next = log.log_start_offset();
-        let end = part.high_watermark();
         while next < end {
             let r = log.read(next, end, 4 << 20, true).await?;
             if r.batches.is_empty() {

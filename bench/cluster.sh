@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# `make bench-cluster`: a three-node Strand cluster on this machine (release build,
+# scripts/run-cluster.sh), then
+#   1. the physics (O_DIRECT write, 4 KiB write+fdatasync, loopback RTT);
+#   2. acks=all produce latency with replication factor 3 at a fixed rate (open loop,
+#      corrected for coordinated omission), printed with its ratio to
+#      fdatasync p99 + 2 x loopback RTT p99 (the issue-5 goal: <= 2.0);
+#   3. the cost of idle partitions: CPU and resident memory of each node with
+#      IDLE_COUNTS (default "1000") idle RF=3 partitions (every node hosts all of them).
+#
+# Knobs: RATE (2000 records/s), DURATION_S (10), PARTITIONS (3), RECORD_BYTES (1024),
+# IDLE_COUNTS ("1000"; "1000 10000" for both), IDLE_SETTLE_S (20), IDLE_MEASURE_S (10),
+# BENCH_DATA_DIR (data/bench-cluster; O_DIRECT, not tmpfs), OUT_DIR
+# (target/bench-cluster/<time>), SMP (shards per node, 1). All three nodes and the load
+# generator share this machine's cores: on a 2-core VM the figures include that contention.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+RATE="${RATE:-2000}"
+DURATION_S="${DURATION_S:-10}"
+PARTITIONS="${PARTITIONS:-3}"
+RECORD_BYTES="${RECORD_BYTES:-1024}"
+IDLE_COUNTS="${IDLE_COUNTS:-1000}"
+IDLE_SETTLE_S="${IDLE_SETTLE_S:-20}"
+IDLE_MEASURE_S="${IDLE_MEASURE_S:-10}"
+BENCH_DATA_DIR="${BENCH_DATA_DIR:-$ROOT/data/bench-cluster}"
+OUT_DIR="${OUT_DIR:-$ROOT/target/bench-cluster/$(date +%Y%m%d-%H%M%S)}"
+BENCH="$ROOT/target/release/strand-bench"
+CTL="$ROOT/target/release/strandctl"
+for v in $(compgen -e | grep '^STRAND_' || true); do unset "$v"; done
+
+say() { echo "bench-cluster: $*" >&2; }
+
+cargo build --release -p strand-broker -p strand-bench -p strandctl
+rm -rf "$BENCH_DATA_DIR"
+mkdir -p "$BENCH_DATA_DIR" "$OUT_DIR"
+
+say "physics"
+"$BENCH" physics --dir "$BENCH_DATA_DIR/physics" --out "$OUT_DIR/physics.json" >"$OUT_DIR/physics.txt"
+cat "$OUT_DIR/physics.txt"
+
+DATA_DIR="$BENCH_DATA_DIR/cluster" STRAND_BIN="$ROOT/target/release/strand" \
+  scripts/run-cluster.sh >"$OUT_DIR/cluster.log" 2>&1 &
+CLUSTER=$!
+cleanup() { kill -INT "$CLUSTER" 2>/dev/null || true; wait "$CLUSTER" 2>/dev/null || true; }
+trap cleanup EXIT
+
+for admin in 9644 9744 9844; do
+  for _ in $(seq 1 300); do
+    curl -fs "http://127.0.0.1:$admin/v1/health/ready" >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  curl -fs "http://127.0.0.1:$admin/v1/health/ready" >/dev/null || { say "node at admin $admin not ready"; exit 1; }
+done
+say "cluster ready"
+
+"$BENCH" produce --bootstrap 127.0.0.1:9092 --topic rf3 --partitions "$PARTITIONS" \
+  --replication-factor 3 --acks all --rate "$RATE" --record-bytes "$RECORD_BYTES" \
+  --duration-s "$DURATION_S" --physics "$OUT_DIR/physics.json" --out "$OUT_DIR/rf3.json" \
+  | tee "$OUT_DIR/rf3.txt"
+
+pids=$(pgrep -f "strand --node-id [123] --data-dir $BENCH_DATA_DIR/cluster" || true)
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
+hz=$(getconf CLK_TCK)
+{
+  echo "| idle partitions (RF=3, on every node) | node pid | CPU % of one core | RSS MiB |"
+  echo "|---|---|---|---|"
+  for n in $IDLE_COUNTS; do
+    "$CTL" --brokers 127.0.0.1:9092 topic create "idle-$n" --partitions "$n" --replication-factor 3 >/dev/null
+    sleep "$IDLE_SETTLE_S"
+    declare -A before=()
+    for p in $pids; do before[$p]=$(cpu_ticks "$p"); done
+    sleep "$IDLE_MEASURE_S"
+    for p in $pids; do
+      used=$(( $(cpu_ticks "$p") - before[$p] ))
+      pct=$(awk -v u="$used" -v hz="$hz" -v s="$IDLE_MEASURE_S" 'BEGIN {printf "%.1f", 100 * u / hz / s}')
+      echo "| $n (+ rf3, __consumer_offsets) | $p | $pct | $(( $(rss_kib "$p") / 1024 )) |"
+    done
+  done
+} | tee "$OUT_DIR/idle.md"
+say "results in $OUT_DIR"
