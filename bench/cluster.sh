@@ -5,8 +5,9 @@
 #   2. acks=all produce latency with replication factor 3 at a fixed rate (open loop,
 #      corrected for coordinated omission), printed with its ratio to
 #      fdatasync p99 + 2 x loopback RTT p99 (the issue-5 goal: <= 2.0);
-#   3. the cost of idle partitions: CPU and resident memory of each node with
-#      IDLE_COUNTS (default "1000") idle RF=3 partitions (every node hosts all of them).
+#   3. the cost of idle partitions: CPU, resident memory and disk of each node with
+#      IDLE_COUNTS (default "1000") idle RF=3 partitions (every node hosts all of them;
+#      each holds a 1 MiB preallocated segment: 10000 on 3 nodes is ~30 GiB of disk).
 #
 # Knobs: RATE (2000 records/s), DURATION_S (10), PARTITIONS (3), RECORD_BYTES (1024),
 # IDLE_COUNTS ("1000"; "1000 10000" for both), IDLE_SETTLE_S (20), IDLE_MEASURE_S (10),
@@ -65,8 +66,8 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 hz=$(getconf CLK_TCK)
 {
-  echo "| idle partitions (RF=3, on every node) | node pid | CPU % of one core | RSS MiB |"
-  echo "|---|---|---|---|"
+  echo "| idle partitions (RF=3, on every node) | node pid | CPU % of one core | RSS MiB | disk MiB (all nodes) |"
+  echo "|---|---|---|---|---|"
   for n in $IDLE_COUNTS; do
     "$CTL" --brokers 127.0.0.1:9092 topic create "idle-$n" --partitions "$n" --replication-factor 3 >/dev/null
     sleep "$IDLE_SETTLE_S"
@@ -76,7 +77,8 @@ hz=$(getconf CLK_TCK)
     for p in $pids; do
       used=$(( $(cpu_ticks "$p") - before[$p] ))
       pct=$(awk -v u="$used" -v hz="$hz" -v s="$IDLE_MEASURE_S" 'BEGIN {printf "%.1f", 100 * u / hz / s}')
-      echo "| $n (+ rf3, __consumer_offsets) | $p | $pct | $(( $(rss_kib "$p") / 1024 )) |"
+      disk=$(du -sm "$BENCH_DATA_DIR/cluster" | cut -f1)
+      echo "| $n (+ rf3, __consumer_offsets) | $p | $pct | $(( $(rss_kib "$p") / 1024 )) | $disk |"
     done
   done
 } | tee "$OUT_DIR/idle.md"

@@ -459,3 +459,117 @@ impl LogStore for RaftLogStore {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strand_storage::{BatchCache, Log, LogConfig, SystemClock};
+
+    fn data_entry(index: u64, term: u64, value: &[u8]) -> Entry {
+        let mut b = strand_wire::BatchBuilder::new(1);
+        b.push(1, None, Some(value), &[]);
+        Entry {
+            index,
+            term,
+            data: b.build(),
+            context: Bytes::copy_from_slice(&data_context(1)),
+            ..Entry::default()
+        }
+    }
+
+    async fn open(dir: &Path) -> RaftLogStore {
+        let lc = LogConfig {
+            allow_buffered_io: true,
+            ..LogConfig::default()
+        };
+        let cache = Rc::new(BatchCache::new(1 << 20));
+        let log = Log::open(dir, lc, Rc::new(SystemClock), cache)
+            .await
+            .expect("open log");
+        let metrics = Rc::new(crate::metrics::ShardMetrics::new(1));
+        let part = Rc::new(Partition::new("t".into(), 0, log, 1 << 20, metrics));
+        RaftLogStore::open(part, &[1, 2, 3])
+            .await
+            .expect("open store")
+    }
+
+    async fn persist(s: &mut RaftLogStore) {
+        let job = s.take_job().expect("something staged");
+        let r = job.run().await;
+        s.finish_job(r);
+        s.sync().expect("persisted");
+    }
+
+    #[test]
+    fn entries_state_and_truncation_survive_a_reopen() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("t-0");
+        strand_storage::io_runtime::block_on("raft-store-test", 1, async {
+            let mut s = open(&dir).await;
+            assert_eq!(s.conf_state().voters, vec![1, 2, 3]);
+            assert_eq!(s.index().last_index(), RaftIndex(0));
+            let noop = Entry {
+                index: 1,
+                term: 1,
+                ..Entry::default()
+            };
+            s.append(&[noop, data_entry(2, 1, b"a"), data_entry(3, 1, b"b")])
+                .expect("append");
+            s.set_hard_state(&HardState {
+                term: 1,
+                vote: 1,
+                commit: 0,
+                ..HardState::default()
+            });
+            assert!(s.sync().is_err(), "sync before the disk work is refused");
+            persist(&mut s).await;
+            assert_eq!(s.index().log_end_offset(), KafkaOffset(2));
+            let got = s
+                .entries(RaftIndex(1), RaftIndex(4), None)
+                .expect("from memory");
+            assert_eq!(got.iter().map(|e| e.index).collect::<Vec<_>>(), [1, 2, 3]);
+            s.applied_to(RaftIndex(3));
+            let got = s
+                .entries(RaftIndex(2), RaftIndex(4), None)
+                .expect("from the cache");
+            assert_eq!(got.iter().map(|e| e.index).collect::<Vec<_>>(), [2, 3]);
+            assert_eq!(got[1].context.as_ref(), data_context(1));
+            // A new leader overwrites index 3 with its own term.
+            s.append(&[data_entry(3, 2, b"c")])
+                .expect("conflicting append");
+            persist(&mut s).await;
+            assert_eq!(s.index().term_of(RaftIndex(3)), Ok(RaftTerm(2)));
+        })
+        .expect("executor");
+        strand_storage::io_runtime::block_on("raft-store-test", 1, async {
+            let s = open(&dir).await;
+            assert_eq!(s.index().last_index(), RaftIndex(3));
+            assert_eq!(s.index().term_of(RaftIndex(3)), Ok(RaftTerm(2)));
+            assert_eq!(s.index().log_end_offset(), KafkaOffset(2));
+            assert_eq!((s.hard_state().term, s.hard_state().vote), (1, 1));
+            assert_eq!(s.conf_state().voters, vec![1, 2, 3]);
+            // Nothing was committed: every entry is still in memory for raft-rs to apply.
+            assert_eq!(
+                s.entries(RaftIndex(1), RaftIndex(4), None).map(|e| e.len()),
+                Ok(3)
+            );
+        })
+        .expect("executor");
+    }
+
+    #[test]
+    fn a_failed_persist_keeps_the_store_failed() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("t-0");
+        strand_storage::io_runtime::block_on("raft-store-test", 1, async {
+            let mut s = open(&dir).await;
+            s.append(&[data_entry(1, 1, b"a")]).expect("append");
+            let job = s.take_job().expect("staged");
+            drop(job);
+            s.finish_job(Err("fdatasync failed".into()));
+            assert!(s.sync().is_err());
+            assert!(s.sync().is_err(), "stays failed");
+        })
+        .expect("executor");
+    }
+}

@@ -12,6 +12,7 @@
 use std::path::PathBuf;
 use std::rc::Rc;
 
+use crate::config::PREALLOCATE_MIN_BYTES;
 use crate::error::StorageError;
 use crate::io::{self, align_down, align_up, IoFault, SegmentFile, SharedFile};
 use crate::log::{Durable, Log};
@@ -89,9 +90,12 @@ impl Log {
                 );
             }
             let want = align_up(size);
+            // The step grows with the segment (1 MiB, 2, 4, ... up to `step`), so an idle
+            // partition (one Raft no-op) holds 1 MiB of disk, not a whole step.
+            let step_now = step.min(want.next_power_of_two().max(PREALLOCATE_MIN_BYTES));
             let preallocate_to =
                 (pending && !seg.closed && step > 0 && want > tail.preallocated_to)
-                    .then(|| want.div_ceil(step) * step);
+                    .then(|| want.div_ceil(step_now) * step_now);
             ops.push(WriteOp {
                 key: seg.meta.name.raft_base_index,
                 path: seg.path(&self.dir),

@@ -94,8 +94,8 @@ pub enum TopicCmd {
         /// Number of partitions.
         #[arg(short, long, default_value_t = 1)]
         partitions: i32,
-        /// Replication factor.
-        #[arg(short, long, default_value_t = 1)]
+        /// Replication factor (-1: the broker's default.replication.factor).
+        #[arg(short, long, default_value_t = -1, allow_negative_numbers = true)]
         replication_factor: i16,
         /// Topic config KEY=VALUE (repeatable), e.g. `-c retention.ms=3600000`.
         #[arg(short, long = "config", value_parser = parse_key_value)]

@@ -250,6 +250,11 @@ impl KafkaClient {
         Ok(client)
     }
 
+    /// The connect/read timeout this client was made with.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// The broker address this client talks to.
     pub fn addr(&self) -> &str {
         &self.addr

@@ -32,9 +32,74 @@ fn topic_name(s: &str) -> TopicName {
     TopicName(StrBytes::from_string(s.to_string()))
 }
 
-/// ListOffsets for each partition at `timestamp` (or the two special values); `-1` in the
-/// result means no record at or after that timestamp.
+/// The address of each partition's leader (from Metadata); partitions without a known
+/// leader are left out (the request then goes to the broker `client` talks to).
+fn leader_addrs(
+    client: &mut KafkaClient,
+    partitions: &[TopicPartition],
+) -> Result<BTreeMap<TopicPartition, String>, KafkaError> {
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use kafka_protocol::messages::MetadataRequest;
+    let mut topics: Vec<&str> = partitions.iter().map(|(t, _)| t.as_str()).collect();
+    topics.dedup();
+    let req = MetadataRequest::default().with_topics(Some(
+        topics
+            .iter()
+            .map(|t| MetadataRequestTopic::default().with_name(Some(topic_name(t))))
+            .collect(),
+    ));
+    let resp = client.send(&req)?;
+    let brokers: BTreeMap<i32, String> = resp
+        .brokers
+        .iter()
+        .map(|b| (b.node_id.0, format!("{}:{}", b.host.as_str(), b.port)))
+        .collect();
+    let mut out = BTreeMap::new();
+    for t in &resp.topics {
+        let Some(name) = t.name.as_ref() else {
+            continue;
+        };
+        for p in &t.partitions {
+            if let Some(addr) = brokers.get(&p.leader_id.0) {
+                out.insert((name.to_string(), p.partition_index), addr.clone());
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// ListOffsets for each partition at `timestamp` (or the two special values), asked of each
+/// partition's leader (a cluster serves offsets only there); `-1` in the result means no
+/// record at or after that timestamp.
 pub fn list_offsets(
+    client: &mut KafkaClient,
+    partitions: &[TopicPartition],
+    timestamp: i64,
+) -> Result<BTreeMap<TopicPartition, i64>, KafkaError> {
+    let leaders = leader_addrs(client, partitions)?;
+    let mut by_leader: BTreeMap<String, Vec<TopicPartition>> = BTreeMap::new();
+    for tp in partitions {
+        let addr = leaders
+            .get(tp)
+            .cloned()
+            .unwrap_or_else(|| client.addr().to_string());
+        by_leader.entry(addr).or_default().push(tp.clone());
+    }
+    let mut out = BTreeMap::new();
+    for (addr, parts) in by_leader {
+        let r = if addr == client.addr() {
+            list_offsets_here(client, &parts, timestamp)?
+        } else {
+            let mut other = KafkaClient::connect(&addr, client.timeout())?;
+            list_offsets_here(&mut other, &parts, timestamp)?
+        };
+        out.extend(r);
+    }
+    Ok(out)
+}
+
+/// ListOffsets sent to the broker `client` talks to.
+fn list_offsets_here(
     client: &mut KafkaClient,
     partitions: &[TopicPartition],
     timestamp: i64,
