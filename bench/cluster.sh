@@ -41,10 +41,17 @@ say "physics"
 "$BENCH" physics --dir "$BENCH_DATA_DIR/physics" --out "$OUT_DIR/physics.json" >"$OUT_DIR/physics.txt"
 cat "$OUT_DIR/physics.txt"
 
+for admin in 9644 9744 9844; do
+  if curl -fs "http://127.0.0.1:$admin/v1/health/live" >/dev/null 2>&1; then
+    say "a broker already answers on admin port $admin: stop it first"
+    exit 1
+  fi
+done
 DATA_DIR="$BENCH_DATA_DIR/cluster" STRAND_BIN="$ROOT/target/release/strand" \
   scripts/run-cluster.sh >"$OUT_DIR/cluster.log" 2>&1 &
 CLUSTER=$!
-cleanup() { kill -INT "$CLUSTER" 2>/dev/null || true; wait "$CLUSTER" 2>/dev/null || true; }
+# A background job of a script ignores SIGINT: stop the cluster with TERM.
+cleanup() { kill -TERM "$CLUSTER" 2>/dev/null || true; wait "$CLUSTER" 2>/dev/null || true; }
 trap cleanup EXIT
 
 for admin in 9644 9744 9844; do
