@@ -76,7 +76,7 @@ hz=$(getconf CLK_TCK)
   echo "| idle partitions (RF=3, on every node) | node pid | CPU % of one core | RSS MiB | disk MiB (all nodes) |"
   echo "|---|---|---|---|---|"
   for n in $IDLE_COUNTS; do
-    "$CTL" --brokers 127.0.0.1:9092 topic create "idle-$n" --partitions "$n" --replication-factor 3 >/dev/null
+    "$CTL" --brokers 127.0.0.1:9092 --request-timeout-ms 900000 topic create "idle-$n" --partitions "$n" --replication-factor 3 >/dev/null
     sleep "$IDLE_SETTLE_S"
     declare -A before=()
     for p in $pids; do before[$p]=$(cpu_ticks "$p"); done

@@ -76,6 +76,16 @@ impl Shard {
         (l >= 0).then_some(l)
     }
 
+    /// The committed metadata as this shard knows it: on shard 0 the state applied from the
+    /// controller log (ahead of the published snapshot while partitions open).
+    pub fn committed_metadata(&self) -> Arc<Metadata> {
+        if self.id == 0 && self.clustered() {
+            Arc::new(self.cluster.applied.borrow().clone())
+        } else {
+            self.metadata()
+        }
+    }
+
     /// Records leader changes broadcast by a shard.
     pub fn note_leaders(&self, changes: Vec<(u64, i32, i32)>) {
         let mut l = self.cluster.leaders.borrow_mut();
@@ -242,10 +252,20 @@ fn visible(m: &Metadata, after: &Metadata, cmd: &Command) -> bool {
     }
 }
 
+/// Whether `check` holds for the committed metadata: the state applied from the controller
+/// log on shard 0 (where metadata commands run), else the published snapshot.
+fn committed_here(shard: &Shard, check: impl Fn(&Metadata) -> bool) -> bool {
+    if shard.id == 0 {
+        check(&shard.cluster.applied.borrow())
+    } else {
+        check(&shard.metadata())
+    }
+}
+
 /// Cluster mode: checks commands against the current metadata, proposes the accepted ones
 /// to the controller (forwarded to its leader), and waits until they are visible here.
 pub async fn meta_commands(shard: &Rc<Shard>, cmds: Vec<Command>) -> Vec<Result<(), MetaError>> {
-    let mut trial = (*shard.metadata()).clone();
+    let mut trial = (*shard.committed_metadata()).clone();
     let mut results: Vec<Result<(), MetaError>> = cmds.iter().map(|c| trial.apply(c)).collect();
     let accepted: Vec<Command> = cmds
         .iter()
@@ -280,8 +300,9 @@ pub async fn meta_commands(shard: &Rc<Shard>, cmds: Vec<Command>) -> Vec<Result<
         }
         let retry_at = crate::clock::now() + META_RETRY;
         while crate::clock::now() < retry_at {
-            let m = shard.metadata();
-            if accepted.iter().all(|c| visible(&m, &trial, c)) {
+            // The committed state, as applied from the controller log: publishing it (opening
+            // thousands of partitions) may take longer than a client waits.
+            if committed_here(shard, |m| accepted.iter().all(|c| visible(m, &trial, c))) {
                 return results;
             }
             sleep(META_POLL).await;
@@ -306,7 +327,7 @@ pub async fn register(shard: &Rc<Shard>) {
         shards: shard.count as u32,
     };
     while !shard.stopping() {
-        let m = shard.metadata();
+        let m = shard.committed_metadata();
         if let Some(other) = m.nodes.values().find(|n| n.shards != info.shards) {
             tracing::error!(
                 node = other.id,

@@ -572,14 +572,14 @@ impl Shard {
                 self.producer_id_block.set((next + 1, end));
                 return Ok(next);
             }
-            let reserved = self.metadata().producer_ids_reserved_to;
+            let reserved = self.committed_metadata().producer_ids_reserved_to;
             let up_to = reserved + PRODUCER_ID_BLOCK;
             let cmd = Command::ReserveProducerIds {
                 up_to,
                 owner: Some(me),
             };
             let r = self.meta_commands(vec![cmd]).await.pop().unwrap_or(Ok(()));
-            let m = self.metadata();
+            let m = self.committed_metadata();
             if m.producer_ids_reserved_to == up_to && m.producer_ids_owner == Some(me) {
                 self.producer_id_block.set((reserved, up_to));
             } else if let Err(e) = r {

@@ -342,14 +342,8 @@ impl LogStore for RaftLogStore {
         hi: RaftIndex,
         max_size_bytes: Option<u64>,
     ) -> Result<Vec<Entry>, StoreError> {
-        let first = self.index.first_index();
-        if lo < first {
-            return Err(StoreError::Compacted { index: lo, first });
-        }
+        self.index.check_range(lo, hi)?;
         let last = self.index.last_index();
-        if hi.0 > last.0 + 1 {
-            return Err(StoreError::Unavailable { index: hi, last });
-        }
         let mut out = Vec::new();
         if lo >= hi {
             return Ok(out);

@@ -211,20 +211,7 @@ impl<S: LogStore> Group<S> {
         if self.pending.len() >= proposals_max {
             return Err(RaftError::Backpressure { group });
         }
-        let e = Entry {
-            data: payload,
-            context: Bytes::copy_from_slice(&entry::data_context(record_count)),
-            ..Entry::default()
-        };
-        if let Err(why) = entry::classify(&e) {
-            return Err(RaftError::InvalidProposal { group, why });
-        }
-        let mut m = Message::default();
-        m.set_msg_type(MessageType::MsgPropose);
-        m.from = self.node.raft.id;
-        m.mut_entries().push(e);
-        // RawNode::propose takes Vec<u8>; stepping the message keeps the payload's Bytes.
-        match self.node.raft.step(m) {
+        match self.step_proposal(payload, record_count)? {
             Ok(()) => {}
             Err(raft::Error::ProposalDropped) => return Err(RaftError::Dropped { group }),
             Err(e) => {
@@ -246,19 +233,7 @@ impl<S: LogStore> Group<S> {
         if self.fenced {
             return Err(RaftError::Fenced { group });
         }
-        let e = Entry {
-            data: payload,
-            context: Bytes::copy_from_slice(&entry::data_context(record_count)),
-            ..Entry::default()
-        };
-        if let Err(why) = entry::classify(&e) {
-            return Err(RaftError::InvalidProposal { group, why });
-        }
-        let mut m = Message::default();
-        m.set_msg_type(MessageType::MsgPropose);
-        m.from = self.node.raft.id;
-        m.mut_entries().push(e);
-        match self.node.raft.step(m) {
+        match self.step_proposal(payload, record_count)? {
             Ok(()) => Ok(()),
             Err(raft::Error::ProposalDropped) => Err(RaftError::NotLeader {
                 group,
@@ -269,6 +244,32 @@ impl<S: LogStore> Group<S> {
                 reason: e.to_string(),
             }),
         }
+    }
+
+    /// Builds a data entry (refused when malformed) and steps it as a `MsgPropose`: on the
+    /// leader raft-rs appends it, on a follower it forwards it. RawNode::propose takes a
+    /// Vec<u8>; stepping the message keeps the payload's `Bytes`.
+    fn step_proposal(
+        &mut self,
+        payload: Bytes,
+        record_count: u32,
+    ) -> Result<raft::Result<()>, RaftError> {
+        let e = Entry {
+            data: payload,
+            context: Bytes::copy_from_slice(&entry::data_context(record_count)),
+            ..Entry::default()
+        };
+        if let Err(why) = entry::classify(&e) {
+            return Err(RaftError::InvalidProposal {
+                group: self.id,
+                why,
+            });
+        }
+        let mut m = Message::default();
+        m.set_msg_type(MessageType::MsgPropose);
+        m.from = self.node.raft.id;
+        m.mut_entries().push(e);
+        Ok(self.node.raft.step(m))
     }
 
     /// Phase 1 of a turn: see the module doc.

@@ -62,6 +62,20 @@ impl LogIndex {
         RaftIndex(self.point.index.0 + self.ends.len() as u64)
     }
 
+    /// Checks that `lo..hi` can be read: `Compacted` before the first entry, `Unavailable`
+    /// past one after the last.
+    pub fn check_range(&self, lo: RaftIndex, hi: RaftIndex) -> Result<(), StoreError> {
+        let first = self.first_index();
+        if lo < first {
+            return Err(StoreError::Compacted { index: lo, first });
+        }
+        let last = self.last_index();
+        if hi.0 > last.0 + 1 {
+            return Err(StoreError::Unavailable { index: hi, last });
+        }
+        Ok(())
+    }
+
     /// Next Kafka offset to assign (`log_end_offset`), counting uncommitted entries.
     pub fn log_end_offset(&self) -> KafkaOffset {
         self.ends

@@ -143,14 +143,7 @@ impl LogStore for MemLogStore {
         hi: RaftIndex,
         max_size_bytes: Option<u64>,
     ) -> Result<Vec<Entry>, StoreError> {
-        let first = self.index.first_index();
-        if lo < first {
-            return Err(StoreError::Compacted { index: lo, first });
-        }
-        let last = self.index.last_index();
-        if hi.0 > last.0 + 1 {
-            return Err(StoreError::Unavailable { index: hi, last });
-        }
+        self.index.check_range(lo, hi)?;
         let (from, to) = (self.position(lo), self.position(hi));
         let mut out = self.live.entries.get(from..to).unwrap_or(&[]).to_vec();
         raft::util::limit_size(&mut out, max_size_bytes);

@@ -45,11 +45,13 @@ from strand_harness import (
     api_versions_v0,
     frame,
     free_port,
+    kill9_process,
     recv_response,
     strand_bin,
     supports_flag,
     tail,
     wait_until,
+    wait_exit,
 )
 
 NODE_IDS = (1, 2, 3)
@@ -589,28 +591,13 @@ class Node:
     def wait(self, deadline_s: float = STOP_DEADLINE_S) -> int:
         """Waits for an exit after terminate(); a hang past the deadline is killed and
         reported as an error."""
-        if self.proc is None:
-            return 0
-        proc = self.proc
-        try:
-            rc = proc.wait(timeout=deadline_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-            self.proc = None
-            raise AssertionError(f"{self.name} did not exit within {deadline_s}s of SIGTERM:\n"
-                                 f"{tail(self.stderr_path)}") from None
-        self.proc = None
-        return rc
+        proc, self.proc = self.proc, None
+        return wait_exit(proc, self.name, self.stderr_path, deadline_s)
 
     def kill9(self):
         """SIGKILL: no shutdown path runs, unsynced state is lost."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=STOP_DEADLINE_S)
-        self.proc = None
+        proc, self.proc = self.proc, None
+        kill9_process(proc)
 
     def log_tails(self, lines: int = 60) -> str:
         return "\n".join(f"--- {p} (last {lines} lines) ---\n{tail(p, lines)}"

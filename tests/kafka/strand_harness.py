@@ -77,6 +77,30 @@ def wait_until(cond, timeout: float, what: str, interval: float = 0.02):
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
+def wait_exit(proc: subprocess.Popen | None, name: str, stderr_path: Path,
+              deadline_s: float = STOP_DEADLINE_S) -> int:
+    """Waits for a signalled process; returns its exit code. A hang past the deadline is
+    killed and reported as an error with the tail of its log."""
+    if proc is None:
+        return 0
+    try:
+        return proc.wait(timeout=deadline_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+        raise AssertionError(f"{name} did not exit within {deadline_s}s of SIGTERM:\n"
+                             f"{tail(stderr_path)}") from None
+
+
+def kill9_process(proc: subprocess.Popen | None):
+    """SIGKILL: no shutdown path runs, unsynced state is lost."""
+    if proc is None:
+        return
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=STOP_DEADLINE_S)
+
+
 def tail(path: Path, lines: int = 60) -> str:
     try:
         data = path.read_bytes()
@@ -216,31 +240,15 @@ class Broker:
     def stop(self, deadline_s: float = STOP_DEADLINE_S) -> int:
         """SIGTERM and wait; returns the exit code (a hang past the deadline is killed and
         reported as an error)."""
-        if self.proc is None:
-            return 0
-        proc = self.proc
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-        try:
-            rc = proc.wait(timeout=deadline_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-            self.proc = None
-            raise AssertionError(
-                f"strand did not exit within {deadline_s}s of SIGTERM:\n"
-                f"{tail(self.stderr_path)}") from None
-        self.proc = None
-        return rc
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        proc, self.proc = self.proc, None
+        return wait_exit(proc, "strand", self.stderr_path, deadline_s)
 
     def kill9(self):
         """SIGKILL: no shutdown path runs, unsynced state is lost."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=STOP_DEADLINE_S)
-        self.proc = None
+        proc, self.proc = self.proc, None
+        kill9_process(proc)
 
     def restart(self, same_port: bool = True, deadline_s: float = START_DEADLINE_S) -> "Broker":
         """Starts again on the same data dir (after kill9() or stop())."""

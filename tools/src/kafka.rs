@@ -77,7 +77,7 @@ pub enum KafkaError {
     /// The broker did not answer in time.
     #[error(
         "{addr}: no answer to {api:?} within {timeout_ms} ms — is {addr} a Kafka port \
-         (not the admin HTTP port)? raise --timeout-ms for a slow broker"
+         (not the admin HTTP port)? raise --request-timeout-ms for a slow broker"
     )]
     Timeout {
         /// Broker.
