@@ -327,17 +327,17 @@ pub struct ShardDetail {
     /// Committed offsets of the groups coordinated here.
     pub committed: Vec<CommittedSnapshot>,
     /// Partitions the metadata places on this shard that have no serving leader: not
-    /// open here, or their log is fenced.
+    /// open here, or their log is fenced (cluster: hosted here with no known leader).
     pub leaderless_partitions: u64,
-    /// Partitions led here with fewer in-sync replicas than replicas. Every partition has
-    /// one replica (this node) until Raft lands, and a serving leader is in sync with
-    /// itself, so this counts 0 today; it is computed, not assumed.
+    /// Partitions led here with fewer in-sync replicas than replicas. Without a cluster
+    /// every partition has one replica (this node), in sync with itself; in a cluster, a
+    /// voter behind the commit index or silent for an election timeout is out of sync.
     pub under_replicated_partitions: u64,
     /// Shard 0 only: whether this node's metadata (controller) log accepts writes.
     pub metadata_log_writable: Option<bool>,
 }
 
-/// Replicas of every partition until replication exists (ARCHITECTURE.md, Replication).
+/// Replicas of every partition without a cluster (ARCHITECTURE.md, Replication).
 const REPLICAS_PER_PARTITION: u64 = 1;
 
 /// Collects the detail of `shard` (runs on that shard).
@@ -357,7 +357,13 @@ pub fn detail(shard: &crate::shard::Shard) -> ShardDetail {
         .collect();
     let mut leaderless = 0;
     let mut under_replicated = 0;
-    for (name, t) in &meta.topics {
+    if let Some(rep) = shard.replicator() {
+        // Cluster mode: what the Raft groups of this shard say after their last turn.
+        let h = rep.health();
+        leaderless = h.leaderless;
+        under_replicated = h.under_replicated;
+    }
+    for (name, t) in meta.topics.iter().filter(|_| !shard.clustered()) {
         for (k, &s) in t.shards.iter().enumerate() {
             if s as usize != shard.id {
                 continue;

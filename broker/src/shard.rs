@@ -389,6 +389,11 @@ impl Shard {
     /// Shard 0: whether the metadata log accepts writes (a commit in progress has it
     /// checked out, and counts as writable). `None` on other shards.
     pub(crate) fn metadata_log_writable(&self) -> Option<bool> {
+        if self.clustered() {
+            // Cluster mode: the controller log accepts writes through its leader only.
+            let leads = self.replicator().map(|r| r.health().controller_leader);
+            return (self.id == 0).then(|| leads.unwrap_or(false));
+        }
         (self.id == 0).then(|| {
             self.metastore
                 .borrow()

@@ -160,6 +160,18 @@ struct Hosted {
     term: u64,
 }
 
+/// Replication health of a shard's groups after a turn.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReplicaHealth {
+    /// Hosted partitions whose leader this node does not know (an election runs).
+    pub leaderless: u64,
+    /// Partitions led here with a voter behind the commit index or silent for an election
+    /// timeout.
+    pub under_replicated: u64,
+    /// Whether this node leads the controller group (shard 0).
+    pub controller_leader: bool,
+}
+
 /// A leader change: (group, leader node or -1, term as the Kafka leader epoch).
 pub type LeaderChange = (u64, i32, i32);
 /// Receives the leader changes of a turn.
@@ -182,6 +194,9 @@ pub struct Replicator {
     /// Called after a turn in which the controller group applied entries.
     on_controller_applied: RefCell<Option<Box<dyn Fn()>>>,
     controller_applied: Cell<Option<KafkaOffset>>,
+    /// After the last turn: hosted partitions with no known leader, partitions led here with a
+    /// voter out of sync, and whether this node leads the controller.
+    health: Cell<ReplicaHealth>,
     reads_in_flight: RefCell<std::collections::HashSet<GroupId>>,
     stopping: Cell<bool>,
 }
@@ -231,6 +246,7 @@ impl Replicator {
             on_changes: RefCell::new(None),
             on_controller_applied: RefCell::new(None),
             controller_applied: Cell::new(None),
+            health: Cell::new(ReplicaHealth::default()),
             reads_in_flight: RefCell::new(Default::default()),
             stopping: Cell::new(false),
         })
@@ -347,6 +363,11 @@ impl Replicator {
         self.wake();
     }
 
+    /// Replication health after the last turn.
+    pub fn health(&self) -> ReplicaHealth {
+        self.health.get()
+    }
+
     /// Stops the loop after its current turn.
     pub fn stop(&self) {
         self.stopping.set(true);
@@ -418,6 +439,7 @@ impl Replicator {
     fn publish_roles(&self) {
         let mut changes = Vec::new();
         let mut controller_moved = false;
+        let mut health = ReplicaHealth::default();
         {
             let d = self.driver.borrow();
             let mut hosted = self.hosted.borrow_mut();
@@ -427,6 +449,13 @@ impl Replicator {
                 let is_leader = d.is_leader(g);
                 let hw = d.high_watermark(g);
                 h.part.set_replica_role(is_leader, term, hw);
+                if g == CONTROLLER_GROUP {
+                    health.controller_leader = is_leader;
+                } else if leader.is_none() {
+                    health.leaderless += 1;
+                } else if d.lagging_voters(g).is_some_and(|n| n > 0) {
+                    health.under_replicated += 1;
+                }
                 if (leader, term) != (h.leader, h.term) {
                     h.leader = leader;
                     h.term = term;
@@ -442,6 +471,7 @@ impl Replicator {
                 }
             }
         }
+        self.health.set(health);
         if !changes.is_empty() {
             if let Some(f) = self.on_changes.borrow().as_ref() {
                 f(changes);

@@ -364,6 +364,22 @@ impl<S: LogStore> Group<S> {
         self.fail_pending_unless_leader(fx);
     }
 
+    /// As leader: the other voters not in sync (Kafka's ISR sense): behind the commit
+    /// index, or not heard from within the last election timeout. `None` when not leading.
+    pub fn lagging_voters(&self) -> Option<usize> {
+        if !self.is_leader() {
+            return None;
+        }
+        let r = &self.node.raft;
+        let committed = r.raft_log.committed;
+        Some(
+            r.prs()
+                .iter()
+                .filter(|(id, pr)| **id != r.id && (pr.matched < committed || !pr.recent_active))
+                .count(),
+        )
+    }
+
     /// Whether raft-rs has work for the next turn.
     pub fn has_ready(&self) -> bool {
         !self.fenced && self.node.has_ready()

@@ -463,6 +463,12 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
         self.groups.get(&group).map(Group::applied)
     }
 
+    /// As `group`'s leader, how many other voters are not in sync (see
+    /// `Group::lagging_voters`); `None` when this node does not lead it.
+    pub fn lagging_voters(&self, group: GroupId) -> Option<usize> {
+        self.groups.get(&group).and_then(Group::lagging_voters)
+    }
+
     /// Whether `group` is fenced after a storage failure.
     pub fn is_fenced(&self, group: GroupId) -> bool {
         self.groups.get(&group).is_some_and(Group::is_fenced)

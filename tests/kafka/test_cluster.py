@@ -389,12 +389,31 @@ def test_three_nodes_form_a_cluster_and_replicate_a_topic(ck, cluster, rf3_topic
         for p in range(PARTITIONS):
             assert sorted(raw.topics[topic][p].replicas) == list(NODE_IDS), (n, p, raw.topics)
 
+    # Exactly one node reports itself the active controller, and nothing is leaderless.
+    wait_until(lambda: sum(gauge(cluster, n, "strand_active_controller_count")
+                           for n in NODE_IDS) == 1,
+               timeout=15, what="exactly one active controller in /metrics")
+    wait_until(lambda: all(gauge(cluster, n, "strand_leaderless_partitions") == 0
+                           for n in NODE_IDS),
+               timeout=15, what="no leaderless partition in /metrics")
+
     n = 200
     acked = produce_all(ck, cluster, topic, range(n))
     writes = [Write(v, OK, part, off) for v, (part, off) in acked.items()]
     passes = read_everywhere(ck, cluster, topic)
     assert [len(x) for x in passes] == [n] * len(NODE_IDS)
     assert_consistent(writes, passes, min_ok=n)
+
+
+def gauge(cluster: Cluster, node: int, name: str) -> float:
+    """A gauge of one node's /metrics (summed over its label sets)."""
+    import urllib.request
+    url = f"http://127.0.0.1:{cluster[node].admin_port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as r:
+        text = r.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name) and not line.startswith("#")
+               and (line[len(name)] in " {"))
 
 
 # -- b. kill -9 of a leader ------------------------------------------------------------
@@ -448,6 +467,9 @@ def test_a_cut_follower_loses_no_acknowledged_write(ck, cluster, rf3_topic, work
     # The leader and the other follower are a majority: partition 0 keeps committing.
     w.wait_acks(ACKS_BEFORE_FAULT // PARTITIONS, partition=0, since=cut_at,
                 what=f"on partition 0 with follower {follower} cut off")
+    # The leader sees the cut follower out of sync.
+    wait_until(lambda: gauge(cluster, leader, "strand_under_replicated_partitions") >= 1,
+               timeout=15, what=f"node {leader} reporting under-replicated partitions")
     sleep_until(cut_at + FAULT_FOR_S)
     cluster.heal(follower)
     healed_at = time.monotonic()
