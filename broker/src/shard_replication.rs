@@ -45,6 +45,9 @@ pub const PEER_QUEUE_BYTES_MAX: usize = 64 * 1024 * 1024;
 pub const PEER_RECONNECT: Duration = Duration::from_millis(100);
 /// Longest a connect attempt waits.
 pub const PEER_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How often a shard hands the leadership of its groups back to their preferred replicas
+/// (Kafka: auto.leader.rebalance.enable, leader.imbalance.check.interval.seconds = 300).
+pub const LEADER_BALANCE_INTERVAL: Duration = Duration::from_secs(10);
 /// Bytes read from a peer socket per call.
 const READ_CHUNK_BYTES: usize = 256 * 1024;
 
@@ -156,6 +159,8 @@ async fn peer_writer(
 /// A group's partition and its last published role.
 struct Hosted {
     part: Rc<Partition>,
+    /// The preferred leader (first replica): leadership returns to it when it is in sync.
+    preferred: NodeId,
     leader: Option<NodeId>,
     term: u64,
 }
@@ -291,10 +296,12 @@ impl Replicator {
             }
         }
         part.attach_replication(Rc::downgrade(self), group);
+        let preferred = NodeId(voters.first().copied().unwrap_or(self.me.0));
         self.hosted.borrow_mut().insert(
             group,
             Hosted {
                 part,
+                preferred,
                 leader: None,
                 term: 0,
             },
@@ -363,6 +370,36 @@ impl Replicator {
         self.wake();
     }
 
+    /// Hands leadership of every group this node leads but does not prefer to its
+    /// preferred replica when that one is in sync, so leaders spread over the nodes again
+    /// after a failover (placement spreads the preferred replicas).
+    fn balance_leaders(&self) {
+        let moves: Vec<(GroupId, NodeId)> = {
+            let d = self.driver.borrow();
+            self.hosted
+                .borrow()
+                .iter()
+                .filter(|(&g, h)| {
+                    h.preferred != self.me && d.is_leader(g) && d.voter_in_sync(g, h.preferred)
+                })
+                .map(|(&g, h)| (g, h.preferred))
+                .collect()
+        };
+        if moves.is_empty() {
+            return;
+        }
+        tracing::info!(
+            groups = moves.len(),
+            "handing leadership back to preferred replicas"
+        );
+        let mut d = self.driver.borrow_mut();
+        for (g, to) in moves {
+            d.transfer_leader(g, to);
+        }
+        drop(d);
+        self.wake();
+    }
+
     /// Replication health after the last turn.
     pub fn health(&self) -> ReplicaHealth {
         self.health.get()
@@ -379,7 +416,12 @@ impl Replicator {
         let Some(mut wake_rx) = self.wake_rx.borrow_mut().take() else {
             return;
         };
+        let mut balance_at = crate::clock::now() + LEADER_BALANCE_INTERVAL;
         while !self.stopping.get() {
+            if crate::clock::now() >= balance_at {
+                self.balance_leaders();
+                balance_at = crate::clock::now() + LEADER_BALANCE_INTERVAL;
+            }
             let (wait, ready) = {
                 let d = self.driver.borrow();
                 (d.next_tick_at(), d.has_ready())

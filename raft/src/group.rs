@@ -380,6 +380,23 @@ impl<S: LogStore> Group<S> {
         )
     }
 
+    /// As leader: whether voter `node` has every committed entry and was heard from within
+    /// the last election timeout (a safe target for a leadership transfer).
+    pub fn voter_in_sync(&self, node: NodeId) -> bool {
+        let r = &self.node.raft;
+        self.is_leader()
+            && r.prs()
+                .get(node.0)
+                .is_some_and(|pr| pr.matched >= r.raft_log.committed && pr.recent_active)
+    }
+
+    /// Hands leadership to `node` (raft-rs leader transfer; proposals are refused meanwhile).
+    pub fn transfer_leader(&mut self, node: NodeId) {
+        if self.is_leader() {
+            self.node.transfer_leader(node.0);
+        }
+    }
+
     /// Whether raft-rs has work for the next turn.
     pub fn has_ready(&self) -> bool {
         !self.fenced && self.node.has_ready()

@@ -469,6 +469,20 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
         self.groups.get(&group).and_then(Group::lagging_voters)
     }
 
+    /// As `group`'s leader: whether voter `node` is in sync (see `Group::voter_in_sync`).
+    pub fn voter_in_sync(&self, group: GroupId, node: NodeId) -> bool {
+        self.groups
+            .get(&group)
+            .is_some_and(|g| g.voter_in_sync(node))
+    }
+
+    /// Hands `group`'s leadership to `node` if this node leads it.
+    pub fn transfer_leader(&mut self, group: GroupId, node: NodeId) {
+        if let Some(g) = self.groups.get_mut(&group) {
+            g.transfer_leader(node);
+        }
+    }
+
     /// Whether `group` is fenced after a storage failure.
     pub fn is_fenced(&self, group: GroupId) -> bool {
         self.groups.get(&group).is_some_and(Group::is_fenced)

@@ -539,3 +539,13 @@ def test_topics_and_data_survive_a_restart_of_every_node(ck, cluster, rf3_topic)
         assert o > last_before[p], f"{topic}/{p}: offset {o} reused (last before {last_before[p]})"
     writes = [Write(v, OK, p, o) for v, (p, o) in {**before, **after}.items()]
     assert_consistent(writes, read_everywhere(ck, cluster, topic), min_ok=330)
+
+    # Leadership goes back to each partition's preferred (first) replica, which placement
+    # spreads over the nodes, whoever won the elections after the restart.
+    preferred = {p: pm.replicas[0] for p, pm in parts.items()}
+
+    def balanced():
+        return all(cluster.leader_of(topic, p) == preferred[p] for p in range(PARTITIONS))
+
+    wait_until(balanced, 60, f"leaders of {topic} back on the preferred replicas {preferred}",
+               interval=0.5)

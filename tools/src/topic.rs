@@ -85,15 +85,25 @@ pub fn create(
         .with_topics(vec![topic])
         .with_timeout_ms(ADMIN_TIMEOUT_MS);
     let resp = client.send(&req)?;
+    let mut rf = replication_factor;
     for t in &resp.topics {
         check_code(
             t.error_code,
             &format!("create topic {name}"),
             t.error_message.as_ref(),
         )?;
+        // CreateTopics v5+ reports what the broker chose (-1 asked for its default).
+        if t.replication_factor > 0 {
+            rf = t.replication_factor;
+        }
     }
+    let rf = if rf < 0 {
+        "the broker's default".to_string()
+    } else {
+        rf.to_string()
+    };
     Ok(format!(
-        "created topic {name} with {partitions} partitions, replication factor {replication_factor}\n"
+        "created topic {name} with {partitions} partitions, replication factor {rf}\n"
     ))
 }
 
