@@ -95,14 +95,17 @@ pub fn entry_of(h: &FrameHeader, body: &Bytes) -> Entry {
     e
 }
 
-fn frame_kind(e: &Entry) -> Result<FrameKind, StoreError> {
+/// The frame kind an entry is stored as, and the Kafka offsets it occupies.
+fn frame_kind(e: &Entry) -> Result<(FrameKind, u32), StoreError> {
     let index = RaftIndex(e.index);
-    match classify(e).map_err(|why| StoreError::MalformedEntry { index, why })? {
-        strand_raft::entry::EntryKind::Data { .. } => Ok(FrameKind::Data),
-        strand_raft::entry::EntryKind::NoOp => Ok(FrameKind::NoOp),
+    let kind = classify(e).map_err(|why| StoreError::MalformedEntry { index, why })?;
+    let count = kind.record_count();
+    match kind {
+        strand_raft::entry::EntryKind::Data { .. } => Ok((FrameKind::Data, count)),
+        strand_raft::entry::EntryKind::NoOp => Ok((FrameKind::NoOp, count)),
         strand_raft::entry::EntryKind::Config => {
             if e.get_entry_type() == EntryType::EntryConfChangeV2 {
-                Ok(FrameKind::RaftConfig)
+                Ok((FrameKind::RaftConfig, count))
             } else {
                 Err(StoreError::MalformedEntry {
                     index,
@@ -297,7 +300,7 @@ impl PersistJob {
                     log.last_index().0
                 ));
             }
-            let kind = frame_kind(e).map_err(|e| e.to_string())?;
+            let (kind, _) = frame_kind(e).map_err(|e| e.to_string())?;
             let entry = AppendEntry {
                 term: strand_storage::RaftTerm(e.term),
                 kind,
@@ -373,10 +376,8 @@ impl LogStore for RaftLogStore {
         }
         for e in entries {
             let index = RaftIndex(e.index);
-            frame_kind(e)?;
-            let kind = classify(e).map_err(|why| StoreError::MalformedEntry { index, why })?;
-            self.index
-                .push(index, RaftTerm(e.term), kind.record_count())?;
+            let (_, record_count) = frame_kind(e)?;
+            self.index.push(index, RaftTerm(e.term), record_count)?;
             self.mem.push_back(e.clone());
             self.staged.push(e.clone());
         }
