@@ -159,6 +159,9 @@ struct Hosted {
     preferred: NodeId,
     leader: Option<NodeId>,
     term: u64,
+    /// Counted in the shard's `ReplicaHealth` after its last turn.
+    leaderless: bool,
+    under_replicated: bool,
 }
 
 /// Replication health of a shard's groups after a turn.
@@ -299,6 +302,8 @@ impl Replicator {
                 preferred,
                 leader: None,
                 term: 0,
+                leaderless: false,
+                under_replicated: false,
             },
         );
         self.wake();
@@ -308,7 +313,12 @@ impl Replicator {
     /// Stops hosting `group`.
     pub fn unhost(&self, group: GroupId) {
         self.driver.borrow_mut().remove_group(group);
-        self.hosted.borrow_mut().remove(&group);
+        if let Some(h) = self.hosted.borrow_mut().remove(&group) {
+            let mut health = self.health.get();
+            health.leaderless -= u64::from(h.leaderless);
+            health.under_replicated -= u64::from(h.under_replicated);
+            self.health.set(health);
+        }
         self.answer_completions();
     }
 
@@ -471,27 +481,36 @@ impl Replicator {
         }
     }
 
-    /// Updates every hosted partition's role, epoch and high watermark; records leader
-    /// changes and hands them to the shard.
+    /// Updates the role, epoch and high watermark of every hosted partition the turns
+    /// visited (a hibernating group's stand still); records leader changes and hands them
+    /// to the shard; keeps the health counts.
     fn publish_roles(&self) {
         let mut changes = Vec::new();
         let mut controller_moved = false;
-        let mut health = ReplicaHealth::default();
+        let mut health = self.health.get();
         {
+            let touched = self.driver.borrow_mut().take_touched();
             let d = self.driver.borrow();
             let mut hosted = self.hosted.borrow_mut();
-            for (&g, h) in hosted.iter_mut() {
+            for g in touched {
+                let Some(h) = hosted.get_mut(&g) else {
+                    continue;
+                };
                 let leader = d.leader_of(g);
                 let term = d.term(g).map_or(0, |t| t.0);
                 let is_leader = d.is_leader(g);
                 let hw = d.high_watermark(g);
                 h.part.set_replica_role(is_leader, term, hw);
+                health.leaderless -= u64::from(h.leaderless);
+                health.under_replicated -= u64::from(h.under_replicated);
+                h.leaderless = g != CONTROLLER_GROUP && leader.is_none();
+                h.under_replicated = g != CONTROLLER_GROUP
+                    && !h.leaderless
+                    && d.lagging_voters(g).is_some_and(|n| n > 0);
+                health.leaderless += u64::from(h.leaderless);
+                health.under_replicated += u64::from(h.under_replicated);
                 if g == CONTROLLER_GROUP {
                     health.controller_leader = is_leader;
-                } else if leader.is_none() {
-                    health.leaderless += 1;
-                } else if d.lagging_voters(g).is_some_and(|n| n > 0) {
-                    health.under_replicated += 1;
                 }
                 if (leader, term) != (h.leader, h.term) {
                     h.leader = leader;

@@ -6,6 +6,13 @@
 //! 2. `finish_ready`: sync once, queue `persisted_messages()`, `advance_append`, and handle
 //!    the `LightReady` (commit index, messages, committed entries).
 //!
+//! Hibernation (issue 5: idle groups cost nothing): a leader whose group has been
+//! quiescent (nothing pending, every voter holding every entry, all applied) for the
+//! driver's `hibernate_ticks` sends each follower a hibernation notice (a heartbeat marked
+//! with `HIBERNATE_CONTEXT`) and stops ticking; a follower that receives the notice from its
+//! leader in its term, holding every committed entry, stops ticking too. The driver wakes
+//! them (see `MultiRaft`).
+//!
 //! Invariants: a fenced group (its sync failed) is never touched again and acknowledges
 //! nothing; a proposal completes `Ok` only when its own entry (same index *and* term) is
 //! applied, i.e. committed by a majority that fsynced it; `applied` only grows.
@@ -26,6 +33,21 @@ use crate::multi_raft::{Completion, Outbox, ProposalId};
 use crate::seed::Prng;
 use crate::storage::{compaction_point_of, GroupStorage};
 use crate::types::{GroupId, KafkaOffset, NodeId, RaftIndex, RaftTerm};
+
+/// Marks a leader's heartbeat as a hibernation notice (see the module doc). The follower
+/// steps it as a plain heartbeat (the marker removed).
+pub const HIBERNATE_CONTEXT: &[u8] = b"strand:hibernate";
+
+/// How a peer's message bears on hibernation (see `Group::classify`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Activity {
+    /// A leader's hibernation notice.
+    Notice,
+    /// A response: the leader stays asleep unless raft-rs has work after it.
+    Response,
+    /// Anything else wakes the group.
+    Wake,
+}
 
 /// A proposal waiting for its entry to be applied.
 #[derive(Clone, Copy, Debug)]
@@ -60,6 +82,11 @@ pub(crate) struct Group<S: LogStore> {
     in_flight_async: Option<(u64, bool, Vec<Message>)>,
     /// Whether this group persists asynchronously (see `finish_ready_async`).
     async_persist: bool,
+    /// Consecutive ticks this node led the group while it was quiescent.
+    idle_ticks: usize,
+    /// Hibernation is wanted (a leader sent its notices, or a follower received one); the
+    /// driver puts the group to sleep at the end of a turn once it has no work left.
+    sleep_requested: bool,
 }
 
 impl<S: LogStore> Group<S> {
@@ -83,6 +110,8 @@ impl<S: LogStore> Group<S> {
             in_flight: None,
             in_flight_async: None,
             async_persist: false,
+            idle_ticks: 0,
+            sleep_requested: false,
         };
         group.rejitter(rng);
         group
@@ -175,6 +204,171 @@ impl<S: LogStore> Group<S> {
         self.rejitter(rng);
         self.node.tick();
         self.rejitter(rng);
+    }
+
+    /// After a tick as leader: counts the quiescent ticks; after `hibernate_ticks` of them
+    /// queues the hibernation notices and asks to sleep. `silent` tells whether a node has
+    /// gone silent (a group with such a voter stays awake). True when it asked to sleep.
+    pub fn maybe_hibernate(
+        &mut self,
+        hibernate_ticks: usize,
+        silent: impl Fn(NodeId) -> bool,
+        fx: &mut Effects<'_>,
+    ) -> bool {
+        if hibernate_ticks == 0 || self.sleep_requested {
+            return false;
+        }
+        if !(self.leader_may_sleep(&silent) && self.settled()) {
+            self.idle_ticks = 0;
+            return false;
+        }
+        self.idle_ticks += 1;
+        if self.idle_ticks < hibernate_ticks {
+            return false;
+        }
+        let r = &self.node.raft;
+        let notices: Vec<Message> = r
+            .prs()
+            .iter()
+            .filter(|(&id, _)| id != r.id)
+            .map(|(&id, _)| {
+                let mut m = Message::default();
+                m.set_msg_type(MessageType::MsgHeartbeat);
+                m.to = id;
+                m.from = r.id;
+                m.term = r.term;
+                m.commit = r.raft_log.committed;
+                m.context = Bytes::from_static(HIBERNATE_CONTEXT);
+                m
+            })
+            .collect();
+        fx.outbox.push(self.id, notices);
+        self.sleep_requested = true;
+        true
+    }
+
+    /// The leader-side condition: leading, nothing proposed or being transferred or read,
+    /// every voter's node heard from recently and holding every entry, everything applied.
+    fn leader_may_sleep(&self, silent: &impl Fn(NodeId) -> bool) -> bool {
+        let r = &self.node.raft;
+        let last = r.raft_log.last_index();
+        self.is_leader()
+            && self.pending.is_empty()
+            && r.lead_transferee.is_none()
+            && r.pending_read_count() == 0
+            && r.raft_log.committed == last
+            && self.applied.0 == last
+            && r.prs().iter().all(|(&id, pr)| {
+                // Not `recent_active`: check-quorum clears it every election timeout.
+                // The driver's node liveness stands in for it.
+                id == r.id || (pr.matched == last && !silent(NodeId(id)))
+            })
+    }
+
+    /// The follower-side condition: a follower of `leader` in `term` holding every entry
+    /// it knows to be committed, and no more (applying them is left to the `Ready`).
+    fn follower_may_sleep(&self, leader: u64, term: u64) -> bool {
+        let r = &self.node.raft;
+        !self.fenced
+            && r.state == StateRole::Follower
+            && r.leader_id == leader
+            && r.term == term
+            && r.raft_log.committed == r.raft_log.last_index()
+    }
+
+    /// No `Ready` waiting and none between its two phases.
+    fn settled(&self) -> bool {
+        self.in_flight.is_none() && self.in_flight_async.is_none() && !self.node.has_ready()
+    }
+
+    /// How `message` bears on hibernation; a notice loses its marker here.
+    pub fn classify(&self, message: &mut Message) -> Activity {
+        match message.get_msg_type() {
+            MessageType::MsgHeartbeat if message.context.as_ref() == HIBERNATE_CONTEXT => {
+                message.context = Bytes::new();
+                Activity::Notice
+            }
+            MessageType::MsgHeartbeatResponse | MessageType::MsgAppendResponse => {
+                Activity::Response
+            }
+            _ => Activity::Wake,
+        }
+    }
+
+    /// After stepping a notice: sleep is wanted if the notice came from the leader this
+    /// node follows, in its term, and this node holds every entry.
+    pub fn on_notice(&mut self, from: u64, term: u64) {
+        if self.follower_may_sleep(from, term) {
+            self.sleep_requested = true;
+        }
+    }
+
+    /// Real activity (a proposal, a leader's message, an election): hibernation is off
+    /// until the group is quiescent again.
+    pub fn on_activity(&mut self) {
+        self.idle_ticks = 0;
+        self.sleep_requested = false;
+    }
+
+    /// At the end of a turn: `Some(true)` to sleep now, `Some(false)` to keep waiting for
+    /// the `Ready` to drain, `None` when sleep is not (or no longer) wanted.
+    pub fn sleep_decision(&mut self, silent: impl Fn(NodeId) -> bool) -> Option<bool> {
+        if !self.sleep_requested {
+            return None;
+        }
+        let r = &self.node.raft;
+        let eligible = if r.state == StateRole::Leader {
+            self.leader_may_sleep(&silent)
+        } else {
+            self.follower_may_sleep(r.leader_id, r.term)
+        };
+        if !eligible {
+            self.on_activity();
+            return None;
+        }
+        Some(self.settled() && self.applied.0 == self.node.raft.raft_log.committed)
+    }
+
+    /// Wakes a sleeping follower whose leader went silent: its lease is over (it heard
+    /// nothing for an election timeout), so it campaigns after the remaining jitter instead
+    /// of waiting a whole timeout more.
+    pub fn leader_went_silent(&mut self) {
+        self.on_activity();
+        let r = &mut self.node.raft;
+        if r.state == StateRole::Follower {
+            r.election_elapsed = r.election_elapsed.max(r.election_timeout());
+        }
+    }
+
+    /// A vote request from the leader this node follows means that leader restarted or
+    /// stepped down: its lease no longer holds, so the request is not ignored as a
+    /// disruption (check-quorum's lease; a hibernating follower's clock stood still).
+    pub fn lease_ends_if_from_leader(&mut self, message: &Message) {
+        let r = &mut self.node.raft;
+        let vote = matches!(
+            message.get_msg_type(),
+            MessageType::MsgRequestVote | MessageType::MsgRequestPreVote
+        );
+        if vote && r.state == StateRole::Follower && r.leader_id == message.from {
+            r.election_elapsed = r.election_elapsed.max(r.election_timeout());
+        }
+    }
+
+    /// The other voters and learners of this group.
+    pub fn peers(&self) -> impl Iterator<Item = NodeId> + '_ {
+        let me = self.node.raft.id;
+        self.node
+            .raft
+            .prs()
+            .iter()
+            .map(|(&id, _)| id)
+            .filter(move |&id| id != me)
+            .map(NodeId)
+    }
+
+    /// Whether `node` is one of this group's voters or learners.
+    pub fn has_peer(&self, node: NodeId) -> bool {
+        node.0 != self.node.raft.id && self.node.raft.prs().get(node.0).is_some()
     }
 
     /// Steps a peer's message; a malformed one is dropped and reported.

@@ -4,12 +4,19 @@
 //! leaders' messages sent, then one sync per dirty group, then the messages that wait for
 //! persistence. Outgoing messages are batched per destination node, one batch per turn.
 //!
+//! Idle groups hibernate (see `group`): a sleeping group is neither ticked nor visited by a
+//! turn, so a shard's idle cost does not grow with its partitions. Instead every driver
+//! sends each peer node an (often empty) batch every heartbeat interval and notes when it
+//! last heard from each; a peer silent for an election timeout wakes every sleeping group
+//! it belongs to (its followers campaign, its leaders check their quorum). Any message that
+//! is not a response, a proposal, a transfer or a campaign wakes a group.
+//!
 //! Invariants: a proposal's completion is pushed exactly once (Ok with the Kafka base
 //! offset only after commit); at most one tick per group per turn (a stalled loop does not
 //! replay missed ticks as a burst of elections); groups are visited in `GroupId` order, so
 //! a run is a function of its inputs. Knows nothing of sockets, disks or glommio.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -18,7 +25,7 @@ use raft::{Config, RawNode};
 
 use crate::clock::Clock;
 use crate::error::RaftError;
-use crate::group::{Effects, Group};
+use crate::group::{Activity, Effects, Group};
 use crate::log_store::LogStore;
 use crate::seed::Prng;
 use crate::storage::GroupStorage;
@@ -50,6 +57,8 @@ pub const APPENDS_IN_FLIGHT_MAX_DEFAULT: usize = 256;
 /// producer keeps at most 5 requests in flight per connection, so this covers ~50 busy
 /// producers on one partition.
 pub const PROPOSALS_IN_FLIGHT_MAX_DEFAULT: usize = 256;
+/// A leader hibernates its group after this many quiescent ticks (1 s at 50 ms).
+pub const HIBERNATE_TICKS_DEFAULT: usize = 20;
 
 const _: () = assert!(HEARTBEAT_TICKS_DEFAULT < ELECTION_TICKS_DEFAULT);
 const _: () = assert!(ELECTION_TICKS_DEFAULT + 1 < ELECTION_TICKS_MAX_DEFAULT);
@@ -78,6 +87,8 @@ pub struct DriverConfig {
     pub append_bytes_max: u64,
     pub appends_in_flight_max: usize,
     pub proposals_in_flight_max: usize,
+    /// Quiescent ticks before a leader hibernates its group; 0 never hibernates.
+    pub hibernate_ticks: usize,
     /// Seeds the election jitter (from the run's seed in the simulator).
     pub jitter_seed: u64,
     /// The store persists between `turn_begin` and `turn_finish_async` while the driver
@@ -97,6 +108,7 @@ impl DriverConfig {
             append_bytes_max: APPEND_BYTES_MAX_DEFAULT,
             appends_in_flight_max: APPENDS_IN_FLIGHT_MAX_DEFAULT,
             proposals_in_flight_max: PROPOSALS_IN_FLIGHT_MAX_DEFAULT,
+            hibernate_ticks: HIBERNATE_TICKS_DEFAULT,
             jitter_seed,
             async_persist: false,
         }
@@ -125,6 +137,8 @@ impl DriverConfig {
 #[derive(Debug, Default)]
 pub(crate) struct Outbox {
     by_node: BTreeMap<NodeId, Vec<GroupMessage>>,
+    /// Nodes that get a batch at the next flush even if it is empty (liveness).
+    pings: Vec<NodeId>,
 }
 
 impl Outbox {
@@ -138,7 +152,17 @@ impl Outbox {
         }
     }
 
+    fn ping(&mut self, to: NodeId) {
+        self.pings.push(to);
+    }
+
     fn flush(&mut self, from: NodeId, transport: &mut impl Transport) {
+        for to in std::mem::take(&mut self.pings) {
+            if self.by_node.get(&to).is_none_or(Vec::is_empty) {
+                let messages = Vec::new();
+                transport.send(MessageBatch { from, to, messages });
+            }
+        }
         for (&to, queued) in self.by_node.iter_mut() {
             while !queued.is_empty() {
                 let rest = queued.split_off(queued.len().min(MESSAGES_PER_BATCH_MAX));
@@ -165,6 +189,15 @@ pub struct MultiRaft<S: LogStore, T: Transport, C: Clock> {
     transport: T,
     rng: Prng,
     groups: BTreeMap<GroupId, Group<S>>,
+    /// The groups not hibernating: only these are ticked and visited by a turn.
+    awake: BTreeSet<GroupId>,
+    /// Groups visited since the last `take_touched` (their role or progress may have moved).
+    touched: BTreeSet<GroupId>,
+    /// Every other node some group here replicates with, and when it was last heard from.
+    last_heard: BTreeMap<NodeId, Duration>,
+    /// Peers not heard from for an election timeout.
+    silent: BTreeSet<NodeId>,
+    ticks: u64,
     outbox: Outbox,
     completions: Vec<Completion>,
     next_tick_at: Duration,
@@ -181,6 +214,11 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
             clock,
             transport,
             groups: BTreeMap::new(),
+            awake: BTreeSet::new(),
+            touched: BTreeSet::new(),
+            last_heard: BTreeMap::new(),
+            silent: BTreeSet::new(),
+            ticks: 0,
             outbox: Outbox::default(),
             completions: Vec::new(),
             next_tick_at,
@@ -215,8 +253,21 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
         if self.config.async_persist {
             g.set_async_persist();
         }
+        let now = self.clock.now();
+        for p in g.peers() {
+            self.last_heard.entry(p).or_insert(now);
+        }
         self.groups.insert(group, g);
+        self.awake.insert(group);
         Ok(())
+    }
+
+    /// Marks `group` awake after real activity (see `Group::on_activity`).
+    fn activity(&mut self, group: GroupId) {
+        if let Some(g) = self.groups.get_mut(&group) {
+            g.on_activity();
+            self.awake.insert(group);
+        }
     }
 
     /// This node's id.
@@ -249,6 +300,7 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
             self.config.proposals_in_flight_max,
         )?;
         self.next_proposal += 1;
+        self.activity(group);
         Ok(id)
     }
 
@@ -263,7 +315,9 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
         self.groups
             .get_mut(&group)
             .ok_or(RaftError::UnknownGroup { group })?
-            .forward(payload, record_count)
+            .forward(payload, record_count)?;
+        self.activity(group);
+        Ok(())
     }
 
     /// Hands a peer's batch to its groups. Nothing is sent until the next `turn`.
@@ -273,14 +327,34 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
             outcome.dropped = batch.messages.len();
             return outcome;
         }
+        if let Some(heard) = self.last_heard.get_mut(&batch.from) {
+            *heard = self.clock.now();
+            self.silent.remove(&batch.from);
+        }
         let mut fx = Effects {
             outbox: &mut self.outbox,
             completions: &mut self.completions,
             rng: &mut self.rng,
         };
-        for GroupMessage { group, message } in batch.messages {
+        for GroupMessage { group, mut message } in batch.messages {
             let stepped = match self.groups.get_mut(&group) {
-                Some(g) if message.from == batch.from.0 => g.step(message, &mut fx).is_ok(),
+                Some(g) if message.from == batch.from.0 => {
+                    let activity = g.classify(&mut message);
+                    if activity == Activity::Wake {
+                        g.lease_ends_if_from_leader(&message);
+                        g.on_activity();
+                        self.awake.insert(group);
+                    }
+                    let (from, term) = (message.from, message.term);
+                    let stepped = g.step(message, &mut fx).is_ok();
+                    if activity == Activity::Notice {
+                        g.on_notice(from, term);
+                    }
+                    if g.has_ready() {
+                        self.awake.insert(group);
+                    }
+                    stepped
+                }
                 _ => false,
             };
             if stepped {
@@ -310,21 +384,40 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
         if tick {
             self.next_tick_at = (self.next_tick_at + self.config.tick_interval)
                 .max(now + self.config.tick_interval / 2);
+            self.ticks += 1;
+            self.check_liveness(now);
+            if self.ticks % self.config.heartbeat_ticks.max(1) as u64 == 0 {
+                for &p in self.last_heard.keys() {
+                    self.outbox.ping(p);
+                }
+            }
         }
         let mut fx = Effects {
             outbox: &mut self.outbox,
             completions: &mut self.completions,
             rng: &mut self.rng,
         };
+        let silent = &self.silent;
         let mut dirty = Vec::new();
-        for (&id, g) in self.groups.iter_mut() {
-            if tick {
+        for &id in &self.awake {
+            let Some(g) = self.groups.get_mut(&id) else {
+                continue;
+            };
+            // A leader that hibernates skips the tick: no heartbeat may follow its notices.
+            if tick
+                && !g.maybe_hibernate(
+                    self.config.hibernate_ticks,
+                    |n| silent.contains(&n),
+                    &mut fx,
+                )
+            {
                 g.tick(fx.rng);
             }
             g.begin_ready(&mut fx);
             if g.needs_sync() {
                 dirty.push(id);
             }
+            self.touched.insert(id);
         }
         // The leaders' appends leave before their own fsync (ARCHITECTURE.md, Replication).
         self.outbox.flush(self.config.node, &mut self.transport);
@@ -334,35 +427,93 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
     /// Second half of a turn: syncs (or collects the outcome of) every store written by
     /// `turn_begin`, sends what waited for persistence, applies what is committed.
     pub fn turn_finish(&mut self) {
-        let mut fx = Effects {
-            outbox: &mut self.outbox,
-            completions: &mut self.completions,
-            rng: &mut self.rng,
-        };
-        for g in self.groups.values_mut() {
-            g.finish_ready(&mut fx);
-        }
-        self.outbox.flush(self.config.node, &mut self.transport);
+        self.finish_groups(false);
     }
 
     /// Second half of a turn for a store that persisted while the driver kept stepping and
     /// proposing (see `Group::finish_ready_async`); commits surface in the next turn,
     /// which `has_ready` asks for.
     pub fn turn_finish_async(&mut self) {
+        self.finish_groups(true);
+    }
+
+    /// Finishes every awake group's `Ready`, puts to sleep those whose hibernation is due,
+    /// sends the batches.
+    fn finish_groups(&mut self, async_persist: bool) {
         let mut fx = Effects {
             outbox: &mut self.outbox,
             completions: &mut self.completions,
             rng: &mut self.rng,
         };
-        for g in self.groups.values_mut() {
-            g.finish_ready_async(&mut fx);
+        let silent = &self.silent;
+        let mut sleepers = Vec::new();
+        for &id in &self.awake {
+            let Some(g) = self.groups.get_mut(&id) else {
+                continue;
+            };
+            if async_persist {
+                g.finish_ready_async(&mut fx);
+            } else {
+                g.finish_ready(&mut fx);
+            }
+            if g.sleep_decision(|n| silent.contains(&n)) == Some(true) {
+                sleepers.push(id);
+            }
+            self.touched.insert(id);
+        }
+        for id in sleepers {
+            self.awake.remove(&id);
         }
         self.outbox.flush(self.config.node, &mut self.transport);
     }
 
+    /// Marks the peers silent for an election timeout and wakes the sleeping groups they
+    /// belong to; a peer heard from again is no longer silent (`step`).
+    fn check_liveness(&mut self, now: Duration) {
+        let timeout = self.config.tick_interval * self.config.election_ticks as u32;
+        for (&p, &heard) in &self.last_heard {
+            if now.saturating_sub(heard) < timeout || !self.silent.insert(p) {
+                continue;
+            }
+            let mut woken = 0usize;
+            for (&id, g) in self.groups.iter_mut() {
+                if self.awake.contains(&id) || !g.has_peer(p) {
+                    continue;
+                }
+                if g.leader() == Some(p) {
+                    g.leader_went_silent();
+                } else {
+                    g.on_activity();
+                }
+                self.awake.insert(id);
+                woken += 1;
+            }
+            tracing::info!(node = %self.config.node, peer = %p, woken, "peer silent for an election timeout; its hibernating groups woke");
+        }
+    }
+
     /// Whether any group has work for another turn now.
     pub fn has_ready(&self) -> bool {
-        self.groups.values().any(Group::has_ready)
+        self.awake
+            .iter()
+            .filter_map(|id| self.groups.get(id))
+            .any(Group::has_ready)
+    }
+
+    /// Groups not hibernating.
+    pub fn awake_count(&self) -> usize {
+        self.awake.len()
+    }
+
+    /// Whether `group` hibernates.
+    pub fn is_asleep(&self, group: GroupId) -> bool {
+        self.groups.contains_key(&group) && !self.awake.contains(&group)
+    }
+
+    /// The groups visited by turns since the last call: only their role, term or progress
+    /// can have changed.
+    pub fn take_touched(&mut self) -> Vec<GroupId> {
+        std::mem::take(&mut self.touched).into_iter().collect()
     }
 
     /// When the next tick is due (the broker sleeps until then when nothing else happens).
@@ -373,10 +524,11 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
     /// Groups whose log reads raft-rs is waiting for, with the index ranges wanted: the
     /// caller loads them into the store, then calls `entries_fetched`.
     pub fn wanted_reads(&self) -> Vec<(GroupId, Vec<(RaftIndex, RaftIndex)>)> {
-        self.groups
+        self.awake
             .iter()
+            .filter_map(|id| self.groups.get(id).map(|g| (*id, g)))
             .filter(|(_, g)| g.has_wanted())
-            .map(|(&id, g)| (id, g.wanted_ranges()))
+            .map(|(id, g)| (id, g.wanted_ranges()))
             .collect()
     }
 
@@ -384,6 +536,7 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
     pub fn entries_fetched(&mut self, group: GroupId) {
         if let Some(g) = self.groups.get_mut(&group) {
             g.entries_fetched();
+            self.awake.insert(group);
         }
     }
 
@@ -393,6 +546,8 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
         let Some(g) = self.groups.remove(&group) else {
             return false;
         };
+        self.awake.remove(&group);
+        self.touched.remove(&group);
         for id in g.into_pending() {
             self.completions.push(Completion {
                 id,
@@ -419,10 +574,12 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
             .groups
             .get_mut(&group)
             .ok_or(RaftError::UnknownGroup { group })?;
-        g.campaign().map_err(|e| RaftError::Raft {
+        let r = g.campaign().map_err(|e| RaftError::Raft {
             group,
             reason: e.to_string(),
-        })
+        });
+        self.activity(group);
+        r
     }
 
     /// The groups on this node, in order.
@@ -465,8 +622,15 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
 
     /// As `group`'s leader, how many other voters are not in sync (see
     /// `Group::lagging_voters`); `None` when this node does not lead it.
+    /// A hibernating group has none: it sleeps only with every voter in sync (and is woken
+    /// when one goes silent), while raft-rs's activity flags stand still.
     pub fn lagging_voters(&self, group: GroupId) -> Option<usize> {
-        self.groups.get(&group).and_then(Group::lagging_voters)
+        let lagging = self.groups.get(&group).and_then(Group::lagging_voters)?;
+        Some(if self.awake.contains(&group) {
+            lagging
+        } else {
+            0
+        })
     }
 
     /// As `group`'s leader: whether voter `node` is in sync (see `Group::voter_in_sync`).
@@ -480,6 +644,7 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
     pub fn transfer_leader(&mut self, group: GroupId, node: NodeId) {
         if let Some(g) = self.groups.get_mut(&group) {
             g.transfer_leader(node);
+            self.activity(group);
         }
     }
 

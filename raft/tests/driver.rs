@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use raft::eraftpb::{Entry, Message, MessageType};
+use strand_raft::multi_raft::{HIBERNATE_TICKS_DEFAULT, TICK_INTERVAL_DEFAULT};
 use strand_raft::{
     Clock, Completion, DriverConfig, DurableImage, GroupId, GroupMessage, KafkaOffset, LogStore,
     MemLogStore, MessageBatch, MultiRaft, NodeId, RaftError, RaftIndex, SyncBehaviour, Transport,
@@ -37,7 +38,11 @@ const G: GroupId = GroupId(7);
 struct Cluster {
     clock: TestClock,
     nodes: Vec<Driver>,
+    /// Crashed nodes: not turned, and what is sent to them is lost.
+    down: Vec<bool>,
     completions: Vec<Completion>,
+    /// Raft messages (not counting empty liveness batches) delivered by `settle`.
+    delivered: usize,
 }
 
 impl Cluster {
@@ -61,7 +66,9 @@ impl Cluster {
         let mut c = Self {
             clock,
             nodes,
+            down: vec![false; 3],
             completions: Vec::new(),
+            delivered: 0,
         };
         c.nodes[0].campaign(G).expect("campaign");
         c.settle();
@@ -73,7 +80,12 @@ impl Cluster {
     fn settle(&mut self) {
         for _ in 0..100 {
             let mut sent = Vec::new();
-            for d in &mut self.nodes {
+            for (d, _) in self
+                .nodes
+                .iter_mut()
+                .zip(&self.down)
+                .filter(|(_, &down)| !down)
+            {
                 d.turn();
                 sent.append(&mut d.transport_mut().0);
                 d.drain_completions(&mut self.completions);
@@ -83,7 +95,10 @@ impl Cluster {
             }
             for batch in sent {
                 let to = usize::try_from(batch.to.0 - 1).expect("node ids are 1..=3");
-                self.nodes[to].step(batch);
+                if !self.down[to] {
+                    self.delivered += batch.messages.len();
+                    self.nodes[to].step(batch);
+                }
             }
         }
         panic!("the cluster did not settle");
@@ -97,6 +112,67 @@ impl Cluster {
     fn advance(&mut self, by: Duration) {
         self.clock.0.set(self.clock.0.get() + by);
     }
+
+    /// `n` ticks, the network settling after each.
+    fn ticks(&mut self, n: usize) {
+        for _ in 0..n {
+            self.advance(TICK_INTERVAL_DEFAULT);
+            self.settle();
+        }
+    }
+}
+
+#[test]
+fn idle_groups_hibernate_and_wake() {
+    let mut c = Cluster::new();
+    c.ticks(HIBERNATE_TICKS_DEFAULT + 5);
+    for d in &c.nodes {
+        assert!(d.is_asleep(G), "{:?} still awake", d.node());
+    }
+    // Asleep, the group sends nothing: only the nodes' empty liveness batches go out.
+    c.delivered = 0;
+    c.ticks(50);
+    assert_eq!(c.delivered, 0, "a hibernating group sent raft messages");
+    assert!(c.nodes.iter().all(|d| d.is_asleep(G)) && c.nodes[0].is_leader(G));
+
+    // A proposal wakes it and commits; then it falls asleep again.
+    c.propose(0, 2).expect("the sleeping leader accepts");
+    c.settle();
+    assert_eq!(
+        c.completions.last().map(|x| x.result.clone()),
+        Some(Ok(KafkaOffset(0)))
+    );
+    assert!(!c.nodes[0].is_asleep(G));
+    c.ticks(HIBERNATE_TICKS_DEFAULT + 5);
+    assert!(c.nodes.iter().all(|d| d.is_asleep(G)));
+    for d in &c.nodes {
+        assert_eq!(
+            d.applied_kafka_end(G),
+            Some(KafkaOffset(2)),
+            "{:?}",
+            d.node()
+        );
+    }
+
+    // The leader's node dies: its silence wakes the followers, which elect a new leader
+    // within the usual failover time.
+    c.down[0] = true;
+    let mut waited = Duration::ZERO;
+    while !(c.nodes[1].is_leader(G) || c.nodes[2].is_leader(G)) {
+        assert!(
+            waited < Duration::from_secs(2),
+            "no new leader 2 s after the crash"
+        );
+        c.ticks(1);
+        waited += TICK_INTERVAL_DEFAULT;
+    }
+    let new = if c.nodes[1].is_leader(G) { 1 } else { 2 };
+    c.propose(new, 1).expect("the new leader accepts");
+    c.settle();
+    assert_eq!(
+        c.completions.last().map(|x| x.result.clone()),
+        Some(Ok(KafkaOffset(2)))
+    );
 }
 
 #[test]

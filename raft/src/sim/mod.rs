@@ -170,8 +170,9 @@ fn run_unchecked(seed: u64, config: &SimConfig) -> Result<SimReport, SimFailure>
 
 /// Leader failover time: a healthy cluster elects leaders and takes writes, then the leader
 /// of the first group crashes; returns the simulated time until another node serves that
-/// group's high watermark (elected and committed an entry of its term).
-pub fn failover(seed: u64) -> Result<Duration, SimFailure> {
+/// group's high watermark (elected and committed an entry of its term). With `hibernated`
+/// the client stops first and the crash waits until the group sleeps on every node.
+pub fn failover(seed: u64, hibernated: bool) -> Result<Duration, SimFailure> {
     let config = SimConfig {
         faults: false,
         network: NetworkFaults::reliable(),
@@ -187,6 +188,16 @@ pub fn failover(seed: u64) -> Result<Duration, SimFailure> {
             return Err(w.fail("no leader before the crash"));
         }
         w.step()?;
+    }
+    if hibernated {
+        w.stop_client();
+        let deadline = w.now() + ready_deadline;
+        while !w.asleep_everywhere(g) {
+            if w.now() > deadline {
+                return Err(w.fail("the idle group did not hibernate within 10 s"));
+            }
+            w.step()?;
+        }
     }
     let old = w
         .serving_leader(g)

@@ -28,6 +28,10 @@ use super::{SimConfig, SimFailure};
 const TURN_PERIOD: Duration = Duration::from_millis(10);
 /// Gap between client proposals, in milliseconds.
 const CLIENT_GAP_MS: (u64, u64) = (3, 30);
+/// Chance (per mille) that the client then pauses for `CLIENT_QUIET_MS`, long enough for
+/// every group to hibernate (faults keep landing meanwhile).
+const CLIENT_QUIET_PER_MILLE: u32 = 8;
+const CLIENT_QUIET_MS: (u64, u64) = (1500, 4000);
 /// Gap between injected faults, in milliseconds.
 const FAULT_GAP_MS: (u64, u64) = (200, 1500);
 /// How long a crashed node stays down, in milliseconds.
@@ -401,8 +405,12 @@ impl World {
     /// The client proposes a fresh payload to the node it believes leads a random group.
     fn client(&mut self) {
         let now = self.now();
-        self.next_client =
-            Some(now + Duration::from_millis(self.rng.range(CLIENT_GAP_MS.0, CLIENT_GAP_MS.1)));
+        let gap = if self.rng.chance(CLIENT_QUIET_PER_MILLE) {
+            CLIENT_QUIET_MS
+        } else {
+            CLIENT_GAP_MS
+        };
+        self.next_client = Some(now + Duration::from_millis(self.rng.range(gap.0, gap.1)));
         let g = self.groups[self.rng.below(self.groups.len() as u64) as usize];
         self.propose(g);
     }
@@ -528,6 +536,18 @@ impl World {
             }
         }
         Ok(())
+    }
+
+    /// Stops the client (no more proposals).
+    pub fn stop_client(&mut self) {
+        self.next_client = None;
+    }
+
+    /// Whether `g` hibernates on every running node.
+    pub fn asleep_everywhere(&self, g: GroupId) -> bool {
+        self.nodes
+            .iter()
+            .all(|n| n.driver.as_ref().is_some_and(|d| d.is_asleep(g)))
     }
 
     /// The index of the node serving a high watermark for `g` (a leader that committed in
