@@ -18,7 +18,7 @@ use crate::logging::{RateLimit, STORAGE_ERROR_LOG_INTERVAL};
 use crate::metrics::{ProduceStage, ShardMetrics};
 use crate::producer_state::{ProducerStates, Verdict, PENDING_OFFSET};
 use crate::shard_replication::Replicator;
-use strand_raft::GroupId;
+use strand_raft::{Ack, GroupId};
 
 /// Durability waiters and append watchers are bounded by the requests in flight, which
 /// the connection pipeline depth bounds; this caps one partition's list regardless.
@@ -209,7 +209,9 @@ impl Partition {
         let ids = idempotence(&view);
         let replication = self.replication.borrow().clone();
         if let Some((rep, group)) = replication {
-            return self.produce_replicated(rep, group, batch, &view, ids).await;
+            return self
+                .produce_replicated(rep, group, batch, &view, ids, acks_all)
+                .await;
         }
         if let Some((pid, epoch, first, last)) = ids {
             let verdict = self.producers.borrow().check(pid, epoch, first, last)?;
@@ -260,8 +262,9 @@ impl Partition {
     }
 
     /// Cluster mode: proposes the batch to the partition's Raft group and answers once a
-    /// majority has it (acks=1 waits for the commit too: stronger than Kafka's leader-only
-    /// acknowledgement, and never weaker).
+    /// majority has it (acks=all), or once this leader appended it (acks=1: as in Kafka,
+    /// lost if this leader fails before a majority has it; consumers see it only when
+    /// committed).
     async fn produce_replicated(
         self: &Rc<Self>,
         rep: Weak<Replicator>,
@@ -269,6 +272,7 @@ impl Partition {
         batch: Bytes,
         view: &RecordBatch,
         ids: Option<(i64, i16, i32, i32)>,
+        acks_all: bool,
     ) -> Result<Produced, KafkaError> {
         let started = crate::clock::now();
         if !self.leading.get() || self.rebuilding.get() {
@@ -299,7 +303,8 @@ impl Partition {
         }
         let records = u32::try_from(view.record_count()).unwrap_or(0).max(1);
         let batch_bytes = batch.len();
-        let r = rep.propose(group, batch, records).await;
+        let ack = if acks_all { Ack::Commit } else { Ack::Append };
+        let r = rep.propose(group, batch, records, ack).await;
         let base = match r {
             Ok(base) => KafkaOffset(base.0),
             Err(e) => {

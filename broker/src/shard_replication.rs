@@ -29,8 +29,8 @@ use glommio::net::{TcpListener, TcpStream};
 use strand_raft::rpc::{self, Hello, RpcFrame};
 use strand_raft::types::ShardId;
 use strand_raft::{
-    Completion, DriverConfig, GroupId, KafkaOffset, MessageBatch, MultiRaft, NodeId, ProposalId,
-    RaftError, Transport,
+    Ack, Completion, DriverConfig, GroupId, KafkaOffset, MessageBatch, MultiRaft, NodeId,
+    ProposalId, RaftError, Transport,
 };
 
 use crate::errors::KafkaError;
@@ -322,17 +322,19 @@ impl Replicator {
         self.answer_completions();
     }
 
-    /// Proposes one producer batch; resolves with its base offset once committed.
+    /// Proposes one producer batch; resolves with its base offset once committed, or with
+    /// `Ack::Append` once this leader appended it (acks=1).
     pub async fn propose(
         &self,
         group: GroupId,
         batch: Bytes,
         record_count: u32,
+        ack: Ack,
     ) -> Result<KafkaOffset, KafkaError> {
         let id = self
             .driver
             .borrow_mut()
-            .propose(group, batch, record_count)
+            .propose_acked(group, batch, record_count, ack)
             .map_err(kafka_error)?;
         let (tx, rx) = oneshot::channel();
         self.waiters.borrow_mut().insert(id, tx);

@@ -54,6 +54,19 @@ pub(crate) enum Activity {
 struct Pending {
     id: ProposalId,
     term: RaftTerm,
+    ack: Ack,
+    /// Its completion was pushed when the leader appended it (`Ack::Append`).
+    answered: bool,
+}
+
+/// When a proposal completes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ack {
+    /// When committed (a majority fsynced it): Kafka's acks=all.
+    Commit,
+    /// When this leader appended it to its log: Kafka's acks=1. The entry may still be
+    /// lost if this leader fails before a majority has it.
+    Append,
 }
 
 /// Where a group's effects go during a turn.
@@ -119,7 +132,11 @@ impl<S: LogStore> Group<S> {
 
     /// The proposals still waiting, when the group is removed (its store is dropped).
     pub fn into_pending(self) -> Vec<ProposalId> {
-        self.pending.into_values().map(|p| p.id).collect()
+        self.pending
+            .into_values()
+            .filter(|p| !p.answered)
+            .map(|p| p.id)
+            .collect()
     }
 
     /// Switches the group to asynchronous persistence (see `finish_ready_async`).
@@ -386,13 +403,15 @@ impl<S: LogStore> Group<S> {
         Ok(())
     }
 
-    /// Proposes one Kafka batch; `id` completes when it is applied.
+    /// Proposes one Kafka batch; `id` completes when it is applied, or with `Ack::Append`
+    /// when the leader appended it.
     pub fn propose(
         &mut self,
         id: ProposalId,
         payload: Bytes,
         record_count: u32,
         proposals_max: usize,
+        ack: Ack,
     ) -> Result<(), RaftError> {
         let group = self.id;
         if self.fenced {
@@ -415,7 +434,15 @@ impl<S: LogStore> Group<S> {
         }
         let index = RaftIndex(self.node.raft.raft_log.last_index());
         let term = self.term();
-        self.pending.insert(index, Pending { id, term });
+        self.pending.insert(
+            index,
+            Pending {
+                id,
+                term,
+                ack,
+                answered: false,
+            },
+        );
         Ok(())
     }
 
@@ -492,6 +519,7 @@ impl<S: LogStore> Group<S> {
             if let Err(e) = self.store_mut().append(rd.entries()) {
                 return self.fence(e, fx);
             }
+            self.answer_appended(rd.entries(), fx);
             wrote = true;
         }
         if let Some(hs) = rd.hs() {
@@ -649,6 +677,33 @@ impl<S: LogStore> Group<S> {
         ranges
     }
 
+    /// Completes the `Ack::Append` proposals among `entries`, just appended by this leader.
+    fn answer_appended(&mut self, entries: &[Entry], fx: &mut Effects<'_>) {
+        let group = self.id;
+        let (Some(first), Some(last)) = (entries.first(), entries.last()) else {
+            return;
+        };
+        let range = RaftIndex(first.index)..=RaftIndex(last.index);
+        let index = self.node.store().store().index();
+        for (&at, p) in self.pending.range_mut(range) {
+            let term_here = entries
+                .get(usize::try_from(at.0 - first.index).unwrap_or(usize::MAX))
+                .map(|e| RaftTerm(e.term));
+            if p.ack != Ack::Append || p.answered || term_here != Some(p.term) {
+                continue;
+            }
+            p.answered = true;
+            let result = index
+                .kafka_base_of(at)
+                .map_err(|source| RaftError::Store { group, source });
+            fx.completions.push(Completion {
+                id: p.id,
+                group,
+                result,
+            });
+        }
+    }
+
     fn complete_through(&mut self, index: RaftIndex, term: RaftTerm, fx: &mut Effects<'_>) {
         let group = self.id;
         while let Some(first) = self.pending.first_entry() {
@@ -657,6 +712,9 @@ impl<S: LogStore> Group<S> {
             }
             let at = *first.key();
             let p = first.remove();
+            if p.answered {
+                continue;
+            }
             let result = if at == index && p.term == term {
                 self.store()
                     .index()
@@ -698,6 +756,9 @@ impl<S: LogStore> Group<S> {
         }
         let (group, leader_hint) = (self.id, self.leader());
         while let Some((_, p)) = self.pending.pop_first() {
+            if p.answered {
+                continue;
+            }
             let result = Err(RaftError::NotLeader { group, leader_hint });
             fx.completions.push(Completion {
                 id: p.id,
@@ -714,6 +775,9 @@ impl<S: LogStore> Group<S> {
         self.in_flight_async = None;
         let group = self.id;
         while let Some((_, p)) = self.pending.pop_first() {
+            if p.answered {
+                continue;
+            }
             let result = Err(RaftError::Fenced { group });
             fx.completions.push(Completion {
                 id: p.id,

@@ -36,7 +36,7 @@ pub use error::{RaftError, StoreError};
 pub use log_index::{CompactionPoint, LogIndex};
 pub use log_store::LogStore;
 pub use mem_store::{DurableImage, MemLogStore, SyncBehaviour};
-pub use multi_raft::{Completion, DriverConfig, MultiRaft, ProposalId, StepOutcome};
+pub use multi_raft::{Ack, Completion, DriverConfig, MultiRaft, ProposalId, StepOutcome};
 pub use rpc::{Encoded, Hello, RpcError, RpcFrame};
 pub use storage::GroupStorage;
 pub use transport::{GroupMessage, MessageBatch, Transport};

@@ -12,7 +12,7 @@
 //! is not a response, a proposal, a transfer or a campaign wakes a group.
 //!
 //! Invariants: a proposal's completion is pushed exactly once (Ok with the Kafka base
-//! offset only after commit); at most one tick per group per turn (a stalled loop does not
+//! offset only after commit, or for `Ack::Append` after this leader appended it); at most one tick per group per turn (a stalled loop does not
 //! replay missed ticks as a burst of elections); groups are visited in `GroupId` order, so
 //! a run is a function of its inputs. Knows nothing of sockets, disks or glommio.
 
@@ -25,6 +25,7 @@ use raft::{Config, RawNode};
 
 use crate::clock::Clock;
 use crate::error::RaftError;
+pub use crate::group::Ack;
 use crate::group::{Activity, Effects, Group};
 use crate::log_store::LogStore;
 use crate::seed::Prng;
@@ -281,12 +282,23 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
     }
 
     /// Proposes one Kafka batch of `record_count` records to `group`; the result arrives as
-    /// a `Completion` from `drain_completions`.
+    /// a `Completion` from `drain_completions` once it is committed.
     pub fn propose(
         &mut self,
         group: GroupId,
         payload: Bytes,
         record_count: u32,
+    ) -> Result<ProposalId, RaftError> {
+        self.propose_acked(group, payload, record_count, Ack::Commit)
+    }
+
+    /// `propose`, completing when `ack` says (Kafka's acks=all or acks=1).
+    pub fn propose_acked(
+        &mut self,
+        group: GroupId,
+        payload: Bytes,
+        record_count: u32,
+        ack: Ack,
     ) -> Result<ProposalId, RaftError> {
         let g = self
             .groups
@@ -298,6 +310,7 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
             payload,
             record_count,
             self.config.proposals_in_flight_max,
+            ack,
         )?;
         self.next_proposal += 1;
         self.activity(group);

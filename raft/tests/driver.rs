@@ -9,8 +9,9 @@ use bytes::Bytes;
 use raft::eraftpb::{Entry, Message, MessageType};
 use strand_raft::multi_raft::{HIBERNATE_TICKS_DEFAULT, TICK_INTERVAL_DEFAULT};
 use strand_raft::{
-    Clock, Completion, DriverConfig, DurableImage, GroupId, GroupMessage, KafkaOffset, LogStore,
-    MemLogStore, MessageBatch, MultiRaft, NodeId, RaftError, RaftIndex, SyncBehaviour, Transport,
+    Ack, Clock, Completion, DriverConfig, DurableImage, GroupId, GroupMessage, KafkaOffset,
+    LogStore, MemLogStore, MessageBatch, MultiRaft, NodeId, RaftError, RaftIndex, SyncBehaviour,
+    Transport,
 };
 
 #[derive(Clone, Default)]
@@ -201,6 +202,50 @@ fn offsets_count_records_of_committed_data_only() {
         assert_eq!(index.kafka_base_of(RaftIndex(2)), Ok(KafkaOffset(0)));
         assert_eq!(index.kafka_base_of(RaftIndex(3)), Ok(KafkaOffset(3)));
     }
+}
+
+#[test]
+fn acks_one_answers_when_the_leader_appended() {
+    let mut c = Cluster::new();
+    // Both followers are down: nothing can commit, yet acks=1 is answered.
+    c.down[1] = true;
+    c.down[2] = true;
+    let payload = Bytes::from(vec![3u8; 10]);
+    let id = c.nodes[0]
+        .propose_acked(G, payload.clone(), 3, Ack::Append)
+        .expect("leader accepts");
+    let waits = c.nodes[0].propose(G, payload, 2).expect("leader accepts");
+    c.settle();
+    let results: Vec<_> = c
+        .completions
+        .iter()
+        .map(|x| (x.id, x.result.clone()))
+        .collect();
+    assert_eq!(
+        results,
+        vec![(id, Ok(KafkaOffset(0)))],
+        "only the acks=1 batch is answered"
+    );
+    assert_eq!(
+        c.nodes[0].high_watermark(G),
+        Some(KafkaOffset(0)),
+        "nothing committed"
+    );
+
+    // The followers return: the acks=all batch commits; the acks=1 one is not answered twice.
+    c.down[1] = false;
+    c.down[2] = false;
+    c.ticks(5);
+    let results: Vec<_> = c
+        .completions
+        .iter()
+        .map(|x| (x.id, x.result.clone()))
+        .collect();
+    assert_eq!(
+        results,
+        vec![(id, Ok(KafkaOffset(0))), (waits, Ok(KafkaOffset(3)))]
+    );
+    assert_eq!(c.nodes[0].high_watermark(G), Some(KafkaOffset(5)));
 }
 
 #[test]

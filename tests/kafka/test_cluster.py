@@ -273,10 +273,12 @@ class Workload:
                     f"fatal {self.fatal}")
 
 
-def produce_all(ck, cluster: Cluster, topic: str, indexes) -> dict[bytes, tuple[int, int]]:
-    """Produces `<topic>:<i>` to partition i % PARTITIONS for each index with acks=all and
-    returns value -> acknowledged (partition, offset); every write must succeed."""
-    p = ck.Producer(producer_config(cluster.bootstrap()))
+def produce_all(ck, cluster: Cluster, topic: str, indexes,
+                **extra) -> dict[bytes, tuple[int, int]]:
+    """Produces `<topic>:<i>` to partition i % PARTITIONS for each index (acks=all unless
+    `extra` says otherwise) and returns value -> acknowledged (partition, offset); every
+    write must succeed."""
+    p = ck.Producer(producer_config(cluster.bootstrap(), **extra))
     acked: dict[bytes, tuple[int, int]] = {}
     errors = []
 
@@ -397,12 +399,15 @@ def test_three_nodes_form_a_cluster_and_replicate_a_topic(ck, cluster, rf3_topic
                            for n in NODE_IDS),
                timeout=15, what="no leaderless partition in /metrics")
 
+    # acks=all, then acks=1 (answered once the leader appended; replicated all the same).
     n = 200
     acked = produce_all(ck, cluster, topic, range(n))
+    acked.update(produce_all(ck, cluster, topic, range(n, 2 * n),
+                             **{"acks": "1", "enable.idempotence": False}))
     writes = [Write(v, OK, part, off) for v, (part, off) in acked.items()]
     passes = read_everywhere(ck, cluster, topic)
-    assert [len(x) for x in passes] == [n] * len(NODE_IDS)
-    assert_consistent(writes, passes, min_ok=n)
+    assert [len(x) for x in passes] == [2 * n] * len(NODE_IDS)
+    assert_consistent(writes, passes, min_ok=2 * n)
 
 
 def gauge(cluster: Cluster, node: int, name: str) -> float:
