@@ -7,7 +7,7 @@
 #      fdatasync p99 + 2 x loopback RTT p99 (the issue-5 goal: <= 2.0);
 #   3. the cost of idle partitions: CPU, resident memory and disk of each node with
 #      IDLE_COUNTS (default "1000") idle RF=3 partitions (every node hosts all of them;
-#      each holds a 1 MiB preallocated segment: 10000 on 3 nodes is ~30 GiB of disk).
+#      each holds a 64 KiB preallocated segment: 10000 on 3 nodes is ~2 GiB of disk).
 #
 # Knobs: RATE (2000 records/s), DURATION_S (10), PARTITIONS (3), RECORD_BYTES (1024),
 # IDLE_COUNTS ("1000"; "1000 10000" for both), IDLE_SETTLE_S (20), IDLE_MEASURE_S (10),

@@ -20,7 +20,7 @@ use strand_raft::GroupId;
 use strand_storage::{LogConfig, SystemClock};
 use strand_wire::BatchBuilder;
 
-use crate::metadata::{Command, MetaError, Metadata, NodeInfo};
+use crate::metadata::{Command, MetaError, Metadata};
 use crate::ops::Op;
 use crate::partition::Partition;
 use crate::shard::{sleep, Shard};
@@ -36,6 +36,8 @@ pub const META_RETRY: Duration = Duration::from_millis(1000);
 const META_POLL: Duration = Duration::from_millis(10);
 /// Bytes of controller log read per step when applying.
 const APPLY_READ_BYTES: usize = 1 << 20;
+/// How often the controller's leader looks for admitted nodes not yet following it.
+const LEARNER_CHECK_INTERVAL: Duration = Duration::from_millis(500);
 
 /// Per-shard cluster state.
 #[derive(Default)]
@@ -86,11 +88,25 @@ impl Shard {
         }
     }
 
-    /// Records leader changes broadcast by a shard.
+    /// Records leader changes broadcast by a shard of this node (it hosts those groups).
     pub fn note_leaders(&self, changes: Vec<(u64, i32, i32)>) {
         let mut l = self.cluster.leaders.borrow_mut();
         for (g, leader, epoch) in changes {
             l.insert(g, (leader, epoch));
+        }
+    }
+
+    /// Records the leaders another node announced: newer than what is known (a higher
+    /// epoch, or a leader where the same epoch had none).
+    pub fn note_remote_leaders(&self, changes: Vec<(u64, i32, i32)>) {
+        let mut l = self.cluster.leaders.borrow_mut();
+        for (g, leader, epoch) in changes {
+            let newer = l.get(&g).is_none_or(|&(old, old_epoch)| {
+                epoch > old_epoch || (epoch == old_epoch && old < 0)
+            });
+            if newer {
+                l.insert(g, (leader, epoch));
+            }
         }
     }
 
@@ -121,6 +137,15 @@ pub async fn start(shard: &Rc<Shard>) -> anyhow::Result<()> {
             if let Some(s) = weak.upgrade() {
                 crate::shard::spawn_local(async move {
                     let calls = (0..s.count).map(|t| s.call(t, Op::Leaders(changes.clone())));
+                    futures::future::join_all(calls).await;
+                });
+            }
+        }));
+        let weak = Rc::downgrade(shard);
+        rep.set_on_remote_leaders(Box::new(move |changes| {
+            if let Some(s) = weak.upgrade() {
+                crate::shard::spawn_local(async move {
+                    let calls = (0..s.count).map(|t| s.call(t, Op::RemoteLeaders(changes.clone())));
                     futures::future::join_all(calls).await;
                 });
             }
@@ -158,6 +183,12 @@ async fn start_controller(shard: &Rc<Shard>, rep: &Rc<Replicator>) -> anyhow::Re
     *shard.cluster.controller.borrow_mut() = Some(part.clone());
     let voters: Vec<u64> = c.seeds.iter().map(|&(id, _)| id as u64).collect();
     let first = c.seeds.first().map(|&(id, _)| id) == Some(c.node_id);
+    // A node that joined follows the controller without voting.
+    let learners: Vec<u64> = if crate::cluster_join::is_joiner(c) {
+        vec![c.node_id as u64]
+    } else {
+        Vec::new()
+    };
     {
         let weak = Rc::downgrade(shard);
         rep.set_on_controller_applied(Box::new(move || {
@@ -166,7 +197,30 @@ async fn start_controller(shard: &Rc<Shard>, rep: &Rc<Replicator>) -> anyhow::Re
             }
         }));
     }
-    rep.host(CONTROLLER_GROUP, part, &voters, first).await?;
+    rep.host(CONTROLLER_GROUP, part, &voters, &learners, first)
+        .await?;
+    {
+        let weak = Rc::downgrade(shard);
+        rep.set_on_join(Rc::new(move |req| {
+            let weak = weak.clone();
+            Box::pin(async move {
+                match weak.upgrade() {
+                    Some(s) => admit(&s, req).await,
+                    None => join_reply(None, Some("the node is stopping".into())),
+                }
+            })
+        }));
+    }
+    let weak = Rc::downgrade(shard);
+    crate::shard::spawn_local(async move {
+        loop {
+            sleep(LEARNER_CHECK_INTERVAL).await;
+            match weak.upgrade() {
+                Some(s) if !s.stopping() => admit_learners(&s),
+                _ => return,
+            }
+        }
+    });
     Ok(())
 }
 
@@ -238,6 +292,7 @@ fn visible(m: &Metadata, after: &Metadata, cmd: &Command) -> bool {
     match cmd {
         Command::InitCluster { .. } => !m.cluster_id.is_empty(),
         Command::RegisterNode(n) => m.nodes.get(&n.id) == Some(n),
+        Command::AdmitNode { token, .. } => m.join_tokens.contains_key(token),
         Command::CreateTopic { name, .. } => m.topics.contains_key(name),
         Command::DeleteTopic { name } => !m.topics.contains_key(name),
         Command::CreatePartitions { name, .. } => {
@@ -323,14 +378,7 @@ pub async fn meta_commands(shard: &Rc<Shard>, cmds: Vec<Command>) -> Vec<Result<
 /// Registers this node with the controller (and names the cluster if nobody has), retrying
 /// until the registration is visible.
 pub async fn register(shard: &Rc<Shard>) {
-    let c = &shard.config;
-    let info = NodeInfo {
-        id: c.node_id,
-        host: c.advertised_host.clone(),
-        kafka_port: c.kafka_addr.port(),
-        native_port: c.native_addr.port(),
-        shards: shard.count as u32,
-    };
+    let info = crate::cluster_join::node_info(&shard.config, shard.count);
     while !shard.stopping() {
         let m = shard.committed_metadata();
         if let Some(other) = m.nodes.values().find(|n| n.shards != info.shards) {
@@ -398,7 +446,7 @@ pub async fn host_partition(shard: &Rc<Shard>, meta: &Metadata, part: Rc<Partiti
             }
         }));
     }
-    if let Err(e) = rep.host(group, part.clone(), &voters, preferred).await {
+    if let Err(e) = rep.host(group, part.clone(), &voters, &[], preferred).await {
         tracing::error!(topic = %part.topic, partition = part.index, error = %format!("{e:#}"),
             "cannot start the partition's raft group");
     }
@@ -410,4 +458,79 @@ pub fn unhost_partition(shard: &Shard, meta_before: &Metadata, topic: &str, p: i
         return;
     };
     rep.unhost(GroupId(t.group_of(p)));
+}
+
+/// Shard 0 of a seed: admits a node asking to join (a control frame's body is its
+/// `JoinRequest`): commits `AdmitNode` and answers with the id the controller gave it.
+async fn admit(shard: &Rc<Shard>, req: crate::cluster_join::JoinRequest) -> Bytes {
+    if req.info.shards as usize != shard.count {
+        let why = format!(
+            "this cluster runs {} shards per node, the joining node {} (--smp must match)",
+            shard.count, req.info.shards
+        );
+        return join_reply(None, Some(why));
+    }
+    let seeds = shard.config.seeds.iter().map(|&(id, _)| id).collect();
+    let token = req.token.clone();
+    let cmd = Command::AdmitNode {
+        token: req.token,
+        info: req.info,
+        seeds,
+    };
+    match meta_commands(shard, vec![cmd]).await.pop() {
+        Some(Ok(())) => {
+            let id = shard.committed_metadata().join_tokens.get(&token).copied();
+            tracing::info!(node = ?id, "admitted a joining node");
+            join_reply(id, None)
+        }
+        Some(Err(e)) => join_reply(None, Some(e.to_string())),
+        None => join_reply(None, Some("no outcome".into())),
+    }
+}
+
+fn join_reply(node_id: Option<i32>, error: Option<String>) -> Bytes {
+    let reply = crate::cluster_join::JoinReply { node_id, error };
+    // A struct of an option and a short string always serializes.
+    Bytes::from(serde_json::to_vec(&reply).unwrap_or_default())
+}
+
+/// As the controller's leader: every registered node outside the controller group joins
+/// it as a learner (one configuration change at a time; the next check retries).
+fn admit_learners(shard: &Rc<Shard>) {
+    let Some(rep) = shard.replicator() else {
+        return;
+    };
+    if !rep.leads_controller() {
+        return;
+    }
+    let Some((voters, learners)) = rep.controller_members() else {
+        return;
+    };
+    let meta = shard.committed_metadata();
+    let missing = meta
+        .nodes
+        .keys()
+        .map(|&id| id as u64)
+        .find(|id| !voters.contains(id) && !learners.contains(id));
+    if let Some(node) = missing {
+        match rep.add_controller_learner(node as i32) {
+            Ok(()) => tracing::info!(
+                node,
+                "adding a joined node to the controller group as a learner"
+            ),
+            Err(e) => tracing::debug!(node, error = %e, "controller learner not added yet"),
+        }
+    }
+}
+
+/// The RPC addresses of the registered nodes (the seeds' come from `--seeds`).
+pub fn peer_addrs(meta: &Metadata) -> Vec<(i32, std::net::SocketAddr)> {
+    meta.nodes
+        .values()
+        .filter(|n| n.rpc_port != 0)
+        .filter_map(|n| {
+            let ip: std::net::IpAddr = n.host.parse().ok()?;
+            Some((n.id, std::net::SocketAddr::new(ip, n.rpc_port)))
+        })
+        .collect()
 }

@@ -93,8 +93,9 @@ pub struct Flags {
     /// Internal RPC listener (Raft traffic) of shard 0; shard s listens on port + s.
     #[arg(long, env = "STRAND_RPC_ADDR")]
     pub rpc_addr: Option<SocketAddr>,
-    /// Controller voters, `id@host:port,...` (their RPC addresses, this node included).
-    /// Empty: a single node with no replication.
+    /// Controller voters, `id@host:port,...` (their RPC addresses). A node not among them
+    /// joins through them and gets its id from the controller. Empty: a single node with
+    /// no replication.
     #[arg(long, env = "STRAND_SEEDS")]
     pub seeds: Option<String>,
     /// Replication factor of topics created without one (and of `__consumer_offsets`).
@@ -299,17 +300,8 @@ impl Config {
     }
 
     fn validate(&self) -> anyhow::Result<()> {
-        if !self.seeds.is_empty() {
-            if self.node_id < 1 {
-                bail!("a cluster node (--seeds given) needs --node-id >= 1");
-            }
-            if !self.seeds.iter().any(|&(id, _)| id == self.node_id) {
-                bail!(
-                    "--seeds must list this node ({}) among the controller voters",
-                    self.node_id
-                );
-            }
-        }
+        // A node not among the seeds (or with no --node-id) joins through them and gets
+        // its id from the controller (`cluster_join`).
         let nodes = self.seeds.len().max(1);
         if !(1..=REPLICATION_FACTOR_MAX).contains(&self.default_replication_factor)
             || self.default_replication_factor as usize > nodes

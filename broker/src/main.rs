@@ -5,6 +5,7 @@ mod admin;
 mod admin_status;
 mod clock;
 mod cluster;
+mod cluster_join;
 mod config;
 mod errors;
 mod group;

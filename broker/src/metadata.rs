@@ -55,6 +55,17 @@ pub enum Command {
     },
     /// A node announces its listeners (cluster mode).
     RegisterNode(NodeInfo),
+    /// A node joining through a seed gets an id: `info.id` if it asked for one that is
+    /// free (or its own), else one past every id in use; `token` makes a retry idempotent.
+    AdmitNode {
+        /// The joining process's random token.
+        token: String,
+        /// Its listeners (`id` 0: assign one).
+        info: NodeInfo,
+        /// The controller voters (`--seeds`): their ids are taken even before they
+        /// register.
+        seeds: Vec<i32>,
+    },
     /// Reserves producer ids below `up_to` (never handed out again after a restart).
     ReserveProducerIds {
         /// Ids below this are reserved.
@@ -87,6 +98,9 @@ pub struct NodeInfo {
     pub native_port: u16,
     /// Shards it runs (must equal every other node's).
     pub shards: u32,
+    /// Internal RPC port of its shard 0 (on `host`); 0 from a version before joining.
+    #[serde(default)]
+    pub rpc_port: u16,
 }
 
 /// One topic.
@@ -140,6 +154,8 @@ pub struct Metadata {
     pub nodes: BTreeMap<i32, NodeInfo>,
     /// Topics created so far (the next topic's `seq`).
     pub topics_created: u64,
+    /// The id each join token was given (`AdmitNode`).
+    pub join_tokens: BTreeMap<String, i32>,
 }
 
 /// Why a command was refused; each maps to one Kafka error code.
@@ -196,7 +212,32 @@ pub fn validate_topic_name(name: &str) -> Result<(), MetaError> {
     Ok(())
 }
 
+/// Longest join token (`AdmitNode`).
+pub const JOIN_TOKEN_BYTES_MAX: usize = 64;
+
 impl Metadata {
+    /// The id a joining node gets (see `Command::AdmitNode`).
+    fn admitted_id(&self, info: &NodeInfo, seeds: &[i32]) -> i32 {
+        let taken_by_other = |id: i32| {
+            seeds.contains(&id)
+                || self.nodes.get(&id).is_some_and(|n| {
+                    (n.host.as_str(), n.kafka_port) != (info.host.as_str(), info.kafka_port)
+                })
+        };
+        if info.id >= 1 && !taken_by_other(info.id) {
+            return info.id;
+        }
+        let used = self
+            .nodes
+            .keys()
+            .chain(seeds)
+            .chain(self.join_tokens.values())
+            .copied()
+            .max()
+            .unwrap_or(0);
+        used.saturating_add(1)
+    }
+
     /// Checks `cmd` against the current state without applying it.
     pub fn check(&self, cmd: &Command) -> Result<(), MetaError> {
         match cmd {
@@ -206,6 +247,18 @@ impl Metadata {
                 "node registration with id {} and {} shards",
                 n.id, n.shards
             ))),
+            Command::AdmitNode { token, info, .. }
+                if !token.is_empty()
+                    && token.len() <= JOIN_TOKEN_BYTES_MAX
+                    && info.id >= 0
+                    && info.shards >= 1 =>
+            {
+                Ok(())
+            }
+            Command::AdmitNode { .. } => Err(MetaError::Internal(
+                "a join needs a token of 1 to 64 bytes, an id >= 0 and at least one shard"
+                    .to_string(),
+            )),
             Command::ReserveProducerIds { up_to, .. } if *up_to > self.producer_ids_reserved_to => {
                 Ok(())
             }
@@ -252,6 +305,13 @@ impl Metadata {
             }
             Command::RegisterNode(n) => {
                 self.nodes.insert(n.id, n.clone());
+            }
+            Command::AdmitNode { token, info, seeds } => {
+                if !self.join_tokens.contains_key(token) {
+                    let id = self.admitted_id(info, seeds);
+                    self.join_tokens.insert(token.clone(), id);
+                    self.nodes.insert(id, NodeInfo { id, ..info.clone() });
+                }
             }
             Command::ReserveProducerIds { up_to, owner } => {
                 self.producer_ids_reserved_to = *up_to;

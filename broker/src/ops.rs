@@ -140,6 +140,8 @@ pub enum Op {
     /// Leader changes of Raft groups (group, leader node or -1, epoch), from a shard's
     /// replicator to every shard.
     Leaders(Vec<(u64, i32, i32)>),
+    /// Cluster mode: leaders another node announced (groups it leads).
+    RemoteLeaders(Vec<(u64, i32, i32)>),
     /// Counters for admin HTTP.
     Stats,
     /// Hand out a new producer id (shard 0 only).
@@ -264,6 +266,10 @@ impl Shard {
             Op::Stats => Reply::Stats(Box::new(self.snapshot())),
             Op::Leaders(changes) => {
                 self.note_leaders(changes);
+                Reply::Done
+            }
+            Op::RemoteLeaders(changes) => {
+                self.note_remote_leaders(changes);
                 Reply::Done
             }
             Op::AllocateProducerId => Reply::ProducerId(self.allocate_producer_id().await),
@@ -652,6 +658,9 @@ impl Shard {
             if let Some(part) = self.partition(&topic, p).filter(|_| self.clustered()) {
                 crate::cluster::host_partition(self, &meta, part).await;
             }
+        }
+        if let Some(rep) = self.replicator() {
+            rep.learn_peers(crate::cluster::peer_addrs(&meta));
         }
         self.set_metadata(meta);
     }

@@ -16,7 +16,6 @@
 //! produce costs one fdatasync per partition per turn.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -43,6 +42,9 @@ struct StateFile {
     vote: u64,
     commit: u64,
     voters: Vec<u64>,
+    /// Nodes that follow without voting (a joined node in the controller group).
+    #[serde(default)]
+    learners: Vec<u64>,
 }
 
 /// The disk work of one turn. See the module doc.
@@ -118,15 +120,20 @@ fn frame_kind(e: &Entry) -> Result<(FrameKind, u32), StoreError> {
 
 impl RaftLogStore {
     /// Opens the Raft view of `part`'s log: reads the state file (or starts a new group
-    /// with `voters`), indexes every frame, keeps the entries after the commit index in
-    /// memory.
-    pub async fn open(part: Rc<Partition>, voters: &[u64]) -> anyhow::Result<RaftLogStore> {
+    /// with `voters` and `learners`), indexes every frame, keeps the entries after the
+    /// commit index in memory.
+    pub async fn open(
+        part: Rc<Partition>,
+        voters: &[u64],
+        learners: &[u64],
+    ) -> anyhow::Result<RaftLogStore> {
         let state_path = part.log().dir().join(STATE_FILE);
         let file: StateFile = match std::fs::read(&state_path) {
             Ok(b) => serde_json::from_slice(&b)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", state_path.display()))?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => StateFile {
                 voters: voters.to_vec(),
+                learners: learners.to_vec(),
                 ..StateFile::default()
             },
             Err(e) => return Err(anyhow::anyhow!("{}: {e}", state_path.display())),
@@ -178,9 +185,12 @@ impl RaftLogStore {
         };
         let conf = ConfState {
             voters: file.voters.clone(),
+            learners: file.learners.clone(),
             ..ConfState::default()
         };
-        let fresh = !state_path.exists();
+        // A new group writes no state file: until its first vote the file would only repeat
+        // the voters the metadata gives on every open (and creating thousands of
+        // partitions would pay two fsyncs each).
         let store = RaftLogStore {
             part,
             state_path,
@@ -195,9 +205,6 @@ impl RaftLogStore {
             fetched: BTreeMap::new(),
             failed: None,
         };
-        if fresh {
-            write_state(&store.state_path, &store.state_file())?;
-        }
         Ok(store.trimmed())
     }
 
@@ -215,6 +222,7 @@ impl RaftLogStore {
             vote: self.hard.vote,
             commit: self.hard.commit,
             voters: self.conf.voters.clone(),
+            learners: self.conf.learners.clone(),
         }
     }
 
@@ -312,25 +320,19 @@ impl PersistJob {
             log.flush().await.map_err(err)?;
         }
         if let Some((path, state)) = self.state {
-            write_state(&path, &state).map_err(|e| e.to_string())?;
+            write_state(&path, &state)
+                .await
+                .map_err(|e| e.to_string())?;
         }
         Ok(())
     }
 }
 
-/// Writes the state file atomically (temporary file, fdatasync, rename, directory fsync).
-/// Blocking, but small and written only on a term or vote change.
-fn write_state(path: &Path, state: &StateFile) -> std::io::Result<()> {
-    let tmp = path.with_extension("json.tmp");
-    {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&serde_json::to_vec(state).map_err(std::io::Error::other)?)?;
-        f.sync_data()?;
-    }
-    std::fs::rename(&tmp, path)?;
-    if let Some(dir) = path.parent() {
-        std::fs::File::open(dir)?.sync_all()?;
-    }
+/// Writes the state file atomically (temporary file, fdatasync, rename, directory fsync)
+/// through io_uring: thousands of groups electing at once must not block the shard.
+async fn write_state(path: &Path, state: &StateFile) -> anyhow::Result<()> {
+    let bytes = serde_json::to_vec(state)?;
+    strand_storage::io::write_small_file_atomic_async(path, &bytes).await?;
     Ok(())
 }
 
@@ -483,7 +485,7 @@ mod tests {
             .expect("open log");
         let metrics = Rc::new(crate::metrics::ShardMetrics::new(1));
         let part = Rc::new(Partition::new("t".into(), 0, log, 1 << 20, metrics));
-        RaftLogStore::open(part, &[1, 2, 3])
+        RaftLogStore::open(part, &[1, 2, 3], &[])
             .await
             .expect("open store")
     }

@@ -475,8 +475,7 @@ impl Shard {
 }
 
 /// Starts every shard and blocks until they exit (after SIGTERM/SIGINT).
-pub fn run(config: Config) -> anyhow::Result<()> {
-    let config = Arc::new(config);
+pub fn run(mut config: Config) -> anyhow::Result<()> {
     let cpus = affinity_cpus()?;
     let count = config.smp.unwrap_or(cpus.len()).min(cpus.len()).max(1);
     if let Some(n) = config.smp.filter(|&n| n > cpus.len()) {
@@ -485,6 +484,10 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             cpus.len()
         );
     }
+    if crate::cluster_join::is_joiner(&config) {
+        config.node_id = crate::cluster_join::node_id(&config, count)?;
+    }
+    let config = Arc::new(config);
     let plan = strand_storage::io_runtime::plan_io_memory(count)?;
     crate::preflight::check(&config)?;
     crate::preflight::native_shard_ports_free(&config, count)?;

@@ -25,6 +25,8 @@ use bytes::{Bytes, BytesMut};
 use futures::channel::{mpsc, oneshot};
 use futures::io::{AsyncReadExt, AsyncWriteExt};
 use futures::StreamExt;
+
+use crate::cluster_join::JoinRequest;
 use glommio::net::{TcpListener, TcpStream};
 use strand_raft::rpc::{self, Hello, RpcFrame};
 use strand_raft::types::ShardId;
@@ -48,6 +50,12 @@ pub const PEER_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// How often a shard hands the leadership of its groups back to their preferred replicas
 /// (Kafka: auto.leader.rebalance.enable, leader.imbalance.check.interval.seconds = 300).
 pub const LEADER_BALANCE_INTERVAL: Duration = Duration::from_secs(10);
+/// How often a shard announces every group it leads to its peers (changes go at once):
+/// a node learns the leaders of partitions it does not host, and one that missed an
+/// announcement (it joined, or was cut off) catches up.
+pub const LEADERS_ANNOUNCE_INTERVAL: Duration = Duration::from_secs(5);
+/// Groups per announcement frame (~20 bytes each, under the control frame's limit).
+const LEADERS_PER_ANNOUNCEMENT_MAX: usize = 1000;
 /// Bytes read from a peer socket per call.
 const READ_CHUNK_BYTES: usize = 256 * 1024;
 
@@ -93,6 +101,21 @@ impl RpcOut {
             self.queues.insert(to, PeerQueue { tx, queued_bytes });
         }
         self.queues.get(&to)
+    }
+}
+
+impl RpcOut {
+    /// Queues a control frame for `to` (dropped like a batch when the queue is full).
+    fn send_control(&mut self, to: NodeId, body: Bytes) {
+        let frame = encode(&RpcFrame::Control(body));
+        let Some(q) = self.queue(to) else {
+            return;
+        };
+        if q.queued_bytes.get() + frame.len() > PEER_QUEUE_BYTES_MAX {
+            return;
+        }
+        q.queued_bytes.set(q.queued_bytes.get() + frame.len());
+        let _ = q.tx.unbounded_send(frame);
     }
 }
 
@@ -176,6 +199,9 @@ pub struct ReplicaHealth {
     pub controller_leader: bool,
 }
 
+/// Answers a node asking to join (shard 0): the reply frame's body.
+pub type OnJoin = Rc<dyn Fn(JoinRequest) -> futures::future::LocalBoxFuture<'static, Bytes>>;
+
 /// A leader change: (group, leader node or -1, term as the Kafka leader epoch).
 pub type LeaderChange = (u64, i32, i32);
 /// Receives the leader changes of a turn.
@@ -197,6 +223,12 @@ pub struct Replicator {
     on_changes: RefCell<Option<OnLeaderChanges>>,
     /// Called after a turn in which the controller group applied entries.
     on_controller_applied: RefCell<Option<Box<dyn Fn()>>>,
+    /// Answers a node asking to join (shard 0).
+    on_join: RefCell<Option<OnJoin>>,
+    /// Receives the leaders other nodes announce.
+    on_remote_leaders: RefCell<Option<OnLeaderChanges>>,
+    /// When this shard last announced every group it leads.
+    announced_at: Cell<Instant>,
     controller_applied: Cell<Option<KafkaOffset>>,
     /// After the last turn: hosted partitions with no known leader, partitions led here with a
     /// voter out of sync, and whether this node leads the controller.
@@ -248,6 +280,9 @@ impl Replicator {
             wake_rx: RefCell::new(Some(wake_rx)),
             on_changes: RefCell::new(None),
             on_controller_applied: RefCell::new(None),
+            on_join: RefCell::new(None),
+            on_remote_leaders: RefCell::new(None),
+            announced_at: Cell::new(crate::clock::now()),
             controller_applied: Cell::new(None),
             health: Cell::new(ReplicaHealth::default()),
             reads_in_flight: RefCell::new(Default::default()),
@@ -265,24 +300,104 @@ impl Replicator {
         *self.on_controller_applied.borrow_mut() = Some(f);
     }
 
+    /// Sets the handler of join requests (shard 0).
+    pub fn set_on_join(&self, f: OnJoin) {
+        *self.on_join.borrow_mut() = Some(f);
+    }
+
+    /// Sets the receiver of the leaders other nodes announce.
+    pub fn set_on_remote_leaders(&self, f: OnLeaderChanges) {
+        *self.on_remote_leaders.borrow_mut() = Some(f);
+    }
+
+    /// Tells every peer node (the same shard of it) which of `changes` this node leads now;
+    /// `all` announces every group led here instead.
+    fn announce_leaders(&self, changes: &[LeaderChange], all: bool) {
+        let me = self.me.0 as i32;
+        let led: Vec<LeaderChange> = if all {
+            let d = self.driver.borrow();
+            self.hosted
+                .borrow()
+                .keys()
+                .filter(|&&g| d.is_leader(g))
+                .map(|&g| {
+                    let term = d.term(g).map_or(0, |t| t.0);
+                    (g.0, me, i32::try_from(term).unwrap_or(i32::MAX))
+                })
+                .collect()
+        } else {
+            changes.iter().copied().filter(|c| c.1 == me).collect()
+        };
+        if led.is_empty() {
+            return;
+        }
+        let mut d = self.driver.borrow_mut();
+        let out = d.transport_mut();
+        for chunk in led.chunks(LEADERS_PER_ANNOUNCEMENT_MAX) {
+            let msg = crate::cluster_join::ControlMsg::Leaders(chunk.to_vec());
+            let Ok(body) = serde_json::to_vec(&msg) else {
+                continue;
+            };
+            let peers: Vec<NodeId> = out.peers.keys().copied().collect();
+            for to in peers {
+                out.send_control(to, Bytes::from(body.clone()));
+            }
+        }
+    }
+
+    /// Learns the RPC addresses of nodes beyond the seeds (nodes that joined), as the
+    /// metadata names them: `(node, shard-0 RPC address)`.
+    pub fn learn_peers(&self, peers: impl IntoIterator<Item = (i32, SocketAddr)>) {
+        let mut d = self.driver.borrow_mut();
+        let out = d.transport_mut();
+        for (id, addr) in peers {
+            let id = NodeId(id as u64);
+            if id != self.me {
+                out.peers.entry(id).or_insert(addr);
+            }
+        }
+    }
+
+    /// As the controller's leader, adds `node` to the controller group as a learner.
+    pub fn add_controller_learner(&self, node: i32) -> Result<(), RaftError> {
+        let r = self
+            .driver
+            .borrow_mut()
+            .add_learner(CONTROLLER_GROUP, NodeId(node as u64));
+        self.wake();
+        r
+    }
+
+    /// The voters and learners of the controller group as applied here.
+    pub fn controller_members(&self) -> Option<(Vec<u64>, Vec<u64>)> {
+        self.driver.borrow().members(CONTROLLER_GROUP)
+    }
+
+    /// Whether this node leads the controller group.
+    pub fn leads_controller(&self) -> bool {
+        self.driver.borrow().is_leader(CONTROLLER_GROUP)
+    }
+
     /// Wakes the loop for a turn.
     pub fn wake(&self) {
         let _ = self.wake_tx.clone().try_send(());
     }
 
-    /// Adds the group of `part` with `voters` (a new group when the store holds none);
-    /// `campaign` starts an election at once (the preferred leader of a new group).
+    /// Adds the group of `part` with `voters` and `learners` (a new group when the store
+    /// holds none); `campaign` starts an election at once (the preferred leader of a new
+    /// group).
     pub async fn host(
         self: &Rc<Self>,
         group: GroupId,
         part: Rc<Partition>,
         voters: &[u64],
+        learners: &[u64],
         campaign: bool,
     ) -> anyhow::Result<()> {
         if self.hosted.borrow().contains_key(&group) {
             return Ok(());
         }
-        let store = RaftLogStore::open(part.clone(), voters).await?;
+        let store = RaftLogStore::open(part.clone(), voters, learners).await?;
         let fresh =
             strand_raft::LogStore::index(&store).last_index().0 == 0 && raft_term(&store) == 0;
         {
@@ -530,6 +645,14 @@ impl Replicator {
             }
         }
         self.health.set(health);
+        let all = crate::clock::now().saturating_duration_since(self.announced_at.get())
+            >= LEADERS_ANNOUNCE_INTERVAL;
+        if all {
+            self.announced_at.set(crate::clock::now());
+        }
+        if all || !changes.is_empty() {
+            self.announce_leaders(&changes, all);
+        }
         if !changes.is_empty() {
             if let Some(f) = self.on_changes.borrow().as_ref() {
                 f(changes);
@@ -645,6 +768,30 @@ async fn serve_peer(me: Weak<Replicator>, mut stream: TcpStream) -> anyhow::Resu
                         );
                     }
                     peer = Some(h.from_node);
+                    rep.driver.borrow_mut().peer_reconnected(h.from_node);
+                    rep.wake();
+                }
+                RpcFrame::Control(body) => {
+                    use crate::cluster_join::ControlMsg;
+                    match serde_json::from_slice::<ControlMsg>(&body)? {
+                        ControlMsg::Leaders(changes) => {
+                            if peer.is_none_or(|p| changes.iter().any(|c| c.1 as u64 != p.0)) {
+                                anyhow::bail!("leaders announced by {peer:?} for another node");
+                            }
+                            if let Some(f) = rep.on_remote_leaders.borrow().as_ref() {
+                                f(changes);
+                            }
+                        }
+                        ControlMsg::Join(req) => {
+                            let handler = rep.on_join.borrow().clone();
+                            drop(rep);
+                            let Some(handler) = handler else {
+                                anyhow::bail!("join request on a shard that admits none");
+                            };
+                            let reply = handler(req).await;
+                            stream.write_all(&encode(&RpcFrame::Control(reply))).await?;
+                        }
+                    }
                 }
                 RpcFrame::Batch(b) => {
                     if peer != Some(b.from) || b.to != rep.me {

@@ -612,6 +612,43 @@ impl<S: LogStore> Group<S> {
                 .is_some_and(|pr| pr.matched >= r.raft_log.committed && pr.recent_active)
     }
 
+    /// As leader, proposes adding `node` as a learner (it receives the log, never votes):
+    /// how a node that joined the cluster follows the controller. Refused when not leading
+    /// or while another configuration change is in flight.
+    pub fn add_learner(&mut self, node: NodeId) -> Result<(), RaftError> {
+        let group = self.id;
+        if !self.is_leader() {
+            let leader_hint = self.leader();
+            return Err(RaftError::NotLeader { group, leader_hint });
+        }
+        let r = &self.node.raft;
+        if r.prs().get(node.0).is_some() {
+            return Ok(());
+        }
+        if r.pending_conf_index > r.raft_log.applied {
+            return Err(RaftError::Dropped { group });
+        }
+        let mut single = raft::eraftpb::ConfChangeSingle {
+            node_id: node.0,
+            ..Default::default()
+        };
+        single.set_change_type(raft::eraftpb::ConfChangeType::AddLearnerNode);
+        let mut cc = ConfChangeV2::default();
+        cc.mut_changes().push(single);
+        self.node
+            .propose_conf_change(Vec::new(), cc)
+            .map_err(|e| RaftError::Raft {
+                group,
+                reason: e.to_string(),
+            })
+    }
+
+    /// The voters and the learners of the group as this node applied them.
+    pub fn members(&self) -> (Vec<u64>, Vec<u64>) {
+        let c = self.store().conf_state();
+        (c.voters, c.learners)
+    }
+
     /// Hands leadership to `node` (raft-rs leader transfer; proposals are refused meanwhile).
     pub fn transfer_leader(&mut self, node: NodeId) {
         if self.is_leader() {

@@ -340,10 +340,10 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
             outcome.dropped = batch.messages.len();
             return outcome;
         }
-        if let Some(heard) = self.last_heard.get_mut(&batch.from) {
-            *heard = self.clock.now();
-            self.silent.remove(&batch.from);
-        }
+        // A node not among the groups' peers at their start (a learner added since) is
+        // tracked from its first batch.
+        self.last_heard.insert(batch.from, self.clock.now());
+        self.silent.remove(&batch.from);
         let mut fx = Effects {
             outbox: &mut self.outbox,
             completions: &mut self.completions,
@@ -505,6 +505,18 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
         }
     }
 
+    /// A peer (re)connected: it may have restarted faster than an election timeout, with
+    /// no log position or leader known. Its sleeping groups wake so their leaders tell it
+    /// the commit index (a learner never campaigns to ask).
+    pub fn peer_reconnected(&mut self, peer: NodeId) {
+        for (&id, g) in self.groups.iter_mut() {
+            if !self.awake.contains(&id) && g.has_peer(peer) {
+                g.on_activity();
+                self.awake.insert(id);
+            }
+        }
+    }
+
     /// Whether any group has work for another turn now.
     pub fn has_ready(&self) -> bool {
         self.awake
@@ -651,6 +663,21 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
         self.groups
             .get(&group)
             .is_some_and(|g| g.voter_in_sync(node))
+    }
+
+    /// As `group`'s leader, proposes `node` as a learner (see `Group::add_learner`).
+    pub fn add_learner(&mut self, group: GroupId, node: NodeId) -> Result<(), RaftError> {
+        self.groups
+            .get_mut(&group)
+            .ok_or(RaftError::UnknownGroup { group })?
+            .add_learner(node)?;
+        self.activity(group);
+        Ok(())
+    }
+
+    /// The voters and learners of `group` as this node applied them.
+    pub fn members(&self, group: GroupId) -> Option<(Vec<u64>, Vec<u64>)> {
+        self.groups.get(&group).map(Group::members)
     }
 
     /// Hands `group`'s leadership to `node` if this node leads it.

@@ -7,7 +7,11 @@
 //! Hello (kind 1):  [from_node: u64][to_node: u64][to_shard: u32][cluster_tag: u64]
 //! Batch (kind 2):  [from: u64][to: u64][count: u32] then `count` times:
 //!                  [group: u64][len: u32][eraftpb::Message, protobuf, `len` bytes]
+//! Control (kind 3): [len: u32][`len` bytes, at most CONTROL_BODY_BYTES_MAX]
 //! ```
+//!
+//! A control frame carries a cluster-management request or its answer (a node joining
+//! asks a seed for an id); the broker owns its contents.
 //!
 //! All integers are little-endian. A whole frame is at most [`RPC_FRAME_BYTES_MAX`] bytes,
 //! a batch frame holds at most `MESSAGES_PER_BATCH_MAX` messages and
@@ -57,6 +61,10 @@ const MESSAGE_HEADER_BYTES: usize = 8 + 4;
 
 const KIND_HELLO: u16 = 1;
 const KIND_BATCH: u16 = 2;
+const KIND_CONTROL: u16 = 3;
+
+/// Most bytes of a control frame's body.
+pub const CONTROL_BODY_BYTES_MAX: usize = 64 * 1024;
 
 /// Room for protobuf messages every batch frame has, whatever its message count: four
 /// appends that each carry a largest entry (`entry::PAYLOAD_BYTES_MAX`, 16 MiB), or 64
@@ -111,6 +119,8 @@ pub struct Hello {
 pub enum RpcFrame {
     Hello(Hello),
     Batch(MessageBatch),
+    /// At most `CONTROL_BODY_BYTES_MAX` bytes.
+    Control(bytes::Bytes),
 }
 
 /// A frame a peer sent that we refuse; the connection is closed (STYLE.md 5).
@@ -132,6 +142,8 @@ pub enum RpcError {
         need: usize,
         have: usize,
     },
+    #[error("rpc control body of {len} bytes is over the limit of {CONTROL_BODY_BYTES_MAX}")]
+    ControlTooLarge { len: u32 },
     #[error("{count} trailing bytes after the rpc frame")]
     TrailingBytes { count: usize },
     #[error("rpc message {index} for {group}: {items} entries and node ids in the frame, over the limit of {ITEMS_PER_FRAME_MAX}")]
@@ -213,6 +225,14 @@ pub fn decode(frame: &[u8]) -> Result<RpcFrame, RpcError> {
     let decoded = match r.u16("kind")? {
         KIND_HELLO => RpcFrame::Hello(decode_hello(&mut r)?),
         KIND_BATCH => RpcFrame::Batch(decode_batch(&mut r)?),
+        KIND_CONTROL => {
+            let len = r.u32("control length")?;
+            if len as usize > CONTROL_BODY_BYTES_MAX {
+                return Err(RpcError::ControlTooLarge { len });
+            }
+            let body = r.take(len as usize, "control body")?;
+            RpcFrame::Control(bytes::Bytes::copy_from_slice(body))
+        }
         kind => return Err(RpcError::UnknownKind { kind }),
     };
     if !r.rest.is_empty() {
@@ -298,6 +318,21 @@ pub fn encode_into(frame: &RpcFrame, out: &mut BytesMut) -> Encoded {
             }
         }
         RpcFrame::Batch(batch) => encode_batch(batch, out),
+        RpcFrame::Control(body) => {
+            assert!(
+                body.len() <= CONTROL_BODY_BYTES_MAX,
+                "a control body of {} bytes is over the limit",
+                body.len()
+            );
+            let start = open_frame(out, KIND_CONTROL);
+            out.put_u32_le(body.len() as u32);
+            out.put_slice(body);
+            close_frame(out, start);
+            Encoded {
+                frames: 1,
+                skipped: 0,
+            }
+        }
     }
 }
 

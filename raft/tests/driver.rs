@@ -136,6 +136,16 @@ fn idle_groups_hibernate_and_wake() {
     assert_eq!(c.delivered, 0, "a hibernating group sent raft messages");
     assert!(c.nodes.iter().all(|d| d.is_asleep(G)) && c.nodes[0].is_leader(G));
 
+    // A peer that reconnects (it may have restarted within an election timeout) wakes the
+    // groups it belongs to; they fall asleep again.
+    c.nodes[0].peer_reconnected(NodeId(3));
+    assert!(
+        !c.nodes[0].is_asleep(G),
+        "the leader stayed asleep for a reconnected peer"
+    );
+    c.ticks(HIBERNATE_TICKS_DEFAULT + 5);
+    assert!(c.nodes.iter().all(|d| d.is_asleep(G)));
+
     // A proposal wakes it and commits; then it falls asleep again.
     c.propose(0, 2).expect("the sleeping leader accepts");
     c.settle();

@@ -16,7 +16,8 @@ pub const INDEX_INTERVAL_BYTES: u64 = 4096;
 /// Step by which the active segment is `fallocate`d ahead of the write position.
 pub const PREALLOCATE_STEP_BYTES: u64 = 32 * 1024 * 1024;
 /// First preallocation of a segment; it doubles as the segment grows, up to the step.
-pub const PREALLOCATE_MIN_BYTES: u64 = 1024 * 1024;
+/// Small, because every idle partition holds one: 10,000 partitions hold 640 MiB.
+pub const PREALLOCATE_MIN_BYTES: u64 = 64 * 1024;
 /// Largest amount of appended-but-unflushed data a log holds; appends past it fail with
 /// `TailFull` until a flush succeeds (bounds memory while the disk is full or slow).
 pub const TAIL_PENDING_BYTES_MAX: u64 = 256 * 1024 * 1024;

@@ -90,8 +90,8 @@ impl Log {
                 );
             }
             let want = align_up(size);
-            // The step grows with the segment (1 MiB, 2, 4, ... up to `step`), so an idle
-            // partition (one Raft no-op) holds 1 MiB of disk, not a whole step.
+            // The step grows with the segment (64 KiB, 128, ... up to `step`), so an idle
+            // partition (one Raft no-op) holds 64 KiB of disk, not a whole step.
             let step_now = step.min(want.next_power_of_two().max(PREALLOCATE_MIN_BYTES));
             let preallocate_to =
                 (pending && !seg.closed && step > 0 && want > tail.preallocated_to)

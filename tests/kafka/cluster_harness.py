@@ -510,6 +510,9 @@ class Node:
         self.starts = 0
         self.stderr_path = self.root / "stderr-0.log"
         self.stderr_paths: list[Path] = []
+        # A joiner is not a seed: started without --node-id, it asks the seeds for one
+        # (`node_id` is the id it is expected to get).
+        self.joiner = False
         self.pick_ports()
 
     def pick_ports(self):
@@ -529,16 +532,16 @@ class Node:
 
     def args(self, binary: Path) -> list[str]:
         c = self.cluster
-        return [
-            str(binary),
-            "--node-id", str(self.node_id),
+        who = [] if self.joiner else ["--node-id", str(self.node_id)]
+        seeds = c.direct_seeds() if self.joiner else c.seeds_for(self.node_id)
+        return [str(binary)] + who + [
             "--data-dir", str(self.data_dir),
             "--kafka-addr", f"127.0.0.1:{self.kafka_port}",
             "--admin-addr", f"127.0.0.1:{self.admin_port}",
             "--native-addr", f"127.0.0.1:{self.native_port}",
             "--native-shard-base-port", "0",
             "--rpc-addr", f"127.0.0.1:{self.rpc_port}",
-            "--seeds", c.seeds_for(self.node_id),
+            "--seeds", seeds,
             "--default-replication-factor", str(c.replication_factor),
             "--smp", str(c.smp),
         ] + c.extra_args
@@ -641,6 +644,20 @@ class Cluster:
             port = node.rpc_port if n == node_id else self.proxy.port(node_id, n)
             parts.append(f"{n}@127.0.0.1:{port}")
         return ",".join(parts)
+
+    def direct_seeds(self) -> str:
+        """`--seeds` naming every seed at its real RPC address (a joiner's: no proxy)."""
+        return ",".join(f"{n}@127.0.0.1:{node.rpc_port}"
+                        for n, node in sorted(self.nodes.items()) if not node.joiner)
+
+    def add_joiner(self, expected_id: int) -> Node:
+        """A node outside the seeds that joins through them, started and ready."""
+        assert expected_id not in self.nodes, f"node {expected_id} exists"
+        node = Node(self, expected_id)
+        node.joiner = True
+        self.nodes[expected_id] = node
+        self.start([expected_id])
+        return node
 
     def bootstrap(self, node_ids=None) -> str:
         ids = sorted(self.nodes) if node_ids is None else node_ids

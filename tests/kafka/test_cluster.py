@@ -554,3 +554,53 @@ def test_topics_and_data_survive_a_restart_of_every_node(ck, cluster, rf3_topic)
 
     wait_until(balanced, 60, f"leaders of {topic} back on the preferred replicas {preferred}",
                interval=0.5)
+
+
+# -- f. a node joins through the seeds -----------------------------------------------------
+
+def test_a_node_joins_through_the_seeds_and_takes_replicas(ck, cluster, topic):
+    """A fourth node started with the seeds but no --node-id gets id 4 from the controller,
+    appears in every node's Metadata, hosts replicas of a new topic and keeps its id across
+    a restart. Every node names the leader of every partition, hosted there or not (RF 3
+    on 4 nodes: each node lacks some partition)."""
+    n4 = cluster.add_joiner(4)
+    id_file = n4.data_dir / "node-id"
+    assert id_file.read_text().strip() == "4"
+    everyone = [1, 2, 3, 4]
+
+    def four_brokers():
+        return all(sorted(cluster.metadata(n).brokers) == everyone for n in everyone)
+
+    wait_until(four_brokers, 30, "every node listing brokers 1..4")
+    admin = need_module("confluent_kafka.admin")
+    a = admin.AdminClient({"bootstrap.servers": n4.bootstrap})
+    new = admin.NewTopic(topic, num_partitions=PARTITIONS, replication_factor=REPLICATION_FACTOR)
+    a.create_topics([new])[topic].result(30)
+    replicas = {p: replicas_of(cluster, topic, p, 1) for p in range(PARTITIONS)}
+    assert any(4 in r for r in replicas.values()), f"no replica on the joined node: {replicas}"
+    assert all(len(r) == REPLICATION_FACTOR for r in replicas.values()), replicas
+
+    last_views: dict = {}
+
+    def agreed_leaders():
+        views = {p: cluster.leader_views(topic, p, nodes=everyone) for p in range(PARTITIONS)}
+        last_views.update(views)
+        ok = all(len(set(v.values())) == 1 and next(iter(v.values())) in replicas[p]
+                 for p, v in views.items())
+        if not ok:
+            raise AssertionError(f"leader views (partition -> node -> leader): {views}")
+        return views
+
+    wait_until(agreed_leaders, LEADERS_DEADLINE_S,
+               f"all four nodes naming the same leader of every partition of {topic}")
+    n = 150
+    acked = produce_all(ck, cluster, topic, range(n))
+    writes = [Write(v, OK, part, off) for v, (part, off) in acked.items()]
+    assert_consistent(writes, read_everywhere(ck, cluster, topic), min_ok=n)
+
+    # Restarted, it keeps its id (from its data directory) and its place.
+    assert cluster.stop([4]) == {4: 0}
+    cluster.start([4])
+    assert id_file.read_text().strip() == "4"
+    wait_until(four_brokers, 30, "every node listing brokers 1..4 after the restart")
+    wait_until(agreed_leaders, LEADERS_DEADLINE_S, "leaders agreed after the restart")

@@ -58,7 +58,7 @@ pub fn replicas_for(
     if !shard.clustered() {
         return Vec::new();
     }
-    let nodes: Vec<i32> = shard.config.seeds.iter().map(|&(id, _)| id).collect();
+    let nodes = cluster_nodes(shard);
     let factor = if replication_factor == -1 {
         shard.config.default_replication_factor
     } else {
@@ -67,10 +67,20 @@ pub fn replicas_for(
     crate::metadata::place_replicas(name, first, count, &nodes, factor.max(1) as usize)
 }
 
+/// The cluster's nodes: the seeds and every node that registered or joined, by id.
+fn cluster_nodes(shard: &Shard) -> Vec<i32> {
+    let mut nodes: Vec<i32> = shard.config.seeds.iter().map(|&(id, _)| id).collect();
+    nodes.extend(shard.committed_metadata().nodes.keys().copied());
+    nodes.sort_unstable();
+    nodes.dedup();
+    nodes
+}
+
 /// Largest replication factor this node can create (1 without a cluster).
 pub fn replication_factor_max(shard: &Shard) -> i16 {
     if shard.clustered() {
-        (shard.config.seeds.len() as i16).min(crate::config::REPLICATION_FACTOR_MAX)
+        let nodes = i16::try_from(cluster_nodes(shard).len()).unwrap_or(i16::MAX);
+        nodes.min(crate::config::REPLICATION_FACTOR_MAX)
     } else {
         1
     }

@@ -240,6 +240,22 @@ fn truncated_err(what: &'static str, need: usize, have: usize) -> Result<RpcFram
 }
 
 #[test]
+fn a_control_body_over_the_limit_is_refused() {
+    let len = (CONTROL_BODY_BYTES_MAX + 1) as u32;
+    let mut body = len.to_le_bytes().to_vec();
+    body.resize(4 + CONTROL_BODY_BYTES_MAX + 1, 0);
+    assert_eq!(
+        decode(&raw(RPC_VERSION, KIND_CONTROL, &body)),
+        Err(RpcError::ControlTooLarge { len })
+    );
+    let short = 10u32.to_le_bytes();
+    assert!(matches!(
+        decode(&raw(RPC_VERSION, KIND_CONTROL, &short)),
+        Err(RpcError::Truncated { .. })
+    ));
+}
+
+#[test]
 fn framing_errors() {
     let good = encode_one(&hello());
     check(&good[..3], truncated_err("frame length", 4, 3));
@@ -691,6 +707,17 @@ proptest! {
             cluster_tag: h.3,
         });
         prop_assert_eq!(decode(&encode_one(&frame)), Ok(frame));
+    }
+
+    #[test]
+    fn controls_round_trip(body in vec(any::<u8>(), 0..512)) {
+        let frame = RpcFrame::Control(bytes::Bytes::from(body));
+        prop_assert_eq!(decode(&encode_one(&frame)), Ok(frame));
+    }
+
+    #[test]
+    fn any_control_body_never_panics(body in vec(any::<u8>(), 0..64)) {
+        crate::fuzz::rpc_frame(&raw(RPC_VERSION, KIND_CONTROL, &body));
     }
 
     #[test]
