@@ -131,26 +131,8 @@ pub async fn start(shard: &Rc<Shard>) -> anyhow::Result<()> {
         .checked_add(shard.id as u16)
         .ok_or_else(|| anyhow::anyhow!("rpc port + shard overflows"))?;
     rep.listen(std::net::SocketAddr::new(c.rpc_addr.ip(), port))?;
-    {
-        let weak = Rc::downgrade(shard);
-        rep.set_on_changes(Box::new(move |changes| {
-            if let Some(s) = weak.upgrade() {
-                crate::shard::spawn_local(async move {
-                    let calls = (0..s.count).map(|t| s.call(t, Op::Leaders(changes.clone())));
-                    futures::future::join_all(calls).await;
-                });
-            }
-        }));
-        let weak = Rc::downgrade(shard);
-        rep.set_on_remote_leaders(Box::new(move |changes| {
-            if let Some(s) = weak.upgrade() {
-                crate::shard::spawn_local(async move {
-                    let calls = (0..s.count).map(|t| s.call(t, Op::RemoteLeaders(changes.clone())));
-                    futures::future::join_all(calls).await;
-                });
-            }
-        }));
-    }
+    rep.set_on_changes(to_every_shard(shard, Op::Leaders));
+    rep.set_on_remote_leaders(to_every_shard(shard, Op::RemoteLeaders));
     *shard.cluster.replicator.borrow_mut() = Some(rep.clone());
     crate::shard::spawn_local(rep.clone().run());
     if shard.id == 0 {
@@ -159,8 +141,32 @@ pub async fn start(shard: &Rc<Shard>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A receiver of leader changes that hands them, as `op`, to every shard of this node.
+fn to_every_shard(
+    shard: &Rc<Shard>,
+    op: fn(Vec<crate::shard_replication::LeaderChange>) -> Op,
+) -> crate::shard_replication::OnLeaderChanges {
+    let weak = Rc::downgrade(shard);
+    Box::new(move |changes| {
+        if let Some(s) = weak.upgrade() {
+            crate::shard::spawn_local(async move {
+                let calls = (0..s.count).map(|t| s.call(t, op(changes.clone())));
+                futures::future::join_all(calls).await;
+            });
+        }
+    })
+}
+
 async fn start_controller(shard: &Rc<Shard>, rep: &Rc<Replicator>) -> anyhow::Result<()> {
     let c = &shard.config;
+    if single_node_metadata_dir(c).exists() && c.seeds.len() > 1 {
+        anyhow::bail!(
+            "{} holds a single-node broker's topics: upgrade it by starting it as the only \
+             seed of a new cluster (--seeds {}@<its rpc address>), then join more nodes",
+            c.data_dir.display(),
+            c.node_id
+        );
+    }
     let lc = LogConfig {
         allow_buffered_io: c.allow_buffered_io,
         ..LogConfig::default()
@@ -533,4 +539,76 @@ pub fn peer_addrs(meta: &Metadata) -> Vec<(i32, std::net::SocketAddr)> {
             Some((n.id, std::net::SocketAddr::new(ip, n.rpc_port)))
         })
         .collect()
+}
+
+/// The metadata log a single-node broker keeps (`metastore`), not yet adopted.
+fn single_node_metadata_dir(c: &crate::config::Config) -> std::path::PathBuf {
+    c.data_dir.join(crate::metastore::METADATA_DIR)
+}
+
+/// Where an adopted single-node metadata log is kept (never read again).
+const ADOPTED_SUFFIX: &str = ".adopted";
+
+/// Shard 0 of a one-seed cluster started on a single-node broker's data directory (the
+/// upgrade): its topics, cluster id and producer-id reservation become controller
+/// commands (each partition a Raft group of this node alone, over the same log, whose
+/// term-0 frames count as committed), then the old metadata log is set aside. Runs before
+/// registration names the cluster.
+pub async fn adopt_single_node_data(shard: &Rc<Shard>) -> anyhow::Result<()> {
+    let c = &shard.config;
+    let dir = single_node_metadata_dir(c);
+    if !dir.exists() {
+        return Ok(());
+    }
+    let lc = LogConfig {
+        allow_buffered_io: c.allow_buffered_io,
+        ..LogConfig::default()
+    };
+    let old = crate::metastore::MetaStore::open(&c.data_dir, lc)
+        .await?
+        .state()
+        .clone();
+    let committed = shard.committed_metadata();
+    let mut cmds = Vec::new();
+    if committed.cluster_id.is_empty() && !old.cluster_id.is_empty() {
+        cmds.push(Command::InitCluster {
+            cluster_id: old.cluster_id.clone(),
+        });
+    }
+    for (name, t) in &old.topics {
+        match committed.topics.get(name) {
+            Some(have) if have.id == t.id => continue,
+            Some(_) => anyhow::bail!(
+                "the cluster already has a topic '{name}' other than this data directory's"
+            ),
+            None => cmds.push(Command::CreateTopic {
+                name: name.clone(),
+                id: t.id,
+                shards: t.shards.clone(),
+                configs: t.configs.clone(),
+                replicas: vec![vec![c.node_id]; t.shards.len()],
+            }),
+        }
+    }
+    if old.producer_ids_reserved_to > committed.producer_ids_reserved_to {
+        cmds.push(Command::ReserveProducerIds {
+            up_to: old.producer_ids_reserved_to,
+            owner: Some(c.node_id),
+        });
+    }
+    let topics = old.topics.len();
+    if !cmds.is_empty() {
+        for r in meta_commands(shard, cmds).await {
+            r.map_err(|e| anyhow::anyhow!("adopting the single-node metadata: {e}"))?;
+        }
+    }
+    let mut to = dir.clone().into_os_string();
+    to.push(ADOPTED_SUFFIX);
+    std::fs::rename(&dir, &to)?;
+    strand_storage::io::fsync_dir(&c.data_dir)?;
+    tracing::info!(
+        topics,
+        "adopted a single-node broker's topics into the cluster"
+    );
+    Ok(())
 }

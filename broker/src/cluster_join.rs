@@ -13,7 +13,7 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 use bytes::{Bytes, BytesMut};
@@ -102,7 +102,7 @@ pub fn node_id(config: &Config, shards: usize) -> anyhow::Result<i32> {
     };
     let body = serde_json::to_vec(&ControlMsg::Join(request))?;
     let tag = crate::shard_replication::cluster_tag(&config.seeds);
-    let deadline = Instant::now() + JOIN_DEADLINE;
+    let deadline = crate::clock::now() + JOIN_DEADLINE;
     loop {
         for &(seed, addr) in &config.seeds {
             match ask(seed, addr, tag, &body) {
@@ -116,7 +116,7 @@ pub fn node_id(config: &Config, shards: usize) -> anyhow::Result<i32> {
                 }
             }
         }
-        if Instant::now() >= deadline {
+        if crate::clock::now() >= deadline {
             bail!(
                 "no seed admitted this node within {} s (are the seeds up and is --seeds the same list they run with?)",
                 JOIN_DEADLINE.as_secs()

@@ -131,9 +131,17 @@ impl RaftLogStore {
         let file: StateFile = match std::fs::read(&state_path) {
             Ok(b) => serde_json::from_slice(&b)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", state_path.display()))?,
+            // No state yet. A log of term-0 frames was written by a single node before
+            // the cluster (an upgraded data directory): each was acknowledged, so all of
+            // it is committed.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => StateFile {
                 voters: voters.to_vec(),
                 learners: learners.to_vec(),
+                commit: if part.log().last_term().0 == 0 {
+                    part.log().last_index().0
+                } else {
+                    0
+                },
                 ..StateFile::default()
             },
             Err(e) => return Err(anyhow::anyhow!("{}: {e}", state_path.display())),

@@ -654,6 +654,15 @@ async fn shard_main(
         if id == 0 {
             let s = shard.clone();
             spawn_local(async move {
+                // An upgraded single-node data directory: its topics first (before
+                // registration names the cluster and __consumer_offsets is created).
+                while let Err(e) = crate::cluster::adopt_single_node_data(&s).await {
+                    tracing::error!(error = %format!("{e:#}"), "upgrade of a single-node data directory failed; retrying");
+                    if s.stopping() {
+                        return;
+                    }
+                    sleep(Duration::from_secs(1)).await;
+                }
                 crate::cluster::register(&s).await;
                 ensure_offsets_topic(&s).await;
             });

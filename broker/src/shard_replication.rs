@@ -107,7 +107,12 @@ impl RpcOut {
 impl RpcOut {
     /// Queues a control frame for `to` (dropped like a batch when the queue is full).
     fn send_control(&mut self, to: NodeId, body: Bytes) {
-        let frame = encode(&RpcFrame::Control(body));
+        self.enqueue(to, encode(&RpcFrame::Control(body)));
+    }
+
+    /// Queues encoded frames for `to`. For an unknown peer, a full queue or a stopped
+    /// writer they are dropped: Raft resends what matters.
+    fn enqueue(&mut self, to: NodeId, frame: Bytes) {
         let Some(q) = self.queue(to) else {
             return;
         };
@@ -122,17 +127,7 @@ impl RpcOut {
 impl Transport for RpcOut {
     fn send(&mut self, batch: MessageBatch) {
         let to = batch.to;
-        let frame = encode(&RpcFrame::Batch(batch));
-        // A batch for an unknown peer, a full queue or a stopped writer is dropped: Raft
-        // resends what matters.
-        let Some(q) = self.queue(to) else {
-            return;
-        };
-        if q.queued_bytes.get() + frame.len() > PEER_QUEUE_BYTES_MAX {
-            return;
-        }
-        q.queued_bytes.set(q.queued_bytes.get() + frame.len());
-        let _ = q.tx.unbounded_send(frame);
+        self.enqueue(to, encode(&RpcFrame::Batch(batch)));
     }
 }
 
@@ -553,6 +548,10 @@ impl Replicator {
                 let _ = crate::shard::timeout(wait - now, wake_rx.next()).await;
             }
             self.turn().await;
+            // A turn whose awaits all complete at once never yields: with groups that always
+            // have work, the RPC readers, Kafka connections and admin HTTP of this shard would
+            // starve.
+            strand_storage::io_runtime::yield_now().await;
         }
     }
 

@@ -279,8 +279,8 @@ fn framing_errors() {
         Err(RpcError::BadVersion { version: 0 }),
     );
     check(
-        &raw(RPC_VERSION, 3, &good[8..]),
-        Err(RpcError::UnknownKind { kind: 3 }),
+        &raw(RPC_VERSION, 4, &good[8..]),
+        Err(RpcError::UnknownKind { kind: 4 }),
     );
     check(
         &raw(RPC_VERSION, 0, &[]),
