@@ -50,6 +50,10 @@ pub const PEER_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// How often a shard hands the leadership of its groups back to their preferred replicas
 /// (Kafka: auto.leader.rebalance.enable, leader.imbalance.check.interval.seconds = 300).
 pub const LEADER_BALANCE_INTERVAL: Duration = Duration::from_secs(10);
+/// Most leaderships handed back per round: each transfer is an election whose votes are
+/// fsynced on every replica, and thousands at once (after creating or restarting 10,000
+/// partitions) stall the nodes long enough for check-quorum to depose their leaders.
+pub const LEADER_MOVES_PER_ROUND_MAX: usize = 128;
 /// How often a shard announces every group it leads to its peers (changes go at once):
 /// a node learns the leaders of partitions it does not host, and one that missed an
 /// announcement (it joined, or was cut off) catches up.
@@ -500,6 +504,7 @@ impl Replicator {
                     h.preferred != self.me && d.is_leader(g) && d.voter_in_sync(g, h.preferred)
                 })
                 .map(|(&g, h)| (g, h.preferred))
+                .take(LEADER_MOVES_PER_ROUND_MAX)
                 .collect()
         };
         if moves.is_empty() {

@@ -395,6 +395,15 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
         let now = self.clock.now();
         let tick = now >= self.next_tick_at;
         if tick {
+            // A tick later than one interval means this loop stalled (a long turn): peers'
+            // batches wait unread in their sockets, so their silence is ours, not theirs.
+            let late = now.saturating_sub(self.next_tick_at) > self.config.tick_interval;
+            if late {
+                let floor = now.saturating_sub(self.config.tick_interval);
+                for heard in self.last_heard.values_mut() {
+                    *heard = (*heard).max(floor);
+                }
+            }
             self.next_tick_at = (self.next_tick_at + self.config.tick_interval)
                 .max(now + self.config.tick_interval / 2);
             self.ticks += 1;

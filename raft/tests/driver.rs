@@ -10,8 +10,8 @@ use raft::eraftpb::{Entry, Message, MessageType};
 use strand_raft::multi_raft::{HIBERNATE_TICKS_DEFAULT, TICK_INTERVAL_DEFAULT};
 use strand_raft::{
     Ack, Clock, Completion, DriverConfig, DurableImage, GroupId, GroupMessage, KafkaOffset,
-    LogStore, MemLogStore, MessageBatch, MultiRaft, NodeId, RaftError, RaftIndex, SyncBehaviour,
-    Transport,
+    LogStore, MemLogStore, MessageBatch, MultiRaft, NodeId, ProposalId, RaftError, RaftIndex,
+    SyncBehaviour, Transport,
 };
 
 #[derive(Clone, Default)]
@@ -114,6 +114,14 @@ impl Cluster {
         self.clock.0.set(self.clock.0.get() + by);
     }
 
+    /// Every completion so far: (proposal, outcome).
+    fn results(&self) -> Vec<(ProposalId, Result<KafkaOffset, RaftError>)> {
+        self.completions
+            .iter()
+            .map(|x| (x.id, x.result.clone()))
+            .collect()
+    }
+
     /// `n` ticks, the network settling after each.
     fn ticks(&mut self, n: usize) {
         for _ in 0..n {
@@ -135,6 +143,14 @@ fn idle_groups_hibernate_and_wake() {
     c.ticks(50);
     assert_eq!(c.delivered, 0, "a hibernating group sent raft messages");
     assert!(c.nodes.iter().all(|d| d.is_asleep(G)) && c.nodes[0].is_leader(G));
+
+    // A stalled loop (no turn for 2 s) does not take its own stall for its peers' silence.
+    c.advance(Duration::from_secs(2));
+    c.settle();
+    assert!(
+        c.nodes.iter().all(|d| d.is_asleep(G)),
+        "a stall woke the groups"
+    );
 
     // A peer that reconnects (it may have restarted within an election timeout) wakes the
     // groups it belongs to; they fall asleep again.
@@ -226,11 +242,7 @@ fn acks_one_answers_when_the_leader_appended() {
         .expect("leader accepts");
     let waits = c.nodes[0].propose(G, payload, 2).expect("leader accepts");
     c.settle();
-    let results: Vec<_> = c
-        .completions
-        .iter()
-        .map(|x| (x.id, x.result.clone()))
-        .collect();
+    let results = c.results();
     assert_eq!(
         results,
         vec![(id, Ok(KafkaOffset(0)))],
@@ -246,11 +258,7 @@ fn acks_one_answers_when_the_leader_appended() {
     c.down[1] = false;
     c.down[2] = false;
     c.ticks(5);
-    let results: Vec<_> = c
-        .completions
-        .iter()
-        .map(|x| (x.id, x.result.clone()))
-        .collect();
+    let results = c.results();
     assert_eq!(
         results,
         vec![(id, Ok(KafkaOffset(0))), (waits, Ok(KafkaOffset(3)))]
