@@ -88,6 +88,21 @@ impl Shard {
         }
     }
 
+    /// The ids of the registered nodes in the committed metadata, without copying it.
+    pub fn committed_node_ids(&self) -> Vec<i32> {
+        if self.id == 0 && self.clustered() {
+            self.cluster
+                .applied
+                .borrow()
+                .nodes
+                .keys()
+                .copied()
+                .collect()
+        } else {
+            self.metadata().nodes.keys().copied().collect()
+        }
+    }
+
     /// Records leader changes broadcast by a shard of this node (it hosts those groups).
     pub fn note_leaders(&self, changes: Vec<(u64, i32, i32)>) {
         let mut l = self.cluster.leaders.borrow_mut();
@@ -512,11 +527,10 @@ fn admit_learners(shard: &Rc<Shard>) {
     let Some((voters, learners)) = rep.controller_members() else {
         return;
     };
-    let meta = shard.committed_metadata();
-    let missing = meta
-        .nodes
-        .keys()
-        .map(|&id| id as u64)
+    let missing = shard
+        .committed_node_ids()
+        .into_iter()
+        .map(|id| id as u64)
         .find(|id| !voters.contains(id) && !learners.contains(id));
     if let Some(node) = missing {
         match rep.add_controller_learner(node as i32) {

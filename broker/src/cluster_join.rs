@@ -194,17 +194,9 @@ fn write_node_id(path: &Path, id: i32) -> anyhow::Result<()> {
         .with_context(|| format!("writing {}", path.display()))
 }
 
-/// A random token (the kernel's randomness; the clock if that is unreadable).
+/// A random token (a v4 UUID, 32 hex digits).
 fn token() -> String {
-    let mut b = [0u8; 16];
-    let read = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b));
-    if read.is_err() {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        b = (nanos ^ u128::from(std::process::id())).to_le_bytes();
-    }
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    uuid::Uuid::new_v4().simple().to_string()
 }
 
 #[cfg(test)]

@@ -351,6 +351,11 @@ impl<S: LogStore> Group<S> {
     /// of waiting a whole timeout more.
     pub fn leader_went_silent(&mut self) {
         self.on_activity();
+        self.end_lease();
+    }
+
+    /// As a follower, treats the leader's lease (check-quorum) as expired.
+    fn end_lease(&mut self) {
         let r = &mut self.node.raft;
         if r.state == StateRole::Follower {
             r.election_elapsed = r.election_elapsed.max(r.election_timeout());
@@ -361,13 +366,12 @@ impl<S: LogStore> Group<S> {
     /// stepped down: its lease no longer holds, so the request is not ignored as a
     /// disruption (check-quorum's lease; a hibernating follower's clock stood still).
     pub fn lease_ends_if_from_leader(&mut self, message: &Message) {
-        let r = &mut self.node.raft;
         let vote = matches!(
             message.get_msg_type(),
             MessageType::MsgRequestVote | MessageType::MsgRequestPreVote
         );
-        if vote && r.state == StateRole::Follower && r.leader_id == message.from {
-            r.election_elapsed = r.election_elapsed.max(r.election_timeout());
+        if vote && self.node.raft.leader_id == message.from {
+            self.end_lease();
         }
     }
 

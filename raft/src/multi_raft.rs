@@ -534,11 +534,6 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
             .any(Group::has_ready)
     }
 
-    /// Groups not hibernating.
-    pub fn awake_count(&self) -> usize {
-        self.awake.len()
-    }
-
     /// Whether `group` hibernates.
     pub fn is_asleep(&self, group: GroupId) -> bool {
         self.groups.contains_key(&group) && !self.awake.contains(&group)

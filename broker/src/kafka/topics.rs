@@ -70,7 +70,7 @@ pub fn replicas_for(
 /// The cluster's nodes: the seeds and every node that registered or joined, by id.
 fn cluster_nodes(shard: &Shard) -> Vec<i32> {
     let mut nodes: Vec<i32> = shard.config.seeds.iter().map(|&(id, _)| id).collect();
-    nodes.extend(shard.committed_metadata().nodes.keys().copied());
+    nodes.extend(shard.committed_node_ids());
     nodes.sort_unstable();
     nodes.dedup();
     nodes
