@@ -123,6 +123,22 @@ impl Partition {
         self.high_watermark.set(self.log.log_start_offset());
     }
 
+    /// Applies retention (`retention.ms`, `retention.bytes`): directly on an unreplicated
+    /// log; on a replicated one through its Raft group, whose compaction point moves (and is
+    /// persisted) before the segments go in the replicator's next turn.
+    pub async fn apply_retention(&self) -> anyhow::Result<strand_storage::RetentionOutcome> {
+        let replication = self.replication.borrow().clone();
+        match replication {
+            None => Ok(self.log.apply_retention().await?),
+            Some((rep, group)) => {
+                if let Some(rep) = rep.upgrade() {
+                    rep.compact_for_retention(group, &self.log)?;
+                }
+                Ok(strand_storage::RetentionOutcome::default())
+            }
+        }
+    }
+
     /// Whether the partition is replicated (a Raft group).
     pub fn replicated(&self) -> bool {
         self.replication.borrow().is_some()

@@ -45,11 +45,51 @@ struct StateFile {
     /// Nodes that follow without voting (a joined node in the controller group).
     #[serde(default)]
     learners: Vec<u64>,
+    /// The compaction point (retention, or a snapshot installed from the leader): written
+    /// before any segment it covers is deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    compacted: Option<Compacted>,
+}
+
+/// A persisted [`CompactionPoint`].
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+struct Compacted {
+    index: u64,
+    term: u64,
+    kafka_end: i64,
+}
+
+impl Compacted {
+    fn of(p: CompactionPoint) -> Self {
+        Compacted {
+            index: p.index.0,
+            term: p.term.0,
+            kafka_end: p.kafka_end.0,
+        }
+    }
+
+    fn point(self) -> CompactionPoint {
+        CompactionPoint {
+            index: RaftIndex(self.index),
+            term: RaftTerm(self.term),
+            kafka_end: KafkaOffset(self.kafka_end),
+        }
+    }
+}
+
+/// A change of the log's start staged for the next persist job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StartChange {
+    /// Retention: delete the segments through the point.
+    Compact(CompactionPoint),
+    /// A snapshot from the leader: the whole log goes, the next entry follows the point.
+    Restore(CompactionPoint),
 }
 
 /// The disk work of one turn. See the module doc.
 pub struct PersistJob {
     part: Rc<Partition>,
+    start: Option<StartChange>,
     truncate_from: Option<RaftIndex>,
     entries: Vec<Entry>,
     state: Option<(PathBuf, StateFile)>,
@@ -65,6 +105,7 @@ pub struct RaftLogStore {
     /// Term and vote as last written to the state file.
     written: (u64, u64),
     mem: VecDeque<Entry>,
+    staged_start: Option<StartChange>,
     staged_truncate: Option<RaftIndex>,
     staged: Vec<Entry>,
     state_dirty: bool,
@@ -158,9 +199,14 @@ impl RaftLogStore {
             lo = strand_storage::RaftIndex(last.header.index.0 + 1);
             for LogFrame { header: h, body } in frames {
                 let idx = index.get_or_insert_with(|| {
+                    let before = RaftIndex(h.index.0 - 1);
+                    let term = match file.compacted {
+                        Some(c) if c.index == before.0 => c.term,
+                        _ => log.term_before(h.index).map_or(0, |t| t.0),
+                    };
                     LogIndex::new(CompactionPoint {
-                        index: RaftIndex(h.index.0 - 1),
-                        term: RaftTerm(log.term_before(h.index).map_or(0, |t| t.0)),
+                        index: before,
+                        term: RaftTerm(term),
                         kafka_end: KafkaOffset(h.kafka_base_offset.0),
                     })
                 });
@@ -170,13 +216,38 @@ impl RaftLogStore {
                 }
             }
         }
-        let index = index.unwrap_or_else(|| {
+        let mut index = index.unwrap_or_else(|| {
             LogIndex::new(CompactionPoint {
                 index: RaftIndex(next.0 - 1),
                 term: RaftTerm(log.last_term().0),
                 kafka_end: KafkaOffset(log.log_end_offset().0),
             })
         });
+        if let Some(c) = file.compacted {
+            let point = c.point();
+            match index.term_of(point.index) {
+                // The log holds the point (a restart before retention deleted the
+                // segments): it is compacted again and the segments go now.
+                Ok(t) if t == point.term => {
+                    index.compact_through(point.index)?;
+                    log.delete_segments_through(storage_index(point.index))
+                        .await?;
+                }
+                Err(strand_raft::StoreError::Compacted { .. }) => {}
+                // The log ends before the point or disagrees at it: what is left of the log
+                // a snapshot install was replacing (or the empty log it left).
+                _ => {
+                    log.reset(
+                        strand_storage::RaftIndex(point.index.0 + 1),
+                        strand_storage::KafkaOffset(point.kafka_end.0),
+                    )
+                    .await?;
+                    index = LogIndex::new(point);
+                    mem.clear();
+                }
+            }
+            mem.retain(|e| e.index > point.index.0);
+        }
         if index.log_end_offset().0 != log.log_end_offset().0 {
             anyhow::bail!(
                 "{}: raft index ends at offset {} but the log at {}",
@@ -207,6 +278,7 @@ impl RaftLogStore {
             conf,
             written: (file.term, file.vote),
             mem,
+            staged_start: None,
             staged_truncate: None,
             staged: Vec::new(),
             state_dirty: false,
@@ -231,6 +303,9 @@ impl RaftLogStore {
             commit: self.hard.commit,
             voters: self.conf.voters.clone(),
             learners: self.conf.learners.clone(),
+            compacted: Some(self.index.compaction_point())
+                .filter(|p| p.index.0 > 0)
+                .map(Compacted::of),
         }
     }
 
@@ -239,7 +314,11 @@ impl RaftLogStore {
         let state = self
             .state_dirty
             .then(|| (self.state_path.clone(), self.state_file()));
-        if self.staged_truncate.is_none() && self.staged.is_empty() && state.is_none() {
+        if self.staged_start.is_none()
+            && self.staged_truncate.is_none()
+            && self.staged.is_empty()
+            && state.is_none()
+        {
             return None;
         }
         self.state_dirty = false;
@@ -248,6 +327,7 @@ impl RaftLogStore {
         }
         Some(PersistJob {
             part: self.part.clone(),
+            start: self.staged_start.take(),
             truncate_from: self.staged_truncate.take(),
             entries: std::mem::take(&mut self.staged),
             state,
@@ -297,10 +377,42 @@ impl RaftLogStore {
 }
 
 impl PersistJob {
-    /// Truncates, appends and fdatasyncs the log, then writes the state file if needed.
-    pub async fn run(self) -> Result<(), String> {
+    /// Truncates, appends and fdatasyncs the log, then writes the state file if needed. A
+    /// moved log start writes the state file (holding the new compaction point) first and
+    /// then deletes the segments it covers.
+    pub async fn run(mut self) -> Result<(), String> {
         let log = self.part.log();
         let err = |e: StorageError| e.to_string();
+        if let Some(change) = self.start {
+            let (path, state) = self
+                .state
+                .take()
+                .ok_or("a moved log start without its state file")?;
+            write_state(&path, &state)
+                .await
+                .map_err(|e| e.to_string())?;
+            match change {
+                StartChange::Compact(p) => {
+                    let out = log
+                        .delete_segments_through(storage_index(p.index))
+                        .await
+                        .map_err(err)?;
+                    if out.segments_deleted > 0 {
+                        tracing::info!(topic = %self.part.topic, partition = self.part.index,
+                            segments = out.segments_deleted, bytes = out.bytes_deleted,
+                            through = p.index.0, "retention deleted segments of a replicated log");
+                    }
+                }
+                StartChange::Restore(p) => {
+                    log.reset(
+                        strand_storage::RaftIndex(p.index.0 + 1),
+                        strand_storage::KafkaOffset(p.kafka_end.0),
+                    )
+                    .await
+                    .map_err(err)?;
+                }
+            }
+        }
         if let Some(from) = self.truncate_from {
             if from.0 <= log.last_index().0 {
                 log.truncate_suffix(storage_index(from))
@@ -431,7 +543,11 @@ impl LogStore for RaftLogStore {
                 why: "the log write or fdatasync failed",
             });
         }
-        if !self.staged.is_empty() || self.staged_truncate.is_some() || self.state_dirty {
+        if !self.staged.is_empty()
+            || self.staged_truncate.is_some()
+            || self.staged_start.is_some()
+            || self.state_dirty
+        {
             return Err(StoreError::SyncFailed {
                 why: "staged changes were not persisted before sync",
             });
@@ -446,22 +562,37 @@ impl LogStore for RaftLogStore {
     }
 
     fn compact_through(&mut self, through: RaftIndex) -> Result<(), StoreError> {
-        self.index.compact_through(through)
+        self.index.compact_through(through)?;
+        self.mem.retain(|e| e.index > through.0);
+        self.fetched.retain(|&i, _| i > through.0);
+        let point = self.index.compaction_point();
+        // A restore not yet persisted stays one: its job resets the log and the state file
+        // holds the newest point either way.
+        if !matches!(self.staged_start, Some(StartChange::Restore(_))) {
+            self.staged_start = Some(StartChange::Compact(point));
+        }
+        self.state_dirty = true;
+        Ok(())
     }
 
+    /// A snapshot is the compaction point alone: the data before it was deleted by
+    /// retention on the leader, so the follower keeps nothing of its own log and continues
+    /// after the point.
     fn restore(
         &mut self,
         point: CompactionPoint,
         conf_state: &ConfState,
     ) -> Result<(), StoreError> {
-        // A snapshot would replace the whole log by one starting after `point`; shipping
-        // segments is not implemented, and the leader never sends one while it keeps its
-        // whole log (no retention on replicated partitions yet).
-        let _ = (point, conf_state);
-        Err(StoreError::MalformedEntry {
-            index: point.index,
-            why: "snapshot install is not supported yet",
-        })
+        self.index = LogIndex::new(point);
+        self.mem.clear();
+        self.staged.clear();
+        self.staged_truncate = None;
+        self.fetched.clear();
+        self.conf = conf_state.clone();
+        self.hard.commit = self.hard.commit.max(point.index.0);
+        self.staged_start = Some(StartChange::Restore(point));
+        self.state_dirty = true;
+        Ok(())
     }
 }
 
@@ -483,9 +614,13 @@ mod tests {
     }
 
     async fn open(dir: &Path) -> RaftLogStore {
+        open_with(dir, LogConfig::default()).await
+    }
+
+    async fn open_with(dir: &Path, lc: LogConfig) -> RaftLogStore {
         let lc = LogConfig {
             allow_buffered_io: true,
-            ..LogConfig::default()
+            ..lc
         };
         let cache = Rc::new(BatchCache::new(1 << 20));
         let log = Log::open(dir, lc, Rc::new(SystemClock), cache)
@@ -574,6 +709,118 @@ mod tests {
             s.finish_job(Err("fdatasync failed".into()));
             assert!(s.sync().is_err());
             assert!(s.sync().is_err(), "stays failed");
+        })
+        .expect("executor");
+    }
+
+    /// Small segments (4 KiB) that retention by size keeps to about two.
+    fn small_segments() -> LogConfig {
+        LogConfig {
+            segment_bytes: 4096,
+            retention_bytes: 8192,
+            preallocate_bytes: 4096,
+            ..LogConfig::default()
+        }
+    }
+
+    /// Appends `n` one-record entries of term 1 after the last one, persisted.
+    async fn fill(s: &mut RaftLogStore, n: u64) {
+        let first = s.index().last_index().0 + 1;
+        let value = vec![7u8; 600];
+        let entries: Vec<Entry> = (first..first + n)
+            .map(|i| data_entry(i, 1, &value))
+            .collect();
+        s.append(&entries).expect("append");
+        s.set_hard_state(&HardState {
+            term: 1,
+            vote: 1,
+            commit: first + n - 1,
+            ..HardState::default()
+        });
+        persist(s).await;
+        s.applied_to(RaftIndex(first + n - 1));
+    }
+
+    #[test]
+    fn retention_compacts_durably_then_deletes_segments() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("t-0");
+        let through = strand_storage::io_runtime::block_on("raft-store-test", 1, async {
+            let mut s = open_with(&dir, small_segments()).await;
+            fill(&mut s, 40).await;
+            let before = s.part.log().segment_count();
+            let through = s
+                .part
+                .log()
+                .retention_point(strand_storage::RaftIndex(40))
+                .expect("usable")
+                .expect("retention is due");
+            s.compact_through(RaftIndex(through.0)).expect("compacts");
+            assert_eq!(s.index().first_index(), RaftIndex(through.0 + 1));
+            assert_eq!(
+                s.part.log().segment_count(),
+                before,
+                "nothing deleted before the job"
+            );
+            persist(&mut s).await;
+            assert!(s.part.log().segment_count() < before);
+            assert_eq!(s.part.log().first_index().0, through.0 + 1);
+            let start = s.part.log().log_start_offset();
+            assert_eq!(s.index().compaction_point().kafka_end.0, start.0);
+            through.0
+        })
+        .expect("executor");
+        strand_storage::io_runtime::block_on("raft-store-test", 1, async {
+            let s = open_with(&dir, small_segments()).await;
+            let point = s.index().compaction_point();
+            assert_eq!((point.index, point.term), (RaftIndex(through), RaftTerm(1)));
+            assert_eq!(point.kafka_end, KafkaOffset(through as i64));
+            assert_eq!(s.index().last_index(), RaftIndex(40));
+        })
+        .expect("executor");
+    }
+
+    #[test]
+    fn a_restored_snapshot_replaces_the_log_across_restarts() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("t-0");
+        let point = CompactionPoint {
+            index: RaftIndex(100),
+            term: RaftTerm(3),
+            kafka_end: KafkaOffset(90),
+        };
+        let conf = ConfState {
+            voters: vec![1, 2, 3],
+            ..ConfState::default()
+        };
+        strand_storage::io_runtime::block_on("raft-store-test", 1, async {
+            let mut s = open_with(&dir, small_segments()).await;
+            fill(&mut s, 10).await;
+            s.restore(point, &conf).expect("restore");
+            persist(&mut s).await;
+            assert_eq!(s.index().compaction_point(), point);
+            assert_eq!(s.part.log().segment_count(), 0);
+            assert_eq!(s.part.log().log_start_offset().0, 90);
+        })
+        .expect("executor");
+        // Restarted before any entry followed the point: the empty log reopens at index 1
+        // and is moved to the point again.
+        strand_storage::io_runtime::block_on("raft-store-test", 1, async {
+            let mut s = open_with(&dir, small_segments()).await;
+            assert_eq!(s.index().compaction_point(), point);
+            assert_eq!(s.part.log().last_index().0, 100);
+            assert_eq!(s.hard_state().commit, 100);
+            let e = data_entry(101, 3, b"next");
+            s.append(&[e]).expect("append after the point");
+            persist(&mut s).await;
+        })
+        .expect("executor");
+        strand_storage::io_runtime::block_on("raft-store-test", 1, async {
+            let s = open_with(&dir, small_segments()).await;
+            assert_eq!(s.index().compaction_point(), point);
+            assert_eq!(s.index().last_index(), RaftIndex(101));
+            assert_eq!(s.index().kafka_base_of(RaftIndex(101)), Ok(KafkaOffset(90)));
+            assert_eq!(s.part.log().log_end_offset().0, 91);
         })
         .expect("executor");
     }

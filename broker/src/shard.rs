@@ -744,10 +744,8 @@ async fn retention_loop(shard: Rc<Shard>) {
     while !shard.stopping() {
         sleep(every).await;
         let parts: Vec<Rc<Partition>> = shard.partitions.borrow().values().cloned().collect();
-        // Retention on a replicated log would move its Raft compaction point, which is not
-        // implemented yet: replicated partitions keep their whole log.
-        for p in parts.into_iter().filter(|p| !p.replicated()) {
-            match p.log().apply_retention().await {
+        for p in parts {
+            match p.apply_retention().await {
                 Ok(r) if r.segments_deleted > 0 => {
                     tracing::info!(topic = %p.topic, partition = p.index, segments = r.segments_deleted,
                         bytes = r.bytes_deleted, "retention deleted segments");

@@ -32,7 +32,7 @@ use strand_raft::rpc::{self, Hello, RpcFrame};
 use strand_raft::types::ShardId;
 use strand_raft::{
     Ack, Completion, DriverConfig, GroupId, KafkaOffset, MessageBatch, MultiRaft, NodeId,
-    ProposalId, RaftError, Transport,
+    ProposalId, RaftError, RaftIndex, Transport,
 };
 
 use crate::errors::KafkaError;
@@ -233,6 +233,10 @@ pub struct Replicator {
     /// voter out of sync, and whether this node leads the controller.
     health: Cell<ReplicaHealth>,
     reads_in_flight: RefCell<std::collections::HashSet<GroupId>>,
+    /// Compactions retention asked for since the last turn: applied at the start of the
+    /// next one (never while a persist job of the turn is in flight), whose jobs persist
+    /// the new points and delete the segments they cover.
+    compactions: RefCell<Vec<(GroupId, RaftIndex)>>,
     stopping: Cell<bool>,
 }
 
@@ -285,6 +289,7 @@ impl Replicator {
             controller_applied: Cell::new(None),
             health: Cell::new(ReplicaHealth::default()),
             reads_in_flight: RefCell::new(Default::default()),
+            compactions: RefCell::new(Vec::new()),
             stopping: Cell::new(false),
         })
     }
@@ -436,6 +441,43 @@ impl Replicator {
         self.answer_completions();
     }
 
+    /// Retention on a replicated log: the closed segments retention deletes now, and whose
+    /// entries this node has applied, leave the Raft log (the compaction point moves at the
+    /// start of the next turn, whose job persists it and then deletes them). A follower
+    /// that still needs them gets the point as a snapshot. Returns the index asked for.
+    pub fn compact_for_retention(
+        &self,
+        group: GroupId,
+        log: &strand_storage::Log,
+    ) -> anyhow::Result<Option<RaftIndex>> {
+        let Some(applied) = self.driver.borrow().applied_index(group) else {
+            return Ok(None);
+        };
+        let Some(through) = log.retention_point(strand_storage::RaftIndex(applied.0))? else {
+            return Ok(None);
+        };
+        let through = RaftIndex(through.0);
+        self.compactions.borrow_mut().push((group, through));
+        self.wake();
+        Ok(Some(through))
+    }
+
+    /// Applies the compactions retention asked for; returns the groups whose stores now
+    /// have a job (the new point to persist).
+    fn apply_compactions(&self) -> Vec<GroupId> {
+        let mut d = self.driver.borrow_mut();
+        let mut moved = Vec::new();
+        for (g, through) in self.compactions.take() {
+            match d.compact(g, through) {
+                Ok(()) => moved.push(g),
+                Err(e) => {
+                    tracing::warn!(group = %g, error = %e, "retention could not compact the raft log")
+                }
+            }
+        }
+        moved
+    }
+
     /// Proposes one producer batch; resolves with its base offset once committed, or with
     /// `Ack::Append` once this leader appended it (acks=1).
     pub async fn propose(
@@ -561,7 +603,12 @@ impl Replicator {
     }
 
     async fn turn(self: &Rc<Self>) {
-        let dirty = self.driver.borrow_mut().turn_begin();
+        let mut dirty = self.driver.borrow_mut().turn_begin();
+        for g in self.apply_compactions() {
+            if !dirty.contains(&g) {
+                dirty.push(g);
+            }
+        }
         let jobs: Vec<_> = {
             let mut d = self.driver.borrow_mut();
             dirty

@@ -24,7 +24,7 @@ use raft::eraftpb::Message;
 use raft::{Config, RawNode};
 
 use crate::clock::Clock;
-use crate::error::RaftError;
+use crate::error::{RaftError, StoreError};
 pub use crate::group::Ack;
 use crate::group::{Activity, Effects, Group};
 use crate::log_store::LogStore;
@@ -642,6 +642,26 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
     /// The Kafka offset just past the data this node has applied (any role).
     pub fn applied_kafka_end(&self, group: GroupId) -> Option<KafkaOffset> {
         self.groups.get(&group).map(Group::applied_kafka_end)
+    }
+
+    /// Drops `group`'s entries through `through` from its log (retention removed their
+    /// data): a follower that needs them later gets the compaction point as a snapshot.
+    /// Refused past the applied index. The store persists the new point with its next
+    /// sync; until then a restart finds the entries again.
+    pub fn compact(&mut self, group: GroupId, through: RaftIndex) -> Result<(), StoreError> {
+        let Some(g) = self.groups.get_mut(&group) else {
+            return Ok(());
+        };
+        if through > g.applied() {
+            return Err(StoreError::Unavailable {
+                index: through,
+                last: g.applied(),
+            });
+        }
+        if through <= g.store().index().compaction_point().index {
+            return Ok(());
+        }
+        g.store_mut().compact_through(through)
     }
 
     /// Last applied Raft index of `group`.

@@ -4,8 +4,9 @@
 //! Invariant: answers only what the store holds; raft-rs's unstable entries are not here
 //! until the driver appends them from a `Ready`. A snapshot is the compaction point alone
 //! (its data is the Kafka log start offset, 8 bytes big-endian): the partition log is the
-//! state machine, so a follower that receives one starts its log there. Shipping the
-//! compacted segments with it is not done yet.
+//! state machine, and a log is compacted only where retention deleted its data, so a
+//! follower that receives one drops its own log and starts there: there is nothing before
+//! the point to ship.
 
 use std::cell::RefCell;
 

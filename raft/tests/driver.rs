@@ -325,3 +325,55 @@ fn malformed_peer_entries_are_dropped() {
         "the bad message changed nothing"
     );
 }
+
+#[test]
+fn a_follower_behind_the_compaction_point_installs_it_and_continues() {
+    let mut c = Cluster::new();
+    c.down[2] = true;
+    for _ in 0..4 {
+        c.propose(0, 2).expect("leader accepts");
+        c.settle();
+    }
+    assert_eq!(c.nodes[0].high_watermark(G), Some(KafkaOffset(8)));
+    let applied = c.nodes[0].applied_index(G).expect("group");
+    let past = RaftIndex(applied.0 + 1);
+    assert!(
+        c.nodes[0].compact(G, past).is_err(),
+        "never past the applied index"
+    );
+    c.nodes[0].compact(G, applied).expect("compacts");
+    let point = c.nodes[0]
+        .store(G)
+        .expect("group")
+        .index()
+        .compaction_point();
+    assert_eq!((point.index, point.kafka_end), (applied, KafkaOffset(8)));
+
+    // Node 3 returns: the entries it needs are gone, so it gets the compaction point.
+    c.down[2] = false;
+    c.ticks(5);
+    let store = c.nodes[2].store(G).expect("group");
+    assert_eq!(store.index().compaction_point(), point);
+    assert_eq!(c.nodes[2].applied_kafka_end(G), Some(KafkaOffset(8)));
+
+    // It continues from there, and offsets stay dense when it leads.
+    c.propose(0, 3).expect("leader accepts");
+    c.ticks(5);
+    assert_eq!(c.nodes[2].applied_kafka_end(G), Some(KafkaOffset(11)));
+    c.down[0] = true;
+    c.ticks(40);
+    if c.nodes[1].is_leader(G) {
+        c.nodes[1].transfer_leader(G, NodeId(3));
+        c.ticks(5);
+    }
+    assert!(
+        c.nodes[2].is_leader(G),
+        "node 3 leads from its installed point"
+    );
+    let before = c.completions.len();
+    c.nodes[2]
+        .propose(G, Bytes::from_static(b"after"), 1)
+        .expect("new leader accepts");
+    c.settle();
+    assert_eq!(c.completions[before].result, Ok(KafkaOffset(11)));
+}

@@ -236,15 +236,17 @@ impl Log {
             st.log_start_offset = offset;
         }
         io::write_small_file_atomic(&self.dir.join(LOG_START_FILE), &encode_log_start(offset))?;
-        self.delete_segments_below(offset).await?;
+        self.delete_segments_below(offset, RaftIndex(u64::MAX))
+            .await?;
         Ok(self.log_start_offset())
     }
 
-    /// Deletes closed, finalized segments whose data is all below `offset` (never the
-    /// active segment).
+    /// Deletes closed, finalized segments whose data is all below `offset` and whose
+    /// entries are all at or before `through` (never the active segment).
     async fn delete_segments_below(
         &self,
         offset: KafkaOffset,
+        through: RaftIndex,
     ) -> Result<RetentionOutcome, StorageError> {
         let paths = {
             let mut guard = self.st.borrow_mut();
@@ -252,7 +254,11 @@ impl Log {
             let n = st.segments.len().saturating_sub(1);
             let k = st.segments[..n]
                 .iter()
-                .take_while(|s| s.tail.is_none() && s.meta.next_offset <= offset)
+                .take_while(|s| {
+                    s.tail.is_none()
+                        && s.meta.next_offset <= offset
+                        && s.meta.last_index.is_none_or(|l| l <= through)
+                })
                 .count();
             st.segments
                 .drain(..k)
@@ -281,38 +287,143 @@ impl Log {
 
     /// Applies `retention.ms` and `retention.bytes` to closed segments, oldest first.
     pub async fn apply_retention(&self) -> Result<RetentionOutcome, StorageError> {
-        let now_ms = self.clock.now_ms();
-        let new_start = {
-            let st = self.st.borrow();
-            self.check_usable(&st)?;
-            let mut total: u64 = st.segments.iter().map(|s| s.meta.size_bytes).sum();
-            let n = st.segments.len().saturating_sub(1);
-            let mut new_start = None;
-            for s in st.segments[..n].iter().take_while(|s| s.tail.is_none()) {
-                let newest_ms = if s.meta.max_timestamp_ms >= 0 {
-                    s.meta.max_timestamp_ms
-                } else {
-                    s.meta.created_ms
-                };
-                let by_time = self.config.borrow().retention_ms >= 0
-                    && now_ms.saturating_sub(newest_ms) > self.config.borrow().retention_ms;
-                let by_size = self.config.borrow().retention_bytes >= 0
-                    && total.saturating_sub(s.meta.size_bytes)
-                        >= self.config.borrow().retention_bytes as u64;
-                if !(by_time || by_size) {
-                    break;
-                }
-                total -= s.meta.size_bytes;
-                new_start = Some(s.meta.next_offset);
-            }
-            new_start.filter(|&o| o > st.log_start_offset)
-        };
-        let Some(offset) = new_start else {
+        let Some((offset, _)) = self.retention_cut(RaftIndex(u64::MAX))? else {
             return Ok(RetentionOutcome::default());
         };
-        self.st.borrow_mut().log_start_offset = offset;
-        io::write_small_file_atomic(&self.dir.join(LOG_START_FILE), &encode_log_start(offset))?;
-        self.delete_segments_below(offset).await
+        self.move_start_and_delete(offset, RaftIndex(u64::MAX))
+            .await
+    }
+
+    /// For a replicated log, whose Raft compaction point must move (durably) before its
+    /// segments go: the last Raft index of the closed segments `retention.ms` and
+    /// `retention.bytes` would delete now, counting only segments whose entries are all at
+    /// or before `max_index` (the applied index). `None` when nothing is due.
+    pub fn retention_point(&self, max_index: RaftIndex) -> Result<Option<RaftIndex>, StorageError> {
+        Ok(self.retention_cut(max_index)?.map(|(_, through)| through))
+    }
+
+    /// Deletes the closed segments whose entries are all at or before `through` (the Raft
+    /// compaction point, already durable) and moves the log start offset past them.
+    pub async fn delete_segments_through(
+        &self,
+        through: RaftIndex,
+    ) -> Result<RetentionOutcome, StorageError> {
+        let offset = {
+            let st = self.st.borrow();
+            self.check_usable(&st)?;
+            let n = st.segments.len().saturating_sub(1);
+            st.segments[..n]
+                .iter()
+                .take_while(|s| s.tail.is_none() && s.meta.last_index.is_some_and(|l| l <= through))
+                .last()
+                .map(|s| s.meta.next_offset)
+        };
+        match offset {
+            Some(offset) => self.move_start_and_delete(offset, through).await,
+            None => Ok(RetentionOutcome::default()),
+        }
+    }
+
+    /// The log start offset and last Raft index after the closed segments retention
+    /// deletes now, oldest first, none with an entry past `max_index`.
+    fn retention_cut(
+        &self,
+        max_index: RaftIndex,
+    ) -> Result<Option<(KafkaOffset, RaftIndex)>, StorageError> {
+        let now_ms = self.clock.now_ms();
+        let config = self.config.borrow();
+        let st = self.st.borrow();
+        self.check_usable(&st)?;
+        let mut total: u64 = st.segments.iter().map(|s| s.meta.size_bytes).sum();
+        let n = st.segments.len().saturating_sub(1);
+        let mut cut = None;
+        for s in st.segments[..n].iter().take_while(|s| s.tail.is_none()) {
+            let Some(last) = s.meta.last_index.filter(|&l| l <= max_index) else {
+                break;
+            };
+            let newest_ms = if s.meta.max_timestamp_ms >= 0 {
+                s.meta.max_timestamp_ms
+            } else {
+                s.meta.created_ms
+            };
+            let by_time =
+                config.retention_ms >= 0 && now_ms.saturating_sub(newest_ms) > config.retention_ms;
+            let by_size = config.retention_bytes >= 0
+                && total.saturating_sub(s.meta.size_bytes) >= config.retention_bytes as u64;
+            if !(by_time || by_size) {
+                break;
+            }
+            total -= s.meta.size_bytes;
+            cut = Some((s.meta.next_offset, last));
+        }
+        Ok(cut.filter(|&(o, _)| o > st.log_start_offset))
+    }
+
+    /// Persists a log start offset of at least `offset`, then deletes the segments below
+    /// it (and at or before `through`).
+    async fn move_start_and_delete(
+        &self,
+        offset: KafkaOffset,
+        through: RaftIndex,
+    ) -> Result<RetentionOutcome, StorageError> {
+        let start = {
+            let mut st = self.st.borrow_mut();
+            st.log_start_offset = st.log_start_offset.max(offset);
+            st.log_start_offset
+        };
+        io::write_small_file_atomic(&self.dir.join(LOG_START_FILE), &encode_log_start(start))?;
+        self.delete_segments_below(offset, through).await
+    }
+
+    /// Replaces the whole log by an empty one whose next entry is Raft index `next_index`
+    /// at Kafka offset `next_offset` (a follower installing the leader's snapshot). The log
+    /// start offset is persisted first; the segments go newest first. A restart before the
+    /// first new entry is appended reopens an empty log at index 1: the caller, which
+    /// keeps the compaction point durably, calls this again. No flush may be in flight.
+    pub async fn reset(
+        &self,
+        next_index: RaftIndex,
+        next_offset: KafkaOffset,
+    ) -> Result<(), StorageError> {
+        let paths = {
+            let mut guard = self.st.borrow_mut();
+            let st = &mut *guard;
+            self.check_usable(st)?;
+            if st.flush_in_flight || st.busy {
+                return Err(StorageError::Usage(
+                    "reset while a flush or truncation runs",
+                ));
+            }
+            let paths: Vec<PathBuf> = st
+                .segments
+                .drain(..)
+                .rev()
+                .map(|s| s.path(&self.dir))
+                .collect();
+            st.next_index = next_index;
+            st.log_start_offset = next_offset;
+            st.log_end_offset = next_offset;
+            st.terms.clear();
+            st.durable = Durable {
+                last_index: RaftIndex(next_index.0.saturating_sub(1)),
+                next_offset,
+            };
+            paths
+        };
+        self.cache.truncate_from(self.cache_id, RaftIndex(0));
+        io::write_small_file_atomic(
+            &self.dir.join(LOG_START_FILE),
+            &encode_log_start(next_offset),
+        )?;
+        for path in &paths {
+            for ext in ["log", "index", "timeindex"] {
+                io::remove_file(&path.with_extension(ext))?;
+            }
+        }
+        io::fsync_dir(&self.dir)?;
+        tracing::info!(dir = %self.dir.display(), %next_index, %next_offset, segments = paths.len(),
+            "log replaced by an empty one (snapshot installed)");
+        Ok(())
     }
 
     /// Term of the last entry before `index` (for Raft's log matching), from memory.

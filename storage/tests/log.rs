@@ -273,6 +273,88 @@ fn prefix_truncation_and_retention() {
     });
 }
 
+/// The replicated path: retention names the Raft index to compact through (never past the
+/// applied index), the caller deletes through it; a snapshot install empties the log at a
+/// new start, which the first append after it keeps across a restart.
+#[test]
+fn retention_point_and_reset() {
+    let dir = tempfile::tempdir_in(".").expect("tempdir");
+    run(async {
+        let clock = Rc::new(FakeClock(Cell::new(10_000)));
+        let cfg = LogConfig {
+            retention_bytes: 20_000,
+            ..config(8192)
+        };
+        let cache = Rc::new(BatchCache::new(1 << 20));
+        let log = Log::open(dir.path(), cfg.clone(), clock.clone(), cache.clone())
+            .await
+            .expect("open");
+        for i in 0..60 {
+            log.append_one(&data(1, batch(1, 1_000 + i, 700)))
+                .expect("append");
+            if i % 10 == 0 {
+                log.append_one(&noop(1)).expect("append no-op");
+            }
+        }
+        log.flush().await.expect("flush");
+        log.flush().await.expect("finalize");
+        assert_eq!(
+            log.retention_point(RaftIndex(0)).expect("usable"),
+            None,
+            "nothing applied"
+        );
+        let through = log
+            .retention_point(log.last_index())
+            .expect("usable")
+            .expect("retention is due");
+        let bounded = log
+            .retention_point(RaftIndex(through.0 - 1))
+            .expect("usable");
+        assert!(
+            bounded.is_none_or(|b| b < through),
+            "bounded by the applied index"
+        );
+        let before = log.size_bytes();
+        let out = log.delete_segments_through(through).await.expect("delete");
+        assert!(out.segments_deleted > 0 && log.size_bytes() < before);
+        assert_eq!(log.first_index(), RaftIndex(through.0 + 1));
+        let start = log.log_start_offset();
+        assert_eq!(offsets(&log, start.0).await[0], start.0);
+
+        log.reset(RaftIndex(500), KafkaOffset(400))
+            .await
+            .expect("reset");
+        assert_eq!(
+            (log.first_index(), log.last_index()),
+            (RaftIndex(500), RaftIndex(499))
+        );
+        assert_eq!(
+            (log.log_start_offset(), log.log_end_offset()),
+            (KafkaOffset(400), KafkaOffset(400))
+        );
+        assert_eq!(log.segment_count(), 0);
+        let a = log
+            .append_one(&data(7, batch(3, 5_000, 10)))
+            .expect("append after reset");
+        assert_eq!(
+            (a.index, a.kafka_base_offset),
+            (RaftIndex(500), KafkaOffset(400))
+        );
+        log.flush().await.expect("flush");
+        drop(log);
+        let log = Log::open(dir.path(), cfg, clock, cache)
+            .await
+            .expect("reopen");
+        assert_eq!(
+            (log.first_index(), log.last_index()),
+            (RaftIndex(500), RaftIndex(500))
+        );
+        assert_eq!(log.log_start_offset(), KafkaOffset(400));
+        assert_eq!(log.term_at(RaftIndex(500)), Some(RaftTerm(7)));
+        assert_eq!(offsets(&log, 400).await, vec![400]);
+    });
+}
+
 #[test]
 fn timestamp_lookup() {
     let dir = tempfile::tempdir_in(".").expect("tempdir");

@@ -1,0 +1,171 @@
+"""Retention on a replicated topic (ARCHITECTURE.md, Replication: compaction and snapshots).
+
+Every replica deletes the closed segments that retention.bytes / retention.ms select and
+that it has applied; the Raft log's compaction point moves first (persisted), so a
+follower that was down while the leader deleted the entries it lacks gets the compaction
+point as a snapshot: it drops its own log and continues after the point with the same
+Kafka offsets. Here a follower is killed, the leader writes and deletes ~60 segments, the
+follower returns, catches up from the point, and then carries the partition's quorum
+while the old leader is down. Reads through every node see dense offsets from the log
+start, each value the one acknowledged at that offset.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from cluster_harness import Cluster
+from jepsen_check import OK, Write, check
+from strand_harness import need_module, wait_until
+from test_cluster import _BROKERS_OF_TEST, _failed, ck, gauge, producer_config  # noqa: F401 (ck: fixture)
+
+TOPIC = "retained"
+VALUE_BYTES = 1000
+SEGMENT_BYTES = 4096
+RETENTION_BYTES = 16384
+# Enough 1 KB batches for about sixty 4 KiB segments, most of them deleted.
+RECORDS = 250
+RETENTION_CHECK_MS = 200
+DEADLINE_S = 60.0
+
+
+@pytest.fixture
+def cluster(request):
+    c = Cluster(name=request.node.name[:40],
+                extra_args=["--retention-check-interval-ms", str(RETENTION_CHECK_MS)])
+    _BROKERS_OF_TEST[request.node.nodeid] = list(c.nodes.values())
+    try:
+        c.start()
+        yield c
+    finally:
+        rcs = c.close()
+        bad = {n: rc for n, rc in rcs.items() if rc != 0}
+        if not bad and not _failed(request.node):
+            c.cleanup()
+        else:
+            print(f"\nkept data dirs of {c.name}: {c.root}")
+    assert not bad, f"nodes exited with {bad} after SIGTERM:\n{c.log_tails()}"
+
+
+def produce(ck, bootstrap: str, start: int, count: int) -> dict[bytes, int]:
+    """`count` values, one batch each, acks=all; returns value -> acknowledged offset."""
+    p = ck.Producer(producer_config(bootstrap, **{"linger.ms": 0, "batch.num.messages": 1}))
+    acked: dict[bytes, int] = {}
+    errors = []
+
+    def on_delivery(err, msg):
+        if err is None:
+            acked[msg.value()] = msg.offset()
+        else:
+            errors.append(str(err))
+
+    for i in range(start, start + count):
+        v = f"{i:08d}".encode().ljust(VALUE_BYTES, b".")
+        p.produce(TOPIC, value=v, partition=0, on_delivery=on_delivery)
+        p.poll(0)
+    assert p.flush(90) == 0, "undelivered messages remain"
+    assert not errors, errors[:5]
+    assert len(acked) == count
+    return acked
+
+
+def watermarks(ck, bootstrap: str) -> tuple[int, int]:
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "strand-tests-unused"})
+    try:
+        return c.get_watermark_offsets(ck.TopicPartition(TOPIC, 0), timeout=5, cached=False)
+    finally:
+        c.close()
+
+
+def read_from_start(ck, bootstrap: str) -> tuple[int, list]:
+    """The log start offset and every record from it to the high watermark."""
+    lo, hi = wait_until(lambda: watermarks(ck, bootstrap), DEADLINE_S,
+                        f"watermarks via {bootstrap}")
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "strand-tests-unused",
+                     "enable.auto.commit": False, "auto.offset.reset": "error"})
+    out = []
+    try:
+        c.assign([ck.TopicPartition(TOPIC, 0, lo)])
+        deadline = time.monotonic() + DEADLINE_S
+        next_offset = lo
+        while next_offset < hi:
+            assert time.monotonic() < deadline, f"read via {bootstrap} stuck at {next_offset}"
+            for m in c.consume(500, 0.5):
+                assert not m.error(), m.error()
+                out.append((0, m.offset(), m.value()))
+                next_offset = m.offset() + 1
+    finally:
+        c.close()
+    return lo, out
+
+
+def compaction_point(cluster: Cluster, node: int) -> dict | None:
+    path = cluster[node].data_dir / f"{TOPIC}-0" / "raft-state.json"
+    try:
+        return json.loads(path.read_text()).get("compacted")
+    except (OSError, ValueError):
+        return None
+
+
+def segments(cluster: Cluster, node: int) -> int:
+    return len(list((cluster[node].data_dir / f"{TOPIC}-0").glob("*.log")))
+
+
+# Segments kept: retention.bytes worth of closed ones, the active one, slack for timing.
+SEGMENTS_KEPT_MAX = RETENTION_BYTES // SEGMENT_BYTES + 4
+
+
+def test_a_follower_behind_the_leaders_retention_installs_its_compaction_point(ck, cluster):
+    admin = need_module("confluent_kafka.admin")
+    a = admin.AdminClient({"bootstrap.servers": cluster.bootstrap()})
+    new = admin.NewTopic(TOPIC, num_partitions=1, replication_factor=3,
+                         config={"segment.bytes": str(SEGMENT_BYTES),
+                                 "retention.bytes": str(RETENTION_BYTES)})
+    a.create_topics([new])[TOPIC].result(30)
+    leader = cluster.wait_leader(TOPIC, 0)
+    behind, other = [n for n in sorted(cluster.nodes) if n != leader]
+
+    acked = produce(ck, cluster.bootstrap(), 0, 10)
+    cluster.kill9(behind)
+    acked.update(produce(ck, cluster[leader].bootstrap, 10, RECORDS))
+    # The leader deletes what retention selects; its log start moves well past what the
+    # killed follower holds.
+    lo = wait_until(lambda: (w := watermarks(ck, cluster[leader].bootstrap))[0] > 100 and w[0],
+                    DEADLINE_S, "the leader's retention to move its log start past 100")
+    point = compaction_point(cluster, leader)
+    assert point and point["index"] > 10, point
+    wait_until(lambda: segments(cluster, leader) <= SEGMENTS_KEPT_MAX, DEADLINE_S,
+               f"the leader to keep at most {SEGMENTS_KEPT_MAX} segments")
+
+    cluster.restart(behind)
+    wait_until(lambda: (p := compaction_point(cluster, behind)) and p["kafka_end"] > 10,
+               DEADLINE_S, f"node {behind} to install a compaction point")
+    wait_until(lambda: gauge(cluster, leader, "strand_under_replicated_partitions") == 0,
+               DEADLINE_S, f"node {behind} to catch up with the leader")
+    assert segments(cluster, behind) <= SEGMENTS_KEPT_MAX, "the whole log was not copied"
+
+    # The old leader goes: the restored follower is half of the quorum now.
+    cluster.kill9(leader)
+    cluster.wait_leader(TOPIC, 0, exclude=(leader,), timeout=DEADLINE_S)
+    acked.update(produce(ck, cluster.bootstrap([behind, other]), 10 + RECORDS, 50))
+
+    writes = [Write(v, OK, 0, off) for v, off in acked.items()]
+    for n in (behind, other):
+        start, records = read_from_start(ck, cluster[n].bootstrap)
+        assert start >= lo, (n, start, lo)
+        assert [o for _, o, _ in records] == list(range(start, start + len(records)))
+        kept = [w for w in writes if w.offset >= start]
+        report = check(kept, [records])
+        counts = report.counts()
+        for anomaly in ("lost", "duplicate", "inconsistent_offset", "nonmonotonic",
+                        "unexpected"):
+            assert counts[anomaly] == 0, str(report)
+
+    # The old leader returns and follows.
+    cluster.restart(leader)
+    wait_until(lambda: all(gauge(cluster, n, "strand_under_replicated_partitions") == 0
+                           for n in sorted(cluster.nodes)),
+               DEADLINE_S, "every replica in sync again")
