@@ -202,6 +202,8 @@ pub fn write_small_file_atomic(path: &Path, bytes: &[u8]) -> Result<(), StorageE
 /// rename, directory fsync, each through io_uring. For state written on a hot path (a Raft
 /// group's term and vote, thousands of groups electing at once).
 pub async fn write_small_file_atomic_async(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
+    // glommio opens a directory relative to no directory (EBADF for a relative path).
+    let path = &std::path::absolute(path).map_err(|e| StorageError::io(path, e))?;
     let tmp = path.with_extension("tmp");
     let io_err = |p: &Path, e: glommio::GlommioError<()>| StorageError::io(p, to_io(e));
     let f = glommio::io::BufferedFile::create(&tmp)
