@@ -6,7 +6,8 @@
 #   n2    9192   9744   9193    33155
 #   n3    9292   9844   9293    33165
 #
-# Every node is a controller voter (--seeds lists all three); new topics get replication
+# Nodes are spread over the CPUs (taskset): node n runs on CPUs (n-1)*SMP .. n*SMP-1, modulo
+# the CPU count. Every node is a controller voter (--seeds lists all three); new topics get replication
 # factor 3. Data in $DATA_DIR/n1..n3 (default data/cluster, git-ignored). Each output line
 # is prefixed with its node's name. Ctrl-C (or SIGTERM) stops all three cleanly. A node that
 # exits on its own is reported and the others keep running, so kill -9 of one node shows a
@@ -63,7 +64,7 @@ trap on_exit EXIT
 run_node() {
   local n=$1
   shift
-  exec setsid "$bin" \
+  exec setsid "${pin[@]}" "$bin" \
     --node-id "$n" \
     --data-dir "$data_dir/n$n" \
     --kafka-addr "127.0.0.1:$(kafka_port "$n")" \
@@ -79,8 +80,19 @@ run_node() {
     > >(trap '' INT; exec sed -u "s/^/[n$n] /") 2>&1
 }
 
+# Each node pins its shards to the first CPUs it may use: left alone, all three nodes would
+# share the same first CPUs. Node n gets the next $smp CPUs, round robin over this machine's.
+ncpu=$(nproc)
+cpus_of() {
+  local n=$1 k list=""
+  for ((k = 0; k < smp; k++)); do list+="$(( ((n - 1) * smp + k) % ncpu )),"; done
+  echo "${list%,}"
+}
+
 for n in "${ids[@]}"; do
   mkdir -p "$data_dir/n$n"
+  pin=()
+  if command -v taskset >/dev/null; then pin=(taskset -c "$(cpus_of "$n")"); fi
   run_node "$n" "$@" &
   pids[$n]=$!
 done

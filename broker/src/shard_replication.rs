@@ -2,9 +2,11 @@
 //! per shard owning the Raft groups of the partitions this shard hosts (and, on shard 0,
 //! the controller's group 0), its loop, and the internal RPC that carries its messages.
 //!
-//! - The loop sleeps until woken (a proposal, a peer's batch) or the next tick, then runs
-//!   one turn: `turn_begin` (the leaders' appends leave at once), every dirty store's
-//!   disk work concurrently (one fdatasync per partition per turn), `turn_finish`.
+//! - The loop sleeps until woken (a proposal, a peer's batch, finished disk work) or the
+//!   next tick, then runs one turn: the groups whose disk work finished are completed,
+//!   `turn_begin` (the leaders' appends leave at once), each dirty store's disk work starts
+//!   as its own task (one fdatasync per partition per write), `turn_end`. No turn waits
+//!   for the disk: a group with a write in flight waits alone.
 //! - Groups live on the same shard on every node (every node runs the same number of
 //!   shards and placement is in the metadata), so shard s talks only to shard s of its
 //!   peers: one connection per (peer node, shard), at the peer's RPC port + s.
@@ -16,7 +18,7 @@
 //! queues are bounded in bytes (a full queue drops the batch: Raft retries).
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::rc::{Rc, Weak};
 use std::time::{Duration, Instant};
@@ -41,6 +43,10 @@ use crate::raft_store::RaftLogStore;
 
 /// The controller's Raft group.
 pub const CONTROLLER_GROUP: GroupId = GroupId(0);
+/// A turn at least this long is logged (at most once per `SLOW_TURN_LOG_INTERVAL`): a
+/// tenth of the default election timeout.
+const SLOW_TURN: Duration = Duration::from_millis(50);
+const SLOW_TURN_LOG_INTERVAL: Duration = Duration::from_secs(10);
 /// Bytes queued for one peer connection before batches are dropped.
 pub const PEER_QUEUE_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// Wait between attempts to connect to a peer.
@@ -237,6 +243,11 @@ pub struct Replicator {
     /// next one (never while a persist job of the turn is in flight), whose jobs persist
     /// the new points and delete the segments they cover.
     compactions: RefCell<Vec<(GroupId, RaftIndex)>>,
+    /// Groups whose disk work (a `PersistJob`) is running; see `turn`.
+    persisting: RefCell<BTreeSet<GroupId>>,
+    /// Disk work finished since the last turn, with its outcome.
+    persist_done: RefCell<Vec<(GroupId, Result<(), String>)>>,
+    slow_turn_log: crate::logging::RateLimit,
     stopping: Cell<bool>,
 }
 
@@ -290,6 +301,9 @@ impl Replicator {
             health: Cell::new(ReplicaHealth::default()),
             reads_in_flight: RefCell::new(Default::default()),
             compactions: RefCell::new(Vec::new()),
+            persisting: RefCell::new(BTreeSet::new()),
+            persist_done: RefCell::new(Vec::new()),
+            slow_turn_log: crate::logging::RateLimit::new(SLOW_TURN_LOG_INTERVAL),
             stopping: Cell::new(false),
         })
     }
@@ -463,11 +477,19 @@ impl Replicator {
     }
 
     /// Applies the compactions retention asked for; returns the groups whose stores now
-    /// have a job (the new point to persist).
+    /// have a job (the new point to persist). A group whose disk work is in flight keeps
+    /// its request for a later turn (its store must not change under the job).
     fn apply_compactions(&self) -> Vec<GroupId> {
         let mut d = self.driver.borrow_mut();
         let mut moved = Vec::new();
-        for (g, through) in self.compactions.take() {
+        let persisting = self.persisting.borrow();
+        let (later, now): (Vec<_>, Vec<_>) = self
+            .compactions
+            .take()
+            .into_iter()
+            .partition(|(g, _)| persisting.contains(g));
+        *self.compactions.borrow_mut() = later;
+        for (g, through) in now {
             match d.compact(g, through) {
                 Ok(()) => moved.push(g),
                 Err(e) => {
@@ -602,13 +624,21 @@ impl Replicator {
         }
     }
 
+    /// One turn. Persistence is pipelined: each dirty group's disk work runs as its own
+    /// task and the group is finished (its persisted messages sent, its next `Ready`
+    /// begun) in the first turn after it completes; the turn itself never waits for the
+    /// disk, so one slow fdatasync (or thousands of elections' state writes) does not
+    /// silence this shard's heartbeats for every other group.
     async fn turn(self: &Rc<Self>) {
+        let started = crate::clock::now();
+        self.finish_persisted();
         let mut dirty = self.driver.borrow_mut().turn_begin();
         for g in self.apply_compactions() {
             if !dirty.contains(&g) {
                 dirty.push(g);
             }
         }
+        let began = crate::clock::now();
         let jobs: Vec<_> = {
             let mut d = self.driver.borrow_mut();
             dirty
@@ -616,26 +646,61 @@ impl Replicator {
                 .filter_map(|&g| d.store_mut(g).and_then(|s| s.take_job()).map(|j| (g, j)))
                 .collect()
         };
-        let results = futures::future::join_all(
-            jobs.into_iter()
-                .map(|(g, j)| async move { (g, j.run().await) }),
-        )
-        .await;
+        let started_jobs = jobs.len();
         {
-            let mut d = self.driver.borrow_mut();
-            for (g, r) in results {
-                if let Err(e) = &r {
-                    tracing::error!(group = %g, error = %e, "raft log persist failed; fencing the group");
-                }
-                if let Some(s) = d.store_mut(g) {
-                    s.finish_job(r);
-                }
+            let mut persisting = self.persisting.borrow_mut();
+            for (g, job) in jobs {
+                persisting.insert(g);
+                let me = Rc::downgrade(self);
+                crate::shard::spawn_local(async move {
+                    let r = job.run().await;
+                    if let Some(me) = me.upgrade() {
+                        me.persist_done.borrow_mut().push((g, r));
+                        me.wake();
+                    }
+                });
             }
-            d.turn_finish_async();
+            self.driver.borrow_mut().turn_end(&persisting);
         }
         self.answer_completions();
         self.publish_roles();
         self.start_reads();
+        let ended = crate::clock::now();
+        if ended - started >= SLOW_TURN {
+            if let Some(suppressed) = self.slow_turn_log.allow(ended) {
+                tracing::warn!(
+                    begin_ms = (began - started).as_millis() as u64,
+                    finish_ms = (ended - began).as_millis() as u64,
+                    started_jobs,
+                    persisting_groups = self.persisting.borrow().len(),
+                    awake_groups = self.driver.borrow().awake_groups(),
+                    suppressed,
+                    "slow raft turn: peers hear nothing from this shard meanwhile"
+                );
+            }
+        }
+    }
+
+    /// Finishes the groups whose disk work completed since the last turn.
+    fn finish_persisted(&self) {
+        let done = self.persist_done.take();
+        if done.is_empty() {
+            return;
+        }
+        let mut d = self.driver.borrow_mut();
+        let mut persisting = self.persisting.borrow_mut();
+        let mut groups = Vec::with_capacity(done.len());
+        for (g, r) in done {
+            if let Err(e) = &r {
+                tracing::error!(group = %g, error = %e, "raft log persist failed; fencing the group");
+            }
+            if let Some(s) = d.store_mut(g) {
+                s.finish_job(r);
+            }
+            persisting.remove(&g);
+            groups.push(g);
+        }
+        d.persisted(&groups);
     }
 
     fn answer_completions(&self) {

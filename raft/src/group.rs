@@ -499,7 +499,8 @@ impl<S: LogStore> Group<S> {
 
     /// Phase 1 of a turn: see the module doc.
     pub fn begin_ready(&mut self, fx: &mut Effects<'_>) {
-        if self.fenced || !self.node.has_ready() {
+        // One persistence in flight at a time: the next `Ready` waits for it.
+        if self.fenced || self.in_flight_async.is_some() || !self.node.has_ready() {
             return;
         }
         let mut rd = self.node.ready();
@@ -518,7 +519,15 @@ impl<S: LogStore> Group<S> {
             wrote = true;
         }
         let committed = rd.take_committed_entries();
+        let last_committed = committed.last().map(|e| e.index);
         self.apply(committed, fx);
+        // raft-rs's applied index follows at once, not when the write finishes: a tick or a
+        // MsgHup meanwhile reads the entries after it, which the store keeps in memory only
+        // until they are applied. (After a snapshot the point is not persisted yet, so raft-rs
+        // would refuse; that Ready waits for `advance_apply` at the finish.)
+        if let Some(last) = last_committed.filter(|_| !self.fenced && rd.snapshot().is_empty()) {
+            self.node.advance_apply_to(last);
+        }
         if !rd.entries().is_empty() {
             if let Err(e) = self.store_mut().append(rd.entries()) {
                 return self.fence(e, fx);
@@ -662,7 +671,7 @@ impl<S: LogStore> Group<S> {
 
     /// Whether raft-rs has work for the next turn.
     pub fn has_ready(&self) -> bool {
-        !self.fenced && self.node.has_ready()
+        !self.fenced && self.in_flight_async.is_none() && self.node.has_ready()
     }
 
     fn apply(&mut self, entries: Vec<Entry>, fx: &mut Effects<'_>) {
@@ -686,6 +695,11 @@ impl<S: LogStore> Group<S> {
         }
         let applied = self.applied;
         self.store_mut().applied_to(applied);
+    }
+
+    /// Whether a `Ready` is between the two phases.
+    pub fn in_flight(&self) -> bool {
+        self.in_flight.is_some() || self.in_flight_async.is_some()
     }
 
     /// Whether the `Ready` between the two phases wrote to the store (it needs a sync).

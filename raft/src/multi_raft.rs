@@ -3,6 +3,11 @@
 //! incoming batches, and in each `turn` drains every group's `Ready`: all writes first, the
 //! leaders' messages sent, then one sync per dirty group, then the messages that wait for
 //! persistence. Outgoing messages are batched per destination node, one batch per turn.
+//! A turn with a tick visits every awake group; a turn without one visits only the groups
+//! that may have a `Ready` (stepped, proposed to, persisted, woken), so its cost follows the
+//! groups with work. The broker pipelines persistence (`turn_end` / `persisted`): a group
+//! whose write is in flight begins no new `Ready` until it is done, and no turn waits for
+//! the disk.
 //!
 //! Idle groups hibernate (see `group`): a sleeping group is neither ticked nor visited by a
 //! turn, so a shard's idle cost does not grow with its partitions. Instead every driver
@@ -76,6 +81,10 @@ pub struct Completion {
     /// The committed batch's Kafka base offset, or why it is not (known to be) committed.
     pub result: Result<KafkaOffset, RaftError>,
 }
+
+/// Every this many ticks (1 s at the default interval) every awake group counts as touched,
+/// so that health that moves without a `Ready` (a voter falling behind) is republished.
+const TOUCH_ALL_EVERY_TICKS: u64 = 20;
 
 /// Driver settings; `DriverConfig::new` gives the defaults.
 #[derive(Clone, Debug)]
@@ -194,6 +203,12 @@ pub struct MultiRaft<S: LogStore, T: Transport, C: Clock> {
     awake: BTreeSet<GroupId>,
     /// Groups visited since the last `take_touched` (their role or progress may have moved).
     touched: BTreeSet<GroupId>,
+    /// Awake groups that may have a `Ready` since the last turn (stepped, proposed to,
+    /// persisted, woken): a turn without a tick visits only these, so its cost follows the
+    /// groups with work, not every awake group.
+    pending: BTreeSet<GroupId>,
+    /// The groups the last `turn_begin` visited (the ones its second half finishes).
+    visited: Vec<GroupId>,
     /// Every other node some group here replicates with, and when it was last heard from.
     last_heard: BTreeMap<NodeId, Duration>,
     /// Peers not heard from for an election timeout.
@@ -217,6 +232,8 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
             groups: BTreeMap::new(),
             awake: BTreeSet::new(),
             touched: BTreeSet::new(),
+            pending: BTreeSet::new(),
+            visited: Vec::new(),
             last_heard: BTreeMap::new(),
             silent: BTreeSet::new(),
             ticks: 0,
@@ -260,6 +277,7 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
         }
         self.groups.insert(group, g);
         self.awake.insert(group);
+        self.pending.insert(group);
         Ok(())
     }
 
@@ -268,6 +286,7 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
         if let Some(g) = self.groups.get_mut(&group) {
             g.on_activity();
             self.awake.insert(group);
+            self.pending.insert(group);
         }
     }
 
@@ -357,14 +376,16 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
                         g.lease_ends_if_from_leader(&message);
                         g.on_activity();
                         self.awake.insert(group);
+                        self.pending.insert(group);
                     }
                     let (from, term) = (message.from, message.term);
                     let stepped = g.step(message, &mut fx).is_ok();
                     if activity == Activity::Notice {
                         g.on_notice(from, term);
                     }
-                    if g.has_ready() {
+                    if g.has_ready() || g.has_wanted() {
                         self.awake.insert(group);
+                        self.pending.insert(group);
                     }
                     stepped
                 }
@@ -420,8 +441,19 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
             rng: &mut self.rng,
         };
         let silent = &self.silent;
+        let sweep = tick && self.ticks % TOUCH_ALL_EVERY_TICKS == 0;
+        let visit: Vec<GroupId> = if tick {
+            self.pending.clear();
+            self.awake.iter().copied().collect()
+        } else {
+            let awake = &self.awake;
+            std::mem::take(&mut self.pending)
+                .into_iter()
+                .filter(|g| awake.contains(g))
+                .collect()
+        };
         let mut dirty = Vec::new();
-        for &id in &self.awake {
+        for &id in &visit {
             let Some(g) = self.groups.get_mut(&id) else {
                 continue;
             };
@@ -435,12 +467,18 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
             {
                 g.tick(fx.rng);
             }
+            // Role, term and commit move only through a `Ready`; the health of the voters
+            // (lagging, recently active) also moves with ticks, so every awake group is
+            // touched once per sweep.
+            if sweep || g.has_ready() {
+                self.touched.insert(id);
+            }
             g.begin_ready(&mut fx);
             if g.needs_sync() {
                 dirty.push(id);
             }
-            self.touched.insert(id);
         }
+        self.visited = visit;
         // The leaders' appends leave before their own fsync (ARCHITECTURE.md, Replication).
         self.outbox.flush(self.config.node, &mut self.transport);
         dirty
@@ -449,19 +487,46 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
     /// Second half of a turn: syncs (or collects the outcome of) every store written by
     /// `turn_begin`, sends what waited for persistence, applies what is committed.
     pub fn turn_finish(&mut self) {
-        self.finish_groups(false);
+        self.finish_groups(false, &BTreeSet::new());
     }
 
     /// Second half of a turn for a store that persisted while the driver kept stepping and
     /// proposing (see `Group::finish_ready_async`); commits surface in the next turn,
     /// which `has_ready` asks for.
     pub fn turn_finish_async(&mut self) {
-        self.finish_groups(true);
+        self.finish_groups(true, &BTreeSet::new());
     }
 
-    /// Finishes every awake group's `Ready`, puts to sleep those whose hibernation is due,
-    /// sends the batches.
-    fn finish_groups(&mut self, async_persist: bool) {
+    /// Pipelined persistence (the broker): ends a turn without waiting for the disk.
+    /// Every awake group is finished as `turn_finish_async` does except those in
+    /// `persisting`, whose store's write and fdatasync are still running; each of those is
+    /// finished by `persisted` once its write is done, and begins no new `Ready` before. A
+    /// slow fdatasync of one group then delays that group only: the others keep ticking,
+    /// sending heartbeats and answering.
+    pub fn turn_end(&mut self, persisting: &BTreeSet<GroupId>) {
+        self.finish_groups(true, persisting);
+    }
+
+    /// The store of `group` finished the write taken after `turn_begin` (see `turn_end`):
+    /// sends what waited for it and lets the group's next `Ready` begin.
+    pub fn persisted(&mut self, groups: &[GroupId]) {
+        let mut fx = Effects {
+            outbox: &mut self.outbox,
+            completions: &mut self.completions,
+            rng: &mut self.rng,
+        };
+        for id in groups {
+            if let Some(g) = self.groups.get_mut(id) {
+                g.finish_ready_async(&mut fx);
+                self.touched.insert(*id);
+                self.pending.insert(*id);
+            }
+        }
+    }
+
+    /// Finishes every awake group's `Ready` (except those `persisting`), puts to sleep
+    /// those whose hibernation is due, sends the batches.
+    fn finish_groups(&mut self, async_persist: bool, persisting: &BTreeSet<GroupId>) {
         let mut fx = Effects {
             outbox: &mut self.outbox,
             completions: &mut self.completions,
@@ -469,10 +534,16 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
         };
         let silent = &self.silent;
         let mut sleepers = Vec::new();
-        for &id in &self.awake {
+        for &id in &self.visited {
+            if persisting.contains(&id) {
+                continue;
+            }
             let Some(g) = self.groups.get_mut(&id) else {
                 continue;
             };
+            if g.in_flight() {
+                self.touched.insert(id);
+            }
             if async_persist {
                 g.finish_ready_async(&mut fx);
             } else {
@@ -480,8 +551,8 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
             }
             if g.sleep_decision(|n| silent.contains(&n)) == Some(true) {
                 sleepers.push(id);
+                self.touched.insert(id);
             }
-            self.touched.insert(id);
         }
         for id in sleepers {
             self.awake.remove(&id);
@@ -508,6 +579,7 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
                     g.on_activity();
                 }
                 self.awake.insert(id);
+                self.pending.insert(id);
                 woken += 1;
             }
             tracing::info!(node = %self.config.node, peer = %p, woken, "peer silent for an election timeout; its hibernating groups woke");
@@ -522,13 +594,14 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
             if !self.awake.contains(&id) && g.has_peer(peer) {
                 g.on_activity();
                 self.awake.insert(id);
+                self.pending.insert(id);
             }
         }
     }
 
     /// Whether any group has work for another turn now.
     pub fn has_ready(&self) -> bool {
-        self.awake
+        self.pending
             .iter()
             .filter_map(|id| self.groups.get(id))
             .any(Group::has_ready)
@@ -553,7 +626,7 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
     /// Groups whose log reads raft-rs is waiting for, with the index ranges wanted: the
     /// caller loads them into the store, then calls `entries_fetched`.
     pub fn wanted_reads(&self) -> Vec<(GroupId, Vec<(RaftIndex, RaftIndex)>)> {
-        self.awake
+        self.visited
             .iter()
             .filter_map(|id| self.groups.get(id).map(|g| (*id, g)))
             .filter(|(_, g)| g.has_wanted())
@@ -566,6 +639,7 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
         if let Some(g) = self.groups.get_mut(&group) {
             g.entries_fetched();
             self.awake.insert(group);
+            self.pending.insert(group);
         }
     }
 
@@ -577,6 +651,7 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
         };
         self.awake.remove(&group);
         self.touched.remove(&group);
+        self.pending.remove(&group);
         for id in g.into_pending() {
             self.completions.push(Completion {
                 id,
@@ -662,6 +737,11 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
             return Ok(());
         }
         g.store_mut().compact_through(through)
+    }
+
+    /// Groups that tick (not hibernating).
+    pub fn awake_groups(&self) -> usize {
+        self.awake.len()
     }
 
     /// Last applied Raft index of `group`.

@@ -501,7 +501,11 @@ fn dropped_log_closes_its_files_before_block_on_returns() {
 fn small_file_atomic_async_with_a_relative_path() {
     let dir = tempfile::tempdir_in(".").expect("tempdir");
     let cwd = std::env::current_dir().expect("cwd");
-    let rel = dir.path().strip_prefix(&cwd).unwrap_or(dir.path()).join("state.json");
+    let rel = dir
+        .path()
+        .strip_prefix(&cwd)
+        .unwrap_or(dir.path())
+        .join("state.json");
     assert!(rel.is_relative(), "{}", rel.display());
     run(async {
         strand_storage::io::write_small_file_atomic_async(&rel, b"{\"term\":1}")

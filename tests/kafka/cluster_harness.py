@@ -552,9 +552,21 @@ class Node:
         self.stderr_paths.append(self.stderr_path)
         self.starts += 1
         with open(self.stderr_path, "wb") as err:
-            self.proc = subprocess.Popen(self.args(binary), stdin=subprocess.DEVNULL,
+            self.proc = subprocess.Popen(self.pinned(self.args(binary)), stdin=subprocess.DEVNULL,
                                          stdout=err, stderr=err, env=_child_env(),
                                          cwd=self.root)
+
+    def pinned(self, argv: list[str]) -> list[str]:
+        """`argv` under taskset on this node's CPUs, as scripts/run-cluster.sh does: each
+        node pins its shards to the first CPUs it may use, so unpinned nodes would all
+        share the first ones."""
+        taskset = shutil.which("taskset")
+        if taskset is None:
+            return argv
+        cpus = sorted(os.sched_getaffinity(0))
+        smp = self.cluster.smp
+        mine = sorted({cpus[((self.node_id - 1) * smp + k) % len(cpus)] for k in range(smp)})
+        return [taskset, "-c", ",".join(map(str, mine))] + argv
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
