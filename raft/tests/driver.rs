@@ -44,19 +44,28 @@ struct Cluster {
     completions: Vec<Completion>,
     /// Raft messages (not counting empty liveness batches) delivered by `settle`.
     delivered: usize,
+    /// Pipelined persistence (the broker's): per node, whether its writes are held (a slow
+    /// disk) and the groups whose write is in flight.
+    pipelined: bool,
+    hold: Vec<bool>,
+    persisting: Vec<std::collections::BTreeSet<GroupId>>,
 }
 
 impl Cluster {
     /// Three nodes, one group, node 1 elected.
     fn new() -> Self {
+        Self::with(false)
+    }
+
+    /// As `new`; `pipelined`: the drivers persist as the broker does (`turn_end`, then
+    /// `persisted` once each write is done).
+    fn with(pipelined: bool) -> Self {
         let clock = TestClock::default();
         let nodes = (1..=3)
             .map(|id| {
-                let mut d = MultiRaft::new(
-                    DriverConfig::new(NodeId(id), id),
-                    clock.clone(),
-                    Queue::default(),
-                );
+                let mut config = DriverConfig::new(NodeId(id), id);
+                config.async_persist = pipelined;
+                let mut d = MultiRaft::new(config, clock.clone(), Queue::default());
                 let store =
                     MemLogStore::recover(DurableImage::new(&[1, 2, 3]), SyncBehaviour::Honest)
                         .expect("an empty image recovers");
@@ -70,6 +79,9 @@ impl Cluster {
             down: vec![false; 3],
             completions: Vec::new(),
             delivered: 0,
+            pipelined,
+            hold: vec![false; 3],
+            persisting: vec![Default::default(); 3],
         };
         c.nodes[0].campaign(G).expect("campaign");
         c.settle();
@@ -81,17 +93,28 @@ impl Cluster {
     fn settle(&mut self) {
         for _ in 0..100 {
             let mut sent = Vec::new();
-            for (d, _) in self
-                .nodes
-                .iter_mut()
-                .zip(&self.down)
-                .filter(|(_, &down)| !down)
-            {
-                d.turn();
+            for (n, d) in self.nodes.iter_mut().enumerate() {
+                if self.down[n] {
+                    continue;
+                }
+                if self.pipelined {
+                    if !self.hold[n] {
+                        let done: Vec<GroupId> = std::mem::take(&mut self.persisting[n])
+                            .into_iter()
+                            .collect();
+                        d.persisted(&done);
+                    }
+                    self.persisting[n].extend(d.turn_begin());
+                    d.turn_end(&self.persisting[n]);
+                } else {
+                    d.turn();
+                }
                 sent.append(&mut d.transport_mut().0);
                 d.drain_completions(&mut self.completions);
             }
-            if sent.is_empty() {
+            let releasing =
+                (0..3).any(|n| !self.down[n] && !self.hold[n] && !self.persisting[n].is_empty());
+            if sent.is_empty() && !releasing {
                 return;
             }
             for batch in sent {
@@ -376,4 +399,43 @@ fn a_follower_behind_the_compaction_point_installs_it_and_continues() {
         .expect("new leader accepts");
     c.settle();
     assert_eq!(c.completions[before].result, Ok(KafkaOffset(11)));
+}
+
+#[test]
+fn a_held_write_delays_only_its_node_and_the_group_continues_after_it() {
+    let mut c = Cluster::with(true);
+    // Node 3's disk stalls: its writes stay in flight while the others commit.
+    c.hold[2] = true;
+    c.propose(0, 2).expect("leader accepts");
+    c.ticks(3);
+    assert_eq!(
+        c.results().last().map(|r| r.1.clone()),
+        Some(Ok(KafkaOffset(0)))
+    );
+    c.propose(0, 3).expect("leader accepts");
+    // Many ticks with the write held: the group on node 3 keeps ticking but begins no new
+    // Ready, and nothing panics.
+    c.ticks(40);
+    assert_eq!(
+        c.results().last().map(|r| r.1.clone()),
+        Some(Ok(KafkaOffset(2)))
+    );
+    assert_eq!(c.nodes[0].high_watermark(G), Some(KafkaOffset(5)));
+    assert!(c.nodes[2].applied_kafka_end(G) < Some(KafkaOffset(5)));
+
+    // The write completes: node 3 catches up, and can carry the quorum without node 1.
+    c.hold[2] = false;
+    c.ticks(5);
+    assert_eq!(c.nodes[2].applied_kafka_end(G), Some(KafkaOffset(5)));
+    c.down[0] = true;
+    c.ticks(40);
+    let leader = (1..3)
+        .find(|&n| c.nodes[n].is_leader(G))
+        .expect("node 2 or 3 leads");
+    let before = c.completions.len();
+    c.nodes[leader]
+        .propose(G, Bytes::from_static(b"after"), 1)
+        .expect("new leader accepts");
+    c.settle();
+    assert_eq!(c.completions[before].result, Ok(KafkaOffset(5)));
 }
