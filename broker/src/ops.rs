@@ -409,17 +409,28 @@ impl Shard {
                     continue;
                 }
             };
-            if part.replicated() {
-                // Moving a replicated log's start is a Raft compaction: not implemented.
-                out.push(PartReply::err(KafkaError::InvalidRequest(
-                    "DeleteRecords on a replicated partition is not supported yet".into(),
-                )));
-                continue;
-            }
             let hw = part.high_watermark().0;
             let target = if offset == -1 { hw } else { offset };
             if target < 0 || target > hw {
                 out.push(PartReply::err(KafkaError::OffsetOutOfRange));
+                continue;
+            }
+            if part.replicated() {
+                let start = part.log().log_start_offset();
+                let r = if target <= start.0 {
+                    Ok(())
+                } else {
+                    part.propose_log_start(strand_storage::KafkaOffset(target))
+                        .await
+                };
+                out.push(match r {
+                    Ok(()) => PartReply {
+                        error: None,
+                        epoch: -1,
+                        offset: part.log().log_start_offset().0,
+                    },
+                    Err(e) => PartReply::err(e),
+                });
                 continue;
             }
             let r = part

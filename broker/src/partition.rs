@@ -139,6 +139,20 @@ impl Partition {
         }
     }
 
+    /// DeleteRecords on a replicated partition: the new log start offset goes through the
+    /// Raft log so every replica (and any later leader) applies it. Resolves once committed
+    /// and applied on this node.
+    pub async fn propose_log_start(&self, offset: KafkaOffset) -> Result<(), KafkaError> {
+        let replication = self.replication.borrow().clone();
+        let (rep, group) = replication.ok_or(KafkaError::NotLeader)?;
+        let rep = rep.upgrade().ok_or(KafkaError::NotLeader)?;
+        if !self.leading.get() {
+            return Err(KafkaError::NotLeader);
+        }
+        rep.propose_log_start(group, strand_raft::KafkaOffset(offset.0))
+            .await
+    }
+
     /// Whether the partition is replicated (a Raft group).
     pub fn replicated(&self) -> bool {
         self.replication.borrow().is_some()

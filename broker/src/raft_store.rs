@@ -130,6 +130,10 @@ pub fn entry_of(h: &FrameHeader, body: &Bytes) -> Entry {
             e.context = Bytes::copy_from_slice(&data_context(h.offset_count));
         }
         FrameKind::NoOp => {}
+        FrameKind::LogStart => {
+            e.data = body.clone();
+            e.context = Bytes::from_static(strand_raft::entry::LOG_START_CONTEXT);
+        }
         FrameKind::RaftConfig => {
             e.set_entry_type(EntryType::EntryConfChangeV2);
             e.data = body.clone();
@@ -146,6 +150,7 @@ fn frame_kind(e: &Entry) -> Result<(FrameKind, u32), StoreError> {
     match kind {
         strand_raft::entry::EntryKind::Data { .. } => Ok((FrameKind::Data, count)),
         strand_raft::entry::EntryKind::NoOp => Ok((FrameKind::NoOp, count)),
+        strand_raft::entry::EntryKind::LogStart { .. } => Ok((FrameKind::LogStart, count)),
         strand_raft::entry::EntryKind::Config => {
             if e.get_entry_type() == EntryType::EntryConfChangeV2 {
                 Ok((FrameKind::RaftConfig, count))
@@ -192,6 +197,9 @@ impl RaftLogStore {
         let next = strand_storage::RaftIndex(log.last_index().0 + 1);
         let mut index: Option<LogIndex> = None;
         let mut mem = VecDeque::new();
+        // The newest committed log start entry (DeleteRecords): applied before a crash, but
+        // a commit index read from the state file may be older than its apply was.
+        let mut log_start: Option<i64> = None;
         let mut lo = first;
         while lo < next {
             let frames = log.read_entries(lo, next, OPEN_SCAN_WINDOW_BYTES).await?;
@@ -213,6 +221,9 @@ impl RaftLogStore {
                 idx.push(RaftIndex(h.index.0), RaftTerm(h.term.0), h.offset_count)?;
                 if h.index.0 > file.commit {
                     mem.push_back(entry_of(&h, &body));
+                } else if h.kind == FrameKind::LogStart {
+                    let bytes = body.first_chunk::<8>().copied().unwrap_or_default();
+                    log_start = log_start.max(Some(i64::from_be_bytes(bytes)));
                 }
             }
         }
@@ -247,6 +258,9 @@ impl RaftLogStore {
                 }
             }
             mem.retain(|e| e.index > point.index.0);
+        }
+        if let Some(offset) = log_start {
+            log.set_log_start(strand_storage::KafkaOffset(offset))?;
         }
         if index.log_end_offset().0 != log.log_end_offset().0 {
             anyhow::bail!(

@@ -725,8 +725,10 @@ async fn ensure_offsets_topic(shard: &Rc<Shard>) {
     }
     let n = shard.config.offsets_topic_num_partitions;
     let cmd = crate::kafka::topics::create_command(shard, OFFSETS_TOPIC, n, BTreeMap::new(), -1);
-    if let Some(Err(e)) = crate::kafka::topics::commit(shard, vec![cmd]).await.pop() {
-        tracing::error!(error = %e, "cannot create {OFFSETS_TOPIC}");
+    match crate::kafka::topics::commit(shard, vec![cmd]).await.pop() {
+        // Another node created it, or this node's metadata was not applied yet at start.
+        Some(Err(crate::metadata::MetaError::TopicExists(_))) | Some(Ok(())) | None => {}
+        Some(Err(e)) => tracing::error!(error = %e, "cannot create {OFFSETS_TOPIC}"),
     }
 }
 

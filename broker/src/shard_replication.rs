@@ -500,6 +500,44 @@ impl Replicator {
         moved
     }
 
+    /// Moves `group`'s log start offset to `offset` on every replica (a replicated
+    /// DeleteRecords): resolves once committed and applied here.
+    pub async fn propose_log_start(
+        &self,
+        group: GroupId,
+        offset: KafkaOffset,
+    ) -> Result<(), KafkaError> {
+        let id = self
+            .driver
+            .borrow_mut()
+            .propose_log_start(group, offset)
+            .map_err(kafka_error)?;
+        let (tx, rx) = oneshot::channel();
+        self.waiters.borrow_mut().insert(id, tx);
+        self.wake();
+        match rx.await {
+            Ok(r) => r.map(|_| ()).map_err(kafka_error),
+            Err(_) => Err(KafkaError::NotLeader),
+        }
+    }
+
+    /// Moves the log start offset of each partition whose log start entry was applied.
+    fn apply_log_starts(&self) {
+        let starts = self.driver.borrow_mut().drain_log_starts();
+        for (g, offset) in starts {
+            let Some(part) = self.hosted.borrow().get(&g).map(|h| h.part.clone()) else {
+                continue;
+            };
+            let offset = strand_storage::KafkaOffset(offset.0);
+            match part.log().set_log_start(offset) {
+                Ok(start) => tracing::info!(topic = %part.topic, partition = part.index,
+                    log_start_offset = start.0, "log start offset moved (DeleteRecords)"),
+                Err(e) => tracing::error!(topic = %part.topic, partition = part.index,
+                    error = %e, "cannot move the log start offset"),
+            }
+        }
+    }
+
     /// Proposes one producer batch; resolves with its base offset once committed, or with
     /// `Ack::Append` once this leader appended it (acks=1).
     pub async fn propose(
@@ -662,6 +700,7 @@ impl Replicator {
             }
             self.driver.borrow_mut().turn_end(&persisting);
         }
+        self.apply_log_starts();
         self.answer_completions();
         self.publish_roles();
         self.start_reads();

@@ -10,6 +10,9 @@
 //! - A **no-op** entry is `EntryNormal` with empty `data` and `context` (raft-rs appends one
 //!   when a leader is elected). A **configuration** entry is `EntryConfChange(V2)`.
 //!   Neither occupies a Kafka offset.
+//! - A **log start** entry (DeleteRecords on a replicated partition) is `EntryNormal` whose
+//!   `context` is `LOG_START_CONTEXT` and whose `data` is the new log start offset, 8 bytes
+//!   big-endian, non-negative. Every replica applies it; it occupies no Kafka offset.
 //!
 //! Invariant: an entry that `classify` accepts has a record count in
 //! `1..=RECORD_COUNT_MAX`. Entries from peers are classified before they reach a group, so
@@ -38,14 +41,19 @@ pub enum EntryKind {
     NoOp,
     /// A membership change.
     Config,
+    /// The partition's log start offset moves to `offset` (DeleteRecords).
+    LogStart { offset: i64 },
 }
+
+/// The `context` of a log start entry (no data entry has a 5-byte context).
+pub const LOG_START_CONTEXT: &[u8] = b"start";
 
 impl EntryKind {
     /// How many Kafka offsets the entry occupies.
     pub fn record_count(self) -> u32 {
         match self {
             EntryKind::Data { record_count } => record_count,
-            EntryKind::NoOp | EntryKind::Config => 0,
+            EntryKind::NoOp | EntryKind::Config | EntryKind::LogStart { .. } => 0,
         }
     }
 }
@@ -66,6 +74,16 @@ fn classify_normal(data: &[u8], context: &[u8]) -> Result<EntryKind, &'static st
             Err("no-op entry with a context")
         };
     }
+    if context == LOG_START_CONTEXT {
+        let bytes: [u8; 8] = data
+            .try_into()
+            .map_err(|_| "log start entry data is not 8 bytes")?;
+        let offset = i64::from_be_bytes(bytes);
+        if offset < 0 {
+            return Err("log start entry with a negative offset");
+        }
+        return Ok(EntryKind::LogStart { offset });
+    }
     if data.len() > PAYLOAD_BYTES_MAX {
         return Err("payload larger than PAYLOAD_BYTES_MAX");
     }
@@ -77,6 +95,11 @@ fn classify_normal(data: &[u8], context: &[u8]) -> Result<EntryKind, &'static st
         return Err("record count outside 1..=RECORD_COUNT_MAX");
     }
     Ok(EntryKind::Data { record_count })
+}
+
+/// The `data` and `context` of a log start entry moving the log start to `offset`.
+pub fn log_start_entry(offset: i64) -> (Vec<u8>, &'static [u8]) {
+    (offset.to_be_bytes().to_vec(), LOG_START_CONTEXT)
 }
 
 /// The `context` of a data entry of `record_count` records.
@@ -120,6 +143,18 @@ mod tests {
             b"batch",
             &data_context(RECORD_COUNT_MAX + 1),
             Err("record count outside 1..=RECORD_COUNT_MAX"),
+        );
+        let (data, context) = log_start_entry(42);
+        check(&data, context, Ok(EntryKind::LogStart { offset: 42 }));
+        check(
+            b"abc",
+            LOG_START_CONTEXT,
+            Err("log start entry data is not 8 bytes"),
+        );
+        check(
+            &(-1i64).to_be_bytes(),
+            LOG_START_CONTEXT,
+            Err("log start entry with a negative offset"),
         );
     }
 

@@ -74,6 +74,8 @@ pub(crate) struct Effects<'a> {
     pub outbox: &'a mut Outbox,
     pub completions: &'a mut Vec<Completion>,
     pub rng: &'a mut Prng,
+    /// Log start entries applied (DeleteRecords): the owner moves each partition's start.
+    pub log_starts: &'a mut Vec<(GroupId, KafkaOffset)>,
 }
 
 /// See the module doc.
@@ -417,6 +419,19 @@ impl<S: LogStore> Group<S> {
         proposals_max: usize,
         ack: Ack,
     ) -> Result<(), RaftError> {
+        let context = Bytes::copy_from_slice(&entry::data_context(record_count));
+        self.propose_entry(id, payload, context, proposals_max, ack)
+    }
+
+    /// As `propose`, for any entry `classify` accepts (a data or a log start entry).
+    pub fn propose_entry(
+        &mut self,
+        id: ProposalId,
+        data: Bytes,
+        context: Bytes,
+        proposals_max: usize,
+        ack: Ack,
+    ) -> Result<(), RaftError> {
         let group = self.id;
         if self.fenced {
             return Err(RaftError::Fenced { group });
@@ -428,7 +443,7 @@ impl<S: LogStore> Group<S> {
         if self.pending.len() >= proposals_max {
             return Err(RaftError::Backpressure { group });
         }
-        match self.step_proposal(payload, record_count)? {
+        match self.step_proposal(data, context)? {
             Ok(()) => {}
             Err(raft::Error::ProposalDropped) => return Err(RaftError::Dropped { group }),
             Err(e) => {
@@ -458,7 +473,8 @@ impl<S: LogStore> Group<S> {
         if self.fenced {
             return Err(RaftError::Fenced { group });
         }
-        match self.step_proposal(payload, record_count)? {
+        let context = Bytes::copy_from_slice(&entry::data_context(record_count));
+        match self.step_proposal(payload, context)? {
             Ok(()) => Ok(()),
             Err(raft::Error::ProposalDropped) => Err(RaftError::NotLeader {
                 group,
@@ -476,12 +492,12 @@ impl<S: LogStore> Group<S> {
     /// Vec<u8>; stepping the message keeps the payload's `Bytes`.
     fn step_proposal(
         &mut self,
-        payload: Bytes,
-        record_count: u32,
+        data: Bytes,
+        context: Bytes,
     ) -> Result<raft::Result<()>, RaftError> {
         let e = Entry {
-            data: payload,
-            context: Bytes::copy_from_slice(&entry::data_context(record_count)),
+            data,
+            context,
             ..Entry::default()
         };
         if let Err(why) = entry::classify(&e) {
@@ -688,6 +704,11 @@ impl<S: LogStore> Group<S> {
             ) {
                 if let Err(e) = self.apply_conf_change(&e) {
                     return self.fence(e, fx);
+                }
+            }
+            if e.context.as_ref() == entry::LOG_START_CONTEXT {
+                if let Ok(entry::EntryKind::LogStart { offset }) = entry::classify(&e) {
+                    fx.log_starts.push((self.id, KafkaOffset(offset)));
                 }
             }
             self.applied = index;

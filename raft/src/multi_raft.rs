@@ -209,6 +209,8 @@ pub struct MultiRaft<S: LogStore, T: Transport, C: Clock> {
     pending: BTreeSet<GroupId>,
     /// The groups the last `turn_begin` visited (the ones its second half finishes).
     visited: Vec<GroupId>,
+    /// Log start entries applied since the last `drain_log_starts`.
+    log_starts: Vec<(GroupId, KafkaOffset)>,
     /// Every other node some group here replicates with, and when it was last heard from.
     last_heard: BTreeMap<NodeId, Duration>,
     /// Peers not heard from for an election timeout.
@@ -234,6 +236,7 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
             touched: BTreeSet::new(),
             pending: BTreeSet::new(),
             visited: Vec::new(),
+            log_starts: Vec::new(),
             last_heard: BTreeMap::new(),
             silent: BTreeSet::new(),
             ticks: 0,
@@ -367,6 +370,7 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
             outbox: &mut self.outbox,
             completions: &mut self.completions,
             rng: &mut self.rng,
+            log_starts: &mut self.log_starts,
         };
         for GroupMessage { group, mut message } in batch.messages {
             let stepped = match self.groups.get_mut(&group) {
@@ -439,6 +443,7 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
             outbox: &mut self.outbox,
             completions: &mut self.completions,
             rng: &mut self.rng,
+            log_starts: &mut self.log_starts,
         };
         let silent = &self.silent;
         let sweep = tick && self.ticks % TOUCH_ALL_EVERY_TICKS == 0;
@@ -514,6 +519,7 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
             outbox: &mut self.outbox,
             completions: &mut self.completions,
             rng: &mut self.rng,
+            log_starts: &mut self.log_starts,
         };
         for id in groups {
             if let Some(g) = self.groups.get_mut(id) {
@@ -531,6 +537,7 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
             outbox: &mut self.outbox,
             completions: &mut self.completions,
             rng: &mut self.rng,
+            log_starts: &mut self.log_starts,
         };
         let silent = &self.silent;
         let mut sleepers = Vec::new();
@@ -737,6 +744,37 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
             return Ok(());
         }
         g.store_mut().compact_through(through)
+    }
+
+    /// As leader of `group`, proposes moving its log start offset to `offset` (a replicated
+    /// DeleteRecords); completes once committed. Every replica applies it
+    /// (`drain_log_starts`).
+    pub fn propose_log_start(
+        &mut self,
+        group: GroupId,
+        offset: KafkaOffset,
+    ) -> Result<ProposalId, RaftError> {
+        let g = self
+            .groups
+            .get_mut(&group)
+            .ok_or(RaftError::UnknownGroup { group })?;
+        let id = ProposalId(self.next_proposal);
+        let (data, context) = crate::entry::log_start_entry(offset.0);
+        g.propose_entry(
+            id,
+            Bytes::from(data),
+            Bytes::from_static(context),
+            self.config.proposals_in_flight_max,
+            Ack::Commit,
+        )?;
+        self.next_proposal += 1;
+        self.activity(group);
+        Ok(id)
+    }
+
+    /// The log start entries applied since the last call, in order: (group, new log start).
+    pub fn drain_log_starts(&mut self) -> Vec<(GroupId, KafkaOffset)> {
+        std::mem::take(&mut self.log_starts)
     }
 
     /// Groups that tick (not hibernating).

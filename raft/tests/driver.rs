@@ -439,3 +439,30 @@ fn a_held_write_delays_only_its_node_and_the_group_continues_after_it() {
     c.settle();
     assert_eq!(c.completions[before].result, Ok(KafkaOffset(5)));
 }
+
+#[test]
+fn a_log_start_entry_is_applied_by_every_replica() {
+    let mut c = Cluster::new();
+    c.propose(0, 5).expect("leader accepts");
+    c.settle();
+    assert!(
+        c.nodes[1].propose_log_start(G, KafkaOffset(3)).is_err(),
+        "only the leader proposes"
+    );
+    c.nodes[0]
+        .propose_log_start(G, KafkaOffset(3))
+        .expect("leader accepts");
+    c.ticks(3);
+    assert_eq!(c.completions.len(), 2, "the log start entry completed");
+    assert!(c.completions[1].result.is_ok());
+    for d in c.nodes.iter_mut() {
+        assert_eq!(
+            d.drain_log_starts(),
+            vec![(G, KafkaOffset(3))],
+            "{:?}",
+            d.node()
+        );
+        // It takes no Kafka offset: the next batch continues at 5.
+        assert_eq!(d.applied_kafka_end(G), Some(KafkaOffset(5)));
+    }
+}

@@ -42,6 +42,8 @@ pub enum FrameKind {
     NoOp,
     /// A Kafka control batch (transaction marker); occupies Kafka offsets.
     Control,
+    /// A replicated DeleteRecords: the body is the new log start offset (8 bytes BE).
+    LogStart,
 }
 
 impl FrameKind {
@@ -51,6 +53,7 @@ impl FrameKind {
             FrameKind::RaftConfig => 2,
             FrameKind::NoOp => 3,
             FrameKind::Control => 4,
+            FrameKind::LogStart => 5,
         }
     }
 
@@ -60,6 +63,7 @@ impl FrameKind {
             2 => Some(FrameKind::RaftConfig),
             3 => Some(FrameKind::NoOp),
             4 => Some(FrameKind::Control),
+            5 => Some(FrameKind::LogStart),
             _ => None,
         }
     }

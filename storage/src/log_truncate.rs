@@ -350,13 +350,15 @@ impl Log {
                 config.retention_ms >= 0 && now_ms.saturating_sub(newest_ms) > config.retention_ms;
             let by_size = config.retention_bytes >= 0
                 && total.saturating_sub(s.meta.size_bytes) >= config.retention_bytes as u64;
-            if !(by_time || by_size) {
+            // Below the log start offset: DeleteRecords on a replicated log moved it.
+            let below_start = s.meta.next_offset <= st.log_start_offset;
+            if !(by_time || by_size || below_start) {
                 break;
             }
             total -= s.meta.size_bytes;
             cut = Some((s.meta.next_offset, last));
         }
-        Ok(cut.filter(|&(o, _)| o > st.log_start_offset))
+        Ok(cut)
     }
 
     /// Persists a log start offset of at least `offset`, then deletes the segments below
@@ -366,13 +368,33 @@ impl Log {
         offset: KafkaOffset,
         through: RaftIndex,
     ) -> Result<RetentionOutcome, StorageError> {
+        self.set_log_start(offset)?;
+        self.delete_segments_below(offset, through).await
+    }
+
+    /// Moves the log start offset forward to `offset` (at most the log end offset) and
+    /// persists it; deletes nothing (a replicated log deletes segments only after its Raft
+    /// compaction point moved: retention then counts the segments below the start as due).
+    /// Returns the log start offset.
+    pub fn set_log_start(&self, offset: KafkaOffset) -> Result<KafkaOffset, StorageError> {
         let start = {
             let mut st = self.st.borrow_mut();
-            st.log_start_offset = st.log_start_offset.max(offset);
-            st.log_start_offset
+            self.check_usable(&st)?;
+            if offset > st.log_end_offset {
+                return Err(StorageError::OffsetOutOfRange {
+                    requested: offset,
+                    start: st.log_start_offset,
+                    end: st.log_end_offset,
+                });
+            }
+            if offset <= st.log_start_offset {
+                return Ok(st.log_start_offset);
+            }
+            st.log_start_offset = offset;
+            offset
         };
         io::write_small_file_atomic(&self.dir.join(LOG_START_FILE), &encode_log_start(start))?;
-        self.delete_segments_below(offset, through).await
+        Ok(start)
     }
 
     /// Replaces the whole log by an empty one whose next entry is Raft index `next_index`

@@ -1,4 +1,4 @@
-"""Retention on a replicated topic (ARCHITECTURE.md, Replication: compaction and snapshots).
+"""Retention and DeleteRecords on a replicated topic (ARCHITECTURE.md, Replication).
 
 Every replica deletes the closed segments that retention.bytes / retention.ms select and
 that it has applied; the Raft log's compaction point moves first (persisted), so a
@@ -8,6 +8,9 @@ Kafka offsets. Here a follower is killed, the leader writes and deletes ~60 segm
 follower returns, catches up from the point, and then carries the partition's quorum
 while the old leader is down. Reads through every node see dense offsets from the log
 start, each value the one acknowledged at that offset.
+
+DeleteRecords goes through the Raft log (a log start entry every replica applies), so the
+log start offset it set holds after the leader that answered it is killed.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ def cluster(request):
     assert not bad, f"nodes exited with {bad} after SIGTERM:\n{c.log_tails()}"
 
 
-def produce(ck, bootstrap: str, start: int, count: int) -> dict[bytes, int]:
+def produce(ck, bootstrap: str, start: int, count: int, topic: str = TOPIC) -> dict[bytes, int]:
     """`count` values, one batch each, acks=all; returns value -> acknowledged offset."""
     p = ck.Producer(producer_config(bootstrap, **{"linger.ms": 0, "batch.num.messages": 1}))
     acked: dict[bytes, int] = {}
@@ -64,7 +67,7 @@ def produce(ck, bootstrap: str, start: int, count: int) -> dict[bytes, int]:
 
     for i in range(start, start + count):
         v = f"{i:08d}".encode().ljust(VALUE_BYTES, b".")
-        p.produce(TOPIC, value=v, partition=0, on_delivery=on_delivery)
+        p.produce(topic, value=v, partition=0, on_delivery=on_delivery)
         p.poll(0)
     assert p.flush(90) == 0, "undelivered messages remain"
     assert not errors, errors[:5]
@@ -72,23 +75,23 @@ def produce(ck, bootstrap: str, start: int, count: int) -> dict[bytes, int]:
     return acked
 
 
-def watermarks(ck, bootstrap: str) -> tuple[int, int]:
+def watermarks(ck, bootstrap: str, topic: str = TOPIC) -> tuple[int, int]:
     c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "strand-tests-unused"})
     try:
-        return c.get_watermark_offsets(ck.TopicPartition(TOPIC, 0), timeout=5, cached=False)
+        return c.get_watermark_offsets(ck.TopicPartition(topic, 0), timeout=5, cached=False)
     finally:
         c.close()
 
 
-def read_from_start(ck, bootstrap: str) -> tuple[int, list]:
+def read_from_start(ck, bootstrap: str, topic: str = TOPIC) -> tuple[int, list]:
     """The log start offset and every record from it to the high watermark."""
-    lo, hi = wait_until(lambda: watermarks(ck, bootstrap), DEADLINE_S,
+    lo, hi = wait_until(lambda: watermarks(ck, bootstrap, topic), DEADLINE_S,
                         f"watermarks via {bootstrap}")
     c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "strand-tests-unused",
                      "enable.auto.commit": False, "auto.offset.reset": "error"})
     out = []
     try:
-        c.assign([ck.TopicPartition(TOPIC, 0, lo)])
+        c.assign([ck.TopicPartition(topic, 0, lo)])
         deadline = time.monotonic() + DEADLINE_S
         next_offset = lo
         while next_offset < hi:
@@ -169,3 +172,37 @@ def test_a_follower_behind_the_leaders_retention_installs_its_compaction_point(c
     wait_until(lambda: all(gauge(cluster, n, "strand_under_replicated_partitions") == 0
                            for n in sorted(cluster.nodes)),
                DEADLINE_S, "every replica in sync again")
+
+
+def test_delete_records_on_a_replicated_topic_holds_after_a_failover(ck, cluster):
+    admin = need_module("confluent_kafka.admin")
+    topic = "trimmed"
+    a = admin.AdminClient({"bootstrap.servers": cluster.bootstrap()})
+    a.create_topics([admin.NewTopic(topic, num_partitions=1, replication_factor=3)])[topic].result(30)
+    leader = cluster.wait_leader(topic, 0)
+    acked = produce(ck, cluster.bootstrap(), 0, 100, topic)
+
+    tp = ck.TopicPartition(topic, 0, 40)
+    result = a.delete_records([tp])[tp].result(30)
+    assert result.low_watermark == 40, result
+    assert watermarks(ck, cluster.bootstrap(), topic) == (40, 100)
+    # Past the high watermark: OFFSET_OUT_OF_RANGE, as Kafka answers.
+    with pytest.raises(ck.KafkaException) as e:
+        a.delete_records([ck.TopicPartition(topic, 0, 101)])[ck.TopicPartition(topic, 0, 101)].result(30)
+    assert e.value.args[0].code() == ck.KafkaError.OFFSET_OUT_OF_RANGE, e.value
+
+    cluster.kill9(leader)
+    cluster.wait_leader(topic, 0, exclude=(leader,), timeout=DEADLINE_S)
+    others = [n for n in sorted(cluster.nodes) if n != leader]
+    start, records = read_from_start(ck, cluster.bootstrap(others), topic)
+    assert start == 40, f"the new leader's log start offset is {start}, not 40"
+    writes = [Write(v, OK, 0, off) for v, off in acked.items() if off >= 40]
+    report = check(writes, [records])
+    assert report.counts()["lost"] == 0 and report.counts()["inconsistent_offset"] == 0, report
+    assert [o for _, o, _ in records] == list(range(40, 100))
+
+    # The restarted old leader applied it durably too.
+    cluster.restart(leader)
+    cluster.kill9(others[0])
+    cluster.wait_leader(topic, 0, exclude=(others[0],), timeout=DEADLINE_S)
+    assert watermarks(ck, cluster.bootstrap([leader, others[1]]), topic)[0] == 40
