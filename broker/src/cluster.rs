@@ -139,7 +139,9 @@ impl Shard {
 /// also the controller group.
 pub async fn start(shard: &Rc<Shard>) -> anyhow::Result<()> {
     let c = &shard.config;
-    let rep = Replicator::new(c.node_id, shard.id, &c.seeds);
+    let journal_path = crate::raft_journal::journal_path(&c.data_dir, shard.id);
+    let journal = crate::raft_journal::RaftJournal::open(journal_path).await?;
+    let rep = Replicator::new(c.node_id, shard.id, &c.seeds, journal);
     let port = c
         .rpc_addr
         .port()

@@ -20,6 +20,7 @@ mod ops;
 mod partition;
 mod preflight;
 mod producer_state;
+mod raft_journal;
 mod raft_store;
 mod shard;
 mod shard_admin;

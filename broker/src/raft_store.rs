@@ -1,11 +1,12 @@
 //! `RaftLogStore`: a partition's Raft log (`strand_raft::LogStore`) over its storage-engine
 //! log (ARCHITECTURE.md, Replication: the partition log *is* the Raft log). Entries are
-//! frames; the hard state and the voters live in a small file beside the segments.
+//! frames; the hard state, the members and the compaction point live in the shard's
+//! `RaftJournal` (one append per turn for all its groups).
 //!
 //! raft-rs drives the store synchronously, the disk is asynchronous: appends and suffix
 //! truncations are staged in memory and taken as one [`PersistJob`] per loop turn, which
-//! the shard's replication loop runs (truncate, append, one fdatasync, then the state file
-//! when term or vote changed) before `sync` reports its outcome.
+//! the shard's replication loop runs (truncate, append, one fdatasync; the state goes to
+//! the journal when term, vote or members changed) before `sync` reports its outcome.
 //!
 //! Invariants: `index` always describes the logical log (staged changes included); every
 //! entry after the last applied one is held in `mem` (applying never waits for the disk);
@@ -16,7 +17,6 @@
 //! produce costs one fdatasync per partition per turn.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use bytes::Bytes;
@@ -30,30 +30,33 @@ use strand_storage::{AppendEntry, FrameHeader, FrameKind, LogFrame, StorageError
 
 use crate::partition::Partition;
 
-/// File holding the hard state and the voters, in the partition directory.
+/// Where earlier versions kept a group's state, in the partition directory (read when the
+/// journal has none for the group).
 pub const STATE_FILE: &str = "raft-state.json";
 /// Bytes read per window when the log is scanned at open.
 const OPEN_SCAN_WINDOW_BYTES: usize = 4 << 20;
 
-/// What the state file holds.
+/// A group's persisted Raft state: kept in the shard's `RaftJournal` (earlier versions
+/// wrote it to `STATE_FILE` in the partition directory, which is still read when the
+/// journal has no state for the group).
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
-struct StateFile {
-    term: u64,
-    vote: u64,
-    commit: u64,
-    voters: Vec<u64>,
+pub(crate) struct StateFile {
+    pub(crate) term: u64,
+    pub(crate) vote: u64,
+    pub(crate) commit: u64,
+    pub(crate) voters: Vec<u64>,
     /// Nodes that follow without voting (a joined node in the controller group).
     #[serde(default)]
-    learners: Vec<u64>,
+    pub(crate) learners: Vec<u64>,
     /// The compaction point (retention, or a snapshot installed from the leader): written
     /// before any segment it covers is deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    compacted: Option<Compacted>,
+    pub(crate) compacted: Option<Compacted>,
 }
 
 /// A persisted [`CompactionPoint`].
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
-struct Compacted {
+pub(crate) struct Compacted {
     index: u64,
     term: u64,
     kafka_end: i64,
@@ -92,13 +95,12 @@ pub struct PersistJob {
     start: Option<StartChange>,
     truncate_from: Option<RaftIndex>,
     entries: Vec<Entry>,
-    state: Option<(PathBuf, StateFile)>,
+    state: Option<StateFile>,
 }
 
 /// See the module doc.
 pub struct RaftLogStore {
     part: Rc<Partition>,
-    state_path: PathBuf,
     index: LogIndex,
     hard: HardState,
     conf: ConfState,
@@ -165,16 +167,21 @@ fn frame_kind(e: &Entry) -> Result<(FrameKind, u32), StoreError> {
 }
 
 impl RaftLogStore {
-    /// Opens the Raft view of `part`'s log: reads the state file (or starts a new group
-    /// with `voters` and `learners`), indexes every frame, keeps the entries after the
-    /// commit index in memory.
-    pub async fn open(
+    /// Opens the Raft view of `part`'s log: takes its `saved` state (from the journal; else
+    /// the state file of earlier versions; else a new group with `voters` and `learners`),
+    /// indexes every frame, keeps the entries after the commit index in memory.
+    pub(crate) async fn open(
         part: Rc<Partition>,
         voters: &[u64],
         learners: &[u64],
+        saved: Option<StateFile>,
     ) -> anyhow::Result<RaftLogStore> {
         let state_path = part.log().dir().join(STATE_FILE);
-        let file: StateFile = match std::fs::read(&state_path) {
+        let legacy = match saved {
+            Some(s) => Ok(serde_json::to_vec(&s)?),
+            None => std::fs::read(&state_path),
+        };
+        let file: StateFile = match legacy {
             Ok(b) => serde_json::from_slice(&b)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", state_path.display()))?,
             // No state yet. A log of term-0 frames was written by a single node before
@@ -286,7 +293,6 @@ impl RaftLogStore {
         // partitions would pay two fsyncs each).
         let store = RaftLogStore {
             part,
-            state_path,
             index,
             hard,
             conf,
@@ -325,9 +331,7 @@ impl RaftLogStore {
 
     /// Takes this turn's disk work (None when nothing is staged).
     pub fn take_job(&mut self) -> Option<PersistJob> {
-        let state = self
-            .state_dirty
-            .then(|| (self.state_path.clone(), self.state_file()));
+        let state = self.state_dirty.then(|| self.state_file());
         if self.staged_start.is_none()
             && self.staged_truncate.is_none()
             && self.staged.is_empty()
@@ -336,7 +340,7 @@ impl RaftLogStore {
             return None;
         }
         self.state_dirty = false;
-        if let Some((_, s)) = &state {
+        if let Some(s) = &state {
             self.written = (s.term, s.vote);
         }
         Some(PersistJob {
@@ -391,20 +395,33 @@ impl RaftLogStore {
 }
 
 impl PersistJob {
-    /// Truncates, appends and fdatasyncs the log, then writes the state file if needed. A
-    /// moved log start writes the state file (holding the new compaction point) first and
-    /// then deletes the segments it covers.
-    pub async fn run(mut self) -> Result<(), String> {
+    /// The state this job makes durable, for the shard's journal (taken once).
+    pub(crate) fn take_state(&mut self) -> Option<StateFile> {
+        self.state.take()
+    }
+
+    /// Truncates, appends and fdatasyncs the log while `state_written` (the journal append
+    /// holding this job's state, if any) completes. A moved log start waits for the state
+    /// (which holds the new compaction point) first and then deletes what it covers.
+    pub async fn run(
+        self,
+        state_written: impl std::future::Future<Output = Result<(), String>>,
+    ) -> Result<(), String> {
+        if self.state.is_some() {
+            return Err("the job's state was not taken for the journal".into());
+        }
+        if self.start.is_some() {
+            state_written.await?;
+            return self.run_log().await;
+        }
+        let (log, state) = futures::join!(self.run_log(), state_written);
+        log.and(state)
+    }
+
+    async fn run_log(self) -> Result<(), String> {
         let log = self.part.log();
         let err = |e: StorageError| e.to_string();
         if let Some(change) = self.start {
-            let (path, state) = self
-                .state
-                .take()
-                .ok_or("a moved log start without its state file")?;
-            write_state(&path, &state)
-                .await
-                .map_err(|e| e.to_string())?;
             match change {
                 StartChange::Compact(p) => {
                     let out = log
@@ -453,21 +470,8 @@ impl PersistJob {
         if self.truncate_from.is_some() || !self.entries.is_empty() {
             log.flush().await.map_err(err)?;
         }
-        if let Some((path, state)) = self.state {
-            write_state(&path, &state)
-                .await
-                .map_err(|e| e.to_string())?;
-        }
         Ok(())
     }
-}
-
-/// Writes the state file atomically (temporary file, fdatasync, rename, directory fsync)
-/// through io_uring: thousands of groups electing at once must not block the shard.
-async fn write_state(path: &Path, state: &StateFile) -> anyhow::Result<()> {
-    let bytes = serde_json::to_vec(state)?;
-    strand_storage::io::write_small_file_atomic_async(path, &bytes).await?;
-    Ok(())
 }
 
 impl LogStore for RaftLogStore {
@@ -613,6 +617,7 @@ impl LogStore for RaftLogStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
     use strand_storage::{BatchCache, Log, LogConfig, SystemClock};
 
     fn data_entry(index: u64, term: u64, value: &[u8]) -> Entry {
@@ -642,14 +647,28 @@ mod tests {
             .expect("open log");
         let metrics = Rc::new(crate::metrics::ShardMetrics::new(1));
         let part = Rc::new(Partition::new("t".into(), 0, log, 1 << 20, metrics));
-        RaftLogStore::open(part, &[1, 2, 3], &[])
+        RaftLogStore::open(part, &[1, 2, 3], &[], None)
             .await
             .expect("open store")
     }
 
+    /// Runs the store's job; its state goes to `STATE_FILE` (read back at open when no
+    /// journal state is given), standing in for the shard's journal.
     async fn persist(s: &mut RaftLogStore) {
-        let job = s.take_job().expect("something staged");
-        let r = job.run().await;
+        let mut job = s.take_job().expect("something staged");
+        let state = job.take_state();
+        let path = s.part.log().dir().join(STATE_FILE);
+        let r = job
+            .run(async move {
+                match state {
+                    Some(st) => {
+                        let bytes = serde_json::to_vec(&st).map_err(|e| e.to_string())?;
+                        std::fs::write(&path, bytes).map_err(|e| e.to_string())
+                    }
+                    None => Ok(()),
+                }
+            })
+            .await;
         s.finish_job(r);
         s.sync().expect("persisted");
     }

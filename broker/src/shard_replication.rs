@@ -39,10 +39,15 @@ use strand_raft::{
 
 use crate::errors::KafkaError;
 use crate::partition::Partition;
+use crate::raft_journal::RaftJournal;
 use crate::raft_store::RaftLogStore;
 
 /// The controller's Raft group.
 pub const CONTROLLER_GROUP: GroupId = GroupId(0);
+/// The journal append of one turn, awaited by each of its jobs.
+type StateWritten =
+    futures::future::Shared<futures::future::LocalBoxFuture<'static, Result<(), String>>>;
+
 /// A turn at least this long is logged (at most once per `SLOW_TURN_LOG_INTERVAL`): a
 /// tenth of the default election timeout.
 const SLOW_TURN: Duration = Duration::from_millis(50);
@@ -243,6 +248,8 @@ pub struct Replicator {
     /// next one (never while a persist job of the turn is in flight), whose jobs persist
     /// the new points and delete the segments they cover.
     compactions: RefCell<Vec<(GroupId, RaftIndex)>>,
+    /// The Raft state of every group on this shard (one append per turn).
+    journal: Rc<RaftJournal>,
     /// Groups whose disk work (a `PersistJob`) is running; see `turn`.
     persisting: RefCell<BTreeSet<GroupId>>,
     /// Disk work finished since the last turn, with its outcome.
@@ -261,7 +268,12 @@ pub fn cluster_tag(seeds: &[(i32, SocketAddr)]) -> u64 {
 impl Replicator {
     /// A replicator for shard `shard` of node `me` with peers at their shard-0 RPC
     /// addresses.
-    pub fn new(me: i32, shard: usize, seeds: &[(i32, SocketAddr)]) -> Rc<Replicator> {
+    pub fn new(
+        me: i32,
+        shard: usize,
+        seeds: &[(i32, SocketAddr)],
+        journal: RaftJournal,
+    ) -> Rc<Replicator> {
         let me_id = NodeId(me as u64);
         let tag = cluster_tag(seeds);
         let out = RpcOut {
@@ -301,6 +313,7 @@ impl Replicator {
             health: Cell::new(ReplicaHealth::default()),
             reads_in_flight: RefCell::new(Default::default()),
             compactions: RefCell::new(Vec::new()),
+            journal: Rc::new(journal),
             persisting: RefCell::new(BTreeSet::new()),
             persist_done: RefCell::new(Vec::new()),
             slow_turn_log: crate::logging::RateLimit::new(SLOW_TURN_LOG_INTERVAL),
@@ -415,7 +428,8 @@ impl Replicator {
         if self.hosted.borrow().contains_key(&group) {
             return Ok(());
         }
-        let store = RaftLogStore::open(part.clone(), voters, learners).await?;
+        let saved = self.journal.get(group);
+        let store = RaftLogStore::open(part.clone(), voters, learners, saved).await?;
         let fresh =
             strand_raft::LogStore::index(&store).last_index().0 == 0 && raft_term(&store) == 0;
         {
@@ -446,6 +460,7 @@ impl Replicator {
     /// Stops hosting `group`.
     pub fn unhost(&self, group: GroupId) {
         self.driver.borrow_mut().remove_group(group);
+        self.journal.remove(group);
         if let Some(h) = self.hosted.borrow_mut().remove(&group) {
             let mut health = self.health.get();
             health.leaderless -= u64::from(h.leaderless);
@@ -685,13 +700,20 @@ impl Replicator {
                 .collect()
         };
         let started_jobs = jobs.len();
+        let mut jobs = jobs;
+        let states: Vec<_> = jobs
+            .iter_mut()
+            .filter_map(|(g, j)| j.take_state().map(|s| (*g, s)))
+            .collect();
+        let state_written = self.write_states(states);
         {
             let mut persisting = self.persisting.borrow_mut();
             for (g, job) in jobs {
                 persisting.insert(g);
                 let me = Rc::downgrade(self);
+                let state_written = state_written.clone();
                 crate::shard::spawn_local(async move {
-                    let r = job.run().await;
+                    let r = job.run(state_written).await;
                     if let Some(me) = me.upgrade() {
                         me.persist_done.borrow_mut().push((g, r));
                         me.wake();
@@ -718,6 +740,23 @@ impl Replicator {
                 );
             }
         }
+    }
+
+    /// One journal append for the states of this turn's jobs; each job waits for it.
+    fn write_states(&self, states: Vec<(GroupId, crate::raft_store::StateFile)>) -> StateWritten {
+        use futures::FutureExt;
+        if states.is_empty() {
+            return futures::future::ready(Ok(())).boxed_local().shared();
+        }
+        let journal = self.journal.clone();
+        async move {
+            journal.append(states).await.map_err(|e| {
+                tracing::error!(error = %e, "raft journal append failed; its groups are fenced");
+                e.to_string()
+            })
+        }
+        .boxed_local()
+        .shared()
     }
 
     /// Finishes the groups whose disk work completed since the last turn.

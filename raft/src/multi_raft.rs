@@ -463,7 +463,12 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
                 continue;
             };
             // A leader that hibernates skips the tick: no heartbeat may follow its notices.
+            // A group whose write is in flight skips it too: its clock stops while its own
+            // disk is slow (it could send nothing before the write ends anyway), so a
+            // candidate does not start term after term, each another write, while its vote
+            // is still being persisted.
             if tick
+                && !g.in_flight()
                 && !g.maybe_hibernate(
                     self.config.hibernate_ticks,
                     |n| silent.contains(&n),

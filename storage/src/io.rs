@@ -236,6 +236,77 @@ pub async fn write_small_file_atomic_async(path: &Path, bytes: &[u8]) -> Result<
     Ok(())
 }
 
+/// An append-only file written through io_uring (buffered I/O): each `append_sync` writes
+/// at the end and fdatasyncs. Invariant: `len` is the file's size; the caller serializes
+/// appends (one in flight), so an append that returned Ok is durable with all before it.
+pub struct AppendFile {
+    path: std::path::PathBuf,
+    file: glommio::io::BufferedFile,
+    len: std::cell::Cell<u64>,
+}
+
+impl AppendFile {
+    /// Opens (creating) `path` for appending at its current end.
+    pub async fn open(path: &Path) -> Result<AppendFile, StorageError> {
+        let path = std::path::absolute(path).map_err(|e| StorageError::io(path, e))?;
+        let io_err = |e: glommio::GlommioError<()>| StorageError::io(&path, to_io(e));
+        let file = glommio::io::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .buffered_open(&path)
+            .await
+            .map_err(io_err)?;
+        let len = file.file_size().await.map_err(io_err)?;
+        Ok(AppendFile {
+            path,
+            file,
+            len: std::cell::Cell::new(len),
+        })
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> u64 {
+        self.len.get()
+    }
+
+    /// Whether the file is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len.get() == 0
+    }
+
+    /// Writes `bytes` at the end, then fdatasyncs.
+    pub async fn append_sync(&self, bytes: &[u8]) -> Result<(), StorageError> {
+        let io_err = |e: glommio::GlommioError<()>| StorageError::io(&self.path, to_io(e));
+        let mut written = 0usize;
+        while written < bytes.len() {
+            let at = self.len.get() + written as u64;
+            let n = self
+                .file
+                .write_at(bytes[written..].to_vec(), at)
+                .await
+                .map_err(io_err)?;
+            if n == 0 {
+                let e = io::Error::new(io::ErrorKind::WriteZero, "short write");
+                return Err(StorageError::io(&self.path, e));
+            }
+            written += n;
+        }
+        self.file.fdatasync().await.map_err(io_err)?;
+        self.len.set(self.len.get() + bytes.len() as u64);
+        Ok(())
+    }
+
+    /// Closes the file.
+    pub async fn close(self) -> Result<(), StorageError> {
+        let path = self.path.clone();
+        self.file
+            .close()
+            .await
+            .map_err(|e| StorageError::io(&path, to_io(e)))
+    }
+}
+
 /// `fsync`s a directory so created, renamed and removed entries are durable.
 pub fn fsync_dir(dir: &Path) -> Result<(), StorageError> {
     let d = std::fs::File::open(dir).map_err(|e| StorageError::io(dir, e))?;
