@@ -409,21 +409,8 @@ impl<S: LogStore> Group<S> {
         Ok(())
     }
 
-    /// Proposes one Kafka batch; `id` completes when it is applied, or with `Ack::Append`
-    /// when the leader appended it.
-    pub fn propose(
-        &mut self,
-        id: ProposalId,
-        payload: Bytes,
-        record_count: u32,
-        proposals_max: usize,
-        ack: Ack,
-    ) -> Result<(), RaftError> {
-        let context = Bytes::copy_from_slice(&entry::data_context(record_count));
-        self.propose_entry(id, payload, context, proposals_max, ack)
-    }
-
-    /// As `propose`, for any entry `classify` accepts (a data or a log start entry).
+    /// As leader, proposes one entry `classify` accepts (a data or a log start entry);
+    /// completes with `ack` (see `Ack`).
     pub fn propose_entry(
         &mut self,
         id: ProposalId,

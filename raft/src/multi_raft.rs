@@ -322,18 +322,24 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
         record_count: u32,
         ack: Ack,
     ) -> Result<ProposalId, RaftError> {
+        let context = Bytes::copy_from_slice(&crate::entry::data_context(record_count));
+        self.propose_entry(group, payload, context, ack)
+    }
+
+    /// Proposes one entry `classify` accepts on `group`'s leader.
+    fn propose_entry(
+        &mut self,
+        group: GroupId,
+        data: Bytes,
+        context: Bytes,
+        ack: Ack,
+    ) -> Result<ProposalId, RaftError> {
         let g = self
             .groups
             .get_mut(&group)
             .ok_or(RaftError::UnknownGroup { group })?;
         let id = ProposalId(self.next_proposal);
-        g.propose(
-            id,
-            payload,
-            record_count,
-            self.config.proposals_in_flight_max,
-            ack,
-        )?;
+        g.propose_entry(id, data, context, self.config.proposals_in_flight_max, ack)?;
         self.next_proposal += 1;
         self.activity(group);
         Ok(id)
@@ -759,22 +765,13 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
         group: GroupId,
         offset: KafkaOffset,
     ) -> Result<ProposalId, RaftError> {
-        let g = self
-            .groups
-            .get_mut(&group)
-            .ok_or(RaftError::UnknownGroup { group })?;
-        let id = ProposalId(self.next_proposal);
         let (data, context) = crate::entry::log_start_entry(offset.0);
-        g.propose_entry(
-            id,
+        self.propose_entry(
+            group,
             Bytes::from(data),
             Bytes::from_static(context),
-            self.config.proposals_in_flight_max,
             Ack::Commit,
-        )?;
-        self.next_proposal += 1;
-        self.activity(group);
-        Ok(id)
+        )
     }
 
     /// The log start entries applied since the last call, in order: (group, new log start).

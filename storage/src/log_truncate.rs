@@ -220,24 +220,11 @@ impl Log {
     /// Moves the log start offset to `offset` (DeleteRecords) and deletes closed segments
     /// entirely below it. Returns the new log start offset.
     pub async fn truncate_prefix(&self, offset: KafkaOffset) -> Result<KafkaOffset, StorageError> {
-        {
-            let mut st = self.st.borrow_mut();
-            self.check_usable(&st)?;
-            if offset > st.log_end_offset || offset < KafkaOffset(0) {
-                return Err(StorageError::OffsetOutOfRange {
-                    requested: offset,
-                    start: st.log_start_offset,
-                    end: st.log_end_offset,
-                });
-            }
-            if offset <= st.log_start_offset {
-                return Ok(st.log_start_offset);
-            }
-            st.log_start_offset = offset;
+        let before = self.log_start_offset();
+        if self.set_log_start(offset)? > before {
+            self.delete_segments_below(offset, RaftIndex(u64::MAX))
+                .await?;
         }
-        io::write_small_file_atomic(&self.dir.join(LOG_START_FILE), &encode_log_start(offset))?;
-        self.delete_segments_below(offset, RaftIndex(u64::MAX))
-            .await?;
         Ok(self.log_start_offset())
     }
 
@@ -380,7 +367,7 @@ impl Log {
         let start = {
             let mut st = self.st.borrow_mut();
             self.check_usable(&st)?;
-            if offset > st.log_end_offset {
+            if offset > st.log_end_offset || offset < KafkaOffset(0) {
                 return Err(StorageError::OffsetOutOfRange {
                     requested: offset,
                     start: st.log_start_offset,

@@ -16,6 +16,7 @@ minute there should be none.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import Counter
@@ -63,11 +64,11 @@ def _failed(node) -> bool:
                for w in ("setup", "call"))
 
 
-@pytest.fixture
-def cluster(request):
-    """Three started nodes, owned by this test; SIGTERMed at teardown, which asserts
-    exit code 0 for each."""
-    c = Cluster(name=request.node.name[:40])
+@contextlib.contextmanager
+def owned_cluster(request, **cluster_args):
+    """Three started nodes (`Cluster(**cluster_args)`), owned by the test; SIGTERMed at
+    the end, which asserts exit code 0 for each."""
+    c = Cluster(name=request.node.name[:40], **cluster_args)
     _BROKERS_OF_TEST[request.node.nodeid] = list(c.nodes.values())
     try:
         c.start()
@@ -80,6 +81,13 @@ def cluster(request):
         else:
             print(f"\nkept data dirs of {c.name}: {c.root}")
     assert not bad, f"nodes exited with {bad} after SIGTERM:\n{c.log_tails()}"
+
+
+@pytest.fixture
+def cluster(request):
+    """Three started nodes, owned by this test (see `owned_cluster`)."""
+    with owned_cluster(request) as c:
+        yield c
 
 
 @pytest.fixture

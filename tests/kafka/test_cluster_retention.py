@@ -23,7 +23,7 @@ import pytest
 from cluster_harness import Cluster
 from jepsen_check import OK, Write, check
 from strand_harness import need_module, wait_until
-from test_cluster import _BROKERS_OF_TEST, _failed, ck, gauge, producer_config  # noqa: F401 (ck: fixture)
+from test_cluster import ck, gauge, owned_cluster, producer_config  # noqa: F401 (ck: fixture)
 
 TOPIC = "retained"
 VALUE_BYTES = 1000
@@ -37,20 +37,9 @@ DEADLINE_S = 60.0
 
 @pytest.fixture
 def cluster(request):
-    c = Cluster(name=request.node.name[:40],
-                extra_args=["--retention-check-interval-ms", str(RETENTION_CHECK_MS)])
-    _BROKERS_OF_TEST[request.node.nodeid] = list(c.nodes.values())
-    try:
-        c.start()
+    with owned_cluster(request, extra_args=["--retention-check-interval-ms",
+                                            str(RETENTION_CHECK_MS)]) as c:
         yield c
-    finally:
-        rcs = c.close()
-        bad = {n: rc for n, rc in rcs.items() if rc != 0}
-        if not bad and not _failed(request.node):
-            c.cleanup()
-        else:
-            print(f"\nkept data dirs of {c.name}: {c.root}")
-    assert not bad, f"nodes exited with {bad} after SIGTERM:\n{c.log_tails()}"
 
 
 def produce(ck, bootstrap: str, start: int, count: int, topic: str = TOPIC) -> dict[bytes, int]:
