@@ -177,17 +177,13 @@ impl RaftLogStore {
         saved: Option<StateFile>,
     ) -> anyhow::Result<RaftLogStore> {
         let state_path = part.log().dir().join(STATE_FILE);
-        let legacy = match saved {
-            Some(s) => Ok(serde_json::to_vec(&s)?),
-            None => std::fs::read(&state_path),
-        };
-        let file: StateFile = match legacy {
-            Ok(b) => serde_json::from_slice(&b)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", state_path.display()))?,
+        let legacy = || match std::fs::read(&state_path) {
+            Ok(b) => serde_json::from_slice::<StateFile>(&b)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", state_path.display())),
             // No state yet. A log of term-0 frames was written by a single node before
             // the cluster (an upgraded data directory): each was acknowledged, so all of
             // it is committed.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => StateFile {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(StateFile {
                 voters: voters.to_vec(),
                 learners: learners.to_vec(),
                 commit: if part.log().last_term().0 == 0 {
@@ -196,8 +192,12 @@ impl RaftLogStore {
                     0
                 },
                 ..StateFile::default()
-            },
-            Err(e) => return Err(anyhow::anyhow!("{}: {e}", state_path.display())),
+            }),
+            Err(e) => Err(anyhow::anyhow!("{}: {e}", state_path.display())),
+        };
+        let file: StateFile = match saved {
+            Some(s) => s,
+            None => legacy()?,
         };
         let log = part.log();
         let first = log.first_index();
