@@ -685,7 +685,10 @@ impl Replicator {
     async fn turn(self: &Rc<Self>) {
         let started = crate::clock::now();
         self.finish_persisted();
-        let mut dirty = self.driver.borrow_mut().turn_begin();
+        let mut dirty = {
+            let persisting = self.persisting.borrow();
+            self.driver.borrow_mut().turn_begin(&persisting)
+        };
         for g in self.apply_compactions() {
             if !dirty.contains(&g) {
                 dirty.push(g);
@@ -694,8 +697,11 @@ impl Replicator {
         let began = crate::clock::now();
         let jobs: Vec<_> = {
             let mut d = self.driver.borrow_mut();
+            let persisting = self.persisting.borrow();
+            // One write per store at a time: a group still persisting keeps what it staged.
             dirty
                 .iter()
+                .filter(|g| !persisting.contains(g))
                 .filter_map(|&g| d.store_mut(g).and_then(|s| s.take_job()).map(|j| (g, j)))
                 .collect()
         };

@@ -413,7 +413,7 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
     /// One loop turn: tick if due, drain every `Ready` in two phases, send the batches.
     /// With a store whose `sync` is synchronous (the simulator's) this is the whole turn.
     pub fn turn(&mut self) {
-        self.turn_begin();
+        self.turn_begin(&BTreeSet::new());
         self.turn_finish();
     }
 
@@ -422,7 +422,13 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
     /// groups whose stores must be made durable before `turn_finish`, which calls their
     /// `sync` (a store persisting asynchronously reports there what the caller's write and
     /// fdatasync did in between).
-    pub fn turn_begin(&mut self) -> Vec<GroupId> {
+    ///
+    /// `persisting` (pipelined persistence, see `turn_end`): the groups whose store write
+    /// is still running. They neither tick nor begin a `Ready` until `persisted` reports
+    /// the write done, whether that write holds a `Ready` of theirs or only store work the
+    /// caller staged between turns (a compaction): a second write of one store never starts
+    /// while the first runs, and a `Ready` is finished only by its own write.
+    pub fn turn_begin(&mut self, persisting: &BTreeSet<GroupId>) -> Vec<GroupId> {
         let now = self.clock.now();
         let tick = now >= self.next_tick_at;
         if tick {
@@ -465,6 +471,9 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
         };
         let mut dirty = Vec::new();
         for &id in &visit {
+            if persisting.contains(&id) {
+                continue;
+            }
             let Some(g) = self.groups.get_mut(&id) else {
                 continue;
             };

@@ -104,7 +104,8 @@ impl Cluster {
                             .collect();
                         d.persisted(&done);
                     }
-                    self.persisting[n].extend(d.turn_begin());
+                    let persisting = self.persisting[n].clone();
+                    self.persisting[n].extend(d.turn_begin(&persisting));
                     d.turn_end(&self.persisting[n]);
                 } else {
                     d.turn();
@@ -438,6 +439,32 @@ fn a_held_write_delays_only_its_node_and_the_group_continues_after_it() {
         .expect("new leader accepts");
     c.settle();
     assert_eq!(c.completions[before].result, Ok(KafkaOffset(5)));
+}
+
+#[test]
+fn a_store_write_without_a_ready_holds_the_groups_next_ready() {
+    // The broker persists a compaction (retention) as a store write of its own, outside any
+    // `Ready`. While it runs, the group must begin no `Ready`: that `Ready`'s write would
+    // run beside it, and the compaction's completion would finish the `Ready` (send its
+    // persisted messages, acknowledge its entries) before its own write was durable.
+    let mut c = Cluster::with(true);
+    c.propose(0, 2).expect("leader accepts");
+    c.settle();
+    let last = |c: &Cluster| c.nodes[1].store(G).map(|s| s.index().last_index());
+    let before = last(&c);
+    c.hold[1] = true;
+    c.persisting[1].insert(G);
+    c.propose(0, 3).expect("leader accepts");
+    c.ticks(10);
+    assert_eq!(last(&c), before, "node 2 appended nothing: no Ready began");
+    assert_eq!(
+        c.results().last().map(|r| r.1.clone()),
+        Some(Ok(KafkaOffset(2))),
+        "nodes 1 and 3 commit without node 2"
+    );
+    c.hold[1] = false;
+    c.ticks(5);
+    assert_eq!(c.nodes[1].applied_kafka_end(G), Some(KafkaOffset(5)));
 }
 
 #[test]

@@ -72,8 +72,28 @@ def watermarks(ck, bootstrap: str, topic: str = TOPIC) -> tuple[int, int]:
         c.close()
 
 
+class StartMoved(Exception):
+    """Retention deleted the first segment between reading the log start and fetching it."""
+
+
 def read_from_start(ck, bootstrap: str, topic: str = TOPIC) -> tuple[int, list]:
-    """The log start offset and every record from it to the high watermark."""
+    """The log start offset and every record from it to the high watermark.
+
+    Retention keeps running while this reads (it checks every RETENTION_CHECK_MS), so the
+    log start read from the watermarks can be gone by the first fetch: then Kafka answers
+    OFFSET_OUT_OF_RANGE and the read starts again from the new log start. Only the first
+    fetch may meet that; anything after it is a failure.
+    """
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        assert time.monotonic() < deadline, f"read via {bootstrap}: the log start kept moving"
+        try:
+            return _read_once(ck, bootstrap, topic, deadline)
+        except StartMoved:
+            continue
+
+
+def _read_once(ck, bootstrap: str, topic: str, deadline: float) -> tuple[int, list]:
     lo, hi = wait_until(lambda: watermarks(ck, bootstrap, topic), DEADLINE_S,
                         f"watermarks via {bootstrap}")
     c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "strand-tests-unused",
@@ -81,12 +101,15 @@ def read_from_start(ck, bootstrap: str, topic: str = TOPIC) -> tuple[int, list]:
     out = []
     try:
         c.assign([ck.TopicPartition(topic, 0, lo)])
-        deadline = time.monotonic() + DEADLINE_S
         next_offset = lo
         while next_offset < hi:
             assert time.monotonic() < deadline, f"read via {bootstrap} stuck at {next_offset}"
             for m in c.consume(500, 0.5):
-                assert not m.error(), m.error()
+                err = m.error()
+                if (err is not None and not out
+                        and err.code() == ck.KafkaError._AUTO_OFFSET_RESET):
+                    raise StartMoved()
+                assert err is None, err
                 out.append((0, m.offset(), m.value()))
                 next_offset = m.offset() + 1
     finally:
