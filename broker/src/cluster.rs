@@ -464,6 +464,9 @@ pub async fn host_partition(shard: &Rc<Shard>, meta: &Metadata, part: Rc<Partiti
         let (weak, p) = (Rc::downgrade(shard), part.clone());
         part.set_on_leader_gain(Box::new(move || {
             if let Some(s) = weak.upgrade() {
+                // Loading from this moment: no group request is answered from what this
+                // node held as a follower.
+                s.groups_loading.borrow_mut().insert(p.index);
                 let p = p.clone();
                 crate::shard::spawn_local(async move { s.reload_groups(&p).await });
             }

@@ -436,8 +436,16 @@ async fn fetch_offsets(shard: &Rc<Shard>, r: FetchOffsetsRequestT) -> BodyT {
         .await
     {
         Reply::Offsets(mut groups) if !groups.is_empty() => {
-            let offsets = groups
-                .swap_remove(0)
+            let offsets = match groups.swap_remove(0) {
+                Ok(o) => o,
+                Err(code) => {
+                    return BodyT::FetchOffsetsResponse(Box::new(FetchOffsetsResponseT {
+                        offsets: None,
+                        error: code_error(code, "this node does not coordinate the group now"),
+                    }))
+                }
+            };
+            let offsets = offsets
                 .into_iter()
                 .flat_map(|(topic, ps)| {
                     ps.into_iter().map(move |(partition, c)| GroupOffsetT {

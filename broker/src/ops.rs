@@ -172,7 +172,7 @@ pub enum Reply {
     /// Error codes, in order.
     Codes(Vec<i16>),
     /// Offsets per group, in order.
-    Offsets(Vec<crate::kafka::groups::GroupOffsets>),
+    Offsets(Vec<Result<crate::kafka::groups::GroupOffsets, i16>>),
     /// A shard's counters.
     Stats(Box<crate::admin::ShardSnapshot>),
     /// A producer id, or why none.
@@ -251,7 +251,10 @@ impl Shard {
                 self.wait_all_groups_loaded().await;
                 let mut codes = Vec::with_capacity(ids.len());
                 for g in ids {
-                    codes.push(self.delete_group(&g).await);
+                    codes.push(match self.coordinator_check(&g) {
+                        Ok(()) => self.delete_group(&g).await,
+                        Err(error) => error,
+                    });
                 }
                 Reply::Codes(codes)
             }

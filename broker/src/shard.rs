@@ -80,6 +80,9 @@ pub struct Shard {
     native_ports: Arc<Vec<std::sync::atomic::AtomicU16>>,
     /// Groups coordinated by this shard.
     pub(crate) groups: RefCell<HashMap<String, crate::group::state::Group>>,
+    /// Cluster mode: offsets partitions whose groups are being replayed after this node
+    /// became their leader (their coordinator answers COORDINATOR_LOAD_IN_PROGRESS).
+    pub(crate) groups_loading: RefCell<std::collections::BTreeSet<i32>>,
     cache: Rc<BatchCache>,
     metastore: RefCell<Option<MetaStore>>,
     stats: Cell<ShardStats>,
@@ -249,8 +252,45 @@ impl Shard {
     }
 
     /// Cluster mode, on becoming the coordinator of an offsets partition: forgets what this
-    /// node knew of its groups (it followed without applying) and replays the log.
+    /// node knew of its groups (it followed without applying) and replays the log. The
+    /// caller marked the partition loading (`groups_loading`) when leadership came; it is
+    /// unmarked here once the groups are replayed.
     pub(crate) async fn reload_groups(&self, part: &Partition) {
+        self.groups_loading.borrow_mut().insert(part.index);
+        self.replay_after_leader_gain(part).await;
+        self.groups_loading.borrow_mut().remove(&part.index);
+    }
+
+    /// Whether this shard coordinates `group` now. Without replication it always does; in
+    /// a cluster only while this node leads the group's `__consumer_offsets` partition
+    /// (NOT_COORDINATOR otherwise: a follower's groups are stale, and one that lost the
+    /// leadership must not keep answering heartbeats beside the new coordinator) and has
+    /// replayed its records (COORDINATOR_LOAD_IN_PROGRESS meanwhile). Clients look the
+    /// coordinator up again on either.
+    pub fn coordinator_check(&self, group: &str) -> Result<(), i16> {
+        use crate::group::coordinator::code;
+        if !self.clustered() {
+            return Ok(());
+        }
+        let meta = self.metadata();
+        let Some(t) = meta.topics.get(crate::group::OFFSETS_TOPIC) else {
+            return Err(code::COORDINATOR_NOT_AVAILABLE);
+        };
+        let p = crate::group::partition_for(group, t.shards.len());
+        let key = (crate::group::OFFSETS_TOPIC.to_string(), p);
+        match self.partitions.borrow().get(&key) {
+            Some(part) if part.serving() => {
+                if self.groups_loading.borrow().contains(&p) {
+                    Err(code::COORDINATOR_LOAD_IN_PROGRESS)
+                } else {
+                    Ok(())
+                }
+            }
+            _ => Err(code::NOT_COORDINATOR),
+        }
+    }
+
+    async fn replay_after_leader_gain(&self, part: &Partition) {
         let partitions = self
             .metadata()
             .topics
@@ -600,6 +640,7 @@ async fn shard_main(
         meta: RefCell::new(Arc::new(Metadata::default())),
         partitions: RefCell::new(HashMap::new()),
         groups: RefCell::new(HashMap::new()),
+        groups_loading: RefCell::new(std::collections::BTreeSet::new()),
         requests: RefCell::new(vec![0; crate::kafka::SUPPORTED.len()]),
         applying_metadata: Cell::new(false),
         connections: Cell::new(0),

@@ -86,8 +86,14 @@ pub fn group_of(ctx: &Ctx, body: &Bytes) -> Result<String, FramingError> {
     })
 }
 
-/// Executes a single-group request on this (coordinator) shard.
+/// Executes a single-group request on this (coordinator) shard; refused with
+/// NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS when this node does not coordinate the
+/// group now (see `Shard::coordinator_check`).
 pub async fn execute(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
+    let group = group_of(ctx, &body)?;
+    if let Err(error) = shard.coordinator_check(&group) {
+        return refused(ctx, body, error);
+    }
     match ctx.key {
         ApiKey::JoinGroup => join(shard, ctx, body).await,
         ApiKey::SyncGroup => {
@@ -117,6 +123,60 @@ pub async fn execute(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes,
         ApiKey::OffsetDelete => offset_delete(shard, ctx, body).await,
         _ => Err(FramingError::UnsupportedApi(ctx.key as i16)),
     }
+}
+
+/// The answer to a single-group request this node does not coordinate now: `error` as
+/// Kafka puts it in each API's response (a JoinGroup keeps the caller's member id and no
+/// generation; an OffsetCommit answers it for every partition).
+fn refused(ctx: &Ctx, body: Bytes, error: i16) -> Result<Bytes, FramingError> {
+    match ctx.key {
+        ApiKey::JoinGroup => {
+            let r: JoinGroupRequest = ctx.decode(body)?;
+            let resp = JoinGroupResponse::default()
+                .with_error_code(error)
+                .with_generation_id(-1)
+                .with_protocol_name(if ctx.version >= 7 { None } else { Some(s("")) })
+                .with_member_id(r.member_id);
+            ctx.respond(&resp)
+        }
+        ApiKey::SyncGroup => ctx.respond(&SyncGroupResponse::default().with_error_code(error)),
+        ApiKey::Heartbeat => ctx.respond(&HeartbeatResponse::default().with_error_code(error)),
+        ApiKey::LeaveGroup => ctx.respond(&LeaveGroupResponse::default().with_error_code(error)),
+        ApiKey::OffsetDelete => {
+            ctx.respond(&OffsetDeleteResponse::default().with_error_code(error))
+        }
+        ApiKey::OffsetCommit => {
+            let r: OffsetCommitRequest = ctx.decode(body)?;
+            ctx.respond(&commit_answer(&r, std::iter::repeat(error)))
+        }
+        _ => Err(FramingError::UnsupportedApi(ctx.key as i16)),
+    }
+}
+
+/// The OffsetCommit response echoing the request's partitions with `codes`, in order.
+fn commit_answer(
+    r: &OffsetCommitRequest,
+    mut codes: impl Iterator<Item = i16>,
+) -> OffsetCommitResponse {
+    let topics = r
+        .topics
+        .iter()
+        .map(|t| {
+            let parts = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    OffsetCommitResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(codes.next().unwrap_or(code::UNKNOWN_MEMBER_ID))
+                })
+                .collect();
+            OffsetCommitResponseTopic::default()
+                .with_name(t.name.clone())
+                .with_partitions(parts)
+        })
+        .collect();
+    OffsetCommitResponse::default().with_topics(topics)
 }
 
 async fn join(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
@@ -224,34 +284,15 @@ async fn commit(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, Fram
             })
         })
         .collect();
-    let mut codes = shard
+    let codes = shard
         .offset_commit(
             &r.group_id.0,
             &r.member_id,
             r.generation_id_or_member_epoch,
             offsets,
         )
-        .await
-        .into_iter();
-    let topics = r
-        .topics
-        .iter()
-        .map(|t| {
-            let parts = t
-                .partitions
-                .iter()
-                .map(|p| {
-                    OffsetCommitResponsePartition::default()
-                        .with_partition_index(p.partition_index)
-                        .with_error_code(codes.next().unwrap_or(code::UNKNOWN_MEMBER_ID))
-                })
-                .collect();
-            OffsetCommitResponseTopic::default()
-                .with_name(t.name.clone())
-                .with_partitions(parts)
-        })
-        .collect();
-    ctx.respond(&OffsetCommitResponse::default().with_topics(topics))
+        .await;
+    ctx.respond(&commit_answer(&r, codes.into_iter()))
 }
 
 async fn offset_delete(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
@@ -396,6 +437,9 @@ pub fn describe_local(shard: &Shard, ids: Vec<String>) -> Vec<DescribedGroup> {
     ids.into_iter()
         .map(|id| {
             let base = DescribedGroup::default().with_group_id(GroupId(s(id.clone())));
+            if let Err(error) = shard.coordinator_check(&id) {
+                return base.with_error_code(error);
+            }
             let Some(g) = groups.get(&id) else {
                 return base.with_group_state(s("Dead"));
             };
@@ -445,12 +489,14 @@ pub async fn list(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, Fr
     ctx.respond(&ListGroupsResponse::default().with_groups(groups))
 }
 
-/// Groups held by this shard.
+/// Groups this shard coordinates now (a cluster node lists those of the offsets
+/// partitions it leads, as a Kafka broker lists its coordinator's groups).
 pub fn list_local(shard: &Shard) -> Vec<ListedGroup> {
     shard
         .groups
         .borrow()
         .values()
+        .filter(|g| shard.coordinator_check(&g.id).is_ok())
         .map(|g| {
             ListedGroup::default()
                 .with_group_id(GroupId(s(g.id.clone())))
@@ -516,12 +562,13 @@ pub async fn offset_fetch(
         vec![(r.group_id.0.to_string(), ts)]
     };
     let ids: Vec<String> = wanted.iter().map(|(g, _)| g.clone()).collect();
-    let mut answers: Vec<Option<GroupOffsets>> = vec![None; ids.len()];
+    let mut answers: Vec<Result<GroupOffsets, i16>> =
+        vec![Err(code::COORDINATOR_NOT_AVAILABLE); ids.len()];
     for (target, (_, idx)) in by_shard(shard, &ids) {
         let reqs = idx.iter().map(|&i| wanted[i].clone()).collect();
         if let Reply::Offsets(os) = shard.call(target, Op::OffsetFetch(reqs)).await {
             for (i, o) in idx.into_iter().zip(os) {
-                answers[i] = Some(o);
+                answers[i] = o;
             }
         }
     }
@@ -535,8 +582,9 @@ pub async fn offset_fetch(
             .zip(answers)
             .map(|(g, a)| {
                 let base = OffsetFetchResponseGroup::default().with_group_id(GroupId(s(g)));
-                let Some(a) = a else {
-                    return base.with_error_code(code::COORDINATOR_NOT_AVAILABLE);
+                let a = match a {
+                    Ok(a) => a,
+                    Err(error) => return base.with_error_code(error),
                 };
                 base.with_topics(
                     a.into_iter()
@@ -562,10 +610,10 @@ pub async fn offset_fetch(
             .collect();
         OffsetFetchResponse::default().with_groups(groups)
     } else {
-        let Some(Some(a)) = answers.into_iter().next() else {
-            return ctx.respond(
-                &OffsetFetchResponse::default().with_error_code(code::COORDINATOR_NOT_AVAILABLE),
-            );
+        let a = match answers.into_iter().next() {
+            Some(Ok(a)) => a,
+            Some(Err(error)) => return offset_fetch_refused(ctx, &r, error),
+            None => return offset_fetch_refused(ctx, &r, code::COORDINATOR_NOT_AVAILABLE),
         };
         let topics = a
             .into_iter()
@@ -591,10 +639,51 @@ pub async fn offset_fetch(
     ctx.respond(&resp)
 }
 
-/// Offsets of groups held by this shard.
-pub fn offset_fetch_local(shard: &Shard, reqs: Vec<(String, WantedOffsets)>) -> Vec<GroupOffsets> {
+/// OffsetFetch before v8 refused: the error at the top (v2+) and on every partition asked
+/// for (v0 and v1 have only those).
+fn offset_fetch_refused(
+    ctx: &Ctx,
+    r: &OffsetFetchRequest,
+    error: i16,
+) -> Result<Bytes, FramingError> {
+    let topics = r
+        .topics
+        .iter()
+        .flatten()
+        .map(|t| {
+            let parts = t
+                .partition_indexes
+                .iter()
+                .map(|&p| {
+                    OffsetFetchResponsePartition::default()
+                        .with_partition_index(p)
+                        .with_committed_offset(-1)
+                        .with_error_code(error)
+                })
+                .collect();
+            OffsetFetchResponseTopic::default()
+                .with_name(t.name.clone())
+                .with_partitions(parts)
+        })
+        .collect();
+    let resp = OffsetFetchResponse::default().with_topics(topics);
+    ctx.respond(&if ctx.version >= 2 {
+        resp.with_error_code(error)
+    } else {
+        resp
+    })
+}
+
+/// Offsets of groups held by this shard, or why it does not coordinate a group now.
+pub fn offset_fetch_local(
+    shard: &Shard,
+    reqs: Vec<(String, WantedOffsets)>,
+) -> Vec<Result<GroupOffsets, i16>> {
     let groups = shard.groups.borrow();
     reqs.into_iter()
-        .map(|(g, wanted)| fetch_offsets(groups.get(&g), wanted))
+        .map(|(g, wanted)| {
+            shard.coordinator_check(&g)?;
+            Ok(fetch_offsets(groups.get(&g), wanted))
+        })
         .collect()
 }
