@@ -1,6 +1,7 @@
 //! Cluster mode on a shard (ARCHITECTURE.md, Replication: Controller): the controller
 //! group's log applied into [`Metadata`], metadata commands proposed to it, node
-//! registration, the leader table every shard keeps, and hosting the Raft groups of the
+//! registration, the leader table every shard keeps (with each leader's in-sync set for
+//! Metadata), and hosting the Raft groups of the
 //! partitions this node is a replica of.
 //!
 //! Invariants: the metadata a node serves is exactly the controller log's committed prefix
@@ -24,7 +25,7 @@ use crate::metadata::{Command, MetaError, Metadata};
 use crate::ops::Op;
 use crate::partition::Partition;
 use crate::shard::{sleep, Shard};
-use crate::shard_replication::{Replicator, CONTROLLER_GROUP};
+use crate::shard_replication::{LeaderChange, Replicator, CONTROLLER_GROUP};
 
 /// Directory of the controller group's log under the data directory.
 pub const CONTROLLER_DIR: &str = "__strand_controller";
@@ -46,6 +47,9 @@ pub struct ClusterState {
     pub replicator: RefCell<Option<Rc<Replicator>>>,
     /// Leader node (-1 unknown) and epoch of every group, as broadcast by the shards.
     pub leaders: RefCell<HashMap<u64, (i32, i32)>>,
+    /// The replicas out of Kafka's in-sync set of every group, as its leader reported them,
+    /// with the leader's epoch.
+    pub out_of_sync: RefCell<HashMap<u64, (i32, Vec<i32>)>>,
     /// Shard 0: the metadata applied from the controller log.
     applied: RefCell<Metadata>,
     /// Shard 0: Kafka offset of the next controller record to apply.
@@ -104,24 +108,46 @@ impl Shard {
     }
 
     /// Records leader changes broadcast by a shard of this node (it hosts those groups).
-    pub fn note_leaders(&self, changes: Vec<(u64, i32, i32)>) {
+    pub fn note_leaders(&self, changes: Vec<LeaderChange>) {
         let mut l = self.cluster.leaders.borrow_mut();
-        for (g, leader, epoch) in changes {
-            l.insert(g, (leader, epoch));
+        let mut out = self.cluster.out_of_sync.borrow_mut();
+        for c in changes {
+            l.insert(c.group, (c.leader, c.epoch));
+            if c.leader == self.config.node_id {
+                out.insert(c.group, (c.epoch, c.out_of_sync));
+            }
         }
     }
 
     /// Records the leaders another node announced: newer than what is known (a higher
     /// epoch, or a leader where the same epoch had none).
-    pub fn note_remote_leaders(&self, changes: Vec<(u64, i32, i32)>) {
+    pub fn note_remote_leaders(&self, changes: Vec<LeaderChange>) {
         let mut l = self.cluster.leaders.borrow_mut();
-        for (g, leader, epoch) in changes {
-            let newer = l.get(&g).is_none_or(|&(old, old_epoch)| {
-                epoch > old_epoch || (epoch == old_epoch && old < 0)
+        let mut out = self.cluster.out_of_sync.borrow_mut();
+        for c in changes {
+            let newer = l.get(&c.group).is_none_or(|&(old, old_epoch)| {
+                c.epoch > old_epoch || (c.epoch == old_epoch && old < 0)
             });
             if newer {
-                l.insert(g, (leader, epoch));
+                l.insert(c.group, (c.leader, c.epoch));
             }
+            // Every announced group is led by the announcer: its in-sync set is current.
+            if out.get(&c.group).is_none_or(|&(e, _)| c.epoch >= e) {
+                out.insert(c.group, (c.epoch, c.out_of_sync));
+            }
+        }
+    }
+
+    /// Kafka's in-sync replicas of `group` with leader epoch `epoch`: `replicas` less those
+    /// its leader reported out of sync in that epoch (all of them while none is known).
+    pub fn in_sync_replicas(&self, group: u64, epoch: i32, replicas: &[i32]) -> Vec<i32> {
+        match self.cluster.out_of_sync.borrow().get(&group) {
+            Some((e, out)) if *e == epoch => replicas
+                .iter()
+                .copied()
+                .filter(|r| !out.contains(r))
+                .collect(),
+            _ => replicas.to_vec(),
         }
     }
 

@@ -42,7 +42,7 @@ pub enum ControlMsg {
     Join(JoinRequest),
     /// Groups the sender leads: (group, leader node, leader epoch). Every node learns the
     /// leaders of partitions it does not host, for Metadata and FindCoordinator.
-    Leaders(Vec<(u64, i32, i32)>),
+    Leaders(Vec<crate::shard_replication::LeaderChange>),
 }
 
 /// What a joining node sends a seed.

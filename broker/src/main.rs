@@ -9,6 +9,7 @@ mod cluster_join;
 mod config;
 mod errors;
 mod group;
+mod isr;
 mod kafka;
 mod logging;
 mod metadata;

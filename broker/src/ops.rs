@@ -139,9 +139,9 @@ pub enum Op {
     OffsetFetch(Vec<(String, crate::kafka::groups::WantedOffsets)>),
     /// Leader changes of Raft groups (group, leader node or -1, epoch), from a shard's
     /// replicator to every shard.
-    Leaders(Vec<(u64, i32, i32)>),
+    Leaders(Vec<crate::shard_replication::LeaderChange>),
     /// Cluster mode: leaders another node announced (groups it leads).
-    RemoteLeaders(Vec<(u64, i32, i32)>),
+    RemoteLeaders(Vec<crate::shard_replication::LeaderChange>),
     /// Counters for admin HTTP.
     Stats,
     /// Hand out a new producer id (shard 0 only).

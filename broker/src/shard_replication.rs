@@ -195,6 +195,9 @@ struct Hosted {
     /// Counted in the shard's `ReplicaHealth` after its last turn.
     leaderless: bool,
     under_replicated: bool,
+    /// As leader: Kafka's in-sync set and the replicas last published out of it.
+    isr: crate::isr::IsrTracker,
+    out_of_sync: Vec<i32>,
 }
 
 /// Replication health of a shard's groups after a turn.
@@ -212,8 +215,23 @@ pub struct ReplicaHealth {
 /// Answers a node asking to join (shard 0): the reply frame's body.
 pub type OnJoin = Rc<dyn Fn(JoinRequest) -> futures::future::LocalBoxFuture<'static, Bytes>>;
 
-/// A leader change: (group, leader node or -1, term as the Kafka leader epoch).
-pub type LeaderChange = (u64, i32, i32);
+/// A group's leader as a node sees it after a turn; when `leader` is the node reporting
+/// it, also the replicas out of Kafka's in-sync set (see `crate::isr`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LeaderChange {
+    /// The Raft group.
+    #[serde(rename = "g")]
+    pub group: u64,
+    /// Leader node, -1 when none is known.
+    #[serde(rename = "l")]
+    pub leader: i32,
+    /// The leader's term as the Kafka leader epoch.
+    #[serde(rename = "e")]
+    pub epoch: i32,
+    /// Reported by the leader itself: replicas out of the in-sync set (sorted).
+    #[serde(rename = "o", default, skip_serializing_if = "Vec::is_empty")]
+    pub out_of_sync: Vec<i32>,
+}
 /// Receives the leader changes of a turn.
 pub type OnLeaderChanges = Box<dyn Fn(Vec<LeaderChange>)>;
 
@@ -349,15 +367,20 @@ impl Replicator {
             let d = self.driver.borrow();
             self.hosted
                 .borrow()
-                .keys()
-                .filter(|&&g| d.is_leader(g))
-                .map(|&g| {
+                .iter()
+                .filter(|(&g, _)| d.is_leader(g))
+                .map(|(&g, h)| {
                     let term = d.term(g).map_or(0, |t| t.0);
-                    (g.0, me, i32::try_from(term).unwrap_or(i32::MAX))
+                    LeaderChange {
+                        group: g.0,
+                        leader: me,
+                        epoch: i32::try_from(term).unwrap_or(i32::MAX),
+                        out_of_sync: h.out_of_sync.clone(),
+                    }
                 })
                 .collect()
         } else {
-            changes.iter().copied().filter(|c| c.1 == me).collect()
+            changes.iter().filter(|c| c.leader == me).cloned().collect()
         };
         if led.is_empty() {
             return;
@@ -451,6 +474,8 @@ impl Replicator {
                 term: 0,
                 leaderless: false,
                 under_replicated: false,
+                isr: Default::default(),
+                out_of_sync: Vec::new(),
             },
         );
         self.wake();
@@ -807,6 +832,7 @@ impl Replicator {
         let mut health = self.health.get();
         {
             let touched = self.driver.borrow_mut().take_touched();
+            let now = crate::clock::now();
             let d = self.driver.borrow();
             let mut hosted = self.hosted.borrow_mut();
             for g in touched {
@@ -829,11 +855,23 @@ impl Replicator {
                 if g == CONTROLLER_GROUP {
                     health.controller_leader = is_leader;
                 }
-                if (leader, term) != (h.leader, h.term) {
+                let out_of_sync = match d.voter_progress(g) {
+                    Some(progress) if g != CONTROLLER_GROUP => h.isr.update(&progress, now),
+                    _ => {
+                        h.isr.reset();
+                        Vec::new()
+                    }
+                };
+                if (leader, term) != (h.leader, h.term) || out_of_sync != h.out_of_sync {
                     h.leader = leader;
                     h.term = term;
-                    let l = leader.map_or(-1, |n| n.0 as i32);
-                    changes.push((g.0, l, i32::try_from(term).unwrap_or(i32::MAX)));
+                    h.out_of_sync = out_of_sync.clone();
+                    changes.push(LeaderChange {
+                        group: g.0,
+                        leader: leader.map_or(-1, |n| n.0 as i32),
+                        epoch: i32::try_from(term).unwrap_or(i32::MAX),
+                        out_of_sync,
+                    });
                 }
                 if g == CONTROLLER_GROUP {
                     let end = d.applied_kafka_end(g);
@@ -975,7 +1013,7 @@ async fn serve_peer(me: Weak<Replicator>, mut stream: TcpStream) -> anyhow::Resu
                     use crate::cluster_join::ControlMsg;
                     match serde_json::from_slice::<ControlMsg>(&body)? {
                         ControlMsg::Leaders(changes) => {
-                            if peer.is_none_or(|p| changes.iter().any(|c| c.1 as u64 != p.0)) {
+                            if peer.is_none_or(|p| changes.iter().any(|c| c.leader as u64 != p.0)) {
                                 anyhow::bail!("leaders announced by {peer:?} for another node");
                             }
                             if let Some(f) = rep.on_remote_leaders.borrow().as_ref() {

@@ -618,6 +618,24 @@ impl<S: LogStore> Group<S> {
         )
     }
 
+    /// As leader: each other replica (voter or learner) with whether it has every committed
+    /// entry and whether it was heard from within the last election timeout. `None` when
+    /// not leading.
+    pub fn voter_progress(&self) -> Option<Vec<(NodeId, bool, bool)>> {
+        if !self.is_leader() {
+            return None;
+        }
+        let r = &self.node.raft;
+        let committed = r.raft_log.committed;
+        Some(
+            r.prs()
+                .iter()
+                .filter(|(id, _)| **id != r.id)
+                .map(|(id, pr)| (NodeId(*id), pr.matched >= committed, pr.recent_active))
+                .collect(),
+        )
+    }
+
     /// As leader: whether voter `node` has every committed entry and was heard from within
     /// the last election timeout (a safe target for a leadership transfer).
     pub fn voter_in_sync(&self, node: NodeId) -> bool {

@@ -811,6 +811,21 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
         })
     }
 
+    /// As `group`'s leader: each other voter, caught up with the commit index or not,
+    /// heard from within an election timeout or not (see `Group::voter_progress`). A
+    /// hibernating group's voters are all caught up and active (it sleeps only so).
+    pub fn voter_progress(&self, group: GroupId) -> Option<Vec<(NodeId, bool, bool)>> {
+        let progress = self.groups.get(&group).and_then(Group::voter_progress)?;
+        Some(if self.awake.contains(&group) {
+            progress
+        } else {
+            progress
+                .into_iter()
+                .map(|(n, _, _)| (n, true, true))
+                .collect()
+        })
+    }
+
     /// As `group`'s leader: whether voter `node` is in sync (see `Group::voter_in_sync`).
     pub fn voter_in_sync(&self, group: GroupId, node: NodeId) -> bool {
         self.groups

@@ -418,6 +418,31 @@ def test_three_nodes_form_a_cluster_and_replicate_a_topic(ck, cluster, rf3_topic
     assert_consistent(writes, passes, min_ok=2 * n)
 
 
+def test_metadata_reports_the_in_sync_replicas(ck, cluster, rf3_topic):
+    """Metadata's isr_nodes is the leader's in-sync set, on every node: a killed follower
+    leaves it (silent for an election timeout), and returns once restarted and caught up."""
+    topic = rf3_topic
+    leader = cluster.wait_leader(topic, 0)
+    follower, other = [n for n in NODE_IDS if n != leader]
+
+    def isr_views(nodes) -> set:
+        return {tuple(sorted(cluster.metadata(n).topics[topic][0].isr)) for n in nodes}
+
+    everyone = (tuple(NODE_IDS),)
+    wait_until(lambda: isr_views(NODE_IDS) == set(everyone), LEADERS_DEADLINE_S,
+               "every node to report all three replicas in sync")
+    cluster.kill9(follower)
+    without = tuple(sorted((leader, other)))
+    wait_until(lambda: isr_views((leader, other)) == {without}, LEADERS_DEADLINE_S,
+               f"node {follower} out of the in-sync replicas on the live nodes")
+    # Writes it misses while down; it rejoins the set only once it has them.
+    produce_all(ck, cluster, topic, range(50))
+    cluster.restart(follower)
+    wait_until(lambda: isr_views(NODE_IDS) == set(everyone), LEADERS_DEADLINE_S,
+               f"node {follower} back in the in-sync replicas on every node")
+    assert cluster.wait_leader(topic, 0) == leader
+
+
 def gauge(cluster: Cluster, node: int, name: str) -> float:
     """A gauge of one node's /metrics (summed over its label sets)."""
     import urllib.request

@@ -134,13 +134,14 @@ fn partition_metadata(
             .with_replica_nodes(vec![BrokerId(node)])
             .with_isr_nodes(vec![BrokerId(node)]);
     }
-    let replicas: Vec<BrokerId> = t.replicas_of(p).iter().map(|&n| BrokerId(n)).collect();
-    let (leader, epoch) = shard.leader_of_group(t.group_of(p));
+    let group = t.group_of(p);
+    let (leader, epoch) = shard.leader_of_group(group);
+    let isr = shard.in_sync_replicas(group, epoch, t.replicas_of(p));
     let base = base
         .with_leader_id(BrokerId(leader))
         .with_leader_epoch(if ctx.version >= 7 { epoch } else { -1 })
-        .with_replica_nodes(replicas.clone())
-        .with_isr_nodes(replicas);
+        .with_replica_nodes(t.replicas_of(p).iter().map(|&n| BrokerId(n)).collect())
+        .with_isr_nodes(isr.into_iter().map(BrokerId).collect());
     if leader < 0 {
         base.with_error_code(5)
     } else {
