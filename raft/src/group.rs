@@ -605,15 +605,11 @@ impl<S: LogStore> Group<S> {
     /// As leader: the other voters not in sync (Kafka's ISR sense): behind the commit
     /// index, or not heard from within the last election timeout. `None` when not leading.
     pub fn lagging_voters(&self) -> Option<usize> {
-        if !self.is_leader() {
-            return None;
-        }
-        let r = &self.node.raft;
-        let committed = r.raft_log.committed;
+        let progress = self.voter_progress()?;
         Some(
-            r.prs()
+            progress
                 .iter()
-                .filter(|(id, pr)| **id != r.id && (pr.matched < committed || !pr.recent_active))
+                .filter(|&&(_, caught_up, active)| !(caught_up && active))
                 .count(),
         )
     }
