@@ -184,7 +184,8 @@ pub fn read_small_file(path: &Path) -> Result<Option<Vec<u8>>, StorageError> {
 }
 
 /// Writes a small file atomically: temp file, fsync, rename, fsync directory. Cold path
-/// only (segment roll, DeleteRecords): it blocks the shard for a few syscalls.
+/// only (a node id at start-up, DeleteRecords): it blocks the shard for a few syscalls;
+/// see `write_small_file_atomic_async`.
 pub fn write_small_file_atomic(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
     use std::io::Write;
     let tmp = path.with_extension("tmp");
@@ -227,13 +228,21 @@ pub async fn write_small_file_atomic_async(path: &Path, bytes: &[u8]) -> Result<
         .await
         .map_err(|e| io_err(path, e))?;
     if let Some(dir) = path.parent() {
-        let d = glommio::io::Directory::open(dir)
-            .await
-            .map_err(|e| io_err(dir, e))?;
-        d.sync().await.map_err(|e| io_err(dir, e))?;
-        d.close().await.map_err(|e| io_err(dir, e))?;
+        fsync_dir_async(dir).await?;
     }
     Ok(())
+}
+
+/// Makes a directory's entries (files created, renamed, removed) durable without blocking
+/// the shard: the fsync goes through io_uring. A blocking `fsync_dir` on a shard stalls
+/// every partition and connection of it for the journal commit, milliseconds under load.
+pub async fn fsync_dir_async(dir: &Path) -> Result<(), StorageError> {
+    // glommio opens a directory relative to no directory (EBADF for a relative path).
+    let dir = &std::path::absolute(dir).map_err(|e| StorageError::io(dir, e))?;
+    let io_err = |e: glommio::GlommioError<()>| StorageError::io(dir, to_io(e));
+    let d = glommio::io::Directory::open(dir).await.map_err(io_err)?;
+    d.sync().await.map_err(io_err)?;
+    d.close().await.map_err(io_err)
 }
 
 /// An append-only file written through io_uring (buffered I/O): each `append_sync` writes

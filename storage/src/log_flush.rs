@@ -261,7 +261,7 @@ async fn run_op(
         Some(f) => f.clone(),
         None => {
             let f = SegmentFile::create(&op.path).await.map_err(fault_of)?;
-            io::fsync_dir(dir).map_err(fault_of)?;
+            io::fsync_dir_async(dir).await.map_err(fault_of)?;
             Rc::new(f)
         }
     };
@@ -298,8 +298,8 @@ async fn finalize(
 ) -> bool {
     let result = async {
         file.truncate(size).await?;
-        io::write_small_file_atomic(&path.with_extension("index"), index)?;
-        io::write_small_file_atomic(&path.with_extension("timeindex"), time)
+        io::write_small_file_atomic_async(&path.with_extension("index"), index).await?;
+        io::write_small_file_atomic_async(&path.with_extension("timeindex"), time).await
     }
     .await;
     if let Err(e) = &result {

@@ -106,7 +106,7 @@ impl Log {
                 io::remove_file(&path.with_extension(ext))?;
             }
         }
-        io::fsync_dir(&self.dir)?;
+        io::fsync_dir_async(&self.dir).await?;
         let Some((key, scan_from)) = keep else {
             return Ok(());
         };
@@ -265,7 +265,7 @@ impl Log {
             out.bytes_deleted += size;
         }
         if !paths.is_empty() {
-            io::fsync_dir(&self.dir)?;
+            io::fsync_dir_async(&self.dir).await?;
             tracing::info!(dir = %self.dir.display(), segments = out.segments_deleted,
                 bytes = out.bytes_deleted, "segments deleted");
         }
@@ -420,16 +420,17 @@ impl Log {
             paths
         };
         self.cache.truncate_from(self.cache_id, RaftIndex(0));
-        io::write_small_file_atomic(
+        io::write_small_file_atomic_async(
             &self.dir.join(LOG_START_FILE),
             &encode_log_start(next_offset),
-        )?;
+        )
+        .await?;
         for path in &paths {
             for ext in ["log", "index", "timeindex"] {
                 io::remove_file(&path.with_extension(ext))?;
             }
         }
-        io::fsync_dir(&self.dir)?;
+        io::fsync_dir_async(&self.dir).await?;
         tracing::info!(dir = %self.dir.display(), %next_index, %next_offset, segments = paths.len(),
             "log replaced by an empty one (snapshot installed)");
         Ok(())

@@ -230,7 +230,7 @@ async fn open_tail(
         for ext in ["log", "index", "timeindex"] {
             io::remove_file(&path.with_extension(ext))?;
         }
-        io::fsync_dir(parent(path))?;
+        io::fsync_dir_async(parent(path)).await?;
         return Ok(None);
     }
     if size != s.valid_end {
