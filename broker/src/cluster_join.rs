@@ -222,4 +222,22 @@ mod tests {
         assert_eq!(a.len(), 32);
         assert_ne!(a, b);
     }
+
+    #[test]
+    fn a_full_leaders_announcement_fits_a_control_frame() {
+        use crate::shard_replication::{LeaderChange, LEADERS_PER_ANNOUNCEMENT_MAX};
+        let widest = LeaderChange {
+            group: u64::MAX,
+            leader: i32::MIN,
+            epoch: i32::MIN,
+            out_of_sync: vec![i32::MIN; 2],
+        };
+        let msg = ControlMsg::Leaders(vec![widest; LEADERS_PER_ANNOUNCEMENT_MAX]);
+        let bytes = serde_json::to_vec(&msg).expect("encodes");
+        assert!(
+            bytes.len() <= strand_raft::rpc::CONTROL_BODY_BYTES_MAX,
+            "{}",
+            bytes.len()
+        );
+    }
 }

@@ -69,8 +69,9 @@ pub const LEADER_MOVES_PER_ROUND_MAX: usize = 128;
 /// a node learns the leaders of partitions it does not host, and one that missed an
 /// announcement (it joined, or was cut off) catches up.
 pub const LEADERS_ANNOUNCE_INTERVAL: Duration = Duration::from_secs(5);
-/// Groups per announcement frame (~20 bytes each, under the control frame's limit).
-const LEADERS_PER_ANNOUNCEMENT_MAX: usize = 1000;
+/// Groups per announcement frame: each is 25–80 bytes of JSON (group, leader, epoch and the
+/// out-of-sync replicas), so a frame stays under the control frame's 64 KiB limit.
+pub(crate) const LEADERS_PER_ANNOUNCEMENT_MAX: usize = 500;
 /// Bytes read from a peer socket per call.
 const READ_CHUNK_BYTES: usize = 256 * 1024;
 
