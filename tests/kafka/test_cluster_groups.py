@@ -16,8 +16,9 @@ import time
 import uuid
 
 from cluster_harness import NODE_IDS, _Reader
-from strand_harness import frame, need_module, recv_response, wait_until
+from strand_harness import frame, need, need_module, recv_response, wait_until
 from test_cluster import ck, cluster, producer_config  # noqa: F401 (fixtures)
+from test_strandctl import ctl, strandctl_bin
 
 NOT_COORDINATOR = 16
 UNKNOWN_MEMBER_ID = 25
@@ -149,6 +150,11 @@ def test_a_consumer_of_a_cut_off_coordinator_joins_the_new_one(ck, cluster):
         finally:
             changes = [s for i, s in enumerate(seen) if i == 0 or s[1:] != seen[i - 1][1:]]
             print(f"assignments (time, first, second) as they changed: {changes}")
+        # strandctl lists the groups of every node, whichever node it is pointed at.
+        need(strandctl_bin().exists(), f"strandctl not found at {strandctl_bin()}")
+        for n in NODE_IDS:
+            out = ctl(cluster[n], "group", "list").stdout
+            assert group in out, (n, out)
     finally:
         cluster.heal(coord)
         first.close()

@@ -27,12 +27,12 @@ use crate::Refused;
 /// Runs a `group` subcommand and returns what to print.
 pub fn run(client: &mut KafkaClient, cmd: &GroupCmd, timeout: Duration) -> anyhow::Result<String> {
     match cmd {
-        GroupCmd::List => Ok(list(client)?),
+        GroupCmd::List => Ok(list(client, timeout)?),
         GroupCmd::Describe { group } => {
             let mut coord = offsets::coordinator(client, group, timeout)?;
             describe(client, &mut coord, group)
         }
-        GroupCmd::Delete { groups } => Ok(delete(client, groups)?),
+        GroupCmd::Delete { groups } => Ok(delete(client, groups, timeout)?),
         GroupCmd::ResetOffsets(args) => {
             let mut coord = offsets::coordinator(client, &args.group, timeout)?;
             reset_offsets(client, &mut coord, args)
@@ -44,21 +44,25 @@ fn group_id(s: &str) -> GroupId {
     GroupId(StrBytes::from_string(s.to_string()))
 }
 
-fn list(client: &mut KafkaClient) -> Result<String, KafkaError> {
-    let resp = client.send(&ListGroupsRequest::default())?;
-    check_code(resp.error_code, "list groups", None)?;
-    let mut groups: Vec<(String, String, String)> = resp
-        .groups
+/// Every broker's ListGroups, merged: a broker lists the groups it coordinates (a cluster
+/// spreads them over its nodes); an unreachable broker is reported on stderr and skipped.
+fn list(client: &mut KafkaClient, timeout: Duration) -> Result<String, KafkaError> {
+    use kafka_protocol::messages::MetadataRequest;
+    let brokers: BTreeSet<String> = client
+        .send(&MetadataRequest::default().with_topics(Some(Vec::new())))?
+        .brokers
         .iter()
-        .map(|g| {
-            (
-                g.group_id.to_string(),
-                g.protocol_type.to_string(),
-                g.group_state.to_string(),
-            )
-        })
+        .map(|b| format!("{}:{}", b.host.as_str(), b.port))
         .collect();
-    groups.sort();
+    let mut groups: BTreeSet<(String, String, String)> = BTreeSet::new();
+    for addr in brokers.iter().filter(|a| a.as_str() != client.addr()) {
+        // A node that is down lists nothing; the others still answer.
+        match KafkaClient::connect(addr, timeout).and_then(|mut other| list_one(&mut other)) {
+            Ok(gs) => groups.extend(gs),
+            Err(e) => eprintln!("strandctl: groups of {addr} not listed: {e}"),
+        }
+    }
+    groups.extend(list_one(client)?);
     let mut table = Table::new(&["GROUP", "PROTOCOL-TYPE", "STATE"]);
     for (g, p, s) in groups {
         table.row(vec![g, p, if s.is_empty() { "-".into() } else { s }]);
@@ -184,18 +188,42 @@ pub fn describe_table(
     table
 }
 
-fn delete(client: &mut KafkaClient, groups: &[String]) -> Result<String, KafkaError> {
-    let req = DeleteGroupsRequest::default()
-        .with_groups_names(groups.iter().map(|g| group_id(g)).collect());
-    let resp = client.send(&req)?;
+/// The groups one broker lists: (group, protocol type, state).
+fn list_one(client: &mut KafkaClient) -> Result<Vec<(String, String, String)>, KafkaError> {
+    let resp = client.send(&ListGroupsRequest::default())?;
+    check_code(resp.error_code, "list groups", None)?;
+    Ok(resp
+        .groups
+        .iter()
+        .map(|g| {
+            (
+                g.group_id.to_string(),
+                g.protocol_type.to_string(),
+                g.group_state.to_string(),
+            )
+        })
+        .collect())
+}
+
+/// Deletes each group at its coordinator.
+fn delete(
+    client: &mut KafkaClient,
+    groups: &[String],
+    timeout: Duration,
+) -> Result<String, KafkaError> {
     let mut out = String::new();
-    for r in &resp.results {
-        check_code(
-            r.error_code,
-            &format!("delete group {}", r.group_id.as_str()),
-            None,
-        )?;
-        out.push_str(&format!("deleted group {}\n", r.group_id.as_str()));
+    for g in groups {
+        let mut coord = offsets::coordinator(client, g, timeout)?;
+        let c = coord.as_mut().unwrap_or(&mut *client);
+        let resp = c.send(&DeleteGroupsRequest::default().with_groups_names(vec![group_id(g)]))?;
+        for r in &resp.results {
+            check_code(
+                r.error_code,
+                &format!("delete group {}", r.group_id.as_str()),
+                None,
+            )?;
+            out.push_str(&format!("deleted group {}\n", r.group_id.as_str()));
+        }
     }
     Ok(out)
 }
