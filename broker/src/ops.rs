@@ -519,10 +519,9 @@ impl Shard {
             client_id,
             client_host,
         };
-        if let Ok(group) = crate::kafka::groups::group_of(&ctx, &body) {
-            self.wait_group_loaded(&group).await;
-        }
-        crate::kafka::groups::execute(self, &ctx, body)
+        let group = crate::kafka::groups::group_of(&ctx, &body).map_err(|e| e.to_string())?;
+        self.wait_group_loaded(&group).await;
+        crate::kafka::groups::execute(self, &ctx, &group, body)
             .await
             .map_err(|e| e.to_string())
     }

@@ -256,7 +256,6 @@ impl Shard {
     /// caller marked the partition loading (`groups_loading`) when leadership came; it is
     /// unmarked here once the groups are replayed.
     pub(crate) async fn reload_groups(&self, part: &Partition) {
-        self.groups_loading.borrow_mut().insert(part.index);
         self.replay_after_leader_gain(part).await;
         self.groups_loading.borrow_mut().remove(&part.index);
     }

@@ -88,10 +88,14 @@ pub fn group_of(ctx: &Ctx, body: &Bytes) -> Result<String, FramingError> {
 
 /// Executes a single-group request on this (coordinator) shard; refused with
 /// NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS when this node does not coordinate the
-/// group now (see `Shard::coordinator_check`).
-pub async fn execute(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
-    let group = group_of(ctx, &body)?;
-    if let Err(error) = shard.coordinator_check(&group) {
+/// group now (see `Shard::coordinator_check`). `group` is the request's, read by `group_of`.
+pub async fn execute(
+    shard: &Rc<Shard>,
+    ctx: &Ctx,
+    group: &str,
+    body: Bytes,
+) -> Result<Bytes, FramingError> {
+    if let Err(error) = shard.coordinator_check(group) {
         return refused(ctx, body, error);
     }
     match ctx.key {
