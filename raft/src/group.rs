@@ -49,6 +49,19 @@ pub(crate) enum Activity {
     Wake,
 }
 
+/// What `Group::move_members` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MembershipStep {
+    /// The voters are the target, nobody else is a member, and this node leads.
+    Done,
+    /// Proposed the next configuration change.
+    Proposed,
+    /// Handing leadership to this target voter (the leader is outside the target).
+    Transferring(NodeId),
+    /// Nothing to do until this clears.
+    Waiting(&'static str),
+}
+
 /// A proposal waiting for its entry to be applied.
 #[derive(Clone, Copy, Debug)]
 struct Pending {
@@ -671,6 +684,113 @@ impl<S: LogStore> Group<S> {
                 group,
                 reason: e.to_string(),
             })
+    }
+
+    /// As leader, takes the next step of moving the group's membership to the voters
+    /// `target` (a partition reassignment), one configuration change at a time:
+    /// 1. a target node outside the group joins as a learner;
+    /// 2. once every target learner holds every committed entry and answers, they become
+    ///    voters and every voter or learner outside the target except this leader leaves,
+    ///    in one change (joint consensus with automatic leave when it is more than one);
+    /// 3. a leader outside the target hands leadership to an in-sync target voter, whose
+    ///    own step 2 then removes it.
+    ///
+    /// A new replica starts from the log's first entry, applying every configuration
+    /// change in order, or from a snapshot when the leader compacted that prefix.
+    /// Refused while the log holds entries of term 0 (written by a single node before the
+    /// cluster): raft-rs cannot replicate them to a replica that lacks them.
+    pub fn move_members(&mut self, target: &[NodeId]) -> Result<MembershipStep, RaftError> {
+        let group = self.id;
+        if !self.is_leader() {
+            let leader_hint = self.leader();
+            return Err(RaftError::NotLeader { group, leader_hint });
+        }
+        if target.is_empty() {
+            let why = "a membership target needs at least one voter";
+            return Err(RaftError::InvalidProposal { group, why });
+        }
+        let r = &self.node.raft;
+        let me = r.id;
+        let conf = r.prs().conf().to_conf_state();
+        if !conf.voters_outgoing.is_empty() || r.pending_conf_index > r.raft_log.applied {
+            return Ok(MembershipStep::Waiting(
+                "a configuration change is in flight",
+            ));
+        }
+        let (voters, learners) = (conf.voters, conf.learners);
+        let wanted = |n: u64| target.iter().any(|t| t.0 == n);
+        let member = |n: u64| voters.contains(&n) || learners.contains(&n);
+        let committed = r.raft_log.committed;
+        let in_sync = |n: u64| {
+            r.prs()
+                .get(n)
+                .is_some_and(|pr| pr.matched >= committed && pr.recent_active)
+        };
+        use raft::eraftpb::ConfChangeType::{AddLearnerNode, AddNode, RemoveNode};
+        let mut changes: Vec<(raft::eraftpb::ConfChangeType, u64)> = Vec::new();
+        if let Some(n) = target.iter().map(|t| t.0).find(|&n| !member(n)) {
+            let first = r.raft_log.first_index();
+            if r.raft_log.last_index() >= first && r.raft_log.term(first).unwrap_or(0) == 0 {
+                return Err(RaftError::Raft {
+                    group,
+                    reason: "the log holds entries written before the cluster (term 0); \
+                             they cannot be copied to a new replica"
+                        .into(),
+                });
+            }
+            changes.push((AddLearnerNode, n));
+        } else {
+            let catching_up = learners.iter().any(|&n| wanted(n) && !in_sync(n));
+            if catching_up {
+                return Ok(MembershipStep::Waiting("new replicas are catching up"));
+            }
+            changes.extend(
+                learners
+                    .iter()
+                    .filter(|&&n| wanted(n))
+                    .map(|&n| (AddNode, n)),
+            );
+            changes.extend(
+                voters
+                    .iter()
+                    .chain(&learners)
+                    .filter(|&&n| !wanted(n) && n != me)
+                    .map(|&n| (RemoveNode, n)),
+            );
+        }
+        if changes.is_empty() {
+            if wanted(me) {
+                return Ok(MembershipStep::Done);
+            }
+            let to = target
+                .iter()
+                .copied()
+                .find(|t| voters.contains(&t.0) && in_sync(t.0));
+            return Ok(match to {
+                Some(to) => {
+                    self.node.transfer_leader(to.0);
+                    MembershipStep::Transferring(to)
+                }
+                None => MembershipStep::Waiting("no target voter is in sync to lead"),
+            });
+        }
+        let mut cc = ConfChangeV2::default();
+        for (kind, node_id) in changes {
+            let mut single = raft::eraftpb::ConfChangeSingle {
+                node_id,
+                ..Default::default()
+            };
+            single.set_change_type(kind);
+            cc.mut_changes().push(single);
+        }
+        cc.set_transition(raft::eraftpb::ConfChangeTransition::Auto);
+        self.node
+            .propose_conf_change(Vec::new(), cc)
+            .map_err(|e| RaftError::Raft {
+                group,
+                reason: e.to_string(),
+            })?;
+        Ok(MembershipStep::Proposed)
     }
 
     /// The voters and the learners of the group as this node applied them.

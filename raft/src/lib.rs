@@ -33,6 +33,7 @@ pub mod types;
 
 pub use clock::Clock;
 pub use error::{RaftError, StoreError};
+pub use group::MembershipStep;
 pub use log_index::{CompactionPoint, LogIndex};
 pub use log_store::LogStore;
 pub use mem_store::{DurableImage, MemLogStore, SyncBehaviour};

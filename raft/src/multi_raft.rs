@@ -843,6 +843,22 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
         Ok(())
     }
 
+    /// As `group`'s leader, the next step toward the voters `target` (see
+    /// `Group::move_members`).
+    pub fn move_members(
+        &mut self,
+        group: GroupId,
+        target: &[NodeId],
+    ) -> Result<crate::group::MembershipStep, RaftError> {
+        let step = self
+            .groups
+            .get_mut(&group)
+            .ok_or(RaftError::UnknownGroup { group })?
+            .move_members(target)?;
+        self.activity(group);
+        Ok(step)
+    }
+
     /// The voters and learners of `group` as this node applied them.
     pub fn members(&self, group: GroupId) -> Option<(Vec<u64>, Vec<u64>)> {
         self.groups.get(&group).map(Group::members)

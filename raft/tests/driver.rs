@@ -10,8 +10,8 @@ use raft::eraftpb::{Entry, Message, MessageType};
 use strand_raft::multi_raft::{HIBERNATE_TICKS_DEFAULT, TICK_INTERVAL_DEFAULT};
 use strand_raft::{
     Ack, Clock, Completion, DriverConfig, DurableImage, GroupId, GroupMessage, KafkaOffset,
-    LogStore, MemLogStore, MessageBatch, MultiRaft, NodeId, ProposalId, RaftError, RaftIndex,
-    SyncBehaviour, Transport,
+    LogStore, MemLogStore, MembershipStep, MessageBatch, MultiRaft, NodeId, ProposalId, RaftError,
+    RaftIndex, SyncBehaviour, Transport,
 };
 
 #[derive(Clone, Default)]
@@ -60,8 +60,14 @@ impl Cluster {
     /// As `new`; `pipelined`: the drivers persist as the broker does (`turn_end`, then
     /// `persisted` once each write is done).
     fn with(pipelined: bool) -> Self {
+        Self::sized(3, pipelined)
+    }
+
+    /// As `with`, on `count` nodes: the group's voters are nodes 1 to 3 (the others host it
+    /// as a new replica does: knowing those voters, not being one).
+    fn sized(count: u64, pipelined: bool) -> Self {
         let clock = TestClock::default();
-        let nodes = (1..=3)
+        let nodes = (1..=count)
             .map(|id| {
                 let mut config = DriverConfig::new(NodeId(id), id);
                 config.async_persist = pipelined;
@@ -76,12 +82,12 @@ impl Cluster {
         let mut c = Self {
             clock,
             nodes,
-            down: vec![false; 3],
+            down: vec![false; count as usize],
             completions: Vec::new(),
             delivered: 0,
             pipelined,
-            hold: vec![false; 3],
-            persisting: vec![Default::default(); 3],
+            hold: vec![false; count as usize],
+            persisting: vec![Default::default(); count as usize],
         };
         c.nodes[0].campaign(G).expect("campaign");
         c.settle();
@@ -113,13 +119,13 @@ impl Cluster {
                 sent.append(&mut d.transport_mut().0);
                 d.drain_completions(&mut self.completions);
             }
-            let releasing =
-                (0..3).any(|n| !self.down[n] && !self.hold[n] && !self.persisting[n].is_empty());
+            let releasing = (0..self.nodes.len())
+                .any(|n| !self.down[n] && !self.hold[n] && !self.persisting[n].is_empty());
             if sent.is_empty() && !releasing {
                 return;
             }
             for batch in sent {
-                let to = usize::try_from(batch.to.0 - 1).expect("node ids are 1..=3");
+                let to = usize::try_from(batch.to.0 - 1).expect("node ids start at 1");
                 if !self.down[to] {
                     self.delivered += batch.messages.len();
                     self.nodes[to].step(batch);
@@ -492,4 +498,82 @@ fn a_log_start_entry_is_applied_by_every_replica() {
         // It takes no Kafka offset: the next batch continues at 5.
         assert_eq!(d.applied_kafka_end(G), Some(KafkaOffset(5)));
     }
+}
+
+/// Moves the group from voters {1,2,3} to {2,3,4} while node 1 leads: node 4 joins as a
+/// learner and replays the log from its first entry, becomes a voter, node 1 hands over
+/// leadership and is removed; the group then commits without node 1, and node 4 holds
+/// every entry.
+#[test]
+fn a_group_moves_to_new_voters_and_keeps_every_entry() {
+    let mut c = Cluster::sized(4, true);
+    for _ in 0..3 {
+        c.propose(0, 2).expect("leader accepts");
+        c.settle();
+    }
+    let target = [NodeId(2), NodeId(3), NodeId(4)];
+    let mut steps = Vec::new();
+    for _ in 0..50 {
+        let Some(leader) = (0..4).find(|&n| c.nodes[n].is_leader(G)) else {
+            c.ticks(1);
+            continue;
+        };
+        let step = c.nodes[leader]
+            .move_members(G, &target)
+            .expect("the leader moves members");
+        steps.push((leader + 1, step));
+        if step == MembershipStep::Done {
+            break;
+        }
+        c.ticks(1);
+    }
+    assert_eq!(
+        steps.last().map(|s| s.1),
+        Some(MembershipStep::Done),
+        "{steps:?}"
+    );
+    assert!(
+        steps
+            .iter()
+            .any(|s| matches!(s.1, MembershipStep::Transferring(_))),
+        "node 1 left the target, so it handed leadership over: {steps:?}"
+    );
+    for n in 1..4 {
+        let (mut voters, learners) = c.nodes[n].members(G).expect("group");
+        voters.sort_unstable();
+        assert_eq!(
+            (voters, learners),
+            (vec![2, 3, 4], vec![]),
+            "node {}",
+            n + 1
+        );
+    }
+    assert_eq!(c.nodes[3].applied_kafka_end(G), Some(KafkaOffset(6)));
+    c.down[0] = true;
+    let leader = (1..4).find(|&n| c.nodes[n].is_leader(G)).expect("a leader");
+    let before = c.completions.len();
+    c.nodes[leader]
+        .propose(G, Bytes::from_static(b"after"), 1)
+        .expect("leader accepts");
+    c.ticks(3);
+    assert_eq!(c.completions[before].result, Ok(KafkaOffset(6)));
+    assert_eq!(c.nodes[3].applied_kafka_end(G), Some(KafkaOffset(7)));
+}
+
+/// A leader refuses to move members it does not lead, and an empty target.
+#[test]
+fn moving_members_needs_the_leader_and_a_target() {
+    let mut c = Cluster::new();
+    assert!(matches!(
+        c.nodes[1].move_members(G, &[NodeId(1)]),
+        Err(RaftError::NotLeader { .. })
+    ));
+    assert!(matches!(
+        c.nodes[0].move_members(G, &[]),
+        Err(RaftError::InvalidProposal { .. })
+    ));
+    assert_eq!(
+        c.nodes[0].move_members(G, &[NodeId(1), NodeId(2), NodeId(3)]),
+        Ok(MembershipStep::Done)
+    );
 }
