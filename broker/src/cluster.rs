@@ -178,6 +178,7 @@ pub async fn start(shard: &Rc<Shard>) -> anyhow::Result<()> {
     rep.set_on_remote_leaders(to_every_shard(shard, Op::RemoteLeaders));
     *shard.cluster.replicator.borrow_mut() = Some(rep.clone());
     crate::shard::spawn_local(rep.clone().run());
+    crate::reassign::spawn(shard);
     if shard.id == 0 {
         start_controller(shard, &rep).await?;
     }
@@ -349,6 +350,28 @@ fn visible(m: &Metadata, after: &Metadata, cmd: &Command) -> bool {
             m.topics.get(name).is_some_and(|t| t.shards.len() >= want)
         }
         Command::ReserveProducerIds { up_to, .. } => m.producer_ids_reserved_to >= *up_to,
+        Command::ReassignPartition {
+            name, partition, ..
+        } => {
+            // The move's target as committed, or its end (a move may finish at once).
+            let target_of = |m: &Metadata| {
+                let t = m.topics.get(name)?;
+                Some(
+                    t.moving
+                        .get(partition)
+                        .map_or_else(|| t.replicas_of(*partition).to_vec(), |r| r.target.clone()),
+                )
+            };
+            target_of(m).is_some_and(|now| Some(now) == target_of(after))
+        }
+        Command::FinishReassignment {
+            name,
+            partition,
+            target,
+        } => m
+            .topics
+            .get(name)
+            .is_none_or(|t| t.moving.get(partition).is_none_or(|r| &r.target != target)),
         Command::AlterConfig { name, set, delete } => m.topics.get(name).is_some_and(|t| {
             set.iter().all(|(k, v)| t.configs.get(k) == Some(v))
                 && delete.iter().all(|k| !t.configs.contains_key(k))
@@ -482,10 +505,26 @@ pub async fn host_partition(shard: &Rc<Shard>, meta: &Metadata, part: Rc<Partiti
     let Some(t) = meta.topics.get(&part.topic) else {
         return;
     };
-    let replicas = t.replicas_of(part.index);
-    let voters: Vec<u64> = replicas.iter().map(|&n| n as u64).collect();
-    let preferred = replicas.first() == Some(&shard.config.node_id);
-    let group = GroupId(t.group_of(part.index));
+    let me = shard.config.node_id;
+    let p = part.index;
+    // The group's configuration before its log's changes: its origin replicas. A node
+    // hosting a moved partition without a log (new to it, or removed and back) joins as a
+    // learner and learns the rest from the log or a snapshot; never as a voter that might
+    // elect itself on an empty log.
+    let origin = usize::try_from(p)
+        .ok()
+        .and_then(|i| t.origin.get(i))
+        .map_or(&[][..], Vec::as_slice);
+    let moved = t.moved.contains(&p);
+    let voters: Vec<u64> = origin
+        .iter()
+        .filter(|&&n| !(moved && n == me))
+        .map(|&n| n as u64)
+        .collect();
+    let learners: Vec<u64> = if moved { vec![me as u64] } else { Vec::new() };
+    let replicas = t.replicas_of(p);
+    let preferred = replicas.first() == Some(&me) && !moved;
+    let group = GroupId(t.group_of(p));
     if part.topic == crate::group::OFFSETS_TOPIC {
         let (weak, p) = (Rc::downgrade(shard), part.clone());
         part.set_on_leader_gain(Box::new(move || {
@@ -498,9 +537,24 @@ pub async fn host_partition(shard: &Rc<Shard>, meta: &Metadata, part: Rc<Partiti
             }
         }));
     }
-    if let Err(e) = rep.host(group, part.clone(), &voters, &[], preferred).await {
+    if let Err(e) = rep
+        .host(group, part.clone(), &voters, &learners, preferred)
+        .await
+    {
         tracing::error!(topic = %part.topic, partition = part.index, error = %format!("{e:#}"),
             "cannot start the partition's raft group");
+    }
+    refresh_partition(shard, meta, &part);
+}
+
+/// Cluster mode: what a metadata change means for a partition hosted here — its preferred
+/// leader (the first replica, which a move changes).
+pub fn refresh_partition(shard: &Shard, meta: &Metadata, part: &Partition) {
+    let (Some(rep), Some(t)) = (shard.replicator(), meta.topics.get(&part.topic)) else {
+        return;
+    };
+    if let Some(&first) = t.replicas_of(part.index).first() {
+        rep.set_preferred(GroupId(t.group_of(part.index)), first);
     }
 }
 

@@ -23,6 +23,7 @@ mod preflight;
 mod producer_state;
 mod raft_journal;
 mod raft_store;
+mod reassign;
 mod shard;
 mod shard_admin;
 mod shard_conn;

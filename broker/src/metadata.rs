@@ -74,6 +74,27 @@ pub enum Command {
         #[serde(default)]
         owner: Option<i32>,
     },
+    /// Starts moving a partition to the replicas `target` (Kafka's
+    /// AlterPartitionReassignments), or with `None` cancels the move in progress: it goes
+    /// back to the replicas it started from. The partition's leader then changes the Raft
+    /// group's membership step by step and commits `FinishReassignment`.
+    ReassignPartition {
+        /// Topic name.
+        name: String,
+        /// Partition index.
+        partition: i32,
+        /// The new replicas, preferred leader first; `None` cancels.
+        target: Option<Vec<i32>>,
+    },
+    /// The partition's Raft group has exactly the voters `target`: the move is over.
+    FinishReassignment {
+        /// Topic name.
+        name: String,
+        /// Partition index.
+        partition: i32,
+        /// The target it reached (refused unless it is still the move's target).
+        target: Vec<i32>,
+    },
     /// Changes topic config overrides.
     AlterConfig {
         /// Topic name.
@@ -117,6 +138,24 @@ pub struct Topic {
     /// Sequence number of the topic in the metadata log: its partitions' Raft groups are
     /// `seq * GROUPS_PER_TOPIC + partition + 1` (group 0 is the controller).
     pub seq: u64,
+    /// Replica node ids each partition was created with: the configuration its Raft group
+    /// starts from, before the configuration changes in its log.
+    pub origin: Vec<Vec<i32>>,
+    /// Partitions being moved (`ReassignPartition`), by index. Their `replicas` are the
+    /// target followed by the other replicas still in the group.
+    pub moving: BTreeMap<i32, Reassignment>,
+    /// Partitions ever moved: a node that hosts one without a log joins as a learner
+    /// instead of as one of the `origin` voters (it may have been removed since).
+    pub moved: std::collections::BTreeSet<i32>,
+}
+
+/// A partition move in progress.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reassignment {
+    /// The replicas before the move.
+    pub from: Vec<i32>,
+    /// The replicas after it, preferred leader first.
+    pub target: Vec<i32>,
 }
 
 /// Raft group ids reserved per topic (the partition limit).
@@ -126,6 +165,36 @@ impl Topic {
     /// The Raft group of partition `p`.
     pub fn group_of(&self, p: i32) -> u64 {
         self.seq * GROUPS_PER_TOPIC + p.max(0) as u64 + 1
+    }
+
+    /// Starts (or with `None` cancels) moving partition `p`, already checked: the replicas
+    /// become the target followed by every other replica still in the group, so each node
+    /// that may be a member keeps hosting it until the move finishes.
+    fn reassign(&mut self, p: i32, target: Option<&[i32]>) {
+        let Some(current) = self.replicas.get(p as usize).cloned() else {
+            return;
+        };
+        let from = self
+            .moving
+            .get(&p)
+            .map_or_else(|| current.clone(), |m| m.from.clone());
+        let target = target.map_or_else(|| from.clone(), <[i32]>::to_vec);
+        let same_set = |a: &[i32], b: &[i32]| {
+            let (mut a, mut b) = (a.to_vec(), b.to_vec());
+            a.sort_unstable();
+            b.sort_unstable();
+            a == b
+        };
+        let mut replicas = target.clone();
+        replicas.extend(current.iter().filter(|n| !target.contains(n)));
+        if same_set(&target, &current) && !self.moving.contains_key(&p) {
+            // Only the order (the preferred leader) changes: nothing to move.
+            self.moving.remove(&p);
+        } else {
+            self.moving.insert(p, Reassignment { from, target });
+            self.moved.insert(p);
+        }
+        self.replicas[p as usize] = replicas;
     }
 
     /// Replicas of partition `p` (empty without replication).
@@ -173,6 +242,15 @@ pub enum MetaError {
     /// INVALID_PARTITIONS (37).
     #[error("invalid partition count {0}")]
     InvalidPartitions(i64),
+    /// UNKNOWN_TOPIC_OR_PARTITION (3): the topic exists, the partition does not.
+    #[error("topic '{0}' has no partition {1}")]
+    UnknownPartition(String, i32),
+    /// INVALID_REPLICA_ASSIGNMENT (39).
+    #[error("invalid replica assignment: {0}")]
+    InvalidAssignment(String),
+    /// NO_REASSIGNMENT_IN_PROGRESS (85).
+    #[error("no reassignment of '{0}' partition {1} is in progress")]
+    NoReassignment(String, i32),
     /// UNKNOWN_SERVER_ERROR (-1): the metadata log could not be written.
     #[error("{0}")]
     Internal(String),
@@ -186,6 +264,9 @@ impl MetaError {
             MetaError::UnknownTopic(_) => 3,
             MetaError::InvalidTopic(..) => 17,
             MetaError::InvalidPartitions(_) => 37,
+            MetaError::UnknownPartition(..) => 3,
+            MetaError::InvalidAssignment(_) => 39,
+            MetaError::NoReassignment(..) => 85,
             MetaError::Internal(_) => -1,
         }
     }
@@ -289,7 +370,67 @@ impl Metadata {
                 }
                 Ok(())
             }
+            Command::ReassignPartition {
+                name,
+                partition,
+                target,
+            } => {
+                let t = self.partition_of(name, *partition)?;
+                match target {
+                    None if !t.moving.contains_key(partition) => {
+                        Err(MetaError::NoReassignment(name.clone(), *partition))
+                    }
+                    None => Ok(()),
+                    Some(target) => self.check_replicas(target),
+                }
+            }
+            Command::FinishReassignment {
+                name,
+                partition,
+                target,
+            } => {
+                let t = self.partition_of(name, *partition)?;
+                match t.moving.get(partition) {
+                    Some(m) if &m.target == target => Ok(()),
+                    _ => Err(MetaError::NoReassignment(name.clone(), *partition)),
+                }
+            }
         }
+    }
+
+    /// The topic `name` if it has partition `p`.
+    fn partition_of(&self, name: &str, p: i32) -> Result<&Topic, MetaError> {
+        let t = self
+            .topics
+            .get(name)
+            .ok_or(MetaError::UnknownTopic(name.to_string()))?;
+        if p < 0 || p as usize >= t.shards.len() {
+            return Err(MetaError::UnknownPartition(name.to_string(), p));
+        }
+        if t.replicas_of(p).is_empty() {
+            return Err(MetaError::InvalidAssignment(
+                "the topic is not replicated (a single-node broker)".into(),
+            ));
+        }
+        Ok(t)
+    }
+
+    /// A replica list: registered nodes, each once, at least one.
+    fn check_replicas(&self, target: &[i32]) -> Result<(), MetaError> {
+        let bad = |why: String| Err(MetaError::InvalidAssignment(why));
+        if target.is_empty() {
+            return bad("no replicas".into());
+        }
+        if let Some(n) = target.iter().find(|n| !self.nodes.contains_key(n)) {
+            return bad(format!("node {n} is not a registered node"));
+        }
+        let mut sorted = target.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        if sorted.len() != target.len() {
+            return bad(format!("{target:?} names a node twice"));
+        }
+        Ok(())
     }
 
     /// Applies `cmd`; on error nothing changes.
@@ -330,6 +471,9 @@ impl Metadata {
                     configs: configs.clone(),
                     replicas: replicas.clone(),
                     seq: self.topics_created,
+                    origin: replicas.clone(),
+                    moving: BTreeMap::new(),
+                    moved: Default::default(),
                 };
                 self.topics_created += 1;
                 self.topics.insert(name.clone(), t);
@@ -345,6 +489,28 @@ impl Metadata {
                 if let Some(t) = self.topics.get_mut(name) {
                     t.shards.extend_from_slice(shards);
                     t.replicas.extend_from_slice(replicas);
+                    t.origin.extend_from_slice(replicas);
+                }
+            }
+            Command::ReassignPartition {
+                name,
+                partition,
+                target,
+            } => {
+                if let Some(t) = self.topics.get_mut(name) {
+                    t.reassign(*partition, target.as_deref());
+                }
+            }
+            Command::FinishReassignment {
+                name,
+                partition,
+                target,
+            } => {
+                if let Some(t) = self.topics.get_mut(name) {
+                    t.moving.remove(partition);
+                    if let Some(r) = t.replicas.get_mut(*partition as usize) {
+                        *r = target.clone();
+                    }
                 }
             }
             Command::AlterConfig { name, set, delete } => {
@@ -475,6 +641,129 @@ mod tests {
         assert_ne!(a.group_of(0), b.group_of(0));
         assert!(a.group_of(0) > 0, "group 0 is the controller");
         assert_eq!(b.group_of(1), b.group_of(0) + 1);
+    }
+
+    /// A cluster of nodes 1..=4 with topic "t": 2 partitions on nodes 1, 2, 3.
+    fn four_nodes() -> Metadata {
+        let mut m = Metadata::default();
+        for id in 1..=4 {
+            let info = NodeInfo {
+                id,
+                host: "127.0.0.1".into(),
+                kafka_port: 9092,
+                native_port: 9093,
+                shards: 1,
+                rpc_port: 33145,
+            };
+            m.apply(&Command::RegisterNode(info)).expect("register");
+        }
+        m.apply(&Command::CreateTopic {
+            name: "t".into(),
+            id: 1,
+            shards: vec![0, 0],
+            configs: BTreeMap::new(),
+            replicas: vec![vec![1, 2, 3], vec![2, 3, 1]],
+        })
+        .expect("create");
+        m
+    }
+
+    fn reassign(p: i32, target: Option<Vec<i32>>) -> Command {
+        Command::ReassignPartition {
+            name: "t".into(),
+            partition: p,
+            target,
+        }
+    }
+
+    #[test]
+    fn a_move_lists_the_target_first_and_ends_on_the_target() {
+        let mut m = four_nodes();
+        m.apply(&reassign(0, Some(vec![4, 2, 3]))).expect("move");
+        let t = &m.topics["t"];
+        assert_eq!(t.replicas_of(0), &[4, 2, 3, 1]);
+        assert_eq!(t.origin[0], vec![1, 2, 3], "the origin never changes");
+        assert!(t.moved.contains(&0));
+        let finish = |target: Vec<i32>| Command::FinishReassignment {
+            name: "t".into(),
+            partition: 0,
+            target,
+        };
+        assert_eq!(
+            m.apply(&finish(vec![1, 2, 3])).map_err(|e| e.kafka_code()),
+            Err(85),
+            "only the move's own target finishes it"
+        );
+        m.apply(&finish(vec![4, 2, 3])).expect("finish");
+        let t = &m.topics["t"];
+        assert_eq!(t.replicas_of(0), &[4, 2, 3]);
+        assert!(t.moving.is_empty());
+        assert_eq!(t.replicas_of(1), &[2, 3, 1], "the other partition stays");
+    }
+
+    #[test]
+    fn a_cancelled_move_goes_back_to_where_it_started() {
+        let mut m = four_nodes();
+        m.apply(&reassign(0, Some(vec![4]))).expect("move");
+        m.apply(&reassign(0, Some(vec![4, 1])))
+            .expect("a second target");
+        let t = &m.topics["t"];
+        assert_eq!(
+            t.moving[&0].from,
+            vec![1, 2, 3],
+            "from the first move's start"
+        );
+        assert_eq!(t.replicas_of(0), &[4, 1, 2, 3]);
+        m.apply(&reassign(0, None)).expect("cancel");
+        let t = &m.topics["t"];
+        assert_eq!(t.moving[&0].target, vec![1, 2, 3]);
+        assert_eq!(
+            t.replicas_of(0),
+            &[1, 2, 3, 4],
+            "4 stays until it left the group"
+        );
+        assert_eq!(
+            m.apply(&reassign(1, None)).map_err(|e| e.kafka_code()),
+            Err(85),
+            "nothing to cancel"
+        );
+    }
+
+    #[test]
+    fn a_reorder_of_the_same_replicas_changes_only_the_preferred_leader() {
+        let mut m = four_nodes();
+        m.apply(&reassign(0, Some(vec![3, 1, 2]))).expect("reorder");
+        let t = &m.topics["t"];
+        assert_eq!(t.replicas_of(0), &[3, 1, 2]);
+        assert!(t.moving.is_empty() && t.moved.is_empty());
+    }
+
+    #[test]
+    fn bad_moves_get_kafkas_error_codes() {
+        let mut m = four_nodes();
+        let code = |m: &mut Metadata, c: Command| m.apply(&c).map_err(|e| e.kafka_code());
+        assert_eq!(code(&mut m, reassign(0, Some(vec![]))), Err(39));
+        assert_eq!(code(&mut m, reassign(0, Some(vec![1, 1]))), Err(39));
+        assert_eq!(code(&mut m, reassign(0, Some(vec![1, 9]))), Err(39));
+        assert_eq!(code(&mut m, reassign(2, Some(vec![1]))), Err(3));
+        let unknown = Command::ReassignPartition {
+            name: "nope".into(),
+            partition: 0,
+            target: Some(vec![1]),
+        };
+        assert_eq!(code(&mut m, unknown), Err(3));
+        let mut single = Metadata::default();
+        single.apply(&create("s", 1)).expect("create");
+        let c = Command::ReassignPartition {
+            name: "s".into(),
+            partition: 0,
+            target: Some(vec![1]),
+        };
+        assert_eq!(
+            code(&mut single, c),
+            Err(39),
+            "no replication without a cluster"
+        );
     }
 
     #[test]

@@ -662,6 +662,9 @@ impl Shard {
             if let Some(part) = self.partition(&topic, p) {
                 let (lc, max) = crate::topic_config::log_config(&self.config, &configs);
                 part.set_config(lc, max);
+                if self.clustered() {
+                    crate::cluster::refresh_partition(self, &meta, &part);
+                }
                 continue;
             }
             if let Err(e) = self.open_partition(&topic, p, &configs).await {

@@ -483,6 +483,26 @@ impl Replicator {
         Ok(())
     }
 
+    /// Sets the replica leadership returns to (`balance_leaders`): the first replica.
+    pub fn set_preferred(&self, group: GroupId, node: i32) {
+        if let Some(h) = self.hosted.borrow_mut().get_mut(&group) {
+            h.preferred = NodeId(node as u64);
+        }
+    }
+
+    /// As `group`'s leader, the next step of moving it to the voters `target` (see
+    /// `strand_raft::MultiRaft::move_members`).
+    pub fn move_members(
+        &self,
+        group: GroupId,
+        target: &[i32],
+    ) -> Result<strand_raft::MembershipStep, RaftError> {
+        let target: Vec<NodeId> = target.iter().map(|&n| NodeId(n as u64)).collect();
+        let r = self.driver.borrow_mut().move_members(group, &target);
+        self.wake();
+        r
+    }
+
     /// Stops hosting `group`.
     pub fn unhost(&self, group: GroupId) {
         self.driver.borrow_mut().remove_group(group);

@@ -650,6 +650,7 @@ impl<S: LogStore> Group<S> {
     pub fn voter_in_sync(&self, node: NodeId) -> bool {
         let r = &self.node.raft;
         self.is_leader()
+            && r.prs().conf().voters().contains(node.0)
             && r.prs()
                 .get(node.0)
                 .is_some_and(|pr| pr.matched >= r.raft_log.committed && pr.recent_active)

@@ -247,10 +247,12 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
         }
     }
 
-    /// Starts (or restarts from its store) a group whose store holds its configuration.
+    /// Starts (or restarts from its store) a group whose store holds its configuration (a
+    /// new replica of a moved partition may know itself only as a learner).
     pub fn add_group(&mut self, group: GroupId, store: S) -> Result<(), RaftError> {
-        if store.conf_state().voters.is_empty() {
-            let reason = "the store holds no voters".to_string();
+        let conf = store.conf_state();
+        if conf.voters.is_empty() && conf.learners.is_empty() {
+            let reason = "the store holds no members".to_string();
             return Err(RaftError::Raft { group, reason });
         }
         // Entries through the persisted commit index were applied before a restart: the

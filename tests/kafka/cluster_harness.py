@@ -653,6 +653,8 @@ class Cluster:
         """`--seeds` of one node: itself at its real RPC address, peers at the proxy."""
         parts = []
         for n, node in sorted(self.nodes.items()):
+            if node.joiner:  # not a seed: a restarted seed must not name it
+                continue
             port = node.rpc_port if n == node_id else self.proxy.port(node_id, n)
             parts.append(f"{n}@127.0.0.1:{port}")
         return ",".join(parts)

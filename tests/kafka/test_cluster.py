@@ -637,3 +637,87 @@ def test_a_node_joins_through_the_seeds_and_takes_replicas(ck, cluster, topic):
     assert id_file.read_text().strip() == "4"
     wait_until(four_brokers, 30, "every node listing brokers 1..4 after the restart")
     wait_until(agreed_leaders, LEADERS_DEADLINE_S, "leaders agreed after the restart")
+
+
+# -- g. partition moves (reassignment) ----------------------------------------------------
+
+def test_partitions_move_to_a_joined_node_under_writes(ck, cluster, topic, workload, capsys):
+    """Kafka's partition reassignment (kafka-python's admin client: AlterPartitionReassignments
+    and ListPartitionReassignments). With a fourth node joined and writes running,
+    partition 0 moves its leader's replica to node 4 and partition 1 shrinks to two
+    replicas, dropping that same node; both end on exactly their targets on every node,
+    every node names their leaders (the restarted one too), the removed replicas delete
+    their copies, nothing acknowledged is lost, and partition 0 keeps taking writes with
+    its old leader killed. Bad requests get Kafka's error codes."""
+    kadmin = need_module("kafka.admin")
+    kafka = need_module("kafka")
+    errors = need_module("kafka.errors")
+    admin = need_module("confluent_kafka.admin")
+    a = admin.AdminClient({"bootstrap.servers": cluster.bootstrap()})
+    new = admin.NewTopic(topic, num_partitions=PARTITIONS, replication_factor=REPLICATION_FACTOR)
+    a.create_topics([new])[topic].result(30)
+    leaders = wait_leaders(cluster, topic)
+    cluster.add_joiner(4)
+    everyone = [1, 2, 3, 4]
+    wait_until(lambda: all(sorted(cluster.metadata(n).brokers) == everyone for n in everyone),
+               30, "every node listing brokers 1..4")
+
+    r0, r1 = (replicas_of(cluster, topic, p, 1) for p in (0, 1))
+    target0 = [4] + [n for n in r0 if n != leaders[0]]
+    # Partition 1 drops the replica on partition 0's old leader (killed below), so both
+    # keep a majority through the kill.
+    target1 = [n for n in r1 if n != leaders[0]]
+    dropped1 = leaders[0]
+    w = workload(topic)
+    w.wait_acks(ACKS_BEFORE_FAULT, what="before the moves")
+
+    ka = kadmin.KafkaAdminClient(bootstrap_servers=cluster.bootstrap(), request_timeout_ms=30000)
+    try:
+        TP = kafka.TopicPartition
+        started = time.monotonic()
+        result = ka.alter_partition_reassignments({TP(topic, 0): target0, TP(topic, 1): target1})
+        assert result == {TP(topic, 0): None, TP(topic, 1): None}, result
+
+        def moved():
+            if ka.list_partition_reassignments():
+                return None
+            views = {n: [replicas_of(cluster, topic, p, n) for p in (0, 1)] for n in everyone}
+            return all(v == [target0, target1] for v in views.values()) or None
+
+        wait_until(moved, 60, f"replicas {target0} and {target1} on every node")
+        show(capsys, f"moves of {topic}/0 {r0} -> {target0} and {topic}/1 {r1} -> {target1} "
+                     f"finished after {time.monotonic() - started:.1f}s under writes")
+        for n, p in ((leaders[0], 0), (dropped1, 1)):
+            part_dir = cluster[n].data_dir / f"{topic}-{p}"
+            wait_until(lambda d=part_dir: not d.exists(), 30,
+                       f"node {n} deleting its copy of {topic}/{p}")
+
+        bad = ka.alter_partition_reassignments({
+            TP(topic, 2): [1, 99],           # not a node
+            TP(topic, 0): None,              # nothing to cancel
+            TP(topic + "-none", 0): [1],     # no such topic
+        })
+        assert bad[TP(topic, 2)] is errors.InvalidReplicationAssignmentError, bad
+        assert bad[TP(topic, 0)] is errors.NoReassignmentInProgressError, bad
+        assert bad[TP(topic + "-none", 0)] is errors.UnknownTopicOrPartitionError, bad
+    finally:
+        ka.close()
+
+    # Partition 0 no longer needs its old leader.
+    killed_at = time.monotonic()
+    cluster.kill9(leaders[0])
+    w.wait_acks(1, partition=0, since=killed_at, what="on partition 0 without its old leader")
+    finish(w)
+    cluster.restart(leaders[0])
+
+    def agreed_leaders():
+        views = {p: cluster.leader_views(topic, p, nodes=everyone) for p in range(PARTITIONS)}
+        if not all(len(set(v.values())) == 1 and next(iter(v.values())) in everyone
+                   for v in views.values()):
+            raise AssertionError(f"leader views (partition -> node -> leader): {views}")
+        return True
+
+    wait_until(agreed_leaders, LEADERS_DEADLINE_S,
+               "every node naming the same leader of each partition")
+    passes = [read_pass(ck, cluster[n].bootstrap, topic) for n in everyone]
+    assert_consistent(w, passes, min_ok=ACKS_BEFORE_FAULT)

@@ -141,6 +141,24 @@ pub enum TopicCmd {
         #[arg(long)]
         total: i32,
     },
+    /// Move a partition to other nodes or change its replica count
+    /// (AlterPartitionReassignments, like `kafka-reassign-partitions.sh --execute`).
+    #[command(group(ArgGroup::new("to").required(true).args(["replicas", "cancel"])))]
+    Move {
+        /// Topic name.
+        name: String,
+        /// Partition index.
+        #[arg(long)]
+        partition: i32,
+        /// The new replica node ids, preferred leader first, e.g. `--replicas 4,2,3`.
+        #[arg(long, value_delimiter = ',')]
+        replicas: Vec<i32>,
+        /// Cancel the move in progress (back to the replicas it started from).
+        #[arg(long)]
+        cancel: bool,
+    },
+    /// List the partition moves in progress (ListPartitionReassignments).
+    Moves,
 }
 
 /// `group ...`

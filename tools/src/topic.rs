@@ -1,11 +1,14 @@
-//! `strandctl topic`: create, list, describe, delete, alter-config, add-partitions, over
-//! the Kafka admin APIs (CreateTopics, Metadata, DescribeConfigs, DeleteTopics,
-//! IncrementalAlterConfigs, CreatePartitions).
+//! `strandctl topic`: create, list, describe, delete, alter-config, add-partitions, move,
+//! moves, over the Kafka admin APIs (CreateTopics, Metadata, DescribeConfigs, DeleteTopics,
+//! IncrementalAlterConfigs, CreatePartitions, Alter/ListPartitionReassignments).
 //!
 //! Invariant: each command sends its requests and returns the text to print; a non-zero
 //! Kafka error code in any result becomes a `KafkaError::Broker` naming the topic, never
 //! a success line.
 
+use kafka_protocol::messages::alter_partition_reassignments_request::{
+    ReassignablePartition, ReassignableTopic,
+};
 use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
@@ -15,8 +18,9 @@ use kafka_protocol::messages::incremental_alter_configs_request::{
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::metadata_response::MetadataResponseTopic;
 use kafka_protocol::messages::{
-    CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest,
-    IncrementalAlterConfigsRequest, MetadataRequest, MetadataResponse, TopicName,
+    AlterPartitionReassignmentsRequest, BrokerId, CreatePartitionsRequest, CreateTopicsRequest,
+    DeleteTopicsRequest, DescribeConfigsRequest, IncrementalAlterConfigsRequest,
+    ListPartitionReassignmentsRequest, MetadataRequest, MetadataResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -48,6 +52,13 @@ pub fn run(client: &mut KafkaClient, cmd: &TopicCmd) -> Result<String, KafkaErro
         TopicCmd::Delete { names } => delete(client, names),
         TopicCmd::AlterConfig { name, set, delete } => alter_config(client, name, set, delete),
         TopicCmd::AddPartitions { name, total } => add_partitions(client, name, *total),
+        TopicCmd::Move {
+            name,
+            partition,
+            replicas,
+            cancel,
+        } => move_partition(client, name, *partition, (!cancel).then_some(replicas)),
+        TopicCmd::Moves => list_moves(client),
     }
 }
 
@@ -331,4 +342,70 @@ fn add_partitions(client: &mut KafkaClient, name: &str, total: i32) -> Result<St
         )?;
     }
     Ok(format!("{name} now has {total} partitions\n"))
+}
+
+fn move_partition(
+    client: &mut KafkaClient,
+    name: &str,
+    partition: i32,
+    replicas: Option<&Vec<i32>>,
+) -> Result<String, KafkaError> {
+    let req = AlterPartitionReassignmentsRequest::default()
+        .with_timeout_ms(ADMIN_TIMEOUT_MS)
+        .with_topics(vec![ReassignableTopic::default()
+            .with_name(topic_name(name))
+            .with_partitions(vec![ReassignablePartition::default()
+                .with_partition_index(partition)
+                .with_replicas(
+                    replicas.map(|r| r.iter().map(|&n| BrokerId(n)).collect()),
+                )])]);
+    let resp = client.send(&req)?;
+    check_code(
+        resp.error_code,
+        &format!("move {name}/{partition}"),
+        resp.error_message.as_ref(),
+    )?;
+    for p in resp.responses.iter().flat_map(|t| &t.partitions) {
+        check_code(
+            p.error_code,
+            &format!("move {name}/{partition}"),
+            p.error_message.as_ref(),
+        )?;
+    }
+    Ok(match replicas {
+        Some(r) => format!(
+            "{name}/{partition} moving to replicas {r:?} (`strandctl topic moves` until it is gone)\n"
+        ),
+        None => format!("{name}/{partition}: move cancelled, going back\n"),
+    })
+}
+
+fn list_moves(client: &mut KafkaClient) -> Result<String, KafkaError> {
+    let req = ListPartitionReassignmentsRequest::default()
+        .with_timeout_ms(ADMIN_TIMEOUT_MS)
+        .with_topics(None);
+    let resp = client.send(&req)?;
+    check_code(resp.error_code, "list moves", resp.error_message.as_ref())?;
+    let ids = |v: &[BrokerId]| {
+        v.iter()
+            .map(|b| b.0.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let mut table = Table::new(&["TOPIC", "PARTITION", "REPLICAS", "ADDING", "REMOVING"]);
+    for t in &resp.topics {
+        for p in &t.partitions {
+            table.row(vec![
+                t.name.0.to_string(),
+                p.partition_index.to_string(),
+                ids(&p.replicas),
+                ids(&p.adding_replicas),
+                ids(&p.removing_replicas),
+            ]);
+        }
+    }
+    if table.is_empty() {
+        return Ok("no partition moves in progress\n".to_string());
+    }
+    Ok(table.render())
 }

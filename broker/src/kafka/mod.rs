@@ -15,6 +15,7 @@ pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
 pub mod producer;
+pub mod reassign;
 pub mod records;
 pub mod topics;
 
@@ -54,6 +55,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListGroups, 0, 4),
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::AlterPartitionReassignments, 0, 1),
+    (ApiKey::ListPartitionReassignments, 0, 0),
 ];
 
 /// A request that cannot be answered: the connection is closed.
@@ -93,6 +96,8 @@ pub fn api_name(key: ApiKey) -> &'static str {
         ApiKey::DescribeConfigs => "describe_configs",
         ApiKey::AlterConfigs => "alter_configs",
         ApiKey::CreatePartitions => "create_partitions",
+        ApiKey::AlterPartitionReassignments => "alter_partition_reassignments",
+        ApiKey::ListPartitionReassignments => "list_partition_reassignments",
         ApiKey::IncrementalAlterConfigs => "incremental_alter_configs",
         ApiKey::DescribeCluster => "describe_cluster",
         ApiKey::InitProducerId => "init_producer_id",
@@ -168,6 +173,8 @@ pub async fn handle(
         ApiKey::CreateTopics => topics::create(shard, &ctx, buf).await.map(Some),
         ApiKey::DeleteTopics => topics::delete(shard, &ctx, buf).await.map(Some),
         ApiKey::CreatePartitions => topics::create_partitions(shard, &ctx, buf).await.map(Some),
+        ApiKey::AlterPartitionReassignments => reassign::alter(shard, &ctx, buf).await.map(Some),
+        ApiKey::ListPartitionReassignments => reassign::list(shard, &ctx, buf).await.map(Some),
         ApiKey::DescribeConfigs => configs::describe(shard, &ctx, buf).await.map(Some),
         ApiKey::AlterConfigs => configs::replace(shard, &ctx, buf).await.map(Some),
         ApiKey::IncrementalAlterConfigs => configs::incremental(shard, &ctx, buf).await.map(Some),
