@@ -48,6 +48,19 @@ pub(crate) struct StateFile {
     /// Nodes that follow without voting (a joined node in the controller group).
     #[serde(default)]
     pub(crate) learners: Vec<u64>,
+    /// The rest of a joint configuration (a partition move): the outgoing voters, the
+    /// learners it will have, and whether the leader leaves it on its own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) voters_outgoing: Vec<u64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) learners_next: Vec<u64>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) auto_leave: bool,
+    /// The applied index when this state was written: the configuration above reflects
+    /// the configuration entries through it (`LogStore::persisted_applied`). Absent in a
+    /// file of an older version (then the commit index counts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) applied: Option<u64>,
     /// The compaction point (retention, or a snapshot installed from the leader): written
     /// before any segment it covers is deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -106,6 +119,10 @@ pub struct RaftLogStore {
     conf: ConfState,
     /// Term and vote as last written to the state file.
     written: (u64, u64),
+    /// The applied index the state it opened from was written with (capped by commit).
+    resume: RaftIndex,
+    /// The applied index as last reported (`applied_to`), written with the state.
+    applied: u64,
     mem: VecDeque<Entry>,
     staged_start: Option<StartChange>,
     staged_truncate: Option<RaftIndex>,
@@ -199,6 +216,9 @@ impl RaftLogStore {
             Some(s) => s,
             None => legacy()?,
         };
+        // Where raft-rs resumes applying (see `LogStore::persisted_applied`); the entries
+        // after it stay in memory until applied.
+        let resume = file.applied.map_or(file.commit, |a| a.min(file.commit));
         let log = part.log();
         let first = log.first_index();
         let next = strand_storage::RaftIndex(log.last_index().0 + 1);
@@ -226,7 +246,7 @@ impl RaftLogStore {
                     })
                 });
                 idx.push(RaftIndex(h.index.0), RaftTerm(h.term.0), h.offset_count)?;
-                if h.index.0 > file.commit {
+                if h.index.0 > resume {
                     mem.push_back(entry_of(&h, &body));
                 } else if h.kind == FrameKind::LogStart {
                     let bytes = body.first_chunk::<8>().copied().unwrap_or_default();
@@ -286,6 +306,9 @@ impl RaftLogStore {
         let conf = ConfState {
             voters: file.voters.clone(),
             learners: file.learners.clone(),
+            voters_outgoing: file.voters_outgoing.clone(),
+            learners_next: file.learners_next.clone(),
+            auto_leave: file.auto_leave,
             ..ConfState::default()
         };
         // A new group writes no state file: until its first vote the file would only repeat
@@ -297,6 +320,8 @@ impl RaftLogStore {
             hard,
             conf,
             written: (file.term, file.vote),
+            resume: RaftIndex(resume),
+            applied: resume,
             mem,
             staged_start: None,
             staged_truncate: None,
@@ -309,8 +334,8 @@ impl RaftLogStore {
     }
 
     fn trimmed(mut self) -> Self {
-        let commit = self.hard.commit;
-        while self.mem.front().is_some_and(|e| e.index <= commit) {
+        let resume = self.resume.0.min(self.hard.commit);
+        while self.mem.front().is_some_and(|e| e.index <= resume) {
             self.mem.pop_front();
         }
         self
@@ -323,6 +348,10 @@ impl RaftLogStore {
             commit: self.hard.commit,
             voters: self.conf.voters.clone(),
             learners: self.conf.learners.clone(),
+            voters_outgoing: self.conf.voters_outgoing.clone(),
+            learners_next: self.conf.learners_next.clone(),
+            auto_leave: self.conf.auto_leave,
+            applied: Some(self.applied),
             compacted: Some(self.index.compaction_point())
                 .filter(|p| p.index.0 > 0)
                 .map(Compacted::of),
@@ -574,9 +603,14 @@ impl LogStore for RaftLogStore {
     }
 
     fn applied_to(&mut self, index: RaftIndex) {
+        self.applied = index.0;
         while self.mem.front().is_some_and(|e| e.index <= index.0) {
             self.mem.pop_front();
         }
+    }
+
+    fn persisted_applied(&self) -> Option<RaftIndex> {
+        Some(self.resume)
     }
 
     fn compact_through(&mut self, through: RaftIndex) -> Result<(), StoreError> {
@@ -725,6 +759,57 @@ mod tests {
             assert_eq!(
                 s.entries(RaftIndex(1), RaftIndex(4), None).map(|e| e.len()),
                 Ok(3)
+            );
+        })
+        .expect("executor");
+    }
+
+    /// A joint configuration (a partition move) survives a reopen whole, and raft-rs
+    /// resumes applying where the state was written, not at the commit index: a
+    /// configuration entry committed but not applied then is applied after the restart.
+    #[test]
+    fn a_joint_configuration_and_the_applied_index_survive_a_reopen() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("t-0");
+        strand_storage::io_runtime::block_on("raft-store-test", 1, async {
+            let mut s = open(&dir).await;
+            s.append(&[
+                data_entry(1, 1, b"a"),
+                data_entry(2, 1, b"b"),
+                data_entry(3, 1, b"c"),
+            ])
+            .expect("append");
+            s.applied_to(RaftIndex(1));
+            s.set_hard_state(&HardState {
+                term: 1,
+                vote: 1,
+                commit: 3,
+                ..HardState::default()
+            });
+            s.set_conf_state(&ConfState {
+                voters: vec![2, 3, 4],
+                voters_outgoing: vec![1, 2, 3],
+                learners_next: vec![1],
+                auto_leave: true,
+                ..ConfState::default()
+            });
+            persist(&mut s).await;
+        })
+        .expect("executor");
+        strand_storage::io_runtime::block_on("raft-store-test", 1, async {
+            let s = open(&dir).await;
+            let c = s.conf_state();
+            assert_eq!(
+                (c.voters, c.voters_outgoing),
+                (vec![2, 3, 4], vec![1, 2, 3])
+            );
+            assert_eq!((c.learners_next, c.auto_leave), (vec![1], true));
+            assert_eq!(s.hard_state().commit, 3);
+            assert_eq!(s.persisted_applied(), Some(RaftIndex(1)));
+            // The entries after it wait in memory: applying them never waits for the disk.
+            assert_eq!(
+                s.entries(RaftIndex(2), RaftIndex(4), None).map(|e| e.len()),
+                Ok(2)
             );
         })
         .expect("executor");

@@ -537,13 +537,12 @@ impl<S: LogStore> Group<S> {
         let committed = rd.take_committed_entries();
         let last_committed = committed.last().map(|e| e.index);
         self.apply(committed, fx);
-        // raft-rs's applied index follows at once, not when the write finishes: a tick or a
-        // MsgHup meanwhile reads the entries after it, which the store keeps in memory only
-        // until they are applied. (After a snapshot the point is not persisted yet, so raft-rs
-        // would refuse; that Ready waits for `advance_apply` at the finish.)
-        if let Some(last) = last_committed.filter(|_| !self.fenced && rd.snapshot().is_empty()) {
-            self.node.advance_apply_to(last);
+        if self.fenced {
+            return;
         }
+        // (After a snapshot the point is not persisted yet, so raft-rs would refuse to
+        // advance the applied index; that Ready waits for `advance_apply` at the finish.)
+        let applied_now = last_committed.filter(|_| rd.snapshot().is_empty());
         if !rd.entries().is_empty() {
             if let Err(e) = self.store_mut().append(rd.entries()) {
                 return self.fence(e, fx);
@@ -563,8 +562,18 @@ impl<S: LogStore> Group<S> {
             let number = rd.number();
             let persisted = rd.take_persisted_messages();
             self.node.advance_append_async(rd);
+            // raft-rs's applied index follows at once, not when the write finishes: a tick
+            // or a MsgHup meanwhile reads the entries after it, which the store keeps in
+            // memory only until they are applied. Only after the Ready is advanced: applying
+            // a joint configuration makes a leader append the entry that leaves it, which
+            // must come after the Ready's own entries (raft-rs asserts it).
+            if let Some(last) = applied_now {
+                self.node.advance_apply_to(last);
+            }
             self.in_flight_async = Some((number, wrote, persisted));
         } else {
+            // Nothing steps this group before `finish_ready`, whose `advance_apply` follows
+            // `advance_append` (see above for why not before).
             self.in_flight = Some((rd, wrote));
         }
     }
@@ -794,6 +803,32 @@ impl<S: LogStore> Group<S> {
         Ok(MembershipStep::Proposed)
     }
 
+    /// raft-rs's state of the group, for a simulator failure report.
+    pub fn describe(&self) -> String {
+        let r = &self.node.raft;
+        let prs: Vec<String> = r
+            .prs()
+            .iter()
+            .map(|(id, pr)| {
+                format!(
+                    "{id}:{:?} m{} n{} a{}",
+                    pr.state, pr.matched, pr.next_idx, pr.recent_active
+                )
+            })
+            .collect();
+        format!(
+            "fenced {} async {} term {} state {:?} lead {} commit {} last {} prs [{}]",
+            self.fenced,
+            self.in_flight_async.is_some(),
+            r.term,
+            r.state,
+            r.leader_id,
+            r.raft_log.committed,
+            r.raft_log.last_index(),
+            prs.join(", ")
+        )
+    }
+
     /// The voters and the learners of the group as this node applied them.
     pub fn members(&self) -> (Vec<u64>, Vec<u64>) {
         let c = self.store().conf_state();
@@ -943,6 +978,24 @@ impl<S: LogStore> Group<S> {
         }
         .map_err(|_| malformed("configuration change refused by raft-rs"))?;
         self.store_mut().set_conf_state(&conf_state);
+        // A leader that applies its own removal (elected before it applied it) steps down
+        // at once: raft-rs would keep it leading outside its configuration, drop every
+        // proposal it makes, and panic on the next acknowledgement it counts.
+        let r = &mut self.node.raft;
+        if r.state == StateRole::Leader && r.prs().get(r.id).is_none() {
+            let term = r.term;
+            r.become_follower(term, raft::INVALID_ID);
+        }
+        // The configuration is persisted with a commit index that covers its entry: a
+        // restart then begins past the entry instead of applying it again to a
+        // configuration that already has it (raft-rs refuses that, e.g. entering a joint
+        // configuration twice, and the group would be fenced). The commit index of a
+        // `LightReady` is otherwise not persisted.
+        let mut hs = self.store().hard_state();
+        if hs.commit < index.0 {
+            hs.commit = index.0;
+            self.store_mut().set_hard_state(&hs);
+        }
         Ok(())
     }
 

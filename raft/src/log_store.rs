@@ -59,6 +59,14 @@ pub trait LogStore {
     /// in memory (so that applying never waits for a disk read) may drop them now.
     fn applied_to(&mut self, _index: RaftIndex) {}
 
+    /// The applied index recorded with the persisted state this store opened from: the
+    /// configuration read back reflects exactly the configuration entries through it, so a
+    /// restart applies again from there (never past a configuration entry it lacks, never
+    /// the same one twice). `None`: not recorded, every committed entry counts as applied.
+    fn persisted_applied(&self) -> Option<RaftIndex> {
+        None
+    }
+
     /// Replaces the whole log by an empty one starting after `point` (a snapshot from the
     /// leader); durable at the next `sync`.
     fn restore(&mut self, point: CompactionPoint, conf_state: &ConfState)

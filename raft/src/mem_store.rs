@@ -32,6 +32,8 @@ pub struct DurableImage {
     conf_state: ConfState,
     point: CompactionPoint,
     entries: Vec<Entry>,
+    /// The applied index when the state was last synced (`LogStore::persisted_applied`).
+    applied: u64,
 }
 
 impl DurableImage {
@@ -48,6 +50,19 @@ impl DurableImage {
 }
 
 impl DurableImage {
+    /// A new replica's image of a group whose first voters are `voters` (a partition move
+    /// brings it in): it knows itself only as a learner, and learns the rest from the log.
+    pub fn joining(voters: &[u64], me: u64) -> Self {
+        Self {
+            conf_state: ConfState {
+                voters: voters.iter().copied().filter(|&v| v != me).collect(),
+                learners: vec![me],
+                ..ConfState::default()
+            },
+            ..Self::default()
+        }
+    }
+
     /// Whether the image holds raft index `index` with `term` (a compacted index counts:
     /// it was applied before it was compacted).
     pub fn holds(&self, index: u64, term: u64) -> bool {
@@ -70,6 +85,8 @@ pub struct MemLogStore {
     behaviour: SyncBehaviour,
     fail_next_sync: bool,
     sync_count: u64,
+    /// `applied` of the image this store recovered from.
+    opened_applied: u64,
 }
 
 impl MemLogStore {
@@ -84,6 +101,7 @@ impl MemLogStore {
             index.push(RaftIndex(e.index), RaftTerm(e.term), kind.record_count())?;
         }
         Ok(Self {
+            opened_applied: image.applied,
             dirty_from: image.entries.len(),
             live: image.clone(),
             durable: image,
@@ -210,10 +228,19 @@ impl LogStore for MemLogStore {
             self.durable.entries.extend_from_slice(unsynced);
             self.durable.hard_state = self.live.hard_state.clone();
             self.durable.conf_state = self.live.conf_state.clone();
+            self.durable.applied = self.live.applied;
         }
         self.dirty_from = self.live.entries.len();
         self.sync_count += 1;
         Ok(())
+    }
+
+    fn applied_to(&mut self, index: RaftIndex) {
+        self.live.applied = index.0;
+    }
+
+    fn persisted_applied(&self) -> Option<RaftIndex> {
+        Some(RaftIndex(self.opened_applied))
     }
 
     fn compact_through(&mut self, through: RaftIndex) -> Result<(), StoreError> {

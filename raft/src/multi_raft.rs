@@ -258,7 +258,12 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
         // Entries through the persisted commit index were applied before a restart: the
         // partition log is the state machine, so applying them again would only replay
         // completions nobody waits for, and would read the whole log from disk.
+        // A configuration entry committed but not yet applied when the state was written
+        // is applied again from `persisted_applied` (the configuration read back lacks it).
         let committed = RaftIndex(store.hard_state().commit).min(store.index().last_index());
+        let committed = store
+            .persisted_applied()
+            .map_or(committed, |a| a.min(committed));
         let applied = store.index().compaction_point().index.max(committed);
         let raft_config = self.config.raft_config(applied);
         let logger = crate::log_bridge::logger(self.config.node, group);
@@ -859,6 +864,13 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
             .move_members(target)?;
         self.activity(group);
         Ok(step)
+    }
+
+    /// raft-rs's state of `group` (see `Group::describe`).
+    pub fn describe(&self, group: GroupId) -> Option<String> {
+        self.groups
+            .get(&group)
+            .map(|g| format!("{} hibernating {}", g.describe(), self.is_asleep(group)))
     }
 
     /// The voters and learners of `group` as this node applied them.

@@ -204,12 +204,17 @@ impl Checker {
         self.acked.iter().map(|(p, &(g, o))| (p, g, o))
     }
 
-    /// Committed entries of `group` are each in a majority of `images` (one per node).
-    pub fn check_durable(&self, group: GroupId, images: &[DurableImage]) -> Result<(), String> {
+    /// Committed entries of `group` are each in at least `majority` of `images` (one per
+    /// node).
+    pub fn check_durable(
+        &self,
+        group: GroupId,
+        images: &[DurableImage],
+        majority: usize,
+    ) -> Result<(), String> {
         let Some(truth) = self.truth.get(&group) else {
             return Ok(());
         };
-        let majority = images.len() / 2 + 1;
         for (k, c) in truth.iter().enumerate() {
             let index = k as u64 + 1;
             let holders = images.iter().filter(|im| im.holds(index, c.term)).count();
@@ -270,7 +275,11 @@ fn agree(
             v.node, v.group, e.index, first.term, first.kafka_end, mine.term, mine.kafka_end
         )),
         None if k == truth.len() => {
+            // Client payloads are unique; configuration changes are not (a new leader may
+            // propose the same change again, and every automatic leave is alike).
+            let config = matches!(kind, entry::EntryKind::Config);
             if !mine.data.is_empty()
+                && !config
                 && committed_at
                     .insert(mine.data.clone(), (v.group, RaftIndex(e.index)))
                     .is_some()

@@ -10,8 +10,15 @@
 //! The checker (`checker`) runs after every step. A failure names its seed and replays
 //! exactly: `STRAND_SIM_SEED=<seed> cargo test -p strand-raft --test sim`.
 //!
-//! Deliberately absent: membership changes, log compaction and snapshots, read corruption
-//! and ENOSPC (the in-memory store has no such faults yet).
+//! With `moves`, partition moves run through all of it: the groups start on the first
+//! `voters` nodes, the others host them as new replicas do (learners of nothing yet), and
+//! every so often a group gets a new random target of `voters` nodes that its leader
+//! reaches with `MultiRaft::move_members` (learners, joint consensus, leader hand-over).
+//! The liveness phase then also waits for every move to finish, and durability counts the
+//! smallest majority any configuration had.
+//!
+//! Deliberately absent: log compaction and snapshots, read corruption and ENOSPC (the
+//! in-memory store has no such faults yet).
 
 mod checker;
 mod network;
@@ -29,8 +36,12 @@ use world::World;
 /// What a run simulates.
 #[derive(Clone, Debug)]
 pub struct SimConfig {
-    /// Nodes (voters of every group).
+    /// Nodes (each hosts every group).
     pub nodes: u64,
+    /// The first voters of every group: nodes 1 to `voters` (at most `nodes`).
+    pub voters: u64,
+    /// Whether groups move to random targets of `voters` nodes during the fault phase.
+    pub moves: bool,
     /// Raft groups, each on every node.
     pub groups: u64,
     /// Simulated time with faults and client load.
@@ -54,6 +65,8 @@ impl Default for SimConfig {
     fn default() -> Self {
         Self {
             nodes: 3,
+            voters: 3,
+            moves: false,
             groups: 3,
             fault_phase: Duration::from_secs(8),
             liveness_deadline: Duration::from_secs(30),
@@ -76,6 +89,8 @@ pub struct SimReport {
     pub committed: usize,
     /// Simulated time at the end.
     pub sim_time: Duration,
+    /// Group moves finished (`SimConfig::moves`).
+    pub moves: usize,
     /// A hash of every event; equal for two runs of one seed.
     pub digest: u64,
 }
@@ -138,13 +153,22 @@ fn run_unchecked(seed: u64, config: &SimConfig) -> Result<SimReport, SimFailure>
             .zip(&acked_before)
             .map(|(&g, &before)| w.checker.acked_in(g) > before)
             .collect();
-        if progressed.iter().all(|&p| p) && groups.iter().all(|&g| w.caught_up(g)) {
+        if progressed.iter().all(|&p| p)
+            && groups.iter().all(|&g| w.caught_up(g))
+            && w.moves_pending() == 0
+        {
             break;
         }
         if w.now() > deadline {
+            let behind: Vec<String> = groups
+                .iter()
+                .filter(|&&g| !w.caught_up(g))
+                .map(|&g| w.catch_up_report(g))
+                .collect();
             return Err(w.fail(format!(
-                "no progress {} s after healing: groups progressed {progressed:?}",
-                config.liveness_deadline.as_secs()
+                "no progress {} s after healing: groups progressed {progressed:?}, moves unfinished: {:?}, not caught up: {behind:?}",
+                config.liveness_deadline.as_secs(),
+                w.moves_report()
             )));
         }
         for (&g, &p) in groups.iter().zip(&progressed) {
@@ -164,6 +188,7 @@ fn run_unchecked(seed: u64, config: &SimConfig) -> Result<SimReport, SimFailure>
         acked: w.checker.acked().count(),
         committed: w.checker.committed_count(),
         sim_time: w.now(),
+        moves: w.moves_finished,
         digest: w.digest,
     })
 }

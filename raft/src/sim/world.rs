@@ -42,6 +42,8 @@ const PARTITION_MS: (u64, u64) = (300, 4000);
 const RECORDS_PER_BATCH_MAX: u64 = 4;
 /// Most unsynced entries a crash may leave behind (a partly written tail).
 const TORN_ENTRIES_MAX: u64 = 3;
+/// Gap between new move targets (`SimConfig::moves`), in milliseconds.
+const MOVE_GAP_MS: (u64, u64) = (300, 2500);
 
 /// Simulated time, shared by the world and every driver.
 #[derive(Clone, Debug, Default)]
@@ -81,6 +83,7 @@ enum Event {
     Heal,
     Client,
     Fault,
+    Move,
 }
 
 /// A proposal the client waits for.
@@ -104,6 +107,11 @@ pub(crate) struct World {
     next_client: Option<Duration>,
     next_fault: Option<Duration>,
     heal_at: Option<Duration>,
+    /// Groups moving, with their target voters (`SimConfig::moves`).
+    targets: BTreeMap<GroupId, Vec<NodeId>>,
+    next_move: Option<Duration>,
+    /// Moves whose leader reported them done.
+    pub moves_finished: usize,
     pub step: u64,
     pub digest: u64,
     completions: Vec<Completion>,
@@ -113,14 +121,16 @@ impl World {
     pub fn new(seed: u64, config: SimConfig) -> Result<Self, SimFailure> {
         let mut rng = Prng::new(seed);
         let clock = SimClock::default();
-        let voters: Vec<u64> = (1..=config.nodes).collect();
+        let voters: Vec<u64> = (1..=config.voters.min(config.nodes)).collect();
         let groups: Vec<GroupId> = (1..=config.groups).map(GroupId).collect();
         let mut nodes = Vec::new();
-        for &v in &voters {
-            let disk = groups
-                .iter()
-                .map(|&g| (g, DurableImage::new(&voters)))
-                .collect();
+        for v in 1..=config.nodes {
+            let image = if voters.contains(&v) {
+                DurableImage::new(&voters)
+            } else {
+                DurableImage::joining(&voters, v)
+            };
+            let disk = groups.iter().map(|&g| (g, image.clone())).collect();
             let next_turn = Duration::from_millis(rng.below(10));
             nodes.push(SimNode {
                 id: NodeId(v),
@@ -131,6 +141,7 @@ impl World {
                 restart_at: None,
             });
         }
+        let next_move = config_moves_at(&config, &mut rng);
         let mut world = Self {
             seed,
             network: Network::new(config.network.clone()),
@@ -150,6 +161,9 @@ impl World {
             leader_guess: BTreeMap::new(),
             next_payload: 0,
             heal_at: None,
+            targets: BTreeMap::new(),
+            next_move,
+            moves_finished: 0,
             step: 0,
             digest: 0xcbf2_9ce4_8422_2325,
             completions: Vec::new(),
@@ -235,7 +249,7 @@ impl World {
                 None => n.disk.get(&g).is_some_and(|im| im.holds(index.0, term)),
             })
             .count();
-        if holders <= self.nodes.len() / 2 {
+        if holders < self.quorum() {
             return Err(self.fail(format!(
                 "lost write: {g} acknowledged raft index {} while durable on {holders} of {} nodes",
                 index.0,
@@ -257,7 +271,7 @@ impl World {
                 })
                 .collect();
             self.checker
-                .check_durable(g, &images)
+                .check_durable(g, &images, self.quorum())
                 .map_err(|e| self.fail(e))?;
         }
         Ok(())
@@ -282,6 +296,7 @@ impl World {
         consider(self.heal_at, Event::Heal);
         consider(self.next_client, Event::Client);
         consider(self.next_fault, Event::Fault);
+        consider(self.next_move, Event::Move);
         best
     }
 
@@ -317,6 +332,10 @@ impl World {
                 self.fault()?;
                 None
             }
+            Event::Move => {
+                self.new_target();
+                None
+            }
         };
         self.mix(at.as_micros() as u64, event_code(event));
         if let Some(i) = touched {
@@ -346,6 +365,29 @@ impl World {
         let Some(driver) = self.nodes[i].driver.as_mut() else {
             return Ok(());
         };
+        // A leader takes the next step of each move (the broker's move loop).
+        let mut finished = Vec::new();
+        for (&g, target) in &self.targets {
+            if !driver.is_leader(g) {
+                continue;
+            }
+            let code = match driver.move_members(g, target) {
+                Ok(crate::MembershipStep::Done) => {
+                    finished.push(g);
+                    1
+                }
+                Ok(crate::MembershipStep::Proposed) => 2,
+                Ok(crate::MembershipStep::Transferring(_)) => 3,
+                Ok(crate::MembershipStep::Waiting(_)) => 4,
+                // Not leading after all, fenced, or raft-rs refused (a transfer runs).
+                Err(_) => 5,
+            };
+            self.digest = (self.digest ^ code).wrapping_mul(0x0100_0000_01b3);
+        }
+        for g in finished {
+            self.targets.remove(&g);
+            self.moves_finished += 1;
+        }
         driver.turn();
         for batch in driver.transport_mut().take() {
             self.network.send(now, batch, &mut self.rng);
@@ -462,6 +504,7 @@ fn event_code(e: Event) -> u64 {
         Event::Heal => 3,
         Event::Client => 4,
         Event::Fault => 5,
+        Event::Move => 6,
     }
 }
 
@@ -520,6 +563,7 @@ impl World {
     /// (a fenced group restarts with its node), clients stop.
     pub fn heal_all(&mut self) -> Result<(), SimFailure> {
         self.next_fault = None;
+        self.next_move = None;
         self.next_client = None;
         self.heal_at = None;
         self.network.heal();
@@ -576,6 +620,9 @@ impl World {
                 return Err(self.fail(format!("{} is down at the end", n.id)));
             };
             for &g in &self.groups {
+                if !self.members(g).contains(&n.id.0) {
+                    continue;
+                }
                 let store = d.store(g).ok_or_else(|| self.fail("group missing"))?;
                 let ix = store.index();
                 let entries = store
@@ -607,7 +654,8 @@ impl World {
         Ok(())
     }
 
-    /// Whether every node has applied everything the serving leader of `g` has.
+    /// Whether every member of `g` (voter or learner, as its serving leader applied them)
+    /// has applied everything that leader has.
     pub fn caught_up(&self, g: GroupId) -> bool {
         let Some(l) = self.serving_leader(g) else {
             return false;
@@ -616,8 +664,93 @@ impl World {
             .driver
             .as_ref()
             .and_then(|d| d.applied_index(g));
+        let members = self.members(g);
         self.nodes
             .iter()
+            .filter(|n| members.contains(&n.id.0))
             .all(|n| n.driver.as_ref().and_then(|d| d.applied_index(g)) == target)
     }
+
+    /// The members of `g` as its serving leader applied them (every node without one).
+    fn members(&self, g: GroupId) -> Vec<u64> {
+        let all = || self.nodes.iter().map(|n| n.id.0).collect();
+        let Some(l) = self.serving_leader(g) else {
+            return all();
+        };
+        match self.nodes[l].driver.as_ref().and_then(|d| d.members(g)) {
+            Some((voters, learners)) => voters.into_iter().chain(learners).collect(),
+            None => all(),
+        }
+    }
+
+    /// Why `g` is not caught up: its serving leader, members and each node's applied index
+    /// and role (for failure messages).
+    pub fn catch_up_report(&self, g: GroupId) -> String {
+        let nodes: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| match n.driver.as_ref() {
+                Some(d) => format!(
+                    "{}: applied {:?} members {:?} raft {}",
+                    n.id.0,
+                    d.applied_index(g).map(|i| i.0),
+                    d.members(g),
+                    d.describe(g).unwrap_or_default()
+                ),
+                None => format!("{}: down", n.id.0),
+            })
+            .collect();
+        format!(
+            "{g}: serving leader {:?}, members {:?}; {}",
+            self.serving_leader(g).map(|i| self.nodes[i].id.0),
+            self.members(g),
+            nodes.join("; ")
+        )
+    }
+
+    /// Moves not finished yet.
+    pub fn moves_pending(&self) -> usize {
+        self.targets.len()
+    }
+
+    /// The unfinished moves, each with its group's state (for failure messages).
+    pub fn moves_report(&self) -> Vec<String> {
+        self.targets
+            .iter()
+            .map(|(&g, t)| {
+                let t: Vec<u64> = t.iter().map(|n| n.0).collect();
+                format!("target {t:?} of {}", self.catch_up_report(g))
+            })
+            .collect()
+    }
+
+    /// The fewest durable copies a committed entry may have: a majority of the smallest
+    /// configuration (every configuration has at least `voters` voters).
+    fn quorum(&self) -> usize {
+        let voters = self.config.voters.min(self.config.nodes);
+        usize::try_from(voters / 2 + 1).unwrap_or(usize::MAX)
+    }
+
+    /// Gives a random group a new random target of `voters` nodes.
+    fn new_target(&mut self) {
+        let now = self.now();
+        self.next_move = Some(now + self.ms(MOVE_GAP_MS));
+        let g = self.groups[self.rng.below(self.groups.len() as u64) as usize];
+        let mut pool: Vec<NodeId> = self.nodes.iter().map(|n| n.id).collect();
+        let size = self.config.voters.min(self.config.nodes) as usize;
+        let mut target = Vec::with_capacity(size);
+        while target.len() < size {
+            let k = self.rng.below(pool.len() as u64) as usize;
+            target.push(pool.swap_remove(k));
+        }
+        self.mix(3, target.iter().fold(g.0, |a, n| a * 31 + n.0));
+        self.targets.insert(g, target);
+    }
+}
+
+/// When the first move target comes (`None` without moves).
+fn config_moves_at(config: &SimConfig, rng: &mut Prng) -> Option<Duration> {
+    config
+        .moves
+        .then(|| Duration::from_millis(rng.range(MOVE_GAP_MS.0, MOVE_GAP_MS.1)))
 }
