@@ -644,8 +644,9 @@ def test_a_node_joins_through_the_seeds_and_takes_replicas(ck, cluster, topic):
 def test_partitions_move_to_a_joined_node_under_writes(ck, cluster, topic, workload, capsys):
     """Kafka's partition reassignment (kafka-python's admin client: AlterPartitionReassignments
     and ListPartitionReassignments). With a fourth node joined and writes running,
-    partition 0 moves its leader's replica to node 4 and partition 1 shrinks to two
-    replicas, dropping that same node; both end on exactly their targets on every node,
+    partition 0 moves its leader's replica to node 4, partition 1 shrinks to two
+    replicas, dropping that same node, and partition 2 swaps a follower for node 4 (a joint
+    configuration); all end on exactly their targets on every node,
     every node names their leaders (the restarted one too), the removed replicas delete
     their copies, nothing acknowledged is lost, and partition 0 keeps taking writes with
     its old leader killed. Bad requests get Kafka's error codes."""
@@ -668,6 +669,11 @@ def test_partitions_move_to_a_joined_node_under_writes(ck, cluster, topic, workl
     # keep a majority through the kill.
     target1 = [n for n in r1 if n != leaders[0]]
     dropped1 = leaders[0]
+    # Partition 2 swaps a follower (not partition 0's old leader) for node 4: two changes
+    # at once, so a joint configuration.
+    r2 = replicas_of(cluster, topic, 2, 1)
+    swapped2 = next(n for n in r2 if n not in (leaders[2], leaders[0]))
+    target2 = [4 if n == swapped2 else n for n in r2]
     w = workload(topic)
     w.wait_acks(ACKS_BEFORE_FAULT, what="before the moves")
 
@@ -675,25 +681,28 @@ def test_partitions_move_to_a_joined_node_under_writes(ck, cluster, topic, workl
     try:
         TP = kafka.TopicPartition
         started = time.monotonic()
-        result = ka.alter_partition_reassignments({TP(topic, 0): target0, TP(topic, 1): target1})
-        assert result == {TP(topic, 0): None, TP(topic, 1): None}, result
+        targets = [target0, target1, target2]
+        result = ka.alter_partition_reassignments(
+            {TP(topic, p): t for p, t in enumerate(targets)})
+        assert result == {TP(topic, p): None for p in range(PARTITIONS)}, result
 
         def moved():
             if ka.list_partition_reassignments():
                 return None
-            views = {n: [replicas_of(cluster, topic, p, n) for p in (0, 1)] for n in everyone}
-            return all(v == [target0, target1] for v in views.values()) or None
+            views = {n: [replicas_of(cluster, topic, p, n) for p in range(PARTITIONS)]
+                     for n in everyone}
+            return all(v == targets for v in views.values()) or None
 
-        wait_until(moved, 60, f"replicas {target0} and {target1} on every node")
-        show(capsys, f"moves of {topic}/0 {r0} -> {target0} and {topic}/1 {r1} -> {target1} "
-                     f"finished after {time.monotonic() - started:.1f}s under writes")
-        for n, p in ((leaders[0], 0), (dropped1, 1)):
+        wait_until(moved, 60, f"replicas {targets} on every node")
+        show(capsys, f"moves of {topic}: {[r0, r1, r2]} -> {targets} finished after "
+                     f"{time.monotonic() - started:.1f}s under writes")
+        for n, p in ((leaders[0], 0), (dropped1, 1), (swapped2, 2)):
             part_dir = cluster[n].data_dir / f"{topic}-{p}"
             wait_until(lambda d=part_dir: not d.exists(), 30,
                        f"node {n} deleting its copy of {topic}/{p}")
 
         bad = ka.alter_partition_reassignments({
-            TP(topic, 2): [1, 99],           # not a node
+            TP(topic, 2): [1, 99],           # not a node (and no move running to cancel)
             TP(topic, 0): None,              # nothing to cancel
             TP(topic + "-none", 0): [1],     # no such topic
         })
