@@ -82,6 +82,31 @@ impl Shard {
         (l >= 0).then_some(l)
     }
 
+    /// The brokers Kafka clients see, `(id, host, kafka port)`: every registered node on a
+    /// cluster, this node alone without one.
+    pub fn brokers(&self) -> Vec<(i32, String, u16)> {
+        if self.clustered() {
+            self.metadata()
+                .nodes
+                .values()
+                .map(|n| (n.id, n.host.clone(), n.kafka_port))
+                .collect()
+        } else {
+            let c = &self.config;
+            vec![(c.node_id, c.advertised_host.clone(), c.kafka_addr.port())]
+        }
+    }
+
+    /// The controller id Kafka clients see: the controller group's leader on a cluster (-1
+    /// while unknown), this node without one.
+    pub fn controller_id(&self) -> i32 {
+        if self.clustered() {
+            self.controller_leader().unwrap_or(-1)
+        } else {
+            self.config.node_id
+        }
+    }
+
     /// The committed metadata as this shard knows it: on shard 0 the state applied from the
     /// controller log (ahead of the published snapshot while partitions open).
     pub fn committed_metadata(&self) -> Arc<Metadata> {
@@ -350,6 +375,7 @@ fn visible(m: &Metadata, after: &Metadata, cmd: &Command) -> bool {
             m.topics.get(name).is_some_and(|t| t.shards.len() >= want)
         }
         Command::ReserveProducerIds { up_to, .. } => m.producer_ids_reserved_to >= *up_to,
+        Command::RemoveNode { id } => !m.nodes.contains_key(id),
         Command::ReassignPartition {
             name, partition, ..
         } => {
@@ -601,7 +627,8 @@ fn join_reply(node_id: Option<i32>, error: Option<String>) -> Bytes {
 }
 
 /// As the controller's leader: every registered node outside the controller group joins
-/// it as a learner (one configuration change at a time; the next check retries).
+/// it as a learner, and a learner no longer registered (removed from the cluster) leaves
+/// it (one configuration change at a time; the next check retries).
 fn admit_learners(shard: &Rc<Shard>) {
     let Some(rep) = shard.replicator() else {
         return;
@@ -612,19 +639,34 @@ fn admit_learners(shard: &Rc<Shard>) {
     let Some((voters, learners)) = rep.controller_members() else {
         return;
     };
-    let missing = shard
+    let registered: Vec<u64> = shard
         .committed_node_ids()
         .into_iter()
         .map(|id| id as u64)
-        .find(|id| !voters.contains(id) && !learners.contains(id));
-    if let Some(node) = missing {
-        match rep.add_controller_learner(node as i32) {
-            Ok(()) => tracing::info!(
-                node,
-                "adding a joined node to the controller group as a learner"
-            ),
-            Err(e) => tracing::debug!(node, error = %e, "controller learner not added yet"),
-        }
+        .collect();
+    let change = registered
+        .iter()
+        .find(|id| !voters.contains(id) && !learners.contains(id))
+        .map(|&id| (id, true))
+        .or_else(|| {
+            learners
+                .iter()
+                .find(|id| !registered.contains(id))
+                .map(|&id| (id, false))
+        });
+    let Some((node, learner)) = change else {
+        return;
+    };
+    match rep.set_controller_learner(node as i32, learner) {
+        Ok(()) if learner => tracing::info!(
+            node,
+            "adding a joined node to the controller group as a learner"
+        ),
+        Ok(()) => tracing::info!(
+            node,
+            "removing a node that left the cluster from the controller group"
+        ),
+        Err(e) => tracing::debug!(node, error = %e, "controller learners not changed yet"),
     }
 }
 

@@ -66,6 +66,12 @@ pub enum Command {
         /// register.
         seeds: Vec<i32>,
     },
+    /// Removes a node from the cluster (Kafka's UnregisterBroker): refused while it holds
+    /// a replica of any partition. Its id is not handed out again.
+    RemoveNode {
+        /// The node.
+        id: i32,
+    },
     /// Reserves producer ids below `up_to` (never handed out again after a restart).
     ReserveProducerIds {
         /// Ids below this are reserved.
@@ -248,6 +254,12 @@ pub enum MetaError {
     /// INVALID_REPLICA_ASSIGNMENT (39).
     #[error("invalid replica assignment: {0}")]
     InvalidAssignment(String),
+    /// BROKER_ID_NOT_REGISTERED (102).
+    #[error("node {0} is not registered")]
+    UnknownNode(i32),
+    /// INVALID_REQUEST (42): the node still holds replicas.
+    #[error("node {0} still holds replicas of {1} partitions (e.g. {2}): move them first")]
+    NodeInUse(i32, usize, String),
     /// NO_REASSIGNMENT_IN_PROGRESS (85).
     #[error("no reassignment of '{0}' partition {1} is in progress")]
     NoReassignment(String, i32),
@@ -267,6 +279,8 @@ impl MetaError {
             MetaError::UnknownPartition(..) => 3,
             MetaError::InvalidAssignment(_) => 39,
             MetaError::NoReassignment(..) => 85,
+            MetaError::UnknownNode(_) => 102,
+            MetaError::NodeInUse(..) => 42,
             MetaError::Internal(_) => -1,
         }
     }
@@ -370,6 +384,24 @@ impl Metadata {
                 }
                 Ok(())
             }
+            Command::RemoveNode { id } => {
+                if !self.nodes.contains_key(id) {
+                    return Err(MetaError::UnknownNode(*id));
+                }
+                let held: Vec<String> = self
+                    .topics
+                    .iter()
+                    .flat_map(|(name, t)| {
+                        (0..t.shards.len() as i32)
+                            .filter(|&p| t.replicas_of(p).contains(id))
+                            .map(move |p| format!("{name}/{p}"))
+                    })
+                    .collect();
+                match held.first() {
+                    Some(first) => Err(MetaError::NodeInUse(*id, held.len(), first.clone())),
+                    None => Ok(()),
+                }
+            }
             Command::ReassignPartition {
                 name,
                 partition,
@@ -453,6 +485,9 @@ impl Metadata {
                     self.join_tokens.insert(token.clone(), id);
                     self.nodes.insert(id, NodeInfo { id, ..info.clone() });
                 }
+            }
+            Command::RemoveNode { id } => {
+                self.nodes.remove(id);
             }
             Command::ReserveProducerIds { up_to, owner } => {
                 self.producer_ids_reserved_to = *up_to;
@@ -763,6 +798,22 @@ mod tests {
             code(&mut single, c),
             Err(39),
             "no replication without a cluster"
+        );
+    }
+
+    #[test]
+    fn a_node_leaves_only_without_replicas() {
+        let mut m = four_nodes();
+        let remove = |id| Command::RemoveNode { id };
+        let code = |m: &mut Metadata, c: Command| m.apply(&c).map_err(|e| e.kafka_code());
+        assert_eq!(code(&mut m, remove(1)), Err(42), "node 1 holds replicas");
+        assert_eq!(code(&mut m, remove(9)), Err(102));
+        m.apply(&remove(4)).expect("node 4 holds nothing");
+        assert!(!m.nodes.contains_key(&4));
+        assert_eq!(
+            code(&mut m, reassign(0, Some(vec![4, 2, 3]))),
+            Err(39),
+            "a removed node takes no replicas"
         );
     }
 

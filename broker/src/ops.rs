@@ -678,6 +678,14 @@ impl Shard {
         if let Some(rep) = self.replicator() {
             rep.learn_peers(crate::cluster::peer_addrs(&meta));
         }
+        let me = self.config.node_id;
+        if self.id == 0 && before.nodes.contains_key(&me) && !meta.nodes.contains_key(&me) {
+            tracing::error!(
+                node = me,
+                "this node was removed from the cluster (UnregisterBroker): it is not ready \
+                 and hosts nothing; stop it (a restart registers it again)"
+            );
+        }
         self.set_metadata(meta);
     }
 

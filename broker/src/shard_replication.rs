@@ -97,6 +97,8 @@ pub struct RpcOut {
     shard: usize,
     cluster_tag: u64,
     peers: HashMap<NodeId, SocketAddr>,
+    /// The seeds (`--seeds`): peers even before they register.
+    seeds: Vec<NodeId>,
     queues: HashMap<NodeId, PeerQueue>,
 }
 
@@ -161,9 +163,14 @@ async fn peer_writer(
         let mut stream = match conn {
             Some(Ok(s)) => s,
             _ => {
-                // Drain what queued meanwhile: stale Raft messages are worse than none.
-                while let Ok(f) = rx.try_recv() {
-                    queued_bytes.set(queued_bytes.get().saturating_sub(f.len()));
+                // Drain what queued meanwhile: stale Raft messages are worse than none. A
+                // closed queue is a forgotten peer (removed from the cluster): stop.
+                loop {
+                    match rx.try_recv() {
+                        Ok(f) => queued_bytes.set(queued_bytes.get().saturating_sub(f.len())),
+                        Err(e) if e.is_closed() => return,
+                        Err(_) => break,
+                    }
                 }
                 crate::shard::sleep(PEER_RECONNECT).await;
                 continue;
@@ -304,6 +311,7 @@ impl Replicator {
                 .filter(|(id, _)| *id != me)
                 .map(|&(id, a)| (NodeId(id as u64), a))
                 .collect(),
+            seeds: seeds.iter().map(|&(id, _)| NodeId(id as u64)).collect(),
             queues: HashMap::new(),
         };
         let seed = u64::from(crc32c::crc32c(
@@ -402,23 +410,32 @@ impl Replicator {
 
     /// Learns the RPC addresses of nodes beyond the seeds (nodes that joined), as the
     /// metadata names them: `(node, shard-0 RPC address)`.
+    /// A node no longer registered (removed from the cluster) is forgotten, its queue
+    /// closed; the seeds stay.
     pub fn learn_peers(&self, peers: impl IntoIterator<Item = (i32, SocketAddr)>) {
         let mut d = self.driver.borrow_mut();
         let out = d.transport_mut();
+        let mut known = Vec::new();
         for (id, addr) in peers {
             let id = NodeId(id as u64);
+            known.push(id);
             if id != self.me {
                 out.peers.entry(id).or_insert(addr);
             }
         }
+        let seeds = out.seeds.clone();
+        let keep = |id: &NodeId| known.contains(id) || seeds.contains(id);
+        out.peers.retain(|id, _| keep(id));
+        out.queues.retain(|id, _| keep(id));
     }
 
-    /// As the controller's leader, adds `node` to the controller group as a learner.
-    pub fn add_controller_learner(&self, node: i32) -> Result<(), RaftError> {
-        let r = self
-            .driver
-            .borrow_mut()
-            .add_learner(CONTROLLER_GROUP, NodeId(node as u64));
+    /// As the controller's leader, adds `node` to the controller group as a learner, or
+    /// with `learner` false removes it (a node removed from the cluster).
+    pub fn set_controller_learner(&self, node: i32, learner: bool) -> Result<(), RaftError> {
+        let r =
+            self.driver
+                .borrow_mut()
+                .set_learner(CONTROLLER_GROUP, NodeId(node as u64), learner);
         self.wake();
         r
     }

@@ -665,29 +665,51 @@ impl<S: LogStore> Group<S> {
                 .is_some_and(|pr| pr.matched >= r.raft_log.committed && pr.recent_active)
     }
 
-    /// As leader, proposes adding `node` as a learner (it receives the log, never votes):
-    /// how a node that joined the cluster follows the controller. Refused when not leading
-    /// or while another configuration change is in flight.
-    pub fn add_learner(&mut self, node: NodeId) -> Result<(), RaftError> {
+    /// As leader, proposes adding `node` as a learner (it receives the log, never votes)
+    /// or, with `learner` false, removing it as a learner: how a node that joined the
+    /// cluster follows the controller, and stops when it is removed from the cluster. A
+    /// no-op when nothing would change; refused when not leading, for a voter, or while
+    /// another configuration change is in flight.
+    pub fn set_learner(&mut self, node: NodeId, learner: bool) -> Result<(), RaftError> {
         let group = self.id;
         if !self.is_leader() {
             let leader_hint = self.leader();
             return Err(RaftError::NotLeader { group, leader_hint });
         }
         let r = &self.node.raft;
-        if r.prs().get(node.0).is_some() {
+        let conf = r.prs().conf();
+        if conf.voters().contains(node.0) {
+            let why = "the node is a voter";
+            return Err(RaftError::InvalidProposal { group, why });
+        }
+        if conf.learners().contains(&node.0) == learner {
             return Ok(());
         }
         if r.pending_conf_index > r.raft_log.applied {
             return Err(RaftError::Dropped { group });
         }
-        let mut single = raft::eraftpb::ConfChangeSingle {
-            node_id: node.0,
-            ..Default::default()
-        };
-        single.set_change_type(raft::eraftpb::ConfChangeType::AddLearnerNode);
+        use raft::eraftpb::ConfChangeType::{AddLearnerNode, RemoveNode};
+        let kind = if learner { AddLearnerNode } else { RemoveNode };
+        self.propose_changes(&[(kind, node.0)])
+    }
+
+    /// Proposes one configuration change of `changes` (joint consensus with automatic
+    /// leave when there are several).
+    fn propose_changes(
+        &mut self,
+        changes: &[(raft::eraftpb::ConfChangeType, u64)],
+    ) -> Result<(), RaftError> {
         let mut cc = ConfChangeV2::default();
-        cc.mut_changes().push(single);
+        for &(kind, node_id) in changes {
+            let mut single = raft::eraftpb::ConfChangeSingle {
+                node_id,
+                ..Default::default()
+            };
+            single.set_change_type(kind);
+            cc.mut_changes().push(single);
+        }
+        cc.set_transition(raft::eraftpb::ConfChangeTransition::Auto);
+        let group = self.id;
         self.node
             .propose_conf_change(Vec::new(), cc)
             .map_err(|e| RaftError::Raft {
@@ -784,22 +806,7 @@ impl<S: LogStore> Group<S> {
                 None => MembershipStep::Waiting("no target voter is in sync to lead"),
             });
         }
-        let mut cc = ConfChangeV2::default();
-        for (kind, node_id) in changes {
-            let mut single = raft::eraftpb::ConfChangeSingle {
-                node_id,
-                ..Default::default()
-            };
-            single.set_change_type(kind);
-            cc.mut_changes().push(single);
-        }
-        cc.set_transition(raft::eraftpb::ConfChangeTransition::Auto);
-        self.node
-            .propose_conf_change(Vec::new(), cc)
-            .map_err(|e| RaftError::Raft {
-                group,
-                reason: e.to_string(),
-            })?;
+        self.propose_changes(&changes)?;
         Ok(MembershipStep::Proposed)
     }
 

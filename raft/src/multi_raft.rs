@@ -840,12 +840,17 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
             .is_some_and(|g| g.voter_in_sync(node))
     }
 
-    /// As `group`'s leader, proposes `node` as a learner (see `Group::add_learner`).
-    pub fn add_learner(&mut self, group: GroupId, node: NodeId) -> Result<(), RaftError> {
+    /// As `group`'s leader, adds or removes the learner `node` (see `Group::set_learner`).
+    pub fn set_learner(
+        &mut self,
+        group: GroupId,
+        node: NodeId,
+        learner: bool,
+    ) -> Result<(), RaftError> {
         self.groups
             .get_mut(&group)
             .ok_or(RaftError::UnknownGroup { group })?
-            .add_learner(node)?;
+            .set_learner(node, learner)?;
         self.activity(group);
         Ok(())
     }

@@ -730,3 +730,73 @@ def test_partitions_move_to_a_joined_node_under_writes(ck, cluster, topic, workl
                "every node naming the same leader of each partition")
     passes = [read_pass(ck, cluster[n].bootstrap, topic) for n in everyone]
     assert_consistent(w, passes, min_ok=ACKS_BEFORE_FAULT)
+
+
+# -- h. a node leaves the cluster -----------------------------------------------------------
+
+def _strandctl(cluster: Cluster, *args: str) -> "subprocess.CompletedProcess":
+    import os
+    import subprocess
+    from pathlib import Path
+    binary = Path(os.environ.get("STRANDCTL_BIN", "target/debug/strandctl"))
+    if not binary.is_absolute():
+        binary = Path(__file__).resolve().parents[2] / binary
+    r = subprocess.run([str(binary), "--brokers", cluster.bootstrap([1]), *args],
+                       capture_output=True, text=True, timeout=60)
+    assert "panicked" not in r.stderr, r.stderr
+    return r
+
+
+def test_a_node_leaves_once_its_replicas_moved_away(ck, cluster, rf3_topic):
+    """UnregisterBroker (`strandctl cluster remove-node`): a joined node holding a replica
+    is refused (move it first), a seed (controller voter) and an unknown id too; once its
+    replica moved away it leaves, and every node's Metadata and DescribeCluster list the
+    three others. The cluster keeps serving."""
+    topic = rf3_topic
+    kadmin = need_module("kafka.admin")
+    kafka = need_module("kafka")
+    admin = need_module("confluent_kafka.admin")
+    n4 = cluster.add_joiner(4)
+    everyone = [1, 2, 3, 4]
+    wait_until(lambda: all(sorted(cluster.metadata(n).brokers) == everyone for n in everyone),
+               30, "every node listing brokers 1..4")
+    a4 = admin.AdminClient({"bootstrap.servers": n4.bootstrap})  # alive until answered
+    described = a4.describe_cluster(request_timeout=10).result(15)
+    assert sorted(n.id for n in described.nodes) == everyone, described
+    assert described.controller is not None and described.controller.id in NODE_IDS, described
+
+    r0 = replicas_of(cluster, topic, 0, 1)
+    ka = kadmin.KafkaAdminClient(bootstrap_servers=cluster.bootstrap(), request_timeout_ms=30000)
+    TP = kafka.TopicPartition
+
+    def move(target):
+        assert ka.alter_partition_reassignments({TP(topic, 0): target}) == {TP(topic, 0): None}
+        wait_until(lambda: (not ka.list_partition_reassignments()
+                            and all(replicas_of(cluster, topic, 0, n) == target
+                                    for n in everyone)),
+                   60, f"{topic}/0 on {target}")
+
+    try:
+        move([4] + r0[1:])
+        r = _strandctl(cluster, "cluster", "remove-node", "4")
+        assert r.returncode != 0 and "move them first" in r.stderr, (r.returncode, r.stderr)
+        for refused, why in (("1", "controller voter"), ("9", "not registered")):
+            r = _strandctl(cluster, "cluster", "remove-node", refused)
+            assert r.returncode != 0 and why in r.stderr, (refused, r.returncode, r.stderr)
+        move(r0)
+    finally:
+        ka.close()
+    r = _strandctl(cluster, "cluster", "remove-node", "4")
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    wait_until(lambda: all(sorted(cluster.metadata(n).brokers) == list(NODE_IDS)
+                           for n in NODE_IDS), 30, "nodes 1..3 listing brokers 1..3")
+    for n in NODE_IDS:
+        an = admin.AdminClient({"bootstrap.servers": cluster[n].bootstrap})
+        d = an.describe_cluster(request_timeout=10).result(15)
+        assert sorted(b.id for b in d.nodes) == list(NODE_IDS), (n, d)
+    assert cluster.stop([4]) == {4: 0}
+    del cluster.nodes[4]
+    n = 60
+    acked = produce_all(ck, cluster, topic, range(n))
+    writes = [Write(v, OK, part, off) for v, (part, off) in acked.items()]
+    assert_consistent(writes, read_everywhere(ck, cluster, topic), min_ok=n)

@@ -355,6 +355,12 @@ pub enum ClusterCmd {
     Info,
     /// Liveness and readiness from the admin API (/v1/health, /v1/status); exit 3 if not ready.
     Health,
+    /// Remove a node from the cluster (UnregisterBroker) once it holds no replicas (move
+    /// them first: `topic move`); controller voters (seeds) cannot leave.
+    RemoveNode {
+        /// The node id.
+        id: i32,
+    },
 }
 
 /// `config ...`

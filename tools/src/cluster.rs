@@ -1,5 +1,6 @@
-//! `strandctl cluster`: `info` (Kafka Metadata and DescribeCluster) and `health` (the
-//! admin API's `/v1/health`, `/v1/health/ready`, `/v1/status`).
+//! `strandctl cluster`: `info` (Kafka Metadata and DescribeCluster), `health` (the
+//! admin API's `/v1/health`, `/v1/health/ready`, `/v1/status`) and `remove-node`
+//! (UnregisterBroker).
 //!
 //! Invariant: `health` reports healthy only when the broker answered ready; any other
 //! answer (not ready, unreachable liveness endpoint) is a problem (exit 3), while a
@@ -7,7 +8,7 @@
 
 use std::time::Duration;
 
-use kafka_protocol::messages::DescribeClusterRequest;
+use kafka_protocol::messages::{BrokerId, DescribeClusterRequest, UnregisterBrokerRequest};
 
 use crate::admin_http;
 use crate::kafka::{check_code, KafkaClient, KafkaError};
@@ -53,6 +54,19 @@ pub fn info(client: &mut KafkaClient) -> Result<String, KafkaError> {
     out.push('\n');
     out.push_str(&table.render());
     Ok(out)
+}
+
+/// `cluster remove-node`.
+pub fn remove_node(client: &mut KafkaClient, id: i32) -> Result<String, KafkaError> {
+    let resp = client.send(&UnregisterBrokerRequest::default().with_broker_id(BrokerId(id)))?;
+    check_code(
+        resp.error_code,
+        &format!("remove node {id}"),
+        resp.error_message.as_ref(),
+    )?;
+    Ok(format!(
+        "node {id} removed from the cluster; stop its process\n"
+    ))
 }
 
 /// `cluster health`: the text and whether the broker is ready.

@@ -151,6 +151,9 @@ fn run(cli: &Cli) -> anyhow::Result<Outcome> {
             Ok(Outcome::Ok)
         }
         Command::Cluster(ClusterCmd::Info) => print(&cluster::info(&mut connect()?)?),
+        Command::Cluster(ClusterCmd::RemoveNode { id }) => {
+            print(&cluster::remove_node(&mut connect()?, *id)?)
+        }
         Command::Cluster(ClusterCmd::Health) => {
             let (text, outcome) = cluster::health(&cli.admin, timeout)?;
             print(&text)?;

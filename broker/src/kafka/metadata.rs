@@ -53,7 +53,6 @@ pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
         }
     }
     let meta = shard.metadata();
-    let node = shard.config.node_id;
     let names: Vec<String> = match wanted {
         Some(n) => n,
         None => meta.topics.keys().cloned().collect(),
@@ -87,27 +86,17 @@ pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
             }
         })
         .collect();
-    let brokers = if shard.clustered() {
-        meta.nodes
-            .values()
-            .map(|n| {
-                MetadataResponseBroker::default()
-                    .with_node_id(BrokerId(n.id))
-                    .with_host(StrBytes::from_string(n.host.clone()))
-                    .with_port(i32::from(n.kafka_port))
-            })
-            .collect()
-    } else {
-        vec![MetadataResponseBroker::default()
-            .with_node_id(BrokerId(node))
-            .with_host(StrBytes::from_string(shard.config.advertised_host.clone()))
-            .with_port(i32::from(shard.config.kafka_addr.port()))]
-    };
-    let controller = if shard.clustered() {
-        shard.controller_leader().unwrap_or(-1)
-    } else {
-        node
-    };
+    let brokers = shard
+        .brokers()
+        .into_iter()
+        .map(|(id, host, port)| {
+            MetadataResponseBroker::default()
+                .with_node_id(BrokerId(id))
+                .with_host(StrBytes::from_string(host))
+                .with_port(i32::from(port))
+        })
+        .collect();
+    let controller = shard.controller_id();
     let resp = MetadataResponse::default()
         .with_brokers(brokers)
         .with_cluster_id((ctx.version >= 2).then(|| StrBytes::from_string(meta.cluster_id.clone())))

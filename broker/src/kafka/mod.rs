@@ -57,6 +57,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::AlterPartitionReassignments, 0, 1),
     (ApiKey::ListPartitionReassignments, 0, 0),
+    (ApiKey::UnregisterBroker, 0, 0),
 ];
 
 /// A request that cannot be answered: the connection is closed.
@@ -98,6 +99,7 @@ pub fn api_name(key: ApiKey) -> &'static str {
         ApiKey::CreatePartitions => "create_partitions",
         ApiKey::AlterPartitionReassignments => "alter_partition_reassignments",
         ApiKey::ListPartitionReassignments => "list_partition_reassignments",
+        ApiKey::UnregisterBroker => "unregister_broker",
         ApiKey::IncrementalAlterConfigs => "incremental_alter_configs",
         ApiKey::DescribeCluster => "describe_cluster",
         ApiKey::InitProducerId => "init_producer_id",
@@ -194,6 +196,7 @@ pub async fn handle(
         ApiKey::DeleteGroups => groups::delete(shard, &ctx, buf).await.map(Some),
         ApiKey::InitProducerId => producer::init(shard, &ctx, buf).await.map(Some),
         ApiKey::DescribeCluster => cluster::describe(shard, &ctx, buf).await.map(Some),
+        ApiKey::UnregisterBroker => cluster::unregister(shard, &ctx, buf).await.map(Some),
         ApiKey::DeleteRecords => records::delete_records(shard, &ctx, buf).await.map(Some),
         ApiKey::OffsetForLeaderEpoch => records::offset_for_leader_epoch(shard, &ctx, buf)
             .await
