@@ -625,9 +625,10 @@ impl<S: LogStore> Group<S> {
     }
 
     /// As leader: the other voters not in sync (Kafka's ISR sense): behind the commit
-    /// index, or not heard from within the last election timeout. `None` when not leading.
-    pub fn lagging_voters(&self) -> Option<usize> {
-        let progress = self.voter_progress()?;
+    /// index, or `silent` (the driver's node liveness: not heard from within an election
+    /// timeout). `None` when not leading.
+    pub fn lagging_voters(&self, silent: impl Fn(NodeId) -> bool) -> Option<usize> {
+        let progress = self.voter_progress(silent)?;
         Some(
             progress
                 .iter()
@@ -637,9 +638,13 @@ impl<S: LogStore> Group<S> {
     }
 
     /// As leader: each other replica (voter or learner) with whether it has every committed
-    /// entry and whether it was heard from within the last election timeout. `None` when
-    /// not leading.
-    pub fn voter_progress(&self) -> Option<Vec<(NodeId, bool, bool)>> {
+    /// entry and whether it was heard from within the last election timeout (not
+    /// `silent`; not raft-rs's `recent_active`, which check-quorum clears every election
+    /// timeout, so it reads false until the next response). `None` when not leading.
+    pub fn voter_progress(
+        &self,
+        silent: impl Fn(NodeId) -> bool,
+    ) -> Option<Vec<(NodeId, bool, bool)>> {
         if !self.is_leader() {
             return None;
         }
@@ -649,20 +654,24 @@ impl<S: LogStore> Group<S> {
             r.prs()
                 .iter()
                 .filter(|(id, _)| **id != r.id)
-                .map(|(id, pr)| (NodeId(*id), pr.matched >= committed, pr.recent_active))
+                .map(|(id, pr)| {
+                    let node = NodeId(*id);
+                    (node, pr.matched >= committed, !silent(node))
+                })
                 .collect(),
         )
     }
 
-    /// As leader: whether voter `node` has every committed entry and was heard from within
-    /// the last election timeout (a safe target for a leadership transfer).
-    pub fn voter_in_sync(&self, node: NodeId) -> bool {
+    /// As leader: whether voter `node` has every committed entry and is not `silent` (a
+    /// safe target for a leadership transfer).
+    pub fn voter_in_sync(&self, node: NodeId, silent: impl Fn(NodeId) -> bool) -> bool {
         let r = &self.node.raft;
         self.is_leader()
             && r.prs().conf().voters().contains(node.0)
+            && !silent(node)
             && r.prs()
                 .get(node.0)
-                .is_some_and(|pr| pr.matched >= r.raft_log.committed && pr.recent_active)
+                .is_some_and(|pr| pr.matched >= r.raft_log.committed)
     }
 
     /// As leader, proposes adding `node` as a learner (it receives the log, never votes)
@@ -731,7 +740,12 @@ impl<S: LogStore> Group<S> {
     /// change in order, or from a snapshot when the leader compacted that prefix.
     /// Refused while the log holds entries of term 0 (written by a single node before the
     /// cluster): raft-rs cannot replicate them to a replica that lacks them.
-    pub fn move_members(&mut self, target: &[NodeId]) -> Result<MembershipStep, RaftError> {
+    /// `silent`: the driver's node liveness (see `voter_progress`).
+    pub fn move_members(
+        &mut self,
+        target: &[NodeId],
+        silent: impl Fn(NodeId) -> bool,
+    ) -> Result<MembershipStep, RaftError> {
         let group = self.id;
         if !self.is_leader() {
             let leader_hint = self.leader();
@@ -756,7 +770,7 @@ impl<S: LogStore> Group<S> {
         let in_sync = |n: u64| {
             r.prs()
                 .get(n)
-                .is_some_and(|pr| pr.matched >= committed && pr.recent_active)
+                .is_some_and(|pr| pr.matched >= committed && !silent(NodeId(n)))
         };
         use raft::eraftpb::ConfChangeType::{AddLearnerNode, AddNode, RemoveNode};
         let mut changes: Vec<(raft::eraftpb::ConfChangeType, u64)> = Vec::new();

@@ -810,7 +810,11 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
     /// A hibernating group has none: it sleeps only with every voter in sync (and is woken
     /// when one goes silent), while raft-rs's activity flags stand still.
     pub fn lagging_voters(&self, group: GroupId) -> Option<usize> {
-        let lagging = self.groups.get(&group).and_then(Group::lagging_voters)?;
+        let silent = &self.silent;
+        let lagging = self
+            .groups
+            .get(&group)
+            .and_then(|g| g.lagging_voters(|n| silent.contains(&n)))?;
         Some(if self.awake.contains(&group) {
             lagging
         } else {
@@ -822,7 +826,11 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
     /// heard from within an election timeout or not (see `Group::voter_progress`). A
     /// hibernating group's voters are all caught up and active (it sleeps only so).
     pub fn voter_progress(&self, group: GroupId) -> Option<Vec<(NodeId, bool, bool)>> {
-        let progress = self.groups.get(&group).and_then(Group::voter_progress)?;
+        let silent = &self.silent;
+        let progress = self
+            .groups
+            .get(&group)
+            .and_then(|g| g.voter_progress(|n| silent.contains(&n)))?;
         Some(if self.awake.contains(&group) {
             progress
         } else {
@@ -837,7 +845,7 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
     pub fn voter_in_sync(&self, group: GroupId, node: NodeId) -> bool {
         self.groups
             .get(&group)
-            .is_some_and(|g| g.voter_in_sync(node))
+            .is_some_and(|g| g.voter_in_sync(node, |n| self.silent.contains(&n)))
     }
 
     /// As `group`'s leader, adds or removes the learner `node` (see `Group::set_learner`).
@@ -862,11 +870,12 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
         group: GroupId,
         target: &[NodeId],
     ) -> Result<crate::group::MembershipStep, RaftError> {
+        let silent = &self.silent;
         let step = self
             .groups
             .get_mut(&group)
             .ok_or(RaftError::UnknownGroup { group })?
-            .move_members(target)?;
+            .move_members(target, |n| silent.contains(&n))?;
         self.activity(group);
         Ok(step)
     }

@@ -577,3 +577,25 @@ fn moving_members_needs_the_leader_and_a_target() {
         Ok(MembershipStep::Done)
     );
 }
+
+/// A busy leader reports its followers in sync at every moment, also right after raft-rs's
+/// check-quorum cleared its activity flags (once per election timeout): Kafka's ISR must
+/// not flap in Metadata.
+#[test]
+fn followers_stay_in_sync_across_check_quorum() {
+    let mut c = Cluster::new();
+    for _ in 0..40 {
+        c.propose(0, 1).expect("leader accepts");
+        c.advance(TICK_INTERVAL_DEFAULT);
+        // The leader ticks (check-quorum may run) before any follower answers.
+        c.nodes[0].turn();
+        let progress = c.nodes[0].voter_progress(G).expect("leads");
+        assert!(
+            progress.iter().all(|&(_, _, active)| active),
+            "a follower read inactive: {progress:?}"
+        );
+        assert!(c.nodes[0].voter_in_sync(G, NodeId(2)));
+        assert_eq!(c.nodes[0].lagging_voters(G), Some(0));
+        c.settle();
+    }
+}
