@@ -84,16 +84,31 @@ impl Shard {
 
     /// The brokers Kafka clients see, `(id, host, kafka port)`: every registered node on a
     /// cluster, this node alone without one.
+    /// A node the controller's leader fenced (not heard from for a broker session) is
+    /// left out, as Kafka leaves out fenced brokers; this node always lists itself.
     pub fn brokers(&self) -> Vec<(i32, String, u16)> {
         if self.clustered() {
+            let fenced = self.fenced_nodes();
+            let me = self.config.node_id;
             self.metadata()
                 .nodes
                 .values()
+                .filter(|n| n.id == me || !fenced.contains(&n.id))
                 .map(|n| (n.id, n.host.clone(), n.kafka_port))
                 .collect()
         } else {
             let c = &self.config;
             vec![(c.node_id, c.advertised_host.clone(), c.kafka_addr.port())]
+        }
+    }
+
+    /// The nodes the controller's current leader announced as fenced (see
+    /// `shard_replication::BROKER_SESSION_TIMEOUT`).
+    pub fn fenced_nodes(&self) -> Vec<i32> {
+        let (_, epoch) = self.leader_of_group(CONTROLLER_GROUP.0);
+        match self.cluster.out_of_sync.borrow().get(&CONTROLLER_GROUP.0) {
+            Some((e, fenced)) if *e == epoch => fenced.clone(),
+            _ => Vec::new(),
         }
     }
 

@@ -69,6 +69,9 @@ pub const LEADER_MOVES_PER_ROUND_MAX: usize = 128;
 /// a node learns the leaders of partitions it does not host, and one that missed an
 /// announcement (it joined, or was cut off) catches up.
 pub const LEADERS_ANNOUNCE_INTERVAL: Duration = Duration::from_secs(5);
+/// Kafka's `broker.session.timeout.ms` default: a node the controller's leader has not
+/// heard from for this long is fenced (left out of Metadata).
+pub const BROKER_SESSION_TIMEOUT: Duration = Duration::from_secs(9);
 /// Groups per announcement frame: each is 25–80 bytes of JSON (group, leader, epoch and the
 /// out-of-sync replicas), so a frame stays under the control frame's 64 KiB limit.
 pub(crate) const LEADERS_PER_ANNOUNCEMENT_MAX: usize = 500;
@@ -243,6 +246,9 @@ pub struct LeaderChange {
 /// Receives the leader changes of a turn.
 pub type OnLeaderChanges = Box<dyn Fn(Vec<LeaderChange>)>;
 
+/// This shard's multi-raft driver.
+type Driver = MultiRaft<RaftLogStore, RpcOut, MonoClock>;
+
 /// The shard's replication runtime. See the module doc.
 pub struct Replicator {
     me: NodeId,
@@ -250,7 +256,7 @@ pub struct Replicator {
     cluster_tag: u64,
     /// The driver's clock (same origin), to sleep until its next tick.
     clock: MonoClock,
-    driver: RefCell<MultiRaft<RaftLogStore, RpcOut, MonoClock>>,
+    driver: RefCell<Driver>,
     waiters: RefCell<HashMap<ProposalId, oneshot::Sender<Result<KafkaOffset, RaftError>>>>,
     hosted: RefCell<HashMap<GroupId, Hosted>>,
     wake_tx: mpsc::Sender<()>,
@@ -895,7 +901,9 @@ impl Replicator {
                 }
                 let out_of_sync = match d.voter_progress(g) {
                     Some(progress) if g != CONTROLLER_GROUP => h.isr.update(&progress, now),
-                    _ => {
+                    // The controller's "out of sync" members are the fenced nodes.
+                    Some(progress) => fenced_nodes(&d, &progress),
+                    None => {
                         h.isr.reset();
                         Vec::new()
                     }
@@ -1010,6 +1018,24 @@ impl Replicator {
         });
         Ok(())
     }
+}
+
+/// As the controller's leader: the nodes of the cluster (the controller group's other
+/// members) not heard from for [`BROKER_SESSION_TIMEOUT`], sorted. Announced as the
+/// controller group's out-of-sync list; Metadata and DescribeCluster leave them out, as
+/// Kafka leaves out a fenced broker, so clients stop choosing a node the cluster cannot
+/// reach (it could not find a coordinator or a leader for them).
+fn fenced_nodes(d: &Driver, members: &[(NodeId, bool, bool)]) -> Vec<i32> {
+    let mut out: Vec<i32> = members
+        .iter()
+        .filter(|(n, _, _)| {
+            d.silent_for(*n)
+                .is_some_and(|t| t >= BROKER_SESSION_TIMEOUT)
+        })
+        .map(|(n, _, _)| n.0 as i32)
+        .collect();
+    out.sort_unstable();
+    out
 }
 
 fn raft_term(store: &RaftLogStore) -> u64 {

@@ -841,6 +841,13 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
         })
     }
 
+    /// How long since this shard last heard from `node` (any batch); `None` for a node it
+    /// does not track (it shares no group with it and never heard from it).
+    pub fn silent_for(&self, node: NodeId) -> Option<Duration> {
+        let heard = self.last_heard.get(&node)?;
+        Some(self.clock.now().saturating_sub(*heard))
+    }
+
     /// As `group`'s leader: whether voter `node` is in sync (see `Group::voter_in_sync`).
     pub fn voter_in_sync(&self, group: GroupId, node: NodeId) -> bool {
         self.groups

@@ -800,3 +800,29 @@ def test_a_node_leaves_once_its_replicas_moved_away(ck, cluster, rf3_topic):
     acked = produce_all(ck, cluster, topic, range(n))
     writes = [Write(v, OK, part, off) for v, (part, off) in acked.items()]
     assert_consistent(writes, read_everywhere(ck, cluster, topic), min_ok=n)
+
+
+# -- i. a node the cluster cannot reach is fenced ---------------------------------------------
+
+def test_a_cut_off_node_is_fenced_from_metadata_and_returns(cluster, capsys):
+    """Kafka leaves a fenced broker (one the controller has not heard from for
+    broker.session.timeout.ms, 9 s) out of Metadata, so clients stop sending it requests it
+    cannot serve (FindCoordinator, produce). Node 3 is cut off from its peers (clients can
+    still reach it): nodes 1 and 2 drop it from Metadata and DescribeCluster, node 3 still
+    lists itself; once the cut heals every node lists all three again."""
+    admin = need_module("confluent_kafka.admin")
+    wait_until(lambda: all(sorted(cluster.metadata(n).brokers) == list(NODE_IDS)
+                           for n in NODE_IDS), 30, "every node listing brokers 1..3")
+    cut_at = time.monotonic()
+    cluster.cut(3)
+    wait_until(lambda: all(sorted(cluster.metadata(n).brokers) == [1, 2] for n in (1, 2)),
+               40, "nodes 1 and 2 leaving node 3 out of Metadata")
+    show(capsys, f"node 3 fenced from Metadata {time.monotonic() - cut_at:.1f}s after the cut "
+                 f"(broker session 9s)")
+    a1 = admin.AdminClient({"bootstrap.servers": cluster[1].bootstrap})
+    d = a1.describe_cluster(request_timeout=10).result(15)
+    assert sorted(b.id for b in d.nodes) == [1, 2], d
+    assert 3 in cluster.metadata(3).brokers, "a node always lists itself"
+    cluster.heal(3)
+    wait_until(lambda: all(sorted(cluster.metadata(n).brokers) == list(NODE_IDS)
+                           for n in NODE_IDS), 40, "every node listing node 3 again")
