@@ -165,6 +165,18 @@ impl<S: LogStore> Storage for GroupStorage<S> {
                 raft::StorageError::SnapshotTemporarilyUnavailable,
             ));
         }
+        // The configuration shipped is the current one, not the one at the point: the
+        // receiver applies the configuration entries after the point on top of it. Simple
+        // changes applied twice change nothing, and entering then leaving a joint
+        // configuration from a simple one ends where the leader is; but entering one that
+        // is already joint is refused (the group would be fenced), so no snapshot leaves
+        // while the configuration is joint (a moment: the leader leaves it at once).
+        let conf_state = self.store.conf_state();
+        if !conf_state.voters_outgoing.is_empty() {
+            return Err(raft::Error::Store(
+                raft::StorageError::SnapshotTemporarilyUnavailable,
+            ));
+        }
         let mut snapshot = Snapshot {
             data: point.kafka_end.0.to_be_bytes().to_vec().into(),
             ..Snapshot::default()
@@ -172,7 +184,56 @@ impl<S: LogStore> Storage for GroupStorage<S> {
         let meta = snapshot.mut_metadata();
         meta.index = point.index.0;
         meta.term = point.term.0;
-        meta.set_conf_state(self.store.conf_state());
+        meta.set_conf_state(conf_state);
         Ok(snapshot)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use raft::eraftpb::{ConfState, Entry};
+    use raft::Storage as _;
+
+    use super::*;
+    use crate::entry;
+    use crate::mem_store::{DurableImage, MemLogStore, SyncBehaviour};
+    use crate::types::RaftIndex;
+
+    /// No snapshot leaves while the configuration is joint (see `snapshot`); a simple one
+    /// ships the current configuration at the compaction point.
+    #[test]
+    fn no_snapshot_leaves_a_joint_configuration() {
+        let mut s = MemLogStore::recover(DurableImage::new(&[1, 2, 3]), SyncBehaviour::Honest)
+            .expect("an empty image recovers");
+        let data = |index| Entry {
+            index,
+            term: 1,
+            data: vec![1; 3].into(),
+            context: entry::data_context(1).to_vec().into(),
+            ..Entry::default()
+        };
+        s.append(&[data(1), data(2), data(3)]).expect("append");
+        s.compact_through(RaftIndex(2)).expect("compact");
+        s.set_conf_state(&ConfState {
+            voters: vec![2, 3, 4],
+            voters_outgoing: vec![1, 2, 3],
+            auto_leave: true,
+            ..ConfState::default()
+        });
+        let gs = GroupStorage::new(s);
+        assert!(matches!(
+            gs.snapshot(2, 4),
+            Err(raft::Error::Store(
+                raft::StorageError::SnapshotTemporarilyUnavailable
+            ))
+        ));
+        let mut gs = gs;
+        gs.store_mut().set_conf_state(&ConfState {
+            voters: vec![2, 3, 4],
+            ..ConfState::default()
+        });
+        let snap = gs.snapshot(2, 4).expect("a simple configuration");
+        assert_eq!(snap.get_metadata().index, 2);
+        assert_eq!(snap.get_metadata().get_conf_state().voters, vec![2, 3, 4]);
     }
 }
