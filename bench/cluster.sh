@@ -9,7 +9,14 @@
 #      IDLE_COUNTS (default "1000") idle RF=3 partitions (every node hosts all of them;
 #      each holds a 64 KiB preallocated segment: 10000 on 3 nodes is ~2 GiB of disk).
 #
+# The producer sends each record as soon as it is due (LINGER_MS=0): the goal is the
+# broker's latency, and a linger would add the client's own wait to every record. Next
+# to the latency the script prints the CPU the three nodes spent per produced record
+# (from /proc; all three nodes and the load generator share this machine's cores, so
+# the CPU a record costs is what drives the tail here).
+#
 # Knobs: RATE (2000 records/s), DURATION_S (10), PARTITIONS (3), RECORD_BYTES (1024),
+# LINGER_MS (0),
 # IDLE_COUNTS ("1000"; "1000 10000" for both), IDLE_SETTLE_S (20), IDLE_MEASURE_S (10),
 # LEADER_SETTLE_S (12: leaders reach their preferred replicas before the measured run),
 # BENCH_DATA_DIR (data/bench-cluster; O_DIRECT, not tmpfs), OUT_DIR
@@ -23,6 +30,7 @@ RATE="${RATE:-2000}"
 DURATION_S="${DURATION_S:-10}"
 PARTITIONS="${PARTITIONS:-3}"
 RECORD_BYTES="${RECORD_BYTES:-1024}"
+LINGER_MS="${LINGER_MS:-0}"
 IDLE_COUNTS="${IDLE_COUNTS:-1000}"
 IDLE_SETTLE_S="${IDLE_SETTLE_S:-20}"
 LEADER_SETTLE_S="${LEADER_SETTLE_S:-12}"
@@ -71,15 +79,24 @@ say "cluster ready"
 "$CTL" --brokers 127.0.0.1:9092 topic create rf3 --partitions "$PARTITIONS" --replication-factor 3 >/dev/null
 sleep "$LEADER_SETTLE_S"
 
-"$BENCH" produce --bootstrap 127.0.0.1:9092 --topic rf3 --partitions "$PARTITIONS" \
-  --replication-factor 3 --acks all --rate "$RATE" --record-bytes "$RECORD_BYTES" \
-  --duration-s "$DURATION_S" --physics "$OUT_DIR/physics.json" --out "$OUT_DIR/rf3.json" \
-  | tee "$OUT_DIR/rf3.txt"
-
 pids=$(pgrep -f "strand --node-id [123] --data-dir $BENCH_DATA_DIR/cluster" || true)
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+nodes_cpu_ticks() { local t=0 p; for p in $pids; do t=$(( t + $(cpu_ticks "$p") )); done; echo "$t"; }
 rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 hz=$(getconf CLK_TCK)
+
+cpu_before=$(nodes_cpu_ticks)
+"$BENCH" produce --bootstrap 127.0.0.1:9092 --topic rf3 --partitions "$PARTITIONS" \
+  --replication-factor 3 --acks all --rate "$RATE" --record-bytes "$RECORD_BYTES" \
+  --linger-ms "$LINGER_MS" --duration-s "$DURATION_S" --physics "$OUT_DIR/physics.json" \
+  --out "$OUT_DIR/rf3.json" | tee "$OUT_DIR/rf3.txt"
+cpu_used=$(( $(nodes_cpu_ticks) - cpu_before ))
+# Records sent, warm-up included (the CPU counter ran for all of them).
+json_int() { grep -o "\"$1\": *[0-9]*" "$OUT_DIR/rf3.json" | head -1 | grep -o '[0-9]*$'; }
+sent=$(( $(json_int produced_records) + $(json_int warmup_records) + $(json_int failed_records) ))
+awk -v t="$cpu_used" -v hz="$hz" -v n="$sent" 'BEGIN {
+  printf "node CPU (3 nodes together): %.2f s for %d records = %.0f us per record (%.0f us per node)\n",
+    t / hz, n, 1e6 * t / hz / n, 1e6 * t / hz / n / 3 }' | tee -a "$OUT_DIR/rf3.txt"
 {
   echo "| idle partitions (RF=3, on every node) | node pid | CPU % of one core | RSS MiB | disk MiB (all nodes) |"
   echo "|---|---|---|---|---|"

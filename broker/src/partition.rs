@@ -204,6 +204,11 @@ impl Partition {
     }
 
     /// The log.
+    /// The shard's metrics (the replication loop times this log's flushes into them).
+    pub fn metrics(&self) -> &ShardMetrics {
+        &self.metrics
+    }
+
     pub fn log(&self) -> &Log {
         &self.log
     }

@@ -497,7 +497,11 @@ impl PersistJob {
             log.append_one(&entry).map_err(err)?;
         }
         if self.truncate_from.is_some() || !self.entries.is_empty() {
+            let started = crate::clock::now();
             log.flush().await.map_err(err)?;
+            self.part
+                .metrics()
+                .storage_flush(crate::clock::now() - started);
         }
         Ok(())
     }

@@ -325,6 +325,10 @@ impl Replicator {
         ));
         let mut config = DriverConfig::new(me_id, seed);
         config.async_persist = true;
+        // Partition followers serve nothing from applied entries (Fetch goes to the leader),
+        // so they learn the commit index with the next append; every node applies the
+        // controller's metadata, so it is announced at once.
+        config.eager_commit_groups.insert(CONTROLLER_GROUP);
         let (wake_tx, wake_rx) = mpsc::channel(1);
         let clock = MonoClock(crate::clock::now());
         Rc::new(Replicator {

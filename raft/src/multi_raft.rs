@@ -104,6 +104,16 @@ pub struct DriverConfig {
     /// The store persists between `turn_begin` and `turn_finish_async` while the driver
     /// keeps stepping and proposing (the broker); false: `turn` with a synchronous store.
     pub async_persist: bool,
+    /// Followers learn that the commit index moved from the leader's next append or
+    /// heartbeat, not from an empty append sent at once (raft-rs `skip_bcast_commit`;
+    /// a configuration change is still announced at once). Halves the messages of a
+    /// steady write stream: without it every entry costs each follower two appends and
+    /// two answers. Followers then lag one entry (or a heartbeat interval) in what they
+    /// know is committed, which only groups whose followers act on applied entries mind.
+    pub lazy_commit_notice: bool,
+    /// Groups that announce a new commit index at once even with `lazy_commit_notice`
+    /// (the controller: every node applies its metadata).
+    pub eager_commit_groups: BTreeSet<GroupId>,
 }
 
 impl DriverConfig {
@@ -121,10 +131,12 @@ impl DriverConfig {
             hibernate_ticks: HIBERNATE_TICKS_DEFAULT,
             jitter_seed,
             async_persist: false,
+            lazy_commit_notice: true,
+            eager_commit_groups: BTreeSet::new(),
         }
     }
 
-    fn raft_config(&self, applied: RaftIndex) -> Config {
+    fn raft_config(&self, group: GroupId, applied: RaftIndex) -> Config {
         Config {
             id: self.node.0,
             election_tick: self.election_ticks,
@@ -138,6 +150,8 @@ impl DriverConfig {
             // and a leader cut off from its quorum steps down (check-quorum).
             check_quorum: true,
             pre_vote: true,
+            skip_bcast_commit: self.lazy_commit_notice
+                && !self.eager_commit_groups.contains(&group),
             ..Config::default()
         }
     }
@@ -265,7 +279,7 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
             .persisted_applied()
             .map_or(committed, |a| a.min(committed));
         let applied = store.index().compaction_point().index.max(committed);
-        let raft_config = self.config.raft_config(applied);
+        let raft_config = self.config.raft_config(group, applied);
         let logger = crate::log_bridge::logger(self.config.node, group);
         let node = RawNode::new(&raft_config, GroupStorage::new(store), &logger).map_err(|e| {
             RaftError::Raft {

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use raft::eraftpb::{Entry, Message, MessageType};
-use strand_raft::multi_raft::{HIBERNATE_TICKS_DEFAULT, TICK_INTERVAL_DEFAULT};
+use strand_raft::multi_raft::{
+    HEARTBEAT_TICKS_DEFAULT, HIBERNATE_TICKS_DEFAULT, TICK_INTERVAL_DEFAULT,
+};
 use strand_raft::{
     Ack, Clock, Completion, DriverConfig, DurableImage, GroupId, GroupMessage, KafkaOffset,
     LogStore, MemLogStore, MembershipStep, MessageBatch, MultiRaft, NodeId, ProposalId, RaftError,
@@ -66,11 +68,17 @@ impl Cluster {
     /// As `with`, on `count` nodes: the group's voters are nodes 1 to 3 (the others host it
     /// as a new replica does: knowing those voters, not being one).
     fn sized(count: u64, pipelined: bool) -> Self {
+        Self::configured(count, pipelined, |_| {})
+    }
+
+    /// As `sized`, with `configure` applied to every node's driver settings.
+    fn configured(count: u64, pipelined: bool, configure: impl Fn(&mut DriverConfig)) -> Self {
         let clock = TestClock::default();
         let nodes = (1..=count)
             .map(|id| {
                 let mut config = DriverConfig::new(NodeId(id), id);
                 config.async_persist = pipelined;
+                configure(&mut config);
                 let mut d = MultiRaft::new(config, clock.clone(), Queue::default());
                 let store =
                     MemLogStore::recover(DurableImage::new(&[1, 2, 3]), SyncBehaviour::Honest)
@@ -244,8 +252,7 @@ fn offsets_count_records_of_committed_data_only() {
     assert_eq!(results, vec![Ok(KafkaOffset(0)), Ok(KafkaOffset(3))]);
     assert_eq!(c.nodes[0].high_watermark(G), Some(KafkaOffset(5)));
     // Followers learn the commit with the next heartbeat.
-    c.advance(Duration::from_millis(500));
-    c.settle();
+    c.ticks(HEARTBEAT_TICKS_DEFAULT);
     for d in &c.nodes {
         assert_eq!(
             d.applied_kafka_end(G),
@@ -257,6 +264,48 @@ fn offsets_count_records_of_committed_data_only() {
         // Raft index 1 is the no-op; the batches are indexes 2 and 3.
         assert_eq!(index.kafka_base_of(RaftIndex(2)), Ok(KafkaOffset(0)));
         assert_eq!(index.kafka_base_of(RaftIndex(3)), Ok(KafkaOffset(3)));
+    }
+}
+
+/// Messages delivered while `c` commits one proposal of its leader (node 1).
+fn messages_per_proposal(c: &mut Cluster) -> usize {
+    c.settle();
+    let before = c.delivered;
+    c.propose(0, 1).expect("leader accepts");
+    c.settle();
+    assert!(matches!(c.results().last(), Some((_, Ok(_)))));
+    c.delivered - before
+}
+
+#[test]
+fn a_write_costs_each_follower_one_append_and_one_answer() {
+    // Lazy commit notice (the broker's partitions): an append and its answer per follower;
+    // the followers learn the commit index from the next message.
+    let mut c = Cluster::new();
+    assert_eq!(messages_per_proposal(&mut c), 4);
+    assert_eq!(c.nodes[1].applied_kafka_end(G), Some(KafkaOffset(0)));
+    c.ticks(HEARTBEAT_TICKS_DEFAULT);
+    assert_eq!(c.nodes[1].applied_kafka_end(G), Some(KafkaOffset(1)));
+    // A second write carries the first one's commit.
+    assert_eq!(messages_per_proposal(&mut c), 4);
+    assert_eq!(c.nodes[2].applied_kafka_end(G), Some(KafkaOffset(1)));
+}
+
+#[test]
+fn an_eager_group_announces_each_commit_at_once() {
+    // The controller's group: every node applies the entry within the same exchange, at
+    // the cost of an empty append and its answer per follower.
+    let mut c = Cluster::configured(3, false, |config| {
+        config.eager_commit_groups.insert(G);
+    });
+    assert_eq!(messages_per_proposal(&mut c), 8);
+    for d in &c.nodes {
+        assert_eq!(
+            d.applied_kafka_end(G),
+            Some(KafkaOffset(1)),
+            "{:?}",
+            d.node()
+        );
     }
 }
 
