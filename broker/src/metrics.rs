@@ -335,6 +335,8 @@ pub struct ShardDetail {
     pub under_replicated_partitions: u64,
     /// Shard 0 only: whether this node's metadata (controller) log accepts writes.
     pub metadata_log_writable: Option<bool>,
+    /// Cluster mode: replication RPC frames this shard dropped instead of sending.
+    pub rpc_dropped_frames: u64,
 }
 
 /// Replicas of every partition without a cluster (ARCHITECTURE.md, Replication).
@@ -357,6 +359,7 @@ pub fn detail(shard: &crate::shard::Shard) -> ShardDetail {
         .collect();
     let mut leaderless = 0;
     let mut under_replicated = 0;
+    let rpc_dropped_frames = shard.replicator().map_or(0, |r| r.rpc_dropped_frames());
     if let Some(rep) = shard.replicator() {
         // Cluster mode: what the Raft groups of this shard say after their last turn.
         let h = rep.health();
@@ -404,6 +407,7 @@ pub fn detail(shard: &crate::shard::Shard) -> ShardDetail {
         leaderless_partitions: leaderless,
         under_replicated_partitions: under_replicated,
         metadata_log_writable: shard.metadata_log_writable(),
+        rpc_dropped_frames,
     }
 }
 

@@ -166,7 +166,7 @@ impl Scrape {
 
     fn traffic(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
         type Field = fn(&ShardSnapshot) -> u64;
-        let rows: [(&str, &str, Field); 5] = [
+        let rows: [(&str, &str, Field); 6] = [
             (
                 "strand_kafka_produce_bytes",
                 "Record batch bytes appended for producers.",
@@ -191,6 +191,11 @@ impl Scrape {
                 "strand_kafka_connections_accepted",
                 "Kafka connections accepted.",
                 |s| s.metrics.connections_accepted,
+            ),
+            (
+                "strand_raft_rpc_dropped_frames",
+                "Replication RPC frames dropped instead of sent (peer unknown or unreachable, queue full); Raft resends.",
+                |s| s.detail.rpc_dropped_frames,
             ),
         ];
         for (name, help, f) in rows {

@@ -103,6 +103,8 @@ pub struct RpcOut {
     /// The seeds (`--seeds`): peers even before they register.
     seeds: Vec<NodeId>,
     queues: HashMap<NodeId, PeerQueue>,
+    /// Frames dropped on the way out (see `Replicator::rpc_dropped_frames`).
+    dropped: Rc<Cell<u64>>,
 }
 
 impl RpcOut {
@@ -118,7 +120,13 @@ impl RpcOut {
                 to_shard: ShardId(self.shard as u32),
                 cluster_tag: self.cluster_tag,
             };
-            crate::shard::spawn_local(peer_writer(addr, hello, rx, queued_bytes.clone()));
+            crate::shard::spawn_local(peer_writer(
+                addr,
+                hello,
+                rx,
+                queued_bytes.clone(),
+                self.dropped.clone(),
+            ));
             self.queues.insert(to, PeerQueue { tx, queued_bytes });
         }
         self.queues.get(&to)
@@ -134,14 +142,19 @@ impl RpcOut {
     /// Queues encoded frames for `to`. For an unknown peer, a full queue or a stopped
     /// writer they are dropped: Raft resends what matters.
     fn enqueue(&mut self, to: NodeId, frame: Bytes) {
+        let dropped = self.dropped.clone();
         let Some(q) = self.queue(to) else {
+            count(&dropped, 1);
             return;
         };
         if q.queued_bytes.get() + frame.len() > PEER_QUEUE_BYTES_MAX {
+            count(&dropped, 1);
             return;
         }
         q.queued_bytes.set(q.queued_bytes.get() + frame.len());
-        let _ = q.tx.unbounded_send(frame);
+        if q.tx.unbounded_send(frame).is_err() {
+            count(&dropped, 1);
+        }
     }
 }
 
@@ -152,13 +165,18 @@ impl Transport for RpcOut {
     }
 }
 
+fn count(c: &Cell<u64>, n: u64) {
+    c.set(c.get().wrapping_add(n));
+}
+
 /// Keeps one connection to a peer shard and writes queued frames to it; frames queued
-/// while disconnected are dropped (Raft resends what matters).
+/// while disconnected are dropped (Raft resends what matters) and counted in `dropped`.
 async fn peer_writer(
     addr: SocketAddr,
     hello: Hello,
     mut rx: mpsc::UnboundedReceiver<Bytes>,
     queued_bytes: Rc<Cell<usize>>,
+    dropped: Rc<Cell<u64>>,
 ) {
     let hello = encode(&RpcFrame::Hello(hello));
     loop {
@@ -170,7 +188,10 @@ async fn peer_writer(
                 // closed queue is a forgotten peer (removed from the cluster): stop.
                 loop {
                     match rx.try_recv() {
-                        Ok(f) => queued_bytes.set(queued_bytes.get().saturating_sub(f.len())),
+                        Ok(f) => {
+                            queued_bytes.set(queued_bytes.get().saturating_sub(f.len()));
+                            count(&dropped, 1);
+                        }
                         Err(e) if e.is_closed() => return,
                         Err(_) => break,
                     }
@@ -189,6 +210,7 @@ async fn peer_writer(
             };
             queued_bytes.set(queued_bytes.get().saturating_sub(frame.len()));
             if stream.write_all(&frame).await.is_err() {
+                count(&dropped, 1);
                 tracing::debug!(%addr, "peer connection lost; reconnecting");
                 break;
             }
@@ -257,6 +279,8 @@ pub struct Replicator {
     /// The driver's clock (same origin), to sleep until its next tick.
     clock: MonoClock,
     driver: RefCell<Driver>,
+    /// The transport's count of dropped frames.
+    rpc_dropped: Rc<Cell<u64>>,
     waiters: RefCell<HashMap<ProposalId, oneshot::Sender<Result<KafkaOffset, RaftError>>>>,
     hosted: RefCell<HashMap<GroupId, Hosted>>,
     wake_tx: mpsc::Sender<()>,
@@ -308,6 +332,7 @@ impl Replicator {
     ) -> Rc<Replicator> {
         let me_id = NodeId(me as u64);
         let tag = cluster_tag(seeds);
+        let rpc_dropped = Rc::new(Cell::new(0));
         let out = RpcOut {
             me: me_id,
             shard,
@@ -319,6 +344,7 @@ impl Replicator {
                 .collect(),
             seeds: seeds.iter().map(|&(id, _)| NodeId(id as u64)).collect(),
             queues: HashMap::new(),
+            dropped: rpc_dropped.clone(),
         };
         let seed = u64::from(crc32c::crc32c(
             format!("{me}/{shard}/{:?}", crate::clock::now()).as_bytes(),
@@ -337,6 +363,7 @@ impl Replicator {
             cluster_tag: tag,
             clock,
             driver: RefCell::new(MultiRaft::new(config, clock, out)),
+            rpc_dropped,
             waiters: RefCell::new(HashMap::new()),
             hosted: RefCell::new(HashMap::new()),
             wake_tx,
@@ -458,6 +485,14 @@ impl Replicator {
     /// Whether this node leads the controller group.
     pub fn leads_controller(&self) -> bool {
         self.driver.borrow().is_leader(CONTROLLER_GROUP)
+    }
+
+    /// RPC frames (message batches, control frames) this shard dropped instead of sending:
+    /// for a peer it does not know, over a full queue, queued while the connection was
+    /// down, or lost with a failed write. Raft resends what matters; a count that keeps
+    /// rising means a peer is unreachable or too slow.
+    pub fn rpc_dropped_frames(&self) -> u64 {
+        self.rpc_dropped.get()
     }
 
     /// Wakes the loop for a turn.

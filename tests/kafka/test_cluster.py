@@ -464,6 +464,8 @@ def test_kill9_of_a_leader_loses_no_acknowledged_write(ck, cluster, rf3_topic, w
     w.wait_acks(ACKS_BEFORE_FAULT, what="before the kill")
     sleep_until(w.started_at + FAULT_AT_S)
 
+    dropped = "strand_raft_rpc_dropped_frames_total"
+    dropped_before = gauge(cluster, survivors[0], dropped)
     killed_at = time.monotonic()
     cluster.kill9(old)
     new = cluster.wait_leader(topic, 0, nodes=survivors, exclude={old},
@@ -472,6 +474,9 @@ def test_kill9_of_a_leader_loses_no_acknowledged_write(ck, cluster, rf3_topic, w
     show(capsys, f"failover of {topic}/0: leader {old} killed, node {new} named leader "
                  f"after {failover_s:.3f}s (target < {FAILOVER_TARGET_S}s)")
     assert new in survivors
+    # What a survivor cannot deliver to the dead node is dropped, and counted.
+    wait_until(lambda: gauge(cluster, survivors[0], dropped) > dropped_before,
+               FAULT_FOR_S, f"node {survivors[0]} counting the RPC frames it drops for node {old}")
 
     sleep_until(killed_at + FAULT_FOR_S)
     cluster.restart(old)
