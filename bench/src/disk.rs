@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use bytes::Bytes;
 use futures::future::join_all;
-use strand_storage::io::{probe_direct_io, SegmentFile};
+use strand_storage::io::{probe_direct_io, SegmentFile, WriteSync};
 use strand_storage::io_runtime::block_on;
 use strand_storage::{AppendEntry, BatchCache, FrameKind, Log, LogConfig, RaftTerm, SystemClock};
 use strand_wire::BatchBuilder;
@@ -201,7 +201,7 @@ async fn measure_physics(
     let block = args.block_bytes.max(4096) & !4095;
     let blocks = (args.total_bytes / block as u64).max(1);
     let path = work.join("raw-bandwidth");
-    let file = Rc::new(SegmentFile::create(&path).await?);
+    let file = Rc::new(SegmentFile::create(&path, WriteSync::Fdatasync).await?);
     file.preallocate(blocks * block as u64)
         .await
         .map_err(|e| anyhow::anyhow!("fallocate: {e:?}"))?;
@@ -267,7 +267,7 @@ async fn measure_physics(
 /// Appends of `size` bytes at increasing positions, each followed by fdatasync.
 async fn sync_latency(work: &Path, size: usize, samples: usize) -> anyhow::Result<Latency> {
     let path = work.join(format!("raw-sync-{size}"));
-    let file = SegmentFile::create(&path).await?;
+    let file = SegmentFile::create(&path, WriteSync::Fdatasync).await?;
     file.preallocate((size * samples) as u64)
         .await
         .map_err(|e| anyhow::anyhow!("{e:?}"))?;

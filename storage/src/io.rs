@@ -50,10 +50,29 @@ fn classify(e: io::Error) -> IoFault {
     }
 }
 
+/// When the writes of a [`SegmentFile`] become durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteSync {
+    /// After an explicit `fdatasync` (bulk writes: one sync for many).
+    Fdatasync,
+    /// Each write is durable when it completes (`O_DSYNC`): data and the metadata needed
+    /// to read it back, as `fdatasync` after the write would make them. A log's flush is
+    /// then one io_uring operation with one completion instead of two in a row.
+    EachWrite,
+}
+
 /// One open segment (or index) file.
 pub struct SegmentFile {
     file: DmaFile,
     path: PathBuf,
+    sync: WriteSync,
+}
+
+fn open_flags(sync: WriteSync) -> libc::c_int {
+    match sync {
+        WriteSync::Fdatasync => 0,
+        WriteSync::EachWrite => libc::O_DSYNC,
+    }
 }
 
 impl std::fmt::Debug for SegmentFile {
@@ -64,31 +83,35 @@ impl std::fmt::Debug for SegmentFile {
 
 impl SegmentFile {
     /// Creates a new file (fails if it exists), opened read-write.
-    pub async fn create(path: &Path) -> Result<SegmentFile, StorageError> {
+    pub async fn create(path: &Path, sync: WriteSync) -> Result<SegmentFile, StorageError> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
+            .custom_flags(open_flags(sync))
             .dma_open(path)
             .await
             .map_err(|e| StorageError::io(path, to_io(e)))?;
         Ok(SegmentFile {
             file,
             path: path.to_path_buf(),
+            sync,
         })
     }
 
     /// Opens an existing file read-write.
-    pub async fn open(path: &Path) -> Result<SegmentFile, StorageError> {
+    pub async fn open(path: &Path, sync: WriteSync) -> Result<SegmentFile, StorageError> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
+            .custom_flags(open_flags(sync))
             .dma_open(path)
             .await
             .map_err(|e| StorageError::io(path, to_io(e)))?;
         Ok(SegmentFile {
             file,
             path: path.to_path_buf(),
+            sync,
         })
     }
 
@@ -117,6 +140,16 @@ impl SegmentFile {
             return Err(IoFault::NoSpace);
         }
         Ok(())
+    }
+
+    /// Writes `data` at `pos` (both aligned) and returns once it is durable: one `O_DSYNC`
+    /// write, or a write and an `fdatasync`, as the file was opened.
+    pub async fn write_durable(&self, pos: u64, data: &[u8]) -> Result<(), IoFault> {
+        self.write_aligned(pos, data).await?;
+        match self.sync {
+            WriteSync::EachWrite => Ok(()),
+            WriteSync::Fdatasync => self.fdatasync().await,
+        }
     }
 
     /// `fdatasync`: everything written so far is durable once this returns `Ok`.

@@ -93,7 +93,8 @@ pub struct LogStats {
     pub writes: u64,
     /// Bytes written (aligned, rewrites included).
     pub bytes_written: u64,
-    /// fdatasync calls issued.
+    /// Durable writes issued: `O_DSYNC` writes of the flush path (each one a write and an
+    /// fdatasync in one operation), and fdatasync calls.
     pub fdatasyncs: u64,
     /// Segments rolled.
     pub rolls: u64,

@@ -14,7 +14,7 @@ use std::rc::Rc;
 
 use crate::config::PREALLOCATE_MIN_BYTES;
 use crate::error::StorageError;
-use crate::io::{self, align_down, align_up, IoFault, SegmentFile, SharedFile};
+use crate::io::{self, align_down, align_up, IoFault, SegmentFile, SharedFile, WriteSync};
 use crate::log::{Durable, Log};
 use crate::types::{KafkaOffset, RaftIndex};
 
@@ -260,7 +260,9 @@ async fn run_op(
     let file = match &op.file {
         Some(f) => f.clone(),
         None => {
-            let f = SegmentFile::create(&op.path).await.map_err(fault_of)?;
+            let f = SegmentFile::create(&op.path, WriteSync::EachWrite)
+                .await
+                .map_err(fault_of)?;
             io::fsync_dir_async(dir).await.map_err(fault_of)?;
             Rc::new(f)
         }
@@ -274,10 +276,9 @@ async fn run_op(
         }
     }
     if !op.data.is_empty() {
-        file.write_aligned(op.pos, &op.data).await?;
+        file.write_durable(op.pos, &op.data).await?;
         out.writes += 1;
         out.bytes_written += op.data.len() as u64;
-        file.fdatasync().await?;
         out.fdatasyncs += 1;
     }
     let mut finalized = false;

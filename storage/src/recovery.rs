@@ -14,7 +14,7 @@ use crate::cache::BatchCache;
 use crate::config::{Clock, LogConfig};
 use crate::error::StorageError;
 use crate::frame::{decode_frame, FrameError, FrameHeader};
-use crate::io::{self, align_down, SegmentFile};
+use crate::io::{self, align_down, SegmentFile, WriteSync};
 use crate::log::{Durable, Log, LogStats, Segment, State, Tail};
 use crate::segment::{SegmentMeta, SegmentName};
 use crate::types::{FilePos, KafkaOffset, RaftIndex, RaftTerm};
@@ -163,7 +163,7 @@ async fn open_closed(
     e: Expect,
     now_ms: i64,
 ) -> Result<Option<Segment>, StorageError> {
-    let file = Rc::new(SegmentFile::open(path).await?);
+    let file = Rc::new(SegmentFile::open(path, WriteSync::EachWrite).await?);
     let size = file.size_bytes().await?;
     let index = io::read_small_file(&path.with_extension("index"))?;
     let time = io::read_small_file(&path.with_extension("timeindex"))?;
@@ -219,7 +219,7 @@ async fn open_tail(
     e: Expect,
     now_ms: i64,
 ) -> Result<Option<Segment>, StorageError> {
-    let file = SegmentFile::open(path).await?;
+    let file = SegmentFile::open(path, WriteSync::EachWrite).await?;
     let size = file.size_bytes().await?;
     let s = scan_segment(&file, name, size, e, now_ms).await?;
     if let Some((pos, reason)) = &s.bad {
