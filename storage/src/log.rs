@@ -3,9 +3,11 @@
 //! Invariants (ARCHITECTURE.md, Storage and Offsets):
 //! - Raft indexes are dense from `first_index` to `next_index - 1`; Kafka offsets are
 //!   dense and assigned once, in order, only to data and control frames.
-//! - Bytes below a segment's `flushed_pos` are written and fdatasync'ed; bytes above it
-//!   exist only in that segment's tail buffer and may vanish on a crash.
-//! - After an fdatasync failure the log is fenced and refuses every further operation.
+//! - Bytes below a segment's `flushed_pos` are written durably (O_DSYNC, or write and
+//!   fdatasync); bytes above it exist only in that segment's tail buffer and may vanish on
+//!   a crash.
+//! - After a failed durable write (or fdatasync) the log is fenced and refuses every
+//!   further operation.
 //! - `Log` lives on one shard (`!Send`). Every method takes `&self` and holds its
 //!   `RefCell` borrow only between awaits, so appends proceed while a flush is in flight.
 //!

@@ -1,4 +1,5 @@
-//! Group commit: one write and one fdatasync per segment with pending bytes, per flush.
+//! Group commit: one durable write per segment with pending bytes, per flush (an O_DSYNC
+//! write: the write and its fdatasync in one operation, see `io::WriteSync`).
 //!
 //! A flush is three steps so appends continue while the I/O is in flight:
 //! [`Log::begin_flush`] (synchronous: copies the pending tail into a job),
@@ -6,8 +7,8 @@
 //! (synchronous: advances `flushed_pos`, trims tails, reports what is durable).
 //! Only one flush may be in flight per log.
 //!
-//! Invariant: `durable` only advances over bytes whose write and fdatasync both returned
-//! `Ok`, and over new files only after their directory entry was fsynced.
+//! Invariant: `durable` only advances over bytes whose durable write returned `Ok`, and
+//! over new files only after their directory entry was fsynced.
 
 use std::path::PathBuf;
 use std::rc::Rc;
