@@ -173,7 +173,8 @@ pub struct ShardMetrics {
     connections_accepted: Cell<u64>,
 }
 
-fn add(c: &Cell<u64>, n: u64) {
+/// Adds `n` to a shard-local counter (wrapping, as Prometheus counters may).
+pub(crate) fn add(c: &Cell<u64>, n: u64) {
     c.set(c.get().wrapping_add(n));
 }
 

@@ -38,6 +38,7 @@ use strand_raft::{
 };
 
 use crate::errors::KafkaError;
+use crate::metrics::add;
 use crate::partition::Partition;
 use crate::raft_journal::RaftJournal;
 use crate::raft_store::RaftLogStore;
@@ -144,16 +145,16 @@ impl RpcOut {
     fn enqueue(&mut self, to: NodeId, frame: Bytes) {
         let dropped = self.dropped.clone();
         let Some(q) = self.queue(to) else {
-            count(&dropped, 1);
+            add(&dropped, 1);
             return;
         };
         if q.queued_bytes.get() + frame.len() > PEER_QUEUE_BYTES_MAX {
-            count(&dropped, 1);
+            add(&dropped, 1);
             return;
         }
         q.queued_bytes.set(q.queued_bytes.get() + frame.len());
         if q.tx.unbounded_send(frame).is_err() {
-            count(&dropped, 1);
+            add(&dropped, 1);
         }
     }
 }
@@ -163,10 +164,6 @@ impl Transport for RpcOut {
         let to = batch.to;
         self.enqueue(to, encode(&RpcFrame::Batch(batch)));
     }
-}
-
-fn count(c: &Cell<u64>, n: u64) {
-    c.set(c.get().wrapping_add(n));
 }
 
 /// Keeps one connection to a peer shard and writes queued frames to it; frames queued
@@ -190,7 +187,7 @@ async fn peer_writer(
                     match rx.try_recv() {
                         Ok(f) => {
                             queued_bytes.set(queued_bytes.get().saturating_sub(f.len()));
-                            count(&dropped, 1);
+                            add(&dropped, 1);
                         }
                         Err(e) if e.is_closed() => return,
                         Err(_) => break,
@@ -210,7 +207,7 @@ async fn peer_writer(
             };
             queued_bytes.set(queued_bytes.get().saturating_sub(frame.len()));
             if stream.write_all(&frame).await.is_err() {
-                count(&dropped, 1);
+                add(&dropped, 1);
                 tracing::debug!(%addr, "peer connection lost; reconnecting");
                 break;
             }
