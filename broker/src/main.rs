@@ -20,6 +20,7 @@ mod native;
 mod ops;
 mod partition;
 mod preflight;
+mod producer_checkpoint;
 mod producer_state;
 mod raft_journal;
 mod raft_store;

@@ -16,7 +16,8 @@ use strand_wire::RecordBatch;
 use crate::errors::KafkaError;
 use crate::logging::{RateLimit, STORAGE_ERROR_LOG_INTERVAL};
 use crate::metrics::{ProduceStage, ShardMetrics};
-use crate::producer_state::{ProducerStates, Verdict, PENDING_OFFSET};
+use crate::producer_checkpoint::{Checkpoint, CHECKPOINT_INTERVAL_BYTES};
+use crate::producer_state::{batch_ids, ProducerStates, Verdict, PENDING_OFFSET};
 use crate::shard_replication::Replicator;
 use strand_raft::{Ack, GroupId};
 
@@ -48,6 +49,13 @@ pub struct Partition {
     append_watchers: RefCell<Vec<oneshot::Sender<()>>>,
     max_message_bytes: Cell<usize>,
     producers: RefCell<ProducerStates>,
+    /// Producer state of the committed log below the checkpoint's offset: what opening
+    /// the partition or gaining its leadership starts from (`producer_checkpoint`).
+    checkpoint: RefCell<Checkpoint>,
+    /// A checkpoint advance is running (at most one per partition).
+    checkpointing: Cell<bool>,
+    /// The log's `bytes_appended` when the last checkpoint advance started.
+    checkpoint_mark_bytes: Cell<u64>,
     metrics: Rc<ShardMetrics>,
     /// At most one storage-error log line per partition per interval.
     storage_error_log: RateLimit,
@@ -62,22 +70,6 @@ pub struct Partition {
     /// Cluster mode: run when this node becomes the leader (the group coordinator reloads
     /// the groups of an offsets partition, which followers do not apply).
     on_leader_gain: RefCell<Option<Box<dyn Fn()>>>,
-}
-
-/// Idempotence fields of a batch: (producer id, epoch, first sequence, last sequence).
-fn idempotence(view: &RecordBatch) -> Option<(i64, i16, i32, i32)> {
-    let pid = view.producer_id();
-    if pid < 0 {
-        return None;
-    }
-    let first = view.base_sequence();
-    let last = (i64::from(first) + i64::from(view.last_offset_delta())) % (i64::from(i32::MAX) + 1);
-    Some((
-        pid,
-        view.producer_epoch(),
-        first,
-        i32::try_from(last).unwrap_or(0),
-    ))
 }
 
 impl Partition {
@@ -100,6 +92,9 @@ impl Partition {
             append_watchers: RefCell::new(Vec::new()),
             max_message_bytes: Cell::new(max_message_bytes),
             producers: RefCell::new(ProducerStates::default()),
+            checkpoint: RefCell::new(Checkpoint::default()),
+            checkpointing: Cell::new(false),
+            checkpoint_mark_bytes: Cell::new(0),
             metrics,
             storage_error_log: RateLimit::new(STORAGE_ERROR_LOG_INTERVAL),
             replication: RefCell::new(None),
@@ -170,7 +165,11 @@ impl Partition {
         leader_with_hw: bool,
         term: u64,
         hw: Option<strand_raft::KafkaOffset>,
+        applied_end: Option<strand_raft::KafkaOffset>,
     ) {
+        if let Some(end) = applied_end {
+            self.maybe_checkpoint(KafkaOffset(end.0));
+        }
         let was = self.leading.get();
         let leading = leader_with_hw && hw.is_some();
         self.term.set(term);
@@ -180,7 +179,6 @@ impl Partition {
             self.rebuilding.set(true);
             let me = self.clone();
             crate::shard::spawn_local(async move {
-                *me.producers.borrow_mut() = ProducerStates::default();
                 if let Err(e) = me.rebuild_producer_state().await {
                     tracing::warn!(topic = %me.topic, partition = me.index, error = %e,
                         "rebuilding producer state after a leader change failed");
@@ -241,7 +239,7 @@ impl Partition {
         let view = RecordBatch::parse(batch.clone()).map_err(KafkaError::from_batch)?;
         view.validate().map_err(KafkaError::from_batch)?;
         view.validate_produce().map_err(KafkaError::from_batch)?;
-        let ids = idempotence(&view);
+        let ids = batch_ids(&view);
         let replication = self.replication.borrow().clone();
         if let Some((rep, group)) = replication {
             return self
@@ -367,28 +365,58 @@ impl Partition {
         }
     }
 
-    /// Rebuilds idempotent-producer state by replaying the batch headers of the log, so
-    /// a producer retrying across a restart gets no duplicates.
+    /// Loads the producer-state checkpoint saved with the log (or starts from an empty
+    /// one) and rebuilds the live state from it: called once, when the partition opens.
+    pub async fn load_producer_state(&self) -> Result<(), StorageError> {
+        *self.checkpoint.borrow_mut() = Checkpoint::load(&self.log);
+        self.rebuild_producer_state().await
+    }
+
+    /// Rebuilds idempotent-producer state from the checkpoint and the batch headers of
+    /// the log after it, so a producer retrying across a restart or a leader change gets
+    /// no duplicates. Reads at most about `CHECKPOINT_INTERVAL_BYTES` plus what is not
+    /// committed yet.
     pub async fn rebuild_producer_state(&self) -> Result<(), StorageError> {
-        let mut next = self.log.log_start_offset();
-        let end = self.log.log_end_offset();
-        while next < end {
-            let r = self.log.read(next, end, 4 << 20, true).await?;
-            if r.batches.is_empty() {
-                break;
-            }
-            let mut states = self.producers.borrow_mut();
-            for b in r.batches {
-                let Ok(view) = RecordBatch::parse(b) else {
-                    continue;
-                };
-                if let Some((pid, epoch, first, last)) = idempotence(&view) {
-                    states.record(pid, epoch, first, last, view.base_offset());
-                }
-            }
-            next = r.next_offset;
-        }
+        let started = crate::clock::now();
+        let mut live = self.checkpoint.borrow().clone();
+        let from = live.offset;
+        let bytes = live.advance(&self.log, self.log.log_end_offset()).await?;
+        *self.producers.borrow_mut() = live.states;
+        tracing::debug!(topic = %self.topic, partition = self.index, from = from.0,
+            bytes, elapsed_us = (crate::clock::now() - started).as_micros() as u64,
+            "producer state rebuilt");
         Ok(())
+    }
+
+    /// Moves the checkpoint up to `committed_end` in the background once
+    /// `CHECKPOINT_INTERVAL_BYTES` were appended since the last move, and saves it.
+    fn maybe_checkpoint(self: &Rc<Self>, committed_end: KafkaOffset) {
+        let appended = self.log.stats().bytes_appended;
+        let since = appended.saturating_sub(self.checkpoint_mark_bytes.get());
+        if self.checkpointing.get()
+            || since < CHECKPOINT_INTERVAL_BYTES
+            || committed_end <= self.checkpoint.borrow().offset
+        {
+            return;
+        }
+        self.checkpointing.set(true);
+        self.checkpoint_mark_bytes.set(appended);
+        let me = self.clone();
+        crate::shard::spawn_local(async move {
+            let mut next = me.checkpoint.borrow().clone();
+            let moved = match next.advance(&me.log, committed_end).await {
+                Ok(_) => {
+                    *me.checkpoint.borrow_mut() = next.clone();
+                    next.save(me.log.dir()).await
+                }
+                Err(e) => Err(e),
+            };
+            if let Err(e) = moved {
+                tracing::warn!(topic = %me.topic, partition = me.index, error = %e,
+                    "producer-state checkpoint not moved; the next one retries");
+            }
+            me.checkpointing.set(false);
+        });
     }
 
     fn wait_durable(&self, index: RaftIndex) -> oneshot::Receiver<Result<(), KafkaError>> {
@@ -441,7 +469,10 @@ impl Partition {
             self.metrics
                 .storage_flush(crate::clock::now() - flush_started);
             match self.log.complete_flush(outcome) {
-                Ok(d) => self.on_durable(d.last_index, d.next_offset),
+                Ok(d) => {
+                    self.on_durable(d.last_index, d.next_offset);
+                    self.maybe_checkpoint(d.next_offset);
+                }
                 Err(e) => {
                     let e = self.storage_error(e);
                     self.fail_waiters(e);
@@ -539,5 +570,99 @@ impl Partition {
         let d = self.log.flush().await?;
         self.on_durable(d.last_index, d.next_offset);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::producer_checkpoint::CHECKPOINT_FILE;
+    use std::path::Path;
+    use strand_storage::{BatchCache, LogConfig, SystemClock};
+
+    /// Bytes of each record: enough batches of it cross `CHECKPOINT_INTERVAL_BYTES`.
+    const VALUE_BYTES: usize = 64 << 10;
+
+    async fn open(dir: &Path) -> Rc<Partition> {
+        let lc = LogConfig {
+            allow_buffered_io: true,
+            ..LogConfig::default()
+        };
+        let cache = Rc::new(BatchCache::new(1 << 20));
+        let log = Log::open(dir, lc, Rc::new(SystemClock), cache)
+            .await
+            .expect("open log");
+        let metrics = Rc::new(crate::metrics::ShardMetrics::new(1));
+        let part = Rc::new(Partition::new("t".into(), 0, log, 1 << 20, metrics));
+        part.load_producer_state().await.expect("producer state");
+        part
+    }
+
+    fn batch(pid: i64, seq: i32) -> Bytes {
+        let mut b = strand_wire::BatchBuilder::new(1).producer(pid, 0, seq);
+        b.push(0, None, Some(&vec![b'x'; VALUE_BYTES]), &[]);
+        b.build()
+    }
+
+    async fn produce(part: &Rc<Partition>, pid: i64, seq: i32) -> i64 {
+        part.produce(batch(pid, seq), true)
+            .await
+            .expect("produced")
+            .base_offset
+            .0
+    }
+
+    /// A retry of each producer's last batch is answered with its first offset and
+    /// appends nothing.
+    async fn retries_are_duplicates(part: &Rc<Partition>, last: &[(i64, i32, i64)]) {
+        let end = part.log().log_end_offset();
+        for &(pid, seq, offset) in last {
+            assert_eq!(produce(part, pid, seq).await, offset, "producer {pid}");
+        }
+        assert_eq!(part.log().log_end_offset(), end, "a retry appended");
+    }
+
+    #[test]
+    fn producer_state_survives_a_reopen_from_its_checkpoint() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("t-0");
+        strand_storage::io_runtime::block_on("partition-test", 1, async {
+            let part = open(&dir).await;
+            let limit = (2 * CHECKPOINT_INTERVAL_BYTES as usize / VALUE_BYTES) as i32;
+            let (mut seq, mut first) = (0, 0);
+            // Until a saved checkpoint covers producer 1's last batch (it moves in the
+            // background once enough was appended).
+            while Checkpoint::load(part.log()).offset.0 <= first {
+                assert!(seq < limit, "no checkpoint after {seq} batches");
+                first = produce(&part, 1, seq).await;
+                seq += 1;
+                while part.checkpointing.get() {
+                    glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
+                }
+            }
+            let second = produce(&part, 2, 0).await;
+            let last = [(1, seq - 1, first), (2, 0, second)];
+            retries_are_duplicates(&part, &last).await;
+            // Records before the checkpoint deleted: only the checkpoint knows producer 1.
+            let start = part.checkpoint.borrow().offset;
+            part.log().set_log_start(start).expect("log start");
+            drop(part);
+
+            let part = open(&dir).await;
+            assert_eq!(part.log().log_start_offset(), start);
+            retries_are_duplicates(&part, &last).await;
+            drop(part);
+
+            // A corrupt checkpoint is refused and the whole log (from its start) replayed.
+            let path = dir.join(CHECKPOINT_FILE);
+            let mut bytes = std::fs::read(&path).expect("checkpoint");
+            let at = bytes.len() / 2;
+            bytes[at] ^= 1;
+            std::fs::write(&path, bytes).expect("corrupt it");
+            let part = open(&dir).await;
+            assert_eq!(part.checkpoint.borrow().offset, start, "the empty one at log start");
+            retries_are_duplicates(&part, &last[1..]).await;
+        })
+        .expect("runtime");
     }
 }

@@ -35,6 +35,33 @@ struct Producer {
     last_write: u64,
 }
 
+/// Encoded bytes of a producer without batches (id, epoch, batch count).
+const PRODUCER_BYTES_MIN: usize = 8 + 2 + 1;
+
+/// Why an encoded producer state was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum StateDecodeError {
+    /// The bytes ended inside a field.
+    #[error("producer state truncated")]
+    Truncated,
+    /// A producer count beyond the limit or the bytes left.
+    #[error("producer count {0} is beyond the limit or the bytes left")]
+    Count(usize),
+    /// A producer with a negative id, too many batches, a negative offset or sequence,
+    /// or listed twice.
+    #[error("producer {0} is malformed")]
+    Producer(i64),
+}
+
+/// Takes `N` bytes from the front of `buf`.
+fn take<const N: usize>(buf: &mut &[u8]) -> Result<[u8; N], StateDecodeError> {
+    let (head, rest) = buf
+        .split_first_chunk::<N>()
+        .ok_or(StateDecodeError::Truncated)?;
+    *buf = rest;
+    Ok(*head)
+}
+
 /// What to do with an incoming batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -48,10 +75,27 @@ pub enum Verdict {
 }
 
 /// All producers of a partition.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct ProducerStates {
     producers: HashMap<i64, Producer>,
     clock: u64,
+}
+
+/// Idempotence fields of a batch: (producer id, epoch, first sequence, last sequence);
+/// `None` for a batch without a producer id.
+pub fn batch_ids(view: &strand_wire::RecordBatch) -> Option<(i64, i16, i32, i32)> {
+    let pid = view.producer_id();
+    if pid < 0 {
+        return None;
+    }
+    let first = view.base_sequence();
+    let last = (i64::from(first) + i64::from(view.last_offset_delta())) % (i64::from(i32::MAX) + 1);
+    Some((
+        pid,
+        view.producer_epoch(),
+        first,
+        i32::try_from(last).unwrap_or(0),
+    ))
 }
 
 /// The sequence after `seq` (sequences wrap at i32::MAX to 0, as Kafka's do).
@@ -103,7 +147,6 @@ impl ProducerStates {
         }
     }
 
-    /// Records an appended batch (also used to replay the log on open).
     /// Sets the base offset of a batch recorded as pending once it committed.
     pub fn settle(&mut self, producer_id: i64, first_seq: i32, base_offset: i64) {
         if let Some(b) = self
@@ -124,6 +167,66 @@ impl ProducerStates {
         }
     }
 
+    /// Appends the state to `out` (see `decode`): producers least recently written first,
+    /// each as id, epoch, batch count and its batches. Pending batches (`PENDING_OFFSET`)
+    /// are the caller's to avoid: a checkpoint holds committed batches only.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let mut order: Vec<(&i64, &Producer)> = self.producers.iter().collect();
+        order.sort_by_key(|(_, p)| p.last_write);
+        out.extend_from_slice(&(order.len() as u32).to_be_bytes());
+        for (id, p) in order {
+            out.extend_from_slice(&id.to_be_bytes());
+            out.extend_from_slice(&p.epoch.to_be_bytes());
+            out.push(p.batches.len() as u8);
+            for b in &p.batches {
+                out.extend_from_slice(&b.first_seq.to_be_bytes());
+                out.extend_from_slice(&b.last_seq.to_be_bytes());
+                out.extend_from_slice(&b.base_offset.to_be_bytes());
+            }
+        }
+    }
+
+    /// Reads a state written by `encode`, checking every count against the bytes that
+    /// remain and the limits before using it. Returns the state and the bytes after it.
+    pub fn decode(mut buf: &[u8]) -> Result<(ProducerStates, &[u8]), StateDecodeError> {
+        let count = u32::from_be_bytes(take(&mut buf)?) as usize;
+        if count > PRODUCERS_PER_PARTITION_MAX || count * PRODUCER_BYTES_MIN > buf.len() {
+            return Err(StateDecodeError::Count(count));
+        }
+        let mut states = ProducerStates::default();
+        for _ in 0..count {
+            let id = i64::from_be_bytes(take(&mut buf)?);
+            let epoch = i16::from_be_bytes(take(&mut buf)?);
+            let [n] = take::<1>(&mut buf)?;
+            if usize::from(n) > BATCHES_PER_PRODUCER || id < 0 {
+                return Err(StateDecodeError::Producer(id));
+            }
+            let mut batches = VecDeque::with_capacity(usize::from(n));
+            for _ in 0..n {
+                let b = Batch {
+                    first_seq: i32::from_be_bytes(take(&mut buf)?),
+                    last_seq: i32::from_be_bytes(take(&mut buf)?),
+                    base_offset: i64::from_be_bytes(take(&mut buf)?),
+                };
+                if b.base_offset < 0 || b.first_seq < 0 || b.last_seq < 0 {
+                    return Err(StateDecodeError::Producer(id));
+                }
+                batches.push_back(b);
+            }
+            states.clock += 1;
+            let p = Producer {
+                epoch,
+                batches,
+                last_write: states.clock,
+            };
+            if states.producers.insert(id, p).is_some() {
+                return Err(StateDecodeError::Producer(id));
+            }
+        }
+        Ok((states, buf))
+    }
+
+    /// Records an appended batch (also used to replay the log).
     pub fn record(
         &mut self,
         producer_id: i64,

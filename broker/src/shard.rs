@@ -241,7 +241,7 @@ impl Shard {
             max_message,
             self.metrics.clone(),
         ));
-        part.rebuild_producer_state().await?;
+        part.load_producer_state().await?;
         if topic == crate::group::OFFSETS_TOPIC {
             self.load_groups(&part).await?;
         }

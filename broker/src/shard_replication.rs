@@ -923,7 +923,8 @@ impl Replicator {
                 let term = d.term(g).map_or(0, |t| t.0);
                 let is_leader = d.is_leader(g);
                 let hw = d.high_watermark(g);
-                h.part.set_replica_role(is_leader, term, hw);
+                h.part
+                    .set_replica_role(is_leader, term, hw, d.applied_kafka_end(g));
                 health.leaderless -= u64::from(h.leaderless);
                 health.under_replicated -= u64::from(h.under_replicated);
                 h.leaderless = g != CONTROLLER_GROUP && leader.is_none();

@@ -1,0 +1,271 @@
+//! Checkpoints of a partition's idempotent-producer state, so that opening a partition or
+//! gaining its leadership replays only the log after the newest checkpoint instead of the
+//! whole log (Kafka keeps producer-state snapshots for the same reason). A checkpoint is
+//! kept in memory and in `CHECKPOINT_FILE` in the partition's directory.
+//!
+//! Invariant: a checkpoint at offset `X` holds exactly the state of the committed batches
+//! that end at or before `X`, and `X` is a batch boundary (or the log start offset). It is
+//! built by replaying committed log data into the previous checkpoint, never copied from a
+//! leader's live state, which holds batches not yet committed. A checkpoint that cannot be
+//! read (missing, torn, corrupt, or past the log end) is replaced by the empty one at the
+//! log start offset: the state is rebuilt from the whole log, as before checkpoints.
+
+use std::path::Path;
+
+use strand_storage::{KafkaOffset, Log, StorageError};
+use strand_wire::RecordBatch;
+
+use crate::producer_state::{batch_ids, ProducerStates, StateDecodeError};
+
+/// File name of the checkpoint in a partition's directory.
+pub const CHECKPOINT_FILE: &str = "producer-state.checkpoint";
+/// Committed data appended between two checkpoints: bounds what a leader gain or an open
+/// replays (about this much read back, from the batch cache when recent).
+pub const CHECKPOINT_INTERVAL_BYTES: u64 = 16 << 20;
+/// Bytes read per step of a replay.
+const REPLAY_READ_BYTES: usize = 4 << 20;
+/// First bytes of a checkpoint file.
+const MAGIC: [u8; 4] = *b"SPST";
+/// Format version written.
+const VERSION: u8 = 1;
+/// Magic, version and offset.
+const HEADER_BYTES: usize = 4 + 1 + 8;
+/// CRC-32C trailer.
+const TRAILER_BYTES: usize = 4;
+
+/// Producer state as of a log offset.
+#[derive(Clone, Debug, Default)]
+pub struct Checkpoint {
+    /// The state covers the committed batches ending at or before this offset.
+    pub offset: KafkaOffset,
+    /// The state.
+    pub states: ProducerStates,
+}
+
+/// Why a checkpoint file was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CheckpointError {
+    /// Too short for a header and trailer.
+    #[error("checkpoint truncated ({0} bytes)")]
+    Truncated(usize),
+    /// Not a checkpoint file.
+    #[error("not a producer-state checkpoint")]
+    Magic,
+    /// Written by a newer version.
+    #[error("checkpoint version {0} is not supported")]
+    Version(u8),
+    /// The CRC does not match (torn or corrupt).
+    #[error("checkpoint CRC mismatch")]
+    Crc,
+    /// A negative offset.
+    #[error("checkpoint offset {0} is negative")]
+    Offset(i64),
+    /// The state inside is malformed.
+    #[error(transparent)]
+    State(#[from] StateDecodeError),
+    /// Bytes after the state.
+    #[error("{0} bytes after the producer state")]
+    Trailing(usize),
+}
+
+impl Checkpoint {
+    /// No producers, as of `offset`.
+    pub fn empty(offset: KafkaOffset) -> Checkpoint {
+        Checkpoint {
+            offset,
+            states: ProducerStates::default(),
+        }
+    }
+
+    /// The file's bytes: magic, version, offset, the state, CRC-32C of all before it.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(HEADER_BYTES + TRAILER_BYTES + 64);
+        out.extend_from_slice(&MAGIC);
+        out.push(VERSION);
+        out.extend_from_slice(&self.offset.0.to_be_bytes());
+        self.states.encode(&mut out);
+        let crc = crc32c::crc32c(&out);
+        out.extend_from_slice(&crc.to_be_bytes());
+        out
+    }
+
+    /// Reads a file written by `encode`.
+    pub fn decode(bytes: &[u8]) -> Result<Checkpoint, CheckpointError> {
+        if bytes.len() < HEADER_BYTES + TRAILER_BYTES {
+            return Err(CheckpointError::Truncated(bytes.len()));
+        }
+        let (body, crc) = bytes.split_at(bytes.len() - TRAILER_BYTES);
+        if body[..4] != MAGIC {
+            return Err(CheckpointError::Magic);
+        }
+        if crc32c::crc32c(body).to_be_bytes() != crc {
+            return Err(CheckpointError::Crc);
+        }
+        if body[4] != VERSION {
+            return Err(CheckpointError::Version(body[4]));
+        }
+        let mut offset = [0u8; 8];
+        offset.copy_from_slice(&body[5..HEADER_BYTES]);
+        let offset = i64::from_be_bytes(offset);
+        if offset < 0 {
+            return Err(CheckpointError::Offset(offset));
+        }
+        let (states, rest) = ProducerStates::decode(&body[HEADER_BYTES..])?;
+        if !rest.is_empty() {
+            return Err(CheckpointError::Trailing(rest.len()));
+        }
+        Ok(Checkpoint {
+            offset: KafkaOffset(offset),
+            states,
+        })
+    }
+
+    /// The checkpoint saved in `log`'s directory, if it is readable and within the log;
+    /// otherwise (logged) the empty one at the log start offset.
+    pub fn load(log: &Log) -> Checkpoint {
+        let path = log.dir().join(CHECKPOINT_FILE);
+        let empty = Checkpoint::empty(log.log_start_offset());
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return empty,
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e,
+                    "cannot read the producer-state checkpoint; replaying the whole log");
+                return empty;
+            }
+        };
+        match Checkpoint::decode(&bytes) {
+            Ok(c) if c.offset <= log.log_end_offset() => c,
+            Ok(c) => {
+                tracing::warn!(path = %path.display(), offset = c.offset.0,
+                    log_end_offset = log.log_end_offset().0,
+                    "producer-state checkpoint is past the log end; replaying the whole log");
+                empty
+            }
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e,
+                    "producer-state checkpoint refused; replaying the whole log");
+                empty
+            }
+        }
+    }
+
+    /// Writes the checkpoint to `dir` atomically (temporary file, fdatasync, rename).
+    pub async fn save(&self, dir: &Path) -> Result<(), StorageError> {
+        strand_storage::io::write_small_file_atomic_async(&dir.join(CHECKPOINT_FILE), &self.encode())
+            .await
+    }
+
+    /// Records the batches of `log` from this checkpoint's offset up to `end` (a batch
+    /// boundary at or below the committed end), moving the offset past them. Data below
+    /// the log start offset is gone (retention, DeleteRecords, an installed snapshot): the
+    /// replay starts at the log start and the state keeps what it knew. Returns the bytes
+    /// read.
+    pub async fn advance(&mut self, log: &Log, end: KafkaOffset) -> Result<u64, StorageError> {
+        let mut next = self.offset.max(log.log_start_offset());
+        let mut bytes = 0u64;
+        while next < end {
+            let r = log.read(next, end, REPLAY_READ_BYTES, true).await?;
+            if r.batches.is_empty() {
+                break;
+            }
+            for b in r.batches {
+                let Ok(view) = RecordBatch::parse(b) else {
+                    continue;
+                };
+                if let Some((pid, epoch, first, last)) = batch_ids(&view) {
+                    self.states
+                        .record(pid, epoch, first, last, view.base_offset());
+                }
+            }
+            bytes += r.bytes as u64;
+            next = r.next_offset;
+            self.offset = next;
+        }
+        Ok(bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn sample() -> Checkpoint {
+        let mut states = ProducerStates::default();
+        states.record(7, 0, 0, 4, 100);
+        states.record(7, 0, 5, 9, 105);
+        states.record(9, 3, i32::MAX - 1, 0, 110);
+        Checkpoint {
+            offset: KafkaOffset(112),
+            states,
+        }
+    }
+
+    #[test]
+    fn a_checkpoint_round_trips() {
+        for c in [sample(), Checkpoint::empty(KafkaOffset(0))] {
+            let bytes = c.encode();
+            let back = Checkpoint::decode(&bytes).expect("decodes");
+            assert_eq!(back.offset, c.offset);
+            assert_eq!(back.encode(), bytes);
+        }
+        let back = Checkpoint::decode(&sample().encode()).expect("decodes");
+        assert_eq!(
+            back.states.check(7, 0, 5, 9),
+            Ok(crate::producer_state::Verdict::Duplicate { base_offset: 105 })
+        );
+    }
+
+    #[test]
+    fn a_torn_or_corrupt_checkpoint_is_refused() {
+        let bytes = sample().encode();
+        for cut in 0..bytes.len() {
+            assert!(Checkpoint::decode(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+        for at in 0..bytes.len() {
+            let mut b = bytes.clone();
+            b[at] ^= 0x40;
+            assert!(Checkpoint::decode(&b).is_err(), "flip at {at}");
+        }
+    }
+
+    #[test]
+    fn counts_are_checked_before_allocating() {
+        // A well-formed file whose producer count claims more than the bytes hold.
+        let mut body = Vec::new();
+        body.extend_from_slice(&MAGIC);
+        body.push(VERSION);
+        body.extend_from_slice(&0i64.to_be_bytes());
+        body.extend_from_slice(&u32::MAX.to_be_bytes());
+        let crc = crc32c::crc32c(&body);
+        body.extend_from_slice(&crc.to_be_bytes());
+        assert_eq!(
+            Checkpoint::decode(&body).map(|c| c.offset),
+            Err(CheckpointError::State(StateDecodeError::Count(u32::MAX as usize)))
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn states_round_trip(
+            offset in 0i64..1 << 40,
+            batches in proptest::collection::vec((0i64..20, 0i16..3, 0i32..1000, 0i64..1 << 40), 0..60),
+        ) {
+            let mut states = ProducerStates::default();
+            for (pid, epoch, seq, base) in batches {
+                states.record(pid, epoch, seq, seq + 1, base);
+            }
+            let c = Checkpoint { offset: KafkaOffset(offset), states };
+            let bytes = c.encode();
+            let back = Checkpoint::decode(&bytes).map(|b| b.encode());
+            prop_assert_eq!(back, Ok(bytes));
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = Checkpoint::decode(&bytes);
+            let _ = ProducerStates::decode(&bytes);
+        }
+    }
+}
