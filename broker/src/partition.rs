@@ -637,7 +637,7 @@ mod tests {
                 first = produce(&part, 1, seq).await;
                 seq += 1;
                 while part.checkpointing.get() {
-                    glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
+                    crate::shard::sleep(std::time::Duration::from_millis(1)).await;
                 }
             }
             let second = produce(&part, 2, 0).await;

@@ -33,6 +33,10 @@ use crate::partition::Partition;
 /// Where earlier versions kept a group's state, in the partition directory (read when the
 /// journal has none for the group).
 pub const STATE_FILE: &str = "raft-state.json";
+/// Applied entries left unsealed before the store seals them (`LogIndex::seal_through`):
+/// the index holds at most about this many applied entries one by one. (A few in unit
+/// tests, so that they seal.)
+const SEAL_STEP_ENTRIES: u64 = if cfg!(test) { 8 } else { 4096 };
 /// Bytes read per window when the log is scanned at open.
 const OPEN_SCAN_WINDOW_BYTES: usize = 4 << 20;
 
@@ -137,6 +141,28 @@ fn storage_index(i: RaftIndex) -> strand_storage::RaftIndex {
 }
 
 /// The Raft entry a stored frame holds.
+/// The index of an opened log whose entries after `point` through `base` are sealed.
+fn sealed_index(
+    point: CompactionPoint,
+    runs: Vec<(RaftIndex, RaftTerm)>,
+    base: RaftIndex,
+    base_kafka_end: KafkaOffset,
+    log: &strand_storage::Log,
+) -> Result<LogIndex, StoreError> {
+    let term = log
+        .term_at(storage_index(base))
+        .map_or(point.term, |t| RaftTerm(t.0));
+    LogIndex::sealed(
+        point,
+        runs,
+        CompactionPoint {
+            index: base,
+            term,
+            kafka_end: base_kafka_end,
+        },
+    )
+}
+
 pub fn entry_of(h: &FrameHeader, body: &Bytes) -> Entry {
     let mut e = Entry {
         index: h.index.0,
@@ -222,29 +248,46 @@ impl RaftLogStore {
         let log = part.log();
         let first = log.first_index();
         let next = strand_storage::RaftIndex(log.last_index().0 + 1);
-        let mut index: Option<LogIndex> = None;
+        // The entries before `resume` were applied before: they are sealed (terms from the
+        // log's term runs, no frame read), so opening reads the unapplied tail only, not
+        // the whole log. The scan starts at `resume`, whose Kafka end the applied index needs.
+        let scan_from = strand_storage::RaftIndex(resume.clamp(first.0, next.0));
+        let point = CompactionPoint {
+            index: RaftIndex(first.0 - 1),
+            term: RaftTerm(match file.compacted {
+                Some(c) if c.index == first.0 - 1 => c.term,
+                _ => log.term_before(first).map_or(0, |t| t.0),
+            }),
+            kafka_end: KafkaOffset(log.first_entry_offset().0),
+        };
+        let sealed_through = strand_storage::RaftIndex(scan_from.0 - 1);
+        let runs: Vec<(RaftIndex, RaftTerm)> = log
+            .term_runs(first, sealed_through)
+            .into_iter()
+            .map(|(i, t)| (RaftIndex(i.0), RaftTerm(t.0)))
+            .collect();
         let mut mem = VecDeque::new();
-        // The newest committed log start entry (DeleteRecords): applied before a crash, but
-        // a commit index read from the state file may be older than its apply was.
+        // The newest committed log start entry (DeleteRecords) in the unapplied tail read:
+        // applied before a crash, but a commit index read from the state file may be older
+        // than its apply was. (An applied one persisted the log start when it was applied.)
         let mut log_start: Option<i64> = None;
-        let mut lo = first;
+        let mut index: Option<LogIndex> = None;
+        let mut lo = scan_from;
         while lo < next {
             let frames = log.read_entries(lo, next, OPEN_SCAN_WINDOW_BYTES).await?;
             let Some(last) = frames.last() else { break };
             lo = strand_storage::RaftIndex(last.header.index.0 + 1);
             for LogFrame { header: h, body } in frames {
-                let idx = index.get_or_insert_with(|| {
-                    let before = RaftIndex(h.index.0 - 1);
-                    let term = match file.compacted {
-                        Some(c) if c.index == before.0 => c.term,
-                        _ => log.term_before(h.index).map_or(0, |t| t.0),
-                    };
-                    LogIndex::new(CompactionPoint {
-                        index: before,
-                        term: RaftTerm(term),
-                        kafka_end: KafkaOffset(h.kafka_base_offset.0),
-                    })
-                });
+                let idx = match index.as_mut() {
+                    Some(idx) => idx,
+                    None => index.insert(sealed_index(
+                        point,
+                        runs.clone(),
+                        RaftIndex(h.index.0 - 1),
+                        KafkaOffset(h.kafka_base_offset.0),
+                        log,
+                    )?),
+                };
                 idx.push(RaftIndex(h.index.0), RaftTerm(h.term.0), h.offset_count)?;
                 if h.index.0 > resume {
                     mem.push_back(entry_of(&h, &body));
@@ -254,20 +297,23 @@ impl RaftLogStore {
                 }
             }
         }
-        let mut index = index.unwrap_or_else(|| {
-            LogIndex::new(CompactionPoint {
-                index: RaftIndex(next.0 - 1),
-                term: RaftTerm(log.last_term().0),
-                kafka_end: KafkaOffset(log.log_end_offset().0),
-            })
-        });
+        let mut index = match index {
+            Some(index) => index,
+            None => sealed_index(
+                point,
+                runs,
+                RaftIndex(next.0 - 1),
+                KafkaOffset(log.log_end_offset().0),
+                log,
+            )?,
+        };
         if let Some(c) = file.compacted {
             let point = c.point();
             match index.term_of(point.index) {
                 // The log holds the point (a restart before retention deleted the
                 // segments): it is compacted again and the segments go now.
                 Ok(t) if t == point.term => {
-                    index.compact_through(point.index)?;
+                    index.compact_to(point)?;
                     log.delete_segments_through(storage_index(point.index))
                         .await?;
                 }
@@ -611,6 +657,12 @@ impl LogStore for RaftLogStore {
         while self.mem.front().is_some_and(|e| e.index <= index.0) {
             self.mem.pop_front();
         }
+        // Memory per entry stays bounded: the applied entries are sealed in steps (the
+        // applied one itself stays indexed: the high watermark is its Kafka end).
+        let through = RaftIndex(index.0.saturating_sub(1));
+        if through.0 >= self.index.base().index.0 + SEAL_STEP_ENTRIES {
+            self.index.seal_through(through);
+        }
     }
 
     fn persisted_applied(&self) -> Option<RaftIndex> {
@@ -618,7 +670,26 @@ impl LogStore for RaftLogStore {
     }
 
     fn compact_through(&mut self, through: RaftIndex) -> Result<(), StoreError> {
-        self.index.compact_through(through)?;
+        match self.index.kafka_end_at(through) {
+            // A sealed entry's Kafka end is not in the index; retention cuts at the end of
+            // a closed segment, which the log knows.
+            Err(StoreError::Sealed { .. }) => {
+                let kafka_end = self
+                    .part
+                    .log()
+                    .segment_end_offset(storage_index(through))
+                    .ok_or(StoreError::Sealed {
+                        index: through,
+                        base: self.index.base().index,
+                    })?;
+                self.index.compact_to(CompactionPoint {
+                    index: through,
+                    term: self.index.term_of(through)?,
+                    kafka_end: KafkaOffset(kafka_end.0),
+                })?;
+            }
+            _ => self.index.compact_through(through)?,
+        }
         self.mem.retain(|e| e.index > through.0);
         self.fetched.retain(|&i, _| i > through.0);
         let point = self.index.compaction_point();
@@ -814,6 +885,59 @@ mod tests {
             assert_eq!(
                 s.entries(RaftIndex(2), RaftIndex(4), None).map(|e| e.len()),
                 Ok(2)
+            );
+        })
+        .expect("executor");
+    }
+
+    #[test]
+    fn an_applied_log_is_sealed_and_reopens_without_reading_it() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("t-0");
+        let terms = |s: &RaftLogStore| -> Vec<_> {
+            (1..=s.index().last_index().0)
+                .map(|i| s.index().term_of(RaftIndex(i)))
+                .collect()
+        };
+        let seen = strand_storage::io_runtime::block_on("raft-store-test", 1, async {
+            let mut s = open(&dir).await;
+            fill(&mut s, 30).await;
+            // A second term, applied up to 45 of 50.
+            let entries: Vec<Entry> = (31..=50).map(|i| data_entry(i, 2, b"v")).collect();
+            s.append(&entries).expect("append");
+            s.set_hard_state(&HardState {
+                term: 2,
+                vote: 1,
+                commit: 50,
+                ..HardState::default()
+            });
+            persist(&mut s).await;
+            s.applied_to(RaftIndex(45));
+            assert_eq!(s.index().base().index, RaftIndex(44), "sealed behind applied");
+            assert_eq!(s.index().kafka_end_at(RaftIndex(45)), Ok(KafkaOffset(45)));
+            assert_eq!(s.index().kafka_base_of(RaftIndex(45)), Ok(KafkaOffset(44)));
+            assert!(s.index().kafka_end_at(RaftIndex(20)).is_err(), "sealed");
+            // The state written next records the applied index.
+            s.set_hard_state(&HardState {
+                term: 2,
+                vote: 2,
+                commit: 50,
+                ..HardState::default()
+            });
+            persist(&mut s).await;
+            terms(&s)
+        })
+        .expect("executor");
+        strand_storage::io_runtime::block_on("raft-store-test", 1, async {
+            let s = open(&dir).await;
+            assert_eq!(s.index().base().index, RaftIndex(44), "opened sealed up to applied");
+            assert_eq!(terms(&s), seen);
+            assert_eq!(s.index().kafka_end_at(RaftIndex(45)), Ok(KafkaOffset(45)));
+            assert_eq!(s.index().log_end_offset(), KafkaOffset(50));
+            // The unapplied tail is in memory for raft-rs to apply.
+            assert_eq!(
+                s.entries(RaftIndex(46), RaftIndex(51), None).map(|e| e.len()),
+                Ok(5)
             );
         })
         .expect("executor");

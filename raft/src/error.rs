@@ -9,6 +9,10 @@ pub enum StoreError {
     /// The index lies before the compaction point.
     #[error("raft index {index:?} is compacted (first index {first:?})")]
     Compacted { index: RaftIndex, first: RaftIndex },
+    /// The entry is sealed (committed and applied long ago): its Kafka offsets are not
+    /// held in memory any more, nor can it be truncated.
+    #[error("raft index {index:?} is sealed (base {base:?})")]
+    Sealed { index: RaftIndex, base: RaftIndex },
     /// The index lies past the last entry.
     #[error("raft index {index:?} is past the last index {last:?}")]
     Unavailable { index: RaftIndex, last: RaftIndex },

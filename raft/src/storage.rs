@@ -82,6 +82,7 @@ fn to_raft(e: StoreError) -> raft::Error {
             raft::Error::Store(raft::StorageError::LogTemporarilyUnavailable)
         }
         other @ (StoreError::NotContiguous { .. }
+        | StoreError::Sealed { .. }
         | StoreError::MalformedEntry { .. }
         | StoreError::SyncFailed { .. }) => {
             raft::Error::Store(raft::StorageError::Other(Box::new(other)))

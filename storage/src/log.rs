@@ -230,6 +230,43 @@ impl Log {
         k.checked_sub(1).map(|k| st.terms[k].1)
     }
 
+    /// Term runs `(first index, term)` of the entries `lo..=hi`, the first starting at
+    /// `lo`, runs of one term merged; empty unless both ends are in the log and `lo <= hi`.
+    pub fn term_runs(&self, lo: RaftIndex, hi: RaftIndex) -> Vec<(RaftIndex, RaftTerm)> {
+        let (Some(first), Some(_)) = (self.term_at(lo), self.term_at(hi)) else {
+            return Vec::new();
+        };
+        if hi < lo {
+            return Vec::new();
+        }
+        let mut out = vec![(lo, first)];
+        for &(start, term) in &self.st.borrow().terms {
+            if start > lo && start <= hi && out.last().is_some_and(|&(_, t)| t != term) {
+                out.push((start, term));
+            }
+        }
+        out
+    }
+
+    /// Kafka offset of the first entry's records (the log end offset when empty): where
+    /// the first segment starts, whatever the log start offset says.
+    pub fn first_entry_offset(&self) -> KafkaOffset {
+        let st = self.st.borrow();
+        st.segments
+            .first()
+            .map_or(st.log_end_offset, |s| s.meta.name.kafka_base_offset)
+    }
+
+    /// Kafka offset just past entry `index` when it is the last entry of a closed
+    /// segment (where retention cuts), from memory; `None` otherwise.
+    pub fn segment_end_offset(&self, index: RaftIndex) -> Option<KafkaOffset> {
+        let st = self.st.borrow();
+        st.segments
+            .iter()
+            .find(|s| s.tail.is_none() && s.meta.last_index == Some(index))
+            .map(|s| s.meta.next_offset)
+    }
+
     /// What is durable.
     pub fn durable(&self) -> Durable {
         self.st.borrow().durable
