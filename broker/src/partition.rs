@@ -660,7 +660,11 @@ mod tests {
             bytes[at] ^= 1;
             std::fs::write(&path, bytes).expect("corrupt it");
             let part = open(&dir).await;
-            assert_eq!(part.checkpoint.borrow().offset, start, "the empty one at log start");
+            assert_eq!(
+                part.checkpoint.borrow().offset,
+                start,
+                "the empty one at log start"
+            );
             retries_are_duplicates(&part, &last[1..]).await;
         })
         .expect("runtime");

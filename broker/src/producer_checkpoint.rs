@@ -152,8 +152,11 @@ impl Checkpoint {
 
     /// Writes the checkpoint to `dir` atomically (temporary file, fdatasync, rename).
     pub async fn save(&self, dir: &Path) -> Result<(), StorageError> {
-        strand_storage::io::write_small_file_atomic_async(&dir.join(CHECKPOINT_FILE), &self.encode())
-            .await
+        strand_storage::io::write_small_file_atomic_async(
+            &dir.join(CHECKPOINT_FILE),
+            &self.encode(),
+        )
+        .await
     }
 
     /// Records the batches of `log` from this checkpoint's offset up to `end` (a batch
@@ -242,7 +245,9 @@ mod tests {
         body.extend_from_slice(&crc.to_be_bytes());
         assert_eq!(
             Checkpoint::decode(&body).map(|c| c.offset),
-            Err(CheckpointError::State(StateDecodeError::Count(u32::MAX as usize)))
+            Err(CheckpointError::State(StateDecodeError::Count(
+                u32::MAX as usize
+            )))
         );
     }
 

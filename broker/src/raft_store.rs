@@ -913,7 +913,11 @@ mod tests {
             });
             persist(&mut s).await;
             s.applied_to(RaftIndex(45));
-            assert_eq!(s.index().base().index, RaftIndex(44), "sealed behind applied");
+            assert_eq!(
+                s.index().base().index,
+                RaftIndex(44),
+                "sealed behind applied"
+            );
             assert_eq!(s.index().kafka_end_at(RaftIndex(45)), Ok(KafkaOffset(45)));
             assert_eq!(s.index().kafka_base_of(RaftIndex(45)), Ok(KafkaOffset(44)));
             assert!(s.index().kafka_end_at(RaftIndex(20)).is_err(), "sealed");
@@ -930,13 +934,18 @@ mod tests {
         .expect("executor");
         strand_storage::io_runtime::block_on("raft-store-test", 1, async {
             let s = open(&dir).await;
-            assert_eq!(s.index().base().index, RaftIndex(44), "opened sealed up to applied");
+            assert_eq!(
+                s.index().base().index,
+                RaftIndex(44),
+                "opened sealed up to applied"
+            );
             assert_eq!(terms(&s), seen);
             assert_eq!(s.index().kafka_end_at(RaftIndex(45)), Ok(KafkaOffset(45)));
             assert_eq!(s.index().log_end_offset(), KafkaOffset(50));
             // The unapplied tail is in memory for raft-rs to apply.
             assert_eq!(
-                s.entries(RaftIndex(46), RaftIndex(51), None).map(|e| e.len()),
+                s.entries(RaftIndex(46), RaftIndex(51), None)
+                    .map(|e| e.len()),
                 Ok(5)
             );
         })

@@ -68,7 +68,12 @@ impl LogIndex {
         runs: Vec<(RaftIndex, RaftTerm)>,
         base: CompactionPoint,
     ) -> Result<Self, StoreError> {
-        let bad = |why| Err(StoreError::MalformedEntry { index: base.index, why });
+        let bad = |why| {
+            Err(StoreError::MalformedEntry {
+                index: base.index,
+                why,
+            })
+        };
         if base.index < point.index || base.kafka_end < point.kafka_end {
             return bad("sealed base before the compaction point");
         }
@@ -372,10 +377,17 @@ mod tests {
         ix.seal_through(RaftIndex(4));
         assert_eq!(ix.base().index, RaftIndex(4));
         for i in 0..=6 {
-            assert_eq!(ix.term_of(RaftIndex(i)), dense.term_of(RaftIndex(i)), "term {i}");
+            assert_eq!(
+                ix.term_of(RaftIndex(i)),
+                dense.term_of(RaftIndex(i)),
+                "term {i}"
+            );
         }
         for i in [0, 4, 5, 6] {
-            assert_eq!(ix.kafka_end_at(RaftIndex(i)), dense.kafka_end_at(RaftIndex(i)));
+            assert_eq!(
+                ix.kafka_end_at(RaftIndex(i)),
+                dense.kafka_end_at(RaftIndex(i))
+            );
         }
         let sealed = Err(StoreError::Sealed {
             index: RaftIndex(2),
@@ -383,14 +395,20 @@ mod tests {
         });
         assert_eq!(ix.kafka_end_at(RaftIndex(2)), sealed);
         assert_eq!(ix.kafka_base_of(RaftIndex(5)), Ok(KafkaOffset(4)));
-        assert!(ix.truncate_from(RaftIndex(4)).is_err(), "sealed is committed");
+        assert!(
+            ix.truncate_from(RaftIndex(4)).is_err(),
+            "sealed is committed"
+        );
         ix.truncate_from(RaftIndex(6)).expect("after the base");
         ix.push(RaftIndex(6), RaftTerm(4), 2).expect("contiguous");
         check(&ix, 6, Ok((4, 7)));
         assert_eq!(ix.log_end_offset(), KafkaOffset(7));
         // Sealing past the end stops at the last entry.
         ix.seal_through(RaftIndex(99));
-        assert_eq!((ix.base().index, ix.log_end_offset()), (RaftIndex(6), KafkaOffset(7)));
+        assert_eq!(
+            (ix.base().index, ix.log_end_offset()),
+            (RaftIndex(6), KafkaOffset(7))
+        );
         check(&ix, 6, Ok((4, 7)));
         assert_eq!(ix.term_of(RaftIndex(3)), Ok(RaftTerm(2)));
     }
@@ -419,7 +437,10 @@ mod tests {
         check(&ix, 6, Ok((3, 6)));
         // Past the base: the sealed runs go.
         ix.compact_through(RaftIndex(6)).expect("compacts");
-        assert_eq!((ix.first_index(), ix.last_index()), (RaftIndex(7), RaftIndex(6)));
+        assert_eq!(
+            (ix.first_index(), ix.last_index()),
+            (RaftIndex(7), RaftIndex(6))
+        );
         check(&ix, 6, Ok((3, 6)));
     }
 
@@ -439,13 +460,23 @@ mod tests {
         let mut ix = LogIndex::sealed(point, runs.clone(), base).expect("valid");
         assert_eq!(ix.term_of(RaftIndex(14)), Ok(RaftTerm(2)));
         assert_eq!(ix.term_of(RaftIndex(15)), Ok(RaftTerm(3)));
-        ix.push(RaftIndex(21), RaftTerm(3), 5).expect("after the base");
+        ix.push(RaftIndex(21), RaftTerm(3), 5)
+            .expect("after the base");
         check(&ix, 21, Ok((3, 155)));
         for (runs, base) in [
             (vec![(RaftIndex(12), RaftTerm(2))], base),
             (vec![(RaftIndex(11), RaftTerm(1))], base),
-            (vec![(RaftIndex(11), RaftTerm(3)), (RaftIndex(15), RaftTerm(2))], base),
-            (runs.clone(), CompactionPoint { term: RaftTerm(4), ..base }),
+            (
+                vec![(RaftIndex(11), RaftTerm(3)), (RaftIndex(15), RaftTerm(2))],
+                base,
+            ),
+            (
+                runs.clone(),
+                CompactionPoint {
+                    term: RaftTerm(4),
+                    ..base
+                },
+            ),
             (Vec::new(), base),
         ] {
             assert!(LogIndex::sealed(point, runs, base).is_err());
