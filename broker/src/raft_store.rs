@@ -36,7 +36,12 @@ pub const STATE_FILE: &str = "raft-state.json";
 /// Applied entries left unsealed before the store seals them (`LogIndex::seal_through`):
 /// the index holds at most about this many applied entries one by one. (A few in unit
 /// tests, so that they seal.)
-const SEAL_STEP_ENTRIES: u64 = if cfg!(test) { 8 } else { 4096 };
+const SEAL_STEP_ENTRIES: u64 = if cfg!(test) { 8 } else { 512 };
+/// The group's state (with its applied index) is written again once this many bytes of
+/// entries were appended since it last was, so that an open, which reads the log from the
+/// persisted applied index on, reads about this much of an applied log, not all of it
+/// since the last election. (A few KiB in unit tests.)
+const STATE_APPLIED_STEP_BYTES: u64 = if cfg!(test) { 4 << 10 } else { 16 << 20 };
 /// Bytes read per window when the log is scanned at open.
 const OPEN_SCAN_WINDOW_BYTES: usize = 4 << 20;
 
@@ -132,6 +137,8 @@ pub struct RaftLogStore {
     staged_truncate: Option<RaftIndex>,
     staged: Vec<Entry>,
     state_dirty: bool,
+    /// Bytes of entries appended since the state was last taken to be written.
+    appended_since_state: u64,
     fetched: BTreeMap<u64, Entry>,
     failed: Option<String>,
 }
@@ -373,6 +380,7 @@ impl RaftLogStore {
             staged_truncate: None,
             staged: Vec::new(),
             state_dirty: false,
+            appended_since_state: 0,
             fetched: BTreeMap::new(),
             failed: None,
         };
@@ -417,6 +425,7 @@ impl RaftLogStore {
         self.state_dirty = false;
         if let Some(s) = &state {
             self.written = (s.term, s.vote);
+            self.appended_since_state = 0;
         }
         Some(PersistJob {
             part: self.part.clone(),
@@ -599,6 +608,7 @@ impl LogStore for RaftLogStore {
             self.index.push(index, RaftTerm(e.term), record_count)?;
             self.mem.push_back(e.clone());
             self.staged.push(e.clone());
+            self.appended_since_state += e.data.len() as u64;
         }
         Ok(())
     }
@@ -662,6 +672,9 @@ impl LogStore for RaftLogStore {
         let through = RaftIndex(index.0.saturating_sub(1));
         if through.0 >= self.index.base().index.0 + SEAL_STEP_ENTRIES {
             self.index.seal_through(through);
+        }
+        if self.appended_since_state >= STATE_APPLIED_STEP_BYTES {
+            self.state_dirty = true;
         }
     }
 
@@ -902,8 +915,18 @@ mod tests {
         let seen = strand_storage::io_runtime::block_on("raft-store-test", 1, async {
             let mut s = open(&dir).await;
             fill(&mut s, 30).await;
-            // A second term, applied up to 45 of 50.
-            let entries: Vec<Entry> = (31..=50).map(|i| data_entry(i, 2, b"v")).collect();
+            // A second term (the state is written for it), then more entries of it.
+            let value = vec![7u8; 600];
+            let entries: Vec<Entry> = (31..=40).map(|i| data_entry(i, 2, &value)).collect();
+            s.append(&entries).expect("append");
+            s.set_hard_state(&HardState {
+                term: 2,
+                vote: 1,
+                commit: 40,
+                ..HardState::default()
+            });
+            persist(&mut s).await;
+            let entries: Vec<Entry> = (41..=50).map(|i| data_entry(i, 2, &value)).collect();
             s.append(&entries).expect("append");
             s.set_hard_state(&HardState {
                 term: 2,
@@ -921,13 +944,8 @@ mod tests {
             assert_eq!(s.index().kafka_end_at(RaftIndex(45)), Ok(KafkaOffset(45)));
             assert_eq!(s.index().kafka_base_of(RaftIndex(45)), Ok(KafkaOffset(44)));
             assert!(s.index().kafka_end_at(RaftIndex(20)).is_err(), "sealed");
-            // The state written next records the applied index.
-            s.set_hard_state(&HardState {
-                term: 2,
-                vote: 2,
-                commit: 50,
-                ..HardState::default()
-            });
+            // Enough was appended since the state was written: it is written again, with
+            // the applied index, though term and vote did not change.
             persist(&mut s).await;
             terms(&s)
         })
