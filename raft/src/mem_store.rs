@@ -100,6 +100,9 @@ impl MemLogStore {
             })?;
             index.push(RaftIndex(e.index), RaftTerm(e.term), kind.record_count())?;
         }
+        // As the real store opens: what was applied is sealed.
+        let resume = image.applied.min(image.hard_state.commit);
+        index.seal_through(RaftIndex(resume.saturating_sub(1)));
         Ok(Self {
             opened_applied: image.applied,
             dirty_from: image.entries.len(),
@@ -142,6 +145,21 @@ impl MemLogStore {
     /// Successful syncs so far.
     pub fn sync_count(&self) -> u64 {
         self.sync_count
+    }
+
+    /// Kafka offset just past entry `through`, summed from the entries (for a sealed one,
+    /// whose end the index no longer holds).
+    fn kafka_end_from_entries(&self, through: RaftIndex) -> Result<crate::KafkaOffset, StoreError> {
+        let point = self.index.compaction_point();
+        let upto = self.position(RaftIndex(through.0 + 1));
+        let mut end = point.kafka_end.0;
+        for e in self.live.entries.get(..upto).unwrap_or(&[]) {
+            let index = RaftIndex(e.index);
+            let kind =
+                entry::classify(e).map_err(|why| StoreError::MalformedEntry { index, why })?;
+            end += i64::from(kind.record_count());
+        }
+        Ok(crate::KafkaOffset(end))
     }
 
     fn position(&self, index: RaftIndex) -> usize {
@@ -237,6 +255,9 @@ impl LogStore for MemLogStore {
 
     fn applied_to(&mut self, index: RaftIndex) {
         self.live.applied = index.0;
+        // Sealed at once (the real store seals in steps): the simulator exercises it most.
+        self.index
+            .seal_through(RaftIndex(index.0.saturating_sub(1)));
     }
 
     fn persisted_applied(&self) -> Option<RaftIndex> {
@@ -245,7 +266,17 @@ impl LogStore for MemLogStore {
 
     fn compact_through(&mut self, through: RaftIndex) -> Result<(), StoreError> {
         let drop = self.position(RaftIndex(through.0 + 1));
-        self.index.compact_through(through)?;
+        match self.index.kafka_end_at(through) {
+            Err(StoreError::Sealed { .. }) => {
+                let kafka_end = self.kafka_end_from_entries(through)?;
+                self.index.compact_to(CompactionPoint {
+                    index: through,
+                    term: self.index.term_of(through)?,
+                    kafka_end,
+                })?;
+            }
+            _ => self.index.compact_through(through)?,
+        }
         self.live.entries.drain(..drop.min(self.live.entries.len()));
         self.live.point = self.index.compaction_point();
         // Positions moved: the next sync copies the whole image.

@@ -261,9 +261,11 @@ fn offsets_count_records_of_committed_data_only() {
             d.node()
         );
         let index = d.store(G).expect("group").index();
-        // Raft index 1 is the no-op; the batches are indexes 2 and 3.
-        assert_eq!(index.kafka_base_of(RaftIndex(2)), Ok(KafkaOffset(0)));
+        // Raft index 1 is the no-op; the batches are indexes 2 and 3 (the applied one;
+        // the entries before it are sealed, their offsets no longer indexed).
         assert_eq!(index.kafka_base_of(RaftIndex(3)), Ok(KafkaOffset(3)));
+        assert_eq!(index.kafka_end_at(RaftIndex(3)), Ok(KafkaOffset(5)));
+        assert_eq!(index.term_of(RaftIndex(2)), index.term_of(RaftIndex(3)));
     }
 }
 

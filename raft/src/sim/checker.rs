@@ -22,6 +22,7 @@ use bytes::Bytes;
 use raft::eraftpb::Entry;
 
 use crate::entry;
+use crate::error::StoreError;
 use crate::log_store::LogStore;
 use crate::mem_store::{DurableImage, MemLogStore};
 use crate::types::{GroupId, KafkaOffset, NodeId, RaftIndex, RaftTerm};
@@ -103,11 +104,13 @@ impl Checker {
             .map_err(|e| format!("{} {} applied entries unreadable: {e}", v.node, v.group))?;
         let truth = self.truth.entry(v.group).or_default();
         for e in &entries {
-            let kafka_end = v
-                .store
-                .index()
-                .kafka_end_at(RaftIndex(e.index))
-                .map_err(|e| e.to_string())?;
+            let kafka_end = match v.store.index().kafka_end_at(RaftIndex(e.index)) {
+                Ok(end) => end,
+                // Sealed behind the applied index: its end follows from the agreed prefix
+                // (the store's own end at the applied index is still checked below it).
+                Err(StoreError::Sealed { .. }) => sealed_end(truth, v, e)?,
+                Err(e) => return Err(e.to_string()),
+            };
             agree(truth, &mut self.committed_at, v, e, kafka_end)?;
         }
         let seen = self.seen.entry((v.node, v.group)).or_default();
@@ -241,6 +244,26 @@ impl Checker {
 }
 
 /// Checks (or records) one applied entry against the first applied copy.
+/// The Kafka end of a sealed entry from the committed truth: its predecessor's end plus
+/// its records.
+fn sealed_end(truth: &[Committed], v: &GroupView<'_>, e: &Entry) -> Result<KafkaOffset, String> {
+    let kind =
+        entry::classify(e).map_err(|why| format!("{} applied a malformed entry: {why}", v.node))?;
+    let k = usize::try_from(e.index - 1).map_err(|e| e.to_string())?;
+    let prev = if k == 0 {
+        Some(KafkaOffset(0))
+    } else {
+        truth.get(k - 1).map(|c| c.kafka_end)
+    };
+    let prev = prev.ok_or_else(|| {
+        format!(
+            "{} {} raft index {} is sealed and its predecessor unknown",
+            v.node, v.group, e.index
+        )
+    })?;
+    Ok(KafkaOffset(prev.0 + i64::from(kind.record_count())))
+}
+
 fn agree(
     truth: &mut Vec<Committed>,
     committed_at: &mut BTreeMap<Bytes, (GroupId, RaftIndex)>,

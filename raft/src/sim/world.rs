@@ -632,15 +632,28 @@ impl World {
                         None,
                     )
                     .map_err(|e| self.fail(e.to_string()))?;
-                let by_base: BTreeMap<i64, &Bytes> = entries
-                    .iter()
-                    .filter(|e| !e.data.is_empty())
-                    .filter_map(|e| {
-                        ix.kafka_base_of(crate::RaftIndex(e.index))
-                            .ok()
-                            .map(|b| (b.0, &e.data))
-                    })
-                    .collect();
+                // Base offsets summed from the compaction point (sealed entries' ends are not
+                // in the index), checked against the index where it holds them.
+                let mut by_base: BTreeMap<i64, &Bytes> = BTreeMap::new();
+                let mut base = ix.compaction_point().kafka_end;
+                for e in &entries {
+                    let at = crate::RaftIndex(e.index);
+                    match ix.kafka_base_of(at) {
+                        Ok(b) if b != base => {
+                            return Err(self.fail(format!(
+                                "{} {g} index {at:?}: base offset {b:?}, the entries say {base:?}",
+                                n.id
+                            )))
+                        }
+                        _ => {}
+                    }
+                    let kind =
+                        crate::entry::classify(e).map_err(|why| self.fail(why.to_string()))?;
+                    if !e.data.is_empty() {
+                        by_base.insert(base.0, &e.data);
+                    }
+                    base = crate::KafkaOffset(base.0 + i64::from(kind.record_count()));
+                }
                 for (payload, ag, base) in self.checker.acked() {
                     if ag == g && by_base.get(&base.0) != Some(&payload) {
                         return Err(self.fail(format!(
