@@ -3,6 +3,7 @@
 
 mod admin;
 mod admin_status;
+mod checkpoint;
 mod clock;
 mod cluster;
 mod cluster_join;
@@ -20,7 +21,6 @@ mod native;
 mod ops;
 mod partition;
 mod preflight;
-mod producer_checkpoint;
 mod producer_state;
 mod raft_journal;
 mod raft_store;

@@ -13,10 +13,10 @@ use futures::channel::oneshot;
 use strand_storage::{AppendEntry, FrameKind, KafkaOffset, Log, RaftIndex, RaftTerm, StorageError};
 use strand_wire::RecordBatch;
 
+use crate::checkpoint::{Checkpoint, CHECKPOINT_INTERVAL_BYTES};
 use crate::errors::KafkaError;
 use crate::logging::{RateLimit, STORAGE_ERROR_LOG_INTERVAL};
 use crate::metrics::{ProduceStage, ShardMetrics};
-use crate::producer_checkpoint::{Checkpoint, CHECKPOINT_INTERVAL_BYTES};
 use crate::producer_state::{batch_ids, ProducerStates, Verdict, PENDING_OFFSET};
 use crate::shard_replication::Replicator;
 use strand_raft::{Ack, GroupId};
@@ -368,7 +368,8 @@ impl Partition {
     /// Loads the producer-state checkpoint saved with the log (or starts from an empty
     /// one) and rebuilds the live state from it: called once, when the partition opens.
     pub async fn load_producer_state(&self) -> Result<(), StorageError> {
-        *self.checkpoint.borrow_mut() = Checkpoint::load(&self.log);
+        let with_records = self.topic == crate::group::OFFSETS_TOPIC;
+        *self.checkpoint.borrow_mut() = Checkpoint::load(&self.log, with_records);
         self.rebuild_producer_state().await
     }
 
@@ -386,6 +387,13 @@ impl Partition {
             bytes, elapsed_us = (crate::clock::now() - started).as_micros() as u64,
             "producer state rebuilt");
         Ok(())
+    }
+
+    /// An offsets partition's checkpointed records and the offset the log continues from
+    /// (`None` records for any other partition, or before the checkpoint was loaded).
+    pub fn group_checkpoint(&self) -> (KafkaOffset, Option<crate::group::records::Compacted>) {
+        let c = self.checkpoint.borrow();
+        (c.offset, c.records.clone())
     }
 
     /// Moves the checkpoint up to `committed_end` in the background once
@@ -576,7 +584,7 @@ impl Partition {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::producer_checkpoint::CHECKPOINT_FILE;
+    use crate::checkpoint::CHECKPOINT_FILE;
     use std::path::Path;
     use strand_storage::{BatchCache, LogConfig, SystemClock};
 
@@ -584,6 +592,10 @@ mod tests {
     const VALUE_BYTES: usize = 64 << 10;
 
     async fn open(dir: &Path) -> Rc<Partition> {
+        open_topic(dir, "t").await
+    }
+
+    async fn open_topic(dir: &Path, topic: &str) -> Rc<Partition> {
         let lc = LogConfig {
             allow_buffered_io: true,
             ..LogConfig::default()
@@ -593,7 +605,7 @@ mod tests {
             .await
             .expect("open log");
         let metrics = Rc::new(crate::metrics::ShardMetrics::new(1));
-        let part = Rc::new(Partition::new("t".into(), 0, log, 1 << 20, metrics));
+        let part = Rc::new(Partition::new(topic.into(), 0, log, 1 << 20, metrics));
         part.load_producer_state().await.expect("producer state");
         part
     }
@@ -632,7 +644,7 @@ mod tests {
             let (mut seq, mut first) = (0, 0);
             // Until a saved checkpoint covers producer 1's last batch (it moves in the
             // background once enough was appended).
-            while Checkpoint::load(part.log()).offset.0 <= first {
+            while Checkpoint::load(part.log(), false).offset.0 <= first {
                 assert!(seq < limit, "no checkpoint after {seq} batches");
                 first = produce(&part, 1, seq).await;
                 seq += 1;
@@ -666,6 +678,77 @@ mod tests {
                 "the empty one at log start"
             );
             retries_are_duplicates(&part, &last[1..]).await;
+        })
+        .expect("runtime");
+    }
+
+    #[test]
+    fn group_records_survive_a_reopen_in_the_checkpoint() {
+        use crate::group::records::{key_bytes, value_bytes, Key, OffsetValue};
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("offsets-0");
+        let commit = |partition: i32, offset: i64| {
+            let key = key_bytes(&Key::Offset {
+                group: "g".into(),
+                topic: "t".into(),
+                partition,
+            });
+            let value = value_bytes(&OffsetValue {
+                offset,
+                leader_epoch: 0,
+                metadata: "m".repeat(VALUE_BYTES),
+            });
+            let mut b = strand_wire::BatchBuilder::new(1);
+            b.push(0, Some(&key), Some(&value), &[]);
+            b.build()
+        };
+        let offsets_of = |part: &Partition| {
+            let mut groups = std::collections::HashMap::new();
+            if let Some(r) = part.group_checkpoint().1 {
+                r.replay_into(&mut groups);
+            }
+            let mut got: Vec<(i32, i64)> = groups
+                .get("g")
+                .map(|g| g.offsets.iter().map(|((_, p), c)| (*p, c.offset)).collect())
+                .unwrap_or_default();
+            got.sort();
+            got
+        };
+        strand_storage::io_runtime::block_on("partition-test", 1, async {
+            let part = open_topic(&dir, crate::group::OFFSETS_TOPIC).await;
+            let limit = 2 * CHECKPOINT_INTERVAL_BYTES as i64 / VALUE_BYTES as i64;
+            let mut n = 0;
+            // Commits of partitions 0..4 until a saved checkpoint covers them all.
+            while Checkpoint::load(part.log(), true).offset.0 < 4 || n < 4 {
+                assert!(n < limit, "no checkpoint after {n} commits");
+                part.produce(commit((n % 4) as i32, n), true)
+                    .await
+                    .expect("produced");
+                n += 1;
+                while part.checkpointing.get() {
+                    crate::shard::sleep(std::time::Duration::from_millis(1)).await;
+                }
+            }
+            let start = part.checkpoint.borrow().offset;
+            let expect: Vec<(i32, i64)> = (0..4)
+                .map(|p| {
+                    (
+                        p,
+                        (0..start.0)
+                            .filter(|k| k % 4 == p as i64)
+                            .max()
+                            .unwrap_or(-1),
+                    )
+                })
+                .filter(|&(_, o)| o >= 0)
+                .collect();
+            assert_eq!(offsets_of(&part), expect);
+            // The records before the checkpoint deleted: only the checkpoint has them.
+            part.log().set_log_start(start).expect("log start");
+            drop(part);
+            let part = open_topic(&dir, crate::group::OFFSETS_TOPIC).await;
+            assert_eq!(part.group_checkpoint().0, start);
+            assert_eq!(offsets_of(&part), expect);
         })
         .expect("runtime");
     }

@@ -315,7 +315,13 @@ impl Shard {
         end: strand_storage::KafkaOffset,
     ) -> anyhow::Result<()> {
         let log = part.log();
+        // The checkpoint's compacted records, then the log after it.
+        let (from, records) = part.group_checkpoint();
         let mut next = log.log_start_offset();
+        if let Some(records) = records {
+            records.replay_into(&mut self.groups.borrow_mut());
+            next = next.max(from);
+        }
         while next < end {
             let r = log.read(next, end, 4 << 20, true).await?;
             if r.batches.is_empty() {

@@ -761,13 +761,18 @@ fn subscribed_topics(g: &Group) -> Vec<String> {
 
 /// Rebuilds the groups of one offsets partition from its records.
 pub fn replay_batch(groups: &mut std::collections::HashMap<String, Group>, batch: Bytes) {
+    for_each_record(batch, |k, v| records::apply(groups, k, v));
+}
+
+/// Calls `f` with the key and value of each keyed record of an `__consumer_offsets` batch.
+pub fn for_each_record(batch: Bytes, mut f: impl FnMut(&[u8], Option<&[u8]>)) {
     use kafka_protocol::records::RecordBatchDecoder;
     let mut buf = batch;
     match RecordBatchDecoder::decode(&mut buf) {
         Ok(set) => {
             for r in set.records {
                 if let Some(k) = r.key.as_ref() {
-                    records::apply(groups, k, r.value.as_deref());
+                    f(k, r.value.as_deref());
                 }
             }
         }

@@ -4,7 +4,7 @@
 //! Invariant: replaying the records of a partition in order yields the committed offsets
 //! and the last persisted metadata of every group placed on it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -162,6 +162,99 @@ pub fn apply(groups: &mut HashMap<String, Group>, key: &[u8], value: Option<&[u8
     }
 }
 
+/// The records of an offsets partition as compaction would keep them: the latest value of
+/// every key, tombstoned keys gone, and with a group's tombstone its offsets too (replay
+/// deletes the whole group). Replaying it (`replay_into`) yields the groups that replaying
+/// the records it was built from does.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Compacted {
+    values: BTreeMap<Vec<u8>, Vec<u8>>,
+}
+
+/// Why an encoded `Compacted` was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CompactedDecodeError {
+    /// A count or length beyond the bytes left.
+    #[error("compacted records: a count or length is beyond the bytes left")]
+    Length,
+    /// A key listed twice.
+    #[error("compacted records: a key is listed twice")]
+    Duplicate,
+}
+
+impl Compacted {
+    /// Takes one record, as `apply` would.
+    pub fn apply(&mut self, key: &[u8], value: Option<&[u8]>) {
+        match value {
+            Some(v) => {
+                self.values.insert(key.to_vec(), v.to_vec());
+            }
+            None => {
+                self.values.remove(key);
+                if let Ok(Key::Group { group }) = serde_json::from_slice::<Key>(key) {
+                    self.values.retain(|k, _| {
+                        !matches!(serde_json::from_slice::<Key>(k),
+                            Ok(Key::Offset { group: g, .. }) if g == group)
+                    });
+                }
+            }
+        }
+    }
+
+    /// Applies every held record to `groups`.
+    pub fn replay_into(&self, groups: &mut HashMap<String, Group>) {
+        for (k, v) in &self.values {
+            apply(groups, k, Some(v));
+        }
+    }
+
+    /// Appends the records to `out`: a count, then each key and value with u32 lengths
+    /// (big-endian).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(self.values.len() as u32).to_be_bytes());
+        for (k, v) in &self.values {
+            out.extend_from_slice(&(k.len() as u32).to_be_bytes());
+            out.extend_from_slice(k);
+            out.extend_from_slice(&(v.len() as u32).to_be_bytes());
+            out.extend_from_slice(v);
+        }
+    }
+
+    /// Reads what `encode` wrote, checking each count and length against the bytes left;
+    /// returns the bytes after it.
+    pub fn decode(mut buf: &[u8]) -> Result<(Compacted, &[u8]), CompactedDecodeError> {
+        fn chunk<'a>(buf: &mut &'a [u8]) -> Result<&'a [u8], CompactedDecodeError> {
+            let (len, rest) = buf
+                .split_first_chunk::<4>()
+                .ok_or(CompactedDecodeError::Length)?;
+            let len = u32::from_be_bytes(*len) as usize;
+            let (bytes, rest) = rest
+                .split_at_checked(len)
+                .ok_or(CompactedDecodeError::Length)?;
+            *buf = rest;
+            Ok(bytes)
+        }
+        let (count, rest) = buf
+            .split_first_chunk::<4>()
+            .ok_or(CompactedDecodeError::Length)?;
+        let count = u32::from_be_bytes(*count) as usize;
+        buf = rest;
+        // Each record takes at least its two lengths.
+        if count > buf.len() / 8 {
+            return Err(CompactedDecodeError::Length);
+        }
+        let mut values = BTreeMap::new();
+        for _ in 0..count {
+            let k = chunk(&mut buf)?.to_vec();
+            let v = chunk(&mut buf)?.to_vec();
+            if values.insert(k, v).is_some() {
+                return Err(CompactedDecodeError::Duplicate);
+            }
+        }
+        Ok((Compacted { values }, buf))
+    }
+}
+
 fn restore(g: &mut Group, v: GroupValue) {
     let now = crate::clock::now();
     g.generation = v.generation;
@@ -197,4 +290,94 @@ fn restore(g: &mut Group, v: GroupValue) {
     } else {
         GroupState::Stable
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offset(group: &str, partition: i32, offset: i64) -> (Vec<u8>, Option<Vec<u8>>) {
+        let k = Key::Offset {
+            group: group.into(),
+            topic: "t".into(),
+            partition,
+        };
+        let v = OffsetValue {
+            offset,
+            leader_epoch: 0,
+            metadata: String::new(),
+        };
+        (key_bytes(&k), Some(value_bytes(&v)))
+    }
+
+    fn group(group: &str, generation: i32, deleted: bool) -> (Vec<u8>, Option<Vec<u8>>) {
+        let k = key_bytes(&Key::Group {
+            group: group.into(),
+        });
+        let v = GroupValue {
+            generation,
+            protocol_type: Some("consumer".into()),
+            protocol: None,
+            leader: None,
+            members: Vec::new(),
+        };
+        (k, (!deleted).then(|| value_bytes(&v)))
+    }
+
+    /// Offsets and generation of every group, comparable.
+    fn summary(groups: &HashMap<String, Group>) -> BTreeMap<String, (i32, Vec<(i32, i64)>)> {
+        groups
+            .iter()
+            .map(|(id, g)| {
+                let mut offsets: Vec<_> =
+                    g.offsets.iter().map(|((_, p), c)| (*p, c.offset)).collect();
+                offsets.sort();
+                (id.clone(), (g.generation, offsets))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn compacted_records_replay_to_the_same_groups() {
+        let log = [
+            group("a", 1, false),
+            offset("a", 0, 5),
+            offset("a", 1, 7),
+            offset("b", 0, 3),
+            offset("a", 0, 9),
+            (offset("a", 1, 0).0, None),
+            group("b", 2, false),
+            group("b", 2, true),
+            offset("b", 1, 11),
+            group("c", 4, false),
+        ];
+        let mut replayed = HashMap::new();
+        let mut compacted = Compacted::default();
+        for (k, v) in &log {
+            apply(&mut replayed, k, v.as_deref());
+            compacted.apply(k, v.as_deref());
+        }
+        let mut from_compacted = HashMap::new();
+        compacted.replay_into(&mut from_compacted);
+        assert_eq!(summary(&from_compacted), summary(&replayed));
+        assert_eq!(
+            summary(&replayed)["b"],
+            (0, vec![(1, 11)]),
+            "recreated after delete"
+        );
+        assert_eq!(
+            compacted.values.len(),
+            4,
+            "a's group and offset 0, b's offset 1, c's group"
+        );
+
+        let mut bytes = Vec::new();
+        compacted.encode(&mut bytes);
+        bytes.push(0xAA);
+        let (back, rest) = Compacted::decode(&bytes).expect("decodes");
+        assert_eq!((back, rest), (compacted, &[0xAA][..]));
+        for cut in 0..bytes.len() - 1 {
+            assert!(Compacted::decode(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+    }
 }

@@ -1,7 +1,9 @@
-//! Checkpoints of a partition's idempotent-producer state, so that opening a partition or
-//! gaining its leadership replays only the log after the newest checkpoint instead of the
-//! whole log (Kafka keeps producer-state snapshots for the same reason). A checkpoint is
-//! kept in memory and in `CHECKPOINT_FILE` in the partition's directory.
+//! Checkpoints of the state a partition rebuilds from its log: its idempotent producers and,
+//! for a `__consumer_offsets` partition, its records as compaction would keep them (the
+//! groups' committed offsets and metadata). Opening a partition or gaining its leadership
+//! replays only the log after the newest checkpoint instead of the whole log (Kafka keeps
+//! producer-state snapshots, and compacts the offsets topic, for the same reason). A
+//! checkpoint is kept in memory and in `CHECKPOINT_FILE` in the partition's directory.
 //!
 //! Invariant: a checkpoint at offset `X` holds exactly the state of the committed batches
 //! that end at or before `X`, and `X` is a batch boundary (or the log start offset). It is
@@ -15,10 +17,11 @@ use std::path::Path;
 use strand_storage::{KafkaOffset, Log, StorageError};
 use strand_wire::RecordBatch;
 
+use crate::group::records::{Compacted, CompactedDecodeError};
 use crate::producer_state::{batch_ids, ProducerStates, StateDecodeError};
 
 /// File name of the checkpoint in a partition's directory.
-pub const CHECKPOINT_FILE: &str = "producer-state.checkpoint";
+pub const CHECKPOINT_FILE: &str = "partition-state.checkpoint";
 /// Committed data appended between two checkpoints: bounds what a leader gain or an open
 /// replays (about this much read back, from the batch cache when recent).
 pub const CHECKPOINT_INTERVAL_BYTES: u64 = 16 << 20;
@@ -33,13 +36,15 @@ const HEADER_BYTES: usize = 4 + 1 + 8;
 /// CRC-32C trailer.
 const TRAILER_BYTES: usize = 4;
 
-/// Producer state as of a log offset.
+/// Partition state as of a log offset.
 #[derive(Clone, Debug, Default)]
 pub struct Checkpoint {
     /// The state covers the committed batches ending at or before this offset.
     pub offset: KafkaOffset,
-    /// The state.
+    /// The idempotent producers.
     pub states: ProducerStates,
+    /// An offsets partition's records, compacted (`None` for any other partition).
+    pub records: Option<Compacted>,
 }
 
 /// Why a checkpoint file was refused.
@@ -49,7 +54,7 @@ pub enum CheckpointError {
     #[error("checkpoint truncated ({0} bytes)")]
     Truncated(usize),
     /// Not a checkpoint file.
-    #[error("not a producer-state checkpoint")]
+    #[error("not a partition-state checkpoint")]
     Magic,
     /// Written by a newer version.
     #[error("checkpoint version {0} is not supported")]
@@ -63,27 +68,42 @@ pub enum CheckpointError {
     /// The state inside is malformed.
     #[error(transparent)]
     State(#[from] StateDecodeError),
+    /// The records inside are malformed.
+    #[error(transparent)]
+    Records(#[from] CompactedDecodeError),
+    /// The records flag is neither 0 nor 1.
+    #[error("checkpoint records flag {0}")]
+    RecordsFlag(u8),
     /// Bytes after the state.
     #[error("{0} bytes after the producer state")]
     Trailing(usize),
 }
 
 impl Checkpoint {
-    /// No producers, as of `offset`.
-    pub fn empty(offset: KafkaOffset) -> Checkpoint {
+    /// No producers (and no records, kept when `with_records`), as of `offset`.
+    pub fn empty(offset: KafkaOffset, with_records: bool) -> Checkpoint {
         Checkpoint {
             offset,
             states: ProducerStates::default(),
+            records: with_records.then(Compacted::default),
         }
     }
 
-    /// The file's bytes: magic, version, offset, the state, CRC-32C of all before it.
+    /// The file's bytes: magic, version, offset, the producer state, a records flag (0 or 1)
+    /// and the records, CRC-32C of all before it.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(HEADER_BYTES + TRAILER_BYTES + 64);
         out.extend_from_slice(&MAGIC);
         out.push(VERSION);
         out.extend_from_slice(&self.offset.0.to_be_bytes());
         self.states.encode(&mut out);
+        match &self.records {
+            None => out.push(0),
+            Some(r) => {
+                out.push(1);
+                r.encode(&mut out);
+            }
+        }
         let crc = crc32c::crc32c(&out);
         out.extend_from_slice(&crc.to_be_bytes());
         out
@@ -111,40 +131,56 @@ impl Checkpoint {
             return Err(CheckpointError::Offset(offset));
         }
         let (states, rest) = ProducerStates::decode(&body[HEADER_BYTES..])?;
+        let (records, rest) = match rest.split_first() {
+            Some((0, rest)) => (None, rest),
+            Some((1, rest)) => {
+                let (r, rest) = Compacted::decode(rest)?;
+                (Some(r), rest)
+            }
+            Some((&flag, _)) => return Err(CheckpointError::RecordsFlag(flag)),
+            None => return Err(CheckpointError::Truncated(bytes.len())),
+        };
         if !rest.is_empty() {
             return Err(CheckpointError::Trailing(rest.len()));
         }
         Ok(Checkpoint {
             offset: KafkaOffset(offset),
             states,
+            records,
         })
     }
 
-    /// The checkpoint saved in `log`'s directory, if it is readable and within the log;
-    /// otherwise (logged) the empty one at the log start offset.
-    pub fn load(log: &Log) -> Checkpoint {
+    /// The checkpoint saved in `log`'s directory, if it is readable, within the log and
+    /// keeps records exactly when `with_records`; otherwise (logged) the empty one at the
+    /// log start offset.
+    pub fn load(log: &Log, with_records: bool) -> Checkpoint {
         let path = log.dir().join(CHECKPOINT_FILE);
-        let empty = Checkpoint::empty(log.log_start_offset());
+        let empty = Checkpoint::empty(log.log_start_offset(), with_records);
         let bytes = match std::fs::read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return empty,
             Err(e) => {
                 tracing::warn!(path = %path.display(), error = %e,
-                    "cannot read the producer-state checkpoint; replaying the whole log");
+                    "cannot read the partition-state checkpoint; replaying the whole log");
                 return empty;
             }
         };
         match Checkpoint::decode(&bytes) {
+            Ok(c) if c.records.is_some() != with_records => {
+                tracing::warn!(path = %path.display(),
+                    "partition-state checkpoint is of another kind of partition; replaying the whole log");
+                empty
+            }
             Ok(c) if c.offset <= log.log_end_offset() => c,
             Ok(c) => {
                 tracing::warn!(path = %path.display(), offset = c.offset.0,
                     log_end_offset = log.log_end_offset().0,
-                    "producer-state checkpoint is past the log end; replaying the whole log");
+                    "partition-state checkpoint is past the log end; replaying the whole log");
                 empty
             }
             Err(e) => {
                 tracing::warn!(path = %path.display(), error = %e,
-                    "producer-state checkpoint refused; replaying the whole log");
+                    "partition-state checkpoint refused; replaying the whole log");
                 empty
             }
         }
@@ -180,6 +216,11 @@ impl Checkpoint {
                     self.states
                         .record(pid, epoch, first, last, view.base_offset());
                 }
+                if let Some(records) = self.records.as_mut() {
+                    crate::group::coordinator::for_each_record(view.as_bytes().clone(), |k, v| {
+                        records.apply(k, v)
+                    });
+                }
             }
             bytes += r.bytes as u64;
             next = r.next_offset;
@@ -199,18 +240,22 @@ mod tests {
         states.record(7, 0, 0, 4, 100);
         states.record(7, 0, 5, 9, 105);
         states.record(9, 3, i32::MAX - 1, 0, 110);
+        let mut records = Compacted::default();
+        records.apply(b"{\"k\":\"Group\",\"group\":\"g\"}", Some(b"{}"));
         Checkpoint {
             offset: KafkaOffset(112),
             states,
+            records: Some(records),
         }
     }
 
     #[test]
     fn a_checkpoint_round_trips() {
-        for c in [sample(), Checkpoint::empty(KafkaOffset(0))] {
+        for c in [sample(), Checkpoint::empty(KafkaOffset(0), false)] {
             let bytes = c.encode();
             let back = Checkpoint::decode(&bytes).expect("decodes");
             assert_eq!(back.offset, c.offset);
+            assert_eq!(back.records, c.records);
             assert_eq!(back.encode(), bytes);
         }
         let back = Checkpoint::decode(&sample().encode()).expect("decodes");
@@ -261,7 +306,7 @@ mod tests {
             for (pid, epoch, seq, base) in batches {
                 states.record(pid, epoch, seq, seq + 1, base);
             }
-            let c = Checkpoint { offset: KafkaOffset(offset), states };
+            let c = Checkpoint { offset: KafkaOffset(offset), states, records: None };
             let bytes = c.encode();
             let back = Checkpoint::decode(&bytes).map(|b| b.encode());
             prop_assert_eq!(back, Ok(bytes));
