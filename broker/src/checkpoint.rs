@@ -25,8 +25,8 @@ pub const CHECKPOINT_FILE: &str = "partition-state.checkpoint";
 /// Committed data appended between two checkpoints: bounds what a leader gain or an open
 /// replays (about this much read back, from the batch cache when recent).
 pub const CHECKPOINT_INTERVAL_BYTES: u64 = 16 << 20;
-/// Bytes read per step of a replay.
-const REPLAY_READ_BYTES: usize = 4 << 20;
+/// Bytes read per step of a replay (the shard may run other work between steps).
+const REPLAY_READ_BYTES: usize = 1 << 20;
 /// First bytes of a checkpoint file.
 const MAGIC: [u8; 4] = *b"SPST";
 /// Format version written.
@@ -225,6 +225,8 @@ impl Checkpoint {
             bytes += r.bytes as u64;
             next = r.next_offset;
             self.offset = next;
+            // Steps served from the batch cache never wait: let the shard's requests run.
+            strand_storage::io_runtime::yield_now().await;
         }
         Ok(bytes)
     }

@@ -327,11 +327,14 @@ impl Shard {
             if r.batches.is_empty() {
                 break;
             }
-            let mut groups = self.groups.borrow_mut();
-            for b in r.batches {
-                crate::group::coordinator::replay_batch(&mut groups, b);
+            {
+                let mut groups = self.groups.borrow_mut();
+                for b in r.batches {
+                    crate::group::coordinator::replay_batch(&mut groups, b);
+                }
             }
             next = r.next_offset;
+            strand_storage::io_runtime::yield_now().await;
         }
         Ok(())
     }

@@ -165,10 +165,11 @@ pub fn apply(groups: &mut HashMap<String, Group>, key: &[u8], value: Option<&[u8
 /// The records of an offsets partition as compaction would keep them: the latest value of
 /// every key, tombstoned keys gone, and with a group's tombstone its offsets too (replay
 /// deletes the whole group). Replaying it (`replay_into`) yields the groups that replaying
-/// the records it was built from does.
+/// the records it was built from does. Keys are held per group, so a group's tombstone
+/// costs that group's keys, not a walk of every key.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Compacted {
-    values: BTreeMap<Vec<u8>, Vec<u8>>,
+    groups: BTreeMap<String, BTreeMap<Vec<u8>, Vec<u8>>>,
 }
 
 /// Why an encoded `Compacted` was refused.
@@ -180,22 +181,41 @@ pub enum CompactedDecodeError {
     /// A key listed twice.
     #[error("compacted records: a key is listed twice")]
     Duplicate,
+    /// A key that is not an offsets-topic key.
+    #[error("compacted records: unreadable key")]
+    Key,
+}
+
+/// The group a record key belongs to; `None` for an unreadable key (replay skips it).
+fn group_of(key: &[u8]) -> Option<(String, bool)> {
+    match serde_json::from_slice::<Key>(key).ok()? {
+        Key::Offset { group, .. } => Some((group, false)),
+        Key::Group { group } => Some((group, true)),
+    }
 }
 
 impl Compacted {
     /// Takes one record, as `apply` would.
     pub fn apply(&mut self, key: &[u8], value: Option<&[u8]>) {
+        let Some((group, is_group)) = group_of(key) else {
+            return;
+        };
         match value {
             Some(v) => {
-                self.values.insert(key.to_vec(), v.to_vec());
+                self.groups
+                    .entry(group)
+                    .or_default()
+                    .insert(key.to_vec(), v.to_vec());
+            }
+            None if is_group => {
+                self.groups.remove(&group);
             }
             None => {
-                self.values.remove(key);
-                if let Ok(Key::Group { group }) = serde_json::from_slice::<Key>(key) {
-                    self.values.retain(|k, _| {
-                        !matches!(serde_json::from_slice::<Key>(k),
-                            Ok(Key::Offset { group: g, .. }) if g == group)
-                    });
+                if let Some(keys) = self.groups.get_mut(&group) {
+                    keys.remove(key);
+                    if keys.is_empty() {
+                        self.groups.remove(&group);
+                    }
                 }
             }
         }
@@ -203,16 +223,21 @@ impl Compacted {
 
     /// Applies every held record to `groups`.
     pub fn replay_into(&self, groups: &mut HashMap<String, Group>) {
-        for (k, v) in &self.values {
+        for (k, v) in self.groups.values().flatten() {
             apply(groups, k, Some(v));
         }
+    }
+
+    /// Records held.
+    fn count(&self) -> usize {
+        self.groups.values().map(BTreeMap::len).sum()
     }
 
     /// Appends the records to `out`: a count, then each key and value with u32 lengths
     /// (big-endian).
     pub fn encode(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&(self.values.len() as u32).to_be_bytes());
-        for (k, v) in &self.values {
+        out.extend_from_slice(&(self.count() as u32).to_be_bytes());
+        for (k, v) in self.groups.values().flatten() {
             out.extend_from_slice(&(k.len() as u32).to_be_bytes());
             out.extend_from_slice(k);
             out.extend_from_slice(&(v.len() as u32).to_be_bytes());
@@ -243,15 +268,16 @@ impl Compacted {
         if count > buf.len() / 8 {
             return Err(CompactedDecodeError::Length);
         }
-        let mut values = BTreeMap::new();
+        let mut out = Compacted::default();
         for _ in 0..count {
             let k = chunk(&mut buf)?.to_vec();
             let v = chunk(&mut buf)?.to_vec();
-            if values.insert(k, v).is_some() {
+            let (group, _) = group_of(&k).ok_or(CompactedDecodeError::Key)?;
+            if out.groups.entry(group).or_default().insert(k, v).is_some() {
                 return Err(CompactedDecodeError::Duplicate);
             }
         }
-        Ok((Compacted { values }, buf))
+        Ok((out, buf))
     }
 }
 
@@ -366,7 +392,7 @@ mod tests {
             "recreated after delete"
         );
         assert_eq!(
-            compacted.values.len(),
+            compacted.count(),
             4,
             "a's group and offset 0, b's offset 1, c's group"
         );
