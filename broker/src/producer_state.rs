@@ -4,9 +4,11 @@
 //! no await in between, and replays the log through `record` on open.
 //!
 //! Invariant: for each producer, `batches` holds at most `BATCHES_PER_PRODUCER` entries in
-//! append order, all of the current epoch, with consecutive sequence ranges.
+//! append order, all of the current epoch, with consecutive sequence ranges. `by_age` maps
+//! each producer's `last_write` to its id, one entry per producer (eviction of the least
+//! recently written at the cap is a lookup, not a scan).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use crate::errors::KafkaError;
 
@@ -78,6 +80,7 @@ pub enum Verdict {
 #[derive(Clone, Debug, Default)]
 pub struct ProducerStates {
     producers: HashMap<i64, Producer>,
+    by_age: BTreeMap<u64, i64>,
     clock: u64,
 }
 
@@ -171,9 +174,11 @@ impl ProducerStates {
     /// each as id, epoch, batch count and its batches. Pending batches (`PENDING_OFFSET`)
     /// are the caller's to avoid: a checkpoint holds committed batches only.
     pub fn encode(&self, out: &mut Vec<u8>) {
-        let mut order: Vec<(&i64, &Producer)> = self.producers.iter().collect();
-        order.sort_by_key(|(_, p)| p.last_write);
-        out.extend_from_slice(&(order.len() as u32).to_be_bytes());
+        out.extend_from_slice(&(self.by_age.len() as u32).to_be_bytes());
+        let order = self
+            .by_age
+            .values()
+            .filter_map(|id| self.producers.get(id).map(|p| (id, p)));
         for (id, p) in order {
             out.extend_from_slice(&id.to_be_bytes());
             out.extend_from_slice(&p.epoch.to_be_bytes());
@@ -222,6 +227,7 @@ impl ProducerStates {
             if states.producers.insert(id, p).is_some() {
                 return Err(StateDecodeError::Producer(id));
             }
+            states.by_age.insert(states.clock, id);
         }
         Ok((states, buf))
     }
@@ -240,12 +246,7 @@ impl ProducerStates {
         if !self.producers.contains_key(&producer_id)
             && self.producers.len() >= PRODUCERS_PER_PARTITION_MAX
         {
-            if let Some(oldest) = self
-                .producers
-                .iter()
-                .min_by_key(|(_, p)| p.last_write)
-                .map(|(id, _)| *id)
-            {
+            if let Some((_, oldest)) = self.by_age.pop_first() {
                 self.producers.remove(&oldest);
             }
         }
@@ -266,6 +267,8 @@ impl ProducerStates {
             last_seq,
             base_offset,
         });
+        self.by_age.remove(&p.last_write);
+        self.by_age.insert(clock, producer_id);
         p.last_write = clock;
     }
 }
@@ -315,5 +318,27 @@ mod tests {
             Ok(Verdict::Append),
             "unknown producer"
         );
+    }
+
+    #[test]
+    fn the_least_recently_written_producer_is_forgotten_at_the_cap() {
+        let mut s = ProducerStates::default();
+        for pid in 0..PRODUCERS_PER_PARTITION_MAX as i64 {
+            s.record(pid, 0, 0, 0, pid);
+        }
+        // Producer 0 writes again: producer 1 is now the least recently written.
+        s.record(0, 0, 1, 1, 1_000_000);
+        s.record(1 << 40, 0, 0, 0, 2_000_000);
+        assert_eq!(s.producers.len(), PRODUCERS_PER_PARTITION_MAX);
+        assert_eq!(s.by_age.len(), PRODUCERS_PER_PARTITION_MAX);
+        assert!(!s.producers.contains_key(&1), "1 was forgotten");
+        assert!(s.producers.contains_key(&0) && s.producers.contains_key(&(1 << 40)));
+        let mut bytes = Vec::new();
+        s.encode(&mut bytes);
+        let (mut back, rest) = ProducerStates::decode(&bytes).expect("decodes");
+        assert!(rest.is_empty());
+        // The order survives the round trip: producer 2 goes next.
+        back.record(1 << 41, 0, 0, 0, 3_000_000);
+        assert!(!back.producers.contains_key(&2) && back.producers.contains_key(&3));
     }
 }
