@@ -160,3 +160,57 @@ def test_a_consumer_of_a_cut_off_coordinator_joins_the_new_one(ck, cluster):
         first.close()
         if second is not None:
             second.close()
+
+
+CHECKPOINT_FILE = "partition-state.checkpoint"
+CHECKPOINT_INTERVAL_BYTES = 16 << 20
+
+
+def test_commits_survive_a_coordinator_kill_after_the_offsets_checkpoint_moved(ck, cluster):
+    """Commits with large metadata until every replica of the group's offsets partition has
+    moved its partition-state checkpoint (every 16 MiB of appended data, on followers too);
+    then the coordinator is killed with SIGKILL. The new coordinator rebuilds the group from
+    its checkpoint (the offsets partition's records as compaction keeps them) and the log
+    after it: the last commit of every partition, metadata included, is there."""
+    admin = need_module("confluent_kafka.admin")
+    topic, group = f"committed-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:8]}"
+    partitions = 8
+    a = admin.AdminClient({"bootstrap.servers": cluster.bootstrap()})
+    a.create_topics([admin.NewTopic(topic, num_partitions=partitions,
+                                    replication_factor=3)])[topic].result(30)
+    coord = wait_until(lambda: coordinator_of(cluster, group), DEADLINE_S,
+                       f"every node to name one coordinator of {group}")
+
+    def checkpoints() -> list[int]:
+        return [n for n in NODE_IDS
+                if any(cluster[n].data_dir.glob(f"**/__consumer_offsets-*/{CHECKPOINT_FILE}"))]
+
+    assert checkpoints() == [], "no offsets partition has 16 MiB yet"
+    meta = "m" * 4000
+    conf = {"bootstrap.servers": cluster.bootstrap(), "group.id": group,
+            "enable.auto.commit": False}
+    c = ck.Consumer(conf)
+    last: list = []
+    try:
+        rounds = CHECKPOINT_INTERVAL_BYTES // (partitions * len(meta)) + 64
+        for r in range(rounds):
+            last = [ck.TopicPartition(topic, p, r * partitions + p, meta) for p in range(partitions)]
+            c.commit(offsets=last, asynchronous=False)
+    finally:
+        c.close()
+    wait_until(lambda: checkpoints() == list(NODE_IDS), DEADLINE_S,
+               "every replica of the offsets partition to save a checkpoint")
+
+    cluster.kill9(coord)
+    others = [n for n in NODE_IDS if n != coord]
+    wait_until(lambda: coordinator_of(cluster, group, others) in others, DEADLINE_S,
+               "the other nodes to name a new coordinator")
+    fresh = ck.Consumer({**conf, "bootstrap.servers": cluster.bootstrap(others)})
+    try:
+        got = wait_until(lambda: fresh.committed([ck.TopicPartition(topic, p)
+                                                  for p in range(partitions)], timeout=10),
+                         DEADLINE_S, "the new coordinator to answer OffsetFetch")
+    finally:
+        fresh.close()
+    assert [(tp.partition, tp.offset, tp.metadata) for tp in got] == \
+        [(tp.partition, tp.offset, tp.metadata) for tp in last]
