@@ -171,6 +171,7 @@ pub struct ShardMetrics {
     fetch_bytes: Cell<u64>,
     fetch_records: Cell<u64>,
     connections_accepted: Cell<u64>,
+    state_replay_bytes: Cell<u64>,
 }
 
 /// Adds `n` to a shard-local counter (wrapping, as Prometheus counters may).
@@ -191,6 +192,7 @@ impl ShardMetrics {
             fetch_bytes: Cell::new(0),
             fetch_records: Cell::new(0),
             connections_accepted: Cell::new(0),
+            state_replay_bytes: Cell::new(0),
         }
     }
 
@@ -233,6 +235,11 @@ impl ShardMetrics {
         add(&self.connections_accepted, 1);
     }
 
+    /// `bytes` of log were read to rebuild a partition's state after its checkpoint.
+    pub fn state_replayed(&self, bytes: u64) {
+        add(&self.state_replay_bytes, bytes);
+    }
+
     /// A copy for the scrape; `api_names` names the request histograms, in order.
     pub fn snapshot(&self, api_names: &[&'static str]) -> MetricsSnapshot {
         MetricsSnapshot {
@@ -252,6 +259,7 @@ impl ShardMetrics {
             fetch_bytes: self.fetch_bytes.get(),
             fetch_records: self.fetch_records.get(),
             connections_accepted: self.connections_accepted.get(),
+            state_replay_bytes: self.state_replay_bytes.get(),
         }
     }
 }
@@ -286,6 +294,8 @@ pub struct MetricsSnapshot {
     pub fetch_records: u64,
     /// Kafka connections accepted.
     pub connections_accepted: u64,
+    /// Log bytes read to rebuild partition state after its checkpoint.
+    pub state_replay_bytes: u64,
 }
 
 /// One hosted partition at scrape time.

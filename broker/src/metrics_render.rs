@@ -166,7 +166,7 @@ impl Scrape {
 
     fn traffic(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
         type Field = fn(&ShardSnapshot) -> u64;
-        let rows: [(&str, &str, Field); 6] = [
+        let rows: [(&str, &str, Field); 7] = [
             (
                 "strand_kafka_produce_bytes",
                 "Record batch bytes appended for producers.",
@@ -196,6 +196,11 @@ impl Scrape {
                 "strand_raft_rpc_dropped_frames",
                 "Replication RPC frames dropped instead of sent (peer unknown or unreachable, queue full); Raft resends.",
                 |s| s.detail.rpc_dropped_frames,
+            ),
+            (
+                "strand_partition_state_replay_bytes",
+                "Log bytes read to rebuild partition state (idempotent producers, an offsets partition's groups) after its checkpoint, at open and on gaining leadership.",
+                |s| s.metrics.state_replay_bytes,
             ),
         ];
         for (name, help, f) in rows {

@@ -382,6 +382,7 @@ impl Partition {
         let mut live = self.checkpoint.borrow().clone();
         let from = live.offset;
         let bytes = live.advance(&self.log, self.log.log_end_offset()).await?;
+        self.metrics.state_replayed(bytes);
         *self.producers.borrow_mut() = live.states;
         tracing::debug!(topic = %self.topic, partition = self.index, from = from.0,
             bytes, elapsed_us = (crate::clock::now() - started).as_micros() as u64,

@@ -334,6 +334,7 @@ impl Shard {
                 }
             }
             next = r.next_offset;
+            part.metrics().state_replayed(r.bytes as u64);
             strand_storage::io_runtime::yield_now().await;
         }
         Ok(())

@@ -118,6 +118,18 @@ def test_counters_and_histograms_move_after_traffic(broker, topic):
     assert moved("strand_storage_append_seconds", "strand_storage_append_seconds_count") > 0
 
 
+def test_a_reopened_partition_counts_the_log_it_replays(strand):
+    """A restart rebuilds each partition's producer state from its checkpoint (none yet:
+    less than 16 MiB was written) and the log after it; the bytes read are counted."""
+    b = strand()
+    produce(b, "replayed", MESSAGES)
+    assert b.stop() == 0
+    b.restart()
+    replayed = total(scrape(b), "strand_partition_state_replay_bytes",
+                     "strand_partition_state_replay_bytes_total")
+    assert replayed > 0
+
+
 def test_health_gauges_single_node(broker, topic):
     produce(broker, topic, 1)
     m = scrape(broker)
