@@ -1,5 +1,6 @@
 //! `strandctl consume`: print records of a topic from explicit offsets or from a group's
-//! committed offsets (Fetch, ListOffsets, OffsetFetch, OffsetCommit).
+//! committed offsets (Fetch, ListOffsets, OffsetFetch, OffsetCommit). Each partition is
+//! fetched from its leader (`route`), following leader changes.
 //!
 //! Invariant: each partition's next offset only moves forward, past the records printed;
 //! records below it (a fetch returns whole batches) and control records are skipped, so
@@ -20,6 +21,7 @@ use crate::cli::{ConsumeArgs, Format, StartOffset};
 use crate::kafka::{check_code, KafkaClient, KafkaError};
 use crate::offsets::{self, TopicPartition};
 use crate::output::text_of;
+use crate::route::{leader_moved, Router};
 
 /// Most bytes one Fetch response may carry (the broker may exceed it by one batch).
 pub const FETCH_BYTES_MAX: i32 = 8 * 1024 * 1024;
@@ -143,14 +145,12 @@ pub fn run(
     timeout: Duration,
     out: &mut dyn Write,
 ) -> anyhow::Result<String> {
+    let mut router = Router::new(client, &args.topic, false)?;
     let partitions: Vec<TopicPartition> = match args.partition {
         Some(p) => vec![(args.topic.clone(), p)],
-        None => {
-            let t = crate::topic::one_topic(client, &args.topic, false)?;
-            let mut ps: Vec<i32> = t.partitions.iter().map(|p| p.partition_index).collect();
-            ps.sort_unstable();
-            ps.into_iter().map(|p| (args.topic.clone(), p)).collect()
-        }
+        None => (0..i32::try_from(router.partitions()).unwrap_or(i32::MAX))
+            .map(|p| (args.topic.clone(), p))
+            .collect(),
     };
     let mut coordinator = match &args.group {
         Some(g) => offsets::coordinator(client, g, timeout)?,
@@ -163,7 +163,7 @@ pub fn run(
         None => BTreeMap::new(),
     };
     let mut next = start_offsets(client, &partitions, args.offset, &committed)?;
-    let consumed = fetch_loop(client, args, &mut next, out)?;
+    let consumed = fetch_loop(client, &mut router, args, &mut next, out)?;
     if let Some(g) = &args.group {
         let moved: BTreeMap<TopicPartition, i64> = next
             .iter()
@@ -208,7 +208,8 @@ fn start_offsets(
 }
 
 fn fetch_loop(
-    client: &mut KafkaClient,
+    seed: &mut KafkaClient,
+    router: &mut Router,
     args: &ConsumeArgs,
     next: &mut BTreeMap<TopicPartition, i64>,
     out: &mut dyn Write,
@@ -217,10 +218,45 @@ fn fetch_loop(
     let mut consumed = 0u64;
     let mut last_record_at = Instant::now();
     while args.num.is_none_or(|n| consumed < n) && last_record_at.elapsed() < idle {
+        let mut by_leader: BTreeMap<i32, BTreeMap<TopicPartition, i64>> = BTreeMap::new();
+        let mut moved: Option<KafkaError> = None;
+        for (tp, o) in next.iter() {
+            match router.leader_of(tp.1) {
+                Some(l) => {
+                    by_leader.entry(l).or_default().insert(tp.clone(), *o);
+                }
+                None => {
+                    moved.get_or_insert(KafkaError::Broker {
+                        what: format!("fetch {} partition {}", tp.0, tp.1),
+                        name: "LEADER_NOT_AVAILABLE".into(),
+                        code: 5,
+                        detail: String::new(),
+                    });
+                }
+            }
+        }
+        // The leaders are asked one after the other: each may hold its Fetch this long.
+        let leaders = i32::try_from(by_leader.len().max(1)).unwrap_or(1);
         let wait_ms = i32::try_from(idle.saturating_sub(last_record_at.elapsed()).as_millis())
             .unwrap_or(i32::MAX)
-            .clamp(1, FETCH_WAIT_MS);
-        let records = fetch_once(client, &args.topic, next, wait_ms)?;
+            .clamp(1, FETCH_WAIT_MS)
+            / leaders;
+        let mut records = Vec::new();
+        for (leader, at) in by_leader {
+            let client = match router.client(leader) {
+                Ok(c) => c,
+                Err(e @ KafkaError::Connect { .. }) => {
+                    moved.get_or_insert(e);
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let (got, leader_moved) = fetch_once(client, &args.topic, &at, wait_ms.max(1))?;
+            records.extend(got);
+            if let Some(e) = leader_moved {
+                moved.get_or_insert(e);
+            }
+        }
         for r in records {
             if args.num.is_some_and(|n| consumed >= n) {
                 break;
@@ -231,17 +267,22 @@ fn fetch_loop(
             last_record_at = Instant::now();
         }
         out.flush()?;
+        if let Some(why) = moved {
+            router.refresh(seed, why)?;
+        }
     }
     Ok(consumed)
 }
 
-/// One Fetch at the `next` offsets; returns the new records in offset order per partition.
+/// One Fetch at the `next` offsets; returns the new records in offset order per partition,
+/// and the error of a partition this broker no longer leads (its records come later, from
+/// its new leader).
 fn fetch_once(
     client: &mut KafkaClient,
     topic: &str,
     next: &BTreeMap<TopicPartition, i64>,
     wait_ms: i32,
-) -> anyhow::Result<Vec<Printed>> {
+) -> anyhow::Result<(Vec<Printed>, Option<KafkaError>)> {
     let parts = next
         .iter()
         .map(|((_, p), o)| {
@@ -265,13 +306,21 @@ fn fetch_once(
     let resp = client.send(&req)?;
     check_code(resp.error_code, "fetch", None)?;
     let mut printed = Vec::new();
+    let mut moved = None;
     for t in &resp.responses {
         for p in &t.partitions {
-            check_code(
+            let checked = check_code(
                 p.error_code,
                 &format!("fetch {} partition {}", t.topic.as_str(), p.partition_index),
                 None,
-            )?;
+            );
+            match checked {
+                Err(e) if leader_moved(p.error_code) => {
+                    moved.get_or_insert(e);
+                    continue;
+                }
+                other => other?,
+            }
             let from = next
                 .get(&(t.topic.to_string(), p.partition_index))
                 .copied()
@@ -295,7 +344,7 @@ fn fetch_once(
             }
         }
     }
-    Ok(printed)
+    Ok((printed, moved))
 }
 
 #[cfg(test)]

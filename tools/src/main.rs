@@ -22,6 +22,7 @@ mod kafka;
 mod offsets;
 mod output;
 mod produce;
+mod route;
 mod self_test;
 mod topic;
 mod tune;

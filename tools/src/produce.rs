@@ -1,4 +1,6 @@
-//! `strandctl produce`: records from stdin, one per line, into one topic (Produce).
+//! `strandctl produce`: records from stdin, one per line, into one topic (Produce), each
+//! partition's batches sent to its leader (`route`: on a cluster, partitions have
+//! different leaders; a leader change is followed, the batch sent again to the new one).
 //!
 //! Invariant: a record is counted as produced only after the broker's response for its
 //! batch carried error code 0 (with `--acks 0` there is no response, and the summary
@@ -17,6 +19,7 @@ use strand_wire::BatchBuilder;
 
 use crate::cli::{Acks, ProduceArgs};
 use crate::kafka::{check_code, KafkaClient, KafkaError};
+use crate::route::{leader_moved, Router};
 
 /// Largest batch we build: under Kafka's `message.max.bytes` default (1,048,588) so a
 /// default broker accepts it. A single line larger than this goes alone in its batch,
@@ -61,12 +64,8 @@ pub fn run(
     args: &ProduceArgs,
     input: &mut dyn BufRead,
 ) -> Result<String, KafkaError> {
-    let partitions = if args.partition.is_some() {
-        0
-    } else {
-        let t = crate::topic::one_topic(client, &args.topic, true)?;
-        i32::try_from(t.partitions.len()).unwrap_or(i32::MAX)
-    };
+    let mut router = Router::new(client, &args.topic, true)?;
+    let partitions = i32::try_from(router.partitions()).unwrap_or(i32::MAX);
     let headers: Vec<(&str, Option<&[u8]>)> = args
         .headers
         .iter()
@@ -105,10 +104,10 @@ pub fn run(
         let full = batch.len() >= i32::try_from(args.batch_records).unwrap_or(i32::MAX)
             || batch.size_bytes() >= BATCH_BYTES_MAX;
         if full {
-            send(client, args, &mut pending)?;
+            send(client, &mut router, args, &mut pending)?;
         }
     }
-    send(client, args, &mut pending)?;
+    send(client, &mut router, args, &mut pending)?;
     Ok(summary(&args.topic, args.acks, &pending.produced))
 }
 
@@ -132,32 +131,78 @@ fn summary(topic: &str, acks: Acks, produced: &BTreeMap<i32, (i64, u64)>) -> Str
     out
 }
 
+/// Sends the pending batches, one Produce request per leader; a partition whose leader
+/// moved (or whose leader cannot be reached) is sent again after a Metadata refresh.
 fn send(
-    client: &mut KafkaClient,
+    seed: &mut KafkaClient,
+    router: &mut Router,
     args: &ProduceArgs,
     pending: &mut Pending,
 ) -> Result<(), KafkaError> {
-    let batches = std::mem::take(&mut pending.batches);
-    if batches.is_empty() {
-        return Ok(());
-    }
-    let counts: BTreeMap<i32, u64> = batches
-        .iter()
-        .map(|(p, b)| (*p, u64::try_from(b.len()).unwrap_or(0)))
-        .collect();
-    let data: Vec<PartitionProduceData> = batches
-        .iter()
-        .map(|(p, b)| {
-            PartitionProduceData::default()
-                .with_index(*p)
-                .with_records(Some(b.build()))
-        })
-        .collect();
-    let resp_offsets = produce_batches(client, &args.topic, args.acks, data)?;
-    for (p, n) in counts {
-        let base = resp_offsets.get(&p).copied().unwrap_or(-1);
-        let e = pending.produced.entry(p).or_insert((base, 0));
-        e.1 += n;
+    let mut todo = std::mem::take(&mut pending.batches);
+    while !todo.is_empty() {
+        let mut by_leader: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
+        let mut moved: Option<KafkaError> = None;
+        for &p in todo.keys() {
+            match router.leader_of(p) {
+                Some(l) => by_leader.entry(l).or_default().push(p),
+                None => {
+                    let e = KafkaError::Broker {
+                        what: format!("produce to {} partition {p}", args.topic),
+                        name: "LEADER_NOT_AVAILABLE".into(),
+                        code: 5,
+                        detail: String::new(),
+                    };
+                    moved.get_or_insert(e);
+                }
+            }
+        }
+        for (leader, parts) in by_leader {
+            let data: Vec<PartitionProduceData> = parts
+                .iter()
+                .filter_map(|p| todo.get(p).map(|b| (p, b)))
+                .map(|(p, b)| {
+                    PartitionProduceData::default()
+                        .with_index(*p)
+                        .with_records(Some(b.build()))
+                })
+                .collect();
+            let client = match router.client(leader) {
+                Ok(c) => c,
+                Err(e @ KafkaError::Connect { .. }) => {
+                    moved.get_or_insert(e);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let mut results = produce_partitions(client, &args.topic, args.acks, data)?;
+            for p in parts {
+                let (base, count) = match results.remove(&p) {
+                    Some(Ok(base)) => (base, todo.get(&p).map_or(0, |b| b.len())),
+                    Some(Err((code, e))) if leader_moved(code) => {
+                        moved.get_or_insert(e);
+                        continue;
+                    }
+                    Some(Err((_, e))) => return Err(e),
+                    // acks=0: no answer to wait for.
+                    None if args.acks == Acks::None => (-1, todo.get(&p).map_or(0, |b| b.len())),
+                    None => {
+                        return Err(KafkaError::Broker {
+                            what: format!("produce to {} partition {p}", args.topic),
+                            name: "UNKNOWN_SERVER_ERROR".into(),
+                            code: -1,
+                            detail: ": the partition is missing from the response".into(),
+                        })
+                    }
+                };
+                todo.remove(&p);
+                let e = pending.produced.entry(p).or_insert((base, 0));
+                e.1 += u64::try_from(count).unwrap_or(0);
+            }
+        }
+        if let Some(why) = moved {
+            router.refresh(seed, why)?;
+        }
     }
     Ok(())
 }
@@ -170,6 +215,24 @@ pub fn produce_batches(
     acks: Acks,
     data: Vec<PartitionProduceData>,
 ) -> Result<BTreeMap<i32, i64>, KafkaError> {
+    let mut offsets = BTreeMap::new();
+    for (p, r) in produce_partitions(client, topic, acks, data)? {
+        offsets.insert(p, r.map_err(|(_, e)| e)?);
+    }
+    Ok(offsets)
+}
+
+/// A partition's answer: its base offset, or its error code and error.
+type PartitionResult = Result<i64, (i16, KafkaError)>;
+
+/// Sends one Produce request with one batch per partition; returns each partition's
+/// result (none with acks=0).
+fn produce_partitions(
+    client: &mut KafkaClient,
+    topic: &str,
+    acks: Acks,
+    data: Vec<PartitionProduceData>,
+) -> Result<BTreeMap<i32, PartitionResult>, KafkaError> {
     let req = ProduceRequest::default()
         .with_acks(acks.wire())
         .with_timeout_ms(PRODUCE_TIMEOUT_MS)
@@ -181,18 +244,20 @@ pub fn produce_batches(
         return Ok(BTreeMap::new());
     }
     let resp = client.send(&req)?;
-    let mut offsets = BTreeMap::new();
+    let mut out = BTreeMap::new();
     for t in &resp.responses {
         for p in &t.partition_responses {
-            check_code(
+            let r = check_code(
                 p.error_code,
                 &format!("produce to {topic} partition {}", p.index),
                 p.error_message.as_ref(),
-            )?;
-            offsets.insert(p.index, p.base_offset);
+            )
+            .map(|()| p.base_offset)
+            .map_err(|e| (p.error_code, e));
+            out.insert(p.index, r);
         }
     }
-    Ok(offsets)
+    Ok(out)
 }
 
 /// A batch of `count` records of `value_bytes` each, for load (self-test).
