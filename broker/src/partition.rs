@@ -49,8 +49,9 @@ pub struct Partition {
     append_watchers: RefCell<Vec<oneshot::Sender<()>>>,
     max_message_bytes: Cell<usize>,
     producers: RefCell<ProducerStates>,
-    /// Producer state of the committed log below the checkpoint's offset: what opening
-    /// the partition or gaining its leadership starts from (`producer_checkpoint`).
+    /// Partition state (producers; an offsets partition's records) of the committed log
+    /// below the checkpoint's offset: what opening the partition, gaining its leadership
+    /// or loading its groups starts from (`checkpoint`).
     checkpoint: RefCell<Checkpoint>,
     /// A checkpoint advance is running (at most one per partition).
     checkpointing: Cell<bool>,
@@ -379,7 +380,15 @@ impl Partition {
     /// committed yet.
     pub async fn rebuild_producer_state(&self) -> Result<(), StorageError> {
         let started = crate::clock::now();
-        let mut live = self.checkpoint.borrow().clone();
+        // The producers only: an offsets partition's records are the coordinator's.
+        let mut live = {
+            let c = self.checkpoint.borrow();
+            Checkpoint {
+                offset: c.offset,
+                states: c.states.clone(),
+                records: None,
+            }
+        };
         let from = live.offset;
         let bytes = live.advance(&self.log, self.log.log_end_offset()).await?;
         self.metrics.state_replayed(bytes);
