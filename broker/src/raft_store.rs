@@ -147,7 +147,6 @@ fn storage_index(i: RaftIndex) -> strand_storage::RaftIndex {
     strand_storage::RaftIndex(i.0)
 }
 
-/// The Raft entry a stored frame holds.
 /// The index of an opened log whose entries after `point` through `base` are sealed.
 fn sealed_index(
     point: CompactionPoint,
@@ -170,6 +169,7 @@ fn sealed_index(
     )
 }
 
+/// The Raft entry a stored frame holds.
 pub fn entry_of(h: &FrameHeader, body: &Bytes) -> Entry {
     let mut e = Entry {
         index: h.index.0,
