@@ -366,7 +366,7 @@ impl Partition {
         }
     }
 
-    /// Loads the producer-state checkpoint saved with the log (or starts from an empty
+    /// Loads the partition-state checkpoint saved with the log (or starts from an empty
     /// one) and rebuilds the live state from it: called once, when the partition opens.
     pub async fn load_producer_state(&self) -> Result<(), StorageError> {
         let with_records = self.topic == crate::group::OFFSETS_TOPIC;
@@ -431,7 +431,7 @@ impl Partition {
             };
             if let Err(e) = moved {
                 tracing::warn!(topic = %me.topic, partition = me.index, error = %e,
-                    "producer-state checkpoint not moved; the next one retries");
+                    "partition-state checkpoint not moved; the next one retries");
             }
             me.checkpointing.set(false);
         });
