@@ -201,35 +201,52 @@ impl Checkpoint {
     /// replay starts at the log start and the state keeps what it knew. Returns the bytes
     /// read.
     pub async fn advance(&mut self, log: &Log, end: KafkaOffset) -> Result<u64, StorageError> {
-        let mut next = self.offset.max(log.log_start_offset());
-        let mut bytes = 0u64;
-        while next < end {
-            let r = log.read(next, end, REPLAY_READ_BYTES, true).await?;
-            if r.batches.is_empty() {
-                break;
+        let (states, records) = (&mut self.states, &mut self.records);
+        let (next, bytes) = replay_batches(log, self.offset, end, |b| {
+            let Ok(view) = RecordBatch::parse(b) else {
+                return;
+            };
+            if let Some((pid, epoch, first, last)) = batch_ids(&view) {
+                states.record(pid, epoch, first, last, view.base_offset());
             }
-            for b in r.batches {
-                let Ok(view) = RecordBatch::parse(b) else {
-                    continue;
-                };
-                if let Some((pid, epoch, first, last)) = batch_ids(&view) {
-                    self.states
-                        .record(pid, epoch, first, last, view.base_offset());
-                }
-                if let Some(records) = self.records.as_mut() {
-                    crate::group::coordinator::for_each_record(view.as_bytes().clone(), |k, v| {
-                        records.apply(k, v)
-                    });
-                }
+            if let Some(records) = records.as_mut() {
+                crate::group::coordinator::for_each_record(view.into_bytes(), |k, v| {
+                    records.apply(k, v)
+                });
             }
-            bytes += r.bytes as u64;
-            next = r.next_offset;
+        })
+        .await?;
+        if let Some(next) = next {
             self.offset = next;
-            // Steps served from the batch cache never wait: let the shard's requests run.
-            strand_storage::io_runtime::yield_now().await;
         }
         Ok(bytes)
     }
+}
+
+/// Calls `f` with each batch of `log` from `from` (or the log start offset, if later) up
+/// to `end`, in steps of `REPLAY_READ_BYTES` with a yield to the shard between steps
+/// (steps served from the batch cache never wait). Returns the offset after the last batch
+/// read (`None` when none was) and the bytes read.
+pub async fn replay_batches(
+    log: &Log,
+    from: KafkaOffset,
+    end: KafkaOffset,
+    mut f: impl FnMut(bytes::Bytes),
+) -> Result<(Option<KafkaOffset>, u64), StorageError> {
+    let mut next = from.max(log.log_start_offset());
+    let (mut reached, mut bytes) = (None, 0u64);
+    while next < end {
+        let r = log.read(next, end, REPLAY_READ_BYTES, true).await?;
+        if r.batches.is_empty() {
+            break;
+        }
+        r.batches.into_iter().for_each(&mut f);
+        bytes += r.bytes as u64;
+        next = r.next_offset;
+        reached = Some(next);
+        strand_storage::io_runtime::yield_now().await;
+    }
+    Ok((reached, bytes))
 }
 
 #[cfg(test)]

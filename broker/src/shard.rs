@@ -314,29 +314,20 @@ impl Shard {
         part: &Partition,
         end: strand_storage::KafkaOffset,
     ) -> anyhow::Result<()> {
-        let log = part.log();
         // The checkpoint's compacted records, then the log after it.
         let (from, records) = part.group_checkpoint();
-        let mut next = log.log_start_offset();
-        if let Some(records) = records {
-            records.replay_into(&mut self.groups.borrow_mut());
-            next = next.max(from);
-        }
-        while next < end {
-            let r = log.read(next, end, 4 << 20, true).await?;
-            if r.batches.is_empty() {
-                break;
+        let from = match records {
+            Some(records) => {
+                records.replay_into(&mut self.groups.borrow_mut());
+                from
             }
-            {
-                let mut groups = self.groups.borrow_mut();
-                for b in r.batches {
-                    crate::group::coordinator::replay_batch(&mut groups, b);
-                }
-            }
-            next = r.next_offset;
-            part.metrics().state_replayed(r.bytes as u64);
-            strand_storage::io_runtime::yield_now().await;
-        }
+            None => part.log().log_start_offset(),
+        };
+        let (_, bytes) = crate::checkpoint::replay_batches(part.log(), from, end, |b| {
+            crate::group::coordinator::replay_batch(&mut self.groups.borrow_mut(), b)
+        })
+        .await?;
+        part.metrics().state_replayed(bytes);
         Ok(())
     }
 

@@ -7,10 +7,11 @@
 //! Invariant: `leaders` and `brokers` are from the latest Metadata answer; at most one
 //! connection is kept per broker id.
 
+use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::kafka::{check_code, KafkaClient, KafkaError};
+use crate::kafka::{KafkaClient, KafkaError};
 
 /// Metadata refreshes a command makes while partitions move before it gives up.
 pub const REFRESHES_MAX: u32 = 10;
@@ -58,17 +59,7 @@ impl Router {
     fn load(&mut self, seed: &mut KafkaClient, auto_create: bool) -> Result<(), KafkaError> {
         let resp =
             crate::topic::metadata(seed, Some(std::slice::from_ref(&self.topic)), auto_create)?;
-        let t = resp
-            .topics
-            .iter()
-            .find(|t| t.name.as_ref().is_some_and(|n| n.as_str() == self.topic))
-            .ok_or_else(|| KafkaError::Broker {
-                what: format!("topic {}", self.topic),
-                name: "UNKNOWN_TOPIC_OR_PARTITION".into(),
-                code: 3,
-                detail: ": not in the Metadata response".into(),
-            })?;
-        check_code(t.error_code, &format!("topic {}", self.topic), None)?;
+        let t = crate::topic::topic_of(&resp, &self.topic)?;
         self.partitions = t.partitions.len();
         self.leaders = t
             .partitions
@@ -110,27 +101,21 @@ impl Router {
 
     /// The connection to broker `leader`, opened on first use.
     pub fn client(&mut self, leader: i32) -> Result<&mut KafkaClient, KafkaError> {
-        if !self.conns.contains_key(&leader) {
-            let addr = self
-                .brokers
-                .get(&leader)
-                .ok_or_else(|| KafkaError::Broker {
-                    what: format!("broker {leader}"),
-                    name: "BROKER_NOT_AVAILABLE".into(),
-                    code: 8,
-                    detail: ": not in the Metadata response".into(),
-                })?;
-            let c = KafkaClient::connect(addr, self.timeout)?;
-            self.conns.insert(leader, c);
+        match self.conns.entry(leader) {
+            Entry::Occupied(c) => Ok(c.into_mut()),
+            Entry::Vacant(v) => {
+                let addr = self
+                    .brokers
+                    .get(&leader)
+                    .ok_or_else(|| KafkaError::Broker {
+                        what: format!("broker {leader}"),
+                        name: "BROKER_NOT_AVAILABLE".into(),
+                        code: 8,
+                        detail: ": not in the Metadata response".into(),
+                    })?;
+                Ok(v.insert(KafkaClient::connect(addr, self.timeout)?))
+            }
         }
-        self.conns
-            .get_mut(&leader)
-            .ok_or_else(|| KafkaError::Broker {
-                what: format!("broker {leader}"),
-                name: "BROKER_NOT_AVAILABLE".into(),
-                code: 8,
-                detail: String::new(),
-            })
     }
 }
 

@@ -142,9 +142,17 @@ pub fn one_topic(
     auto_create: bool,
 ) -> Result<MetadataResponseTopic, KafkaError> {
     let resp = metadata(client, Some(&[name.to_string()]), auto_create)?;
+    topic_of(&resp, name).cloned()
+}
+
+/// Topic `name` in a Metadata response, or the broker's error for it.
+pub fn topic_of<'a>(
+    resp: &'a MetadataResponse,
+    name: &str,
+) -> Result<&'a MetadataResponseTopic, KafkaError> {
     let t = resp
         .topics
-        .into_iter()
+        .iter()
         .find(|t| t.name.as_ref().is_some_and(|n| n.as_str() == name));
     let Some(t) = t else {
         return Err(KafkaError::Broker {
