@@ -150,10 +150,14 @@ impl Checkpoint {
         })
     }
 
-    /// The checkpoint saved in `log`'s directory, if it is readable, within the log and
-    /// keeps records exactly when `with_records`; otherwise (logged) the empty one at the
-    /// log start offset.
-    pub fn load(log: &Log, with_records: bool) -> Checkpoint {
+    /// The checkpoint saved in `log`'s directory, if it is readable, within the log (or
+    /// `replicated`) and keeps records exactly when `with_records`; otherwise (logged) the
+    /// empty one at the log start offset. A replicated log may be behind its checkpoint: a
+    /// follower saves the one a leader's snapshot shipped before its log reaches it, and
+    /// the checkpoint holds committed data only, which Raft never takes from a log (a
+    /// replica that lacks it cannot lead). An unreplicated log behind its checkpoint lost
+    /// durable data: the checkpoint is refused.
+    pub fn load(log: &Log, with_records: bool, replicated: bool) -> Checkpoint {
         let path = log.dir().join(CHECKPOINT_FILE);
         let empty = Checkpoint::empty(log.log_start_offset(), with_records);
         let bytes = match std::fs::read(&path) {
@@ -171,7 +175,7 @@ impl Checkpoint {
                     "partition-state checkpoint is of another kind of partition; replaying the whole log");
                 empty
             }
-            Ok(c) if c.offset <= log.log_end_offset() => c,
+            Ok(c) if replicated || c.offset <= log.log_end_offset() => c,
             Ok(c) => {
                 tracing::warn!(path = %path.display(), offset = c.offset.0,
                     log_end_offset = log.log_end_offset().0,

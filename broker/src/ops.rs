@@ -436,10 +436,12 @@ impl Shard {
                 });
                 continue;
             }
-            let r = part
-                .log()
-                .truncate_prefix(strand_storage::KafkaOffset(target))
-                .await;
+            // The state of the records that go is kept in the checkpoint first.
+            let target = strand_storage::KafkaOffset(target);
+            let r = match part.checkpoint_through(target).await {
+                Ok(()) => part.log().truncate_prefix(target).await,
+                Err(e) => Err(e),
+            };
             out.push(match r {
                 Ok(start) => PartReply {
                     error: None,

@@ -25,6 +25,9 @@ use strand_raft::{Ack, GroupId};
 /// the connection pipeline depth bounds; this caps one partition's list regardless.
 pub const WAITERS_MAX: usize = 65_536;
 
+/// How often a checkpoint writer waiting for another one looks again.
+const CHECKPOINT_LOCK_POLL: std::time::Duration = std::time::Duration::from_millis(1);
+
 /// A produce waiting for its entry to become durable.
 type DurableWaiter = (RaftIndex, oneshot::Sender<Result<(), KafkaError>>);
 
@@ -120,16 +123,37 @@ impl Partition {
     }
 
     /// Applies retention (`retention.ms`, `retention.bytes`): directly on an unreplicated
-    /// log; on a replicated one through its Raft group, whose compaction point moves (and is
-    /// persisted) before the segments go in the replicator's next turn.
+    /// log; on a replicated one (only what this node applied) through its Raft group, whose
+    /// compaction point moves (and is persisted) before the segments go in the
+    /// replicator's next turn. The partition-state checkpoint first moves past the data
+    /// that goes, so the producers and groups that data built outlive it (here, and on a
+    /// follower that gets the compaction point as a snapshot with the checkpoint).
     pub async fn apply_retention(&self) -> anyhow::Result<strand_storage::RetentionOutcome> {
         let replication = self.replication.borrow().clone();
-        match replication {
-            None => Ok(self.log.apply_retention().await?),
+        let rep = match replication {
+            None => None,
+            Some((rep, group)) => match rep.upgrade() {
+                Some(rep) => Some((rep, group)),
+                None => return Ok(strand_storage::RetentionOutcome::default()),
+            },
+        };
+        let max_index = match &rep {
+            None => RaftIndex(u64::MAX),
+            Some((rep, group)) => match rep.applied_index(*group) {
+                Some(applied) => RaftIndex(applied.0),
+                None => return Ok(strand_storage::RetentionOutcome::default()),
+            },
+        };
+        let Some(cut) = self.log.retention_due(max_index)? else {
+            return Ok(strand_storage::RetentionOutcome::default());
+        };
+        // Committed data: an unreplicated log's closed segments are durable, a replicated
+        // one's are applied through `max_index`.
+        self.checkpoint_through(cut.offset).await?;
+        match rep {
+            None => Ok(self.log.apply_retention_cut(cut).await?),
             Some((rep, group)) => {
-                if let Some(rep) = rep.upgrade() {
-                    rep.compact_for_retention(group, &self.log)?;
-                }
+                rep.compact_for_retention(group, strand_raft::RaftIndex(cut.through.0));
                 Ok(strand_storage::RetentionOutcome::default())
             }
         }
@@ -367,10 +391,11 @@ impl Partition {
     }
 
     /// Loads the partition-state checkpoint saved with the log (or starts from an empty
-    /// one) and rebuilds the live state from it: called once, when the partition opens.
-    pub async fn load_producer_state(&self) -> Result<(), StorageError> {
+    /// one) and rebuilds the live state from it: called once, when the partition opens
+    /// (`replicated`: it will be a Raft group's log; see `Checkpoint::load`).
+    pub async fn load_producer_state(&self, replicated: bool) -> Result<(), StorageError> {
         let with_records = self.topic == crate::group::OFFSETS_TOPIC;
-        *self.checkpoint.borrow_mut() = Checkpoint::load(&self.log, with_records);
+        *self.checkpoint.borrow_mut() = Checkpoint::load(&self.log, with_records, replicated);
         self.rebuild_producer_state().await
     }
 
@@ -421,20 +446,81 @@ impl Partition {
         self.checkpoint_mark_bytes.set(appended);
         let me = self.clone();
         crate::shard::spawn_local(async move {
-            let mut next = me.checkpoint.borrow().clone();
-            let moved = match next.advance(&me.log, committed_end).await {
-                Ok(_) => {
-                    *me.checkpoint.borrow_mut() = next.clone();
-                    next.save(me.log.dir()).await
-                }
-                Err(e) => Err(e),
-            };
-            if let Err(e) = moved {
+            if let Err(e) = me.advance_checkpoint(committed_end).await {
                 tracing::warn!(topic = %me.topic, partition = me.index, error = %e,
                     "partition-state checkpoint not moved; the next one retries");
             }
             me.checkpointing.set(false);
         });
+    }
+
+    /// Moves the checkpoint up to `committed_end` now (after a background move running)
+    /// and saves it; nothing when it is there already.
+    pub async fn checkpoint_through(&self, committed_end: KafkaOffset) -> Result<(), StorageError> {
+        self.lock_checkpoint().await;
+        let r = self.advance_checkpoint(committed_end).await;
+        self.checkpointing.set(false);
+        r
+    }
+
+    /// Waits until no checkpoint move runs, then marks one running (`checkpointing`: one
+    /// writer of the checkpoint and its file at a time); the caller clears it.
+    async fn lock_checkpoint(&self) {
+        while self.checkpointing.get() {
+            crate::shard::sleep(CHECKPOINT_LOCK_POLL).await;
+        }
+        self.checkpointing.set(true);
+    }
+
+    /// Replays the committed log up to `committed_end` into a copy of the checkpoint, then
+    /// keeps and saves it. The caller holds `checkpointing`.
+    async fn advance_checkpoint(&self, committed_end: KafkaOffset) -> Result<(), StorageError> {
+        if committed_end <= self.checkpoint.borrow().offset {
+            return Ok(());
+        }
+        let mut next = self.checkpoint.borrow().clone();
+        next.advance(&self.log, committed_end).await?;
+        *self.checkpoint.borrow_mut() = next.clone();
+        next.save(self.log.dir()).await
+    }
+
+    /// The checkpoint, for a snapshot of the compaction point to ship (`RaftLogStore`): it
+    /// covers the data before the point, since retention moves it first.
+    pub fn snapshot_state(&self) -> Bytes {
+        Bytes::from(self.checkpoint.borrow().encode())
+    }
+
+    /// Takes the checkpoint a leader's snapshot shipped (this follower's log is replaced by
+    /// one that starts after the leader's compaction point): checked like a saved one and
+    /// kept when it covers more than the one held, then saved. One that cannot be used is
+    /// logged and dropped (the state of the data before the point is then unknown here, as
+    /// before snapshots carried it); a failed save is logged and the next move saves it.
+    pub async fn adopt_checkpoint(&self, bytes: &[u8]) {
+        let with_records = self.topic == crate::group::OFFSETS_TOPIC;
+        let shipped = match Checkpoint::decode(bytes) {
+            Ok(c) if c.records.is_some() == with_records => c,
+            Ok(_) => {
+                tracing::warn!(topic = %self.topic, partition = self.index,
+                    "snapshot's partition state is of another kind of partition; dropped");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(topic = %self.topic, partition = self.index, error = %e,
+                    "snapshot's partition state refused");
+                return;
+            }
+        };
+        self.lock_checkpoint().await;
+        if shipped.offset > self.checkpoint.borrow().offset {
+            *self.checkpoint.borrow_mut() = shipped.clone();
+            match shipped.save(self.log.dir()).await {
+                Ok(()) => tracing::info!(topic = %self.topic, partition = self.index,
+                    offset = shipped.offset.0, "partition state taken from the leader's snapshot"),
+                Err(e) => tracing::warn!(topic = %self.topic, partition = self.index, error = %e,
+                    "snapshot's partition state not saved; the next checkpoint move saves it"),
+            }
+        }
+        self.checkpointing.set(false);
     }
 
     fn wait_durable(&self, index: RaftIndex) -> oneshot::Receiver<Result<(), KafkaError>> {
@@ -606,9 +692,13 @@ mod tests {
     }
 
     async fn open_topic(dir: &Path, topic: &str) -> Rc<Partition> {
+        open_with(dir, topic, LogConfig::default()).await
+    }
+
+    async fn open_with(dir: &Path, topic: &str, lc: LogConfig) -> Rc<Partition> {
         let lc = LogConfig {
             allow_buffered_io: true,
-            ..LogConfig::default()
+            ..lc
         };
         let cache = Rc::new(BatchCache::new(1 << 20));
         let log = Log::open(dir, lc, Rc::new(SystemClock), cache)
@@ -616,7 +706,9 @@ mod tests {
             .expect("open log");
         let metrics = Rc::new(crate::metrics::ShardMetrics::new(1));
         let part = Rc::new(Partition::new(topic.into(), 0, log, 1 << 20, metrics));
-        part.load_producer_state().await.expect("producer state");
+        part.load_producer_state(false)
+            .await
+            .expect("producer state");
         part
     }
 
@@ -654,7 +746,7 @@ mod tests {
             let (mut seq, mut first) = (0, 0);
             // Until a saved checkpoint covers producer 1's last batch (it moves in the
             // background once enough was appended).
-            while Checkpoint::load(part.log(), false).offset.0 <= first {
+            while Checkpoint::load(part.log(), false, false).offset.0 <= first {
                 assert!(seq < limit, "no checkpoint after {seq} batches");
                 first = produce(&part, 1, seq).await;
                 seq += 1;
@@ -688,6 +780,36 @@ mod tests {
                 "the empty one at log start"
             );
             retries_are_duplicates(&part, &last[1..]).await;
+        })
+        .expect("runtime");
+    }
+
+    /// Retention deletes the only batch of producer 1 long before a checkpoint would be
+    /// due by size: the checkpoint moves past the deleted data first, so producer 1's retry
+    /// is still a duplicate after a reopen.
+    #[test]
+    fn retention_moves_the_checkpoint_past_what_it_deletes() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("t-0");
+        let lc = LogConfig {
+            segment_bytes: 2 * VALUE_BYTES as u64,
+            retention_bytes: 4 * VALUE_BYTES as i64,
+            ..LogConfig::default()
+        };
+        strand_storage::io_runtime::block_on("partition-test", 1, async {
+            let part = open_with(&dir, "t", lc.clone()).await;
+            let first = produce(&part, 1, 0).await;
+            for seq in 0..12 {
+                produce(&part, 2, seq).await;
+            }
+            let out = part.apply_retention().await.expect("retention");
+            assert!(out.segments_deleted > 0);
+            assert!(part.log().log_start_offset().0 > first);
+            assert!(part.checkpoint.borrow().offset >= part.log().log_start_offset());
+            drop(part);
+
+            let part = open_with(&dir, "t", lc).await;
+            retries_are_duplicates(&part, &[(1, 0, first)]).await;
         })
         .expect("runtime");
     }
@@ -729,7 +851,7 @@ mod tests {
             let limit = 2 * CHECKPOINT_INTERVAL_BYTES as i64 / VALUE_BYTES as i64;
             let mut n = 0;
             // Commits of partitions 0..4 until a saved checkpoint covers them all.
-            while Checkpoint::load(part.log(), true).offset.0 < 4 || n < 4 {
+            while Checkpoint::load(part.log(), true, false).offset.0 < 4 || n < 4 {
                 assert!(n < limit, "no checkpoint after {n} commits");
                 part.produce(commit((n % 4) as i32, n), true)
                     .await

@@ -115,6 +115,9 @@ enum StartChange {
 pub struct PersistJob {
     part: Rc<Partition>,
     start: Option<StartChange>,
+    /// The partition state a snapshot shipped (`Partition::snapshot_state`), saved before
+    /// the journal records the restore (`take_before_state`).
+    shipped_state: Option<Bytes>,
     truncate_from: Option<RaftIndex>,
     entries: Vec<Entry>,
     state: Option<StateFile>,
@@ -134,6 +137,8 @@ pub struct RaftLogStore {
     applied: u64,
     mem: VecDeque<Entry>,
     staged_start: Option<StartChange>,
+    /// The partition state the staged restore's snapshot carried.
+    staged_shipped_state: Option<Bytes>,
     staged_truncate: Option<RaftIndex>,
     staged: Vec<Entry>,
     state_dirty: bool,
@@ -377,6 +382,7 @@ impl RaftLogStore {
             applied: resume,
             mem,
             staged_start: None,
+            staged_shipped_state: None,
             staged_truncate: None,
             staged: Vec::new(),
             state_dirty: false,
@@ -430,6 +436,7 @@ impl RaftLogStore {
         Some(PersistJob {
             part: self.part.clone(),
             start: self.staged_start.take(),
+            shipped_state: self.staged_shipped_state.take(),
             truncate_from: self.staged_truncate.take(),
             entries: std::mem::take(&mut self.staged),
             state,
@@ -482,6 +489,21 @@ impl PersistJob {
     /// The state this job makes durable, for the shard's journal (taken once).
     pub(crate) fn take_state(&mut self) -> Option<StateFile> {
         self.state.take()
+    }
+
+    /// Disk work that must be durable before the journal records this job's state (taken
+    /// once): the partition state a snapshot shipped, so that no restart finds the
+    /// restore's compaction point without the state of the data before it. A crash after
+    /// it and before the journal leaves the old log with a checkpoint past its end, which
+    /// a replicated partition accepts (it holds committed data only; see
+    /// `Checkpoint::load`), and the leader ships the snapshot again.
+    pub(crate) fn take_before_state(
+        &mut self,
+    ) -> Option<futures::future::LocalBoxFuture<'static, ()>> {
+        use futures::FutureExt;
+        let state = self.shipped_state.take().filter(|s| !s.is_empty())?;
+        let part = self.part.clone();
+        Some(async move { part.adopt_checkpoint(&state).await }.boxed_local())
     }
 
     /// Truncates, appends and fdatasyncs the log while `state_written` (the journal append
@@ -715,13 +737,21 @@ impl LogStore for RaftLogStore {
         Ok(())
     }
 
-    /// A snapshot is the compaction point alone: the data before it was deleted by
-    /// retention on the leader, so the follower keeps nothing of its own log and continues
-    /// after the point.
+    /// The partition's checkpoint (producers; an offsets partition's groups), which covers
+    /// at least the data before the compaction point (retention waits for it).
+    fn snapshot_state(&self) -> Bytes {
+        self.part.snapshot_state()
+    }
+
+    /// A snapshot is the compaction point and the leader's partition-state checkpoint: the
+    /// data before the point was deleted by retention on the leader, so the follower keeps
+    /// nothing of its own log, continues after the point, and takes its producers and
+    /// groups from the checkpoint (saved by the job, `take_before_state`).
     fn restore(
         &mut self,
         point: CompactionPoint,
         conf_state: &ConfState,
+        state: Bytes,
     ) -> Result<(), StoreError> {
         self.index = LogIndex::new(point);
         self.mem.clear();
@@ -731,6 +761,7 @@ impl LogStore for RaftLogStore {
         self.conf = conf_state.clone();
         self.hard.commit = self.hard.commit.max(point.index.0);
         self.staged_start = Some(StartChange::Restore(point));
+        self.staged_shipped_state = Some(state);
         self.state_dirty = true;
         Ok(())
     }
@@ -779,6 +810,9 @@ mod tests {
     async fn persist(s: &mut RaftLogStore) {
         let mut job = s.take_job().expect("something staged");
         let state = job.take_state();
+        if let Some(before) = job.take_before_state() {
+            before.await;
+        }
         let path = s.part.log().dir().join(STATE_FILE);
         let r = job
             .run(async move {
@@ -1053,6 +1087,13 @@ mod tests {
         .expect("executor");
     }
 
+    /// The partition state in `bytes` (a checkpoint file's): its offset and what it knows
+    /// of producer 7's batch of sequences 0..=4.
+    fn shipped_view(bytes: &[u8]) -> (i64, Option<crate::producer_state::Verdict>) {
+        let c = crate::checkpoint::Checkpoint::decode(bytes).expect("a checkpoint");
+        (c.offset.0, c.states.check(7, 0, 0, 4).ok())
+    }
+
     #[test]
     fn a_restored_snapshot_replaces_the_log_across_restarts() {
         let tmp = tempfile::tempdir().expect("tempdir");
@@ -1069,11 +1110,42 @@ mod tests {
         strand_storage::io_runtime::block_on("raft-store-test", 1, async {
             let mut s = open_with(&dir, small_segments()).await;
             fill(&mut s, 10).await;
-            s.restore(point, &conf).expect("restore");
+            // The leader's checkpoint: producer 7's batch at offset 92, covered through 95
+            // (past the point: the follower's log reaches it as entries follow).
+            let mut states = crate::producer_state::ProducerStates::default();
+            states.record(7, 0, 0, 4, 92);
+            let shipped = crate::checkpoint::Checkpoint {
+                offset: strand_storage::KafkaOffset(95),
+                states,
+                records: None,
+            };
+            s.restore(point, &conf, Bytes::from(shipped.encode()))
+                .expect("restore");
             persist(&mut s).await;
             assert_eq!(s.index().compaction_point(), point);
             assert_eq!(s.part.log().segment_count(), 0);
             assert_eq!(s.part.log().log_start_offset().0, 90);
+            let duplicate = Some(crate::producer_state::Verdict::Duplicate { base_offset: 92 });
+            assert_eq!(shipped_view(&s.snapshot_state()), (95, duplicate));
+            // A shipped state that is not a checkpoint, or is an offsets partition's (with
+            // records) for this one, changes nothing.
+            s.part.adopt_checkpoint(b"not a checkpoint").await;
+            let offsets_kind =
+                crate::checkpoint::Checkpoint::empty(strand_storage::KafkaOffset(99), true);
+            s.part.adopt_checkpoint(&offsets_kind.encode()).await;
+            assert_eq!(shipped_view(&s.snapshot_state()), (95, duplicate));
+        })
+        .expect("executor");
+        // Saved: a replicated partition takes it back though its log is behind it; an
+        // unreplicated one refuses it (its log lost durable data).
+        strand_storage::io_runtime::block_on("raft-store-test", 1, async {
+            let s = open_with(&dir, small_segments()).await;
+            s.part.load_producer_state(true).await.expect("state");
+            let duplicate = Some(crate::producer_state::Verdict::Duplicate { base_offset: 92 });
+            assert_eq!(shipped_view(&s.snapshot_state()), (95, duplicate));
+            s.part.load_producer_state(false).await.expect("state");
+            let unknown = Some(crate::producer_state::Verdict::Append);
+            assert_eq!(shipped_view(&s.snapshot_state()), (90, unknown));
         })
         .expect("executor");
         // Restarted before any entry followed the point: the empty log reopens at index 1

@@ -241,7 +241,7 @@ impl Shard {
             max_message,
             self.metrics.clone(),
         ));
-        part.load_producer_state().await?;
+        part.load_producer_state(self.clustered()).await?;
         if topic == crate::group::OFFSETS_TOPIC {
             self.load_groups(&part).await?;
         }

@@ -575,25 +575,19 @@ impl Replicator {
         self.answer_completions();
     }
 
-    /// Retention on a replicated log: the closed segments retention deletes now, and whose
-    /// entries this node has applied, leave the Raft log (the compaction point moves at the
-    /// start of the next turn, whose job persists it and then deletes them). A follower
-    /// that still needs them gets the point as a snapshot. Returns the index asked for.
-    pub fn compact_for_retention(
-        &self,
-        group: GroupId,
-        log: &strand_storage::Log,
-    ) -> anyhow::Result<Option<RaftIndex>> {
-        let Some(applied) = self.driver.borrow().applied_index(group) else {
-            return Ok(None);
-        };
-        let Some(through) = log.retention_point(strand_storage::RaftIndex(applied.0))? else {
-            return Ok(None);
-        };
-        let through = RaftIndex(through.0);
+    /// The index through which this node applied `group`'s entries (committed data only
+    /// up to there); `None` for a group this shard does not drive.
+    pub fn applied_index(&self, group: GroupId) -> Option<RaftIndex> {
+        self.driver.borrow().applied_index(group)
+    }
+
+    /// Retention on a replicated log: the closed segments through `through` (due, and
+    /// applied on this node: `applied_index`) leave the Raft log (the compaction point
+    /// moves at the start of the next turn, whose job persists it and then deletes them).
+    /// A follower that still needs them gets the point as a snapshot.
+    pub fn compact_for_retention(&self, group: GroupId, through: RaftIndex) {
         self.compactions.borrow_mut().push((group, through));
         self.wake();
-        Ok(Some(through))
     }
 
     /// Applies the compactions retention asked for; returns the groups whose stores now
@@ -816,7 +810,11 @@ impl Replicator {
             .iter_mut()
             .filter_map(|(g, j)| j.take_state().map(|s| (*g, s)))
             .collect();
-        let state_written = self.write_states(states);
+        let before: Vec<_> = jobs
+            .iter_mut()
+            .filter_map(|(_, j)| j.take_before_state())
+            .collect();
+        let state_written = self.write_states(states, before);
         {
             let mut persisting = self.persisting.borrow_mut();
             for (g, job) in jobs {
@@ -854,13 +852,23 @@ impl Replicator {
     }
 
     /// One journal append for the states of this turn's jobs; each job waits for it.
-    fn write_states(&self, states: Vec<(GroupId, crate::raft_store::StateFile)>) -> StateWritten {
+    /// Appends this turn's group states to the journal, after `before` (work the states
+    /// depend on: a restored snapshot's partition state) completed.
+    fn write_states(
+        &self,
+        states: Vec<(GroupId, crate::raft_store::StateFile)>,
+        before: Vec<futures::future::LocalBoxFuture<'static, ()>>,
+    ) -> StateWritten {
         use futures::FutureExt;
-        if states.is_empty() {
+        if states.is_empty() && before.is_empty() {
             return futures::future::ready(Ok(())).boxed_local().shared();
         }
         let journal = self.journal.clone();
         async move {
+            futures::future::join_all(before).await;
+            if states.is_empty() {
+                return Ok(());
+            }
             journal.append(states).await.map_err(|e| {
                 tracing::error!(error = %e, "raft journal append failed; its groups are fenced");
                 e.to_string()

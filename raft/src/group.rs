@@ -525,7 +525,8 @@ impl<S: LogStore> Group<S> {
         if !rd.snapshot().is_empty() {
             let restored = compaction_point_of(rd.snapshot()).and_then(|point| {
                 let conf_state = rd.snapshot().get_metadata().get_conf_state().clone();
-                self.store_mut().restore(point, &conf_state)?;
+                let state = crate::storage::snapshot_state(rd.snapshot());
+                self.store_mut().restore(point, &conf_state, state)?;
                 Ok(point)
             });
             match restored {

@@ -67,8 +67,19 @@ pub trait LogStore {
         None
     }
 
+    /// State kept beside the log that a snapshot of the compaction point ships to a
+    /// follower (`storage::SNAPSHOT_STATE_BYTES_MAX` at most; opaque to the driver). None by
+    /// default.
+    fn snapshot_state(&self) -> bytes::Bytes {
+        bytes::Bytes::new()
+    }
+
     /// Replaces the whole log by an empty one starting after `point` (a snapshot from the
-    /// leader); durable at the next `sync`.
-    fn restore(&mut self, point: CompactionPoint, conf_state: &ConfState)
-        -> Result<(), StoreError>;
+    /// leader, with the `state` the leader's store shipped); durable at the next `sync`.
+    fn restore(
+        &mut self,
+        point: CompactionPoint,
+        conf_state: &ConfState,
+        state: bytes::Bytes,
+    ) -> Result<(), StoreError>;
 }

@@ -288,6 +288,7 @@ impl LogStore for MemLogStore {
         &mut self,
         point: CompactionPoint,
         conf_state: &ConfState,
+        _state: bytes::Bytes,
     ) -> Result<(), StoreError> {
         self.index = LogIndex::new(point);
         self.live.entries.clear();

@@ -2,11 +2,13 @@
 //! Replication). Terms come from the in-memory `LogIndex`; entries from the store.
 //!
 //! Invariant: answers only what the store holds; raft-rs's unstable entries are not here
-//! until the driver appends them from a `Ready`. A snapshot is the compaction point alone
-//! (its data is the Kafka log start offset, 8 bytes big-endian): the partition log is the
-//! state machine, and a log is compacted only where retention deleted its data, so a
-//! follower that receives one drops its own log and starts there: there is nothing before
-//! the point to ship.
+//! until the driver appends them from a `Ready`. A snapshot is the compaction point and
+//! the store's state beside the log (its data: the Kafka log start offset, 8 bytes
+//! big-endian, then at most `SNAPSHOT_STATE_BYTES_MAX` bytes the store ships, opaque
+//! here): the partition log is the state machine, and a log is compacted only where
+//! retention deleted its data, so a follower that receives one drops its own log and
+//! starts there: there are no entries before the point to ship, only what the broker
+//! derived from them (its idempotent producers, an offsets partition's groups).
 
 use std::cell::RefCell;
 
@@ -18,8 +20,16 @@ use crate::log_index::CompactionPoint;
 use crate::log_store::LogStore;
 use crate::types::{KafkaOffset, RaftIndex, RaftTerm};
 
-/// Bytes of a snapshot's data: the Kafka offset after the compaction point.
+/// Bytes of a snapshot's data before the store's state: the Kafka offset after the
+/// compaction point.
 pub const SNAPSHOT_DATA_BYTES: usize = 8;
+
+/// Most bytes of store state a snapshot carries. A store with more ships none (it says
+/// so); the frame limit (`rpc::RPC_FRAME_BYTES_MAX`) must hold it with room to spare.
+pub const SNAPSHOT_STATE_BYTES_MAX: usize = 32 * 1024 * 1024;
+const _: () = assert!(
+    SNAPSHOT_DATA_BYTES + SNAPSHOT_STATE_BYTES_MAX + 1024 * 1024 <= crate::rpc::RPC_FRAME_BYTES_MAX
+);
 
 /// A read raft-rs is waiting for: entries `lo..hi` (to send to a follower), and the
 /// context to hand back through `RawNode::on_entries_fetched` once the store has them.
@@ -90,18 +100,32 @@ fn to_raft(e: StoreError) -> raft::Error {
     }
 }
 
+/// The store state a snapshot carries after its compaction point (empty when none; call
+/// after `compaction_point_of` accepted it).
+pub fn snapshot_state(snapshot: &Snapshot) -> bytes::Bytes {
+    snapshot
+        .data
+        .get(SNAPSHOT_DATA_BYTES..)
+        .map_or_else(bytes::Bytes::new, |_| {
+            snapshot.data.slice(SNAPSHOT_DATA_BYTES..)
+        })
+}
+
 /// Decodes a snapshot into the compaction point it carries.
 pub fn compaction_point_of(snapshot: &Snapshot) -> Result<CompactionPoint, StoreError> {
     let meta = snapshot.get_metadata();
     let malformed = StoreError::MalformedEntry {
         index: RaftIndex(meta.index),
-        why: "snapshot data is not an 8-byte non-negative kafka offset",
+        why: "snapshot data is not a non-negative kafka offset and at most SNAPSHOT_STATE_BYTES_MAX of state",
     };
-    let bytes: [u8; SNAPSHOT_DATA_BYTES] = snapshot
-        .data
-        .as_ref()
-        .try_into()
-        .map_err(|_| malformed.clone())?;
+    let data = snapshot.data.as_ref();
+    if data.len() > SNAPSHOT_DATA_BYTES + SNAPSHOT_STATE_BYTES_MAX {
+        return Err(malformed);
+    }
+    let bytes: [u8; SNAPSHOT_DATA_BYTES] = data
+        .get(..SNAPSHOT_DATA_BYTES)
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(|| malformed.clone())?;
     let kafka_end = i64::from_be_bytes(bytes);
     if kafka_end < 0 {
         return Err(malformed);
@@ -178,8 +202,20 @@ impl<S: LogStore> Storage for GroupStorage<S> {
                 raft::StorageError::SnapshotTemporarilyUnavailable,
             ));
         }
+        let state = self.store.snapshot_state();
+        let mut data = Vec::with_capacity(SNAPSHOT_DATA_BYTES + state.len());
+        data.extend_from_slice(&point.kafka_end.0.to_be_bytes());
+        if state.len() <= SNAPSHOT_STATE_BYTES_MAX {
+            data.extend_from_slice(&state);
+        } else {
+            tracing::warn!(
+                state_bytes = state.len(),
+                limit = SNAPSHOT_STATE_BYTES_MAX,
+                "snapshot ships without the store's state: it is over the limit"
+            );
+        }
         let mut snapshot = Snapshot {
-            data: point.kafka_end.0.to_be_bytes().to_vec().into(),
+            data: data.into(),
             ..Snapshot::default()
         };
         let meta = snapshot.mut_metadata();
@@ -236,5 +272,41 @@ mod tests {
         let snap = gs.snapshot(2, 4).expect("a simple configuration");
         assert_eq!(snap.get_metadata().index, 2);
         assert_eq!(snap.get_metadata().get_conf_state().voters, vec![2, 3, 4]);
+        // A store without state beside its log ships the point alone.
+        assert_eq!(snap.data.len(), SNAPSHOT_DATA_BYTES);
+        assert!(snapshot_state(&snap).is_empty());
+    }
+
+    /// A snapshot's data is the Kafka offset after the point, then the store's state (at
+    /// most `SNAPSHOT_STATE_BYTES_MAX`); anything else is refused as a peer's bad input.
+    #[test]
+    fn snapshot_data_is_the_offset_then_at_most_the_state_limit() {
+        let snap = |data: Vec<u8>| {
+            let mut s = Snapshot {
+                data: data.into(),
+                ..Snapshot::default()
+            };
+            s.mut_metadata().index = 7;
+            s.mut_metadata().term = 2;
+            s
+        };
+        let mut data = 42i64.to_be_bytes().to_vec();
+        data.extend_from_slice(b"state");
+        let s = snap(data);
+        let point = compaction_point_of(&s).expect("offset and state");
+        assert_eq!(
+            (point.index, point.term, point.kafka_end),
+            (RaftIndex(7), RaftTerm(2), KafkaOffset(42))
+        );
+        assert_eq!(&snapshot_state(&s)[..], b"state");
+        for bad in [
+            vec![0; SNAPSHOT_DATA_BYTES - 1],
+            (-1i64).to_be_bytes().to_vec(),
+            vec![0; SNAPSHOT_DATA_BYTES + SNAPSHOT_STATE_BYTES_MAX + 1],
+        ] {
+            assert!(compaction_point_of(&snap(bad)).is_err());
+        }
+        let largest = snap(vec![0; SNAPSHOT_DATA_BYTES + SNAPSHOT_STATE_BYTES_MAX]);
+        assert_eq!(snapshot_state(&largest).len(), SNAPSHOT_STATE_BYTES_MAX);
     }
 }

@@ -29,5 +29,5 @@ pub use frame::{FrameHeader, FrameKind};
 pub use log::{AppendEntry, Appended, Durable, Log, LogStats};
 pub use log_flush::{FlushJob, FlushOutcome};
 pub use log_read::{LogFrame, ReadBatches};
-pub use log_truncate::RetentionOutcome;
+pub use log_truncate::{RetentionCut, RetentionOutcome};
 pub use types::{FilePos, KafkaOffset, RaftIndex, RaftTerm};

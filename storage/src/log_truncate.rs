@@ -25,6 +25,16 @@ pub struct RetentionOutcome {
     pub bytes_deleted: u64,
 }
 
+/// What retention would delete now: the closed segments before `offset` (the new log
+/// start offset), whose entries end at Raft index `through`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetentionCut {
+    /// The log start offset after the cut: the next offset of the last segment deleted.
+    pub offset: KafkaOffset,
+    /// The last Raft index of the last segment deleted.
+    pub through: RaftIndex,
+}
+
 impl Log {
     /// Removes every entry with Raft index >= `from`. No flush may be in flight.
     pub async fn truncate_suffix(&self, from: RaftIndex) -> Result<(), StorageError> {
@@ -274,11 +284,32 @@ impl Log {
 
     /// Applies `retention.ms` and `retention.bytes` to closed segments, oldest first.
     pub async fn apply_retention(&self) -> Result<RetentionOutcome, StorageError> {
-        let Some((offset, _)) = self.retention_cut(RaftIndex(u64::MAX))? else {
-            return Ok(RetentionOutcome::default());
-        };
-        self.move_start_and_delete(offset, RaftIndex(u64::MAX))
-            .await
+        match self.retention_due(RaftIndex(u64::MAX))? {
+            Some(cut) => self.apply_retention_cut(cut).await,
+            None => Ok(RetentionOutcome::default()),
+        }
+    }
+
+    /// The closed segments `retention.ms` and `retention.bytes` would delete now, oldest
+    /// first, none with an entry past `max_index`; `None` when nothing is due. The caller
+    /// may act before deleting them (`apply_retention_cut`), e.g. save the state their
+    /// records built.
+    pub fn retention_due(
+        &self,
+        max_index: RaftIndex,
+    ) -> Result<Option<RetentionCut>, StorageError> {
+        Ok(self
+            .retention_cut(max_index)?
+            .map(|(offset, through)| RetentionCut { offset, through }))
+    }
+
+    /// Moves the log start offset to `cut.offset` and deletes the closed segments below it
+    /// (an unreplicated log; a replicated one moves its Raft compaction point first).
+    pub async fn apply_retention_cut(
+        &self,
+        cut: RetentionCut,
+    ) -> Result<RetentionOutcome, StorageError> {
+        self.move_start_and_delete(cut.offset, cut.through).await
     }
 
     /// For a replicated log, whose Raft compaction point must move (durably) before its

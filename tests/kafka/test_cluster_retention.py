@@ -9,20 +9,26 @@ follower returns, catches up from the point, and then carries the partition's qu
 while the old leader is down. Reads through every node see dense offsets from the log
 start, each value the one acknowledged at that offset.
 
+The snapshot also carries the leader's partition-state checkpoint (its idempotent
+producers; an offsets partition's groups), which retention moves past the data it
+deletes first: a replica restored from a snapshot that then leads still knows a producer
+whose only batch was deleted, and answers that batch's retry with its original offset.
+
 DeleteRecords goes through the Raft log (a log start entry every replica applies), so the
 log start offset it set holds after the leader that answered it is killed.
 """
 
 from __future__ import annotations
 
+import socket
 import struct
 import time
 
 import pytest
 
-from cluster_harness import Cluster
+from cluster_harness import Cluster, _Reader
 from jepsen_check import OK, Write, check
-from strand_harness import need_module, wait_until
+from strand_harness import frame, need_module, recv_response, wait_until
 from test_cluster import ck, gauge, owned_cluster, producer_config  # noqa: F401 (ck: fixture)
 
 TOPIC = "retained"
@@ -117,9 +123,9 @@ def _read_once(ck, bootstrap: str, topic: str, deadline: float) -> tuple[int, li
     return lo, out
 
 
-def log_start(cluster: Cluster, node: int) -> int:
-    """The node's persisted log start offset of the partition (0 when none): i64 LE + crc."""
-    path = cluster[node].data_dir / f"{TOPIC}-0" / "log-start-offset"
+def log_start(cluster: Cluster, node: int, topic: str = TOPIC) -> int:
+    """The node's persisted log start offset of partition 0 (0 when none): i64 LE + crc."""
+    path = cluster[node].data_dir / f"{topic}-0" / "log-start-offset"
     try:
         return struct.unpack("<q", path.read_bytes()[:8])[0]
     except (OSError, struct.error):
@@ -186,6 +192,92 @@ def test_a_follower_behind_the_leaders_retention_installs_its_compaction_point(c
     wait_until(lambda: all(gauge(cluster, n, "strand_under_replicated_partitions") == 0
                            for n in sorted(cluster.nodes)),
                DEADLINE_S, "every replica in sync again")
+
+
+INIT_PRODUCER_ID, PRODUCE = 22, 0
+
+
+def raw_request(bootstrap: str, api_key: int, version: int, body: bytes) -> _Reader:
+    host, port = bootstrap.split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(frame(api_key, version, 1, body))
+        r = _Reader(recv_response(s))
+    assert r.take("i") == 1, "correlation id"
+    return r
+
+
+def init_producer_id(bootstrap: str) -> tuple[int, int]:
+    """InitProducerId v0 without a transactional id: (producer id, epoch)."""
+    r = raw_request(bootstrap, INIT_PRODUCER_ID, 0, struct.pack(">hi", -1, 30000))
+    _throttle, error, pid, epoch = r.take("ihqh")
+    assert error == 0, f"InitProducerId error {error}"
+    return pid, epoch
+
+
+def produce_idempotent(bootstrap: str, topic: str, pid: int, epoch: int, seq: int,
+                       value: bytes) -> tuple[int, int]:
+    """Produce v3, acks=all, of one batch with these idempotence fields to partition 0:
+    (error code, base offset)."""
+    records = need_module("kafka.record.default_records")
+    b = records.DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+                                          producer_id=pid, producer_epoch=epoch,
+                                          base_sequence=seq, batch_size=1 << 20)
+    b.append(0, timestamp=int(time.time() * 1000), key=None, value=value, headers=[])
+    batch = bytes(b.build())
+    name = topic.encode()
+    body = (struct.pack(">hhi", -1, -1, 30000) + struct.pack(">i", 1)
+            + struct.pack(">h", len(name)) + name + struct.pack(">i", 1)
+            + struct.pack(">ii", 0, len(batch)) + batch)
+    r = raw_request(bootstrap, PRODUCE, 3, body)
+    assert r.take("i") == 1, "one topic"
+    r.string()
+    assert r.take("i") == 1, "one partition"
+    _partition, error, base_offset, _append_time = r.take("ihqq")
+    return error, base_offset
+
+
+def test_a_replica_restored_from_a_snapshot_keeps_the_producers_before_it(ck, cluster):
+    """A producer's only batch is deleted by retention while the preferred leader is down;
+    that node returns behind the compaction point (a snapshot), gets the leadership back
+    (leaders return to preferred replicas) and must still know the producer: the batch's
+    retry is a duplicate, answered with its original offset, and not written again."""
+    topic = "restored-producers"
+    admin = need_module("confluent_kafka.admin")
+    a = admin.AdminClient({"bootstrap.servers": cluster.bootstrap()})
+    new = admin.NewTopic(topic, num_partitions=1, replication_factor=3,
+                         config={"segment.bytes": str(SEGMENT_BYTES),
+                                 "retention.bytes": str(RETENTION_BYTES)})
+    a.create_topics([new])[topic].result(30)
+    preferred = cluster.metadata(1).topics[topic][0].replicas[0]
+    # The balancer hands a new topic's leadership to its preferred replica (every 10 s).
+    wait_until(lambda: cluster.leader_of(topic, 0) == preferred, DEADLINE_S,
+               f"node {preferred} (the preferred replica) to lead")
+    pid, epoch = init_producer_id(cluster[preferred].bootstrap)
+    error, original = produce_idempotent(cluster[preferred].bootstrap, topic, pid, epoch, 0,
+                                         b"the only batch of this producer")
+    assert error == 0, f"produce error {error}"
+
+    cluster.kill9(preferred)
+    others = [n for n in sorted(cluster.nodes) if n != preferred]
+    cluster.wait_leader(topic, 0, exclude=(preferred,), timeout=DEADLINE_S)
+    produce(ck, cluster.bootstrap(others), 0, RECORDS, topic)
+    wait_until(lambda: all(log_start(cluster, n, topic) > original + 1 for n in others),
+               DEADLINE_S, "retention on the other nodes to delete the producer's batch")
+
+    cluster.restart(preferred)
+    # Only the leader's compaction point (a snapshot) moves this node's start.
+    wait_until(lambda: log_start(cluster, preferred, topic) > original + 1,
+               DEADLINE_S, f"node {preferred} to install the leader's compaction point")
+    wait_until(lambda: cluster.leader_of(topic, 0) == preferred, DEADLINE_S,
+               f"the leadership to return to node {preferred}")
+    hw_before = watermarks(ck, cluster[preferred].bootstrap, topic)[1]
+    error, offset = wait_until(
+        lambda: (r := produce_idempotent(cluster[preferred].bootstrap, topic, pid, epoch, 0,
+                                         b"the only batch of this producer"))[0] == 0 and r,
+        DEADLINE_S, f"node {preferred} to answer the retry")
+    assert offset == original, (
+        f"the retry was written again at {offset}: the restored leader forgot producer {pid}")
+    assert watermarks(ck, cluster[preferred].bootstrap, topic)[1] == hw_before
 
 
 def test_delete_records_on_a_replicated_topic_holds_after_a_failover(ck, cluster):
