@@ -123,9 +123,9 @@ def _read_once(ck, bootstrap: str, topic: str, deadline: float) -> tuple[int, li
     return lo, out
 
 
-def log_start(cluster: Cluster, node: int, topic: str = TOPIC) -> int:
-    """The node's persisted log start offset of partition 0 (0 when none): i64 LE + crc."""
-    path = cluster[node].data_dir / f"{topic}-0" / "log-start-offset"
+def log_start(cluster: Cluster, node: int, topic: str = TOPIC, partition: int = 0) -> int:
+    """The node's persisted log start offset of the partition (0 when none): i64 LE + crc."""
+    path = cluster[node].data_dir / f"{topic}-{partition}" / "log-start-offset"
     try:
         return struct.unpack("<q", path.read_bytes()[:8])[0]
     except (OSError, struct.error):
@@ -278,6 +278,90 @@ def test_a_replica_restored_from_a_snapshot_keeps_the_producers_before_it(ck, cl
     assert offset == original, (
         f"the retry was written again at {offset}: the restored leader forgot producer {pid}")
     assert watermarks(ck, cluster[preferred].bootstrap, topic)[1] == hw_before
+
+
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+def offsets_partition(group: str, partitions: int) -> int:
+    """The `__consumer_offsets` partition of `group` (Kafka: Java's String.hashCode of the
+    group id, sign bit cleared, modulo the partition count; ASCII ids here)."""
+    h = 0
+    for c in group.encode():
+        h = (31 * h + c) & 0xFFFFFFFF
+    return (h & 0x7FFFFFFF) % partitions
+
+
+def test_a_coordinator_restored_from_a_snapshot_keeps_the_groups_before_it(ck, cluster):
+    """A group's only commit is deleted by retention on its `__consumer_offsets` partition
+    while that partition's preferred leader is down; the node returns behind the
+    compaction point (a snapshot), becomes the coordinator again and still answers the
+    group's committed offset and metadata."""
+    admin = need_module("confluent_kafka.admin")
+    topic = "restored-groups"
+    a = admin.AdminClient({"bootstrap.servers": cluster.bootstrap()})
+    a.create_topics([admin.NewTopic(topic, num_partitions=1, replication_factor=3)])[topic].result(30)
+    offsets_meta = cluster.metadata(1).topics[OFFSETS_TOPIC]
+    old = "g-old"
+    p = offsets_partition(old, len(offsets_meta))
+    filler = next(g for g in (f"g-filler-{i}" for i in range(100_000))
+                  if offsets_partition(g, len(offsets_meta)) == p)
+    small = [admin.ConfigEntry(k, str(v), incremental_operation=admin.AlterConfigOpType.SET)
+             for k, v in (("segment.bytes", SEGMENT_BYTES), ("retention.bytes", RETENTION_BYTES))]
+    resource = admin.ConfigResource(admin.ResourceType.TOPIC, OFFSETS_TOPIC,
+                                    incremental_configs=small)
+    for f in a.incremental_alter_configs([resource]).values():
+        f.result(30)
+    preferred = offsets_meta[p].replicas[0]
+    wait_until(lambda: cluster.leader_of(OFFSETS_TOPIC, p) == preferred, DEADLINE_S,
+               f"node {preferred} (the preferred replica) to lead {OFFSETS_TOPIC}/{p}")
+
+    cluster.kill9(preferred)
+    others = [n for n in sorted(cluster.nodes) if n != preferred]
+    cluster.wait_leader(OFFSETS_TOPIC, p, exclude=(preferred,), timeout=DEADLINE_S)
+
+    def consumer(group: str):
+        return ck.Consumer({"bootstrap.servers": cluster.bootstrap(others), "group.id": group,
+                            "enable.auto.commit": False})
+
+    def commit(c, offset: int, metadata: str):
+        def once():
+            try:
+                c.commit(offsets=[ck.TopicPartition(topic, 0, offset, metadata)],
+                         asynchronous=False)
+                return True
+            except ck.KafkaException:
+                return False  # the coordinator moved or is loading: looked up again
+        wait_until(once, DEADLINE_S, f"a commit of offset {offset}")
+
+    c = consumer(old)
+    try:
+        commit(c, 42, "kept")
+    finally:
+        c.close()
+    c = consumer(filler)
+    try:
+        for i in range(RECORDS):
+            commit(c, i, "m" * VALUE_BYTES)
+    finally:
+        c.close()
+    wait_until(lambda: all(log_start(cluster, n, OFFSETS_TOPIC, p) > 10 for n in others),
+               DEADLINE_S, "retention on the other nodes to delete the old group's commit")
+
+    cluster.restart(preferred)
+    wait_until(lambda: log_start(cluster, preferred, OFFSETS_TOPIC, p) > 10, DEADLINE_S,
+               f"node {preferred} to install the leader's compaction point")
+    wait_until(lambda: cluster.leader_of(OFFSETS_TOPIC, p) == preferred, DEADLINE_S,
+               f"the coordination of {old} to return to node {preferred}")
+    fresh = ck.Consumer({"bootstrap.servers": cluster.bootstrap(), "group.id": old,
+                         "enable.auto.commit": False})
+    try:
+        got = wait_until(lambda: fresh.committed([ck.TopicPartition(topic, 0)], timeout=10),
+                         DEADLINE_S, "the restored coordinator to answer OffsetFetch")
+    finally:
+        fresh.close()
+    assert [(tp.offset, tp.metadata) for tp in got] == [(42, "kept")], (
+        f"node {preferred} lost {old}'s commit with the snapshot")
 
 
 def test_delete_records_on_a_replicated_topic_holds_after_a_failover(ck, cluster):
