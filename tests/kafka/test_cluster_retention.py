@@ -48,6 +48,16 @@ def cluster(request):
         yield c
 
 
+def create_retained_topic(cluster: Cluster, topic: str):
+    """One partition, replication factor 3, SEGMENT_BYTES segments, RETENTION_BYTES kept."""
+    admin = need_module("confluent_kafka.admin")
+    a = admin.AdminClient({"bootstrap.servers": cluster.bootstrap()})
+    new = admin.NewTopic(topic, num_partitions=1, replication_factor=3,
+                         config={"segment.bytes": str(SEGMENT_BYTES),
+                                 "retention.bytes": str(RETENTION_BYTES)})
+    a.create_topics([new])[topic].result(30)
+
+
 def produce(ck, bootstrap: str, start: int, count: int, topic: str = TOPIC) -> dict[bytes, int]:
     """`count` values, one batch each, acks=all; returns value -> acknowledged offset."""
     p = ck.Producer(producer_config(bootstrap, **{"linger.ms": 0, "batch.num.messages": 1}))
@@ -141,12 +151,7 @@ SEGMENTS_KEPT_MAX = RETENTION_BYTES // SEGMENT_BYTES + 4
 
 
 def test_a_follower_behind_the_leaders_retention_installs_its_compaction_point(ck, cluster):
-    admin = need_module("confluent_kafka.admin")
-    a = admin.AdminClient({"bootstrap.servers": cluster.bootstrap()})
-    new = admin.NewTopic(TOPIC, num_partitions=1, replication_factor=3,
-                         config={"segment.bytes": str(SEGMENT_BYTES),
-                                 "retention.bytes": str(RETENTION_BYTES)})
-    a.create_topics([new])[TOPIC].result(30)
+    create_retained_topic(cluster, TOPIC)
     leader = cluster.wait_leader(TOPIC, 0)
     behind, other = [n for n in sorted(cluster.nodes) if n != leader]
 
@@ -242,12 +247,7 @@ def test_a_replica_restored_from_a_snapshot_keeps_the_producers_before_it(ck, cl
     (leaders return to preferred replicas) and must still know the producer: the batch's
     retry is a duplicate, answered with its original offset, and not written again."""
     topic = "restored-producers"
-    admin = need_module("confluent_kafka.admin")
-    a = admin.AdminClient({"bootstrap.servers": cluster.bootstrap()})
-    new = admin.NewTopic(topic, num_partitions=1, replication_factor=3,
-                         config={"segment.bytes": str(SEGMENT_BYTES),
-                                 "retention.bytes": str(RETENTION_BYTES)})
-    a.create_topics([new])[topic].result(30)
+    create_retained_topic(cluster, topic)
     preferred = cluster.metadata(1).topics[topic][0].replicas[0]
     # The balancer hands a new topic's leadership to its preferred replica (every 10 s).
     wait_until(lambda: cluster.leader_of(topic, 0) == preferred, DEADLINE_S,
