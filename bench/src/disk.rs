@@ -63,6 +63,9 @@ pub(crate) struct Physics {
     pub(crate) read_mib_s: f64,
     /// (append size in bytes, write+fdatasync latency).
     pub(crate) sync: Vec<(usize, Latency)>,
+    /// write+fdatasync latency of the smallest size into blocks written with zeros first
+    /// (no extent to convert: what the broker's flushes meet, `ZERO_AHEAD_BYTES`).
+    pub(crate) sync_zeroed: Option<(usize, Latency)>,
 }
 
 /// What the raw measurement does.
@@ -255,22 +258,51 @@ async fn measure_physics(
         } else {
             args.sync_samples
         };
-        sync.push((size, sync_latency(work, size, samples.max(1)).await?));
+        sync.push((size, sync_latency(work, size, samples.max(1), false).await?));
     }
+    let sync_zeroed = match sizes.first() {
+        Some(&size) => Some((
+            size,
+            sync_latency(work, size, args.sync_samples.max(1), true).await?,
+        )),
+        None => None,
+    };
     Ok(Physics {
         write_mib_s,
         read_mib_s,
         sync,
+        sync_zeroed,
     })
 }
 
-/// Appends of `size` bytes at increasing positions, each followed by fdatasync.
-async fn sync_latency(work: &Path, size: usize, samples: usize) -> anyhow::Result<Latency> {
+/// Appends of `size` bytes at increasing positions, each followed by fdatasync, into
+/// `fallocate`d space, or (`zeroed`) into blocks written with zeros and synced first.
+async fn sync_latency(
+    work: &Path,
+    size: usize,
+    samples: usize,
+    zeroed: bool,
+) -> anyhow::Result<Latency> {
     let path = work.join(format!("raw-sync-{size}"));
     let file = SegmentFile::create(&path, WriteSync::Fdatasync).await?;
-    file.preallocate((size * samples) as u64)
+    let total = (size * samples) as u64;
+    file.preallocate(total)
         .await
         .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    if zeroed {
+        let zeros = vec![0u8; 1 << 20];
+        let mut pos = 0;
+        while pos < total {
+            let n = (total - pos).min(zeros.len() as u64).next_multiple_of(4096);
+            file.write_aligned(pos, &zeros[..n as usize])
+                .await
+                .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+            pos += n;
+        }
+        file.fdatasync()
+            .await
+            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    }
     let data = vec![0x5Au8; size];
     let mut lat = Latency::new();
     for i in 0..samples {

@@ -15,6 +15,19 @@ pub const RETENTION_MS_DEFAULT: i64 = 7 * 24 * 3600 * 1000;
 pub const INDEX_INTERVAL_BYTES: u64 = 4096;
 /// Step by which the active segment is `fallocate`d ahead of the write position.
 pub const PREALLOCATE_STEP_BYTES: u64 = 32 * 1024 * 1024;
+/// Bytes of the active segment's preallocated space written with zeros ahead of its data
+/// (once it holds `ZERO_AHEAD_MIN_SEGMENT_BYTES`), beside a flush's write. `fallocate`
+/// leaves unwritten extents, and an O_DSYNC write into one must also make its conversion
+/// to written durable (on ext4 a journal commit per write); a write into zeroed blocks
+/// does not. Measured on ext4/virtio: 4 KiB O_DSYNC writes p50 215 -> 112..143 us.
+pub const ZERO_AHEAD_BYTES: u64 = 256 * 1024;
+/// Zeros go ahead only beside flushes of at most this many bytes: a larger write
+/// amortizes its conversion, and on a throughput-bound disk zeros would double the bytes
+/// written.
+pub const ZERO_AHEAD_FLUSH_BYTES_MAX: u64 = 64 * 1024;
+/// A segment is zeroed ahead only from this size on: idle partitions (a Raft no-op each)
+/// write no zeros.
+pub const ZERO_AHEAD_MIN_SEGMENT_BYTES: u64 = 64 * 1024;
 /// First preallocation of a segment; it doubles as the segment grows, up to the step.
 /// Small, because every idle partition holds one: 10,000 partitions hold 640 MiB.
 pub const PREALLOCATE_MIN_BYTES: u64 = 64 * 1024;

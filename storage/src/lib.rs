@@ -23,7 +23,7 @@ pub mod segment;
 pub mod types;
 
 pub use cache::{BatchCache, CacheStats, BATCH_CACHE_BYTES_DEFAULT};
-pub use config::{Clock, LogConfig, SystemClock};
+pub use config::{Clock, LogConfig, SystemClock, ZERO_AHEAD_MIN_SEGMENT_BYTES};
 pub use error::StorageError;
 pub use frame::{FrameHeader, FrameKind};
 pub use log::{AppendEntry, Appended, Durable, Log, LogStats};

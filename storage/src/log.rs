@@ -40,6 +40,9 @@ pub(crate) struct Tail {
     pub(crate) base_pos: u64,
     pub(crate) flushed_pos: u64,
     pub(crate) preallocated_to: u64,
+    /// File bytes before this are written blocks (data or zeros): a durable write there
+    /// changes no extent (see `config::ZERO_AHEAD_BYTES`).
+    pub(crate) zeroed_to: u64,
 }
 
 /// A segment and its I/O state.

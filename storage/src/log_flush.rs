@@ -13,7 +13,10 @@
 use std::path::PathBuf;
 use std::rc::Rc;
 
-use crate::config::PREALLOCATE_MIN_BYTES;
+use crate::config::{
+    PREALLOCATE_MIN_BYTES, ZERO_AHEAD_BYTES, ZERO_AHEAD_FLUSH_BYTES_MAX,
+    ZERO_AHEAD_MIN_SEGMENT_BYTES,
+};
 use crate::error::StorageError;
 use crate::io::{self, align_down, align_up, IoFault, SegmentFile, SharedFile, WriteSync};
 use crate::log::{Durable, Log};
@@ -28,6 +31,9 @@ struct WriteOp {
     data: Vec<u8>,
     target_pos: u64,
     preallocate_to: Option<u64>,
+    /// Preallocated bytes `[from, to)` after the data to write with zeros (never
+    /// overlapping the data write).
+    zero: Option<(u64, u64)>,
     finalize: Option<(u64, Vec<u8>, Vec<u8>)>,
     last_index: RaftIndex,
     next_offset: KafkaOffset,
@@ -39,6 +45,8 @@ struct DoneOp {
     file: SharedFile,
     target_pos: u64,
     preallocated_to: u64,
+    /// End of the written blocks (data, and zeros when their write succeeded).
+    zeroed_to: u64,
     finalized: bool,
     last_index: RaftIndex,
     next_offset: KafkaOffset,
@@ -97,6 +105,20 @@ impl Log {
             let preallocate_to =
                 (pending && !seg.closed && step > 0 && want > tail.preallocated_to)
                     .then(|| want.div_ceil(step_now) * step_now);
+            // Only for small flushes (latency-bound; a large write amortizes its
+            // conversion, and zeros would double a throughput-bound disk's writes).
+            let zero = (pending
+                && !seg.closed
+                && step > 0
+                && want >= ZERO_AHEAD_MIN_SEGMENT_BYTES
+                && want - tail.base_pos <= ZERO_AHEAD_FLUSH_BYTES_MAX
+                && tail.zeroed_to < want + ZERO_AHEAD_BYTES / 2)
+                .then(|| {
+                    let from = tail.zeroed_to.max(want);
+                    let end = preallocate_to.unwrap_or(tail.preallocated_to);
+                    (from, (from + ZERO_AHEAD_BYTES).min(end))
+                })
+                .filter(|(from, to)| to > from);
             ops.push(WriteOp {
                 key: seg.meta.name.raft_base_index,
                 path: seg.path(&self.dir),
@@ -105,6 +127,7 @@ impl Log {
                 data,
                 target_pos: size,
                 preallocate_to,
+                zero,
                 finalize,
                 last_index: seg.meta.last_index.unwrap_or(RaftIndex(0)),
                 next_offset: seg.meta.next_offset,
@@ -135,6 +158,7 @@ impl Log {
                 file,
                 target_pos,
                 preallocated_to: prealloc,
+                zeroed_to,
                 finalized,
                 ..
             } = done;
@@ -168,6 +192,7 @@ impl Log {
             );
             tail.flushed_pos = target_pos;
             tail.preallocated_to = tail.preallocated_to.max(prealloc);
+            tail.zeroed_to = tail.zeroed_to.max(zeroed_to);
             // A closed, fully flushed segment is never written again, so its buffer can go;
             // otherwise keep the partial last page for the next aligned rewrite.
             let done = seg.closed && target_pos == seg.meta.size_bytes;
@@ -234,11 +259,12 @@ impl FlushJob {
         };
         for op in self.ops {
             match run_op(&self.dir, &op, &mut out).await {
-                Ok((file, preallocated_to, finalized)) => out.done.push(DoneOp {
+                Ok((file, preallocated_to, zeroed_to, finalized)) => out.done.push(DoneOp {
                     key: op.key,
                     file,
                     target_pos: op.target_pos,
                     preallocated_to,
+                    zeroed_to,
                     finalized,
                     last_index: op.last_index,
                     next_offset: op.next_offset,
@@ -257,7 +283,7 @@ async fn run_op(
     dir: &std::path::Path,
     op: &WriteOp,
     out: &mut FlushOutcome,
-) -> Result<(SharedFile, u64, bool), IoFault> {
+) -> Result<(SharedFile, u64, u64, bool), IoFault> {
     let file = match &op.file {
         Some(f) => f.clone(),
         None => {
@@ -276,17 +302,43 @@ async fn run_op(
             Err(e) => tracing::debug!(path = %op.path.display(), ?e, "preallocation failed"),
         }
     }
-    if !op.data.is_empty() {
-        file.write_durable(op.pos, &op.data).await?;
+    // The zeros go beside the data write (after its end), so they cost it no wait of its
+    // own; a failed zero write only leaves those blocks unwritten.
+    let data = async {
+        if op.data.is_empty() {
+            return Ok(false);
+        }
+        file.write_durable(op.pos, &op.data).await.map(|()| true)
+    };
+    // Zeros only into space this op's preallocation (if it had one) reserved: they must
+    // not take the blocks a data write on a full disk needs.
+    let zero = op
+        .zero
+        .filter(|_| op.preallocate_to.is_none() || prealloc > 0);
+    let zeros = async {
+        let (from, to) = zero?;
+        let zeros = vec![0u8; usize::try_from(to - from).ok()?];
+        match file.write_aligned(from, &zeros).await {
+            Ok(()) => Some(to),
+            Err(e) => {
+                tracing::debug!(path = %op.path.display(), ?e, "zeroing ahead failed");
+                None
+            }
+        }
+    };
+    let (wrote, zeroed) = futures::join!(data, zeros);
+    let mut zeroed_to = zeroed.unwrap_or(0);
+    if wrote? {
         out.writes += 1;
         out.bytes_written += op.data.len() as u64;
         out.fdatasyncs += 1;
+        zeroed_to = zeroed_to.max(op.pos + op.data.len() as u64);
     }
     let mut finalized = false;
     if let Some((size, index, time)) = &op.finalize {
         finalized = finalize(&file, &op.path, *size, index, time).await;
     }
-    Ok((file, prealloc, finalized))
+    Ok((file, prealloc, zeroed_to, finalized))
 }
 
 /// Trims a closed segment to its logical size and writes its index files. Best effort:

@@ -165,6 +165,7 @@ impl Log {
                     base_pos,
                     flushed_pos: cut_pos,
                     preallocated_to: cut_pos,
+                    zeroed_to: cut_pos,
                 };
                 seg.tail = Some(t);
             }

@@ -202,6 +202,7 @@ async fn open_closed(
         base_pos: s.valid_end,
         flushed_pos: s.valid_end,
         preallocated_to: 0,
+        zeroed_to: s.valid_end,
     };
     Ok(Some(Segment {
         meta: s.meta,
@@ -251,6 +252,7 @@ async fn open_tail(
         base_pos,
         flushed_pos: s.valid_end,
         preallocated_to: s.valid_end,
+        zeroed_to: s.valid_end,
     };
     for ext in ["index", "timeindex"] {
         io::remove_file(&path.with_extension(ext))?;

@@ -514,3 +514,70 @@ fn small_file_atomic_async_with_a_relative_path() {
     });
     assert_eq!(std::fs::read(&rel).expect("read back"), b"{\"term\":1}");
 }
+
+/// Whether any extent of `file` overlapping `[from, to)` is unwritten (fallocated, never
+/// written), by FIEMAP; `None` where the filesystem does not answer FIEMAP (tmpfs).
+fn unwritten_in(file: &Path, from: u64, to: u64) -> Option<bool> {
+    use std::os::fd::AsRawFd;
+    const FS_IOC_FIEMAP: libc::c_ulong = 0xC020_660B;
+    const FIEMAP_EXTENT_UNWRITTEN: u32 = 0x800;
+    const EXTENTS: usize = 64;
+    // struct fiemap (32 bytes) then EXTENTS struct fiemap_extent (56 bytes each).
+    let mut buf = vec![0u64; (32 + 56 * EXTENTS) / 8];
+    buf[0] = from;
+    buf[1] = to - from;
+    // fm_flags = 0, fm_mapped_extents = 0, fm_extent_count = EXTENTS, fm_reserved = 0.
+    buf[3] = EXTENTS as u64;
+    let f = std::fs::File::open(file).expect("open segment");
+    // SAFETY: `buf` is a properly sized, 8-aligned struct fiemap with room for EXTENTS.
+    let rc = unsafe { libc::ioctl(f.as_raw_fd(), FS_IOC_FIEMAP, buf.as_mut_ptr()) };
+    if rc != 0 {
+        return None;
+    }
+    let mapped = (buf[2] >> 32) as usize; // fm_mapped_extents: the high half of word 2
+    Some((0..mapped.min(EXTENTS)).any(|i| {
+        let e = &buf[4 + i * 7..4 + (i + 1) * 7];
+        let (logical, length, flags) = (e[0], e[2], (e[5] & 0xFFFF_FFFF) as u32);
+        logical < to && logical + length > from && flags & FIEMAP_EXTENT_UNWRITTEN != 0
+    }))
+}
+
+/// Small flushes of a segment past `ZERO_AHEAD_MIN_SEGMENT_BYTES` write zeros ahead of
+/// the data, so the next durable writes land in written blocks (no extent conversion);
+/// the zeroed tail reads as a clean end at reopen.
+#[test]
+fn small_flushes_zero_the_space_ahead() {
+    let dir = tempfile::tempdir_in(".").expect("tempdir");
+    let end = run(async {
+        let log = open(dir.path(), config(8 << 20), 1 << 20)
+            .await
+            .expect("open");
+        let mut flushed = 0;
+        while flushed < strand_storage::ZERO_AHEAD_MIN_SEGMENT_BYTES + 8192 {
+            log.append_one(&data(1, batch(1, 1_000, 3_000)))
+                .expect("append");
+            log.flush().await.expect("flush");
+            flushed = log.stats().bytes_appended;
+        }
+        let file = std::fs::read_dir(dir.path())
+            .expect("dir")
+            .map(|e| e.expect("entry").path())
+            .find(|p| p.extension().is_some_and(|x| x == "log"))
+            .expect("a segment");
+        let ahead = flushed.next_multiple_of(4096) + 4096;
+        if let Some(unwritten) = unwritten_in(&file, ahead, ahead + 32 * 1024) {
+            assert!(!unwritten, "the space after the data is still unwritten");
+        }
+        log.log_end_offset()
+    });
+    run(async {
+        let log = open(dir.path(), config(8 << 20), 1 << 20)
+            .await
+            .expect("reopen");
+        assert_eq!(log.log_end_offset(), end, "the zeros are a clean end");
+        assert_eq!(offsets(&log, 0).await.len() as i64, end.0);
+        log.append_one(&data(1, batch(1, 2_000, 10)))
+            .expect("append after reopen");
+        log.flush().await.expect("flush");
+    });
+}
