@@ -25,6 +25,9 @@ pub const ZERO_AHEAD_BYTES: u64 = 256 * 1024;
 /// amortizes its conversion, and on a throughput-bound disk zeros would double the bytes
 /// written.
 pub const ZERO_AHEAD_FLUSH_BYTES_MAX: u64 = 64 * 1024;
+/// Most bytes of zeros in flight per thread (shard): bounds the buffers when many
+/// partitions flush at once (they skip zeroing meanwhile).
+pub const ZERO_AHEAD_IN_FLIGHT_BYTES_MAX: u64 = 4 * 1024 * 1024;
 /// A segment is zeroed ahead only from this size on: idle partitions (a Raft no-op each)
 /// write no zeros.
 pub const ZERO_AHEAD_MIN_SEGMENT_BYTES: u64 = 64 * 1024;

@@ -122,20 +122,32 @@ impl SegmentFile {
 
     /// Writes `data` at `pos`; both must be aligned. Returns on completion (not durable).
     pub async fn write_aligned(&self, pos: u64, data: &[u8]) -> Result<(), IoFault> {
+        self.write_with(pos, data.len(), |b| b.copy_from_slice(data))
+            .await
+    }
+
+    /// Writes `len` zero bytes at `pos` (both aligned), as `write_aligned`.
+    pub async fn write_zeros(&self, pos: u64, len: usize) -> Result<(), IoFault> {
+        self.write_with(pos, len, |b| b.fill(0)).await
+    }
+
+    async fn write_with(
+        &self,
+        pos: u64,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<(), IoFault> {
         assert_eq!(pos % WRITE_ALIGN_BYTES, 0, "unaligned write position {pos}");
-        assert_eq!(
-            data.len() as u64 % WRITE_ALIGN_BYTES,
-            0,
-            "unaligned write length"
-        );
-        let mut buf = self.file.alloc_dma_buffer(data.len());
-        buf.as_bytes_mut().copy_from_slice(data);
+        assert_eq!(len as u64 % WRITE_ALIGN_BYTES, 0, "unaligned write length");
+        let data_len = len;
+        let mut buf = self.file.alloc_dma_buffer(len);
+        fill(buf.as_bytes_mut());
         let written = self
             .file
             .write_at(buf, pos)
             .await
             .map_err(|e| classify(to_io(e)))?;
-        if written != data.len() {
+        if written != data_len {
             // A short O_DIRECT write happens when the filesystem runs out of space mid-way.
             return Err(IoFault::NoSpace);
         }

@@ -7,20 +7,30 @@
 //! (synchronous: advances `flushed_pos`, trims tails, reports what is durable).
 //! Only one flush may be in flight per log.
 //!
+//! Beside a small data write, a flush may write zeros over preallocated space after it
+//! (`config::ZERO_AHEAD_BYTES`), so later durable writes land in written blocks.
+//!
 //! Invariant: `durable` only advances over bytes whose durable write returned `Ok`, and
-//! over new files only after their directory entry was fsynced.
+//! over new files only after their directory entry was fsynced. Zeros are written only
+//! after the end of the data a flush writes, never over data, and only into space the
+//! segment's preallocation reserved.
 
 use std::path::PathBuf;
 use std::rc::Rc;
 
 use crate::config::{
     PREALLOCATE_MIN_BYTES, ZERO_AHEAD_BYTES, ZERO_AHEAD_FLUSH_BYTES_MAX,
-    ZERO_AHEAD_MIN_SEGMENT_BYTES,
+    ZERO_AHEAD_IN_FLIGHT_BYTES_MAX, ZERO_AHEAD_MIN_SEGMENT_BYTES,
 };
 use crate::error::StorageError;
 use crate::io::{self, align_down, align_up, IoFault, SegmentFile, SharedFile, WriteSync};
 use crate::log::{Durable, Log};
 use crate::types::{KafkaOffset, RaftIndex};
+
+thread_local! {
+    /// Bytes of zeros being written ahead on this thread (its shard's logs).
+    static ZEROING_BYTES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
 
 /// Work for one segment.
 struct WriteOp {
@@ -312,13 +322,19 @@ async fn run_op(
     };
     // Zeros only into space this op's preallocation (if it had one) reserved: they must
     // not take the blocks a data write on a full disk needs.
+    // And at most `ZERO_AHEAD_IN_FLIGHT_BYTES_MAX` of zeros in flight on this thread
+    // (many partitions flushing at once skip it rather than hold that much memory).
     let zero = op
         .zero
-        .filter(|_| op.preallocate_to.is_none() || prealloc > 0);
+        .filter(|_| op.preallocate_to.is_none() || prealloc > 0)
+        .filter(|(from, to)| ZEROING_BYTES.get() + (to - from) <= ZERO_AHEAD_IN_FLIGHT_BYTES_MAX);
     let zeros = async {
         let (from, to) = zero?;
-        let zeros = vec![0u8; usize::try_from(to - from).ok()?];
-        match file.write_aligned(from, &zeros).await {
+        let len = usize::try_from(to - from).ok()?;
+        ZEROING_BYTES.set(ZEROING_BYTES.get() + len as u64);
+        let r = file.write_zeros(from, len).await;
+        ZEROING_BYTES.set(ZEROING_BYTES.get() - len as u64);
+        match r {
             Ok(()) => Some(to),
             Err(e) => {
                 tracing::debug!(path = %op.path.display(), ?e, "zeroing ahead failed");
