@@ -112,11 +112,13 @@ impl Shard {
         }
     }
 
-    /// The controller id Kafka clients see: the controller group's leader on a cluster (-1
-    /// while unknown), this node without one.
+    /// The controller id Kafka clients see: the controller group's leader on a cluster, or
+    /// this node while no leader is known (every node forwards controller requests, as a
+    /// KRaft broker does; a client told -1 waits for a controller until its next metadata
+    /// refresh, minutes for librdkafka's admin requests), this node without one.
     pub fn controller_id(&self) -> i32 {
         if self.clustered() {
-            self.controller_leader().unwrap_or(-1)
+            self.controller_leader().unwrap_or(self.config.node_id)
         } else {
             self.config.node_id
         }

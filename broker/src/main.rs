@@ -22,6 +22,7 @@ mod ops;
 mod partition;
 mod preflight;
 mod producer_state;
+mod raft_ack_timer;
 mod raft_journal;
 mod raft_store;
 mod reassign;

@@ -348,6 +348,8 @@ pub struct ShardDetail {
     pub metadata_log_writable: Option<bool>,
     /// Cluster mode: replication RPC frames this shard dropped instead of sending.
     pub rpc_dropped_frames: u64,
+    /// Cluster mode: follower acknowledgement times of appends this shard led.
+    pub raft_append_acks: HistogramSnapshot,
 }
 
 /// Replicas of every partition without a cluster (ARCHITECTURE.md, Replication).
@@ -371,6 +373,9 @@ pub fn detail(shard: &crate::shard::Shard) -> ShardDetail {
     let mut leaderless = 0;
     let mut under_replicated = 0;
     let rpc_dropped_frames = shard.replicator().map_or(0, |r| r.rpc_dropped_frames());
+    let raft_append_acks = shard
+        .replicator()
+        .map_or_else(|| Histogram::default().snapshot(), |r| r.append_acks());
     if let Some(rep) = shard.replicator() {
         // Cluster mode: what the Raft groups of this shard say after their last turn.
         let h = rep.health();
@@ -419,6 +424,7 @@ pub fn detail(shard: &crate::shard::Shard) -> ShardDetail {
         under_replicated_partitions: under_replicated,
         metadata_log_writable: shard.metadata_log_writable(),
         rpc_dropped_frames,
+        raft_append_acks,
     }
 }
 

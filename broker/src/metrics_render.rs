@@ -123,6 +123,7 @@ impl Scrape {
         let mut stages = Vec::new();
         let mut append = Vec::new();
         let mut flush = Vec::new();
+        let mut acks = Vec::new();
         for s in &self.shards {
             for (api, h) in s.metrics.requests.iter().filter(|(_, h)| h.count() > 0) {
                 req.push((
@@ -136,6 +137,7 @@ impl Scrape {
             }
             append.push((Self::shard_label(s), &s.metrics.storage_append));
             flush.push((Self::shard_label(s), &s.metrics.storage_flush));
+            acks.push((Self::shard_label(s), &s.detail.raft_append_acks));
         }
         histograms(
             enc,
@@ -161,6 +163,13 @@ impl Scrape {
             "strand_storage_flush_seconds",
             "Partition log flush latency: write and fdatasync.",
             &flush,
+        )?;
+        histograms(
+            enc,
+            "strand_raft_append_ack_seconds",
+            "Cluster mode, on the leader: an append with entries sent to a follower until the \
+             follower accepted it (network both ways, its queue and its durable write).",
+            &acks,
         )
     }
 

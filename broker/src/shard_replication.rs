@@ -106,6 +106,8 @@ pub struct RpcOut {
     queues: HashMap<NodeId, PeerQueue>,
     /// Frames dropped on the way out (see `Replicator::rpc_dropped_frames`).
     dropped: Rc<Cell<u64>>,
+    /// Times follower acknowledgements (shared with the `Replicator`, which sees them).
+    acks: Rc<RefCell<crate::raft_ack_timer::AckTimer>>,
 }
 
 impl RpcOut {
@@ -162,6 +164,7 @@ impl RpcOut {
 impl Transport for RpcOut {
     fn send(&mut self, batch: MessageBatch) {
         let to = batch.to;
+        self.acks.borrow_mut().sent(&batch, crate::clock::now());
         self.enqueue(to, encode(&RpcFrame::Batch(batch)));
     }
 }
@@ -278,6 +281,8 @@ pub struct Replicator {
     driver: RefCell<Driver>,
     /// The transport's count of dropped frames.
     rpc_dropped: Rc<Cell<u64>>,
+    /// Follower acknowledgement times (the transport notes the sends).
+    acks: Rc<RefCell<crate::raft_ack_timer::AckTimer>>,
     waiters: RefCell<HashMap<ProposalId, oneshot::Sender<Result<KafkaOffset, RaftError>>>>,
     hosted: RefCell<HashMap<GroupId, Hosted>>,
     wake_tx: mpsc::Sender<()>,
@@ -330,6 +335,7 @@ impl Replicator {
         let me_id = NodeId(me as u64);
         let tag = cluster_tag(seeds);
         let rpc_dropped = Rc::new(Cell::new(0));
+        let acks = Rc::new(RefCell::new(crate::raft_ack_timer::AckTimer::default()));
         let out = RpcOut {
             me: me_id,
             shard,
@@ -342,6 +348,7 @@ impl Replicator {
             seeds: seeds.iter().map(|&(id, _)| NodeId(id as u64)).collect(),
             queues: HashMap::new(),
             dropped: rpc_dropped.clone(),
+            acks: acks.clone(),
         };
         let seed = u64::from(crc32c::crc32c(
             format!("{me}/{shard}/{:?}", crate::clock::now()).as_bytes(),
@@ -361,6 +368,7 @@ impl Replicator {
             clock,
             driver: RefCell::new(MultiRaft::new(config, clock, out)),
             rpc_dropped,
+            acks,
             waiters: RefCell::new(HashMap::new()),
             hosted: RefCell::new(HashMap::new()),
             wake_tx,
@@ -490,6 +498,12 @@ impl Replicator {
     /// rising means a peer is unreachable or too slow.
     pub fn rpc_dropped_frames(&self) -> u64 {
         self.rpc_dropped.get()
+    }
+
+    /// How long followers took to acknowledge appends this shard led (see
+    /// `raft_ack_timer`).
+    pub fn append_acks(&self) -> crate::metrics::HistogramSnapshot {
+        self.acks.borrow().snapshot()
     }
 
     /// Wakes the loop for a turn.
@@ -697,6 +711,7 @@ impl Replicator {
 
     /// Hands a peer's batch to the driver.
     fn step(&self, batch: MessageBatch) {
+        self.acks.borrow_mut().received(&batch, crate::clock::now());
         let outcome = self.driver.borrow_mut().step(batch);
         if outcome.dropped > 0 {
             tracing::debug!(

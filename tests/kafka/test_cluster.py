@@ -416,6 +416,9 @@ def test_three_nodes_form_a_cluster_and_replicate_a_topic(ck, cluster, rf3_topic
     passes = read_everywhere(ck, cluster, topic)
     assert [len(x) for x in passes] == [2 * n] * len(NODE_IDS)
     assert_consistent(writes, passes, min_ok=2 * n)
+    # Each partition's leader timed both followers' acknowledgements of its appends.
+    acks = sum(gauge(cluster, node, "strand_raft_append_ack_seconds_count") for node in NODE_IDS)
+    assert acks >= 2 * PARTITIONS, f"{acks} follower acknowledgements timed"
 
 
 def test_metadata_reports_the_in_sync_replicas(ck, cluster, rf3_topic):

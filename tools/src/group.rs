@@ -48,12 +48,8 @@ fn group_id(s: &str) -> GroupId {
 /// spreads them over its nodes); an unreachable broker is reported on stderr and skipped.
 fn list(client: &mut KafkaClient, timeout: Duration) -> Result<String, KafkaError> {
     use kafka_protocol::messages::MetadataRequest;
-    let brokers: BTreeSet<String> = client
-        .send(&MetadataRequest::default().with_topics(Some(Vec::new())))?
-        .brokers
-        .iter()
-        .map(|b| format!("{}:{}", b.host.as_str(), b.port))
-        .collect();
+    let resp = client.send(&MetadataRequest::default().with_topics(Some(Vec::new())))?;
+    let brokers: BTreeSet<String> = crate::topic::broker_addrs(&resp).into_values().collect();
     let mut groups: BTreeSet<(String, String, String)> = BTreeSet::new();
     for addr in brokers.iter().filter(|a| a.as_str() != client.addr()) {
         // A node that is down lists nothing; the others still answer.

@@ -49,11 +49,7 @@ fn leader_addrs(
             .collect(),
     ));
     let resp = client.send(&req)?;
-    let brokers: BTreeMap<i32, String> = resp
-        .brokers
-        .iter()
-        .map(|b| (b.node_id.0, format!("{}:{}", b.host.as_str(), b.port)))
-        .collect();
+    let brokers = crate::topic::broker_addrs(&resp);
     let mut out = BTreeMap::new();
     for t in &resp.topics {
         let Some(name) = t.name.as_ref() else {

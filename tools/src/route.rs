@@ -66,11 +66,7 @@ impl Router {
             .iter()
             .map(|p| (p.partition_index, p.leader_id.0))
             .collect();
-        self.brokers = resp
-            .brokers
-            .iter()
-            .map(|b| (b.node_id.0, format!("{}:{}", b.host, b.port)))
-            .collect();
+        self.brokers = crate::topic::broker_addrs(&resp);
         // A broker that left (or moved) is reconnected when used again.
         let brokers = &self.brokers;
         self.conns

@@ -145,6 +145,14 @@ pub fn one_topic(
     topic_of(&resp, name).cloned()
 }
 
+/// Each broker's `host:port` in a Metadata response, by node id.
+pub fn broker_addrs(resp: &MetadataResponse) -> std::collections::BTreeMap<i32, String> {
+    resp.brokers
+        .iter()
+        .map(|b| (b.node_id.0, format!("{}:{}", b.host.as_str(), b.port)))
+        .collect()
+}
+
 /// Topic `name` in a Metadata response, or the broker's error for it.
 pub fn topic_of<'a>(
     resp: &'a MetadataResponse,
