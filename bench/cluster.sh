@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make bench-cluster`: a three-node Strand cluster on this machine (release build,
 # scripts/run-cluster.sh), then
-#   1. the physics (O_DIRECT write, 4 KiB write+fdatasync, loopback RTT);
+#   1. the physics (O_DIRECT write, 4 KiB write+fdatasync into fallocated and into zeroed
+#      blocks, loopback RTT; the bound takes the lower fdatasync p99);
 #   2. acks=all produce latency with replication factor 3 at a fixed rate (open loop,
 #      corrected for coordinated omission), printed with its ratio to
 #      fdatasync p99 + 2 x loopback RTT p99 (the issue-5 goal: <= 2.0);
@@ -14,6 +15,9 @@
 # to the latency the script prints the CPU the three nodes spent per produced record
 # (from /proc; all three nodes and the load generator share this machine's cores, so
 # the CPU a record costs is what drives the tail here).
+#
+# After the latency it prints where a replicated produce waits (leader's wait for the
+# commit, follower acknowledgements, durable writes) from the nodes' /metrics histograms.
 #
 # Knobs: RATE (2000 records/s), DURATION_S (10), PARTITIONS (3), RECORD_BYTES (1024),
 # LINGER_MS (0),
@@ -97,6 +101,31 @@ sent=$(( $(json_int produced_records) + $(json_int warmup_records) + $(json_int 
 awk -v t="$cpu_used" -v hz="$hz" -v n="$sent" 'BEGIN {
   printf "node CPU (3 nodes together): %.2f s for %d records = %.0f us per record (%.0f us per node)\n",
     t / hz, n, 1e6 * t / hz / n, 1e6 * t / hz / n / 3 }' | tee -a "$OUT_DIR/rf3.txt"
+# Where a replicated produce waits, from the three nodes' histograms (since start; the
+# produce run dominates them): p50/p99 are the upper bounds of the buckets they fall in.
+for admin in 9644 9744 9844; do curl -fs "http://127.0.0.1:$admin/metrics" || true; done >"$OUT_DIR/metrics.txt"
+hist() {  # name, label filter (a regex on the labels), what it measures
+  awk -v name="$1" -v filter="$2" -v what="$3" '
+    index($0, name "_bucket{") == 1 && $0 ~ filter {
+      match($0, /le="[^"]*"/); le = substr($0, RSTART + 4, RLENGTH - 5)
+      cum[le] += $NF; if (!(le in seen)) { seen[le] = 1; order[++n] = le } }
+    index($0, name "_sum") == 1 && $0 ~ filter { sum += $NF }
+    index($0, name "_count") == 1 && $0 ~ filter { count += $NF }
+    END {
+      if (count == 0) { printf "%-44s none\n", what; exit }
+      for (i = 1; i <= n; i++) {
+        if (p50 == "" && cum[order[i]] >= 0.5 * count) p50 = order[i]
+        if (p99 == "" && cum[order[i]] >= 0.99 * count) p99 = order[i]
+      }
+      if (p50 != "+Inf") p50 = 1000 * p50; if (p99 != "+Inf") p99 = 1000 * p99
+      printf "%-44s mean %7.3f ms  p50 <= %s ms  p99 <= %s ms  (n=%d)\n", what, 1000 * sum / count, p50, p99, count
+    }' "$OUT_DIR/metrics.txt"
+}
+{
+  hist strand_produce_stage_seconds 'stage="flush"' "leader: appended -> committed (acks=all wait)"
+  hist strand_raft_append_ack_seconds '' "leader: append sent -> follower accepted it"
+  hist strand_storage_flush_seconds '' "any node: one durable log write"
+} | tee -a "$OUT_DIR/rf3.txt"
 {
   echo "| idle partitions (RF=3, on every node) | node pid | CPU % of one core | RSS MiB | disk MiB (all nodes) |"
   echo "|---|---|---|---|---|"
