@@ -438,10 +438,8 @@ impl Shard {
             }
             // The state of the records that go is kept in the checkpoint first.
             let target = strand_storage::KafkaOffset(target);
-            let r = match part.checkpoint_through(target).await {
-                Ok(()) => part.log().truncate_prefix(target).await,
-                Err(e) => Err(e),
-            };
+            part.checkpoint_before_delete(target, "DeleteRecords").await;
+            let r = part.log().truncate_prefix(target).await;
             out.push(match r {
                 Ok(start) => PartReply {
                     error: None,

@@ -149,7 +149,7 @@ impl Partition {
         };
         // Committed data: an unreplicated log's closed segments are durable, a replicated
         // one's are applied through `max_index`.
-        self.checkpoint_through(cut.offset).await?;
+        self.checkpoint_before_delete(cut.offset, "retention").await;
         match rep {
             None => Ok(self.log.apply_retention_cut(cut).await?),
             Some((rep, group)) => {
@@ -456,11 +456,22 @@ impl Partition {
 
     /// Moves the checkpoint up to `committed_end` now (after a background move running)
     /// and saves it; nothing when it is there already.
-    pub async fn checkpoint_through(&self, committed_end: KafkaOffset) -> Result<(), StorageError> {
+    async fn checkpoint_through(&self, committed_end: KafkaOffset) -> Result<(), StorageError> {
         self.lock_checkpoint().await;
         let r = self.advance_checkpoint(committed_end).await;
         self.checkpointing.set(false);
         r
+    }
+
+    /// Moves the checkpoint past `end` before `what` deletes the records below it. A
+    /// failure (a full disk, perhaps the reason to delete) does not stop the deletion,
+    /// which frees the disk: it is logged, and the state those records built survives
+    /// only in memory (a rebuild after a restart or on another replica lacks it).
+    pub async fn checkpoint_before_delete(&self, end: KafkaOffset, what: &str) {
+        if let Err(e) = self.checkpoint_through(end).await {
+            tracing::warn!(topic = %self.topic, partition = self.index, error = %e, what,
+                "partition-state checkpoint not moved before deleting records");
+        }
     }
 
     /// Waits until no checkpoint move runs, then marks one running (`checkpointing`: one
@@ -808,7 +819,21 @@ mod tests {
             assert!(part.checkpoint.borrow().offset >= part.log().log_start_offset());
             drop(part);
 
-            let part = open_with(&dir, "t", lc).await;
+            let part = open_with(&dir, "t", lc.clone()).await;
+            retries_are_duplicates(&part, &[(1, 0, first)]).await;
+
+            // A checkpoint that cannot be saved (here its path is taken by a directory; on
+            // a full disk, the write fails) does not stop retention from freeing the disk.
+            std::fs::remove_file(dir.join(CHECKPOINT_FILE)).expect("remove checkpoint");
+            std::fs::create_dir_all(dir.join(CHECKPOINT_FILE).join("taken")).expect("dir");
+            let start = part.log().log_start_offset();
+            for seq in 12..24 {
+                produce(&part, 2, seq).await;
+            }
+            let out = part.apply_retention().await.expect("retention");
+            assert!(out.segments_deleted > 0);
+            assert!(part.log().log_start_offset() > start);
+            // The state is still right in memory.
             retries_are_duplicates(&part, &[(1, 0, first)]).await;
         })
         .expect("runtime");
