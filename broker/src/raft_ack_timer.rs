@@ -5,8 +5,9 @@
 //! of an `acks=all` produce this node does not see otherwise.
 //!
 //! Invariant: at most `PENDING_PER_FOLLOWER_MAX` sends are kept per (group, follower),
-//! oldest dropped first (a follower that stops answering costs that much and no more); a
-//! rejected append observes nothing, and each send is observed at most once.
+//! oldest dropped first (a follower that stops answering costs that much and no more), and
+//! none of a group this shard no longer hosts (`forget`); a rejected append observes
+//! nothing, and each send is observed at most once.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
@@ -69,6 +70,11 @@ impl AckTimer {
                 self.pending.remove(&key);
             }
         }
+    }
+
+    /// Drops the sends of `group` still waiting (the shard stopped hosting it).
+    pub fn forget(&mut self, group: GroupId) {
+        self.pending.retain(|(g, _), _| *g != group);
     }
 
     /// The acknowledgement times observed so far.
@@ -151,5 +157,9 @@ mod tests {
             q.front().map(|e| e.0),
             Some(1000 - PENDING_PER_FOLLOWER_MAX as u64 + 1)
         );
+        t.forget(GroupId(8));
+        assert_eq!(t.pending.len(), 1, "another group's sends stay");
+        t.forget(GroupId(7));
+        assert!(t.pending.is_empty());
     }
 }

@@ -580,6 +580,7 @@ impl Replicator {
     pub fn unhost(&self, group: GroupId) {
         self.driver.borrow_mut().remove_group(group);
         self.journal.remove(group);
+        self.acks.borrow_mut().forget(group);
         if let Some(h) = self.hosted.borrow_mut().remove(&group) {
             let mut health = self.health.get();
             health.leaderless -= u64::from(h.leaderless);
