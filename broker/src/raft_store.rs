@@ -1059,9 +1059,10 @@ mod tests {
             let through = s
                 .part
                 .log()
-                .retention_point(strand_storage::RaftIndex(40))
+                .retention_due(strand_storage::RaftIndex(40))
                 .expect("usable")
-                .expect("retention is due");
+                .expect("retention is due")
+                .through;
             s.compact_through(RaftIndex(through.0)).expect("compacts");
             assert_eq!(s.index().first_index(), RaftIndex(through.0 + 1));
             assert_eq!(

@@ -139,7 +139,6 @@ impl SegmentFile {
     ) -> Result<(), IoFault> {
         assert_eq!(pos % WRITE_ALIGN_BYTES, 0, "unaligned write position {pos}");
         assert_eq!(len as u64 % WRITE_ALIGN_BYTES, 0, "unaligned write length");
-        let data_len = len;
         let mut buf = self.file.alloc_dma_buffer(len);
         fill(buf.as_bytes_mut());
         let written = self
@@ -147,7 +146,7 @@ impl SegmentFile {
             .write_at(buf, pos)
             .await
             .map_err(|e| classify(to_io(e)))?;
-        if written != data_len {
+        if written != len {
             // A short O_DIRECT write happens when the filesystem runs out of space mid-way.
             return Err(IoFault::NoSpace);
         }

@@ -294,61 +294,12 @@ impl Log {
     /// The closed segments `retention.ms` and `retention.bytes` would delete now, oldest
     /// first, none with an entry past `max_index`; `None` when nothing is due. The caller
     /// may act before deleting them (`apply_retention_cut`), e.g. save the state their
-    /// records built.
+    /// records built; a replicated log (`max_index` = its applied index) moves its Raft
+    /// compaction point through `cut.through` first.
     pub fn retention_due(
         &self,
         max_index: RaftIndex,
     ) -> Result<Option<RetentionCut>, StorageError> {
-        Ok(self
-            .retention_cut(max_index)?
-            .map(|(offset, through)| RetentionCut { offset, through }))
-    }
-
-    /// Moves the log start offset to `cut.offset` and deletes the closed segments below it
-    /// (an unreplicated log; a replicated one moves its Raft compaction point first).
-    pub async fn apply_retention_cut(
-        &self,
-        cut: RetentionCut,
-    ) -> Result<RetentionOutcome, StorageError> {
-        self.move_start_and_delete(cut.offset, cut.through).await
-    }
-
-    /// For a replicated log, whose Raft compaction point must move (durably) before its
-    /// segments go: the last Raft index of the closed segments `retention.ms` and
-    /// `retention.bytes` would delete now, counting only segments whose entries are all at
-    /// or before `max_index` (the applied index). `None` when nothing is due.
-    pub fn retention_point(&self, max_index: RaftIndex) -> Result<Option<RaftIndex>, StorageError> {
-        Ok(self.retention_cut(max_index)?.map(|(_, through)| through))
-    }
-
-    /// Deletes the closed segments whose entries are all at or before `through` (the Raft
-    /// compaction point, already durable) and moves the log start offset past them.
-    pub async fn delete_segments_through(
-        &self,
-        through: RaftIndex,
-    ) -> Result<RetentionOutcome, StorageError> {
-        let offset = {
-            let st = self.st.borrow();
-            self.check_usable(&st)?;
-            let n = st.segments.len().saturating_sub(1);
-            st.segments[..n]
-                .iter()
-                .take_while(|s| s.tail.is_none() && s.meta.last_index.is_some_and(|l| l <= through))
-                .last()
-                .map(|s| s.meta.next_offset)
-        };
-        match offset {
-            Some(offset) => self.move_start_and_delete(offset, through).await,
-            None => Ok(RetentionOutcome::default()),
-        }
-    }
-
-    /// The log start offset and last Raft index after the closed segments retention
-    /// deletes now, oldest first, none with an entry past `max_index`.
-    fn retention_cut(
-        &self,
-        max_index: RaftIndex,
-    ) -> Result<Option<(KafkaOffset, RaftIndex)>, StorageError> {
         let now_ms = self.clock.now_ms();
         let config = self.config.borrow();
         let st = self.st.borrow();
@@ -375,9 +326,43 @@ impl Log {
                 break;
             }
             total -= s.meta.size_bytes;
-            cut = Some((s.meta.next_offset, last));
+            cut = Some(RetentionCut {
+                offset: s.meta.next_offset,
+                through: last,
+            });
         }
         Ok(cut)
+    }
+
+    /// Moves the log start offset to `cut.offset` and deletes the closed segments below it
+    /// (an unreplicated log; a replicated one moves its Raft compaction point first).
+    pub async fn apply_retention_cut(
+        &self,
+        cut: RetentionCut,
+    ) -> Result<RetentionOutcome, StorageError> {
+        self.move_start_and_delete(cut.offset, cut.through).await
+    }
+
+    /// Deletes the closed segments whose entries are all at or before `through` (the Raft
+    /// compaction point, already durable) and moves the log start offset past them.
+    pub async fn delete_segments_through(
+        &self,
+        through: RaftIndex,
+    ) -> Result<RetentionOutcome, StorageError> {
+        let offset = {
+            let st = self.st.borrow();
+            self.check_usable(&st)?;
+            let n = st.segments.len().saturating_sub(1);
+            st.segments[..n]
+                .iter()
+                .take_while(|s| s.tail.is_none() && s.meta.last_index.is_some_and(|l| l <= through))
+                .last()
+                .map(|s| s.meta.next_offset)
+        };
+        match offset {
+            Some(offset) => self.move_start_and_delete(offset, through).await,
+            None => Ok(RetentionOutcome::default()),
+        }
     }
 
     /// Persists a log start offset of at least `offset`, then deletes the segments below

@@ -299,17 +299,19 @@ fn retention_point_and_reset() {
         log.flush().await.expect("flush");
         log.flush().await.expect("finalize");
         assert_eq!(
-            log.retention_point(RaftIndex(0)).expect("usable"),
+            log.retention_due(RaftIndex(0)).expect("usable"),
             None,
             "nothing applied"
         );
         let through = log
-            .retention_point(log.last_index())
+            .retention_due(log.last_index())
             .expect("usable")
-            .expect("retention is due");
+            .expect("retention is due")
+            .through;
         let bounded = log
-            .retention_point(RaftIndex(through.0 - 1))
-            .expect("usable");
+            .retention_due(RaftIndex(through.0 - 1))
+            .expect("usable")
+            .map(|c| c.through);
         assert!(
             bounded.is_none_or(|b| b < through),
             "bounded by the applied index"
