@@ -31,6 +31,9 @@ use crate::shard_replication::{LeaderChange, Replicator, CONTROLLER_GROUP};
 pub const CONTROLLER_DIR: &str = "__strand_controller";
 /// Longest a metadata command waits to become visible before it fails.
 pub const META_COMMIT_TIMEOUT: Duration = Duration::from_secs(15);
+/// A metadata change not visible after this is logged (once) with what this node knows of
+/// the controller.
+const META_COMMIT_SLOW: Duration = Duration::from_secs(5);
 /// How long a forwarded command is given before it is forwarded again.
 pub const META_RETRY: Duration = Duration::from_millis(1000);
 /// Poll interval while waiting for applied metadata.
@@ -89,13 +92,22 @@ impl Shard {
     pub fn brokers(&self) -> Vec<(i32, String, u16)> {
         if self.clustered() {
             let fenced = self.fenced_nodes();
-            let me = self.config.node_id;
-            self.metadata()
+            let c = &self.config;
+            let me = c.node_id;
+            let mut listed: Vec<(i32, String, u16)> = self
+                .metadata()
                 .nodes
                 .values()
                 .filter(|n| n.id == me || !fenced.contains(&n.id))
                 .map(|n| (n.id, n.host.clone(), n.kafka_port))
-                .collect()
+                .collect();
+            // This node answers, so it is listed even before its registration is applied
+            // here (start-up): a client must find the controller this node reports.
+            if !listed.iter().any(|b| b.0 == me) {
+                listed.push((me, c.advertised_host.clone(), c.kafka_addr.port()));
+                listed.sort_by_key(|b| b.0);
+            }
+            listed
         } else {
             let c = &self.config;
             vec![(c.node_id, c.advertised_host.clone(), c.kafka_addr.port())]
@@ -112,13 +124,12 @@ impl Shard {
         }
     }
 
-    /// The controller id Kafka clients see: the controller group's leader on a cluster, or
-    /// this node while no leader is known (every node forwards controller requests, as a
-    /// KRaft broker does; a client told -1 waits for a controller until its next metadata
-    /// refresh, minutes for librdkafka's admin requests), this node without one.
-    pub fn controller_id(&self) -> i32 {
+    /// The controller id Kafka clients see with `listed`, the brokers the same answer
+    /// lists: see `reported_controller`.
+    pub fn controller_id(&self, listed: &[(i32, String, u16)]) -> i32 {
         if self.clustered() {
-            self.controller_leader().unwrap_or(self.config.node_id)
+            let ids: Vec<i32> = listed.iter().map(|b| b.0).collect();
+            reported_controller(self.controller_leader(), self.config.node_id, &ids)
         } else {
             self.config.node_id
         }
@@ -201,6 +212,16 @@ impl Shard {
             && !m.cluster_id.is_empty()
             && m.nodes.contains_key(&self.config.node_id)
     }
+}
+
+/// The controller id a node reports: the controller group's leader when the answer also
+/// lists it, else the node itself (every node forwards controller requests, as a KRaft
+/// broker does, which reports a live broker too). A client waits for its controller
+/// among the brokers it knows: librdkafka's admin requests, told -1 or an id the broker
+/// list lacks (a node that knows the leader before it applied the leader's registration,
+/// at start-up), wait without asking again until they time out.
+fn reported_controller(leader: Option<i32>, me: i32, listed: &[i32]) -> i32 {
+    leader.filter(|l| listed.contains(l)).unwrap_or(me)
 }
 
 /// Starts cluster mode on this shard: the replicator, its RPC listener and loop; on shard 0
@@ -462,11 +483,23 @@ pub async fn meta_commands(shard: &Rc<Shard>, cmds: Vec<Command>) -> Vec<Result<
         fail(&mut results, "no replicator on this shard".into());
         return results;
     };
-    let deadline = crate::clock::now() + META_COMMIT_TIMEOUT;
+    let started = crate::clock::now();
+    let deadline = started + META_COMMIT_TIMEOUT;
+    let mut warned = false;
     let count = u32::try_from(accepted.len()).unwrap_or(u32::MAX);
     while crate::clock::now() < deadline && !shard.stopping() {
-        if let Err(e) = rep.forward_to_controller(payload.clone(), count) {
+        let forwarded = rep.forward_to_controller(payload.clone(), count);
+        if let Err(e) = &forwarded {
             tracing::debug!(error = %e, "controller proposal not accepted yet");
+        }
+        if !warned && crate::clock::now().saturating_duration_since(started) >= META_COMMIT_SLOW {
+            warned = true;
+            tracing::warn!(
+                commands = ?accepted.iter().map(Command::kind).collect::<Vec<_>>(),
+                controller_leader = ?shard.controller_leader(),
+                forward = ?forwarded.err().map(|e| e.to_string()),
+                "metadata change not committed yet"
+            );
         }
         let retry_at = crate::clock::now() + META_RETRY;
         while crate::clock::now() < retry_at {
@@ -769,4 +802,21 @@ pub async fn adopt_single_node_data(shard: &Rc<Shard>) -> anyhow::Result<()> {
         "adopted a single-node broker's topics into the cluster"
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reported_controller;
+
+    #[test]
+    fn the_reported_controller_is_always_a_listed_broker() {
+        // The leader, when listed.
+        assert_eq!(reported_controller(Some(3), 2, &[1, 2, 3]), 3);
+        // Leader known before its registration was applied here: this node, never an id
+        // the client cannot find among the brokers.
+        assert_eq!(reported_controller(Some(3), 2, &[1, 2]), 2);
+        // Leader fenced (left out of the list) or unknown: this node, never -1.
+        assert_eq!(reported_controller(Some(1), 2, &[2, 3]), 2);
+        assert_eq!(reported_controller(None, 2, &[1, 2, 3]), 2);
+    }
 }

@@ -112,6 +112,25 @@ pub enum Command {
     },
 }
 
+impl Command {
+    /// The command's name, for logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Command::InitCluster { .. } => "init_cluster",
+            Command::RegisterNode(_) => "register_node",
+            Command::AdmitNode { .. } => "admit_node",
+            Command::CreateTopic { .. } => "create_topic",
+            Command::DeleteTopic { .. } => "delete_topic",
+            Command::CreatePartitions { .. } => "create_partitions",
+            Command::ReserveProducerIds { .. } => "reserve_producer_ids",
+            Command::RemoveNode { .. } => "remove_node",
+            Command::ReassignPartition { .. } => "reassign_partition",
+            Command::FinishReassignment { .. } => "finish_reassignment",
+            Command::AlterConfig { .. } => "alter_config",
+        }
+    }
+}
+
 /// A node of the cluster as it registered.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct NodeInfo {

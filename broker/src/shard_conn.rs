@@ -33,6 +33,10 @@ pub const REQUEST_READ_TIMEOUT: Duration = Duration::from_secs(30);
 pub const IN_FLIGHT_BYTES_MAX: usize = 256 * 1024 * 1024;
 const _: () = assert!(REQUEST_BYTES_MAX <= IN_FLIGHT_BYTES_MAX);
 
+/// A request still unanswered after this is logged once as slow (and again when it is
+/// answered), except the APIs that wait by design (`waits_by_design`).
+pub const SLOW_REQUEST_WARN: Duration = Duration::from_secs(5);
+
 /// Index of Produce in `kafka::SUPPORTED` (checked by a test).
 const PRODUCE_API_INDEX: usize = 0;
 
@@ -159,7 +163,7 @@ async fn connection(shard: Rc<Shard>, stream: TcpStream) {
                 let waited = crate::clock::now() - received;
                 s.metrics.produce_stage(ProduceStage::QueueWait, waited);
             }
-            let r = kafka::handle(&s, frame, &host).await;
+            let r = handle_watched(&s, frame, &host, peer).await;
             s.request_finished();
             drop(permit);
             (api, received, r)
@@ -173,9 +177,78 @@ async fn connection(shard: Rc<Shard>, stream: TcpStream) {
     shard.count_connection(false);
 }
 
+/// APIs whose answer may wait long by design: Fetch long polls, group membership waits
+/// for a rebalance.
+fn waits_by_design(key: i16) -> bool {
+    use kafka_protocol::messages::ApiKey;
+    [ApiKey::Fetch, ApiKey::JoinGroup, ApiKey::SyncGroup]
+        .iter()
+        .any(|k| *k as i16 == key)
+}
+
+/// Runs one request; one still unanswered after `SLOW_REQUEST_WARN` is logged with its API
+/// and correlation id, and again with its time when answered.
+async fn handle_watched(
+    shard: &Rc<Shard>,
+    frame: Bytes,
+    host: &str,
+    peer: Option<std::net::SocketAddr>,
+) -> Result<Option<Bytes>, FramingError> {
+    let key = frame.first_chunk::<2>().map(|b| i16::from_be_bytes(*b));
+    let correlation_id = frame
+        .get(4..8)
+        .and_then(|b| b.first_chunk::<4>())
+        .map(|b| i32::from_be_bytes(*b));
+    let started = crate::clock::now();
+    let mut run = std::pin::pin!(kafka::handle(shard, frame, host));
+    let slow = std::pin::pin!(crate::shard::sleep(SLOW_REQUEST_WARN));
+    let run = match futures::future::select(run.as_mut(), slow).await {
+        futures::future::Either::Left((r, _)) => return r,
+        futures::future::Either::Right(((), run)) => run,
+    };
+    let watched = key.is_some_and(|k| !waits_by_design(k));
+    let api = key
+        .and_then(|k| kafka_protocol::messages::ApiKey::try_from(k).ok())
+        .map_or("unknown", kafka::api_name);
+    if watched {
+        tracing::warn!(
+            api,
+            ?correlation_id,
+            ?peer,
+            after_ms = SLOW_REQUEST_WARN.as_millis() as u64,
+            "Kafka request still unanswered"
+        );
+    }
+    let r = run.await;
+    if watched {
+        let took_ms = crate::clock::now()
+            .saturating_duration_since(started)
+            .as_millis() as u64;
+        tracing::warn!(
+            api,
+            ?correlation_id,
+            ?peer,
+            took_ms,
+            "slow Kafka request answered"
+        );
+    }
+    r
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_waiting_apis_escape_the_slow_request_warning() {
+        use kafka_protocol::messages::ApiKey;
+        for k in [ApiKey::Fetch, ApiKey::JoinGroup, ApiKey::SyncGroup] {
+            assert!(waits_by_design(k as i16), "{k:?}");
+        }
+        for k in [ApiKey::Produce, ApiKey::CreateTopics, ApiKey::Metadata, ApiKey::Heartbeat] {
+            assert!(!waits_by_design(k as i16), "{k:?}");
+        }
+    }
 
     #[test]
     fn produce_is_at_its_index_and_frames_map_to_apis() {

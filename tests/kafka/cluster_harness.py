@@ -687,10 +687,12 @@ class Cluster:
 
     # -- life cycle -----------------------------------------------------------------
 
-    def start(self, node_ids=None, deadline_s: float = CLUSTER_START_DEADLINE_S) -> "Cluster":
+    def start(self, node_ids=None, deadline_s: float = CLUSTER_START_DEADLINE_S,
+              while_starting=None) -> "Cluster":
         """Starts these nodes (default: all) together and waits until each is ready. A node
         that lost a race for a port starts again on new ports (the proxy hides the move of
-        its RPC port from its peers)."""
+        its RPC port from its peers). `while_starting()`, if given, is called between
+        readiness checks (to watch what the nodes answer during start-up)."""
         binary = strand_bin()
         if not binary.exists():
             raise FileNotFoundError(
@@ -702,10 +704,11 @@ class Cluster:
         ids = sorted(self.nodes) if node_ids is None else list(node_ids)
         for n in ids:
             self.nodes[n].spawn(binary)
-        self._wait_ready(binary, ids, deadline_s)
+        self._wait_ready(binary, ids, deadline_s, while_starting)
         return self
 
-    def _wait_ready(self, binary: Path, ids: list[int], deadline_s: float):
+    def _wait_ready(self, binary: Path, ids: list[int], deadline_s: float,
+                    while_starting=None):
         deadline = time.monotonic() + deadline_s
         attempts = {n: 1 for n in ids}
         waiting = set(ids)
@@ -731,7 +734,10 @@ class Cluster:
                 raise BrokerStartError(
                     f"nodes {sorted(waiting)} not ready within {deadline_s}s "
                     f"(GET /v1/health/ready + ApiVersions):\n{tails}")
-            time.sleep(0.05)
+            if while_starting is not None:
+                while_starting()
+            else:
+                time.sleep(0.05)
 
     def stop(self, node_ids=None, deadline_s: float = STOP_DEADLINE_S) -> dict[int, int]:
         """SIGTERM to these nodes (default: all) at once, then waits; returns exit codes."""

@@ -17,6 +17,7 @@ minute there should be none.
 from __future__ import annotations
 
 import contextlib
+import struct
 import threading
 import time
 from collections import Counter
@@ -65,13 +66,14 @@ def _failed(node) -> bool:
 
 
 @contextlib.contextmanager
-def owned_cluster(request, **cluster_args):
-    """Three started nodes (`Cluster(**cluster_args)`), owned by the test; SIGTERMed at
-    the end, which asserts exit code 0 for each."""
+def owned_cluster(request, start: bool = True, **cluster_args):
+    """Three nodes (`Cluster(**cluster_args)`), started unless `start` is false, owned by
+    the test; SIGTERMed at the end, which asserts exit code 0 for each."""
     c = Cluster(name=request.node.name[:40], **cluster_args)
     _BROKERS_OF_TEST[request.node.nodeid] = list(c.nodes.values())
     try:
-        c.start()
+        if start:
+            c.start()
         yield c
     finally:
         rcs = c.close()
@@ -419,6 +421,31 @@ def test_three_nodes_form_a_cluster_and_replicate_a_topic(ck, cluster, rf3_topic
     # Each partition's leader timed both followers' acknowledgements of its appends.
     acks = sum(gauge(cluster, node, "strand_raft_append_ack_seconds_count") for node in NODE_IDS)
     assert acks >= 2 * PARTITIONS, f"{acks} follower acknowledgements timed"
+
+
+def test_every_metadata_answer_lists_the_controller_it_names(request):
+    """From a node's first Metadata answer on, the controller it names is one of the
+    brokers it lists (and never -1). librdkafka's admin requests wait for their controller
+    among the brokers they know and do not ask again: a node that learned the controller
+    group's leader before it applied that leader's registration (about a second into
+    start-up) named a controller it did not list, and a create_topics sent to it then hung
+    until its timeout (CI failed on that 2 runs in 5)."""
+    answers: list[tuple[int, int, list[int]]] = []
+
+    def watch():
+        for n in NODE_IDS:
+            with contextlib.suppress(OSError, AssertionError, struct.error):
+                md = cluster.metadata(n)
+                answers.append((n, md.controller, sorted(md.brokers)))
+
+    with owned_cluster(request, start=False) as cluster:
+        cluster.start(while_starting=watch)
+        settle = time.monotonic() + 1.0
+        while time.monotonic() < settle:
+            watch()
+    assert len(answers) >= 10, f"too few Metadata answers during start-up: {answers}"
+    wrong = [a for a in answers if a[1] not in a[2]]
+    assert not wrong, f"(node, controller, brokers) naming an unlisted controller: {wrong[:5]}"
 
 
 def test_metadata_reports_the_in_sync_replicas(ck, cluster, rf3_topic):

@@ -21,8 +21,9 @@ const INVALID_REQUEST: i16 = 42;
 /// DescribeCluster: the same brokers and controller as Metadata.
 pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
     let req: DescribeClusterRequest = ctx.decode(body)?;
-    let brokers = shard
-        .brokers()
+    let listed = shard.brokers();
+    let controller = shard.controller_id(&listed);
+    let brokers = listed
         .into_iter()
         .map(|(id, host, port)| {
             DescribeClusterBroker::default()
@@ -33,7 +34,7 @@ pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes
         .collect();
     let mut resp = DescribeClusterResponse::default()
         .with_cluster_id(StrBytes::from_string(shard.metadata().cluster_id.clone()))
-        .with_controller_id(BrokerId(shard.controller_id()))
+        .with_controller_id(BrokerId(controller))
         .with_endpoint_type(req.endpoint_type)
         .with_brokers(brokers);
     if req.endpoint_type != 1 {

@@ -86,8 +86,9 @@ pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
             }
         })
         .collect();
-    let brokers = shard
-        .brokers()
+    let listed = shard.brokers();
+    let controller = shard.controller_id(&listed);
+    let brokers = listed
         .into_iter()
         .map(|(id, host, port)| {
             MetadataResponseBroker::default()
@@ -96,7 +97,6 @@ pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
                 .with_port(i32::from(port))
         })
         .collect();
-    let controller = shard.controller_id();
     let resp = MetadataResponse::default()
         .with_brokers(brokers)
         .with_cluster_id((ctx.version >= 2).then(|| StrBytes::from_string(meta.cluster_id.clone())))
