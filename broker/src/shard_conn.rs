@@ -245,7 +245,12 @@ mod tests {
         for k in [ApiKey::Fetch, ApiKey::JoinGroup, ApiKey::SyncGroup] {
             assert!(waits_by_design(k as i16), "{k:?}");
         }
-        for k in [ApiKey::Produce, ApiKey::CreateTopics, ApiKey::Metadata, ApiKey::Heartbeat] {
+        for k in [
+            ApiKey::Produce,
+            ApiKey::CreateTopics,
+            ApiKey::Metadata,
+            ApiKey::Heartbeat,
+        ] {
             assert!(!waits_by_design(k as i16), "{k:?}");
         }
     }
