@@ -89,7 +89,7 @@ def create_topic(ck, bootstrap: str, name: str, partitions: int = PARTS):
     admin_mod = need_module("confluent_kafka.admin")
     admin = admin_mod.AdminClient({"bootstrap.servers": bootstrap})
     fs = admin.create_topics([admin_mod.NewTopic(name, num_partitions=partitions,
-                                                 replication_factor=1)],
+                                                 replication_factor=-1)],
                              operation_timeout=10, request_timeout=15)
     fs[name].result(timeout=20)
 

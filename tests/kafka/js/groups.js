@@ -14,7 +14,7 @@ const { Kafka, logLevel } = require('kafkajs');
 function client(bootstrap, id) {
   return new Kafka({
     clientId: `strand-kafkajs-groups-${id}`,
-    brokers: [bootstrap],
+    brokers: bootstrap.split(','),
     logLevel: process.env.KAFKAJS_DEBUG ? logLevel.DEBUG : logLevel.NOTHING,
     connectionTimeout: 5000,
     requestTimeout: 15000,

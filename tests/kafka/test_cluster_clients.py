@@ -1,0 +1,83 @@
+"""Every Kafka client of the suite against a three-node cluster: the consumer-group tests of
+test_groups.py (confluent-kafka, kafka-python, aiokafka, kafkajs, the Java client; each
+creates a 3-partition topic at the cluster's default replication factor, 3, produces with
+acks=all, consumes in a group, commits, resumes after the commit, splits the partitions
+between two members and hands them over on LeaveGroup), run with all three nodes as
+bootstrap servers. On a cluster the clients also meet what one node never shows them:
+partition leaders and group coordinators on different nodes, the controller named by
+Metadata, requests forwarded to the controller.
+
+One cluster serves every test of the module (initial rebalance delay 0, so the timings
+printed as GROUP-TIMING are not comparable with the single-node ones).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster_harness import Cluster
+from strand_harness import need_module
+from test_groups import (  # noqa: F401 (tests and fixtures collected here too)
+    OFFSETS_PARTITIONS,
+    PARTS,
+    _uid,
+    ck,
+    create_topic,
+    java_group_classpath,
+    test_groups_aiokafka,
+    test_groups_confluent,
+    test_groups_java,
+    test_groups_kafka_python,
+    test_groups_kafkajs,
+)
+
+
+class _Bootstrap:
+    """What the group tests use of a broker: its bootstrap servers."""
+
+    def __init__(self, bootstrap: str):
+        self.bootstrap = bootstrap
+
+
+@pytest.fixture(scope="module")
+def three_nodes(request):
+    c = Cluster(name="cluster-clients", extra_args=[
+        "--offsets-topic-num-partitions", str(OFFSETS_PARTITIONS),
+        "--num-partitions", str(PARTS),
+        "--group-initial-rebalance-delay-ms", "0",
+    ])
+    try:
+        c.start()
+        yield c
+    finally:
+        rcs = c.close()
+        failed = any(getattr(i, f"rep_{w}", None) is not None and getattr(i, f"rep_{w}").failed
+                     for i in request.session.items if i.module is request.module
+                     for w in ("setup", "call"))
+        bad = {n: rc for n, rc in rcs.items() if rc != 0}
+        if not bad and not failed:
+            c.cleanup()
+        else:
+            print(f"\nkept data dirs of {c.name}: {c.root}")
+    assert not bad, f"nodes exited with {bad} after SIGTERM:\n{c.log_tails()}"
+
+
+@pytest.fixture
+def slow(three_nodes):
+    return _Bootstrap(three_nodes.bootstrap())
+
+
+@pytest.fixture
+def fast(three_nodes):
+    return _Bootstrap(three_nodes.bootstrap())
+
+
+def test_the_topics_of_these_tests_are_replicated_on_every_node(ck, three_nodes):
+    """`create_topic` asks for the broker's default replication factor: 3 here, so the
+    client tests above ran against replicated partitions led by different nodes."""
+    admin = need_module("confluent_kafka.admin").AdminClient({"bootstrap.servers": three_nodes.bootstrap()})
+    name = f"rf-{_uid()}"
+    create_topic(ck, three_nodes.bootstrap(), name)
+    parts = admin.list_topics(name, timeout=10).topics[name].partitions
+    assert sorted(parts) == list(range(PARTS))
+    assert all(len(p.replicas) == 3 for p in parts.values()), parts
