@@ -876,6 +876,49 @@ def test_a_node_leaves_once_its_replicas_moved_away(ck, cluster, rf3_topic):
     assert_consistent(writes, read_everywhere(ck, cluster, topic), min_ok=n)
 
 
+def test_a_drained_node_holds_no_replicas_and_leaves(ck, cluster, topic):
+    """`strandctl cluster drain` moves every replica off a node (each to the listed node
+    with the fewest replicas that lacks the partition) and with --wait-s returns once no
+    partition names it; the node can then leave. Where no node can take a replica (RF 3 on
+    three nodes) it moves nothing and exits 3."""
+    admin = need_module("confluent_kafka.admin")
+    r = _strandctl(cluster, "cluster", "drain", "3")
+    assert r.returncode == 3 and "no other node can take the replica" in r.stdout, (
+        r.returncode, r.stdout, r.stderr)
+    assert "moving" not in r.stdout, r.stdout
+
+    cluster.add_joiner(4)
+    everyone = [1, 2, 3, 4]
+    wait_until(lambda: all(sorted(cluster.metadata(n).brokers) == everyone for n in everyone),
+               30, "every node listing brokers 1..4")
+    a = admin.AdminClient({"bootstrap.servers": cluster.bootstrap()})
+    a.create_topics([admin.NewTopic(topic, num_partitions=PARTITIONS,
+                                    replication_factor=REPLICATION_FACTOR)])[topic].result(30)
+    wait_leaders(cluster, topic)
+    on_4 = [p for p in range(PARTITIONS) if 4 in replicas_of(cluster, topic, p, 1)]
+    assert on_4, "placement over four nodes put no replica on node 4"
+    n = 90
+    acked = produce_all(ck, cluster, topic, range(n))
+
+    r = _strandctl(cluster, "cluster", "drain", "4", "--wait-s", "45")
+    print(r.stdout)
+    assert r.returncode == 0 and "holds no replicas now" in r.stdout, (
+        r.returncode, r.stdout, r.stderr)
+    for node in everyone:
+        md = cluster.metadata(node)
+        named = [(t, p) for t, parts in md.topics.items() for p, pm in parts.items()
+                 if 4 in pm.replicas]
+        assert not named, f"node {node}'s Metadata still places replicas on 4: {named}"
+    r = _strandctl(cluster, "cluster", "drain", "4")
+    assert r.returncode == 0 and "holds no replicas" in r.stdout, (r.returncode, r.stdout)
+    r = _strandctl(cluster, "cluster", "remove-node", "4")
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    assert cluster.stop([4]) == {4: 0}
+    del cluster.nodes[4]
+    writes = [Write(v, OK, part, off) for v, (part, off) in acked.items()]
+    assert_consistent(writes, read_everywhere(ck, cluster, topic), min_ok=n)
+
+
 # -- i. a node the cluster cannot reach is fenced ---------------------------------------------
 
 def test_a_cut_off_node_is_fenced_from_metadata_and_returns(cluster, capsys):

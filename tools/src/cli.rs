@@ -361,6 +361,16 @@ pub enum ClusterCmd {
         /// The node id.
         id: i32,
     },
+    /// Move every replica off a node (AlterPartitionReassignments): each to the listed
+    /// node with the fewest replicas that does not hold the partition. Exit 3 if a
+    /// partition could not be moved (or, with --wait-s, did not finish in time).
+    Drain {
+        /// The node id.
+        id: i32,
+        /// Wait up to this many seconds until no partition names the node.
+        #[arg(long)]
+        wait_s: Option<u64>,
+    },
 }
 
 /// `config ...`

@@ -1,6 +1,6 @@
 //! `strandctl cluster`: `info` (Kafka Metadata and DescribeCluster), `health` (the
 //! admin API's `/v1/health`, `/v1/health/ready`, `/v1/status`) and `remove-node`
-//! (UnregisterBroker).
+//! (UnregisterBroker); `drain` is in `drain.rs`.
 //!
 //! Invariant: `health` reports healthy only when the broker answered ready; any other
 //! answer (not ready, unreachable liveness endpoint) is a problem (exit 3), while a

@@ -17,6 +17,7 @@ mod cli;
 mod cluster;
 mod config_validate;
 mod consume;
+mod drain;
 mod group;
 mod kafka;
 mod offsets;
@@ -154,6 +155,12 @@ fn run(cli: &Cli) -> anyhow::Result<Outcome> {
         Command::Cluster(ClusterCmd::Info) => print(&cluster::info(&mut connect()?)?),
         Command::Cluster(ClusterCmd::RemoveNode { id }) => {
             print(&cluster::remove_node(&mut connect()?, *id)?)
+        }
+        Command::Cluster(ClusterCmd::Drain { id, wait_s }) => {
+            let wait = wait_s.map(Duration::from_secs);
+            let (text, outcome) = drain::drain(&mut connect()?, *id, wait)?;
+            print(&text)?;
+            Ok(outcome)
         }
         Command::Cluster(ClusterCmd::Health) => {
             let (text, outcome) = cluster::health(&cli.admin, timeout)?;
