@@ -1192,9 +1192,7 @@ pub fn kafka_error(e: RaftError) -> KafkaError {
         RaftError::Dropped { .. } => KafkaError::NotLeader,
         RaftError::Backpressure { .. } => KafkaError::RequestTimedOut,
         RaftError::InvalidProposal { why, .. } => KafkaError::CorruptMessage(why.to_string()),
-        RaftError::Fenced { group } => {
-            KafkaError::Storage(format!("{group} is fenced after a storage failure"))
-        }
+        e @ RaftError::Fenced { .. } => KafkaError::Storage(e.to_string()),
         RaftError::Store { source, .. } => KafkaError::Storage(source.to_string()),
         RaftError::Raft { reason, .. } => KafkaError::Storage(reason),
     }

@@ -44,7 +44,7 @@ pub enum RaftError {
     #[error("proposal to {group} dropped")]
     Dropped { group: GroupId },
     /// The group's log failed to sync; the group serves nothing until the node restarts.
-    #[error("{group} is fenced after a storage failure")]
+    #[error("{group} is fenced on this node (a failed log write, or a log that lost entries it had acknowledged; see the error log)")]
     Fenced { group: GroupId },
     /// No such group on this node.
     #[error("unknown group {group}")]

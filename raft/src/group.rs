@@ -13,8 +13,8 @@
 //! leader in its term, holding every committed entry, stops ticking too. The driver wakes
 //! them (see `MultiRaft`).
 //!
-//! Invariants: a fenced group (its sync failed) is never touched again and acknowledges
-//! nothing; a proposal completes `Ok` only when its own entry (same index *and* term) is
+//! Invariants: a fenced group (its sync failed, or its log lost entries it had acknowledged)
+//! is never touched again and acknowledges or votes for nothing; a proposal completes `Ok` only when its own entry (same index *and* term) is
 //! applied, i.e. committed by a majority that fsynced it; `applied` only grows.
 //! Election jitter comes from the driver's seeded `Prng`, never from raft-rs's own
 //! `thread_rng` draw, which `rejitter` overrides after every call that may reset it.
@@ -413,6 +413,21 @@ impl<S: LogStore> Group<S> {
             return Ok(());
         }
         validate(&message)?;
+        if let Some(lost) = self.lost_acknowledged(&message) {
+            tracing::error!(
+                group = %self.id,
+                leader = message.from,
+                term = message.term,
+                leader_counts_through = lost.counted,
+                log_ends_at = lost.last,
+                "this node's log lacks entries it acknowledged: the data directory lost data \
+                 (wiped, or restored from an older copy); the group is fenced here (no votes, \
+                 no acknowledgements), its other replicas keep the data. Move this replica \
+                 away and back (or drain and replace the node) to bring it back"
+            );
+            self.fence_quietly(fx);
+            return Ok(());
+        }
         // A stale or unexpected message is raft-rs's to ignore; its error says nothing we act on.
         if let Err(e) = self.node.step(message) {
             tracing::debug!(group = %self.id, error = %e, "raft step refused a message");
@@ -1041,8 +1056,27 @@ impl<S: LogStore> Group<S> {
         }
     }
 
+    /// A heartbeat of the current (or a newer) term counts this node as holding entries past
+    /// its log's end. A leader's heartbeat carries `min(what this node acknowledged, commit)`,
+    /// and a node acknowledges only what it made durable, so the entries were lost after they
+    /// were acknowledged: the data directory was wiped or restored from an older copy (raft-rs
+    /// would panic on it). Such a node must not vote or acknowledge again as if it held them.
+    fn lost_acknowledged(&self, message: &Message) -> Option<LostEntries> {
+        let last = self.node.raft.raft_log.last_index();
+        let counted = message.commit;
+        (message.get_msg_type() == MessageType::MsgHeartbeat
+            && message.term >= self.node.raft.term
+            && counted > last)
+            .then_some(LostEntries { counted, last })
+    }
+
     fn fence(&mut self, error: StoreError, fx: &mut Effects<'_>) {
         tracing::error!(group = %self.id, %error, "log write failed, fencing the group");
+        self.fence_quietly(fx);
+    }
+
+    /// Fences the group (see the module invariants) and fails what is pending.
+    fn fence_quietly(&mut self, fx: &mut Effects<'_>) {
         self.fenced = true;
         self.in_flight = None;
         self.in_flight_async = None;
@@ -1059,6 +1093,14 @@ impl<S: LogStore> Group<S> {
             });
         }
     }
+}
+
+/// Entries a leader counts this node as holding that its log lacks.
+struct LostEntries {
+    /// The index the leader's heartbeat counts this node through.
+    counted: u64,
+    /// This node's last log index.
+    last: u64,
 }
 
 /// Peer input check: every entry is one of ours, a snapshot carries a compaction point.

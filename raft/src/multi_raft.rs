@@ -921,7 +921,7 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
         }
     }
 
-    /// Whether `group` is fenced after a storage failure.
+    /// Whether `group` is fenced (a failed log write, or a log that lost acknowledged entries).
     pub fn is_fenced(&self, group: GroupId) -> bool {
         self.groups.get(&group).is_some_and(Group::is_fenced)
     }

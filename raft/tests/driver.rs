@@ -380,6 +380,36 @@ fn a_failed_sync_fences_the_group_and_acknowledges_nothing() {
 }
 
 #[test]
+fn a_follower_that_lost_acknowledged_entries_is_fenced_and_the_group_goes_on() {
+    let mut c = Cluster::new();
+    for _ in 0..3 {
+        c.propose(0, 1).expect("leader accepts");
+    }
+    c.settle();
+    let committed = c.nodes[0].high_watermark(G);
+    assert_eq!(committed, Some(KafkaOffset(3)));
+    // Node 3 comes back with an empty data directory (wiped): same id, no log, no vote.
+    let mut wiped = MultiRaft::new(
+        DriverConfig::new(NodeId(3), 3),
+        c.clock.clone(),
+        Queue::default(),
+    );
+    let store = MemLogStore::recover(DurableImage::new(&[1, 2, 3]), SyncBehaviour::Honest)
+        .expect("an empty image recovers");
+    wiped.add_group(G, store).expect("group starts");
+    c.nodes[2] = wiped;
+    // The leader's next heartbeat counts node 3 through what it acknowledged: raft-rs would
+    // panic ("to_commit is out of range"); the group is fenced on node 3 instead.
+    c.ticks(HEARTBEAT_TICKS_DEFAULT + 1);
+    assert!(c.nodes[2].is_fenced(G), "the wiped replica is fenced");
+    assert!(c.nodes[0].is_leader(G));
+    // The group goes on with the two replicas that hold the data.
+    c.propose(0, 1).expect("leader accepts");
+    c.settle();
+    assert_eq!(c.nodes[0].high_watermark(G), Some(KafkaOffset(4)));
+}
+
+#[test]
 fn malformed_peer_entries_are_dropped() {
     let mut c = Cluster::new();
     let mut m = Message::default();

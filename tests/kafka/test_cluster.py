@@ -17,6 +17,7 @@ minute there should be none.
 from __future__ import annotations
 
 import contextlib
+import shutil
 import struct
 import threading
 import time
@@ -24,7 +25,7 @@ from collections import Counter
 
 import pytest
 
-from cluster_harness import Cluster, NODE_IDS
+from cluster_harness import Cluster, NODE_IDS, strand_bin
 from jepsen_check import OK, UNKNOWN, Write, check
 from strand_harness import need_module, wait_until
 
@@ -917,6 +918,29 @@ def test_a_drained_node_holds_no_replicas_and_leaves(ck, cluster, topic):
     del cluster.nodes[4]
     writes = [Write(v, OK, part, off) for v, (part, off) in acked.items()]
     assert_consistent(writes, read_everywhere(ck, cluster, topic), min_ok=n)
+
+
+def test_a_node_whose_data_directory_was_wiped_takes_no_part_and_does_not_crash(ck, cluster,
+                                                                                  rf3_topic):
+    """A node restarted on an empty data directory under the same id (a wiped or replaced
+    disk) lacks entries it acknowledged. The leader's first heartbeat shows it (it counts the
+    node through them); raft-rs panics on that. The node fences those groups instead: it
+    logs why, votes and acknowledges nothing for them, keeps running, and the cluster goes on
+    with the replicas that hold the data (acks=all writes still succeed, nothing is lost)."""
+    topic = rf3_topic
+    first = produce_all(ck, cluster, topic, range(60))
+    cluster.kill9(3)
+    shutil.rmtree(cluster[3].data_dir)
+    cluster[3].spawn(strand_bin())
+    wait_until(lambda: b"lacks entries it acknowledged" in cluster[3].stderr_path.read_bytes(),
+               30, "node 3 reporting the lost entries")
+    time.sleep(1.0)
+    cluster[3].check_alive()  # raises on an exit or a panic
+    more = produce_all(ck, cluster, topic, range(60, 120))
+    acked = {**first, **more}
+    writes = [Write(v, OK, part, off) for v, (part, off) in acked.items()]
+    passes = [read_pass(ck, cluster[n].bootstrap, topic) for n in (1, 2)]
+    assert_consistent(writes, passes, min_ok=120)
 
 
 # -- i. a node the cluster cannot reach is fenced ---------------------------------------------
