@@ -136,6 +136,7 @@ pub fn render_status(input: &StatusInput, shards: &[ShardSnapshot]) -> String {
             "ready": input.ready,
             "under_replicated_partitions": urp,
             "leaderless_partitions": leaderless,
+            "fenced_raft_groups": shards.iter().map(|s| s.detail.fenced_groups).sum::<u64>(),
             "active_controller_count": controllers,
         },
         "log_level": crate::logging::current_level(),

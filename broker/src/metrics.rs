@@ -350,6 +350,8 @@ pub struct ShardDetail {
     pub rpc_dropped_frames: u64,
     /// Cluster mode: follower acknowledgement times of appends this shard led.
     pub raft_append_acks: HistogramSnapshot,
+    /// Cluster mode: Raft groups fenced on this shard (see `Replicator::fenced_groups`).
+    pub fenced_groups: u64,
 }
 
 /// Replicas of every partition without a cluster (ARCHITECTURE.md, Replication).
@@ -425,6 +427,7 @@ pub fn detail(shard: &crate::shard::Shard) -> ShardDetail {
         metadata_log_writable: shard.metadata_log_writable(),
         rpc_dropped_frames,
         raft_append_acks,
+        fenced_groups: shard.replicator().map_or(0, |r| r.fenced_groups()),
     }
 }
 

@@ -251,6 +251,14 @@ impl Scrape {
             "Partitions placed on this node with no serving leader (not open, or log fenced).",
             &one(leaderless),
         )?;
+        let fenced = self.shards.iter().map(|s| s.detail.fenced_groups).sum();
+        gauges(
+            enc,
+            "strand_raft_fenced_groups",
+            "Raft groups fenced on this node (a failed log write, or a log that lost entries \
+             it had acknowledged; see the error log): they vote and acknowledge nothing here.",
+            &one(fenced),
+        )?;
         gauges(
             enc,
             "strand_active_controller_count",

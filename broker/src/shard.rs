@@ -724,13 +724,9 @@ async fn shard_main(
         shard.publish(snapshot).await;
         ensure_offsets_topic(&shard).await;
     }
-    // Serve only once the first metadata snapshot arrived, so no request sees an empty
-    // cluster (and auto-creates a topic that exists).
-    while shard.metadata().version == 0 && !shard.stopping() {
-        sleep(Duration::from_millis(1)).await;
-    }
-    spawn_local(retention_loop(shard.clone()));
-    spawn_local(session_sweeper(shard.clone()));
+    // The admin API answers from here on, before metadata arrives: a node that cannot get
+    // it (no controller quorum, or a fenced controller group) still shows why in /metrics,
+    // /v1/status and the log level, and /v1/health/ready says it is not ready.
     if id == 0 {
         let admin = shard.clone();
         spawn_local(async move {
@@ -739,6 +735,13 @@ async fn shard_main(
             }
         });
     }
+    // Serve Kafka only once the first metadata snapshot arrived, so no request sees an
+    // empty cluster (and auto-creates a topic that exists).
+    while shard.metadata().version == 0 && !shard.stopping() {
+        sleep(Duration::from_millis(1)).await;
+    }
+    spawn_local(retention_loop(shard.clone()));
+    spawn_local(session_sweeper(shard.clone()));
     crate::shard_native::listen(&shard)?;
     crate::shard_conn::serve(shard.clone(), stop_rx).await?;
     let _ = done_rx.await;

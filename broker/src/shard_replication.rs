@@ -759,6 +759,19 @@ impl Replicator {
         self.health.get()
     }
 
+    /// Groups hosted here that are fenced (a failed log write, or a log that lost entries it
+    /// had acknowledged): they vote and acknowledge nothing on this node.
+    pub fn fenced_groups(&self) -> u64 {
+        let d = self.driver.borrow();
+        let fenced = self
+            .hosted
+            .borrow()
+            .keys()
+            .filter(|&&g| d.is_fenced(g))
+            .count();
+        u64::try_from(fenced).unwrap_or(u64::MAX)
+    }
+
     /// Stops the loop after its current turn.
     pub fn stop(&self) {
         self.stopping.set(true);

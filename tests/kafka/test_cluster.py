@@ -936,6 +936,8 @@ def test_a_node_whose_data_directory_was_wiped_takes_no_part_and_does_not_crash(
                30, "node 3 reporting the lost entries")
     time.sleep(1.0)
     cluster[3].check_alive()  # raises on an exit or a panic
+    assert gauge(cluster, 3, "strand_raft_fenced_groups") >= 1
+    assert all(gauge(cluster, n, "strand_raft_fenced_groups") == 0 for n in (1, 2))
     more = produce_all(ck, cluster, topic, range(60, 120))
     acked = {**first, **more}
     writes = [Write(v, OK, part, off) for v, (part, off) in acked.items()]

@@ -137,6 +137,7 @@ def test_health_gauges_single_node(broker, topic):
     assert value("strand_under_replicated_partitions") == 0
     assert value("strand_leaderless_partitions") == 0
     assert value("strand_active_controller_count") == 1
+    assert value("strand_raft_fenced_groups") == 0
 
 
 def test_group_lag_is_high_watermark_minus_committed(broker, topic):
@@ -185,7 +186,8 @@ def test_status_reports_partitions_leaders_disk_and_config(broker, topic):
     assert cfg["kafka_addr"] == broker.bootstrap
     assert cfg["smp"] == 2 and cfg["log_format"] == "text"
     assert s["health"] == {"live": True, "ready": True, "under_replicated_partitions": 0,
-                           "leaderless_partitions": 0, "active_controller_count": 1}
+                           "leaderless_partitions": 0, "fenced_raft_groups": 0,
+                           "active_controller_count": 1}
 
 
 def _bad_frame(broker):
@@ -301,5 +303,6 @@ def test_grafana_dashboard_uses_only_exported_metrics(broker, topic):
             f"dashboard uses {n}, which /metrics does not export"
     titles = " ".join(p["title"] for p in dash["panels"]).lower()
     for topic_ in ("p99 by api", "stage", "throughput", "fdatasync", "hit ratio",
-                   "backpressure", "lag", "under-replicated", "leaderless", "controllers"):
+                   "backpressure", "lag", "under-replicated", "leaderless", "controllers",
+                   "fenced"):
         assert topic_ in titles, topic_
