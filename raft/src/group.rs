@@ -756,11 +756,14 @@ impl<S: LogStore> Group<S> {
     /// change in order, or from a snapshot when the leader compacted that prefix.
     /// Refused while the log holds entries of term 0 (written by a single node before the
     /// cluster): raft-rs cannot replicate them to a replica that lacks them.
-    /// `silent`: the driver's node liveness (see `voter_progress`).
+    /// `silent`: the driver's node liveness (see `voter_progress`). With `keep_learners`,
+    /// learners outside the target stay and voters outside it become learners (the
+    /// controller's group: every node follows it).
     pub fn move_members(
         &mut self,
         target: &[NodeId],
         silent: impl Fn(NodeId) -> bool,
+        keep_learners: bool,
     ) -> Result<MembershipStep, RaftError> {
         let group = self.id;
         if !self.is_leader() {
@@ -812,13 +815,23 @@ impl<S: LogStore> Group<S> {
                     .filter(|&&n| wanted(n))
                     .map(|&n| (AddNode, n)),
             );
-            changes.extend(
-                voters
-                    .iter()
-                    .chain(&learners)
-                    .filter(|&&n| !wanted(n) && n != me)
-                    .map(|&n| (RemoveNode, n)),
-            );
+            if keep_learners {
+                // Voters outside the target become learners; learners stay.
+                changes.extend(
+                    voters
+                        .iter()
+                        .filter(|&&n| !wanted(n) && n != me)
+                        .map(|&n| (AddLearnerNode, n)),
+                );
+            } else {
+                changes.extend(
+                    voters
+                        .iter()
+                        .chain(&learners)
+                        .filter(|&&n| !wanted(n) && n != me)
+                        .map(|&n| (RemoveNode, n)),
+                );
+            }
         }
         if changes.is_empty() {
             if wanted(me) {

@@ -885,18 +885,37 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
     }
 
     /// As `group`'s leader, the next step toward the voters `target` (see
-    /// `Group::move_members`).
+    /// `Group::move_members`); members outside it leave.
     pub fn move_members(
         &mut self,
         group: GroupId,
         target: &[NodeId],
+    ) -> Result<crate::group::MembershipStep, RaftError> {
+        self.move_to(group, target, false)
+    }
+
+    /// As `move_members`, but learners outside `target` stay learners: only the voters
+    /// change (the controller group, which every other node follows as a learner).
+    pub fn move_voters(
+        &mut self,
+        group: GroupId,
+        target: &[NodeId],
+    ) -> Result<crate::group::MembershipStep, RaftError> {
+        self.move_to(group, target, true)
+    }
+
+    fn move_to(
+        &mut self,
+        group: GroupId,
+        target: &[NodeId],
+        keep_learners: bool,
     ) -> Result<crate::group::MembershipStep, RaftError> {
         let silent = &self.silent;
         let step = self
             .groups
             .get_mut(&group)
             .ok_or(RaftError::UnknownGroup { group })?
-            .move_members(target, |n| silent.contains(&n))?;
+            .move_members(target, |n| silent.contains(&n), keep_learners)?;
         self.activity(group);
         Ok(step)
     }

@@ -641,6 +641,54 @@ fn a_group_moves_to_new_voters_and_keeps_every_entry() {
     assert_eq!(c.nodes[3].applied_kafka_end(G), Some(KafkaOffset(7)));
 }
 
+/// The controller's voter change (`move_voters`): node 4 follows as a learner and becomes a
+/// voter, the leader (node 1, outside the target) hands over and is demoted to a learner,
+/// which keeps following the group; the others commit without it.
+#[test]
+fn voters_move_and_a_demoted_voter_keeps_following() {
+    let mut c = Cluster::sized(4, true);
+    c.propose(0, 2).expect("leader accepts");
+    c.settle();
+    let target = [NodeId(2), NodeId(3), NodeId(4)];
+    let mut steps = Vec::new();
+    for _ in 0..60 {
+        let Some(leader) = (0..4).find(|&n| c.nodes[n].is_leader(G)) else {
+            c.ticks(1);
+            continue;
+        };
+        let step = c.nodes[leader]
+            .move_voters(G, &target)
+            .expect("the leader moves voters");
+        steps.push((leader + 1, step));
+        if step == MembershipStep::Done {
+            break;
+        }
+        c.ticks(1);
+    }
+    assert_eq!(
+        steps.last().map(|s| s.1),
+        Some(MembershipStep::Done),
+        "{steps:?}"
+    );
+    for n in 0..4 {
+        let (mut voters, learners) = c.nodes[n].members(G).expect("group");
+        voters.sort_unstable();
+        assert_eq!(
+            (voters, learners),
+            (vec![2, 3, 4], vec![1]),
+            "node {}",
+            n + 1
+        );
+    }
+    let leader = (1..4).find(|&n| c.nodes[n].is_leader(G)).expect("a leader");
+    c.nodes[leader]
+        .propose(G, Bytes::from_static(b"after"), 1)
+        .expect("leader accepts");
+    c.ticks(3);
+    // The demoted node still receives (and applies) what the group commits.
+    assert_eq!(c.nodes[0].applied_kafka_end(G), Some(KafkaOffset(3)));
+}
+
 /// A leader refuses to move members it does not lead, and an empty target.
 #[test]
 fn moving_members_needs_the_leader_and_a_target() {
