@@ -124,15 +124,14 @@ impl Shard {
         }
     }
 
-    /// The controller id Kafka clients see with `listed`, the brokers the same answer
-    /// lists: see `reported_controller`.
-    pub fn controller_id(&self, listed: &[(i32, String, u16)]) -> i32 {
-        if self.clustered() {
-            let ids: Vec<i32> = listed.iter().map(|b| b.0).collect();
-            reported_controller(self.controller_leader(), self.config.node_id, &ids)
-        } else {
-            self.config.node_id
-        }
+    /// The controller id Kafka clients see: this node, as a KRaft broker reports a live
+    /// broker rather than the controller itself. Every node forwards controller requests to
+    /// the controller's leader, and the node answering is one a client reaches: librdkafka's
+    /// admin requests wait for the controller Metadata names and do not ask again, so naming
+    /// the leader (or -1) left them waiting until their timeout whenever that node was not
+    /// in the answer's broker list (start-up) or had just stopped.
+    pub fn controller_id(&self) -> i32 {
+        self.config.node_id
     }
 
     /// The committed metadata as this shard knows it: on shard 0 the state applied from the
@@ -214,14 +213,16 @@ impl Shard {
     }
 }
 
-/// The controller id a node reports: the controller group's leader when the answer also
-/// lists it, else the node itself (every node forwards controller requests, as a KRaft
-/// broker does, which reports a live broker too). A client waits for its controller
-/// among the brokers it knows: librdkafka's admin requests, told -1 or an id the broker
-/// list lacks (a node that knows the leader before it applied the leader's registration,
-/// at start-up), wait without asking again until they time out.
-fn reported_controller(leader: Option<i32>, me: i32, listed: &[i32]) -> i32 {
-    leader.filter(|l| listed.contains(l)).unwrap_or(me)
+/// The controller group's voters as the committed metadata names them: those set by
+/// `Command::SetControllerVoters` (AddRaftVoter, RemoveRaftVoter), else the seeds.
+pub fn controller_voters(shard: &Shard) -> Vec<i32> {
+    let m = shard.committed_metadata();
+    if !m.controller_voters.is_empty() {
+        return m.controller_voters.clone();
+    }
+    let mut seeds: Vec<i32> = shard.config.seeds.iter().map(|&(id, _)| id).collect();
+    seeds.sort_unstable();
+    seeds
 }
 
 /// Starts cluster mode on this shard: the replicator, its RPC listener and loop; on shard 0
@@ -329,7 +330,11 @@ async fn start_controller(shard: &Rc<Shard>, rep: &Rc<Replicator>) -> anyhow::Re
         loop {
             sleep(LEARNER_CHECK_INTERVAL).await;
             match weak.upgrade() {
-                Some(s) if !s.stopping() => admit_learners(&s),
+                Some(s) if !s.stopping() => {
+                    if !move_controller_voters(&s) {
+                        admit_learners(&s);
+                    }
+                }
                 _ => return,
             }
         }
@@ -436,6 +441,11 @@ fn visible(m: &Metadata, after: &Metadata, cmd: &Command) -> bool {
             .topics
             .get(name)
             .is_none_or(|t| t.moving.get(partition).is_none_or(|r| &r.target != target)),
+        Command::SetControllerVoters { voters } => {
+            let mut sorted = voters.clone();
+            sorted.sort_unstable();
+            m.controller_voters == sorted
+        }
         Command::AlterConfig { name, set, delete } => m.topics.get(name).is_some_and(|t| {
             set.iter().all(|(k, v)| t.configs.get(k) == Some(v))
                 && delete.iter().all(|k| !t.configs.contains_key(k))
@@ -676,6 +686,32 @@ fn join_reply(node_id: Option<i32>, error: Option<String>) -> Bytes {
     Bytes::from(serde_json::to_vec(&reply).unwrap_or_default())
 }
 
+/// As the controller's leader: takes the next step of moving the controller group to the
+/// voters the metadata names (`Command::SetControllerVoters`; none named: the seeds stay).
+/// Voters outside them become learners and keep following. True while a move is underway.
+fn move_controller_voters(shard: &Rc<Shard>) -> bool {
+    let Some(rep) = shard.replicator() else {
+        return false;
+    };
+    if !rep.leads_controller() {
+        return false;
+    }
+    let target = shard.committed_metadata().controller_voters.clone();
+    let Some((mut voters, _)) = rep.controller_members() else {
+        return false;
+    };
+    voters.sort_unstable();
+    let wanted: Vec<u64> = target.iter().map(|&n| n as u64).collect();
+    if target.is_empty() || voters == wanted {
+        return false;
+    }
+    match rep.move_controller_voters(&target) {
+        Ok(step) => tracing::info!(?step, ?target, "moving the controller's voters"),
+        Err(e) => tracing::warn!(?target, error = %e, "controller voters not moved yet"),
+    }
+    true
+}
+
 /// As the controller's leader: every registered node outside the controller group joins
 /// it as a learner, and a learner no longer registered (removed from the cluster) leaves
 /// it (one configuration change at a time; the next check retries).
@@ -802,21 +838,4 @@ pub async fn adopt_single_node_data(shard: &Rc<Shard>) -> anyhow::Result<()> {
         "adopted a single-node broker's topics into the cluster"
     );
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::reported_controller;
-
-    #[test]
-    fn the_reported_controller_is_always_a_listed_broker() {
-        // The leader, when listed.
-        assert_eq!(reported_controller(Some(3), 2, &[1, 2, 3]), 3);
-        // Leader known before its registration was applied here: this node, never an id
-        // the client cannot find among the brokers.
-        assert_eq!(reported_controller(Some(3), 2, &[1, 2]), 2);
-        // Leader fenced (left out of the list) or unknown: this node, never -1.
-        assert_eq!(reported_controller(Some(1), 2, &[2, 3]), 2);
-        assert_eq!(reported_controller(None, 2, &[1, 2, 3]), 2);
-    }
 }

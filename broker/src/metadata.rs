@@ -12,6 +12,8 @@ use serde::{Deserialize, Serialize};
 
 /// Kafka's longest topic name.
 pub const TOPIC_NAME_BYTES_MAX: usize = 249;
+/// Most controller voters (Kafka advises 3 or 5; each is in every metadata change's quorum).
+pub const CONTROLLER_VOTERS_MAX: usize = 7;
 /// Most partitions one topic may have (a bound on what a request can make us allocate).
 pub const PARTITIONS_PER_TOPIC_MAX: i32 = 10_000;
 
@@ -101,6 +103,12 @@ pub enum Command {
         /// The target it reached (refused unless it is still the move's target).
         target: Vec<i32>,
     },
+    /// The controller group's voters from now on (the controller's leader moves the group
+    /// to them, one configuration change at a time); every other node follows as a learner.
+    SetControllerVoters {
+        /// Registered node ids, sorted, without duplicates.
+        voters: Vec<i32>,
+    },
     /// Changes topic config overrides.
     AlterConfig {
         /// Topic name.
@@ -126,6 +134,7 @@ impl Command {
             Command::RemoveNode { .. } => "remove_node",
             Command::ReassignPartition { .. } => "reassign_partition",
             Command::FinishReassignment { .. } => "finish_reassignment",
+            Command::SetControllerVoters { .. } => "set_controller_voters",
             Command::AlterConfig { .. } => "alter_config",
         }
     }
@@ -250,6 +259,9 @@ pub struct Metadata {
     pub topics_created: u64,
     /// The id each join token was given (`AdmitNode`).
     pub join_tokens: BTreeMap<String, i32>,
+    /// The controller group's voters set by `SetControllerVoters` (sorted); empty: the
+    /// seeds, as at the cluster's start.
+    pub controller_voters: Vec<i32>,
 }
 
 /// Why a command was refused; each maps to one Kafka error code.
@@ -279,6 +291,12 @@ pub enum MetaError {
     /// INVALID_REQUEST (42): the node still holds replicas.
     #[error("node {0} still holds replicas of {1} partitions (e.g. {2}): move them first")]
     NodeInUse(i32, usize, String),
+    /// INVALID_REQUEST (42): a controller voter cannot leave the cluster.
+    #[error("node {0} is a controller voter: make other nodes the voters first")]
+    ControllerVoter(i32),
+    /// INVALID_REQUEST (42): an unusable set of controller voters.
+    #[error("controller voters {0:?}: {1}")]
+    InvalidVoters(Vec<i32>, &'static str),
     /// NO_REASSIGNMENT_IN_PROGRESS (85).
     #[error("no reassignment of '{0}' partition {1} is in progress")]
     NoReassignment(String, i32),
@@ -300,6 +318,7 @@ impl MetaError {
             MetaError::NoReassignment(..) => 85,
             MetaError::UnknownNode(_) => 102,
             MetaError::NodeInUse(..) => 42,
+            MetaError::ControllerVoter(_) | MetaError::InvalidVoters(..) => 42,
             MetaError::Internal(_) => -1,
         }
     }
@@ -407,6 +426,9 @@ impl Metadata {
                 if !self.nodes.contains_key(id) {
                     return Err(MetaError::UnknownNode(*id));
                 }
+                if self.controller_voters.contains(id) {
+                    return Err(MetaError::ControllerVoter(*id));
+                }
                 let held: Vec<String> = self
                     .topics
                     .iter()
@@ -418,6 +440,27 @@ impl Metadata {
                     .collect();
                 match held.first() {
                     Some(first) => Err(MetaError::NodeInUse(*id, held.len(), first.clone())),
+                    None => Ok(()),
+                }
+            }
+            Command::SetControllerVoters { voters } => {
+                let mut sorted = voters.clone();
+                sorted.sort_unstable();
+                sorted.dedup();
+                if sorted.is_empty() || sorted.len() > CONTROLLER_VOTERS_MAX {
+                    return Err(MetaError::InvalidVoters(
+                        voters.clone(),
+                        "the controller needs 1 to 7 voters",
+                    ));
+                }
+                if sorted.len() != voters.len() {
+                    return Err(MetaError::InvalidVoters(
+                        voters.clone(),
+                        "a voter is named twice",
+                    ));
+                }
+                match sorted.iter().find(|id| !self.nodes.contains_key(id)) {
+                    Some(&id) => Err(MetaError::UnknownNode(id)),
                     None => Ok(()),
                 }
             }
@@ -507,6 +550,11 @@ impl Metadata {
             }
             Command::RemoveNode { id } => {
                 self.nodes.remove(id);
+            }
+            Command::SetControllerVoters { voters } => {
+                let mut sorted = voters.clone();
+                sorted.sort_unstable();
+                self.controller_voters = sorted;
             }
             Command::ReserveProducerIds { up_to, owner } => {
                 self.producer_ids_reserved_to = *up_to;

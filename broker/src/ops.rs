@@ -146,6 +146,8 @@ pub enum Op {
     Stats,
     /// Hand out a new producer id (shard 0 only).
     AllocateProducerId,
+    /// Cluster mode, shard 0: the controller group's voters and learners as applied here.
+    ControllerMembers,
     /// Stop accepting, flush, and let the shard exit.
     Shutdown,
 }
@@ -177,6 +179,8 @@ pub enum Reply {
     Stats(Box<crate::admin::ShardSnapshot>),
     /// A producer id, or why none.
     ProducerId(Result<i64, MetaError>),
+    /// A Raft group's (voters, learners), if hosted here.
+    Members(Option<(Vec<u64>, Vec<u64>)>),
     /// Done.
     Done,
 }
@@ -276,6 +280,9 @@ impl Shard {
                 Reply::Done
             }
             Op::AllocateProducerId => Reply::ProducerId(self.allocate_producer_id().await),
+            Op::ControllerMembers => {
+                Reply::Members(self.replicator().and_then(|r| r.controller_members()))
+            }
             Op::Shutdown => {
                 self.shutdown().await;
                 Reply::Done

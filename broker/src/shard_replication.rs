@@ -482,6 +482,21 @@ impl Replicator {
         r
     }
 
+    /// As the controller's leader, the next step toward the voters `target` (learners stay;
+    /// voters outside it become learners).
+    pub fn move_controller_voters(
+        &self,
+        target: &[i32],
+    ) -> Result<strand_raft::MembershipStep, RaftError> {
+        let target: Vec<NodeId> = target.iter().map(|&n| NodeId(n as u64)).collect();
+        let r = self
+            .driver
+            .borrow_mut()
+            .move_voters(CONTROLLER_GROUP, &target);
+        self.wake();
+        r
+    }
+
     /// The voters and learners of the controller group as applied here.
     pub fn controller_members(&self) -> Option<(Vec<u64>, Vec<u64>)> {
         self.driver.borrow().members(CONTROLLER_GROUP)

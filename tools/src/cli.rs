@@ -361,6 +361,19 @@ pub enum ClusterCmd {
         /// The node id.
         id: i32,
     },
+    /// Make a registered node a controller voter (AddRaftVoter); waits until the controller
+    /// group has moved to the new voters.
+    AddController {
+        /// The node id.
+        id: i32,
+    },
+    /// Make a controller voter a follower of the controller again (RemoveRaftVoter); waits
+    /// until the controller group has moved. A seed whose machine is gone: add another node
+    /// first, then remove it, then `drain` and `remove-node` it.
+    RemoveController {
+        /// The node id.
+        id: i32,
+    },
     /// Move every replica off a node (AlterPartitionReassignments): each to the listed
     /// node with the fewest replicas that does not hold the partition. Exit 3 if a
     /// partition could not be moved (or, with --wait-s, did not finish in time).

@@ -8,7 +8,10 @@
 
 use std::time::Duration;
 
-use kafka_protocol::messages::{BrokerId, DescribeClusterRequest, UnregisterBrokerRequest};
+use kafka_protocol::messages::{
+    AddRaftVoterRequest, BrokerId, DescribeClusterRequest, RemoveRaftVoterRequest,
+    UnregisterBrokerRequest,
+};
 
 use crate::admin_http;
 use crate::kafka::{check_code, KafkaClient, KafkaError};
@@ -67,6 +70,37 @@ pub fn remove_node(client: &mut KafkaClient, id: i32) -> Result<String, KafkaErr
     Ok(format!(
         "node {id} removed from the cluster; stop its process\n"
     ))
+}
+
+/// How long the broker may take to move the controller group to new voters.
+const VOTER_CHANGE_TIMEOUT_MS: i32 = 60_000;
+
+/// `cluster add-controller` / `remove-controller` (AddRaftVoter / RemoveRaftVoter).
+pub fn change_controller(
+    client: &mut KafkaClient,
+    id: i32,
+    add: bool,
+) -> Result<String, KafkaError> {
+    let (code, message, what) = if add {
+        let req = AddRaftVoterRequest::default()
+            .with_voter_id(id)
+            .with_timeout_ms(VOTER_CHANGE_TIMEOUT_MS);
+        let resp = client.send(&req)?;
+        (resp.error_code, resp.error_message, "add controller voter")
+    } else {
+        let resp = client.send(&RemoveRaftVoterRequest::default().with_voter_id(id))?;
+        (
+            resp.error_code,
+            resp.error_message,
+            "remove controller voter",
+        )
+    };
+    check_code(code, &format!("{what} {id}"), message.as_ref())?;
+    Ok(if add {
+        format!("node {id} is a controller voter\n")
+    } else {
+        format!("node {id} is no longer a controller voter (it follows the controller)\n")
+    })
 }
 
 /// `cluster health`: the text and whether the broker is ready.

@@ -156,6 +156,12 @@ fn run(cli: &Cli) -> anyhow::Result<Outcome> {
         Command::Cluster(ClusterCmd::RemoveNode { id }) => {
             print(&cluster::remove_node(&mut connect()?, *id)?)
         }
+        Command::Cluster(ClusterCmd::AddController { id }) => {
+            print(&cluster::change_controller(&mut connect()?, *id, true)?)
+        }
+        Command::Cluster(ClusterCmd::RemoveController { id }) => {
+            print(&cluster::change_controller(&mut connect()?, *id, false)?)
+        }
         Command::Cluster(ClusterCmd::Drain { id, wait_s }) => {
             let wait = wait_s.map(Duration::from_secs);
             let (text, outcome) = drain::drain(&mut connect()?, *id, wait)?;

@@ -22,7 +22,7 @@ const INVALID_REQUEST: i16 = 42;
 pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
     let req: DescribeClusterRequest = ctx.decode(body)?;
     let listed = shard.brokers();
-    let controller = shard.controller_id(&listed);
+    let controller = shard.controller_id();
     let brokers = listed
         .into_iter()
         .map(|(id, host, port)| {
@@ -48,7 +48,8 @@ pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes
 }
 
 /// UnregisterBroker: removes a node from the cluster once it holds no replica (see
-/// `Command::RemoveNode`); the controller voters (`--seeds`) cannot leave.
+/// `Command::RemoveNode`); a controller voter (the seeds, until AddRaftVoter and
+/// RemoveRaftVoter name others) cannot leave.
 pub async fn unregister(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
     let req: UnregisterBrokerRequest = ctx.decode(body)?;
     let id = req.broker_id.0;
@@ -57,10 +58,14 @@ pub async fn unregister(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Byt
             INVALID_REQUEST,
             "a single-node broker has no node to remove".to_string(),
         ))
-    } else if shard.config.seeds.iter().any(|&(seed, _)| seed == id) {
+    } else if crate::cluster::controller_voters(shard).contains(&id) {
         Some((
             INVALID_REQUEST,
-            format!("node {id} is a controller voter (one of --seeds) and cannot leave"),
+            format!(
+                "node {id} is a controller voter and cannot leave: make another node a voter \
+                 (AddRaftVoter, `strandctl cluster add-controller`) and remove this one \
+                 (RemoveRaftVoter) first"
+            ),
         ))
     } else {
         match super::topics::commit(shard, vec![Command::RemoveNode { id }])

@@ -87,7 +87,7 @@ pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
         })
         .collect();
     let listed = shard.brokers();
-    let controller = shard.controller_id(&listed);
+    let controller = shard.controller_id();
     let brokers = listed
         .into_iter()
         .map(|(id, host, port)| {

@@ -15,6 +15,7 @@ pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
 pub mod producer;
+pub mod quorum;
 pub mod reassign;
 pub mod records;
 pub mod topics;
@@ -58,6 +59,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterPartitionReassignments, 0, 1),
     (ApiKey::ListPartitionReassignments, 0, 0),
     (ApiKey::UnregisterBroker, 0, 0),
+    (ApiKey::AddRaftVoter, 0, 0),
+    (ApiKey::RemoveRaftVoter, 0, 0),
 ];
 
 /// A request that cannot be answered: the connection is closed.
@@ -100,6 +103,8 @@ pub fn api_name(key: ApiKey) -> &'static str {
         ApiKey::AlterPartitionReassignments => "alter_partition_reassignments",
         ApiKey::ListPartitionReassignments => "list_partition_reassignments",
         ApiKey::UnregisterBroker => "unregister_broker",
+        ApiKey::AddRaftVoter => "add_raft_voter",
+        ApiKey::RemoveRaftVoter => "remove_raft_voter",
         ApiKey::IncrementalAlterConfigs => "incremental_alter_configs",
         ApiKey::DescribeCluster => "describe_cluster",
         ApiKey::InitProducerId => "init_producer_id",
@@ -197,6 +202,8 @@ pub async fn handle(
         ApiKey::InitProducerId => producer::init(shard, &ctx, buf).await.map(Some),
         ApiKey::DescribeCluster => cluster::describe(shard, &ctx, buf).await.map(Some),
         ApiKey::UnregisterBroker => cluster::unregister(shard, &ctx, buf).await.map(Some),
+        ApiKey::AddRaftVoter => quorum::add(shard, &ctx, buf).await.map(Some),
+        ApiKey::RemoveRaftVoter => quorum::remove(shard, &ctx, buf).await.map(Some),
         ApiKey::DeleteRecords => records::delete_records(shard, &ctx, buf).await.map(Some),
         ApiKey::OffsetForLeaderEpoch => records::offset_for_leader_epoch(shard, &ctx, buf)
             .await
