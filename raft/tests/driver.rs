@@ -592,27 +592,7 @@ fn a_group_moves_to_new_voters_and_keeps_every_entry() {
         c.propose(0, 2).expect("leader accepts");
         c.settle();
     }
-    let target = [NodeId(2), NodeId(3), NodeId(4)];
-    let mut steps = Vec::new();
-    for _ in 0..50 {
-        let Some(leader) = (0..4).find(|&n| c.nodes[n].is_leader(G)) else {
-            c.ticks(1);
-            continue;
-        };
-        let step = c.nodes[leader]
-            .move_members(G, &target)
-            .expect("the leader moves members");
-        steps.push((leader + 1, step));
-        if step == MembershipStep::Done {
-            break;
-        }
-        c.ticks(1);
-    }
-    assert_eq!(
-        steps.last().map(|s| s.1),
-        Some(MembershipStep::Done),
-        "{steps:?}"
-    );
+    let steps = move_until_done(&mut c, &[NodeId(2), NodeId(3), NodeId(4)], false);
     assert!(
         steps
             .iter()
@@ -649,27 +629,7 @@ fn voters_move_and_a_demoted_voter_keeps_following() {
     let mut c = Cluster::sized(4, true);
     c.propose(0, 2).expect("leader accepts");
     c.settle();
-    let target = [NodeId(2), NodeId(3), NodeId(4)];
-    let mut steps = Vec::new();
-    for _ in 0..60 {
-        let Some(leader) = (0..4).find(|&n| c.nodes[n].is_leader(G)) else {
-            c.ticks(1);
-            continue;
-        };
-        let step = c.nodes[leader]
-            .move_voters(G, &target)
-            .expect("the leader moves voters");
-        steps.push((leader + 1, step));
-        if step == MembershipStep::Done {
-            break;
-        }
-        c.ticks(1);
-    }
-    assert_eq!(
-        steps.last().map(|s| s.1),
-        Some(MembershipStep::Done),
-        "{steps:?}"
-    );
+    move_until_done(&mut c, &[NodeId(2), NodeId(3), NodeId(4)], true);
     for n in 0..4 {
         let (mut voters, learners) = c.nodes[n].members(G).expect("group");
         voters.sort_unstable();
@@ -687,6 +647,40 @@ fn voters_move_and_a_demoted_voter_keeps_following() {
     c.ticks(3);
     // The demoted node still receives (and applies) what the group commits.
     assert_eq!(c.nodes[0].applied_kafka_end(G), Some(KafkaOffset(3)));
+}
+
+/// Asks whichever node leads for the next membership step toward `target` (`move_voters`
+/// when `keep_learners`, else `move_members`) each tick until it is done; the steps taken,
+/// as (leader node, step).
+fn move_until_done(
+    c: &mut Cluster,
+    target: &[NodeId],
+    keep_learners: bool,
+) -> Vec<(usize, MembershipStep)> {
+    let mut steps = Vec::new();
+    for _ in 0..60 {
+        let Some(leader) = (0..c.nodes.len()).find(|&n| c.nodes[n].is_leader(G)) else {
+            c.ticks(1);
+            continue;
+        };
+        let step = if keep_learners {
+            c.nodes[leader].move_voters(G, target)
+        } else {
+            c.nodes[leader].move_members(G, target)
+        };
+        let step = step.expect("the leader moves members");
+        steps.push((leader + 1, step));
+        if step == MembershipStep::Done {
+            break;
+        }
+        c.ticks(1);
+    }
+    assert_eq!(
+        steps.last().map(|s| s.1),
+        Some(MembershipStep::Done),
+        "{steps:?}"
+    );
+    steps
 }
 
 /// A leader refuses to move members it does not lead, and an empty target.

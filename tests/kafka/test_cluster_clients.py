@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster_harness import Cluster
+from test_cluster import owned_cluster
 from strand_harness import need_module
 from test_groups import (  # noqa: F401 (tests and fixtures collected here too)
     OFFSETS_PARTITIONS,
@@ -41,25 +41,12 @@ class _Bootstrap:
 
 @pytest.fixture(scope="module")
 def three_nodes(request):
-    c = Cluster(name="cluster-clients", extra_args=[
+    with owned_cluster(request, extra_args=[
         "--offsets-topic-num-partitions", str(OFFSETS_PARTITIONS),
         "--num-partitions", str(PARTS),
         "--group-initial-rebalance-delay-ms", "0",
-    ])
-    try:
-        c.start()
+    ]) as c:
         yield c
-    finally:
-        rcs = c.close()
-        failed = any(getattr(i, f"rep_{w}", None) is not None and getattr(i, f"rep_{w}").failed
-                     for i in request.session.items if i.module is request.module
-                     for w in ("setup", "call"))
-        bad = {n: rc for n, rc in rcs.items() if rc != 0}
-        if not bad and not failed:
-            c.cleanup()
-        else:
-            print(f"\nkept data dirs of {c.name}: {c.root}")
-    assert not bad, f"nodes exited with {bad} after SIGTERM:\n{c.log_tails()}"
 
 
 @pytest.fixture
