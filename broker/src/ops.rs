@@ -146,8 +146,8 @@ pub enum Op {
     Stats,
     /// Hand out a new producer id (shard 0 only).
     AllocateProducerId,
-    /// Cluster mode, shard 0: the controller group's voters and learners as applied here.
-    ControllerMembers,
+    /// Cluster mode, shard 0: the controller group as this node sees it.
+    ControllerView,
     /// Stop accepting, flush, and let the shard exit.
     Shutdown,
 }
@@ -179,8 +179,8 @@ pub enum Reply {
     Stats(Box<crate::admin::ShardSnapshot>),
     /// A producer id, or why none.
     ProducerId(Result<i64, MetaError>),
-    /// A Raft group's (voters, learners), if hosted here.
-    Members(Option<(Vec<u64>, Vec<u64>)>),
+    /// A Raft group as this node sees it, if hosted here.
+    View(Option<strand_raft::GroupView>),
     /// Done.
     Done,
 }
@@ -280,9 +280,7 @@ impl Shard {
                 Reply::Done
             }
             Op::AllocateProducerId => Reply::ProducerId(self.allocate_producer_id().await),
-            Op::ControllerMembers => {
-                Reply::Members(self.replicator().and_then(|r| r.controller_members()))
-            }
+            Op::ControllerView => Reply::View(self.replicator().and_then(|r| r.controller_view())),
             Op::Shutdown => {
                 self.shutdown().await;
                 Reply::Done

@@ -497,6 +497,11 @@ impl Replicator {
         r
     }
 
+    /// The controller group as this node sees it.
+    pub fn controller_view(&self) -> Option<strand_raft::GroupView> {
+        self.driver.borrow().view(CONTROLLER_GROUP)
+    }
+
     /// The voters and learners of the controller group as applied here.
     pub fn controller_members(&self) -> Option<(Vec<u64>, Vec<u64>)> {
         self.driver.borrow().members(CONTROLLER_GROUP)

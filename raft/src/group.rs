@@ -885,6 +885,28 @@ impl<S: LogStore> Group<S> {
         (c.voters, c.learners)
     }
 
+    /// The group as this node sees it (see `GroupView`).
+    pub fn view(&self) -> GroupView {
+        let r = &self.node.raft;
+        let (voters, learners) = self.members();
+        let matched = if self.is_leader() {
+            let mut m: Vec<(u64, u64)> = r.prs().iter().map(|(&id, pr)| (id, pr.matched)).collect();
+            m.sort_unstable();
+            m
+        } else {
+            Vec::new()
+        };
+        GroupView {
+            leader: (r.leader_id != raft::INVALID_ID).then_some(r.leader_id),
+            term: r.term,
+            commit: r.raft_log.committed,
+            last_index: r.raft_log.last_index(),
+            voters,
+            learners,
+            matched,
+        }
+    }
+
     /// Hands leadership to `node` (raft-rs leader transfer; proposals are refused meanwhile).
     pub fn transfer_leader(&mut self, node: NodeId) {
         if self.is_leader() {
@@ -1106,6 +1128,22 @@ impl<S: LogStore> Group<S> {
             });
         }
     }
+}
+
+/// A group as one node sees it: for operators (Kafka's DescribeQuorum).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupView {
+    /// The leader this node knows of.
+    pub leader: Option<u64>,
+    pub term: u64,
+    /// Commit index.
+    pub commit: u64,
+    /// This node's last log index.
+    pub last_index: u64,
+    pub voters: Vec<u64>,
+    pub learners: Vec<u64>,
+    /// On the leader: each member's highest index known to match the leader's log.
+    pub matched: Vec<(u64, u64)>,
 }
 
 /// Entries a leader counts this node as holding that its log lacks.

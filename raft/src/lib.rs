@@ -33,7 +33,7 @@ pub mod types;
 
 pub use clock::Clock;
 pub use error::{RaftError, StoreError};
-pub use group::MembershipStep;
+pub use group::{GroupView, MembershipStep};
 pub use log_index::{CompactionPoint, LogIndex};
 pub use log_store::LogStore;
 pub use mem_store::{DurableImage, MemLogStore, SyncBehaviour};

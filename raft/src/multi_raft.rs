@@ -927,6 +927,11 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
             .map(|g| format!("{} hibernating {}", g.describe(), self.is_asleep(group)))
     }
 
+    /// `group` as this node sees it (leader, term, commit, members; progress on the leader).
+    pub fn view(&self, group: GroupId) -> Option<crate::group::GroupView> {
+        self.groups.get(&group).map(Group::view)
+    }
+
     /// The voters and learners of `group` as this node applied them.
     pub fn members(&self, group: GroupId) -> Option<(Vec<u64>, Vec<u64>)> {
         self.groups.get(&group).map(Group::members)

@@ -966,6 +966,11 @@ def test_a_seed_is_replaced_by_a_joined_node(ck, cluster, rf3_topic):
     assert r.returncode != 0 and "controller voter already" in r.stderr, (r.returncode, r.stderr)
     r = _strandctl(cluster, "--request-timeout-ms", "90000", "cluster", "remove-controller", "3")
     assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    r = _strandctl(cluster, "cluster", "quorum")  # DescribeQuorum
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    roles = {int(line.split()[0]): line.split()[1] for line in r.stdout.splitlines()
+             if line[:1].isdigit()}
+    assert roles == {1: "voter", 2: "voter", 4: "voter", 3: "observer"}, r.stdout
     r = _strandctl(cluster, "cluster", "remove-node", "4")
     assert r.returncode != 0 and "controller voter" in r.stderr, (r.returncode, r.stderr)
 

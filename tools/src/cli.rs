@@ -361,6 +361,9 @@ pub enum ClusterCmd {
         /// The node id.
         id: i32,
     },
+    /// The controller quorum (DescribeQuorum): leader, epoch, voters and observers with
+    /// their log ends (known when the node asked leads the controller).
+    Quorum,
     /// Make a registered node a controller voter (AddRaftVoter); waits until the controller
     /// group has moved to the new voters.
     AddController {

@@ -8,10 +8,14 @@
 
 use std::time::Duration;
 
-use kafka_protocol::messages::{
-    AddRaftVoterRequest, BrokerId, DescribeClusterRequest, RemoveRaftVoterRequest,
-    UnregisterBrokerRequest,
+use kafka_protocol::messages::describe_quorum_request::{
+    PartitionData as QuorumPartition, TopicData as QuorumTopic,
 };
+use kafka_protocol::messages::{
+    AddRaftVoterRequest, BrokerId, DescribeClusterRequest, DescribeQuorumRequest,
+    RemoveRaftVoterRequest, TopicName, UnregisterBrokerRequest,
+};
+use kafka_protocol::protocol::StrBytes;
 
 use crate::admin_http;
 use crate::kafka::{check_code, KafkaClient, KafkaError};
@@ -70,6 +74,49 @@ pub fn remove_node(client: &mut KafkaClient, id: i32) -> Result<String, KafkaErr
     Ok(format!(
         "node {id} removed from the cluster; stop its process\n"
     ))
+}
+
+/// `cluster quorum` (DescribeQuorum of the metadata log).
+pub fn quorum(client: &mut KafkaClient) -> Result<String, KafkaError> {
+    let req = DescribeQuorumRequest::default().with_topics(vec![QuorumTopic::default()
+        .with_topic_name(TopicName(StrBytes::from_static_str("__cluster_metadata")))
+        .with_partitions(vec![QuorumPartition::default().with_partition_index(0)])]);
+    let resp = client.send(&req)?;
+    check_code(
+        resp.error_code,
+        "describe quorum",
+        resp.error_message.as_ref(),
+    )?;
+    let Some(p) = resp.topics.first().and_then(|t| t.partitions.first()) else {
+        return Err(KafkaError::Broker {
+            what: "describe quorum".into(),
+            name: "UNKNOWN_TOPIC_OR_PARTITION".into(),
+            code: 3,
+            detail: ": no partition in the answer".into(),
+        });
+    };
+    check_code(p.error_code, "describe quorum", p.error_message.as_ref())?;
+    let mut out = format!(
+        "LEADER  {}\nEPOCH   {}\nCOMMIT  {}\n",
+        p.leader_id.0, p.leader_epoch, p.high_watermark
+    );
+    let mut table = Table::new(&["NODE", "ROLE", "LOG-END", "LAG"]);
+    let rows = p
+        .current_voters
+        .iter()
+        .map(|r| (r, "voter"))
+        .chain(p.observers.iter().map(|r| (r, "observer")));
+    for (r, role) in rows {
+        let (end, lag) = if r.log_end_offset < 0 {
+            ("-".to_string(), "-".to_string())
+        } else {
+            let lag = (p.high_watermark - r.log_end_offset).max(0);
+            (r.log_end_offset.to_string(), lag.to_string())
+        };
+        table.row(vec![r.replica_id.0.to_string(), role.to_string(), end, lag]);
+    }
+    out.push_str(&table.render());
+    Ok(out)
 }
 
 /// How long the broker may take to move the controller group to new voters.

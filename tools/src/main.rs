@@ -156,6 +156,7 @@ fn run(cli: &Cli) -> anyhow::Result<Outcome> {
         Command::Cluster(ClusterCmd::RemoveNode { id }) => {
             print(&cluster::remove_node(&mut connect()?, *id)?)
         }
+        Command::Cluster(ClusterCmd::Quorum) => print(&cluster::quorum(&mut connect()?)?),
         Command::Cluster(ClusterCmd::AddController { id }) => {
             print(&cluster::change_controller(&mut connect()?, *id, true)?)
         }

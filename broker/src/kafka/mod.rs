@@ -59,6 +59,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterPartitionReassignments, 0, 1),
     (ApiKey::ListPartitionReassignments, 0, 0),
     (ApiKey::UnregisterBroker, 0, 0),
+    (ApiKey::DescribeQuorum, 0, 1),
     (ApiKey::AddRaftVoter, 0, 0),
     (ApiKey::RemoveRaftVoter, 0, 0),
 ];
@@ -103,6 +104,7 @@ pub fn api_name(key: ApiKey) -> &'static str {
         ApiKey::AlterPartitionReassignments => "alter_partition_reassignments",
         ApiKey::ListPartitionReassignments => "list_partition_reassignments",
         ApiKey::UnregisterBroker => "unregister_broker",
+        ApiKey::DescribeQuorum => "describe_quorum",
         ApiKey::AddRaftVoter => "add_raft_voter",
         ApiKey::RemoveRaftVoter => "remove_raft_voter",
         ApiKey::IncrementalAlterConfigs => "incremental_alter_configs",
@@ -202,6 +204,7 @@ pub async fn handle(
         ApiKey::InitProducerId => producer::init(shard, &ctx, buf).await.map(Some),
         ApiKey::DescribeCluster => cluster::describe(shard, &ctx, buf).await.map(Some),
         ApiKey::UnregisterBroker => cluster::unregister(shard, &ctx, buf).await.map(Some),
+        ApiKey::DescribeQuorum => quorum::describe(shard, &ctx, buf).await.map(Some),
         ApiKey::AddRaftVoter => quorum::add(shard, &ctx, buf).await.map(Some),
         ApiKey::RemoveRaftVoter => quorum::remove(shard, &ctx, buf).await.map(Some),
         ApiKey::DeleteRecords => records::delete_records(shard, &ctx, buf).await.map(Some),

@@ -1,5 +1,8 @@
-//! AddRaftVoter and RemoveRaftVoter (Kafka's KIP-853 APIs, which a Kafka broker forwards
-//! to its controller): change the controller group's voters. Every node follows the
+//! DescribeQuorum, AddRaftVoter and RemoveRaftVoter (Kafka's KIP-595/KIP-853 APIs, which a
+//! Kafka broker forwards to its controller): show and change the controller group's voters.
+//! DescribeQuorum answers as the node asked sees the group (topic `__cluster_metadata`,
+//! partition 0): offsets are Raft indexes of the controller log; each member's log end is
+//! known on the controller's leader only (-1 elsewhere). Every node follows the
 //! controller group; a voter is in the quorum of every metadata change. Replacing a seed
 //! whose machine or disk is gone: join a new node, add it, remove the old one, then drain
 //! and remove the old node (UnregisterBroker).
@@ -15,8 +18,10 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use kafka_protocol::messages::describe_quorum_response::{PartitionData, ReplicaState, TopicData};
 use kafka_protocol::messages::{
-    AddRaftVoterRequest, AddRaftVoterResponse, RemoveRaftVoterRequest, RemoveRaftVoterResponse,
+    AddRaftVoterRequest, AddRaftVoterResponse, BrokerId, DescribeQuorumRequest,
+    DescribeQuorumResponse, RemoveRaftVoterRequest, RemoveRaftVoterResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -36,6 +41,70 @@ const REMOVE_TIMEOUT: Duration = Duration::from_secs(30);
 const TIMEOUT_MAX: Duration = Duration::from_secs(300);
 /// Between two looks at the controller group's voters.
 const POLL: Duration = Duration::from_millis(50);
+
+/// The topic name Kafka gives the metadata log in DescribeQuorum.
+const METADATA_TOPIC: &str = "__cluster_metadata";
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+
+/// DescribeQuorum.
+pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
+    let req: DescribeQuorumRequest = ctx.decode(body)?;
+    let view = match shard.call(0, Op::ControllerView).await {
+        Reply::View(v) if shard.clustered() => v,
+        _ => None,
+    };
+    let topics = req
+        .topics
+        .iter()
+        .map(|t| {
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    let known = t.topic_name.0.as_str() == METADATA_TOPIC && p.partition_index == 0;
+                    match view.as_ref().filter(|_| known) {
+                        Some(v) => quorum_partition(v),
+                        None => PartitionData::default()
+                            .with_partition_index(p.partition_index)
+                            .with_error_code(UNKNOWN_TOPIC_OR_PARTITION)
+                            .with_leader_id(BrokerId(-1))
+                            .with_leader_epoch(-1)
+                            .with_high_watermark(-1),
+                    }
+                })
+                .collect();
+            TopicData::default()
+                .with_topic_name(t.topic_name.clone())
+                .with_partitions(partitions)
+        })
+        .collect();
+    ctx.respond(&DescribeQuorumResponse::default().with_topics(topics))
+}
+
+/// The controller group as DescribeQuorum's partition 0 of `__cluster_metadata`.
+fn quorum_partition(v: &strand_raft::GroupView) -> PartitionData {
+    let state = |id: u64| {
+        let end = v
+            .matched
+            .iter()
+            .find(|(n, _)| *n == id)
+            .map_or(-1, |&(_, m)| i64::try_from(m).unwrap_or(i64::MAX));
+        ReplicaState::default()
+            .with_replica_id(BrokerId(i32::try_from(id).unwrap_or(-1)))
+            .with_log_end_offset(end)
+            .with_last_fetch_timestamp(-1)
+            .with_last_caught_up_timestamp(-1)
+    };
+    PartitionData::default()
+        .with_partition_index(0)
+        .with_leader_id(BrokerId(
+            v.leader.map_or(-1, |l| i32::try_from(l).unwrap_or(-1)),
+        ))
+        .with_leader_epoch(i32::try_from(v.term).unwrap_or(i32::MAX))
+        .with_high_watermark(i64::try_from(v.commit).unwrap_or(i64::MAX))
+        .with_current_voters(v.voters.iter().map(|&n| state(n)).collect())
+        .with_observers(v.learners.iter().map(|&n| state(n)).collect())
+}
 
 /// AddRaftVoter.
 pub async fn add(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
@@ -134,9 +203,9 @@ async fn change(
     let wanted: Vec<u64> = next.iter().map(|&n| n as u64).collect();
     let deadline = crate::clock::now() + timeout;
     loop {
-        if let Reply::Members(Some((mut voters, _))) = shard.call(0, Op::ControllerMembers).await {
-            voters.sort_unstable();
-            if voters == wanted {
+        if let Reply::View(Some(mut view)) = shard.call(0, Op::ControllerView).await {
+            view.voters.sort_unstable();
+            if view.voters == wanted {
                 return (0, None);
             }
         }
