@@ -11,6 +11,7 @@ use std::time::Duration;
 use kafka_protocol::messages::describe_quorum_request::{
     PartitionData as QuorumPartition, TopicData as QuorumTopic,
 };
+use kafka_protocol::messages::describe_quorum_response::PartitionData as QuorumState;
 use kafka_protocol::messages::{
     AddRaftVoterRequest, BrokerId, DescribeClusterRequest, DescribeQuorumRequest,
     RemoveRaftVoterRequest, TopicName, UnregisterBrokerRequest,
@@ -25,10 +26,20 @@ use crate::Outcome;
 /// `cluster info`.
 pub fn info(client: &mut KafkaClient) -> Result<String, KafkaError> {
     let md = crate::topic::metadata(client, Some(&[]), false)?;
+    // Metadata names the node answering (it forwards controller requests, as KRaft brokers
+    // name a live broker); the quorum's leader is the controller itself.
+    let controller = match client.version_of::<DescribeQuorumRequest>() {
+        Ok(_) => describe_quorum(client)
+            .ok()
+            .map(|p| p.leader_id.0)
+            .filter(|&l| l >= 0)
+            .unwrap_or(md.controller_id.0),
+        Err(_) => md.controller_id.0,
+    };
     let mut out = format!(
         "CLUSTER-ID  {}\nCONTROLLER  {}\n",
         or_dash(md.cluster_id.as_ref().map(|c| c.as_str())),
-        md.controller_id.0
+        controller
     );
     // DescribeCluster adds fencing state; older brokers lack it, which is not an error.
     let fenced = match client.version_of::<DescribeClusterRequest>() {
@@ -76,8 +87,8 @@ pub fn remove_node(client: &mut KafkaClient, id: i32) -> Result<String, KafkaErr
     ))
 }
 
-/// `cluster quorum` (DescribeQuorum of the metadata log).
-pub fn quorum(client: &mut KafkaClient) -> Result<String, KafkaError> {
+/// DescribeQuorum of the metadata log: its one partition, checked.
+fn describe_quorum(client: &mut KafkaClient) -> Result<QuorumState, KafkaError> {
     let req = DescribeQuorumRequest::default().with_topics(vec![QuorumTopic::default()
         .with_topic_name(TopicName(StrBytes::from_static_str("__cluster_metadata")))
         .with_partitions(vec![QuorumPartition::default().with_partition_index(0)])]);
@@ -87,7 +98,12 @@ pub fn quorum(client: &mut KafkaClient) -> Result<String, KafkaError> {
         "describe quorum",
         resp.error_message.as_ref(),
     )?;
-    let Some(p) = resp.topics.first().and_then(|t| t.partitions.first()) else {
+    let first = resp
+        .topics
+        .into_iter()
+        .next()
+        .and_then(|t| t.partitions.into_iter().next());
+    let Some(p) = first else {
         return Err(KafkaError::Broker {
             what: "describe quorum".into(),
             name: "UNKNOWN_TOPIC_OR_PARTITION".into(),
@@ -96,6 +112,12 @@ pub fn quorum(client: &mut KafkaClient) -> Result<String, KafkaError> {
         });
     };
     check_code(p.error_code, "describe quorum", p.error_message.as_ref())?;
+    Ok(p)
+}
+
+/// `cluster quorum` (DescribeQuorum of the metadata log).
+pub fn quorum(client: &mut KafkaClient) -> Result<String, KafkaError> {
+    let p = describe_quorum(client)?;
     let mut out = format!(
         "LEADER  {}\nEPOCH   {}\nCOMMIT  {}\n",
         p.leader_id.0, p.leader_epoch, p.high_watermark
