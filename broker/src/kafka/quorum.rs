@@ -49,9 +49,13 @@ const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 /// DescribeQuorum.
 pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
     let req: DescribeQuorumRequest = ctx.decode(body)?;
-    let view = match shard.call(0, Op::ControllerView).await {
-        Reply::View(v) if shard.clustered() => v,
-        _ => None,
+    // Only a cluster has a controller group (no cross-shard call without one).
+    let view = match shard.clustered() {
+        true => match shard.call(0, Op::ControllerView).await {
+            Reply::View(v) => v,
+            _ => None,
+        },
+        false => None,
     };
     let topics = req
         .topics
