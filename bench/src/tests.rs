@@ -5,7 +5,8 @@
 //! (a) a constant 2 ms per request must come out as p50 in [2 ms, 3.5 ms]: never below
 //! the injected delay, and not far above it; (b) a 100 ms stall once a second at
 //! 1000 rec/s open loop must show in the corrected p99 (≥ 50 ms) while the uncorrected
-//! figure, what a closed-loop tool reports, hides it. Also: `physics` refuses tmpfs, and
+//! figure, what a closed-loop tool reports, hides it. The lower bounds hold on every run; a
+//! run over an upper bound (a starved machine) is repeated, up to three runs. Also: `physics` refuses tmpfs, and
 //! `--protocol native` says it is not built rather than measuring anything.
 
 use std::io::{Read, Write};
@@ -211,60 +212,95 @@ fn expected_records(s: &RunStats, rate: f64) -> u64 {
     (rate * s.measured_s).round() as u64
 }
 
+/// The timing tests run one at a time: each measures sleeps on a real socket, and two of
+/// them at once on a small machine measure each other.
+static TIMING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Runs of a timing test before its upper bound counts as failed. A lower bound (the
+/// harness never reports less than the injected delay) must hold on every run; an upper
+/// bound (not far above it) only says the machine was not starved, which a shared CI box
+/// cannot promise for every run, so a run over it is repeated.
+const TIMING_ATTEMPTS: usize = 3;
+
+/// Runs `attempt` until it returns `Ok` or [`TIMING_ATTEMPTS`] runs said why not.
+fn within_attempts(mut attempt: impl FnMut() -> Result<(), String>) {
+    let _one_at_a_time = TIMING.lock().unwrap_or_else(|e| e.into_inner());
+    let mut why = Vec::new();
+    for _ in 0..TIMING_ATTEMPTS {
+        match attempt() {
+            Ok(()) => return,
+            Err(e) => {
+                eprintln!("timing attempt over its bound: {e}");
+                why.push(e);
+            }
+        }
+    }
+    panic!("{TIMING_ATTEMPTS} runs over the bound: {why:?}");
+}
+
 #[test]
 fn constant_delay_comes_out_as_itself() {
     let addr = start_fake_broker(Delay::Constant(Duration::from_millis(2)));
-    let s = run_against(&addr, spec(200.0, 1.5, 0.25));
-    let p = &s.produce;
-    assert!(p.errors.is_empty(), "errors: {:?}", p.errors);
-    assert_eq!(
-        p.acked_records,
-        expected_records(&s, 200.0),
-        "every scheduled record acked"
-    );
-    let p50 = p.corrected.quantile_us(0.5);
-    eprintln!("constant 2 ms: {}", p.corrected.summary());
-    assert!(
-        p50 >= 2_000,
-        "p50 {p50} µs is below the injected 2 ms: the clock lies"
-    );
-    assert!(p50 <= 3_500, "p50 {p50} µs is far above the injected 2 ms");
-    let min = p.corrected.quantile_us(0.0);
-    assert!(
-        min >= 2_000,
-        "a record was acked in {min} µs, faster than the 2 ms delay"
-    );
+    within_attempts(|| {
+        let s = run_against(&addr, spec(200.0, 1.5, 0.25));
+        let p = &s.produce;
+        assert!(p.errors.is_empty(), "errors: {:?}", p.errors);
+        assert_eq!(
+            p.acked_records,
+            expected_records(&s, 200.0),
+            "every scheduled record acked"
+        );
+        let p50 = p.corrected.quantile_us(0.5);
+        eprintln!("constant 2 ms: {}", p.corrected.summary());
+        assert!(
+            p50 >= 2_000,
+            "p50 {p50} µs is below the injected 2 ms: the clock lies"
+        );
+        let min = p.corrected.quantile_us(0.0);
+        assert!(
+            min >= 2_000,
+            "a record was acked in {min} µs, faster than the 2 ms delay"
+        );
+        if p50 > 3_500 {
+            return Err(format!("p50 {p50} µs is far above the injected 2 ms"));
+        }
+        Ok(())
+    });
 }
 
 #[test]
 fn a_stall_shows_in_p99_and_an_uncorrected_measure_hides_it() {
     let addr = start_fake_broker(Delay::StallEverySecond(Duration::from_millis(100)));
-    let s = run_against(&addr, spec(1000.0, 3.0, 0.0));
-    let p = &s.produce;
-    assert!(p.errors.is_empty(), "errors: {:?}", p.errors);
-    assert_eq!(
-        p.acked_records,
-        expected_records(&s, 1000.0),
-        "every scheduled record acked"
-    );
-    let corrected_p99 = p.corrected.quantile_us(0.99);
-    let uncorrected_p99 = p.uncorrected.quantile_us(0.99);
-    eprintln!("stall, corrected:   {}", p.corrected.summary());
-    eprintln!("stall, uncorrected: {}", p.uncorrected.summary());
-    assert!(
-        corrected_p99 >= 50_000,
-        "corrected p99 {corrected_p99} µs hides a 100 ms stall every second"
-    );
-    assert!(
-        p.corrected.quantile_us(1.0) >= 100_000,
-        "max {} µs is below the 100 ms stall",
-        p.corrected.quantile_us(1.0)
-    );
-    assert!(
-        uncorrected_p99 * 5 < corrected_p99,
-        "uncorrected p99 {uncorrected_p99} µs should hide the stall that corrected p99 \
-         {corrected_p99} µs shows"
-    );
+    within_attempts(|| {
+        let s = run_against(&addr, spec(1000.0, 3.0, 0.0));
+        let p = &s.produce;
+        assert!(p.errors.is_empty(), "errors: {:?}", p.errors);
+        assert_eq!(
+            p.acked_records,
+            expected_records(&s, 1000.0),
+            "every scheduled record acked"
+        );
+        let corrected_p99 = p.corrected.quantile_us(0.99);
+        let uncorrected_p99 = p.uncorrected.quantile_us(0.99);
+        eprintln!("stall, corrected:   {}", p.corrected.summary());
+        eprintln!("stall, uncorrected: {}", p.uncorrected.summary());
+        assert!(
+            corrected_p99 >= 50_000,
+            "corrected p99 {corrected_p99} µs hides a 100 ms stall every second"
+        );
+        assert!(
+            p.corrected.quantile_us(1.0) >= 100_000,
+            "max {} µs is below the 100 ms stall",
+            p.corrected.quantile_us(1.0)
+        );
+        if uncorrected_p99 * 5 >= corrected_p99 {
+            return Err(format!(
+                "uncorrected p99 {uncorrected_p99} µs should hide the stall that corrected \
+                 p99 {corrected_p99} µs shows"
+            ));
+        }
+        Ok(())
+    });
 }
 
 /// A tmpfs mount point from /proc/mounts (/dev/shm here).
