@@ -5,9 +5,10 @@
 //! (a) a constant 2 ms per request must come out as p50 in [2 ms, 3.5 ms]: never below
 //! the injected delay, and not far above it; (b) a 100 ms stall once a second at
 //! 1000 rec/s open loop must show in the corrected p99 (≥ 50 ms) while the uncorrected
-//! figure, what a closed-loop tool reports, hides it. The lower bounds hold on every run; a
-//! run over an upper bound (a starved machine) is repeated, up to three runs. Also: `physics` refuses tmpfs, and
-//! `--protocol native` says it is not built rather than measuring anything.
+//! figure, what a closed-loop tool reports, hides it. The lower bounds hold on every run;
+//! a run over an upper bound (a starved machine) is repeated, up to three runs. Also:
+//! `physics` refuses tmpfs, and `--protocol native` says it is not built rather than
+//! measuring anything.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
