@@ -3,10 +3,14 @@
 # scripts/run-cluster.sh), then
 #   1. the physics (O_DIRECT write, 4 KiB write+fdatasync into fallocated and into zeroed
 #      blocks, loopback RTT; the bound takes the lower fdatasync p99);
-#   2. acks=all produce latency with replication factor 3 at a fixed rate (open loop,
+#   2. the replicated-write floor (`strand-bench floor`): the simplest program doing an
+#      acks=all RF=3 write here (three threads' O_DSYNC files, loopback TCP) at the same
+#      rate, the reference for what three nodes sharing this disk and these CPUs can do;
+#   3. acks=all produce latency with replication factor 3 at a fixed rate (open loop,
 #      corrected for coordinated omission), printed with its ratio to
 #      fdatasync p99 + 2 x loopback RTT p99 (the issue-5 goal: <= 2.0);
-#   3. the cost of idle partitions: CPU, resident memory and disk of each node with
+#      and its ratio to the floor;
+#   4. the cost of idle partitions: CPU, resident memory and disk of each node with
 #      IDLE_COUNTS (default "1000") idle RF=3 partitions (every node hosts all of them;
 #      each holds a 64 KiB preallocated segment: 10000 on 3 nodes is ~2 GiB of disk).
 #
@@ -55,6 +59,11 @@ say "physics"
 "$BENCH" physics --dir "$BENCH_DATA_DIR/physics" --out "$OUT_DIR/physics.json" >"$OUT_DIR/physics.txt"
 cat "$OUT_DIR/physics.txt"
 
+say "replicated-write floor"
+"$BENCH" floor --dir "$BENCH_DATA_DIR/floor" --rate "$RATE" --record-bytes "$RECORD_BYTES" \
+  --duration-s "$DURATION_S" --physics "$OUT_DIR/physics.json" --out "$OUT_DIR/floor.json" \
+  | tee "$OUT_DIR/floor.txt"
+
 for admin in 9644 9744 9844; do
   if curl -fs "http://127.0.0.1:$admin/v1/health/live" >/dev/null 2>&1; then
     say "a broker already answers on admin port $admin: stop it first"
@@ -95,6 +104,19 @@ cpu_before=$(nodes_cpu_ticks)
   --linger-ms "$LINGER_MS" --duration-s "$DURATION_S" --physics "$OUT_DIR/physics.json" \
   --out "$OUT_DIR/rf3.json" | tee "$OUT_DIR/rf3.txt"
 cpu_used=$(( $(nodes_cpu_ticks) - cpu_before ))
+# The produce latency over the floor's (both JSON files are pretty-printed, one field a
+# line; the first block named is the one wanted).
+pct() {  # file, block, field
+  awk -v block="\"$2\": {" -v field="\"$3\":" '
+    index($0, block) { inside = 1 }
+    inside && index($0, field) { gsub(/[^0-9]/, "", $2); print $2; exit }' "$1"
+}
+for q in p50 p99 p999; do
+  s=$(pct "$OUT_DIR/rf3.json" produce_latency "${q}_us")
+  f=$(pct "$OUT_DIR/floor.json" latency "${q}_us")
+  awk -v q="$q" -v s="$s" -v f="$f" 'BEGIN {
+    if (f > 0) printf "  produce %-5s %8.3f ms / floor %8.3f ms = %5.2fx\n", q, s / 1000, f / 1000, s / f }'
+done | tee -a "$OUT_DIR/rf3.txt"
 # Records sent, warm-up included (the CPU counter ran for all of them).
 json_int() { grep -o "\"$1\": *[0-9]*" "$OUT_DIR/rf3.json" | head -1 | grep -o '[0-9]*$'; }
 sent=$(( $(json_int produced_records) + $(json_int warmup_records) + $(json_int failed_records) ))

@@ -7,6 +7,7 @@
 mod compare;
 mod disk;
 mod driver;
+mod floor;
 mod kafka_conn;
 mod kafka_driver;
 mod load;
@@ -39,6 +40,9 @@ enum Command {
     /// The machine's physics: O_DIRECT bandwidth, write+fdatasync latency (4 KiB, 1 MiB)
     /// and TCP round trip (loopback echo, or --target); table and JSON (--out).
     Physics(physics::PhysicsArgs),
+    /// The replicated-write floor: the simplest acks=all, 3-node write (threads, loopback
+    /// TCP, O_DIRECT + O_DSYNC files) at a fixed rate, as a reference for the cluster.
+    Floor(floor::FloorArgs),
     /// Produce load; latency from each record's intended send time.
     Produce(workload::WorkloadArgs),
     /// Consume the topic from its start; throughput and fetch latency.
@@ -64,6 +68,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Disk(args) => disk::run(args),
         Command::Physics(args) => physics::run(args),
+        Command::Floor(args) => floor::run(args),
         Command::Produce(args) => workload::run(args, load::Mode::Produce),
         Command::Consume(args) => workload::run(args, load::Mode::Consume),
         Command::E2e(args) => workload::run(args, load::Mode::E2e),
