@@ -13,6 +13,13 @@
 //! leader in its term, holding every committed entry, stops ticking too. The driver wakes
 //! them (see `MultiRaft`).
 //!
+//! A replica that opened blank (no term, no vote, no entries: new, or its data directory
+//! lost everything) may have acknowledged entries before it lost them, and only a leader
+//! can tell. Until a leader has reached it, it votes for no candidate whose log holds
+//! entries it lacks: otherwise a stale replica and a wiped one, a majority together, could
+//! elect the stale one and lose what the third (down) replica and the wiped one had
+//! committed. Candidates as blank as it (a new group's first election) get its vote.
+//!
 //! Invariants: a fenced group (its sync failed, or its log lost entries it had acknowledged)
 //! is never touched again and acknowledges or votes for nothing; a proposal completes `Ok` only when its own entry (same index *and* term) is
 //! applied, i.e. committed by a majority that fsynced it; `applied` only grows.
@@ -115,6 +122,10 @@ pub(crate) struct Group<S: LogStore> {
     /// Hibernation is wanted (a leader sent its notices, or a follower received one); the
     /// driver puts the group to sleep at the end of a turn once it has no work left.
     sleep_requested: bool,
+    /// The replica opened blank and no leader has reached it yet (see the module doc).
+    blank_until_leader: bool,
+    /// A vote refused while blank was logged (once per group).
+    blank_refusal_logged: bool,
 }
 
 impl<S: LogStore> Group<S> {
@@ -127,6 +138,8 @@ impl<S: LogStore> Group<S> {
         // raft-rs starts applying after `Config::applied`, which the driver sets to the
         // larger of the compaction point and the persisted commit index.
         let applied = RaftIndex(node.raft.raft_log.applied);
+        let blank =
+            node.raft.term == 0 && node.raft.vote == 0 && node.raft.raft_log.last_index() == 0;
         let mut group = Self {
             id,
             node,
@@ -140,6 +153,8 @@ impl<S: LogStore> Group<S> {
             async_persist: false,
             idle_ticks: 0,
             sleep_requested: false,
+            blank_until_leader: blank,
+            blank_refusal_logged: false,
         };
         group.rejitter(rng);
         group
@@ -426,6 +441,9 @@ impl<S: LogStore> Group<S> {
                  away and back (or drain and replace the node) to bring it back"
             );
             self.fence_quietly(fx);
+            return Ok(());
+        }
+        if self.blank_until_leader && self.refuses_while_blank(&message) {
             return Ok(());
         }
         // A stale or unexpected message is raft-rs's to ignore; its error says nothing we act on.
@@ -1103,6 +1121,41 @@ impl<S: LogStore> Group<S> {
             && message.term >= self.node.raft.term
             && counted > last)
             .then_some(LostEntries { counted, last })
+    }
+
+    /// While blank (see the module doc): a leader's message ends it; a vote or pre-vote
+    /// request from a candidate whose log holds entries this one lacks is refused (dropped,
+    /// as if this node were down). True when `message` is refused.
+    fn refuses_while_blank(&mut self, message: &Message) -> bool {
+        match message.get_msg_type() {
+            MessageType::MsgAppend | MessageType::MsgHeartbeat | MessageType::MsgSnapshot
+                if message.term >= self.node.raft.term =>
+            {
+                self.blank_until_leader = false;
+                false
+            }
+            MessageType::MsgRequestVote | MessageType::MsgRequestPreVote => {
+                let log = &self.node.raft.raft_log;
+                let ours = (log.last_term(), log.last_index());
+                if (message.log_term, message.index) <= ours {
+                    return false;
+                }
+                if !self.blank_refusal_logged {
+                    self.blank_refusal_logged = true;
+                    tracing::warn!(
+                        group = %self.id,
+                        candidate = message.from,
+                        candidate_log_ends_at = message.index,
+                        "this replica holds no Raft state (new, or its data directory was \
+                         wiped) and votes for a candidate holding entries it lacks only after \
+                         a leader has reached it: it may have acknowledged entries the \
+                         candidate lacks. Not voting until the group has a leader"
+                    );
+                }
+                true
+            }
+            _ => false,
+        }
     }
 
     fn fence(&mut self, error: StoreError, fx: &mut Effects<'_>) {

@@ -8,7 +8,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use raft::eraftpb::{Entry, Message, MessageType};
 use strand_raft::multi_raft::{
-    HEARTBEAT_TICKS_DEFAULT, HIBERNATE_TICKS_DEFAULT, TICK_INTERVAL_DEFAULT,
+    ELECTION_TICKS_MAX_DEFAULT, HEARTBEAT_TICKS_DEFAULT, HIBERNATE_TICKS_DEFAULT,
+    TICK_INTERVAL_DEFAULT,
 };
 use strand_raft::{
     Ack, Clock, Completion, DriverConfig, DurableImage, GroupId, GroupMessage, KafkaOffset,
@@ -407,6 +408,75 @@ fn a_follower_that_lost_acknowledged_entries_is_fenced_and_the_group_goes_on() {
     c.propose(0, 1).expect("leader accepts");
     c.settle();
     assert_eq!(c.nodes[0].high_watermark(G), Some(KafkaOffset(4)));
+}
+
+/// A node restarted blank (its data directory wiped) with no leader around: it must not
+/// help a stale node win, or the entries it acknowledged with the (down) leader are lost.
+#[test]
+fn a_blank_replica_votes_for_no_stale_candidate_until_a_leader_reaches_it() {
+    let mut c = Cluster::new();
+    // Node 2 is cut off; three entries commit on nodes 1 and 3.
+    c.down[1] = true;
+    for _ in 0..3 {
+        c.propose(0, 1).expect("leader accepts");
+    }
+    c.settle();
+    assert_eq!(c.nodes[0].high_watermark(G), Some(KafkaOffset(3)));
+    // Node 1 goes down; node 3 comes back wiped; node 2 returns without the entries.
+    c.down[0] = true;
+    let mut wiped = MultiRaft::new(
+        DriverConfig::new(NodeId(3), 3),
+        c.clock.clone(),
+        Queue::default(),
+    );
+    let store = MemLogStore::recover(DurableImage::new(&[1, 2, 3]), SyncBehaviour::Honest)
+        .expect("an empty image recovers");
+    wiped.add_group(G, store).expect("group starts");
+    c.nodes[2] = wiped;
+    c.down[1] = false;
+    // Many election timeouts: node 2 campaigns and node 3 does not vote for it.
+    for _ in 0..10 * ELECTION_TICKS_MAX_DEFAULT {
+        c.ticks(1);
+        assert!(
+            !c.nodes[1].is_leader(G) && !c.nodes[2].is_leader(G),
+            "a stale candidate won with a blank replica's vote"
+        );
+    }
+    // Node 1 restarts (from what it made durable: it forgot what node 3 had acknowledged,
+    // so node 3 is not fenced) and leads with every committed entry; node 3 catches up.
+    let image = c.nodes[0].store(G).expect("node 1 hosts G").crash_image(0);
+    let mut back = MultiRaft::new(
+        DriverConfig::new(NodeId(1), 1),
+        c.clock.clone(),
+        Queue::default(),
+    );
+    let store = MemLogStore::recover(image, SyncBehaviour::Honest).expect("node 1 recovers");
+    back.add_group(G, store).expect("group starts");
+    c.nodes[0] = back;
+    c.down[0] = false;
+    c.ticks(3 * ELECTION_TICKS_MAX_DEFAULT);
+    let leader = (0..3)
+        .find(|&n| c.nodes[n].is_leader(G))
+        .expect("a leader once node 1 is back");
+    c.propose(leader, 1).expect("leader accepts");
+    c.settle();
+    assert_eq!(c.nodes[leader].high_watermark(G), Some(KafkaOffset(4)));
+    c.ticks(HEARTBEAT_TICKS_DEFAULT + 1); // followers learn the commit index
+    for n in 0..3 {
+        assert_eq!(
+            c.nodes[n].applied_kafka_end(G),
+            Some(KafkaOffset(4)),
+            "node {}",
+            n + 1
+        );
+    }
+    // Reached by a leader, node 3 votes as any replica: without node 1, nodes 2 and 3 elect.
+    c.down[0] = true;
+    c.ticks(3 * ELECTION_TICKS_MAX_DEFAULT);
+    assert!(
+        c.nodes[1].is_leader(G) || c.nodes[2].is_leader(G),
+        "nodes 2 and 3 elect a leader"
+    );
 }
 
 #[test]
