@@ -947,6 +947,36 @@ def test_a_node_whose_data_directory_was_wiped_takes_no_part_and_does_not_crash(
     assert_consistent(writes, passes, min_ok=120)
 
 
+def test_a_wiped_node_does_not_help_a_stale_node_win(ck, cluster, rf3_topic):
+    """Writes commit on nodes 1 and 3 while node 2 is down. Then node 1 is down, node 3
+    comes back with a wiped data directory and node 2 comes back without those writes. With
+    node 3's vote node 2 would win every group, controller included, and node 1's copy of
+    the writes would be truncated when it returned: acknowledged writes lost. A replica
+    that holds no Raft state votes for a candidate holding entries it lacks only after a
+    leader has reached it, so nothing is elected until node 1 is back, and nothing
+    acknowledged is lost."""
+    topic = rf3_topic
+    first = produce_all(ck, cluster, topic, range(60))
+    cluster.kill9(2)
+    while_2_down = produce_all(ck, cluster, topic, range(60, 120))
+    cluster.kill9(1)
+    cluster.kill9(3)
+    shutil.rmtree(cluster[3].data_dir)
+    cluster[3].spawn(strand_bin())
+    cluster[2].spawn(strand_bin())
+    wait_until(lambda: b"holds no Raft state" in cluster[3].stderr_path.read_bytes(),
+               30, "node 3 refusing its vote to node 2")
+    time.sleep(6.0)  # several election timeouts: node 2 keeps asking, node 3 keeps refusing
+    cluster[2].check_alive()
+    cluster[3].check_alive()
+    cluster.restart(1)
+    wait_leaders(cluster, topic)
+    acked = {**first, **while_2_down}
+    writes = [Write(v, OK, part, off) for v, (part, off) in acked.items()]
+    passes = [read_pass(ck, cluster[n].bootstrap, topic) for n in (1, 2)]
+    assert_consistent(writes, passes, min_ok=120)
+
+
 def test_a_seed_is_replaced_by_a_joined_node(ck, cluster, rf3_topic):
     """Replacing a seed (a controller voter) whose machine is going away: a joined node 4
     becomes a voter (AddRaftVoter, `strandctl cluster add-controller`), seed 3 stops being
