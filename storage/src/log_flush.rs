@@ -25,6 +25,7 @@ use crate::config::{
 use crate::error::StorageError;
 use crate::io::{self, align_down, align_up, IoFault, SegmentFile, SharedFile, WriteSync};
 use crate::log::{Durable, Log};
+use crate::segment::SegmentName;
 use crate::types::{KafkaOffset, RaftIndex};
 
 thread_local! {
@@ -34,8 +35,9 @@ thread_local! {
 
 /// Work for one segment.
 struct WriteOp {
-    key: RaftIndex,
-    path: PathBuf,
+    /// The segment (its file path is built only when needed: formatting it every flush
+    /// showed in profiles).
+    name: SegmentName,
     file: Option<SharedFile>,
     pos: u64,
     data: Vec<u8>,
@@ -130,8 +132,7 @@ impl Log {
                 })
                 .filter(|(from, to)| to > from);
             ops.push(WriteOp {
-                key: seg.meta.name.raft_base_index,
-                path: seg.path(&self.dir),
+                name: seg.meta.name,
                 file: seg.file.clone(),
                 pos: tail.base_pos,
                 data,
@@ -268,9 +269,10 @@ impl FlushJob {
             fdatasyncs: 0,
         };
         for op in self.ops {
-            match run_op(&self.dir, &op, &mut out).await {
+            let path = || self.dir.join(format!("{}.log", op.name.stem()));
+            match run_op(&self.dir, &op, path, &mut out).await {
                 Ok((file, preallocated_to, zeroed_to, finalized)) => out.done.push(DoneOp {
-                    key: op.key,
+                    key: op.name.raft_base_index,
                     file,
                     target_pos: op.target_pos,
                     preallocated_to,
@@ -280,7 +282,7 @@ impl FlushJob {
                     next_offset: op.next_offset,
                 }),
                 Err(fault) => {
-                    out.error = Some((op.path.clone(), fault));
+                    out.error = Some((path(), fault));
                     break;
                 }
             }
@@ -292,12 +294,13 @@ impl FlushJob {
 async fn run_op(
     dir: &std::path::Path,
     op: &WriteOp,
+    path: impl Fn() -> PathBuf,
     out: &mut FlushOutcome,
 ) -> Result<(SharedFile, u64, u64, bool), IoFault> {
     let file = match &op.file {
         Some(f) => f.clone(),
         None => {
-            let f = SegmentFile::create(&op.path, WriteSync::EachWrite)
+            let f = SegmentFile::create(&path(), WriteSync::EachWrite)
                 .await
                 .map_err(fault_of)?;
             io::fsync_dir_async(dir).await.map_err(fault_of)?;
@@ -309,7 +312,7 @@ async fn run_op(
         match file.preallocate(to).await {
             Ok(()) => prealloc = to,
             // Preallocation only saves extent allocation later; the write itself decides.
-            Err(e) => tracing::debug!(path = %op.path.display(), ?e, "preallocation failed"),
+            Err(e) => tracing::debug!(path = %path().display(), ?e, "preallocation failed"),
         }
     }
     // The zeros go beside the data write (after its end), so they cost it no wait of its
@@ -337,7 +340,7 @@ async fn run_op(
         match r {
             Ok(()) => Some(to),
             Err(e) => {
-                tracing::debug!(path = %op.path.display(), ?e, "zeroing ahead failed");
+                tracing::debug!(path = %path().display(), ?e, "zeroing ahead failed");
                 None
             }
         }
@@ -352,7 +355,7 @@ async fn run_op(
     }
     let mut finalized = false;
     if let Some((size, index, time)) = &op.finalize {
-        finalized = finalize(&file, &op.path, *size, index, time).await;
+        finalized = finalize(&file, &path(), *size, index, time).await;
     }
     Ok((file, prealloc, zeroed_to, finalized))
 }
