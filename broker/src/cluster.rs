@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use strand_raft::GroupId;
+use strand_raft::{GroupId, MembershipStep};
 use strand_storage::{LogConfig, SystemClock};
 use strand_wire::BatchBuilder;
 
@@ -688,7 +688,9 @@ fn join_reply(node_id: Option<i32>, error: Option<String>) -> Bytes {
 
 /// As the controller's leader: takes the next step of moving the controller group to the
 /// voters the metadata names (`Command::SetControllerVoters`; none named: the seeds stay).
-/// Voters outside them become learners and keep following. True while a move is underway.
+/// Voters outside them become learners and keep following. True when this round proposed
+/// a change or handed over leadership (learners wait for the next round); false when there
+/// was nothing to do or the move waits (a new voter catching up, or down).
 fn move_controller_voters(shard: &Rc<Shard>) -> bool {
     let Some(rep) = shard.replicator() else {
         return false;
@@ -706,10 +708,21 @@ fn move_controller_voters(shard: &Rc<Shard>) -> bool {
         return false;
     }
     match rep.move_controller_voters(&target) {
-        Ok(step) => tracing::info!(?step, ?target, "moving the controller's voters"),
-        Err(e) => tracing::warn!(?target, error = %e, "controller voters not moved yet"),
+        Ok(MembershipStep::Waiting(why)) => {
+            // A new voter catching up (or down): joined nodes are still admitted as
+            // learners meanwhile, or a voter that never arrives would keep them out.
+            tracing::debug!(?target, why, "controller voters: waiting");
+            false
+        }
+        Ok(step) => {
+            tracing::info!(?step, ?target, "moving the controller's voters");
+            true
+        }
+        Err(e) => {
+            tracing::warn!(?target, error = %e, "controller voters not moved yet");
+            false
+        }
     }
-    true
 }
 
 /// As the controller's leader: every registered node outside the controller group joins

@@ -977,6 +977,25 @@ def test_a_wiped_node_does_not_help_a_stale_node_win(ck, cluster, rf3_topic):
     assert_consistent(writes, passes, min_ok=120)
 
 
+def test_a_controller_voter_that_never_arrives_does_not_keep_joined_nodes_out(cluster):
+    """AddRaftVoter for a node that is down waits for it (and times out); meanwhile the
+    controller still admits newly joined nodes as learners, so they get the metadata and
+    serve. RemoveRaftVoter of the absent node ends the wait."""
+    cluster.add_joiner(4)
+    cluster.kill9(4)
+    r = _strandctl(cluster, "--request-timeout-ms", "3000", "cluster", "add-controller", "4")
+    assert r.returncode != 0, (r.returncode, r.stdout, r.stderr)
+    cluster.add_joiner(5)  # ready only once it follows the controller's log
+    r = _strandctl(cluster, "--request-timeout-ms", "30000", "cluster", "remove-controller", "4")
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    r = _strandctl(cluster, "cluster", "quorum")
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    roles = {int(line.split()[0]): line.split()[1] for line in r.stdout.splitlines()
+             if line[:1].isdigit()}
+    assert roles.get(5) == "observer" and all(roles.get(n) == "voter" for n in (1, 2, 3)), \
+        r.stdout
+
+
 def test_a_seed_is_replaced_by_a_joined_node(ck, cluster, rf3_topic):
     """Replacing a seed (a controller voter) whose machine is going away: a joined node 4
     becomes a voter (AddRaftVoter, `strandctl cluster add-controller`), seed 3 stops being
