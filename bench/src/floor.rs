@@ -113,28 +113,14 @@ pub fn run(args: FloorArgs) -> anyhow::Result<()> {
         }
     }
     if let Some(out) = &args.out {
-        std::fs::write(out, serde_json::to_string_pretty(&report)?)
-            .with_context(|| format!("writing {}", out.display()))?;
-        eprintln!("floor written to {}", out.display());
+        crate::physics::write_json(out, &report, "floor")?;
     }
     Ok(())
 }
 
 /// The report as a table.
 pub fn table(r: &FloorReport) -> String {
-    let ms = |us: u64| us as f64 / 1000.0;
-    let row = |name: &str, p: &Percentiles| {
-        format!(
-            "{:<34} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>7}\n",
-            name,
-            ms(p.p50_us),
-            ms(p.p90_us),
-            ms(p.p99_us),
-            ms(p.p999_us),
-            ms(p.max_us),
-            p.count
-        )
-    };
+    use crate::physics::{latency_header, latency_row};
     let mut s = format!(
         "# replicated-write floor: 3 nodes on this machine, {} B records at {}/s, acks=all{}\n",
         r.record_bytes,
@@ -145,12 +131,9 @@ pub fn table(r: &FloorReport) -> String {
             " (BUFFERED: not the disk)"
         }
     );
-    s += &format!(
-        "{:<34} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7}\n",
-        "latency (ms)", "p50", "p90", "p99", "p99.9", "max", "n"
-    );
-    s += &row("replicated write (floor)", &r.latency);
-    s += &row("  one node's durable write", &r.node_write);
+    s += &latency_header(28);
+    s += &latency_row("replicated write (floor)", &r.latency, 28);
+    s += &latency_row("  one node's durable write", &r.node_write, 28);
     s += &format!(
         "records per node write (group commit): {:.2}; CPU (3 nodes and the client): {:.0} us \
          per record\n",

@@ -193,16 +193,44 @@ pub fn run(args: PhysicsArgs) -> anyhow::Result<()> {
     let report = measure(&args)?;
     print!("{}", table(&report));
     if let Some(out) = &args.out {
-        std::fs::write(out, serde_json::to_string_pretty(&report)?)
-            .with_context(|| format!("writing {}", out.display()))?;
-        eprintln!("physics written to {}", out.display());
+        write_json(out, &report, "physics")?;
     }
+    Ok(())
+}
+
+/// The header of a latency table whose names take `name_width` columns.
+pub(crate) fn latency_header(name_width: usize) -> String {
+    format!(
+        "{:<name_width$} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7}\n",
+        "latency (ms)", "p50", "p90", "p99", "p99.9", "max", "n"
+    )
+}
+
+/// One row of a latency table: p50, p90, p99, p99.9 and max in ms, and the count.
+pub(crate) fn latency_row(name: &str, p: &Percentiles, name_width: usize) -> String {
+    let ms = |us: u64| us as f64 / 1000.0;
+    format!(
+        "{:<name_width$} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>7}\n",
+        name,
+        ms(p.p50_us),
+        ms(p.p90_us),
+        ms(p.p99_us),
+        ms(p.p999_us),
+        ms(p.max_us),
+        p.count
+    )
+}
+
+/// Writes `value` as pretty JSON to `path` and says so on stderr.
+pub(crate) fn write_json(path: &Path, value: &impl Serialize, what: &str) -> anyhow::Result<()> {
+    std::fs::write(path, serde_json::to_string_pretty(value)?)
+        .with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("{what} written to {}", path.display());
     Ok(())
 }
 
 /// The report as a readable table.
 pub fn table(r: &PhysicsReport) -> String {
-    let ms = |us: u64| us as f64 / 1000.0;
     let mut s = format!(
         "# physics of {} ({})\n",
         r.dir,
@@ -219,22 +247,8 @@ pub fn table(r: &PhysicsReport) -> String {
         r.block_bytes / 1024,
         r.queue_depth
     );
-    s += &format!(
-        "{:<28} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7}\n",
-        "latency (ms)", "p50", "p90", "p99", "p99.9", "max", "n"
-    );
-    let row = |name: &str, p: &Percentiles| {
-        format!(
-            "{:<28} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>7}\n",
-            name,
-            ms(p.p50_us),
-            ms(p.p90_us),
-            ms(p.p99_us),
-            ms(p.p999_us),
-            ms(p.max_us),
-            p.count
-        )
-    };
+    s += &latency_header(28);
+    let row = |name: &str, p: &Percentiles| latency_row(name, p, 28);
     for sync in &r.sync {
         s += &row(
             &format!("write+fdatasync {} KiB", sync.size_bytes / 1024),

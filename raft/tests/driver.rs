@@ -161,6 +161,31 @@ impl Cluster {
             .collect()
     }
 
+    /// Node `id` restarted on an empty data directory (wiped): same id, no log, no vote.
+    fn wipe(&mut self, id: u64) {
+        let store = MemLogStore::recover(DurableImage::new(&[1, 2, 3]), SyncBehaviour::Honest)
+            .expect("an empty image recovers");
+        self.replace(id, store);
+    }
+
+    /// Node `id` restarted from what it made durable (what it only held in memory, such
+    /// as its followers' progress, is gone).
+    fn restart(&mut self, id: u64) {
+        let image = self.nodes[id as usize - 1]
+            .store(G)
+            .expect("the node hosts G")
+            .crash_image(0);
+        let store = MemLogStore::recover(image, SyncBehaviour::Honest).expect("recovers");
+        self.replace(id, store);
+    }
+
+    fn replace(&mut self, id: u64, store: MemLogStore) {
+        let config = DriverConfig::new(NodeId(id), id);
+        let mut d = MultiRaft::new(config, self.clock.clone(), Queue::default());
+        d.add_group(G, store).expect("group starts");
+        self.nodes[id as usize - 1] = d;
+    }
+
     /// `n` ticks, the network settling after each.
     fn ticks(&mut self, n: usize) {
         for _ in 0..n {
@@ -390,15 +415,7 @@ fn a_follower_that_lost_acknowledged_entries_is_fenced_and_the_group_goes_on() {
     let committed = c.nodes[0].high_watermark(G);
     assert_eq!(committed, Some(KafkaOffset(3)));
     // Node 3 comes back with an empty data directory (wiped): same id, no log, no vote.
-    let mut wiped = MultiRaft::new(
-        DriverConfig::new(NodeId(3), 3),
-        c.clock.clone(),
-        Queue::default(),
-    );
-    let store = MemLogStore::recover(DurableImage::new(&[1, 2, 3]), SyncBehaviour::Honest)
-        .expect("an empty image recovers");
-    wiped.add_group(G, store).expect("group starts");
-    c.nodes[2] = wiped;
+    c.wipe(3);
     // The leader's next heartbeat counts node 3 through what it acknowledged: raft-rs would
     // panic ("to_commit is out of range"); the group is fenced on node 3 instead.
     c.ticks(HEARTBEAT_TICKS_DEFAULT + 1);
@@ -424,15 +441,7 @@ fn a_blank_replica_votes_for_no_stale_candidate_until_a_leader_reaches_it() {
     assert_eq!(c.nodes[0].high_watermark(G), Some(KafkaOffset(3)));
     // Node 1 goes down; node 3 comes back wiped; node 2 returns without the entries.
     c.down[0] = true;
-    let mut wiped = MultiRaft::new(
-        DriverConfig::new(NodeId(3), 3),
-        c.clock.clone(),
-        Queue::default(),
-    );
-    let store = MemLogStore::recover(DurableImage::new(&[1, 2, 3]), SyncBehaviour::Honest)
-        .expect("an empty image recovers");
-    wiped.add_group(G, store).expect("group starts");
-    c.nodes[2] = wiped;
+    c.wipe(3);
     c.down[1] = false;
     // Many election timeouts: node 2 campaigns and node 3 does not vote for it.
     for _ in 0..10 * ELECTION_TICKS_MAX_DEFAULT {
@@ -444,15 +453,7 @@ fn a_blank_replica_votes_for_no_stale_candidate_until_a_leader_reaches_it() {
     }
     // Node 1 restarts (from what it made durable: it forgot what node 3 had acknowledged,
     // so node 3 is not fenced) and leads with every committed entry; node 3 catches up.
-    let image = c.nodes[0].store(G).expect("node 1 hosts G").crash_image(0);
-    let mut back = MultiRaft::new(
-        DriverConfig::new(NodeId(1), 1),
-        c.clock.clone(),
-        Queue::default(),
-    );
-    let store = MemLogStore::recover(image, SyncBehaviour::Honest).expect("node 1 recovers");
-    back.add_group(G, store).expect("group starts");
-    c.nodes[0] = back;
+    c.restart(1);
     c.down[0] = false;
     c.ticks(3 * ELECTION_TICKS_MAX_DEFAULT);
     let leader = (0..3)
