@@ -196,18 +196,28 @@ pub fn measure(args: &FloorArgs) -> anyhow::Result<FloorReport> {
     Ok(report)
 }
 
-/// User + system CPU time of this process so far.
+/// Clock ticks per second of /proc's CPU times (USER_HZ: 100 on Linux whatever the
+/// kernel's internal tick rate).
+const PROC_TICKS_PER_S: u64 = 100;
+
+/// User + system CPU time of this process so far (from /proc/self/stat, 10 ms steps).
 fn process_cpu() -> anyhow::Result<Duration> {
-    // SAFETY: rusage is plain data that getrusage fills.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `u` is a valid rusage to fill.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
-        anyhow::bail!("getrusage: {}", std::io::Error::last_os_error());
-    }
-    let tv = |t: libc::timeval| {
-        Duration::from_secs(t.tv_sec.max(0) as u64) + Duration::from_micros(t.tv_usec.max(0) as u64)
+    let stat = std::fs::read_to_string("/proc/self/stat").context("reading /proc/self/stat")?;
+    // Fields after the command name (which may hold spaces) start with the state (3rd).
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .context("malformed /proc/self/stat")?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| -> anyhow::Result<u64> {
+        fields
+            .get(i)
+            .and_then(|f| f.parse().ok())
+            .context("malformed /proc/self/stat")
     };
-    Ok(tv(u.ru_utime) + tv(u.ru_stime))
+    // utime and stime are fields 14 and 15: 11 and 12 after the state.
+    let total = ticks(11)? + ticks(12)?;
+    Ok(Duration::from_millis(total * 1000 / PROC_TICKS_PER_S))
 }
 
 /// Node writes seen by all nodes.
@@ -266,43 +276,32 @@ impl NodeFile {
     }
 }
 
-/// A heap buffer aligned for O_DIRECT.
+/// A heap buffer aligned for O_DIRECT: a window of a larger vector, starting at its
+/// first aligned byte (the vector never grows, so the window never moves).
 struct AlignedBuf {
-    ptr: std::ptr::NonNull<u8>,
-    layout: std::alloc::Layout,
+    bytes: Vec<u8>,
+    start: usize,
+    len: usize,
 }
-
-// The buffer is plain bytes owned by one value.
-unsafe impl Send for AlignedBuf {}
 
 impl AlignedBuf {
     fn zeroed(len: usize) -> anyhow::Result<AlignedBuf> {
-        let layout = std::alloc::Layout::from_size_align(len.max(1), BLOCK_BYTES)?;
-        // SAFETY: the layout has a non-zero size.
-        let raw = unsafe { std::alloc::alloc_zeroed(layout) };
-        let ptr = std::ptr::NonNull::new(raw).context("allocating an aligned buffer")?;
-        Ok(AlignedBuf { ptr, layout })
+        let bytes = vec![0u8; len + BLOCK_BYTES];
+        let start = bytes.as_ptr().align_offset(BLOCK_BYTES);
+        anyhow::ensure!(start < BLOCK_BYTES, "cannot align a buffer");
+        Ok(AlignedBuf { bytes, start, len })
     }
 
     fn len(&self) -> usize {
-        self.layout.size()
+        self.len
     }
 
     fn as_slice(&self) -> &[u8] {
-        // SAFETY: `ptr` points at `len` initialised bytes this value owns.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len()) }
+        &self.bytes[self.start..self.start + self.len]
     }
 
     fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: as `as_slice`, and `&mut self` makes the access unique.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len()) }
-    }
-}
-
-impl Drop for AlignedBuf {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `zeroed` with this layout.
-        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+        &mut self.bytes[self.start..self.start + self.len]
     }
 }
 
