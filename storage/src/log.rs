@@ -59,8 +59,13 @@ pub(crate) struct Segment {
 
 impl Segment {
     pub(crate) fn path(&self, dir: &Path) -> PathBuf {
-        dir.join(format!("{}.log", self.meta.name.stem()))
+        segment_path(dir, &self.meta.name)
     }
+}
+
+/// The file of the segment `name` in `dir`.
+pub(crate) fn segment_path(dir: &Path, name: &SegmentName) -> PathBuf {
+    dir.join(format!("{}.log", name.stem()))
 }
 
 /// Mutable state of a log.

@@ -269,7 +269,7 @@ impl FlushJob {
             fdatasyncs: 0,
         };
         for op in self.ops {
-            let path = || self.dir.join(format!("{}.log", op.name.stem()));
+            let path = || crate::log::segment_path(&self.dir, &op.name);
             match run_op(&self.dir, &op, path, &mut out).await {
                 Ok((file, preallocated_to, zeroed_to, finalized)) => out.done.push(DoneOp {
                     key: op.name.raft_base_index,
