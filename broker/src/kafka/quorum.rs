@@ -26,12 +26,12 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::{Ctx, FramingError};
+use crate::errors::KafkaError;
 use crate::metadata::Command;
 use crate::ops::{Op, Reply};
 use crate::shard::Shard;
 
 const INVALID_REQUEST: i16 = 42;
-const REQUEST_TIMED_OUT: i16 = 7;
 const INCONSISTENT_CLUSTER_ID: i16 = 104;
 const DUPLICATE_VOTER: i16 = 126;
 const VOTER_NOT_FOUND: i16 = 127;
@@ -44,7 +44,6 @@ const POLL: Duration = Duration::from_millis(50);
 
 /// The topic name Kafka gives the metadata log in DescribeQuorum.
 const METADATA_TOPIC: &str = "__cluster_metadata";
-const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 
 /// DescribeQuorum.
 pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
@@ -70,7 +69,7 @@ pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes
                         Some(v) => quorum_partition(v),
                         None => PartitionData::default()
                             .with_partition_index(p.partition_index)
-                            .with_error_code(UNKNOWN_TOPIC_OR_PARTITION)
+                            .with_error_code(KafkaError::UnknownTopicOrPartition.code())
                             .with_leader_id(BrokerId(-1))
                             .with_leader_epoch(-1)
                             .with_high_watermark(-1),
@@ -215,7 +214,7 @@ async fn change(
         }
         if crate::clock::now() >= deadline || shard.stopping() {
             return (
-                REQUEST_TIMED_OUT,
+                KafkaError::RequestTimedOut.code(),
                 Some(format!(
                     "the controller's voters are moving to {next:?} (committed); not there yet"
                 )),
