@@ -253,8 +253,13 @@ def test_a_replica_restored_from_a_snapshot_keeps_the_producers_before_it(ck, cl
     wait_until(lambda: cluster.leader_of(topic, 0) == preferred, DEADLINE_S,
                f"node {preferred} (the preferred replica) to lead")
     pid, epoch = init_producer_id(cluster[preferred].bootstrap)
-    error, original = produce_idempotent(cluster[preferred].bootstrap, topic, pid, epoch, 0,
-                                         b"the only batch of this producer")
+    # A leader that just took over answers NOT_LEADER_OR_FOLLOWER until it has committed an
+    # entry of its term; nothing is written then, so the batch is sent again (as a client
+    # retries) until it is accepted.
+    error, original = wait_until(
+        lambda: (r := produce_idempotent(cluster[preferred].bootstrap, topic, pid, epoch, 0,
+                                         b"the only batch of this producer"))[0] == 0 and r,
+        DEADLINE_S, f"node {preferred} to accept the producer's batch")
     assert error == 0, f"produce error {error}"
 
     cluster.kill9(preferred)
