@@ -476,17 +476,15 @@ impl Shard {
                 out.push(PartReply::err(KafkaError::UnknownLeaderEpoch));
                 continue;
             }
-            let term = strand_storage::RaftTerm(u64::try_from(epoch).unwrap_or(0));
-            let r = if epoch < 0 {
-                Ok(None)
-            } else {
-                part.log().epoch_end_offset(term).await
+            let r = match u64::try_from(epoch) {
+                Ok(epoch) => part.epoch_end(epoch).await,
+                Err(_) => Ok(None),
             };
             let empty = part.log().last_index() < part.log().first_index();
             out.push(match r {
                 Ok(Some((t, o))) => PartReply {
                     error: None,
-                    epoch: i32::try_from(t.0).unwrap_or(i32::MAX),
+                    epoch: i32::try_from(t).unwrap_or(i32::MAX),
                     offset: o.0,
                 },
                 // No entries yet: the current epoch ends at the log end offset.

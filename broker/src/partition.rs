@@ -251,6 +251,23 @@ impl Partition {
         i32::try_from(term).unwrap_or(i32::MAX)
     }
 
+    /// Where leader epoch `epoch` ends (OffsetForLeaderEpoch): the last epoch at or below
+    /// it that the log holds and the offset after its last record; `None` when the log
+    /// holds no epoch at or below it. In a replicated log a batch written before the
+    /// cluster (epoch 0) belongs to epoch 1, as its copies on other replicas do (see
+    /// `raft_store::raft_term`), so every replica answers alike.
+    pub async fn epoch_end(&self, epoch: u64) -> Result<Option<(u64, KafkaOffset)>, StorageError> {
+        if !self.replicated() {
+            let end = self.log.epoch_end_offset(RaftTerm(epoch)).await?;
+            return Ok(end.map(|(t, o)| (t.0, o)));
+        }
+        let end = self
+            .log
+            .epoch_end_offset(RaftTerm(crate::raft_store::raft_term(RaftTerm(epoch)).0))
+            .await?;
+        Ok(end.map(|(t, o)| (crate::raft_store::raft_term(t).0, o)))
+    }
+
     /// Validates and appends one producer batch; with `acks_all`, waits until durable.
     pub async fn produce(
         self: &Rc<Self>,

@@ -15,6 +15,12 @@
 //! failed persist the store stays failed (the group is fenced). The commit index is
 //! written only with a term/vote change (a stale commit index is relearned), so steady
 //! produce costs one fdatasync per partition per turn.
+//!
+//! Frames of term 0 (written by a single node before the cluster: an upgraded data
+//! directory) are entries of term 1 here ([`raft_term`]): raft-rs reads term 0 as "no such
+//! entry", so a replica lacking them would accept what follows them. Every replica sees
+//! the same terms (a copy is stored with term 1), and no leader ever wrote term 1 entries
+//! before them: the group's first term was led by the only node holding them.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
@@ -94,9 +100,15 @@ impl Compacted {
     }
 
     fn point(self) -> CompactionPoint {
+        // A point at a frame of term 0 is at term 1 (see `raft_term`); the empty log's
+        // point (index 0) keeps term 0.
+        let term = match self.index {
+            0 => self.term,
+            _ => self.term.max(FIRST_TERM),
+        };
         CompactionPoint {
             index: RaftIndex(self.index),
-            term: RaftTerm(self.term),
+            term: RaftTerm(term),
             kafka_end: KafkaOffset(self.kafka_end),
         }
     }
@@ -148,6 +160,15 @@ pub struct RaftLogStore {
     failed: Option<String>,
 }
 
+/// The Raft term of a stored frame's term: term 0 (a single node's frame from before the
+/// cluster) is term 1, Raft's first term (see the module doc).
+pub(crate) fn raft_term(t: strand_storage::RaftTerm) -> RaftTerm {
+    RaftTerm(t.0.max(FIRST_TERM))
+}
+
+/// Raft's first term; raft-rs keeps term 0 for "no entry".
+const FIRST_TERM: u64 = 1;
+
 fn storage_index(i: RaftIndex) -> strand_storage::RaftIndex {
     strand_storage::RaftIndex(i.0)
 }
@@ -162,7 +183,7 @@ fn sealed_index(
 ) -> Result<LogIndex, StoreError> {
     let term = log
         .term_at(storage_index(base))
-        .map_or(point.term, |t| RaftTerm(t.0));
+        .map_or(point.term, raft_term);
     LogIndex::sealed(
         point,
         runs,
@@ -178,7 +199,7 @@ fn sealed_index(
 pub fn entry_of(h: &FrameHeader, body: &Bytes) -> Entry {
     let mut e = Entry {
         index: h.index.0,
-        term: h.term.0,
+        term: raft_term(h.term).0,
         ..Entry::default()
     };
     match h.kind {
@@ -266,18 +287,19 @@ impl RaftLogStore {
         let scan_from = strand_storage::RaftIndex(resume.clamp(first.0, next.0));
         let point = CompactionPoint {
             index: RaftIndex(first.0 - 1),
-            term: RaftTerm(match file.compacted {
-                Some(c) if c.index == first.0 - 1 => c.term,
-                _ => log.term_before(first).map_or(0, |t| t.0),
-            }),
+            term: match file.compacted {
+                Some(c) if c.index == first.0 - 1 => c.point().term,
+                _ => log.term_before(first).map_or(RaftTerm(0), raft_term),
+            },
             kafka_end: KafkaOffset(log.first_entry_offset().0),
         };
         let sealed_through = strand_storage::RaftIndex(scan_from.0 - 1);
-        let runs: Vec<(RaftIndex, RaftTerm)> = log
+        let mut runs: Vec<(RaftIndex, RaftTerm)> = log
             .term_runs(first, sealed_through)
             .into_iter()
-            .map(|(i, t)| (RaftIndex(i.0), RaftTerm(t.0)))
+            .map(|(i, t)| (RaftIndex(i.0), raft_term(t)))
             .collect();
+        runs.dedup_by_key(|r| r.1);
         let mut mem = VecDeque::new();
         // The newest committed log start entry (DeleteRecords) in the unapplied tail read:
         // applied before a crash, but a commit index read from the state file may be older
@@ -300,7 +322,7 @@ impl RaftLogStore {
                         log,
                     )?),
                 };
-                idx.push(RaftIndex(h.index.0), RaftTerm(h.term.0), h.offset_count)?;
+                idx.push(RaftIndex(h.index.0), raft_term(h.term), h.offset_count)?;
                 if h.index.0 > resume {
                     mem.push_back(entry_of(&h, &body));
                 } else if h.kind == FrameKind::LogStart {
@@ -1169,5 +1191,114 @@ mod tests {
             assert_eq!(s.part.log().log_end_offset().0, 91);
         })
         .expect("executor");
+    }
+
+    #[test]
+    fn frames_written_before_the_cluster_are_entries_of_term_one() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("t-0");
+        strand_storage::io_runtime::block_on("raft-store-test", 1, async {
+            // A single node's log (no replication): frames of term 0.
+            let lc = LogConfig {
+                allow_buffered_io: true,
+                ..LogConfig::default()
+            };
+            let cache = Rc::new(BatchCache::new(1 << 20));
+            let log = Log::open(&dir, lc, Rc::new(SystemClock), cache)
+                .await
+                .expect("open log");
+            for (i, v) in [b"a", b"b", b"c"].iter().enumerate() {
+                let body = data_entry(i as u64 + 1, 0, *v).data;
+                let entry = AppendEntry {
+                    term: strand_storage::RaftTerm(0),
+                    kind: FrameKind::Data,
+                    body,
+                };
+                log.append_one(&entry).expect("append");
+            }
+            log.flush().await.expect("flush");
+        })
+        .expect("executor");
+        strand_storage::io_runtime::block_on("raft-store-test", 1, async {
+            let mut s = open(&dir).await;
+            // All acknowledged, so committed; and of term 1 for Raft, from the index and
+            // from the entries a follower is sent alike.
+            assert_eq!(s.hard_state().commit, 3);
+            for i in 1..=3 {
+                assert_eq!(
+                    s.index().term_of(RaftIndex(i)),
+                    Ok(RaftTerm(1)),
+                    "entry {i}"
+                );
+            }
+            // Applied (committed at open): read from the disk, as for a follower.
+            let frames = s
+                .part
+                .log()
+                .read_entries(
+                    strand_storage::RaftIndex(1),
+                    strand_storage::RaftIndex(4),
+                    1 << 20,
+                )
+                .await
+                .expect("read");
+            s.load_fetched(frames);
+            let got = s
+                .entries(RaftIndex(1), RaftIndex(4), None)
+                .expect("fetched");
+            assert_eq!(got.iter().map(|e| e.term).collect::<Vec<_>>(), [1, 1, 1]);
+            s.clear_fetched();
+            // The cluster's first leader goes on in term 1 (and a later one in term 2).
+            s.append(&[data_entry(4, 1, b"d"), data_entry(5, 2, b"e")])
+                .expect("append");
+            s.set_hard_state(&HardState {
+                term: 2,
+                vote: 1,
+                commit: 3,
+                ..HardState::default()
+            });
+            persist(&mut s).await;
+        })
+        .expect("executor");
+        strand_storage::io_runtime::block_on("raft-store-test", 1, async {
+            let mut s = open(&dir).await;
+            let frames = s
+                .part
+                .log()
+                .read_entries(
+                    strand_storage::RaftIndex(1),
+                    strand_storage::RaftIndex(6),
+                    1 << 20,
+                )
+                .await
+                .expect("read");
+            s.load_fetched(frames);
+            let terms: Vec<_> = (1..=5).map(|i| s.index().term_of(RaftIndex(i))).collect();
+            assert_eq!(terms, [1, 1, 1, 1, 2].map(|t| Ok(RaftTerm(t))));
+            let got = s
+                .entries(RaftIndex(1), RaftIndex(6), None)
+                .expect("fetched");
+            assert_eq!(
+                got.iter().map(|e| e.term).collect::<Vec<_>>(),
+                [1, 1, 1, 1, 2]
+            );
+        })
+        .expect("executor");
+    }
+
+    #[test]
+    fn a_compaction_point_at_a_frame_before_the_cluster_is_of_term_one() {
+        let at = |index, term| {
+            Compacted {
+                index,
+                term,
+                kafka_end: 0,
+            }
+            .point()
+            .term
+        };
+        assert_eq!(at(7, 0), RaftTerm(1));
+        assert_eq!(at(7, 3), RaftTerm(3));
+        assert_eq!(at(0, 0), RaftTerm(0), "the empty log's point");
     }
 }

@@ -772,8 +772,6 @@ impl<S: LogStore> Group<S> {
     ///
     /// A new replica starts from the log's first entry, applying every configuration
     /// change in order, or from a snapshot when the leader compacted that prefix.
-    /// Refused while the log holds entries of term 0 (written by a single node before the
-    /// cluster): raft-rs cannot replicate them to a replica that lacks them.
     /// `silent`: the driver's node liveness (see `voter_progress`). With `keep_learners`,
     /// learners outside the target stay and voters outside it become learners (the
     /// controller's group: every node follows it).
@@ -812,15 +810,6 @@ impl<S: LogStore> Group<S> {
         use raft::eraftpb::ConfChangeType::{AddLearnerNode, AddNode, RemoveNode};
         let mut changes: Vec<(raft::eraftpb::ConfChangeType, u64)> = Vec::new();
         if let Some(n) = target.iter().map(|t| t.0).find(|&n| !member(n)) {
-            let first = r.raft_log.first_index();
-            if r.raft_log.last_index() >= first && r.raft_log.term(first).unwrap_or(0) == 0 {
-                return Err(RaftError::Raft {
-                    group,
-                    reason: "the log holds entries written before the cluster (term 0); \
-                             they cannot be copied to a new replica"
-                        .into(),
-                });
-            }
             changes.push((AddLearnerNode, n));
         } else {
             let catching_up = learners.iter().any(|&n| wanted(n) && !in_sync(n));

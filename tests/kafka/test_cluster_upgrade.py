@@ -119,3 +119,103 @@ def test_a_single_node_data_directory_upgrades_into_a_cluster(ck):
     finally:
         if b.running():
             b.kill9()
+
+
+def test_an_upgraded_topic_moves_to_nodes_that_joined_later(ck):
+    """A partition written by a single node before the cluster (its log starts with
+    records of leader epoch 0) moves like any other (AlterPartitionReassignments): one
+    partition off the original node onto two joined nodes, the other from one replica to
+    three. Every record keeps its offset on the new replicas; new records continue the
+    offsets; a consumer that read the pre-cluster records from the original node goes on
+    reading from the new leader without a reset (OffsetForLeaderEpoch answers for epoch 0
+    on every replica alike)."""
+    from cluster_harness import Cluster
+
+    kadmin = need_module("kafka.admin")
+    kafka = need_module("kafka")
+    admin = need_module("confluent_kafka.admin")
+    c = Cluster("upgrade-move", node_ids=(1,), replication_factor=1)
+    single = Broker("upgrade-move-single", smp=1, num_partitions=PARTITIONS)
+    single.data_dir = c[1].data_dir
+    reader = None
+    try:
+        single.start()
+        topic = f"upm-{uuid.uuid4().hex[:8]}"
+        a = admin.AdminClient({"bootstrap.servers": single.bootstrap})
+        a.create_topics([admin.NewTopic(topic, num_partitions=PARTITIONS,
+                                        replication_factor=1)])[topic].result(20)
+        acked = produce(ck, single.bootstrap, topic, [f"v{i}".encode() for i in range(RECORDS)])
+        assert single.stop() == 0
+
+        c.start([1])
+        c.wait_leader(topic, 0, timeout=40)
+        # A consumer reads the pre-cluster records from node 1 (positions it validates
+        # with epoch 0 once the leader changes); a reset would raise an error.
+        reader = ck.Consumer({"bootstrap.servers": c.bootstrap(), "group.id": "r-upm",
+                              "enable.auto.commit": False, "auto.offset.reset": "error"})
+        reader.assign([ck.TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+        seen: dict[int, list[int]] = {p: [] for p in range(PARTITIONS)}
+        got: dict[bytes, tuple[int, int]] = {}
+        errors: list[str] = []
+
+        def read_until(n: int):
+            def done():
+                m = reader.poll(0.2)
+                if m is not None:
+                    if m.error():
+                        errors.append(str(m.error()))
+                    else:
+                        seen[m.partition()].append(m.offset())
+                        got[m.value()] = (m.partition(), m.offset())
+                assert not errors, errors[:3]
+                return len(got) >= n
+            wait_until(done, 60, f"{n} records of {topic} read in order", interval=0)
+
+        # Nothing newer: the reader's last records are of epoch 0 when the leader changes.
+        read_until(RECORDS)
+
+        c.add_joiner(2)
+        c.add_joiner(3)
+        everyone = [1, 2, 3]
+        wait_until(lambda: all(sorted(c.metadata(n).brokers) == everyone for n in everyone),
+                   30, "every node listing brokers 1..3")
+        targets = {0: [2, 3], 1: [1, 2, 3]}
+        ka = kadmin.KafkaAdminClient(bootstrap_servers=c.bootstrap(), request_timeout_ms=30000)
+        TP = kafka.TopicPartition
+        try:
+            result = ka.alter_partition_reassignments(
+                {TP(topic, p): t for p, t in targets.items()})
+            assert result == {TP(topic, p): None for p in targets}, result
+
+            def moved():
+                if ka.list_partition_reassignments():
+                    return None
+                return all(c.metadata(n).topics[topic][p].replicas == t
+                           for n in everyone for p, t in targets.items()) or None
+
+            wait_until(moved, 90, f"replicas {targets} on every node")
+        finally:
+            ka.close()
+        part0 = c[1].data_dir / f"{topic}-0"
+        wait_until(lambda: not part0.exists(), 30, f"node 1 deleting its copy of {topic}/0")
+        assert c.wait_leader(topic, 0, timeout=40) in (2, 3)
+
+        acked.update(produce(ck, c.bootstrap(), topic,
+                             [f"w{i}".encode() for i in range(RECORDS)]))
+        read_until(2 * RECORDS)
+        for p, offsets in seen.items():
+            assert offsets == list(range(len(offsets))), f"partition {p} read {offsets}"
+        for v, at in acked.items():
+            assert got.get(v) == at, f"{v!r}: read at {got.get(v)}, acknowledged at {at}"
+        # The moved partition's records come from the joined nodes alone.
+        fresh = read_all(ck, c.bootstrap([2, 3]), topic, 2 * RECORDS)
+        for v, at in acked.items():
+            assert fresh.get(v) == at, f"{v!r}: {fresh.get(v)} on nodes 2, 3, acknowledged at {at}"
+    finally:
+        if reader is not None:
+            reader.close()
+        if single.running():
+            single.kill9()
+        rcs = c.close()
+    assert all(rc == 0 for rc in rcs.values()), f"exit codes {rcs}:\n{c.log_tails()}"
+    c.cleanup()
