@@ -27,6 +27,16 @@ pub const WAITERS_MAX: usize = 65_536;
 
 /// How often a checkpoint writer waiting for another one looks again.
 const CHECKPOINT_LOCK_POLL: std::time::Duration = std::time::Duration::from_millis(1);
+/// How long a produce to a newly elected leader waits for it to serve (its term's first
+/// entry committed, its producer state rebuilt: normally a round trip and a write) before
+/// it is answered NOT_LEADER_OR_FOLLOWER. Metadata names a leader from its election on,
+/// and a Kafka leader takes writes from then on: a refusal would send the client into a
+/// metadata refresh and a retry backoff for a wait of about a millisecond.
+const NEW_LEADER_WAIT: std::time::Duration = if cfg!(test) {
+    std::time::Duration::from_millis(200)
+} else {
+    std::time::Duration::from_secs(2)
+};
 
 /// A produce waiting for its entry to become durable.
 type DurableWaiter = (RaftIndex, oneshot::Sender<Result<(), KafkaError>>);
@@ -67,6 +77,11 @@ pub struct Partition {
     replication: RefCell<Option<(Weak<Replicator>, GroupId)>>,
     /// Cluster mode: whether this node leads the group and serves clients.
     leading: Cell<bool>,
+    /// Cluster mode: whether the group elected this node (serving or not yet).
+    elected: Cell<bool>,
+    /// Requests waiting for this elected node to serve or to lose the election
+    /// (`wait_serving`); woken at every change of `elected`, `leading` or `rebuilding`.
+    serving_watchers: RefCell<Vec<oneshot::Sender<()>>>,
     /// Cluster mode: the group's current Raft term (the Kafka leader epoch).
     term: Cell<u64>,
     /// Cluster mode: idempotent-producer state is being rebuilt after a leader change.
@@ -103,6 +118,8 @@ impl Partition {
             storage_error_log: RateLimit::new(STORAGE_ERROR_LOG_INTERVAL),
             replication: RefCell::new(None),
             leading: Cell::new(false),
+            elected: Cell::new(false),
+            serving_watchers: RefCell::new(Vec::new()),
             term: Cell::new(0),
             rebuilding: Cell::new(false),
             on_leader_gain: RefCell::new(None),
@@ -184,10 +201,11 @@ impl Partition {
         !self.replicated() || self.leading.get()
     }
 
-    /// The replicator's view after a turn: role, term and (as leader) the high watermark.
+    /// The replicator's view after a turn: role (`elected`: Raft's leader), term and (as
+    /// leader) the high watermark, which a leader has once its term's first entry commits.
     pub fn set_replica_role(
         self: &Rc<Self>,
-        leader_with_hw: bool,
+        elected: bool,
         term: u64,
         hw: Option<strand_raft::KafkaOffset>,
         applied_end: Option<strand_raft::KafkaOffset>,
@@ -196,7 +214,9 @@ impl Partition {
             self.maybe_checkpoint(KafkaOffset(end.0));
         }
         let was = self.leading.get();
-        let leading = leader_with_hw && hw.is_some();
+        let leading = elected && hw.is_some();
+        let was_elected = self.elected.replace(elected);
+        let changed = leading != was || elected != was_elected;
         self.term.set(term);
         if leading && !was {
             // Rebuild idempotence state from the log this node now leads: it appended
@@ -209,12 +229,16 @@ impl Partition {
                         "rebuilding producer state after a leader change failed");
                 }
                 me.rebuilding.set(false);
+                me.wake_serving_watchers();
             });
             if let Some(f) = self.on_leader_gain.borrow().as_ref() {
                 f();
             }
         }
         self.leading.set(leading);
+        if changed {
+            self.wake_serving_watchers();
+        }
         if let Some(hw) = hw.filter(|_| leading) {
             let hw = KafkaOffset(hw.0);
             if hw != self.high_watermark.get() {
@@ -350,9 +374,7 @@ impl Partition {
         acks_all: bool,
     ) -> Result<Produced, KafkaError> {
         let started = crate::clock::now();
-        if !self.leading.get() || self.rebuilding.get() {
-            return Err(KafkaError::NotLeader);
-        }
+        self.wait_serving().await?;
         let rep = rep.upgrade().ok_or(KafkaError::NotLeader)?;
         if let Some((pid, epoch, first, last)) = ids {
             let verdict = self.producers.borrow().check(pid, epoch, first, last)?;
@@ -562,6 +584,37 @@ impl Partition {
         rx
     }
 
+    /// Resolves once this node serves the partition as its leader; as a newly elected
+    /// leader not serving yet, waits up to `NEW_LEADER_WAIT` for it; NOT_LEADER_OR_FOLLOWER
+    /// when not elected, on losing the election, or when the wait runs out.
+    async fn wait_serving(&self) -> Result<(), KafkaError> {
+        let deadline = crate::clock::now() + NEW_LEADER_WAIT;
+        loop {
+            if self.leading.get() && !self.rebuilding.get() {
+                return Ok(());
+            }
+            let left = deadline.saturating_duration_since(crate::clock::now());
+            if !self.elected.get() || left.is_zero() {
+                return Err(KafkaError::NotLeader);
+            }
+            let (tx, rx) = oneshot::channel();
+            {
+                let mut w = self.serving_watchers.borrow_mut();
+                if w.len() >= WAITERS_MAX {
+                    return Err(KafkaError::NotLeader);
+                }
+                w.push(tx);
+            }
+            let _ = crate::shard::timeout(left, rx).await;
+        }
+    }
+
+    fn wake_serving_watchers(&self) {
+        for w in self.serving_watchers.borrow_mut().drain(..) {
+            let _ = w.send(());
+        }
+    }
+
     /// A future that resolves at the next advance of the high watermark.
     pub fn watch_appends(&self) -> oneshot::Receiver<()> {
         let (tx, rx) = oneshot::channel();
@@ -762,6 +815,55 @@ mod tests {
             assert_eq!(produce(part, pid, seq).await, offset, "producer {pid}");
         }
         assert_eq!(part.log().log_end_offset(), end, "a retry appended");
+    }
+
+    /// A produce reaching a newly elected leader before it serves waits for it (its
+    /// term's first commit, then its producer state) instead of being refused; a node
+    /// that loses the election, or never serves within `NEW_LEADER_WAIT`, refuses.
+    #[test]
+    fn a_newly_elected_leader_holds_requests_until_it_serves() {
+        use std::time::Duration;
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("t-0");
+        strand_storage::io_runtime::block_on("partition-test", 1, async {
+            let part = open(&dir).await;
+            let waiting = |part: &Rc<Partition>| {
+                let (tx, rx) = oneshot::channel();
+                let p = part.clone();
+                crate::shard::spawn_local(async move {
+                    let _ = tx.send(p.wait_serving().await);
+                });
+                rx
+            };
+            let hw = Some(strand_raft::KafkaOffset(0));
+            assert_eq!(part.wait_serving().await, Err(KafkaError::NotLeader));
+
+            // Elected in term 2; the first entry of the term commits 20 ms later.
+            part.set_replica_role(true, 2, None, None);
+            let mut rx = waiting(&part);
+            crate::shard::sleep(Duration::from_millis(20)).await;
+            assert_eq!(rx.try_recv(), Ok(None), "answered before serving");
+            part.set_replica_role(true, 2, hw, None);
+            let served = crate::shard::timeout(Duration::from_secs(5), rx).await;
+            assert_eq!(served, Some(Ok(Ok(()))));
+            assert_eq!(part.wait_serving().await, Ok(()));
+
+            // Elected in term 3, then another node wins term 4.
+            part.set_replica_role(false, 3, None, None);
+            part.set_replica_role(true, 3, None, None);
+            let rx = waiting(&part);
+            crate::shard::sleep(Duration::from_millis(5)).await;
+            part.set_replica_role(false, 4, None, None);
+            let refused = crate::shard::timeout(Duration::from_millis(50), rx).await;
+            assert_eq!(refused, Some(Ok(Err(KafkaError::NotLeader))), "not at once");
+
+            // Elected in term 5 and never serving: refused after the wait.
+            part.set_replica_role(true, 5, None, None);
+            let started = crate::clock::now();
+            assert_eq!(part.wait_serving().await, Err(KafkaError::NotLeader));
+            assert!(crate::clock::now() - started >= NEW_LEADER_WAIT);
+        })
+        .expect("runtime");
     }
 
     #[test]
