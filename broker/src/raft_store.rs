@@ -100,15 +100,9 @@ impl Compacted {
     }
 
     fn point(self) -> CompactionPoint {
-        // A point at a frame of term 0 is at term 1 (see `raft_term`); the empty log's
-        // point (index 0) keeps term 0.
-        let term = match self.index {
-            0 => self.term,
-            _ => self.term.max(FIRST_TERM),
-        };
         CompactionPoint {
             index: RaftIndex(self.index),
-            term: RaftTerm(term),
+            term: point_term(self.index, self.term),
             kafka_end: KafkaOffset(self.kafka_end),
         }
     }
@@ -164,6 +158,17 @@ pub struct RaftLogStore {
 /// cluster) is term 1, Raft's first term (see the module doc).
 pub(crate) fn raft_term(t: strand_storage::RaftTerm) -> RaftTerm {
     RaftTerm(t.0.max(FIRST_TERM))
+}
+
+/// The term of a compaction point at `index`: at least term 1 unless it is the empty log's
+/// point (index 0). A point at a frame of term 0 is at term 1 (see `raft_term`), and so is
+/// one whose term is unknown (a log whose prefix retention deleted before it was a Raft
+/// log): raft-rs takes a snapshot of term 0 for one it already holds (term 0 is "no entry").
+fn point_term(index: u64, term: u64) -> RaftTerm {
+    match index {
+        0 => RaftTerm(term),
+        _ => RaftTerm(term.max(FIRST_TERM)),
+    }
 }
 
 /// Raft's first term; raft-rs keeps term 0 for "no entry".
@@ -289,7 +294,7 @@ impl RaftLogStore {
             index: RaftIndex(first.0 - 1),
             term: match file.compacted {
                 Some(c) if c.index == first.0 - 1 => c.point().term,
-                _ => log.term_before(first).map_or(RaftTerm(0), raft_term),
+                _ => point_term(first.0 - 1, log.term_before(first).map_or(0, |t| t.0)),
             },
             kafka_end: KafkaOffset(log.first_entry_offset().0),
         };
@@ -1300,5 +1305,8 @@ mod tests {
         assert_eq!(at(7, 0), RaftTerm(1));
         assert_eq!(at(7, 3), RaftTerm(3));
         assert_eq!(at(0, 0), RaftTerm(0), "the empty log's point");
+        // A log start whose term nothing records (retention before the cluster).
+        assert_eq!(point_term(40, 0), RaftTerm(1));
+        assert_eq!(point_term(0, 0), RaftTerm(0));
     }
 }

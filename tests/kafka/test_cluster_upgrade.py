@@ -219,3 +219,92 @@ def test_an_upgraded_topic_moves_to_nodes_that_joined_later(ck):
         rcs = c.close()
     assert all(rc == 0 for rc in rcs.values()), f"exit codes {rcs}:\n{c.log_tails()}"
     c.cleanup()
+
+
+def test_an_upgraded_partition_whose_old_records_retention_deleted_moves_too(ck):
+    """Retention deleted a single node's oldest segments before the upgrade (its log
+    starts past offset 0 and no Raft state says at which term); the partition still moves
+    to two joined nodes: they start at its log start (a snapshot of that point) and hold
+    every later record at its offset."""
+    from cluster_harness import Cluster
+
+    kadmin = need_module("kafka.admin")
+    kafka = need_module("kafka")
+    admin = need_module("confluent_kafka.admin")
+    c = Cluster("upgrade-retained", node_ids=(1,), replication_factor=1)
+    single = Broker("upgrade-retained-single", smp=1, num_partitions=1,
+                    extra_args=["--retention-check-interval-ms", "200"])
+    single.data_dir = c[1].data_dir
+    topic = f"upr-{uuid.uuid4().hex[:8]}"
+    try:
+        single.start()
+        a = admin.AdminClient({"bootstrap.servers": single.bootstrap})
+        a.create_topics([admin.NewTopic(topic, num_partitions=1, replication_factor=1,
+                                        config={"segment.bytes": "4096",
+                                                "retention.bytes": "16384"})])[topic].result(20)
+        p = ck.Producer({"bootstrap.servers": single.bootstrap, "acks": "all",
+                         "linger.ms": 0, "batch.num.messages": 1})
+        acked: dict[bytes, int] = {}
+
+        def on_delivery(err, msg):
+            assert err is None, err
+            acked[msg.value()] = msg.offset()
+
+        for i in range(120):
+            p.produce(topic, value=f"{i:06d}".encode().ljust(1000, b"."), partition=0,
+                      on_delivery=on_delivery)
+            p.poll(0)
+        assert p.flush(40) == 0 and len(acked) == 120
+        tp = ck.TopicPartition(topic, 0)
+
+        def low(bootstrap: str) -> int:
+            con = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
+            try:
+                return con.get_watermark_offsets(tp, timeout=5, cached=False)[0]
+            finally:
+                con.close()
+
+        wait_until(lambda: low(single.bootstrap) >= 40, 30, "retention moving the log start")
+        start = low(single.bootstrap)
+        assert single.stop() == 0
+
+        c.start([1])
+        c.add_joiner(2)
+        c.add_joiner(3)
+        wait_until(lambda: all(sorted(c.metadata(n).brokers) == [1, 2, 3] for n in (1, 2, 3)),
+                   30, "every node listing brokers 1..3")
+        ka = kadmin.KafkaAdminClient(bootstrap_servers=c.bootstrap(), request_timeout_ms=30000)
+        try:
+            moved = ka.alter_partition_reassignments({kafka.TopicPartition(topic, 0): [2, 3]})
+            assert moved == {kafka.TopicPartition(topic, 0): None}, moved
+            wait_until(lambda: (not ka.list_partition_reassignments()
+                                and all(c.metadata(n).topics[topic][0].replicas == [2, 3]
+                                        for n in (1, 2, 3))) or None,
+                       90, f"{topic}/0 on nodes 2 and 3")
+        finally:
+            ka.close()
+        part0 = c[1].data_dir / f"{topic}-0"
+        wait_until(lambda: not part0.exists(), 30, f"node 1 deleting its copy of {topic}/0")
+        assert low(c.bootstrap([2, 3])) == start
+        reader = ck.Consumer({"bootstrap.servers": c.bootstrap([2, 3]), "group.id": "r-upr",
+                              "enable.auto.commit": False, "auto.offset.reset": "error"})
+        got: dict[bytes, int] = {}
+        try:
+            reader.assign([ck.TopicPartition(topic, 0, start)])
+
+            def done():
+                m = reader.poll(0.2)
+                if m is not None:
+                    assert not m.error(), m.error()
+                    got[m.value()] = m.offset()
+                return len(got) >= 120 - start
+            wait_until(done, 40, f"records {start}..119 from nodes 2 and 3", interval=0)
+        finally:
+            reader.close()
+        assert got == {v: o for v, o in acked.items() if o >= start}
+    finally:
+        if single.running():
+            single.kill9()
+        rcs = c.close()
+    assert all(rc == 0 for rc in rcs.values()), f"exit codes {rcs}:\n{c.log_tails()}"
+    c.cleanup()
