@@ -906,27 +906,6 @@ mod tests {
     const STALL: Duration = Duration::from_millis(100);
     const FAST_ACK: Duration = Duration::from_micros(100);
 
-    fn spec() -> LoadSpec {
-        LoadSpec {
-            mode: Mode::Produce,
-            topic: "scripted".into(),
-            partitions: 1,
-            replication_factor: -1,
-            record_bytes: 100,
-            keys: KeyDist::None,
-            codec: Codec::None,
-            acks: Acks::Leader,
-            producers: 1,
-            consumers: 0,
-            duration_s: 3.0,
-            warmup_s: 0.0,
-            rate: Rate::PerSec(1000.0),
-            linger_ms: 0.0,
-            batch_bytes: 16 * 1024,
-            max_in_flight: 5,
-        }
-    }
-
     fn completion(intended: Vec<Instant>, sent_at: Instant, at: Instant) -> Completion {
         let carried = Carried {
             bytes: vec![100 * intended.len()],
@@ -948,7 +927,8 @@ mod tests {
     /// it), which is what a closed-loop tool reports.
     #[test]
     fn a_scripted_stall_shows_corrected_and_hides_uncorrected() {
-        let spec = spec();
+        // The honesty tests' one-producer, one-partition run at 1000 rec/s for 3 s.
+        let spec = crate::tests::spec(1000.0, 3.0, 0.0);
         let progress = Progress::default();
         let start = Instant::now();
         let win = Window {

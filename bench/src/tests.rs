@@ -177,7 +177,8 @@ fn produce_ok(req: &ProduceRequest) -> ProduceResponse {
     )
 }
 
-fn spec(rate: f64, duration_s: f64, warmup_s: f64) -> LoadSpec {
+/// One producer, one partition, 100-byte records, acks=1, no linger, 5 in flight.
+pub(crate) fn spec(rate: f64, duration_s: f64, warmup_s: f64) -> LoadSpec {
     LoadSpec {
         mode: Mode::Produce,
         topic: "honesty".into(),
