@@ -601,6 +601,10 @@ impl Partition {
             {
                 let mut w = self.serving_watchers.borrow_mut();
                 if w.len() >= WAITERS_MAX {
+                    // Requests that gave up (timed out) left their senders behind.
+                    w.retain(|s| !s.is_canceled());
+                }
+                if w.len() >= WAITERS_MAX {
                     return Err(KafkaError::NotLeader);
                 }
                 w.push(tx);
