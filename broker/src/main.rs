@@ -29,6 +29,7 @@ mod reassign;
 mod shard;
 mod shard_admin;
 mod shard_conn;
+mod shard_crash;
 mod shard_native;
 mod shard_netcheck;
 mod shard_probe;
@@ -51,10 +52,29 @@ fn main() {
     if check {
         std::process::exit(preflight::report(&preflight::findings(&config)));
     }
-    let result =
-        logging::init(config.log_format, &config.log_level).and_then(|()| shard::run(config));
+    let result = logging::init(config.log_format, &config.log_level)
+        .and_then(|()| crash_evidence(&config))
+        .and_then(|()| shard::run(config));
+    // Any return from here is orderly (an error is logged below); only a signal or a kill
+    // leaves the running marker for the next start to find.
+    shard_crash::clean_exit();
     if let Err(e) = result {
         eprintln!("strand: {e:#}");
         std::process::exit(1);
     }
+}
+
+/// Installs the fatal-signal reports and logs how the previous run of this data directory
+/// ended.
+fn crash_evidence(config: &config::Config) -> anyhow::Result<()> {
+    let previous = shard_crash::install(&config.data_dir)?;
+    if previous.unclean {
+        tracing::warn!(
+            signal = previous.signal.as_deref().unwrap_or("unknown"),
+            report = %config.data_dir.join(shard_crash::CRASH_REPORT_PREV_FILE).display(),
+            "the previous run of this data directory did not exit cleanly (crash, kill -9, \
+             power loss or OOM kill); a crash report, if one was written, is in the file named"
+        );
+    }
+    Ok(())
 }

@@ -281,10 +281,32 @@ impl Scrape {
     }
 }
 
+/// How the previous run of this data directory ended, as a gauge: 1 with the fatal signal
+/// its crash report names ("unknown": no report, e.g. kill -9 or power loss), 0 after an
+/// orderly exit.
+fn previous_exit(
+    enc: &mut DescriptorEncoder,
+    previous: &crate::shard_crash::PreviousExit,
+) -> std::fmt::Result {
+    let signal = match (&previous.signal, previous.unclean) {
+        (Some(s), _) => s.clone(),
+        (None, true) => "unknown".to_string(),
+        (None, false) => "none".to_string(),
+    };
+    gauges(
+        enc,
+        "strand_previous_exit_unclean",
+        "1 when the previous run of this data directory did not exit cleanly (signal: the \
+         fatal signal in its crash report, or unknown); see crash-report.prev.txt.",
+        &[(vec![("signal", signal)], i64::from(previous.unclean))],
+    )
+}
+
 impl Collector for Scrape {
     fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
         self.latency(&mut enc)?;
         self.traffic(&mut enc)?;
-        self.cluster(&mut enc)
+        self.cluster(&mut enc)?;
+        previous_exit(&mut enc, &crate::shard_crash::previous_exit())
     }
 }
