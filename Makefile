@@ -95,9 +95,19 @@ deps:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
 
-## soak: many more kill -9 iterations than `make test` runs
+## soak: many more kill -9 iterations than `make test` runs; then the cross-shard stress
+## test (tests/kafka/test_stress.py: linger 0, acks all and 1, long polls, client churn)
+## against a release broker for STRESS_SECS (an hour), and glommio's foreign-wake race test
+## (broker/tests/shard_foreign_wake.rs) for WAKE_RACE_SECS per test
+STRESS_SECS ?= 3600
+WAKE_RACE_SECS ?= 300
 soak:
 	STRAND_SOAK_ITERATIONS=$(SOAK_ITERATIONS) $(CARGO) test --release -p strand-tests --test crash_kill9 -- --nocapture
+	$(CARGO) build --release -p strand-broker
+	STRAND_STRESS_SECS=$(STRESS_SECS) STRAND_BIN=$(CURDIR)/target/release/strand \
+	  tests/kafka/run.sh -s -k test_cross_shard_produce_fetch_and_churn_never_crash_the_broker
+	STRAND_WAKE_RACE_SECS=$(WAKE_RACE_SECS) $(CARGO) test --release -p strand-broker \
+	  --test shard_foreign_wake -- --nocapture
 
 ## fuzz: run the record-batch, native-frame and RPC-frame fuzzers for 60 s each (needs nightly
 ## and cargo-fuzz)

@@ -1,0 +1,163 @@
+"""One load process of the cross-shard stress test (test_stress.py): a librdkafka producer
+(linger.ms=0, acks as given) sending 100-byte records open-loop at a fixed rate to every
+partition of a topic, replaced by a new producer (a new connection) every `churn_s`
+seconds; or, with `--consume`, a consumer long-polling every partition from the start and
+reconnecting at the same interval; or, with `--list-offsets`, raw ListOffsets requests
+pipelined `PIPELINE` deep over `CONNECTIONS` sockets to every partition (the cheapest
+request that crosses shards, so the most cross-shard calls per second), reconnecting at the
+same interval. Writes what it saw as JSON to `--out`: producers {"acked": [[partition,
+offset], ...], "failed": n}, consumers {"read": n}, list-offsets {"answered": n}."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import struct
+import time
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+RECORD = b"s" * 100
+# --list-offsets: sockets per process and requests in flight on each.
+CONNECTIONS = 4
+PIPELINE = 16
+LIST_OFFSETS_API, LIST_OFFSETS_VERSION = 2, 1
+
+
+def produce(a) -> dict:
+    acked: list[list[int]] = []
+    failed = [0]
+
+    def on_delivery(err, msg):
+        if err is None:
+            acked.append([msg.partition(), msg.offset()])
+        else:
+            failed[0] += 1
+
+    start = time.monotonic()
+    sent = 0
+    while time.monotonic() - start < a.secs:
+        p = Producer({
+            "bootstrap.servers": a.bootstrap,
+            "acks": a.acks,
+            "linger.ms": 0,
+            "batch.size": 65536,
+            "enable.idempotence": False,
+            "message.timeout.ms": 30000,
+            "queue.buffering.max.messages": 1_000_000,
+        })
+        leg_end = min(time.monotonic() + a.churn_s, start + a.secs)
+        while time.monotonic() < leg_end:
+            due = int((time.monotonic() - start) * a.rate)
+            while sent < due:
+                try:
+                    part = a.only_partition if a.only_partition >= 0 else sent % a.partitions
+                    p.produce(a.topic, RECORD, partition=part, on_delivery=on_delivery)
+                    sent += 1
+                except BufferError:
+                    p.poll(0.001)
+            p.poll(0.0005)
+        left = p.flush(60)
+        failed[0] += left
+    return {"acked": acked, "failed": failed[0], "sent": sent}
+
+
+def consume(a) -> dict:
+    read = 0
+    start = time.monotonic()
+    while time.monotonic() - start < a.secs:
+        c = Consumer({
+            "bootstrap.servers": a.bootstrap,
+            "group.id": "strand-stress-unused",
+            "enable.auto.commit": False,
+            # Long polls: each fetch waits for 1 MiB or 500 ms on partitions being written.
+            "fetch.wait.max.ms": 500,
+            "fetch.min.bytes": 1 << 20,
+        })
+        c.assign([TopicPartition(a.topic, p, 0) for p in range(a.partitions)])
+        leg_end = min(time.monotonic() + a.churn_s, start + a.secs)
+        while time.monotonic() < leg_end:
+            for m in c.consume(1000, 0.2):
+                if m.error() is None:
+                    read += 1
+                elif m.error().code() != KafkaError._PARTITION_EOF:
+                    raise RuntimeError(str(m.error()))
+        c.close()
+    return {"read": read}
+
+
+def _list_offsets_frame(corr: int, topic: bytes, partition: int) -> bytes:
+    body = (struct.pack(">ii", -1, 1) + struct.pack(">h", len(topic)) + topic
+            + struct.pack(">iiq", 1, partition, -1))
+    header = struct.pack(">hhih", LIST_OFFSETS_API, LIST_OFFSETS_VERSION, corr, 6) + b"stress"
+    return struct.pack(">i", len(header) + len(body)) + header + body
+
+
+def _recv_exact(s: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("broker closed the connection")
+        buf += chunk
+    return bytes(buf)
+
+
+def list_offsets(a) -> dict:
+    host, port = a.bootstrap.rsplit(":", 1)
+    topic = a.topic.encode()
+    answered = corr = 0
+    start = time.monotonic()
+    while time.monotonic() - start < a.secs:
+        socks = [socket.create_connection((host, int(port)), timeout=30)
+                 for _ in range(CONNECTIONS)]
+        leg_end = min(time.monotonic() + a.churn_s, start + a.secs)
+        while time.monotonic() < leg_end:
+            sent = []
+            for s in socks:
+                frames = []
+                for _ in range(PIPELINE):
+                    corr += 1
+                    frames.append(_list_offsets_frame(corr, topic, corr % a.partitions))
+                s.sendall(b"".join(frames))
+                sent.append(corr - PIPELINE + 1)
+            for s, first in zip(socks, sent):
+                for k in range(PIPELINE):
+                    (n,) = struct.unpack(">i", _recv_exact(s, 4))
+                    resp = _recv_exact(s, n)
+                    (c,) = struct.unpack_from(">i", resp, 0)
+                    if c != first + k:
+                        raise RuntimeError(f"response {c} out of order (expected {first + k})")
+                    answered += 1
+        for s in socks:
+            s.close()
+    return {"answered": answered}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bootstrap", required=True)
+    ap.add_argument("--topic", required=True)
+    ap.add_argument("--partitions", type=int, required=True)
+    ap.add_argument("--secs", type=float, required=True)
+    ap.add_argument("--rate", type=int, default=2500)
+    ap.add_argument("--acks", default="all")
+    ap.add_argument("--churn-s", type=float, default=3.0)
+    ap.add_argument("--only-partition", type=int, default=-1)
+    ap.add_argument("--consume", action="store_true")
+    ap.add_argument("--list-offsets", action="store_true")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    if a.list_offsets:
+        result = list_offsets(a)
+    elif a.consume:
+        result = consume(a)
+    else:
+        result = produce(a)
+    with open(a.out, "w") as f:
+        json.dump(result, f)
+
+
+if __name__ == "__main__":
+    main()

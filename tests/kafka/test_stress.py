@@ -1,0 +1,101 @@
+"""Cross-shard stress (issue 28): the workload that crashed the broker, driven hard. One
+producer is the report's own (librdkafka, 100-byte records open-loop at 10,000/s,
+acks=all, linger.ms=0, one partition, one connection for the whole run); beside it more
+producers (linger.ms=0, acks=all and acks=1 alternating) send to partitions on every shard,
+so most requests cross shards, each replaced by a new connection every few seconds; and
+consumers long-poll the same partitions and reconnect too. The broker
+must still run at the end, with no crash report, and every acknowledged record must be
+at its own offset below the high watermark.
+
+On the broker built with glommio 0.9.0's foreign-waker race (PATCHED.md in
+third_party/glommio) this workload crashed it (SIGSEGV in `RawTask::do_wake`).
+
+`STRAND_STRESS_SECS` (default 20) sets the duration; `make soak` runs it for an hour.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from strand_harness import need_module, tail
+
+PARTITIONS = 8
+PRODUCERS = 6
+CONSUMERS = 2
+# Producer 0: the report's workload; the others share the rest.
+REPORT_RATE = 10_000
+RATE_PER_PRODUCER = 2000
+CHURN_S = 3.0
+WORKER = Path(__file__).with_name("stress_worker.py")
+
+
+def _secs() -> float:
+    return float(os.environ.get("STRAND_STRESS_SECS", "20"))
+
+
+def _watermarks(ck, bootstrap, topic) -> list[int]:
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "strand-stress-unused"})
+    try:
+        return [c.get_watermark_offsets(ck.TopicPartition(topic, p), timeout=10)[1]
+                for p in range(PARTITIONS)]
+    finally:
+        c.close()
+
+
+def _create(ck_admin, bootstrap, topic):
+    a = ck_admin.AdminClient({"bootstrap.servers": bootstrap})
+    a.create_topics([ck_admin.NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+
+
+def test_cross_shard_produce_fetch_and_churn_never_crash_the_broker(strand, topic, tmp_path):
+    ck = need_module("confluent_kafka")
+    admin = need_module("confluent_kafka.admin")
+    b = strand(smp=2)
+    _create(admin, b.bootstrap, topic)
+    secs = _secs()
+    workers = []
+    for i in range(PRODUCERS + CONSUMERS):
+        out = tmp_path / f"worker-{i}.json"
+        args = [sys.executable, str(WORKER), "--bootstrap", b.bootstrap, "--topic", topic,
+                "--partitions", str(PARTITIONS), "--secs", str(secs), "--out", str(out)]
+        if i == 0:
+            args += ["--rate", str(REPORT_RATE), "--acks", "all", "--churn-s", str(secs + 1),
+                     "--only-partition", "0"]
+        else:
+            args += ["--rate", str(RATE_PER_PRODUCER), "--acks", "all" if i % 2 == 0 else "1",
+                     "--churn-s", str(CHURN_S)]
+        if i >= PRODUCERS:
+            args.append("--consume")
+        log = open(tmp_path / f"worker-{i}.log", "wb")
+        workers.append((subprocess.Popen(args, stdout=log, stderr=log), out, log))
+    deadline = time.monotonic() + secs + 120
+    for proc, _, log in workers:
+        while proc.poll() is None:
+            assert b.running(), f"the broker died under load:\n{tail(b.stderr_path, 120)}"
+            assert time.monotonic() < deadline, "a load process did not finish"
+            time.sleep(0.2)
+        log.close()
+    assert b.running(), f"the broker died under load:\n{tail(b.stderr_path, 120)}"
+    assert not (b.data_dir / "crash-report.txt").exists()
+    for (proc, _, _), i in zip(workers, range(len(workers))):
+        assert proc.returncode == 0, (tmp_path / f"worker-{i}.log").read_text()[-3000:]
+
+    results = [json.loads(out.read_text()) for _, out, _ in workers]
+    acked = [tuple(x) for r in results[:PRODUCERS] for x in r["acked"]]
+    failed = sum(r["failed"] for r in results[:PRODUCERS])
+    read = sum(r["read"] for r in results[PRODUCERS:])
+    hw = _watermarks(ck, b.bootstrap, topic)
+    target = secs * (REPORT_RATE + (PRODUCERS - 1) * RATE_PER_PRODUCER)
+    assert len(acked) > target * 0.5, (len(acked), failed)
+    assert failed == 0, f"{failed} records failed"
+    assert len(set(acked)) == len(acked), "two acknowledgements name one offset"
+    assert all(0 <= o < hw[p] for p, o in acked), "an acknowledged record is past the HW"
+    assert read > 0
+    print(f"\nstress: {len(acked)} records acknowledged in {secs:.0f} s "
+          f"({len(acked) / secs:.0f}/s), {read} read by long-polling consumers, "
+          f"high watermarks {hw}")
