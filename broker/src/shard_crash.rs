@@ -2,7 +2,10 @@
 //! died and where to the log (stderr) and to `<data_dir>/crash-report.txt` before the
 //! process dies of that same signal; the next start reads the report and a marker file
 //! (`strand.running`, present from start to orderly exit) and exposes the previous exit in
-//! `/metrics` (`strand_previous_exit_unclean`) and at start-up in the log.
+//! `/metrics` (`strand_previous_exit_unclean`) and at start-up in the log. The marker is
+//! only sound if one process uses a data directory at a time, so `install` first takes an
+//! exclusive `flock` on `<data_dir>/strand.lock` for the life of the process (the kernel
+//! drops it at any death, kill -9 included) and refuses to start when another holds it.
 //!
 //! Invariant: the handler calls only async-signal-safe functions (`write`, `open`, `prctl`,
 //! `nanosleep`, `backtrace` warmed up at install, `backtrace_symbols_fd`) and allocates
@@ -24,6 +27,8 @@ pub const CRASH_REPORT_FILE: &str = "crash-report.txt";
 pub const CRASH_REPORT_PREV_FILE: &str = "crash-report.prev.txt";
 /// Present from start-up to an orderly exit: found at start, the previous run died.
 pub const RUNNING_MARKER_FILE: &str = "strand.running";
+/// Locked (flock, exclusive) by the process that uses the data directory.
+pub const LOCK_FILE: &str = "strand.lock";
 /// Longest the symbolised backtrace may take (it allocates, which can deadlock in a crash
 /// inside the allocator); the raw frames before it are written regardless.
 pub const SYMBOLISE_TIMEOUT_S: u32 = 10;
@@ -82,9 +87,10 @@ pub fn install(data_dir: &Path) -> anyhow::Result<PreviousExit> {
     use anyhow::Context;
     std::fs::create_dir_all(data_dir)
         .with_context(|| format!("creating the data directory {}", data_dir.display()))?;
+    lock_data_dir(data_dir)?;
     let previous = read_previous(data_dir);
     let marker = data_dir.join(RUNNING_MARKER_FILE);
-    std::fs::write(&marker, format!("pid {}\n", std::process::id()))
+    std::fs::write(&marker, marker_text())
         .with_context(|| format!("writing {}", marker.display()))?;
     let _ = MARKER_PATH.set(marker);
     let report = data_dir.join(CRASH_REPORT_FILE);
@@ -100,11 +106,49 @@ pub fn install(data_dir: &Path) -> anyhow::Result<PreviousExit> {
     Ok(previous)
 }
 
-/// An orderly exit: the next start finds no marker.
+/// Takes the data directory's lock for the rest of the process's life (the descriptor is
+/// deliberately never closed).
+fn lock_data_dir(data_dir: &Path) -> anyhow::Result<()> {
+    use std::os::fd::IntoRawFd;
+    let path = data_dir.join(LOCK_FILE);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| anyhow::anyhow!("opening {}: {e}", path.display()))?;
+    let fd = file.into_raw_fd();
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let e = std::io::Error::last_os_error();
+        // SAFETY: closing the descriptor we opened and did not lock.
+        unsafe { libc::close(fd) };
+        let holder = std::fs::read_to_string(data_dir.join(RUNNING_MARKER_FILE))
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "unknown pid".to_string());
+        anyhow::bail!(
+            "the data directory {} is in use by another strand process ({holder}; flock of {}: \
+             {e}): stop that process or give this one its own --data-dir",
+            data_dir.display(),
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+/// An orderly exit: the next start finds no marker. Only this process's own marker is
+/// removed (a second broker started on a running one's data directory, which fails to
+/// bind, must not erase the evidence of the first).
 pub fn clean_exit() {
     if let Some(m) = MARKER_PATH.get() {
-        let _ = std::fs::remove_file(m);
+        if std::fs::read_to_string(m).is_ok_and(|s| s == marker_text()) {
+            let _ = std::fs::remove_file(m);
+        }
     }
+}
+
+fn marker_text() -> String {
+    format!("pid {}\n", std::process::id())
 }
 
 /// Reads the marker and the report the previous run left, and moves the report aside.

@@ -2,18 +2,20 @@
 symbolised backtrace to the broker's log and to `<data_dir>/crash-report.txt` before the
 process dies of that signal; the next start logs that the previous run did not exit
 cleanly and `/metrics` shows `strand_previous_exit_unclean` with the signal. A kill -9
-leaves no report and shows as signal="unknown"; an orderly stop shows 0."""
+leaves no report and shows as signal="unknown"; an orderly stop shows 0. A second process
+on a data directory in use is refused."""
 
 from __future__ import annotations
 
 import ctypes
 import os
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from strand_harness import tail
+from strand_harness import free_port, strand_bin, tail
 from test_metrics import scrape
 
 SYS_TGKILL = 234  # x86_64
@@ -101,3 +103,21 @@ def test_a_kill9_shows_as_an_unclean_exit_of_unknown_cause(strand):
     b.restart()
     assert _previous_exit(b) == {"unknown": 1}
     assert not (b.data_dir / "crash-report.txt").exists()
+
+
+def test_a_second_broker_on_a_data_directory_in_use_is_refused(strand):
+    """One process per data directory (an flock held for the process's life): a second
+    start on it, with ports of its own, is refused with the fix and erases nothing."""
+    b = strand(smp=1)
+    args = [str(strand_bin()), "--data-dir", str(b.data_dir), "--smp", "1",
+            "--kafka-addr", f"127.0.0.1:{free_port()}", "--admin-addr", f"127.0.0.1:{free_port()}",
+            "--native-addr", f"127.0.0.1:{free_port()}", "--native-shard-base-port", "0"]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, r.stderr
+    assert "is in use by another strand process" in r.stderr, r.stderr
+    assert f"pid {b.proc.pid}" in r.stderr, r.stderr
+    assert (b.data_dir / "strand.running").read_text() == f"pid {b.proc.pid}\n"
+    assert _previous_exit(b) == {"none": 0}
+    b.kill9()
+    b.restart()
+    assert _previous_exit(b) == {"unknown": 1}
