@@ -221,6 +221,11 @@ class Broker:
                     # Accepting is not enough: a request must be answered.
                     s.settimeout(5)
                     api_versions_v0(s)
+                if self.admin_port is not None:
+                    # The admin listener binds on its own shard task, possibly after the
+                    # Kafka one answers: a scrape right after start found it refused on a
+                    # loaded machine.
+                    socket.create_connection(("127.0.0.1", self.admin_port), timeout=0.5).close()
                 if b"panicked at" in self.stderr_path.read_bytes():
                     self.kill9()
                     raise StartupPanic(tail(self.stderr_path, 200))
