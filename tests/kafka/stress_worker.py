@@ -6,7 +6,11 @@ reconnecting at the same interval; or, with `--list-offsets`, raw ListOffsets re
 pipelined `PIPELINE` deep over `CONNECTIONS` sockets to every partition (the cheapest
 request that crosses shards, so the most cross-shard calls per second), reconnecting at the
 same interval. Writes what it saw as JSON to `--out`: producers {"acked": [[partition,
-offset], ...], "failed": n}, consumers {"read": n}, list-offsets {"answered": n}."""
+offset moments]], "failed": n}, consumers {"read": n}, list-offsets {"answered": n}. A
+producer keeps, per partition, the count, maximum, sum and sum of squares of its
+acknowledged offsets rather than the offsets (an hour at 10,000/s is 36 million of them:
+as Python lists they took 4 GiB and garbage-collection pauses long enough to time out
+librdkafka's requests)."""
 
 from __future__ import annotations
 
@@ -26,12 +30,18 @@ LIST_OFFSETS_API, LIST_OFFSETS_VERSION = 2, 1
 
 
 def produce(a) -> dict:
-    acked: list[list[int]] = []
+    # partition -> [count, max offset, sum of offsets, sum of squares]
+    acked: dict[int, list[int]] = {}
     failed = [0]
 
     def on_delivery(err, msg):
         if err is None:
-            acked.append([msg.partition(), msg.offset()])
+            o = msg.offset()
+            m = acked.setdefault(msg.partition(), [0, -1, 0, 0])
+            m[0] += 1
+            m[1] = max(m[1], o)
+            m[2] += o
+            m[3] += o * o
         else:
             failed[0] += 1
 
@@ -60,7 +70,7 @@ def produce(a) -> dict:
             p.poll(0.0005)
         left = p.flush(60)
         failed[0] += left
-    return {"acked": acked, "failed": failed[0], "sent": sent}
+    return {"acked": {str(p): m for p, m in acked.items()}, "failed": failed[0], "sent": sent}
 
 
 def consume(a) -> dict:
