@@ -70,7 +70,7 @@ fn crash_evidence(config: &config::Config) -> anyhow::Result<()> {
     let previous = shard_crash::install(&config.data_dir)?;
     if previous.unclean {
         tracing::warn!(
-            signal = previous.signal.as_deref().unwrap_or("unknown"),
+            signal = previous.signal_label(),
             report = %config.data_dir.join(shard_crash::CRASH_REPORT_PREV_FILE).display(),
             "the previous run of this data directory did not exit cleanly (crash, kill -9, \
              power loss or OOM kill); a crash report, if one was written, is in the file named"

@@ -288,11 +288,7 @@ fn previous_exit(
     enc: &mut DescriptorEncoder,
     previous: &crate::shard_crash::PreviousExit,
 ) -> std::fmt::Result {
-    let signal = match (&previous.signal, previous.unclean) {
-        (Some(s), _) => s.clone(),
-        (None, true) => "unknown".to_string(),
-        (None, false) => "none".to_string(),
-    };
+    let signal = previous.signal_label().to_string();
     gauges(
         enc,
         "strand_previous_exit_unclean",

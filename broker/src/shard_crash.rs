@@ -77,6 +77,18 @@ extern "C" {
     fn backtrace_symbols_fd(buffer: *const *mut c_void, size: c_int, fd: c_int);
 }
 
+impl PreviousExit {
+    /// The `signal` label of `strand_previous_exit_unclean` and the start-up warning: the
+    /// report's signal, "unknown" for an unclean exit without a report, "none" otherwise.
+    pub fn signal_label(&self) -> &str {
+        match (&self.signal, self.unclean) {
+            (Some(s), _) => s,
+            (None, true) => "unknown",
+            (None, false) => "none",
+        }
+    }
+}
+
 /// How the previous run ended (default before `install`).
 pub fn previous_exit() -> PreviousExit {
     PREVIOUS.get().cloned().unwrap_or_default()

@@ -2,12 +2,9 @@
 (linger.ms=0, acks as given) sending 100-byte records open-loop at a fixed rate to every
 partition of a topic, replaced by a new producer (a new connection) every `churn_s`
 seconds; or, with `--consume`, a consumer long-polling every partition from the start and
-reconnecting at the same interval; or, with `--list-offsets`, raw ListOffsets requests
-pipelined `PIPELINE` deep over `CONNECTIONS` sockets to every partition (the cheapest
-request that crosses shards, so the most cross-shard calls per second), reconnecting at the
-same interval. Writes what it saw as JSON to `--out`: producers {"acked": [[partition,
-offset moments]], "failed": n}, consumers {"read": n}, list-offsets {"answered": n}. A
-producer keeps, per partition, the count, maximum, sum and sum of squares of its
+reconnecting at the same interval. Writes what it saw as JSON to `--out`: producers
+{"acked": {partition: [count, max, sum, sum of squares]}, "failed": n}, consumers
+{"read": n}. A producer keeps, per partition, the count, maximum, sum and sum of squares of its
 acknowledged offsets rather than the offsets (an hour at 10,000/s is 36 million of them:
 as Python lists they took 4 GiB and garbage-collection pauses long enough to time out
 librdkafka's requests)."""
@@ -16,17 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
-import struct
 import time
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 RECORD = b"s" * 100
-# --list-offsets: sockets per process and requests in flight on each.
-CONNECTIONS = 4
-PIPELINE = 16
-LIST_OFFSETS_API, LIST_OFFSETS_VERSION = 2, 1
 
 
 def produce(a) -> dict:
@@ -97,54 +88,6 @@ def consume(a) -> dict:
     return {"read": read}
 
 
-def _list_offsets_frame(corr: int, topic: bytes, partition: int) -> bytes:
-    body = (struct.pack(">ii", -1, 1) + struct.pack(">h", len(topic)) + topic
-            + struct.pack(">iiq", 1, partition, -1))
-    header = struct.pack(">hhih", LIST_OFFSETS_API, LIST_OFFSETS_VERSION, corr, 6) + b"stress"
-    return struct.pack(">i", len(header) + len(body)) + header + body
-
-
-def _recv_exact(s: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("broker closed the connection")
-        buf += chunk
-    return bytes(buf)
-
-
-def list_offsets(a) -> dict:
-    host, port = a.bootstrap.rsplit(":", 1)
-    topic = a.topic.encode()
-    answered = corr = 0
-    start = time.monotonic()
-    while time.monotonic() - start < a.secs:
-        socks = [socket.create_connection((host, int(port)), timeout=30)
-                 for _ in range(CONNECTIONS)]
-        leg_end = min(time.monotonic() + a.churn_s, start + a.secs)
-        while time.monotonic() < leg_end:
-            sent = []
-            for s in socks:
-                frames = []
-                for _ in range(PIPELINE):
-                    corr += 1
-                    frames.append(_list_offsets_frame(corr, topic, corr % a.partitions))
-                s.sendall(b"".join(frames))
-                sent.append(corr - PIPELINE + 1)
-            for s, first in zip(socks, sent):
-                for k in range(PIPELINE):
-                    (n,) = struct.unpack(">i", _recv_exact(s, 4))
-                    resp = _recv_exact(s, n)
-                    (c,) = struct.unpack_from(">i", resp, 0)
-                    if c != first + k:
-                        raise RuntimeError(f"response {c} out of order (expected {first + k})")
-                    answered += 1
-        for s in socks:
-            s.close()
-    return {"answered": answered}
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bootstrap", required=True)
@@ -156,15 +99,9 @@ def main():
     ap.add_argument("--churn-s", type=float, default=3.0)
     ap.add_argument("--only-partition", type=int, default=-1)
     ap.add_argument("--consume", action="store_true")
-    ap.add_argument("--list-offsets", action="store_true")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
-    if a.list_offsets:
-        result = list_offsets(a)
-    elif a.consume:
-        result = consume(a)
-    else:
-        result = produce(a)
+    result = consume(a) if a.consume else produce(a)
     with open(a.out, "w") as f:
         json.dump(result, f)
 

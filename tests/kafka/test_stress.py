@@ -82,7 +82,7 @@ def test_cross_shard_produce_fetch_and_churn_never_crash_the_broker(strand, topi
         log.close()
     assert b.running(), f"the broker died under load:\n{tail(b.stderr_path, 120)}"
     assert not (b.data_dir / "crash-report.txt").exists()
-    for (proc, _, _), i in zip(workers, range(len(workers))):
+    for i, (proc, _, _) in enumerate(workers):
         assert proc.returncode == 0, (tmp_path / f"worker-{i}.log").read_text()[-3000:]
 
     results = [json.loads(out.read_text()) for _, out, _ in workers]
