@@ -1,7 +1,7 @@
 //! `strandctl config validate FILE`: checks a strand TOML config file without starting
 //! the broker — unknown keys, wrong types and out-of-range values, each named by key.
 //!
-//! The key list and the rules replicate `broker/src/config.rs` (`FileConfig` and
+//! The key list and the rules replicate `broker/src/common/config.rs` (`FileConfig` and
 //! `Config::validate`): tools must not depend on the broker crate (ARCHITECTURE.md,
 //! Layout), so a unit test reads that file's source and fails when a key there is
 //! unknown here. Invariant: every finding names its key; a file with no findings is one
@@ -9,13 +9,13 @@
 
 use std::net::SocketAddr;
 
-/// Kafka's `num.partitions` ceiling (`broker/src/metadata.rs` PARTITIONS_PER_TOPIC_MAX).
+/// Kafka's `num.partitions` ceiling (`broker/src/cluster/metadata.rs` PARTITIONS_PER_TOPIC_MAX).
 const PARTITIONS_PER_TOPIC_MAX: i64 = 10_000;
 /// Smallest `segment_bytes` (`storage/src/config.rs` SEGMENT_BYTES_MIN).
 const SEGMENT_BYTES_MIN: i64 = 4096;
-/// Ceiling of `offsets_topic_num_partitions` (broker/src/config.rs validate).
+/// Ceiling of `offsets_topic_num_partitions` (broker/src/common/config.rs validate).
 const OFFSETS_TOPIC_PARTITIONS_MAX: i64 = 1000;
-/// Ceiling of `group_initial_rebalance_delay_ms` (broker/src/config.rs validate).
+/// Ceiling of `group_initial_rebalance_delay_ms` (broker/src/common/config.rs validate).
 const REBALANCE_DELAY_MS_MAX: i64 = 300_000;
 
 /// The type and range of one key.
@@ -33,7 +33,7 @@ enum Kind {
     OneOf(&'static [&'static str]),
 }
 
-/// Every key of `FileConfig` in broker/src/config.rs, with its rule.
+/// Every key of `FileConfig` in broker/src/common/config.rs, with its rule.
 const KEYS: &[(&str, Kind)] = &[
     ("data_dir", Kind::Text),
     ("kafka_addr", Kind::SocketAddr),
@@ -295,13 +295,17 @@ mod tests {
 
     /// The broker's `FileConfig` fields, read from its source text.
     fn broker_file_config_keys() -> Vec<String> {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../broker/src/config.rs");
-        let text = std::fs::read_to_string(path).expect("broker/src/config.rs is in the workspace");
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../broker/src/common/config.rs"
+        );
+        let text =
+            std::fs::read_to_string(path).expect("broker/src/common/config.rs is in the workspace");
         let body = text
             .split_once("struct FileConfig {")
             .and_then(|(_, rest)| rest.split_once("\n}"))
             .map(|(body, _)| body)
-            .expect("broker/src/config.rs defines struct FileConfig { ... }");
+            .expect("broker/src/common/config.rs defines struct FileConfig { ... }");
         body.lines()
             .map(str::trim)
             .filter(|l| !l.starts_with("//") && !l.starts_with('#'))
@@ -318,14 +322,14 @@ mod tests {
         for k in &keys {
             assert!(
                 KEYS.iter().any(|(known, _)| known == k),
-                "broker/src/config.rs FileConfig has key {k:?} that config validate does not \
+                "broker/src/common/config.rs FileConfig has key {k:?} that config validate does not \
                  know: add it to tools/src/config_validate.rs KEYS"
             );
         }
         for (known, _) in KEYS {
             assert!(
                 keys.iter().any(|k| k == known),
-                "config validate knows {known:?}, which broker/src/config.rs no longer has"
+                "config validate knows {known:?}, which broker/src/common/config.rs no longer has"
             );
         }
     }

@@ -132,7 +132,7 @@ impl Shard {
         g: &mut Group,
         r: &JoinRequest,
     ) -> Result<oneshot::Receiver<JoinOutcome>, Box<JoinOutcome>> {
-        let now = crate::clock::now();
+        let now = crate::common::clock::now();
         if !g.accepts(&r.protocol_type, &r.protocols) {
             return Err(Box::new(failed_join(
                 code::INCONSISTENT_GROUP_PROTOCOL,
@@ -215,7 +215,7 @@ impl Shard {
 
     /// Moves a group to PreparingRebalance and starts the task that completes the join.
     fn prepare_rebalance(self: &Rc<Self>, g: &mut Group) {
-        let now = crate::clock::now();
+        let now = crate::common::clock::now();
         for m in g.members.values_mut() {
             if let Some(tx) = m.sync_waiter.take() {
                 let _ = tx.send((code::REBALANCE_IN_PROGRESS, Bytes::new()));
@@ -248,7 +248,7 @@ impl Shard {
                 if g.state != GroupState::PreparingRebalance {
                     return;
                 }
-                let now = crate::clock::now();
+                let now = crate::common::clock::now();
                 let expired = g.rebalance_deadline.is_some_and(|t| now >= t);
                 let pending_wait = g.pending.iter().any(|(id, t)| {
                     now.duration_since(*t)
@@ -299,7 +299,7 @@ impl Shard {
             let Some(m) = g.members.get_mut(member_id) else {
                 return (code::UNKNOWN_MEMBER_ID, Bytes::new());
             };
-            m.last_seen = crate::clock::now();
+            m.last_seen = crate::common::clock::now();
             if generation != g.generation {
                 return (code::ILLEGAL_GENERATION, Bytes::new());
             }
@@ -342,7 +342,7 @@ impl Shard {
                 .get_mut(group)
                 .filter(|g| g.generation == gen && g.state == GroupState::Stable)
             {
-                let now = crate::clock::now();
+                let now = crate::common::clock::now();
                 for m in g.members.values_mut() {
                     m.last_seen = now;
                     if let Some(tx) = m.sync_waiter.take() {
@@ -370,7 +370,7 @@ impl Shard {
         let Some(m) = g.members.get_mut(member_id) else {
             return code::UNKNOWN_MEMBER_ID;
         };
-        m.last_seen = crate::clock::now();
+        m.last_seen = crate::common::clock::now();
         match state {
             GroupState::Empty => code::UNKNOWN_MEMBER_ID,
             _ if generation != current => code::ILLEGAL_GENERATION,
@@ -447,7 +447,7 @@ impl Shard {
 
     /// Removes members whose session expired and pending ids never used; rebalances.
     pub fn expire_sessions(self: &Rc<Self>) {
-        let now = crate::clock::now();
+        let now = crate::common::clock::now();
         let mut groups = self.groups.borrow_mut();
         for g in groups.values_mut() {
             let before = g.members.len();
@@ -651,7 +651,7 @@ impl Shard {
         let Some(part) = part else {
             return Err(code::NOT_COORDINATOR);
         };
-        let now = crate::clock::wall_ms();
+        let now = crate::common::clock::wall_ms();
         let mut b = BatchBuilder::new(now);
         for (k, v) in &recs {
             b.push(now, Some(k), v.as_deref(), &[]);
@@ -715,7 +715,7 @@ fn complete_join(g: &mut Group) {
         .collect();
     // Every member's session restarts now (as Kafka does): a member that waited long in
     // JoinGroup must not expire before it can send SyncGroup.
-    let now = crate::clock::now();
+    let now = crate::common::clock::now();
     for m in g.members.values_mut() {
         m.last_seen = now;
         if let Some(tx) = m.join_waiter.take() {

@@ -282,7 +282,7 @@ impl Compacted {
 }
 
 fn restore(g: &mut Group, v: GroupValue) {
-    let now = crate::clock::now();
+    let now = crate::common::clock::now();
     g.generation = v.generation;
     g.protocol_type = v.protocol_type;
     g.protocol = v.protocol;

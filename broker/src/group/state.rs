@@ -238,7 +238,7 @@ mod tests {
             assignment: Bytes::new(),
             join_waiter: None,
             sync_waiter: None,
-            last_seen: crate::clock::now(),
+            last_seen: crate::common::clock::now(),
         }
     }
 

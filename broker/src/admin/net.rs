@@ -1,0 +1,167 @@
+//! The admin HTTP listener (shard 0): minimal HTTP/1.1 with `Connection: close`; GET for
+//! everything, PUT for `/v1/log-level`.
+//!
+//! Invariant: a request head larger than `ADMIN_REQUEST_BYTES_MAX`, a body larger than
+//! `ADMIN_BODY_BYTES_MAX`, or a request slower than `ADMIN_READ_TIMEOUT` closes the
+//! connection; nothing else is read.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use anyhow::Context;
+use futures::io::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::{TcpListener, TcpStream};
+
+use crate::admin::status::{self, ADMIN_BODY_BYTES_MAX};
+use crate::admin::{self, Response};
+use crate::shard::ops::{Op, Reply};
+use crate::shard::{spawn_local, Shard};
+
+/// Largest request head read.
+pub const ADMIN_REQUEST_BYTES_MAX: usize = 8 * 1024;
+/// Time allowed to send the request head.
+pub const ADMIN_READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Serves admin HTTP until the shard stops.
+pub async fn serve(shard: Rc<Shard>) -> anyhow::Result<()> {
+    let addr = shard.config.admin_addr;
+    let listener = TcpListener::bind(addr)
+        .map_err(std::io::Error::from)
+        .with_context(|| format!("admin listener on {addr}"))?;
+    while !shard.stopping() {
+        match crate::shard::timeout(Duration::from_millis(200), listener.accept()).await {
+            Some(Ok(stream)) => spawn_local(handle(shard.clone(), stream)),
+            Some(Err(e)) => tracing::warn!(error = %e, "admin accept failed"),
+            None => {}
+        }
+    }
+    Ok(())
+}
+
+async fn handle(shard: Rc<Shard>, mut stream: TcpStream) {
+    let mut head = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    let head_end = loop {
+        let read = crate::shard::timeout(ADMIN_READ_TIMEOUT, stream.read(&mut chunk)).await;
+        let Some(Ok(n)) = read else { return };
+        if n == 0 {
+            return;
+        }
+        head.extend_from_slice(&chunk[..n]);
+        if let Some(k) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+            break Some(k + 4);
+        }
+        if head.len() > ADMIN_REQUEST_BYTES_MAX {
+            break None;
+        }
+    };
+    let resp = match head_end {
+        Some(end) => {
+            let text_head = String::from_utf8_lossy(&head[..end]).into_owned();
+            let mut body = head.split_off(end);
+            match status::content_length(&text_head) {
+                Some(n) if n <= ADMIN_BODY_BYTES_MAX => {
+                    if !read_body(&mut stream, &mut body, n).await {
+                        return;
+                    }
+                    route(&shard, &text_head, &body).await
+                }
+                Some(_) => text("413 Payload Too Large", "body too large\n"),
+                None => text("400 Bad Request", "bad content-length\n"),
+            }
+        }
+        None => text("431 Request Header Fields Too Large", "too large\n"),
+    };
+    let _ = stream.write_all(&resp.encode()).await;
+    let _ = stream.close().await;
+}
+
+fn text(status: &'static str, body: &str) -> Response {
+    Response {
+        status,
+        content_type: "text/plain; charset=utf-8",
+        body: body.to_string(),
+    }
+}
+
+async fn snapshots(shard: &Rc<Shard>) -> Vec<admin::ShardSnapshot> {
+    let calls = (0..shard.count).map(|s| shard.call(s, Op::Stats));
+    futures::future::join_all(calls)
+        .await
+        .into_iter()
+        .filter_map(|r| match r {
+            Reply::Stats(s) => Some(*s),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Reads until `body` holds `len` bytes (bounded by the caller); false on EOF or timeout.
+async fn read_body(stream: &mut TcpStream, body: &mut Vec<u8>, len: usize) -> bool {
+    let mut chunk = [0u8; 1024];
+    while body.len() < len {
+        let read = crate::shard::timeout(ADMIN_READ_TIMEOUT, stream.read(&mut chunk)).await;
+        match read {
+            Some(Ok(n)) if n > 0 => body.extend_from_slice(&chunk[..n]),
+            _ => return false,
+        }
+    }
+    body.truncate(len);
+    true
+}
+
+fn ready(shard: &Shard) -> bool {
+    let clustered_ready = !shard.clustered() || shard.cluster_ready();
+    shard.metadata().version > 0 && !shard.stopping() && clustered_ready
+}
+
+async fn route(shard: &Rc<Shard>, head: &str, body: &[u8]) -> Response {
+    let (path, query) = match status::request_line(head) {
+        Some(("GET", path, query)) => (path, query),
+        Some(("PUT", "/v1/log-level", _)) => return status::log_level(body),
+        _ => {
+            return text(
+                "405 Method Not Allowed",
+                "only GET, and PUT /v1/log-level\n",
+            )
+        }
+    };
+    match path {
+        "/v1/self-test/blob" => crate::admin::netcheck::blob(query),
+        "/v1/self-test/network" => crate::admin::netcheck::network(query).await,
+        "/v1/health/live" => text("200 OK", "live\n"),
+        "/v1/health" | "/v1/health/ready" => {
+            if ready(shard) {
+                text("200 OK", "ready\n")
+            } else {
+                text("503 Service Unavailable", "not ready\n")
+            }
+        }
+        "/v1/log-level" => status::current_log_level(),
+        "/v1/status" => {
+            let snaps = snapshots(shard).await;
+            let meta = shard.metadata();
+            let input = status::StatusInput {
+                config: &shard.config,
+                cluster_id: &meta.cluster_id,
+                ready: ready(shard),
+                space: strand_storage::io::filesystem_space(&shard.config.data_dir)
+                    .map_err(|e| e.to_string()),
+            };
+            Response {
+                status: "200 OK",
+                content_type: "application/json",
+                body: status::render_status(&input, &snaps),
+            }
+        }
+        "/metrics" => {
+            let snaps = snapshots(shard).await;
+            Response {
+                status: "200 OK",
+                content_type: "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                body: admin::render_metrics(&snaps),
+            }
+        }
+        _ => text("404 Not Found", "not found\n"),
+    }
+}

@@ -1,0 +1,308 @@
+//! Renders the shard snapshots' histograms, traffic counters, cluster health gauges and
+//! consumer group lag through prometheus-client (a custom [`Collector`]: the shards keep
+//! their own plain buckets, so there is no prometheus-client metric object to update).
+//!
+//! Invariant: pure; runs at scrape time on the admin shard over plain snapshots. Lag is
+//! one series per (group, topic, partition), never summed here (the sum is a query).
+
+use std::collections::BTreeMap;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+
+use crate::admin::ShardSnapshot;
+use crate::common::metrics::HistogramSnapshot;
+
+/// One scrape's snapshots, rendered on `encode`.
+#[derive(Debug)]
+pub struct Scrape {
+    shards: Vec<ShardSnapshot>,
+}
+
+type Labels = Vec<(&'static str, String)>;
+
+impl Scrape {
+    /// Wraps copies of the shard snapshots.
+    pub fn new(shards: &[ShardSnapshot]) -> Scrape {
+        Scrape {
+            shards: shards.to_vec(),
+        }
+    }
+
+    fn shard_label(s: &ShardSnapshot) -> Labels {
+        vec![("shard", s.shard.to_string())]
+    }
+}
+
+fn histograms(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: &[(Labels, &HistogramSnapshot)],
+) -> std::fmt::Result {
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Histogram)?;
+    for (labels, h) in series {
+        let buckets = h.buckets();
+        m.encode_family(labels)?.encode_histogram::<NoLabelSet>(
+            h.sum_seconds(),
+            h.count(),
+            &buckets,
+            None,
+        )?;
+    }
+    Ok(())
+}
+
+fn counters(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: &[(Labels, u64)],
+) -> std::fmt::Result {
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (labels, v) in series {
+        m.encode_family(labels)?
+            .encode_counter::<NoLabelSet, u64, u64>(v, None)?;
+    }
+    Ok(())
+}
+
+fn gauges(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: &[(Labels, i64)],
+) -> std::fmt::Result {
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, v) in series {
+        m.encode_family(labels)?.encode_gauge(v)?;
+    }
+    Ok(())
+}
+
+/// Cluster health as this node sees it: (under-replicated, leaderless, active controllers).
+pub fn health(shards: &[ShardSnapshot]) -> (u64, u64, u64) {
+    let urp = shards
+        .iter()
+        .map(|s| s.detail.under_replicated_partitions)
+        .sum();
+    let leaderless = shards.iter().map(|s| s.detail.leaderless_partitions).sum();
+    let controllers = shards
+        .iter()
+        .filter(|s| s.detail.metadata_log_writable == Some(true))
+        .count() as u64;
+    (urp, leaderless, controllers)
+}
+
+/// Consumer lag per (group, topic, partition): high watermark − committed offset, for
+/// committed offsets of partitions hosted on this node. A committed offset past the high
+/// watermark (records deleted and the topic recreated) reads as 0, not as negative lag.
+pub fn group_lag(shards: &[ShardSnapshot]) -> BTreeMap<(String, String, i32), i64> {
+    let hw: BTreeMap<(&str, i32), i64> = shards
+        .iter()
+        .flat_map(|s| &s.detail.partitions)
+        .map(|p| ((p.topic.as_str(), p.partition), p.high_watermark))
+        .collect();
+    let mut out = BTreeMap::new();
+    for c in shards.iter().flat_map(|s| &s.detail.committed) {
+        if c.offset < 0 {
+            continue;
+        }
+        if let Some(&h) = hw.get(&(c.topic.as_str(), c.partition)) {
+            let key = (c.group.clone(), c.topic.clone(), c.partition);
+            out.insert(key, (h - c.offset).max(0));
+        }
+    }
+    out
+}
+
+impl Scrape {
+    fn latency(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
+        let mut req = Vec::new();
+        let mut stages = Vec::new();
+        let mut append = Vec::new();
+        let mut flush = Vec::new();
+        let mut acks = Vec::new();
+        for s in &self.shards {
+            for (api, h) in s.metrics.requests.iter().filter(|(_, h)| h.count() > 0) {
+                req.push((
+                    vec![("shard", s.shard.to_string()), ("api", api.to_string())],
+                    h,
+                ));
+            }
+            for (stage, h) in &s.metrics.produce_stages {
+                let labels = vec![("shard", s.shard.to_string()), ("stage", stage.to_string())];
+                stages.push((labels, h));
+            }
+            append.push((Self::shard_label(s), &s.metrics.storage_append));
+            flush.push((Self::shard_label(s), &s.metrics.storage_flush));
+            acks.push((Self::shard_label(s), &s.detail.raft_append_acks));
+        }
+        histograms(
+            enc,
+            "strand_kafka_request_seconds",
+            "Kafka request latency by API: frame read to response written.",
+            &req,
+        )?;
+        histograms(
+            enc,
+            "strand_produce_stage_seconds",
+            "Produce latency by stage (queue_wait, append, flush, network_write; \
+             replication appears with Raft).",
+            &stages,
+        )?;
+        histograms(
+            enc,
+            "strand_storage_append_seconds",
+            "Partition log append call latency (in memory).",
+            &append,
+        )?;
+        histograms(
+            enc,
+            "strand_storage_flush_seconds",
+            "Partition log flush latency: write and fdatasync.",
+            &flush,
+        )?;
+        histograms(
+            enc,
+            "strand_raft_append_ack_seconds",
+            "Cluster mode, on the leader: an append with entries sent to a follower until the \
+             follower accepted it (network both ways, its queue and its durable write).",
+            &acks,
+        )
+    }
+
+    fn traffic(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
+        type Field = fn(&ShardSnapshot) -> u64;
+        let rows: [(&str, &str, Field); 7] = [
+            (
+                "strand_kafka_produce_bytes",
+                "Record batch bytes appended for producers.",
+                |s| s.metrics.produce_bytes,
+            ),
+            (
+                "strand_kafka_produce_records",
+                "Records appended for producers.",
+                |s| s.metrics.produce_records,
+            ),
+            (
+                "strand_kafka_fetch_bytes",
+                "Record batch bytes returned to fetchers.",
+                |s| s.metrics.fetch_bytes,
+            ),
+            (
+                "strand_kafka_fetch_records",
+                "Records returned to fetchers (whole batches).",
+                |s| s.metrics.fetch_records,
+            ),
+            (
+                "strand_kafka_connections_accepted",
+                "Kafka connections accepted.",
+                |s| s.metrics.connections_accepted,
+            ),
+            (
+                "strand_raft_rpc_dropped_frames",
+                "Replication RPC frames dropped instead of sent (peer unknown or unreachable, queue full); Raft resends.",
+                |s| s.detail.rpc_dropped_frames,
+            ),
+            (
+                "strand_partition_state_replay_bytes",
+                "Log bytes read to rebuild partition state (idempotent producers, an offsets partition's groups) after its checkpoint, at open and on gaining leadership.",
+                |s| s.metrics.state_replay_bytes,
+            ),
+        ];
+        for (name, help, f) in rows {
+            let series: Vec<(Labels, u64)> = self
+                .shards
+                .iter()
+                .map(|s| (Self::shard_label(s), f(s)))
+                .collect();
+            counters(enc, name, help, &series)?;
+        }
+        let in_flight: Vec<(Labels, i64)> = self
+            .shards
+            .iter()
+            .map(|s| {
+                let v = i64::try_from(s.detail.in_flight_bytes).unwrap_or(i64::MAX);
+                (Self::shard_label(s), v)
+            })
+            .collect();
+        gauges(
+            enc,
+            "strand_shard_in_flight_bytes",
+            "Request bytes held in memory (backpressure starts at the bound).",
+            &in_flight,
+        )
+    }
+
+    fn cluster(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
+        let (urp, leaderless, controllers) = health(&self.shards);
+        let one = |v: u64| vec![(Vec::new(), i64::try_from(v).unwrap_or(i64::MAX))];
+        gauges(
+            enc,
+            "strand_under_replicated_partitions",
+            "Partitions led here with fewer in-sync replicas than replicas.",
+            &one(urp),
+        )?;
+        gauges(
+            enc,
+            "strand_leaderless_partitions",
+            "Partitions placed on this node with no serving leader (not open, or log fenced).",
+            &one(leaderless),
+        )?;
+        let fenced = self.shards.iter().map(|s| s.detail.fenced_groups).sum();
+        gauges(
+            enc,
+            "strand_raft_fenced_groups",
+            "Raft groups fenced on this node (a failed log write, or a log that lost entries \
+             it had acknowledged; see the error log): they vote and acknowledge nothing here.",
+            &one(fenced),
+        )?;
+        gauges(
+            enc,
+            "strand_active_controller_count",
+            "1 when this node's metadata log accepts writes (the cluster sum must be 1).",
+            &one(controllers),
+        )?;
+        let lag: Vec<(Labels, i64)> = group_lag(&self.shards)
+            .into_iter()
+            .map(|((g, t, p), v)| {
+                let labels = vec![("group", g), ("topic", t), ("partition", p.to_string())];
+                (labels, v)
+            })
+            .collect();
+        gauges(
+            enc,
+            "strand_consumer_group_lag",
+            "High watermark minus committed offset, per group and partition.",
+            &lag,
+        )
+    }
+}
+
+/// How the previous run of this data directory ended, as a gauge: 1 with the fatal signal
+/// its crash report names ("unknown": no report, e.g. kill -9 or power loss), 0 after an
+/// orderly exit.
+fn previous_exit(
+    enc: &mut DescriptorEncoder,
+    previous: &crate::runtime::crash::PreviousExit,
+) -> std::fmt::Result {
+    let signal = previous.signal_label().to_string();
+    gauges(
+        enc,
+        "strand_previous_exit_unclean",
+        "1 when the previous run of this data directory did not exit cleanly (signal: the \
+         fatal signal in its crash report, or unknown); see crash-report.prev.txt.",
+        &[(vec![("signal", signal)], i64::from(previous.unclean))],
+    )
+}
+
+impl Collector for Scrape {
+    fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
+        self.latency(&mut enc)?;
+        self.traffic(&mut enc)?;
+        self.cluster(&mut enc)?;
+        previous_exit(&mut enc, &crate::runtime::crash::previous_exit())
+    }
+}

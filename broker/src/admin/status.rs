@@ -1,0 +1,199 @@
+//! Admin HTTP beyond `/metrics`: the request line and body of a request, `/v1/status`
+//! (node, shards, partitions per shard and their leader, disk usage, effective config,
+//! health) and `PUT /v1/log-level`.
+//!
+//! Invariant: pure over snapshots and the config, except [`log_level`], which changes the
+//! process-wide log filter through `logging`. No I/O.
+
+use serde_json::{json, Value};
+
+use crate::admin::{Response, ShardSnapshot};
+use crate::common::config::Config;
+
+/// Largest request body read (a log filter; nothing else takes a body).
+pub const ADMIN_BODY_BYTES_MAX: usize = crate::common::logging::LOG_FILTER_BYTES_MAX;
+
+/// Method, path and query string ("" when none) of a request head.
+pub fn request_line(head: &str) -> Option<(&str, &str, &str)> {
+    let mut parts = head.lines().next()?.split_whitespace();
+    let method = parts.next()?;
+    let target = parts.next()?;
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    Some((method, path, query))
+}
+
+/// The `Content-Length` of a request head (0 when absent); `None` when malformed.
+pub fn content_length(head: &str) -> Option<usize> {
+    for line in head.lines().skip(1) {
+        if let Some((k, v)) = line.split_once(':') {
+            if k.trim().eq_ignore_ascii_case("content-length") {
+                return v.trim().parse().ok();
+            }
+        }
+    }
+    Some(0)
+}
+
+fn json_response(status: &'static str, v: &Value) -> Response {
+    Response {
+        status,
+        content_type: "application/json",
+        body: v.to_string() + "\n",
+    }
+}
+
+/// `PUT /v1/log-level` with a body such as `debug` or `strand_broker=debug,info`.
+pub fn log_level(body: &[u8]) -> Response {
+    let Ok(filter) = std::str::from_utf8(body) else {
+        return json_response("400 Bad Request", &json!({"error": "body is not UTF-8"}));
+    };
+    match crate::common::logging::set_level(filter) {
+        Ok(now) => json_response("200 OK", &json!({ "log_level": now })),
+        Err(e) => json_response("400 Bad Request", &json!({"error": e.to_string()})),
+    }
+}
+
+/// `GET /v1/log-level`.
+pub fn current_log_level() -> Response {
+    json_response(
+        "200 OK",
+        &json!({ "log_level": crate::common::logging::current_level() }),
+    )
+}
+
+/// Everything `/v1/status` reports besides the shard snapshots.
+pub struct StatusInput<'a> {
+    /// Effective configuration.
+    pub config: &'a Config,
+    /// Cluster id.
+    pub cluster_id: &'a str,
+    /// Metadata is loaded and the node is not stopping.
+    pub ready: bool,
+    /// Space of the data directory's filesystem, or why it is unknown.
+    pub space: Result<strand_storage::io::FilesystemSpace, String>,
+}
+
+/// Renders `/v1/status` as JSON.
+pub fn render_status(input: &StatusInput, shards: &[ShardSnapshot]) -> String {
+    let node_id = input.config.node_id;
+    let mut partitions_bytes_total: u64 = 0;
+    let mut leaders = Vec::new();
+    let shard_rows: Vec<Value> = shards
+        .iter()
+        .map(|s| {
+            let mut parts: Vec<&crate::common::metrics::PartitionSnapshot> =
+                s.detail.partitions.iter().collect();
+            parts.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+            let rows: Vec<Value> = parts
+                .iter()
+                .map(|p| {
+                    partitions_bytes_total += p.size_bytes;
+                    // One replica per partition until Raft: this node leads what it hosts,
+                    // unless the log is fenced.
+                    let leader = (!p.fenced).then_some(node_id);
+                    leaders.push(json!({"topic": p.topic, "partition": p.partition,
+                        "leader": leader, "shard": s.shard}));
+                    json!({
+                        "topic": p.topic,
+                        "partition": p.partition,
+                        "leader": leader,
+                        "high_watermark": p.high_watermark,
+                        "log_end_offset": p.log_end_offset,
+                        "size_bytes": p.size_bytes,
+                        "fenced": p.fenced,
+                    })
+                })
+                .collect();
+            json!({
+                "shard": s.shard,
+                "partition_count": s.detail.partitions.len(),
+                "partitions": rows,
+                "groups": s.groups,
+                "connections": s.connections,
+                "log_bytes": s.log_bytes,
+                "in_flight_bytes": s.detail.in_flight_bytes,
+            })
+        })
+        .collect();
+    let (urp, leaderless, controllers) = crate::admin::render::health(shards);
+    let space = match &input.space {
+        Ok(sp) => json!({"available_bytes": sp.available_bytes, "total_bytes": sp.total_bytes}),
+        Err(e) => json!({"error": e}),
+    };
+    let v = json!({
+        "node_id": node_id,
+        "cluster_id": input.cluster_id,
+        "shard_count": shards.len(),
+        "shards": shard_rows,
+        "leaders": leaders,
+        "disk": {
+            "data_dir": input.config.data_dir,
+            "partitions_bytes_total": partitions_bytes_total,
+            "filesystem": space,
+        },
+        "health": {
+            "live": true,
+            "ready": input.ready,
+            "under_replicated_partitions": urp,
+            "leaderless_partitions": leaderless,
+            "fenced_raft_groups": shards.iter().map(|s| s.detail.fenced_groups).sum::<u64>(),
+            "active_controller_count": controllers,
+        },
+        "log_level": crate::common::logging::current_level(),
+        "config": input.config,
+    });
+    v.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_lines_and_lengths() {
+        let head = "PUT /v1/log-level?x=1 HTTP/1.1\r\nHost: a\r\ncontent-length: 5\r\n\r\n";
+        assert_eq!(request_line(head), Some(("PUT", "/v1/log-level", "x=1")));
+        assert_eq!(content_length(head), Some(5));
+        assert_eq!(content_length("GET / HTTP/1.1\r\n\r\n"), Some(0));
+        assert_eq!(
+            content_length("GET / HTTP/1.1\r\nContent-Length: x\r\n"),
+            None
+        );
+        assert_eq!(request_line(""), None);
+    }
+
+    #[test]
+    fn status_lists_partitions_leaders_and_disk() {
+        let flags = crate::common::config::Flags {
+            node_id: Some(3),
+            ..Default::default()
+        };
+        let config = Config::load(flags).expect("defaults are valid");
+        let mut s = ShardSnapshot::default();
+        s.detail
+            .partitions
+            .push(crate::common::metrics::PartitionSnapshot {
+                topic: "t".into(),
+                partition: 0,
+                size_bytes: 100,
+                ..Default::default()
+            });
+        let input = StatusInput {
+            config: &config,
+            cluster_id: "c",
+            ready: true,
+            space: Ok(strand_storage::io::FilesystemSpace {
+                available_bytes: 7,
+                total_bytes: 9,
+            }),
+        };
+        let v: Value = serde_json::from_str(&render_status(&input, &[s])).expect("json");
+        assert_eq!(v["node_id"], 3);
+        assert_eq!(v["shards"][0]["partition_count"], 1);
+        assert_eq!(v["leaders"][0]["leader"], 3);
+        assert_eq!(v["disk"]["partitions_bytes_total"], 100);
+        assert_eq!(v["disk"]["filesystem"]["available_bytes"], 7);
+        assert_eq!(v["config"]["node_id"], 3);
+        assert_eq!(v["health"]["active_controller_count"], 0);
+    }
+}

@@ -1,0 +1,862 @@
+//! Cluster mode on a shard (ARCHITECTURE.md, Replication: Controller): the controller
+//! group's log applied into [`Metadata`], metadata commands proposed to it, node
+//! registration, the leader table every shard keeps (with each leader's in-sync set for
+//! Metadata), and hosting the Raft groups of the
+//! partitions this node is a replica of.
+//!
+//! Invariants: the metadata a node serves is exactly the controller log's committed prefix
+//! applied in order (shard 0 applies, then publishes the snapshot to every shard); a
+//! command is reported done only once it is visible in that applied state; a partition is
+//! opened on a node only if the node is one of its replicas, on the shard the metadata
+//! names (the same shard on every node).
+
+pub mod join;
+pub mod metadata;
+pub mod metastore;
+pub mod reassign;
+pub mod topic_config;
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use strand_raft::{GroupId, MembershipStep};
+use strand_storage::{LogConfig, SystemClock};
+use strand_wire::BatchBuilder;
+
+use crate::cluster::metadata::{Command, MetaError, Metadata};
+use crate::partition::Partition;
+use crate::replication::{LeaderChange, Replicator, CONTROLLER_GROUP};
+use crate::shard::ops::Op;
+use crate::shard::{sleep, Shard};
+
+/// Directory of the controller group's log under the data directory.
+pub const CONTROLLER_DIR: &str = "__strand_controller";
+/// Longest a metadata command waits to become visible before it fails.
+pub const META_COMMIT_TIMEOUT: Duration = Duration::from_secs(15);
+/// A metadata change not visible after this is logged (once) with what this node knows of
+/// the controller.
+const META_COMMIT_SLOW: Duration = Duration::from_secs(5);
+/// How long a forwarded command is given before it is forwarded again.
+pub const META_RETRY: Duration = Duration::from_millis(1000);
+/// Poll interval while waiting for applied metadata.
+const META_POLL: Duration = Duration::from_millis(10);
+/// Bytes of controller log read per step when applying.
+const APPLY_READ_BYTES: usize = 1 << 20;
+/// How often the controller's leader looks for admitted nodes not yet following it.
+const LEARNER_CHECK_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Per-shard cluster state.
+#[derive(Default)]
+pub struct ClusterState {
+    /// This shard's replicator (cluster mode only).
+    pub replicator: RefCell<Option<Rc<Replicator>>>,
+    /// Leader node (-1 unknown) and epoch of every group, as broadcast by the shards.
+    pub leaders: RefCell<HashMap<u64, (i32, i32)>>,
+    /// The replicas out of Kafka's in-sync set of every group, as its leader reported them,
+    /// with the leader's epoch.
+    pub out_of_sync: RefCell<HashMap<u64, (i32, Vec<i32>)>>,
+    /// Shard 0: the metadata applied from the controller log.
+    applied: RefCell<Metadata>,
+    /// Shard 0: Kafka offset of the next controller record to apply.
+    applied_to: Cell<i64>,
+    /// Shard 0: an apply task runs.
+    applying: Cell<bool>,
+    /// Shard 0: the controller log.
+    controller: RefCell<Option<Rc<Partition>>>,
+}
+
+impl Shard {
+    /// This shard's replicator (cluster mode).
+    pub fn replicator(&self) -> Option<Rc<Replicator>> {
+        self.cluster.replicator.borrow().clone()
+    }
+
+    /// Leader node (or -1) and leader epoch of a Raft group, as this node knows it.
+    pub fn leader_of_group(&self, group: u64) -> (i32, i32) {
+        self.cluster
+            .leaders
+            .borrow()
+            .get(&group)
+            .copied()
+            .unwrap_or((-1, -1))
+    }
+
+    /// The node leading the controller, if known.
+    pub fn controller_leader(&self) -> Option<i32> {
+        let (l, _) = self.leader_of_group(CONTROLLER_GROUP.0);
+        (l >= 0).then_some(l)
+    }
+
+    /// The brokers Kafka clients see, `(id, host, kafka port)`: every registered node on a
+    /// cluster, this node alone without one.
+    /// A node the controller's leader fenced (not heard from for a broker session) is
+    /// left out, as Kafka leaves out fenced brokers; this node always lists itself.
+    pub fn brokers(&self) -> Vec<(i32, String, u16)> {
+        if self.clustered() {
+            let fenced = self.fenced_nodes();
+            let c = &self.config;
+            let me = c.node_id;
+            let mut listed: Vec<(i32, String, u16)> = self
+                .metadata()
+                .nodes
+                .values()
+                .filter(|n| n.id == me || !fenced.contains(&n.id))
+                .map(|n| (n.id, n.host.clone(), n.kafka_port))
+                .collect();
+            // This node answers, so it is listed even before its registration is applied
+            // here (start-up): a client must find the controller this node reports.
+            if !listed.iter().any(|b| b.0 == me) {
+                listed.push((me, c.advertised_host.clone(), c.kafka_addr.port()));
+                listed.sort_by_key(|b| b.0);
+            }
+            listed
+        } else {
+            let c = &self.config;
+            vec![(c.node_id, c.advertised_host.clone(), c.kafka_addr.port())]
+        }
+    }
+
+    /// The nodes the controller's current leader announced as fenced (see
+    /// `shard_replication::BROKER_SESSION_TIMEOUT`).
+    pub fn fenced_nodes(&self) -> Vec<i32> {
+        let (_, epoch) = self.leader_of_group(CONTROLLER_GROUP.0);
+        match self.cluster.out_of_sync.borrow().get(&CONTROLLER_GROUP.0) {
+            Some((e, fenced)) if *e == epoch => fenced.clone(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The controller id Kafka clients see: this node, as a KRaft broker reports a live
+    /// broker rather than the controller itself. Every node forwards controller requests to
+    /// the controller's leader, and the node answering is one a client reaches: librdkafka's
+    /// admin requests wait for the controller Metadata names and do not ask again, so naming
+    /// the leader (or -1) left them waiting until their timeout whenever that node was not
+    /// in the answer's broker list (start-up) or had just stopped.
+    pub fn controller_id(&self) -> i32 {
+        self.config.node_id
+    }
+
+    /// The committed metadata as this shard knows it: on shard 0 the state applied from the
+    /// controller log (ahead of the published snapshot while partitions open).
+    pub fn committed_metadata(&self) -> Arc<Metadata> {
+        if self.id == 0 && self.clustered() {
+            Arc::new(self.cluster.applied.borrow().clone())
+        } else {
+            self.metadata()
+        }
+    }
+
+    /// The ids of the registered nodes in the committed metadata, without copying it.
+    pub fn committed_node_ids(&self) -> Vec<i32> {
+        if self.id == 0 && self.clustered() {
+            self.cluster
+                .applied
+                .borrow()
+                .nodes
+                .keys()
+                .copied()
+                .collect()
+        } else {
+            self.metadata().nodes.keys().copied().collect()
+        }
+    }
+
+    /// Records leader changes broadcast by a shard of this node (it hosts those groups).
+    pub fn note_leaders(&self, changes: Vec<LeaderChange>) {
+        let mut l = self.cluster.leaders.borrow_mut();
+        let mut out = self.cluster.out_of_sync.borrow_mut();
+        for c in changes {
+            l.insert(c.group, (c.leader, c.epoch));
+            if c.leader == self.config.node_id {
+                out.insert(c.group, (c.epoch, c.out_of_sync));
+            }
+        }
+    }
+
+    /// Records the leaders another node announced: newer than what is known (a higher
+    /// epoch, or a leader where the same epoch had none).
+    pub fn note_remote_leaders(&self, changes: Vec<LeaderChange>) {
+        let mut l = self.cluster.leaders.borrow_mut();
+        let mut out = self.cluster.out_of_sync.borrow_mut();
+        for c in changes {
+            let newer = l.get(&c.group).is_none_or(|&(old, old_epoch)| {
+                c.epoch > old_epoch || (c.epoch == old_epoch && old < 0)
+            });
+            if newer {
+                l.insert(c.group, (c.leader, c.epoch));
+            }
+            // Every announced group is led by the announcer: its in-sync set is current.
+            if out.get(&c.group).is_none_or(|&(e, _)| c.epoch >= e) {
+                out.insert(c.group, (c.epoch, c.out_of_sync));
+            }
+        }
+    }
+
+    /// Kafka's in-sync replicas of `group` with leader epoch `epoch`: `replicas` less those
+    /// its leader reported out of sync in that epoch (all of them while none is known).
+    pub fn in_sync_replicas(&self, group: u64, epoch: i32, replicas: &[i32]) -> Vec<i32> {
+        match self.cluster.out_of_sync.borrow().get(&group) {
+            Some((e, out)) if *e == epoch => replicas
+                .iter()
+                .copied()
+                .filter(|r| !out.contains(r))
+                .collect(),
+            _ => replicas.to_vec(),
+        }
+    }
+
+    /// Cluster-mode readiness: the controller has a leader, the metadata names the cluster
+    /// and this node is registered in it.
+    pub fn cluster_ready(&self) -> bool {
+        let m = self.metadata();
+        self.controller_leader().is_some()
+            && !m.cluster_id.is_empty()
+            && m.nodes.contains_key(&self.config.node_id)
+    }
+}
+
+/// The controller group's voters as the committed metadata names them: those set by
+/// `Command::SetControllerVoters` (AddRaftVoter, RemoveRaftVoter), else the seeds.
+pub fn controller_voters(shard: &Shard) -> Vec<i32> {
+    let m = shard.committed_metadata();
+    if !m.controller_voters.is_empty() {
+        return m.controller_voters.clone();
+    }
+    let mut seeds: Vec<i32> = shard.config.seeds.iter().map(|&(id, _)| id).collect();
+    seeds.sort_unstable();
+    seeds
+}
+
+/// Starts cluster mode on this shard: the replicator, its RPC listener and loop; on shard 0
+/// also the controller group.
+pub async fn start(shard: &Rc<Shard>) -> anyhow::Result<()> {
+    let c = &shard.config;
+    let journal_path = crate::replication::journal::journal_path(&c.data_dir, shard.id);
+    let journal = crate::replication::journal::RaftJournal::open(journal_path).await?;
+    let rep = Replicator::new(c.node_id, shard.id, &c.seeds, journal);
+    let port = c
+        .rpc_addr
+        .port()
+        .checked_add(shard.id as u16)
+        .ok_or_else(|| anyhow::anyhow!("rpc port + shard overflows"))?;
+    rep.listen(std::net::SocketAddr::new(c.rpc_addr.ip(), port))?;
+    rep.set_on_changes(to_every_shard(shard, Op::Leaders));
+    rep.set_on_remote_leaders(to_every_shard(shard, Op::RemoteLeaders));
+    *shard.cluster.replicator.borrow_mut() = Some(rep.clone());
+    crate::shard::spawn_local(rep.clone().run());
+    crate::cluster::reassign::spawn(shard);
+    if shard.id == 0 {
+        start_controller(shard, &rep).await?;
+    }
+    Ok(())
+}
+
+/// A receiver of leader changes that hands them, as `op`, to every shard of this node.
+fn to_every_shard(
+    shard: &Rc<Shard>,
+    op: fn(Vec<crate::replication::LeaderChange>) -> Op,
+) -> crate::replication::OnLeaderChanges {
+    let weak = Rc::downgrade(shard);
+    Box::new(move |changes| {
+        if let Some(s) = weak.upgrade() {
+            crate::shard::spawn_local(async move {
+                let calls = (0..s.count).map(|t| s.call(t, op(changes.clone())));
+                futures::future::join_all(calls).await;
+            });
+        }
+    })
+}
+
+async fn start_controller(shard: &Rc<Shard>, rep: &Rc<Replicator>) -> anyhow::Result<()> {
+    let c = &shard.config;
+    if single_node_metadata_dir(c).exists() && c.seeds.len() > 1 {
+        anyhow::bail!(
+            "{} holds a single-node broker's topics: upgrade it by starting it as the only \
+             seed of a new cluster (--seeds {}@<its rpc address>), then join more nodes",
+            c.data_dir.display(),
+            c.node_id
+        );
+    }
+    let lc = LogConfig {
+        allow_buffered_io: c.allow_buffered_io,
+        ..LogConfig::default()
+    };
+    let cache = Rc::new(strand_storage::BatchCache::new(16 << 20));
+    let log = strand_storage::Log::open(
+        &c.data_dir.join(CONTROLLER_DIR),
+        lc,
+        Rc::new(SystemClock),
+        cache,
+    )
+    .await?;
+    let part = Rc::new(Partition::new(
+        CONTROLLER_DIR.to_string(),
+        0,
+        log,
+        usize::MAX,
+        shard.metrics.clone(),
+    ));
+    *shard.cluster.controller.borrow_mut() = Some(part.clone());
+    let voters: Vec<u64> = c.seeds.iter().map(|&(id, _)| id as u64).collect();
+    let first = c.seeds.first().map(|&(id, _)| id) == Some(c.node_id);
+    // A node that joined follows the controller without voting.
+    let learners: Vec<u64> = if crate::cluster::join::is_joiner(c) {
+        vec![c.node_id as u64]
+    } else {
+        Vec::new()
+    };
+    {
+        let weak = Rc::downgrade(shard);
+        rep.set_on_controller_applied(Box::new(move || {
+            if let Some(s) = weak.upgrade() {
+                crate::shard::spawn_local(async move { apply_controller(&s).await });
+            }
+        }));
+    }
+    rep.host(CONTROLLER_GROUP, part, &voters, &learners, first)
+        .await?;
+    {
+        let weak = Rc::downgrade(shard);
+        rep.set_on_join(Rc::new(move |req| {
+            let weak = weak.clone();
+            Box::pin(async move {
+                match weak.upgrade() {
+                    Some(s) => admit(&s, req).await,
+                    None => join_reply(None, Some("the node is stopping".into())),
+                }
+            })
+        }));
+    }
+    let weak = Rc::downgrade(shard);
+    crate::shard::spawn_local(async move {
+        loop {
+            sleep(LEARNER_CHECK_INTERVAL).await;
+            match weak.upgrade() {
+                Some(s) if !s.stopping() => {
+                    if !move_controller_voters(&s) {
+                        admit_learners(&s);
+                    }
+                }
+                _ => return,
+            }
+        }
+    });
+    Ok(())
+}
+
+/// Applies committed controller records to the metadata and publishes the snapshot.
+async fn apply_controller(shard: &Rc<Shard>) {
+    if shard.cluster.applying.replace(true) {
+        return;
+    }
+    while let Some(end) = shard.replicator().and_then(|r| r.controller_applied_end()) {
+        let Some(part) = shard.cluster.controller.borrow().clone() else {
+            break;
+        };
+        let from = shard.cluster.applied_to.get();
+        if from >= end.0 {
+            break;
+        }
+        let r = part
+            .log()
+            .read(
+                strand_storage::KafkaOffset(from),
+                strand_storage::KafkaOffset(end.0),
+                APPLY_READ_BYTES,
+                true,
+            )
+            .await;
+        let r = match r {
+            Ok(r) if !r.batches.is_empty() => r,
+            Ok(_) => break,
+            Err(e) => {
+                tracing::error!(error = %e, "reading the controller log failed");
+                break;
+            }
+        };
+        {
+            let mut m = shard.cluster.applied.borrow_mut();
+            for b in r.batches {
+                match crate::cluster::metastore::decode_commands(b) {
+                    Ok(cmds) => {
+                        for cmd in cmds {
+                            if let Err(e) = m.apply(&cmd) {
+                                tracing::debug!(error = %e, "controller command refused on apply");
+                            }
+                        }
+                    }
+                    Err(e) => tracing::error!(error = %e, "undecodable controller record skipped"),
+                }
+            }
+        }
+        shard.cluster.applied_to.set(r.next_offset.0);
+        let snapshot = Arc::new(shard.cluster.applied.borrow().clone());
+        shard.publish(snapshot).await;
+    }
+    shard.cluster.applying.set(false);
+}
+
+/// Encodes commands as one record batch (the metadata log's format).
+pub fn encode_commands(cmds: &[Command]) -> anyhow::Result<Bytes> {
+    let now = crate::common::clock::wall_ms();
+    let mut b = BatchBuilder::new(now);
+    for c in cmds {
+        b.push(now, None, Some(&serde_json::to_vec(c)?), &[]);
+    }
+    Ok(b.build())
+}
+
+/// Whether `cmd` is visible in `m` (`after` is the state the command was checked against,
+/// with it applied).
+fn visible(m: &Metadata, after: &Metadata, cmd: &Command) -> bool {
+    match cmd {
+        Command::InitCluster { .. } => !m.cluster_id.is_empty(),
+        Command::RegisterNode(n) => m.nodes.get(&n.id) == Some(n),
+        Command::AdmitNode { token, .. } => m.join_tokens.contains_key(token),
+        Command::CreateTopic { name, .. } => m.topics.contains_key(name),
+        Command::DeleteTopic { name } => !m.topics.contains_key(name),
+        Command::CreatePartitions { name, .. } => {
+            let want = after.topics.get(name).map_or(0, |t| t.shards.len());
+            m.topics.get(name).is_some_and(|t| t.shards.len() >= want)
+        }
+        Command::ReserveProducerIds { up_to, .. } => m.producer_ids_reserved_to >= *up_to,
+        Command::RemoveNode { id } => !m.nodes.contains_key(id),
+        Command::ReassignPartition {
+            name, partition, ..
+        } => {
+            // The move's target as committed, or its end (a move may finish at once).
+            let target_of = |m: &Metadata| {
+                let t = m.topics.get(name)?;
+                Some(
+                    t.moving
+                        .get(partition)
+                        .map_or_else(|| t.replicas_of(*partition).to_vec(), |r| r.target.clone()),
+                )
+            };
+            target_of(m).is_some_and(|now| Some(now) == target_of(after))
+        }
+        Command::FinishReassignment {
+            name,
+            partition,
+            target,
+        } => m
+            .topics
+            .get(name)
+            .is_none_or(|t| t.moving.get(partition).is_none_or(|r| &r.target != target)),
+        Command::SetControllerVoters { voters } => {
+            let mut sorted = voters.clone();
+            sorted.sort_unstable();
+            m.controller_voters == sorted
+        }
+        Command::AlterConfig { name, set, delete } => m.topics.get(name).is_some_and(|t| {
+            set.iter().all(|(k, v)| t.configs.get(k) == Some(v))
+                && delete.iter().all(|k| !t.configs.contains_key(k))
+        }),
+    }
+}
+
+/// Whether `check` holds for the committed metadata: the state applied from the controller
+/// log on shard 0 (where metadata commands run), else the published snapshot.
+fn committed_here(shard: &Shard, check: impl Fn(&Metadata) -> bool) -> bool {
+    if shard.id == 0 {
+        check(&shard.cluster.applied.borrow())
+    } else {
+        check(&shard.metadata())
+    }
+}
+
+/// Cluster mode: checks commands against the current metadata, proposes the accepted ones
+/// to the controller (forwarded to its leader), and waits until they are visible here.
+pub async fn meta_commands(shard: &Rc<Shard>, cmds: Vec<Command>) -> Vec<Result<(), MetaError>> {
+    let mut trial = (*shard.committed_metadata()).clone();
+    let mut results: Vec<Result<(), MetaError>> = cmds.iter().map(|c| trial.apply(c)).collect();
+    let accepted: Vec<Command> = cmds
+        .iter()
+        .zip(&results)
+        .filter(|(_, r)| r.is_ok())
+        .map(|(c, _)| c.clone())
+        .collect();
+    if accepted.is_empty() {
+        return results;
+    }
+    let fail = |results: &mut Vec<Result<(), MetaError>>, why: String| {
+        for r in results.iter_mut().filter(|r| r.is_ok()) {
+            *r = Err(MetaError::Internal(why.clone()));
+        }
+    };
+    let payload = match encode_commands(&accepted) {
+        Ok(p) => p,
+        Err(e) => {
+            fail(&mut results, format!("encoding metadata commands: {e}"));
+            return results;
+        }
+    };
+    let Some(rep) = shard.replicator() else {
+        fail(&mut results, "no replicator on this shard".into());
+        return results;
+    };
+    let started = crate::common::clock::now();
+    let deadline = started + META_COMMIT_TIMEOUT;
+    let mut warned = false;
+    let count = u32::try_from(accepted.len()).unwrap_or(u32::MAX);
+    while crate::common::clock::now() < deadline && !shard.stopping() {
+        let forwarded = rep.forward_to_controller(payload.clone(), count);
+        if let Err(e) = &forwarded {
+            tracing::debug!(error = %e, "controller proposal not accepted yet");
+        }
+        if !warned
+            && crate::common::clock::now().saturating_duration_since(started) >= META_COMMIT_SLOW
+        {
+            warned = true;
+            tracing::warn!(
+                commands = ?accepted.iter().map(Command::kind).collect::<Vec<_>>(),
+                controller_leader = ?shard.controller_leader(),
+                forward = ?forwarded.err().map(|e| e.to_string()),
+                "metadata change not committed yet"
+            );
+        }
+        let retry_at = crate::common::clock::now() + META_RETRY;
+        while crate::common::clock::now() < retry_at {
+            // The committed state, as applied from the controller log: publishing it (opening
+            // thousands of partitions) may take longer than a client waits.
+            if committed_here(shard, |m| accepted.iter().all(|c| visible(m, &trial, c))) {
+                return results;
+            }
+            sleep(META_POLL).await;
+        }
+    }
+    // The shard may have been busy (opening thousands of partitions) past the deadline:
+    // look once more before reporting a failure.
+    if committed_here(shard, |m| accepted.iter().all(|c| visible(m, &trial, c))) {
+        return results;
+    }
+    fail(
+        &mut results,
+        "the controller did not commit the change in time (no controller leader?)".into(),
+    );
+    results
+}
+
+/// Registers this node with the controller (and names the cluster if nobody has), retrying
+/// until the registration is visible.
+pub async fn register(shard: &Rc<Shard>) {
+    let info = crate::cluster::join::node_info(&shard.config, shard.count);
+    while !shard.stopping() {
+        let m = shard.committed_metadata();
+        if let Some(other) = m.nodes.values().find(|n| n.shards != info.shards) {
+            tracing::error!(
+                node = other.id,
+                shards = other.shards,
+                ours = info.shards,
+                "every node of a cluster must run the same number of shards (--smp)"
+            );
+        }
+        let mut cmds = Vec::new();
+        if m.cluster_id.is_empty() {
+            cmds.push(Command::InitCluster {
+                cluster_id: crate::cluster::metastore::new_cluster_id(),
+            });
+        }
+        if m.nodes.get(&info.id) != Some(&info) {
+            cmds.push(Command::RegisterNode(info.clone()));
+        }
+        if cmds.is_empty() {
+            return;
+        }
+        let r = meta_commands(shard, cmds).await;
+        if r.iter().all(Result::is_ok) {
+            continue;
+        }
+        sleep(META_RETRY).await;
+    }
+}
+
+/// Cluster mode: the partitions of `meta` this shard hosts (replica here, on this shard).
+pub fn hosted_here(shard: &Shard, meta: &Metadata) -> Vec<(String, i32)> {
+    let me = shard.config.node_id;
+    let mut out = Vec::new();
+    for (name, t) in &meta.topics {
+        for (p, &s) in t.shards.iter().enumerate() {
+            let p = p as i32;
+            if s as usize == shard.id && t.replicas_of(p).contains(&me) {
+                out.push((name.clone(), p));
+            }
+        }
+    }
+    out
+}
+
+/// Cluster mode: makes an opened partition a Raft group of its replicas; the preferred
+/// leader (first replica) campaigns at once when the group is new.
+pub async fn host_partition(shard: &Rc<Shard>, meta: &Metadata, part: Rc<Partition>) {
+    let Some(rep) = shard.replicator() else {
+        return;
+    };
+    let Some(t) = meta.topics.get(&part.topic) else {
+        return;
+    };
+    let me = shard.config.node_id;
+    let p = part.index;
+    // The group's configuration before its log's changes: its origin replicas. A node
+    // hosting a moved partition without a log (new to it, or removed and back) joins as a
+    // learner and learns the rest from the log or a snapshot; never as a voter that might
+    // elect itself on an empty log.
+    let origin = usize::try_from(p)
+        .ok()
+        .and_then(|i| t.origin.get(i))
+        .map_or(&[][..], Vec::as_slice);
+    let moved = t.moved.contains(&p);
+    let voters: Vec<u64> = origin
+        .iter()
+        .filter(|&&n| !(moved && n == me))
+        .map(|&n| n as u64)
+        .collect();
+    let learners: Vec<u64> = if moved { vec![me as u64] } else { Vec::new() };
+    let replicas = t.replicas_of(p);
+    let preferred = replicas.first() == Some(&me) && !moved;
+    let group = GroupId(t.group_of(p));
+    if part.topic == crate::group::OFFSETS_TOPIC {
+        let (weak, p) = (Rc::downgrade(shard), part.clone());
+        part.set_on_leader_gain(Box::new(move || {
+            if let Some(s) = weak.upgrade() {
+                // Loading from this moment: no group request is answered from what this
+                // node held as a follower.
+                s.groups_loading.borrow_mut().insert(p.index);
+                let p = p.clone();
+                crate::shard::spawn_local(async move { s.reload_groups(&p).await });
+            }
+        }));
+    }
+    if let Err(e) = rep
+        .host(group, part.clone(), &voters, &learners, preferred)
+        .await
+    {
+        tracing::error!(topic = %part.topic, partition = part.index, error = %format!("{e:#}"),
+            "cannot start the partition's raft group");
+    }
+    refresh_partition(shard, meta, &part);
+}
+
+/// Cluster mode: what a metadata change means for a partition hosted here — its preferred
+/// leader (the first replica, which a move changes).
+pub fn refresh_partition(shard: &Shard, meta: &Metadata, part: &Partition) {
+    let (Some(rep), Some(t)) = (shard.replicator(), meta.topics.get(&part.topic)) else {
+        return;
+    };
+    if let Some(&first) = t.replicas_of(part.index).first() {
+        rep.set_preferred(GroupId(t.group_of(part.index)), first);
+    }
+}
+
+/// Cluster mode: stops the Raft group of a partition this node no longer hosts.
+pub fn unhost_partition(shard: &Shard, meta_before: &Metadata, topic: &str, p: i32) {
+    let (Some(rep), Some(t)) = (shard.replicator(), meta_before.topics.get(topic)) else {
+        return;
+    };
+    rep.unhost(GroupId(t.group_of(p)));
+}
+
+/// Shard 0 of a seed: admits a node asking to join (a control frame's body is its
+/// `JoinRequest`): commits `AdmitNode` and answers with the id the controller gave it.
+async fn admit(shard: &Rc<Shard>, req: crate::cluster::join::JoinRequest) -> Bytes {
+    if req.info.shards as usize != shard.count {
+        let why = format!(
+            "this cluster runs {} shards per node, the joining node {} (--smp must match)",
+            shard.count, req.info.shards
+        );
+        return join_reply(None, Some(why));
+    }
+    let seeds = shard.config.seeds.iter().map(|&(id, _)| id).collect();
+    let token = req.token.clone();
+    let cmd = Command::AdmitNode {
+        token: req.token,
+        info: req.info,
+        seeds,
+    };
+    match meta_commands(shard, vec![cmd]).await.pop() {
+        Some(Ok(())) => {
+            let id = shard.committed_metadata().join_tokens.get(&token).copied();
+            tracing::info!(node = ?id, "admitted a joining node");
+            join_reply(id, None)
+        }
+        Some(Err(e)) => join_reply(None, Some(e.to_string())),
+        None => join_reply(None, Some("no outcome".into())),
+    }
+}
+
+fn join_reply(node_id: Option<i32>, error: Option<String>) -> Bytes {
+    let reply = crate::cluster::join::JoinReply { node_id, error };
+    // A struct of an option and a short string always serializes.
+    Bytes::from(serde_json::to_vec(&reply).unwrap_or_default())
+}
+
+/// As the controller's leader: takes the next step of moving the controller group to the
+/// voters the metadata names (`Command::SetControllerVoters`; none named: the seeds stay).
+/// Voters outside them become learners and keep following. True when this round proposed
+/// a change or handed over leadership (learners wait for the next round); false when there
+/// was nothing to do or the move waits (a new voter catching up, or down).
+fn move_controller_voters(shard: &Rc<Shard>) -> bool {
+    let Some(rep) = shard.replicator() else {
+        return false;
+    };
+    if !rep.leads_controller() {
+        return false;
+    }
+    let target = shard.committed_metadata().controller_voters.clone();
+    let Some((mut voters, _)) = rep.controller_members() else {
+        return false;
+    };
+    voters.sort_unstable();
+    let wanted: Vec<u64> = target.iter().map(|&n| n as u64).collect();
+    if target.is_empty() || voters == wanted {
+        return false;
+    }
+    match rep.move_controller_voters(&target) {
+        Ok(MembershipStep::Waiting(why)) => {
+            // A new voter catching up (or down): joined nodes are still admitted as
+            // learners meanwhile, or a voter that never arrives would keep them out.
+            tracing::debug!(?target, why, "controller voters: waiting");
+            false
+        }
+        Ok(step) => {
+            tracing::info!(?step, ?target, "moving the controller's voters");
+            true
+        }
+        Err(e) => {
+            tracing::warn!(?target, error = %e, "controller voters not moved yet");
+            false
+        }
+    }
+}
+
+/// As the controller's leader: every registered node outside the controller group joins
+/// it as a learner, and a learner no longer registered (removed from the cluster) leaves
+/// it (one configuration change at a time; the next check retries).
+fn admit_learners(shard: &Rc<Shard>) {
+    let Some(rep) = shard.replicator() else {
+        return;
+    };
+    if !rep.leads_controller() {
+        return;
+    }
+    let Some((voters, learners)) = rep.controller_members() else {
+        return;
+    };
+    let registered: Vec<u64> = shard
+        .committed_node_ids()
+        .into_iter()
+        .map(|id| id as u64)
+        .collect();
+    let change = registered
+        .iter()
+        .find(|id| !voters.contains(id) && !learners.contains(id))
+        .map(|&id| (id, true))
+        .or_else(|| {
+            learners
+                .iter()
+                .find(|id| !registered.contains(id))
+                .map(|&id| (id, false))
+        });
+    let Some((node, learner)) = change else {
+        return;
+    };
+    match rep.set_controller_learner(node as i32, learner) {
+        Ok(()) if learner => tracing::info!(
+            node,
+            "adding a joined node to the controller group as a learner"
+        ),
+        Ok(()) => tracing::info!(
+            node,
+            "removing a node that left the cluster from the controller group"
+        ),
+        Err(e) => tracing::debug!(node, error = %e, "controller learners not changed yet"),
+    }
+}
+
+/// The RPC addresses of the registered nodes (the seeds' come from `--seeds`).
+pub fn peer_addrs(meta: &Metadata) -> Vec<(i32, std::net::SocketAddr)> {
+    meta.nodes
+        .values()
+        .filter(|n| n.rpc_port != 0)
+        .filter_map(|n| {
+            let ip: std::net::IpAddr = n.host.parse().ok()?;
+            Some((n.id, std::net::SocketAddr::new(ip, n.rpc_port)))
+        })
+        .collect()
+}
+
+/// The metadata log a single-node broker keeps (`metastore`), not yet adopted.
+fn single_node_metadata_dir(c: &crate::common::config::Config) -> std::path::PathBuf {
+    c.data_dir.join(crate::cluster::metastore::METADATA_DIR)
+}
+
+/// Where an adopted single-node metadata log is kept (never read again).
+const ADOPTED_SUFFIX: &str = ".adopted";
+
+/// Shard 0 of a one-seed cluster started on a single-node broker's data directory (the
+/// upgrade): its topics, cluster id and producer-id reservation become controller
+/// commands (each partition a Raft group of this node alone, over the same log, whose
+/// term-0 frames count as committed), then the old metadata log is set aside. Runs before
+/// registration names the cluster.
+pub async fn adopt_single_node_data(shard: &Rc<Shard>) -> anyhow::Result<()> {
+    let c = &shard.config;
+    let dir = single_node_metadata_dir(c);
+    if !dir.exists() {
+        return Ok(());
+    }
+    let lc = LogConfig {
+        allow_buffered_io: c.allow_buffered_io,
+        ..LogConfig::default()
+    };
+    let old = crate::cluster::metastore::MetaStore::open(&c.data_dir, lc)
+        .await?
+        .state()
+        .clone();
+    let committed = shard.committed_metadata();
+    let mut cmds = Vec::new();
+    if committed.cluster_id.is_empty() && !old.cluster_id.is_empty() {
+        cmds.push(Command::InitCluster {
+            cluster_id: old.cluster_id.clone(),
+        });
+    }
+    for (name, t) in &old.topics {
+        match committed.topics.get(name) {
+            Some(have) if have.id == t.id => continue,
+            Some(_) => anyhow::bail!(
+                "the cluster already has a topic '{name}' other than this data directory's"
+            ),
+            None => cmds.push(Command::CreateTopic {
+                name: name.clone(),
+                id: t.id,
+                shards: t.shards.clone(),
+                configs: t.configs.clone(),
+                replicas: vec![vec![c.node_id]; t.shards.len()],
+            }),
+        }
+    }
+    if old.producer_ids_reserved_to > committed.producer_ids_reserved_to {
+        cmds.push(Command::ReserveProducerIds {
+            up_to: old.producer_ids_reserved_to,
+            owner: Some(c.node_id),
+        });
+    }
+    let topics = old.topics.len();
+    if !cmds.is_empty() {
+        for r in meta_commands(shard, cmds).await {
+            r.map_err(|e| anyhow::anyhow!("adopting the single-node metadata: {e}"))?;
+        }
+    }
+    let mut to = dir.clone().into_os_string();
+    to.push(ADOPTED_SUFFIX);
+    std::fs::rename(&dir, &to)?;
+    strand_storage::io::fsync_dir(&c.data_dir)?;
+    tracing::info!(
+        topics,
+        "adopted a single-node broker's topics into the cluster"
+    );
+    Ok(())
+}

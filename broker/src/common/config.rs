@@ -1,0 +1,445 @@
+//! Broker configuration: built-in defaults < TOML file (`--config`) < `STRAND_*`
+//! environment variables < command-line flags; validated at start with clear errors.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use serde::Deserialize;
+
+/// Largest request frame we allocate for (Kafka's `socket.request.max.bytes` default).
+pub const REQUEST_BYTES_MAX: usize = 100 * 1024 * 1024;
+/// Kafka's `message.max.bytes` default: the largest record batch accepted.
+pub const MESSAGE_MAX_BYTES_DEFAULT: usize = 1_048_588;
+const _: () = assert!(MESSAGE_MAX_BYTES_DEFAULT <= REQUEST_BYTES_MAX);
+/// Kafka's `log.retention.check.interval.ms` default (5 minutes).
+pub const RETENTION_CHECK_INTERVAL_MS_DEFAULT: u64 = 300_000;
+
+/// Default native handshake port (ARCHITECTURE.md, Native protocol).
+pub const NATIVE_PORT_DEFAULT: u16 = 9093;
+/// Default first per-shard native port: shard s listens on 9094 + s.
+pub const NATIVE_SHARD_BASE_PORT_DEFAULT: u16 = 9094;
+
+/// Command-line flags; each also reads its `STRAND_*` environment variable.
+#[derive(clap::Parser, Debug, Default)]
+#[command(
+    name = "strand",
+    version,
+    about = "Strand: a thread-per-core Kafka-compatible broker"
+)]
+pub struct Flags {
+    /// TOML configuration file (keys as the long flags, with underscores).
+    #[arg(long, env = "STRAND_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Data directory.
+    #[arg(long, env = "STRAND_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Kafka listener address.
+    #[arg(long, env = "STRAND_KAFKA_ADDR")]
+    pub kafka_addr: Option<SocketAddr>,
+    /// Admin HTTP listener address (health, status, Prometheus metrics).
+    #[arg(long, env = "STRAND_ADMIN_ADDR")]
+    pub admin_addr: Option<SocketAddr>,
+    /// Native protocol listener for the handshake (every shard accepts on it).
+    #[arg(long, env = "STRAND_NATIVE_ADDR")]
+    pub native_addr: Option<SocketAddr>,
+    /// First per-shard native port: shard s serves port base + s on the native address's
+    /// IP. 0 = an ephemeral port per shard (announced in the handshake).
+    #[arg(long, env = "STRAND_NATIVE_SHARD_BASE_PORT")]
+    pub native_shard_base_port: Option<u16>,
+    /// Host name advertised to Kafka clients (default: the listener's IP).
+    #[arg(long, env = "STRAND_ADVERTISED_HOST")]
+    pub advertised_host: Option<String>,
+    /// Number of shards (cores) to use; default: every CPU in the affinity mask.
+    #[arg(long, env = "STRAND_SMP")]
+    pub smp: Option<usize>,
+    /// This node's id.
+    #[arg(long, env = "STRAND_NODE_ID")]
+    pub node_id: Option<i32>,
+    /// Create unknown topics on Metadata/Produce (`auto.create.topics.enable`).
+    #[arg(long, env = "STRAND_AUTO_CREATE_TOPICS")]
+    pub auto_create_topics: Option<bool>,
+    /// Partitions of auto-created topics (`num.partitions`).
+    #[arg(long, env = "STRAND_NUM_PARTITIONS")]
+    pub num_partitions: Option<i32>,
+    /// Allow buffered I/O when the data directory cannot do O_DIRECT (slower, no
+    /// predictable latency; for tmpfs test setups).
+    #[arg(long, env = "STRAND_ALLOW_BUFFERED_IO")]
+    pub allow_buffered_io: Option<bool>,
+    /// Default `segment.bytes` of new partitions.
+    #[arg(long, env = "STRAND_SEGMENT_BYTES")]
+    pub segment_bytes: Option<u64>,
+    /// Largest record batch accepted (`message.max.bytes`).
+    #[arg(long, env = "STRAND_MESSAGE_MAX_BYTES")]
+    pub message_max_bytes: Option<usize>,
+    /// How often retention runs (`log.retention.check.interval.ms`).
+    #[arg(long, env = "STRAND_RETENTION_CHECK_INTERVAL_MS")]
+    pub retention_check_interval_ms: Option<u64>,
+    /// Partitions of `__consumer_offsets` (`offsets.topic.num.partitions`), fixed at its
+    /// creation.
+    #[arg(long, env = "STRAND_OFFSETS_TOPIC_NUM_PARTITIONS")]
+    pub offsets_topic_num_partitions: Option<usize>,
+    /// How long a new group waits for more members before its first rebalance completes
+    /// (`group.initial.rebalance.delay.ms`).
+    #[arg(long, env = "STRAND_GROUP_INITIAL_REBALANCE_DELAY_MS")]
+    pub group_initial_rebalance_delay_ms: Option<u64>,
+    /// Log level filter: a level (`debug`) or `tracing` directives
+    /// (`strand_broker=debug,info`); changeable at run time with `PUT /v1/log-level`.
+    #[arg(long, env = "STRAND_LOG")]
+    pub log_level: Option<String>,
+    /// Log line format.
+    #[arg(long, env = "STRAND_LOG_FORMAT", value_enum)]
+    pub log_format: Option<crate::common::logging::LogFormat>,
+    /// Internal RPC listener (Raft traffic) of shard 0; shard s listens on port + s.
+    #[arg(long, env = "STRAND_RPC_ADDR")]
+    pub rpc_addr: Option<SocketAddr>,
+    /// Controller voters, `id@host:port,...` (their RPC addresses). A node not among them
+    /// joins through them and gets its id from the controller. Empty: a single node with
+    /// no replication.
+    #[arg(long, env = "STRAND_SEEDS")]
+    pub seeds: Option<String>,
+    /// Replication factor of topics created without one (and of `__consumer_offsets`).
+    #[arg(long, env = "STRAND_DEFAULT_REPLICATION_FACTOR")]
+    pub default_replication_factor: Option<i16>,
+    /// Run the start-up checks only, print each finding with its fix, and exit (0 when
+    /// all pass).
+    #[arg(long)]
+    pub check: bool,
+}
+
+/// Default internal RPC port (shard 0).
+pub const RPC_PORT_DEFAULT: u16 = 33145;
+/// Largest replication factor (a Raft group of more voters costs more than it protects).
+pub const REPLICATION_FACTOR_MAX: i16 = 5;
+/// Most controller voters listed in `--seeds`.
+pub const SEEDS_MAX: usize = 7;
+
+/// Parses `id@host:port,...`: distinct positive ids and addresses.
+pub fn parse_seeds(s: &str) -> anyhow::Result<Vec<(i32, SocketAddr)>> {
+    let mut out: Vec<(i32, SocketAddr)> = Vec::new();
+    for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (id, addr) = item
+            .split_once('@')
+            .ok_or_else(|| anyhow::anyhow!("seed '{item}' is not id@host:port"))?;
+        let id: i32 = id
+            .parse()
+            .map_err(|_| anyhow::anyhow!("seed '{item}': node id '{id}' is not a number"))?;
+        let addr: SocketAddr = addr
+            .parse()
+            .map_err(|_| anyhow::anyhow!("seed '{item}': '{addr}' is not ip:port"))?;
+        if id < 1 || out.iter().any(|&(i, a)| i == id || a == addr) {
+            bail!("seed '{item}': node ids must be >= 1 and ids and addresses distinct");
+        }
+        out.push((id, addr));
+    }
+    if out.len() > SEEDS_MAX {
+        bail!(
+            "at most {SEEDS_MAX} seeds (controller voters), got {}",
+            out.len()
+        );
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The same keys in a TOML file.
+#[derive(Deserialize, Debug, Default)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    data_dir: Option<PathBuf>,
+    kafka_addr: Option<SocketAddr>,
+    admin_addr: Option<SocketAddr>,
+    native_addr: Option<SocketAddr>,
+    native_shard_base_port: Option<u16>,
+    advertised_host: Option<String>,
+    smp: Option<usize>,
+    node_id: Option<i32>,
+    auto_create_topics: Option<bool>,
+    num_partitions: Option<i32>,
+    allow_buffered_io: Option<bool>,
+    segment_bytes: Option<u64>,
+    message_max_bytes: Option<usize>,
+    retention_check_interval_ms: Option<u64>,
+    offsets_topic_num_partitions: Option<usize>,
+    group_initial_rebalance_delay_ms: Option<u64>,
+    log_level: Option<String>,
+    log_format: Option<crate::common::logging::LogFormat>,
+    rpc_addr: Option<SocketAddr>,
+    seeds: Option<String>,
+    default_replication_factor: Option<i16>,
+}
+
+/// Validated configuration.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Config {
+    /// Data directory.
+    pub data_dir: PathBuf,
+    /// Kafka listener.
+    pub kafka_addr: SocketAddr,
+    /// Admin HTTP listener.
+    pub admin_addr: SocketAddr,
+    /// Native handshake listener.
+    pub native_addr: SocketAddr,
+    /// First per-shard native port (0 = ephemeral).
+    pub native_shard_base_port: u16,
+    /// Host advertised in Metadata.
+    pub advertised_host: String,
+    /// Shards requested (`None` = all CPUs in the affinity mask).
+    pub smp: Option<usize>,
+    /// Node id.
+    pub node_id: i32,
+    /// `auto.create.topics.enable`.
+    pub auto_create_topics: bool,
+    /// `num.partitions`.
+    pub num_partitions: i32,
+    /// Buffered I/O allowed.
+    pub allow_buffered_io: bool,
+    /// Default `segment.bytes`.
+    pub segment_bytes: u64,
+    /// `message.max.bytes`.
+    pub message_max_bytes: usize,
+    /// `log.retention.check.interval.ms`.
+    pub retention_check_interval_ms: u64,
+    /// `offsets.topic.num.partitions`.
+    pub offsets_topic_num_partitions: usize,
+    /// `group.initial.rebalance.delay.ms`.
+    pub group_initial_rebalance_delay_ms: u64,
+    /// Log level filter at start.
+    pub log_level: String,
+    /// Log line format.
+    pub log_format: crate::common::logging::LogFormat,
+    /// Internal RPC listener of shard 0 (shard s: port + s).
+    pub rpc_addr: SocketAddr,
+    /// Controller voters (node id, RPC address of shard 0); empty = single node.
+    pub seeds: Vec<(i32, SocketAddr)>,
+    /// `default.replication.factor`.
+    pub default_replication_factor: i16,
+}
+
+impl Config {
+    /// Merges flags (with environment) over the file over defaults, and validates.
+    pub fn load(flags: Flags) -> anyhow::Result<Config> {
+        let file = match &flags.config {
+            Some(p) => read_file(p)?,
+            None => FileConfig::default(),
+        };
+        let kafka_addr = flags
+            .kafka_addr
+            .or(file.kafka_addr)
+            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 9092)));
+        let c = Config {
+            data_dir: flags
+                .data_dir
+                .or(file.data_dir)
+                .unwrap_or_else(|| PathBuf::from("data")),
+            advertised_host: flags
+                .advertised_host
+                .or(file.advertised_host)
+                .unwrap_or_else(|| kafka_addr.ip().to_string()),
+            kafka_addr,
+            admin_addr: flags
+                .admin_addr
+                .or(file.admin_addr)
+                .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 9644))),
+            native_addr: flags
+                .native_addr
+                .or(file.native_addr)
+                .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], NATIVE_PORT_DEFAULT))),
+            native_shard_base_port: flags
+                .native_shard_base_port
+                .or(file.native_shard_base_port)
+                .unwrap_or(NATIVE_SHARD_BASE_PORT_DEFAULT),
+            smp: flags.smp.or(file.smp),
+            node_id: flags.node_id.or(file.node_id).unwrap_or(0),
+            auto_create_topics: flags
+                .auto_create_topics
+                .or(file.auto_create_topics)
+                .unwrap_or(true),
+            num_partitions: flags.num_partitions.or(file.num_partitions).unwrap_or(1),
+            allow_buffered_io: flags
+                .allow_buffered_io
+                .or(file.allow_buffered_io)
+                .unwrap_or(false),
+            segment_bytes: flags
+                .segment_bytes
+                .or(file.segment_bytes)
+                .unwrap_or(strand_storage::config::SEGMENT_BYTES_DEFAULT),
+            message_max_bytes: flags
+                .message_max_bytes
+                .or(file.message_max_bytes)
+                .unwrap_or(MESSAGE_MAX_BYTES_DEFAULT),
+            retention_check_interval_ms: flags
+                .retention_check_interval_ms
+                .or(file.retention_check_interval_ms)
+                .unwrap_or(RETENTION_CHECK_INTERVAL_MS_DEFAULT),
+            offsets_topic_num_partitions: flags
+                .offsets_topic_num_partitions
+                .or(file.offsets_topic_num_partitions)
+                .unwrap_or(50),
+            group_initial_rebalance_delay_ms: flags
+                .group_initial_rebalance_delay_ms
+                .or(file.group_initial_rebalance_delay_ms)
+                .unwrap_or(3000),
+            log_level: flags
+                .log_level
+                .or(file.log_level)
+                .unwrap_or_else(|| crate::common::logging::LOG_LEVEL_DEFAULT.to_string()),
+            log_format: flags.log_format.or(file.log_format).unwrap_or_default(),
+            rpc_addr: flags
+                .rpc_addr
+                .or(file.rpc_addr)
+                .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], RPC_PORT_DEFAULT))),
+            seeds: parse_seeds(flags.seeds.or(file.seeds).as_deref().unwrap_or(""))?,
+            default_replication_factor: flags
+                .default_replication_factor
+                .or(file.default_replication_factor)
+                .unwrap_or(1),
+        };
+        c.validate()?;
+        Ok(c)
+    }
+
+    fn validate(&self) -> anyhow::Result<()> {
+        // A node not among the seeds (or with no --node-id) joins through them and gets
+        // its id from the controller (`cluster_join`).
+        let nodes = self.seeds.len().max(1);
+        if !(1..=REPLICATION_FACTOR_MAX).contains(&self.default_replication_factor)
+            || self.default_replication_factor as usize > nodes
+        {
+            bail!(
+                "default_replication_factor must be in 1..={} (the nodes in --seeds), got {}",
+                nodes.min(REPLICATION_FACTOR_MAX as usize),
+                self.default_replication_factor
+            );
+        }
+        if self.smp == Some(0) {
+            bail!("smp must be at least 1");
+        }
+        if self.node_id < 0 {
+            bail!("node_id must be >= 0, got {}", self.node_id);
+        }
+        if !(1..=crate::cluster::metadata::PARTITIONS_PER_TOPIC_MAX).contains(&self.num_partitions)
+        {
+            bail!(
+                "num_partitions must be in 1..=10000, got {}",
+                self.num_partitions
+            );
+        }
+        if self.segment_bytes < strand_storage::config::SEGMENT_BYTES_MIN {
+            bail!(
+                "segment_bytes must be at least {}",
+                strand_storage::config::SEGMENT_BYTES_MIN
+            );
+        }
+        if !(1..=1000).contains(&self.offsets_topic_num_partitions) {
+            bail!("offsets_topic_num_partitions must be in 1..=1000");
+        }
+        if self.group_initial_rebalance_delay_ms > 300_000 {
+            bail!("group_initial_rebalance_delay_ms must be at most 300000");
+        }
+        if self.native_shard_base_port != 0 {
+            let last = usize::from(self.native_shard_base_port) + self.smp.unwrap_or(1) - 1;
+            if last > usize::from(u16::MAX) {
+                bail!("native_shard_base_port + smp - 1 must be a port (<= 65535), got {last}");
+            }
+        }
+        crate::common::logging::parse_filter(&self.log_level).context("log_level")?;
+        if self.retention_check_interval_ms == 0 {
+            bail!("retention_check_interval_ms must be positive");
+        }
+        if self.message_max_bytes == 0 || self.message_max_bytes > strand_wire::BATCH_BYTES_MAX {
+            bail!(
+                "message_max_bytes must be in 1..={}",
+                strand_wire::BATCH_BYTES_MAX
+            );
+        }
+        Ok(())
+    }
+}
+
+fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading config file {}", path.display()))?;
+    toml::from_str(&text).with_context(|| format!("parsing config file {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// deploy/strand.toml, the documented config file (`make install` installs it).
+    const DEPLOY_TOML: &str = include_str!("../../../deploy/strand.toml");
+    /// Keys whose value in deploy/strand.toml is a deployment choice, not the default.
+    const DEPLOY_OVERRIDES: &[&str] = &["data_dir"];
+
+    #[test]
+    fn deploy_config_lists_every_option_with_its_default() {
+        use clap::CommandFactory;
+        let keys: Vec<String> = Flags::command()
+            .get_arguments()
+            .filter_map(|a| a.get_long())
+            .filter(|l| !matches!(*l, "config" | "check" | "help" | "version"))
+            .map(|l| l.replace('-', "_"))
+            .collect();
+        assert!(keys.len() >= 16, "{keys:?}");
+        for key in &keys {
+            let listed = DEPLOY_TOML.lines().any(|l| {
+                let l = l.trim_start_matches(['#', ' ']);
+                l.strip_prefix(key.as_str())
+                    .is_some_and(|rest| rest.trim_start().starts_with('='))
+            });
+            assert!(listed, "deploy/strand.toml does not document `{key}`");
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = dir.path().join("strand.toml");
+        std::fs::write(&f, DEPLOY_TOML).expect("write");
+        let deployed = Config::load(Flags {
+            config: Some(f),
+            ..Flags::default()
+        })
+        .expect("deploy/strand.toml loads");
+        let defaults = Config::load(Flags::default()).expect("defaults load");
+        let (deployed, defaults) = (
+            serde_json::to_value(&deployed).expect("json"),
+            serde_json::to_value(&defaults).expect("json"),
+        );
+        for key in &keys {
+            if DEPLOY_OVERRIDES.contains(&key.as_str()) {
+                continue;
+            }
+            assert_eq!(
+                deployed.get(key),
+                defaults.get(key),
+                "deploy/strand.toml's `{key}` is not the default"
+            );
+        }
+        assert_eq!(deployed["data_dir"], "/var/lib/strand");
+    }
+
+    #[test]
+    fn flags_override_file_and_bad_values_are_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = dir.path().join("strand.toml");
+        std::fs::write(&f, "num_partitions = 3\nnode_id = 4\n").expect("write");
+        let flags = Flags {
+            config: Some(f.clone()),
+            node_id: Some(9),
+            ..Flags::default()
+        };
+        let c = Config::load(flags).expect("valid");
+        assert_eq!((c.num_partitions, c.node_id), (3, 9));
+        std::fs::write(&f, "nonsense = 1\n").expect("write");
+        let err = Config::load(Flags {
+            config: Some(f),
+            ..Flags::default()
+        })
+        .expect_err("refused");
+        assert!(format!("{err:#}").contains("nonsense"), "{err:#}");
+        let err = Config::load(Flags {
+            smp: Some(0),
+            ..Flags::default()
+        })
+        .expect_err("refused");
+        assert!(err.to_string().contains("smp"));
+    }
+}

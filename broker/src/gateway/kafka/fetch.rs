@@ -1,0 +1,158 @@
+//! Fetch: split per shard, read whole batches up to the high watermark, long-poll until
+//! `min_bytes` are there or `max_wait_ms` passes; appends wake waiting fetches.
+//! Fetch sessions (KIP-227) are declined (session id 0), so every fetch is a full one.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::{FetchRequest, FetchResponse};
+
+use super::{Ctx, FramingError};
+use crate::common::errors::KafkaError;
+use crate::shard::ops::{FetchPart, FetchResult, Op, Reply, ShardSplit};
+use crate::shard::Shard;
+
+/// Longest long-poll accepted (clients default to 500 ms).
+pub const MAX_WAIT_MS_MAX: u64 = 30_000;
+
+/// Fetch.
+pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
+    let req: FetchRequest = ctx.decode(body)?;
+    let meta = shard.metadata();
+    let deadline = crate::common::clock::now()
+        + Duration::from_millis(
+            u64::try_from(req.max_wait_ms)
+                .unwrap_or(0)
+                .min(MAX_WAIT_MS_MAX),
+        );
+    let max_bytes = usize::try_from(req.max_bytes).unwrap_or(0);
+    let min_bytes = usize::try_from(req.min_bytes).unwrap_or(0);
+    let mut split = ShardSplit::new(shard.count);
+    let mut results: Vec<Vec<FetchResult>> = Vec::with_capacity(req.topics.len());
+    for (ti, t) in req.topics.iter().enumerate() {
+        let topic = t.topic.0.as_str();
+        let mut row = Vec::with_capacity(t.partitions.len());
+        for (pi, p) in t.partitions.iter().enumerate() {
+            row.push(FetchResult {
+                error: Some(KafkaError::UnknownTopicOrPartition),
+                high_watermark: -1,
+                log_start_offset: -1,
+                ..Default::default()
+            });
+            if let Some(s) = meta.shard_of(topic, p.partition) {
+                let part = FetchPart {
+                    topic: topic.to_string(),
+                    partition: p.partition,
+                    offset: p.fetch_offset,
+                    max_bytes: usize::try_from(p.partition_max_bytes).unwrap_or(0),
+                };
+                split.push(s, (ti, pi), part);
+            }
+        }
+        results.push(row);
+    }
+    let involved = split.involved();
+    let budget = max_bytes / involved.len().max(1);
+    loop {
+        let calls = involved.iter().map(|&s| {
+            let parts = split.parts(s).to_vec();
+            async move {
+                (
+                    s,
+                    shard
+                        .call(
+                            s,
+                            Op::Fetch {
+                                parts,
+                                max_bytes: budget.max(1),
+                            },
+                        )
+                        .await,
+                )
+            }
+        });
+        let mut total = 0usize;
+        let mut any_error = false;
+        for (s, reply) in futures::future::join_all(calls).await {
+            let Reply::Fetch(rs) = reply else { continue };
+            for (k, r) in rs.into_iter().enumerate() {
+                let Some(&(ti, pi)) = split.slots(s).get(k) else {
+                    continue;
+                };
+                total += r.records.len();
+                any_error |= r.error.is_some();
+                results[ti][pi] = r;
+            }
+        }
+        let now = crate::common::clock::now();
+        if total >= min_bytes.max(1) || any_error || now >= deadline || involved.is_empty() {
+            break;
+        }
+        wait_for_appends(shard, &split, &results, &involved, deadline - now).await;
+    }
+    let topics = req
+        .topics
+        .iter()
+        .zip(results)
+        .map(|(t, row)| {
+            let parts = t
+                .partitions
+                .iter()
+                .zip(row)
+                .map(|(p, r)| partition_data(p.partition, r, ctx.version))
+                .collect();
+            FetchableTopicResponse::default()
+                .with_topic(t.topic.clone())
+                .with_topic_id(t.topic_id)
+                .with_partitions(parts)
+        })
+        .collect();
+    ctx.respond(
+        &FetchResponse::default()
+            .with_session_id(0)
+            .with_responses(topics),
+    )
+}
+
+/// Waits until a high watermark moves past what the last read saw (or the fetch offset),
+/// on any involved shard, or `timeout`. Waiting on the fetch offset alone would return at
+/// once when some data is there but less than `min_bytes`, and the fetch would spin.
+async fn wait_for_appends(
+    shard: &Rc<Shard>,
+    split: &ShardSplit<FetchPart>,
+    results: &[Vec<FetchResult>],
+    involved: &[usize],
+    timeout: Duration,
+) {
+    let seen = |slot: &(usize, usize)| {
+        results
+            .get(slot.0)
+            .and_then(|row| row.get(slot.1))
+            .map_or(-1, |r| r.high_watermark)
+    };
+    let waits = involved.iter().map(|&s| {
+        let parts = split
+            .parts(s)
+            .iter()
+            .zip(split.slots(s))
+            .map(|(p, slot)| (p.topic.clone(), p.partition, p.offset.max(seen(slot))))
+            .collect();
+        Box::pin(shard.call(s, Op::WaitAppend { parts, timeout }))
+    });
+    let _ = futures::future::select_all(waits).await;
+}
+
+fn partition_data(index: i32, r: FetchResult, version: i16) -> PartitionData {
+    let mut d = PartitionData::default()
+        .with_partition_index(index)
+        .with_high_watermark(r.high_watermark)
+        .with_last_stable_offset(r.high_watermark)
+        .with_log_start_offset(if version >= 5 { r.log_start_offset } else { -1 })
+        .with_records(Some(r.records));
+    if let Some(e) = r.error {
+        d = d.with_error_code(e.code());
+    }
+    d
+}

@@ -1,0 +1,693 @@
+//! Group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
+//! OffsetFetch, OffsetDelete, ListGroups, DescribeGroups, DeleteGroups. Requests for one
+//! group run on its coordinator shard (the raw request is forwarded there); requests over
+//! several groups are split per coordinator shard and merged.
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use bytes::Bytes;
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::find_coordinator_response::Coordinator;
+use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use kafka_protocol::messages::leave_group_response::MemberResponse;
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::offset_delete_response::{
+    OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
+};
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+
+use super::{Ctx, FramingError};
+use crate::group::coordinator::{code, fetch_offsets, JoinRequest};
+use crate::group::state::Committed;
+use crate::group::{partition_for, OFFSETS_TOPIC};
+use crate::shard::ops::{Op, Reply};
+use crate::shard::Shard;
+
+fn s(v: impl Into<String>) -> StrBytes {
+    StrBytes::from_string(v.into())
+}
+
+/// The shard coordinating `group`, if the offsets topic exists.
+pub fn coordinator_shard(shard: &Shard, group: &str) -> Option<usize> {
+    let meta = shard.metadata();
+    let t = meta.topics.get(OFFSETS_TOPIC)?;
+    meta.shard_of(OFFSETS_TOPIC, partition_for(group, t.shards.len()))
+}
+
+/// Runs a single-group request on its coordinator shard.
+pub async fn route(
+    shard: &Rc<Shard>,
+    ctx: &Ctx,
+    group: &str,
+    body: Bytes,
+) -> Result<Bytes, FramingError> {
+    let Some(target) = coordinator_shard(shard, group) else {
+        return Err(FramingError::Malformed(
+            "group request before the offsets topic exists".into(),
+        ));
+    };
+    let op = Op::Group {
+        key: ctx.key as i16,
+        version: ctx.version,
+        correlation_id: ctx.correlation_id,
+        client_id: ctx.client_id.clone(),
+        client_host: ctx.client_host.clone(),
+        body,
+    };
+    match shard.call(target, op).await {
+        Reply::Encoded(Ok(b)) => Ok(b),
+        Reply::Encoded(Err(e)) => Err(FramingError::Malformed(e)),
+        _ => Err(FramingError::Malformed(
+            "coordinator shard unavailable".into(),
+        )),
+    }
+}
+
+/// The group id of a single-group request (decoded on the connection's shard).
+pub fn group_of(ctx: &Ctx, body: &Bytes) -> Result<String, FramingError> {
+    let b = body.clone();
+    Ok(match ctx.key {
+        ApiKey::JoinGroup => ctx.decode::<JoinGroupRequest>(b)?.group_id.0.to_string(),
+        ApiKey::SyncGroup => ctx.decode::<SyncGroupRequest>(b)?.group_id.0.to_string(),
+        ApiKey::Heartbeat => ctx.decode::<HeartbeatRequest>(b)?.group_id.0.to_string(),
+        ApiKey::LeaveGroup => ctx.decode::<LeaveGroupRequest>(b)?.group_id.0.to_string(),
+        ApiKey::OffsetCommit => ctx.decode::<OffsetCommitRequest>(b)?.group_id.0.to_string(),
+        ApiKey::OffsetDelete => ctx.decode::<OffsetDeleteRequest>(b)?.group_id.0.to_string(),
+        _ => return Err(FramingError::UnsupportedApi(ctx.key as i16)),
+    })
+}
+
+/// Executes a single-group request on this (coordinator) shard; refused with
+/// NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS when this node does not coordinate the
+/// group now (see `Shard::coordinator_check`). `group` is the request's, read by `group_of`.
+pub async fn execute(
+    shard: &Rc<Shard>,
+    ctx: &Ctx,
+    group: &str,
+    body: Bytes,
+) -> Result<Bytes, FramingError> {
+    if let Err(error) = shard.coordinator_check(group) {
+        return refused(ctx, body, error);
+    }
+    match ctx.key {
+        ApiKey::JoinGroup => join(shard, ctx, body).await,
+        ApiKey::SyncGroup => {
+            let r: SyncGroupRequest = ctx.decode(body)?;
+            let assignments = r
+                .assignments
+                .iter()
+                .map(|a| (a.member_id.to_string(), a.assignment.clone()))
+                .collect();
+            let (code, assignment) = shard
+                .group_sync(&r.group_id.0, &r.member_id, r.generation_id, assignments)
+                .await;
+            let resp = SyncGroupResponse::default()
+                .with_error_code(code)
+                .with_assignment(assignment)
+                .with_protocol_type(r.protocol_type.clone())
+                .with_protocol_name(r.protocol_name.clone());
+            ctx.respond(&resp)
+        }
+        ApiKey::Heartbeat => {
+            let r: HeartbeatRequest = ctx.decode(body)?;
+            let code = shard.group_heartbeat(&r.group_id.0, &r.member_id, r.generation_id);
+            ctx.respond(&HeartbeatResponse::default().with_error_code(code))
+        }
+        ApiKey::LeaveGroup => leave(shard, ctx, body).await,
+        ApiKey::OffsetCommit => commit(shard, ctx, body).await,
+        ApiKey::OffsetDelete => offset_delete(shard, ctx, body).await,
+        _ => Err(FramingError::UnsupportedApi(ctx.key as i16)),
+    }
+}
+
+/// The answer to a single-group request this node does not coordinate now: `error` as
+/// Kafka puts it in each API's response (a JoinGroup keeps the caller's member id and no
+/// generation; an OffsetCommit answers it for every partition).
+fn refused(ctx: &Ctx, body: Bytes, error: i16) -> Result<Bytes, FramingError> {
+    match ctx.key {
+        ApiKey::JoinGroup => {
+            let r: JoinGroupRequest = ctx.decode(body)?;
+            let resp = JoinGroupResponse::default()
+                .with_error_code(error)
+                .with_generation_id(-1)
+                .with_protocol_name(if ctx.version >= 7 { None } else { Some(s("")) })
+                .with_member_id(r.member_id);
+            ctx.respond(&resp)
+        }
+        ApiKey::SyncGroup => ctx.respond(&SyncGroupResponse::default().with_error_code(error)),
+        ApiKey::Heartbeat => ctx.respond(&HeartbeatResponse::default().with_error_code(error)),
+        ApiKey::LeaveGroup => ctx.respond(&LeaveGroupResponse::default().with_error_code(error)),
+        ApiKey::OffsetDelete => {
+            ctx.respond(&OffsetDeleteResponse::default().with_error_code(error))
+        }
+        ApiKey::OffsetCommit => {
+            let r: OffsetCommitRequest = ctx.decode(body)?;
+            ctx.respond(&commit_answer(&r, std::iter::repeat(error)))
+        }
+        _ => Err(FramingError::UnsupportedApi(ctx.key as i16)),
+    }
+}
+
+/// The OffsetCommit response echoing the request's partitions with `codes`, in order.
+fn commit_answer(
+    r: &OffsetCommitRequest,
+    mut codes: impl Iterator<Item = i16>,
+) -> OffsetCommitResponse {
+    let topics = r
+        .topics
+        .iter()
+        .map(|t| {
+            let parts = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    OffsetCommitResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(codes.next().unwrap_or(code::UNKNOWN_MEMBER_ID))
+                })
+                .collect();
+            OffsetCommitResponseTopic::default()
+                .with_name(t.name.clone())
+                .with_partitions(parts)
+        })
+        .collect();
+    OffsetCommitResponse::default().with_topics(topics)
+}
+
+async fn join(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
+    let r: JoinGroupRequest = ctx.decode(body)?;
+    let req = JoinRequest {
+        group: r.group_id.0.to_string(),
+        member_id: r.member_id.to_string(),
+        instance_id: r.group_instance_id.as_ref().map(|i| i.to_string()),
+        client_id: ctx.client_id.clone(),
+        client_host: ctx.client_host.clone(),
+        session_timeout_ms: r.session_timeout_ms,
+        // v0 has no rebalance timeout: Kafka uses the session timeout.
+        rebalance_timeout_ms: if ctx.version == 0 {
+            r.session_timeout_ms
+        } else {
+            r.rebalance_timeout_ms
+        },
+        protocol_type: r.protocol_type.to_string(),
+        protocols: r
+            .protocols
+            .iter()
+            .map(|p| (p.name.to_string(), p.metadata.clone()))
+            .collect(),
+        version: ctx.version,
+    };
+    let o = shard.group_join(req).await;
+    let members = o
+        .members
+        .into_iter()
+        .map(|(id, inst, meta)| {
+            JoinGroupResponseMember::default()
+                .with_member_id(s(id))
+                .with_group_instance_id(if ctx.version >= 5 { inst.map(s) } else { None })
+                .with_metadata(meta)
+        })
+        .collect();
+    let resp = JoinGroupResponse::default()
+        .with_error_code(o.error)
+        .with_generation_id(o.generation)
+        .with_protocol_type(if ctx.version >= 7 {
+            o.protocol_type.map(s)
+        } else {
+            None
+        })
+        .with_protocol_name(Some(s(o.protocol.unwrap_or_default())))
+        .with_leader(s(o.leader))
+        .with_member_id(s(o.member_id))
+        .with_members(members);
+    ctx.respond(&resp)
+}
+
+async fn leave(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
+    let r: LeaveGroupRequest = ctx.decode(body)?;
+    let members: Vec<(String, Option<String>)> = if ctx.version >= 3 {
+        r.members
+            .iter()
+            .map(|m| {
+                (
+                    m.member_id.to_string(),
+                    m.group_instance_id.as_ref().map(|i| i.to_string()),
+                )
+            })
+            .collect()
+    } else {
+        vec![(r.member_id.to_string(), None)]
+    };
+    let codes = shard.group_leave(&r.group_id.0, &members).await;
+    let mut resp = LeaveGroupResponse::default();
+    if ctx.version >= 3 {
+        resp = resp.with_members(
+            members
+                .iter()
+                .zip(&codes)
+                .map(|((id, inst), c)| {
+                    MemberResponse::default()
+                        .with_member_id(s(id.clone()))
+                        .with_group_instance_id(inst.clone().map(s))
+                        .with_error_code(*c)
+                })
+                .collect(),
+        );
+    } else {
+        resp = resp.with_error_code(codes.first().copied().unwrap_or(code::UNKNOWN_MEMBER_ID));
+    }
+    ctx.respond(&resp)
+}
+
+async fn commit(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
+    let r: OffsetCommitRequest = ctx.decode(body)?;
+    let offsets: Vec<(String, i32, Committed)> = r
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(|p| {
+                let c = Committed {
+                    offset: p.committed_offset,
+                    leader_epoch: p.committed_leader_epoch,
+                    metadata: p
+                        .committed_metadata
+                        .as_ref()
+                        .map(|m| m.to_string())
+                        .unwrap_or_default(),
+                };
+                (t.name.0.to_string(), p.partition_index, c)
+            })
+        })
+        .collect();
+    let codes = shard
+        .offset_commit(
+            &r.group_id.0,
+            &r.member_id,
+            r.generation_id_or_member_epoch,
+            offsets,
+        )
+        .await;
+    ctx.respond(&commit_answer(&r, codes.into_iter()))
+}
+
+async fn offset_delete(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
+    let r: OffsetDeleteRequest = ctx.decode(body)?;
+    let parts: Vec<(String, i32)> = r
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(|p| (t.name.0.to_string(), p.partition_index))
+        })
+        .collect();
+    let resp = match shard.offset_delete(&r.group_id.0, parts).await {
+        Err(c) => OffsetDeleteResponse::default().with_error_code(c),
+        Ok(codes) => {
+            let mut codes = codes.into_iter();
+            let topics = r
+                .topics
+                .iter()
+                .map(|t| {
+                    let ps = t
+                        .partitions
+                        .iter()
+                        .map(|p| {
+                            OffsetDeleteResponsePartition::default()
+                                .with_partition_index(p.partition_index)
+                                .with_error_code(codes.next().unwrap_or(0))
+                        })
+                        .collect();
+                    OffsetDeleteResponseTopic::default()
+                        .with_name(t.name.clone())
+                        .with_partitions(ps)
+                })
+                .collect();
+            OffsetDeleteResponse::default().with_topics(topics)
+        }
+    };
+    ctx.respond(&resp)
+}
+
+/// FindCoordinator: this node coordinates every group; transactions are not implemented.
+pub fn find_coordinator(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
+    let r: FindCoordinatorRequest = ctx.decode(body)?;
+    let c = &shard.config;
+    let meta = shard.metadata();
+    let ready = meta.topics.contains_key(OFFSETS_TOPIC);
+    // Cluster mode: the coordinator is the node leading the group's offsets partition.
+    let leader_of = |key: &StrBytes| -> Option<(i32, String, i32)> {
+        let t = meta.topics.get(OFFSETS_TOPIC)?;
+        let p = partition_for(key.as_str(), t.shards.len());
+        let (leader, _) = shard.leader_of_group(t.group_of(p));
+        let n = meta.nodes.get(&leader)?;
+        Some((n.id, n.host.clone(), i32::from(n.kafka_port)))
+    };
+    let answer = |key: StrBytes| {
+        let clustered = shard.clustered().then(|| leader_of(&key));
+        let base = Coordinator::default().with_key(key);
+        if r.key_type == 1 {
+            base.with_node_id(BrokerId(-1))
+                .with_host(s(""))
+                .with_port(-1)
+                .with_error_code(42)
+                .with_error_message(Some(s("transactions are not supported by this broker")))
+        } else if !ready || clustered.as_ref().is_some_and(Option::is_none) {
+            base.with_node_id(BrokerId(-1))
+                .with_host(s(""))
+                .with_port(-1)
+                .with_error_code(code::COORDINATOR_NOT_AVAILABLE)
+        } else if let Some(Some((id, host, port))) = clustered {
+            base.with_node_id(BrokerId(id))
+                .with_host(s(host))
+                .with_port(port)
+        } else {
+            base.with_node_id(BrokerId(c.node_id))
+                .with_host(s(c.advertised_host.clone()))
+                .with_port(i32::from(c.kafka_addr.port()))
+        }
+    };
+    let resp = if ctx.version >= 4 {
+        FindCoordinatorResponse::default()
+            .with_coordinators(r.coordinator_keys.iter().cloned().map(answer).collect())
+    } else {
+        let a = answer(r.key.clone());
+        FindCoordinatorResponse::default()
+            .with_error_code(a.error_code)
+            .with_error_message(if ctx.version >= 1 {
+                a.error_message
+            } else {
+                None
+            })
+            .with_node_id(a.node_id)
+            .with_host(a.host)
+            .with_port(a.port)
+    };
+    ctx.respond(&resp)
+}
+
+/// Splits group ids by coordinator shard: (shard, groups, their indexes in the request).
+fn by_shard(shard: &Shard, groups: &[String]) -> BTreeMap<usize, (Vec<String>, Vec<usize>)> {
+    let mut out: BTreeMap<usize, (Vec<String>, Vec<usize>)> = BTreeMap::new();
+    for (i, g) in groups.iter().enumerate() {
+        if let Some(t) = coordinator_shard(shard, g) {
+            let e = out.entry(t).or_default();
+            e.0.push(g.clone());
+            e.1.push(i);
+        }
+    }
+    out
+}
+
+/// DescribeGroups.
+pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
+    let r: DescribeGroupsRequest = ctx.decode(body)?;
+    let ids: Vec<String> = r.groups.iter().map(|g| g.0.to_string()).collect();
+    let mut out: Vec<DescribedGroup> = ids
+        .iter()
+        .map(|g| {
+            DescribedGroup::default()
+                .with_group_id(GroupId(s(g.clone())))
+                .with_error_code(code::COORDINATOR_NOT_AVAILABLE)
+        })
+        .collect();
+    for (target, (groups, idx)) in by_shard(shard, &ids) {
+        if let Reply::Described(mut ds) = shard.call(target, Op::DescribeGroups(groups)).await {
+            if ctx.version < 4 {
+                for m in ds.iter_mut().flat_map(|d| d.members.iter_mut()) {
+                    m.group_instance_id = None;
+                }
+            }
+            for (i, d) in idx.into_iter().zip(ds) {
+                out[i] = d;
+            }
+        }
+    }
+    ctx.respond(&DescribeGroupsResponse::default().with_groups(out))
+}
+
+/// Describes groups held by this shard (Dead for unknown ones, as Kafka answers).
+pub fn describe_local(shard: &Shard, ids: Vec<String>) -> Vec<DescribedGroup> {
+    let groups = shard.groups.borrow();
+    ids.into_iter()
+        .map(|id| {
+            let base = DescribedGroup::default().with_group_id(GroupId(s(id.clone())));
+            if let Err(error) = shard.coordinator_check(&id) {
+                return base.with_error_code(error);
+            }
+            let Some(g) = groups.get(&id) else {
+                return base.with_group_state(s("Dead"));
+            };
+            let protocol = g.protocol.clone().unwrap_or_default();
+            let members = g
+                .members
+                .values()
+                .map(|m| {
+                    let meta = m.metadata_for(&protocol);
+                    DescribedGroupMember::default()
+                        .with_member_id(s(m.id.clone()))
+                        .with_group_instance_id(m.instance_id.clone().map(s))
+                        .with_client_id(s(m.client_id.clone()))
+                        .with_client_host(s(m.client_host.clone()))
+                        .with_member_metadata(meta)
+                        .with_member_assignment(m.assignment.clone())
+                })
+                .collect();
+            base.with_group_state(s(g.state.name()))
+                .with_protocol_type(s(g.protocol_type.clone().unwrap_or_default()))
+                .with_protocol_data(s(protocol))
+                .with_members(members)
+        })
+        .collect()
+}
+
+/// ListGroups over every shard.
+pub async fn list(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
+    let with_state = ctx.version >= 4;
+    let r: ListGroupsRequest = ctx.decode(body)?;
+    let states: Vec<String> = r.states_filter.iter().map(|x| x.to_lowercase()).collect();
+    let calls = (0..shard.count).map(|t| shard.call(t, Op::ListGroups));
+    let mut groups = Vec::new();
+    for reply in futures::future::join_all(calls).await {
+        if let Reply::Listed(gs) = reply {
+            groups.extend(gs.into_iter().filter(|g: &ListedGroup| {
+                states.is_empty() || states.contains(&g.group_state.to_lowercase())
+            }));
+        }
+    }
+    if !with_state {
+        let d = ListedGroup::default();
+        for g in &mut groups {
+            g.group_state = d.group_state.clone();
+        }
+    }
+    ctx.respond(&ListGroupsResponse::default().with_groups(groups))
+}
+
+/// Groups this shard coordinates now (a cluster node lists those of the offsets
+/// partitions it leads, as a Kafka broker lists its coordinator's groups).
+pub fn list_local(shard: &Shard) -> Vec<ListedGroup> {
+    shard
+        .groups
+        .borrow()
+        .values()
+        .filter(|g| shard.coordinator_check(&g.id).is_ok())
+        .map(|g| {
+            ListedGroup::default()
+                .with_group_id(GroupId(s(g.id.clone())))
+                .with_protocol_type(s(g.protocol_type.clone().unwrap_or_default()))
+                .with_group_state(s(g.state.name()))
+        })
+        .collect()
+}
+
+/// DeleteGroups.
+pub async fn delete(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
+    let r: DeleteGroupsRequest = ctx.decode(body)?;
+    let ids: Vec<String> = r.groups_names.iter().map(|g| g.0.to_string()).collect();
+    let mut codes = vec![code::COORDINATOR_NOT_AVAILABLE; ids.len()];
+    for (target, (groups, idx)) in by_shard(shard, &ids) {
+        if let Reply::Codes(cs) = shard.call(target, Op::DeleteGroups(groups)).await {
+            for (i, c) in idx.into_iter().zip(cs) {
+                codes[i] = c;
+            }
+        }
+    }
+    let results = ids
+        .into_iter()
+        .zip(codes)
+        .map(|(g, c)| deletable(g, c))
+        .collect();
+    ctx.respond(&DeleteGroupsResponse::default().with_results(results))
+}
+
+fn deletable(g: String, c: i16) -> delete_groups_response::DeletableGroupResult {
+    delete_groups_response::DeletableGroupResult::default()
+        .with_group_id(GroupId(s(g)))
+        .with_error_code(c)
+}
+
+pub use crate::group::coordinator::{GroupOffsets, WantedOffsets};
+
+/// OffsetFetch (one group before v8, several from v8).
+pub async fn offset_fetch(
+    shard: &Rc<Shard>,
+    ctx: &Ctx,
+    body: Bytes,
+) -> Result<Bytes, FramingError> {
+    let r: OffsetFetchRequest = ctx.decode(body)?;
+    let wanted: Vec<(String, WantedOffsets)> = if ctx.version >= 8 {
+        r.groups
+            .iter()
+            .map(|g| {
+                let ts = g.topics.as_ref().map(|ts| {
+                    ts.iter()
+                        .map(|t| (t.name.0.to_string(), t.partition_indexes.clone()))
+                        .collect()
+                });
+                (g.group_id.0.to_string(), ts)
+            })
+            .collect()
+    } else {
+        let ts = r.topics.as_ref().map(|ts| {
+            ts.iter()
+                .map(|t| (t.name.0.to_string(), t.partition_indexes.clone()))
+                .collect()
+        });
+        vec![(r.group_id.0.to_string(), ts)]
+    };
+    let ids: Vec<String> = wanted.iter().map(|(g, _)| g.clone()).collect();
+    let mut answers: Vec<Result<GroupOffsets, i16>> =
+        vec![Err(code::COORDINATOR_NOT_AVAILABLE); ids.len()];
+    for (target, (_, idx)) in by_shard(shard, &ids) {
+        let reqs = idx.iter().map(|&i| wanted[i].clone()).collect();
+        if let Reply::Offsets(os) = shard.call(target, Op::OffsetFetch(reqs)).await {
+            for (i, o) in idx.into_iter().zip(os) {
+                answers[i] = o;
+            }
+        }
+    }
+    let committed = |c: &Option<Committed>| match c {
+        Some(c) => (c.offset, c.leader_epoch, c.metadata.clone()),
+        None => (-1, -1, String::new()),
+    };
+    let resp = if ctx.version >= 8 {
+        let groups = ids
+            .into_iter()
+            .zip(answers)
+            .map(|(g, a)| {
+                let base = OffsetFetchResponseGroup::default().with_group_id(GroupId(s(g)));
+                let a = match a {
+                    Ok(a) => a,
+                    Err(error) => return base.with_error_code(error),
+                };
+                base.with_topics(
+                    a.into_iter()
+                        .map(|(t, ps)| {
+                            let parts = ps
+                                .iter()
+                                .map(|(p, c)| {
+                                    let (o, e, m) = committed(c);
+                                    OffsetFetchResponsePartitions::default()
+                                        .with_partition_index(*p)
+                                        .with_committed_offset(o)
+                                        .with_committed_leader_epoch(e)
+                                        .with_metadata(Some(s(m)))
+                                })
+                                .collect();
+                            OffsetFetchResponseTopics::default()
+                                .with_name(TopicName(s(t)))
+                                .with_partitions(parts)
+                        })
+                        .collect(),
+                )
+            })
+            .collect();
+        OffsetFetchResponse::default().with_groups(groups)
+    } else {
+        let a = match answers.into_iter().next() {
+            Some(Ok(a)) => a,
+            Some(Err(error)) => return offset_fetch_refused(ctx, &r, error),
+            None => return offset_fetch_refused(ctx, &r, code::COORDINATOR_NOT_AVAILABLE),
+        };
+        let topics = a
+            .into_iter()
+            .map(|(t, ps)| {
+                let parts = ps
+                    .iter()
+                    .map(|(p, c)| {
+                        let (o, e, m) = committed(c);
+                        OffsetFetchResponsePartition::default()
+                            .with_partition_index(*p)
+                            .with_committed_offset(o)
+                            .with_committed_leader_epoch(if ctx.version >= 5 { e } else { -1 })
+                            .with_metadata(Some(s(m)))
+                    })
+                    .collect();
+                OffsetFetchResponseTopic::default()
+                    .with_name(TopicName(s(t)))
+                    .with_partitions(parts)
+            })
+            .collect();
+        OffsetFetchResponse::default().with_topics(topics)
+    };
+    ctx.respond(&resp)
+}
+
+/// OffsetFetch before v8 refused: the error at the top (v2+) and on every partition asked
+/// for (v0 and v1 have only those).
+fn offset_fetch_refused(
+    ctx: &Ctx,
+    r: &OffsetFetchRequest,
+    error: i16,
+) -> Result<Bytes, FramingError> {
+    let topics = r
+        .topics
+        .iter()
+        .flatten()
+        .map(|t| {
+            let parts = t
+                .partition_indexes
+                .iter()
+                .map(|&p| {
+                    OffsetFetchResponsePartition::default()
+                        .with_partition_index(p)
+                        .with_committed_offset(-1)
+                        .with_error_code(error)
+                })
+                .collect();
+            OffsetFetchResponseTopic::default()
+                .with_name(t.name.clone())
+                .with_partitions(parts)
+        })
+        .collect();
+    let resp = OffsetFetchResponse::default().with_topics(topics);
+    ctx.respond(&if ctx.version >= 2 {
+        resp.with_error_code(error)
+    } else {
+        resp
+    })
+}
+
+/// Offsets of groups held by this shard, or why it does not coordinate a group now.
+pub fn offset_fetch_local(
+    shard: &Shard,
+    reqs: Vec<(String, WantedOffsets)>,
+) -> Vec<Result<GroupOffsets, i16>> {
+    let groups = shard.groups.borrow();
+    reqs.into_iter()
+        .map(|(g, wanted)| {
+            shard.coordinator_check(&g)?;
+            Ok(fetch_offsets(groups.get(&g), wanted))
+        })
+        .collect()
+}

@@ -1,0 +1,104 @@
+//! ListOffsets: earliest (-2) = log start offset, latest (-1) = high watermark, a
+//! timestamp = the first record with timestamp >= it (-1 when none), max timestamp (-3).
+
+use std::rc::Rc;
+
+use bytes::Bytes;
+use kafka_protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
+use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
+use kafka_protocol::records::RecordBatchDecoder;
+
+use super::{Ctx, FramingError};
+use crate::common::errors::KafkaError;
+use crate::partition::Partition;
+use crate::shard::ops::{ListOffsetsPart, Op, Reply, ShardSplit};
+use crate::shard::Shard;
+
+/// The first record at or after `ts` in the committed log: (its timestamp, its offset), or
+/// (-1, -1). Decodes one batch's records (a cold path, never Produce or Fetch).
+pub async fn offset_for_time(part: &Partition, ts: i64) -> Result<(i64, i64), KafkaError> {
+    if ts < 0 {
+        return Err(KafkaError::InvalidRequest(format!(
+            "unsupported timestamp {ts}"
+        )));
+    }
+    let found = part
+        .log()
+        .find_by_timestamp(ts)
+        .await
+        .map_err(|e| part.storage_error(e))?;
+    let Some(frame) = found else {
+        return Ok((-1, -1));
+    };
+    if frame.header.kafka_base_offset >= part.high_watermark() {
+        return Ok((-1, -1));
+    }
+    let mut body = frame.body.clone();
+    let set = RecordBatchDecoder::decode(&mut body)
+        .map_err(|e| KafkaError::CorruptMessage(e.to_string()))?;
+    let start = part.log().log_start_offset().0;
+    for r in set.records {
+        if r.timestamp >= ts && r.offset >= start {
+            return Ok((r.timestamp, r.offset));
+        }
+    }
+    Ok((-1, -1))
+}
+
+/// ListOffsets.
+pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
+    let req: ListOffsetsRequest = ctx.decode(body)?;
+    let meta = shard.metadata();
+    let mut rows: Vec<Vec<ListOffsetsPartitionResponse>> = Vec::new();
+    let mut split = ShardSplit::new(shard.count);
+    for (ti, t) in req.topics.iter().enumerate() {
+        let mut row = Vec::new();
+        for (pi, p) in t.partitions.iter().enumerate() {
+            row.push(
+                ListOffsetsPartitionResponse::default()
+                    .with_partition_index(p.partition_index)
+                    .with_error_code(3)
+                    .with_timestamp(-1)
+                    .with_offset(-1),
+            );
+            if let Some(s) = meta.shard_of(t.name.0.as_str(), p.partition_index) {
+                let part = ListOffsetsPart {
+                    topic: t.name.0.as_str().to_string(),
+                    partition: p.partition_index,
+                    timestamp: p.timestamp,
+                };
+                split.push(s, (ti, pi), part);
+            }
+        }
+        rows.push(row);
+    }
+    let calls = split.into_groups().map(|(s, parts, slots)| async move {
+        (slots, shard.call(s, Op::ListOffsets { parts }).await)
+    });
+    for (slots, reply) in futures::future::join_all(calls).await {
+        let Reply::ListOffsets(rs) = reply else {
+            continue;
+        };
+        for ((ti, pi), (err, ts, off, epoch)) in slots.into_iter().zip(rs) {
+            let r = std::mem::take(&mut rows[ti][pi]);
+            rows[ti][pi] = r
+                .with_error_code(err.map_or(0, |e| e.code()))
+                .with_timestamp(ts)
+                .with_offset(off)
+                .with_leader_epoch(if ctx.version >= 4 { epoch } else { -1 });
+        }
+    }
+    let topics = req
+        .topics
+        .iter()
+        .zip(rows)
+        .map(|(t, row)| {
+            ListOffsetsTopicResponse::default()
+                .with_name(t.name.clone())
+                .with_partitions(row)
+        })
+        .collect();
+    ctx.respond(&ListOffsetsResponse::default().with_topics(topics))
+}

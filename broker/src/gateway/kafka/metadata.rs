@@ -1,0 +1,139 @@
+//! Metadata: brokers, topics, partitions (this node leads every partition until
+//! replication exists), with auto-creation of unknown topics when enabled.
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use bytes::Bytes;
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+
+use super::{topics, Ctx, FramingError};
+use crate::cluster::metadata::validate_topic_name;
+use crate::shard::Shard;
+
+/// Creates the topics in `names` that do not exist, when auto-creation is enabled.
+pub async fn auto_create(shard: &Rc<Shard>, names: &[String]) {
+    if !shard.config.auto_create_topics {
+        return;
+    }
+    let meta = shard.metadata();
+    let cmds: Vec<_> = names
+        .iter()
+        .filter(|n| !meta.topics.contains_key(*n) && validate_topic_name(n).is_ok())
+        .map(|n| {
+            topics::create_command(
+                shard,
+                n,
+                shard.config.num_partitions as usize,
+                BTreeMap::new(),
+                -1,
+            )
+        })
+        .collect();
+    if !cmds.is_empty() {
+        topics::commit(shard, cmds).await;
+    }
+}
+
+/// Metadata.
+pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
+    let req: MetadataRequest = ctx.decode(body)?;
+    let wanted: Option<Vec<String>> = req.topics.as_ref().map(|ts| {
+        ts.iter()
+            .filter_map(|t| t.name.as_ref().map(|n| n.0.as_str().to_string()))
+            .collect()
+    });
+    if let Some(names) = &wanted {
+        if req.allow_auto_topic_creation || ctx.version < 4 {
+            auto_create(shard, names).await;
+        }
+    }
+    let meta = shard.metadata();
+    let names: Vec<String> = match wanted {
+        Some(n) => n,
+        None => meta.topics.keys().cloned().collect(),
+    };
+    let topics = names
+        .into_iter()
+        .map(|name| {
+            let base = MetadataResponseTopic::default()
+                .with_name(Some(TopicName(StrBytes::from_string(name.clone()))));
+            match meta.topics.get(&name) {
+                None => {
+                    let code = if validate_topic_name(&name).is_ok() {
+                        3
+                    } else {
+                        17
+                    };
+                    base.with_error_code(code)
+                }
+                Some(t) => base
+                    .with_is_internal(name == crate::group::OFFSETS_TOPIC)
+                    .with_topic_id(if ctx.version >= 10 {
+                        uuid::Uuid::from_u128(t.id)
+                    } else {
+                        uuid::Uuid::nil()
+                    })
+                    .with_partitions(
+                        (0..t.shards.len() as i32)
+                            .map(|p| partition_metadata(shard, ctx, t, p))
+                            .collect(),
+                    ),
+            }
+        })
+        .collect();
+    let listed = shard.brokers();
+    let controller = shard.controller_id();
+    let brokers = listed
+        .into_iter()
+        .map(|(id, host, port)| {
+            MetadataResponseBroker::default()
+                .with_node_id(BrokerId(id))
+                .with_host(StrBytes::from_string(host))
+                .with_port(i32::from(port))
+        })
+        .collect();
+    let resp = MetadataResponse::default()
+        .with_brokers(brokers)
+        .with_cluster_id((ctx.version >= 2).then(|| StrBytes::from_string(meta.cluster_id.clone())))
+        .with_controller_id(BrokerId(controller))
+        .with_topics(topics);
+    ctx.respond(&resp)
+}
+
+/// One partition's leader, epoch and replicas: this node without replication; the Raft
+/// group's leader and term (as this node last heard) with it. An unknown leader is
+/// LEADER_NOT_AVAILABLE (5), which clients retry.
+fn partition_metadata(
+    shard: &Shard,
+    ctx: &Ctx,
+    t: &crate::cluster::metadata::Topic,
+    p: i32,
+) -> MetadataResponsePartition {
+    let base = MetadataResponsePartition::default().with_partition_index(p);
+    if !shard.clustered() {
+        let node = shard.config.node_id;
+        return base
+            .with_leader_id(BrokerId(node))
+            .with_leader_epoch(if ctx.version >= 7 { 0 } else { -1 })
+            .with_replica_nodes(vec![BrokerId(node)])
+            .with_isr_nodes(vec![BrokerId(node)]);
+    }
+    let group = t.group_of(p);
+    let (leader, epoch) = shard.leader_of_group(group);
+    let isr = shard.in_sync_replicas(group, epoch, t.replicas_of(p));
+    let base = base
+        .with_leader_id(BrokerId(leader))
+        .with_leader_epoch(if ctx.version >= 7 { epoch } else { -1 })
+        .with_replica_nodes(t.replicas_of(p).iter().map(|&n| BrokerId(n)).collect())
+        .with_isr_nodes(isr.into_iter().map(BrokerId).collect());
+    if leader < 0 {
+        base.with_error_code(5)
+    } else {
+        base
+    }
+}

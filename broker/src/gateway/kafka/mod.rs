@@ -1,0 +1,294 @@
+//! The Kafka protocol gateway: request framing, version negotiation and dispatch.
+//! Framing and non-hot-path messages use the `kafka-protocol` crate; record batches stay
+//! `Bytes` end to end (ARCHITECTURE.md, Kafka gateway).
+//!
+//! Invariant: only APIs in [`SUPPORTED`] are advertised and served; any other API key or
+//! version closes the connection, except ApiVersions, which answers UNSUPPORTED_VERSION
+//! with the supported ranges so the client can retry (KAFKA-NOTES.md).
+
+pub mod api_versions;
+pub mod cluster;
+pub mod configs;
+pub mod fetch;
+pub mod groups;
+pub mod list_offsets;
+pub mod metadata;
+pub mod net;
+pub mod produce;
+pub mod producer;
+pub mod quorum;
+pub mod reassign;
+pub mod records;
+pub mod topics;
+
+use std::rc::Rc;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable};
+
+use crate::shard::Shard;
+
+/// APIs and versions this broker implements: (api, min, max).
+pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::Produce, 3, 9),
+    (ApiKey::Fetch, 4, 12),
+    (ApiKey::ListOffsets, 1, 7),
+    (ApiKey::Metadata, 1, 12),
+    (ApiKey::ApiVersions, 0, 3),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::DeleteRecords, 0, 2),
+    (ApiKey::OffsetForLeaderEpoch, 2, 4),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::AlterConfigs, 0, 2),
+    (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::DescribeCluster, 0, 1),
+    (ApiKey::InitProducerId, 0, 4),
+    (ApiKey::FindCoordinator, 0, 4),
+    (ApiKey::JoinGroup, 0, 7),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::OffsetCommit, 2, 8),
+    (ApiKey::OffsetFetch, 1, 8),
+    (ApiKey::OffsetDelete, 0, 0),
+    (ApiKey::ListGroups, 0, 4),
+    (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::AlterPartitionReassignments, 0, 1),
+    (ApiKey::ListPartitionReassignments, 0, 0),
+    (ApiKey::UnregisterBroker, 0, 0),
+    (ApiKey::DescribeQuorum, 0, 1),
+    (ApiKey::AddRaftVoter, 0, 0),
+    (ApiKey::RemoveRaftVoter, 0, 0),
+];
+
+/// A request that cannot be answered: the connection is closed.
+#[derive(Debug, thiserror::Error)]
+pub enum FramingError {
+    /// Shorter than a request header.
+    #[error("request shorter than its header")]
+    Short,
+    /// Unknown or unimplemented API key.
+    #[error("api key {0} not supported")]
+    UnsupportedApi(i16),
+    /// Version outside the advertised range.
+    #[error("api {api} version {version} not supported")]
+    UnsupportedVersion {
+        /// API key.
+        api: i16,
+        /// Version asked.
+        version: i16,
+    },
+    /// The header or body failed to decode.
+    #[error("malformed request: {0}")]
+    Malformed(String),
+}
+
+/// Kafka's name of an API, for metric labels.
+pub fn api_name(key: ApiKey) -> &'static str {
+    match key {
+        ApiKey::Produce => "produce",
+        ApiKey::Fetch => "fetch",
+        ApiKey::ListOffsets => "list_offsets",
+        ApiKey::Metadata => "metadata",
+        ApiKey::ApiVersions => "api_versions",
+        ApiKey::CreateTopics => "create_topics",
+        ApiKey::DeleteTopics => "delete_topics",
+        ApiKey::DeleteRecords => "delete_records",
+        ApiKey::OffsetForLeaderEpoch => "offset_for_leader_epoch",
+        ApiKey::DescribeConfigs => "describe_configs",
+        ApiKey::AlterConfigs => "alter_configs",
+        ApiKey::CreatePartitions => "create_partitions",
+        ApiKey::AlterPartitionReassignments => "alter_partition_reassignments",
+        ApiKey::ListPartitionReassignments => "list_partition_reassignments",
+        ApiKey::UnregisterBroker => "unregister_broker",
+        ApiKey::DescribeQuorum => "describe_quorum",
+        ApiKey::AddRaftVoter => "add_raft_voter",
+        ApiKey::RemoveRaftVoter => "remove_raft_voter",
+        ApiKey::IncrementalAlterConfigs => "incremental_alter_configs",
+        ApiKey::DescribeCluster => "describe_cluster",
+        ApiKey::InitProducerId => "init_producer_id",
+        ApiKey::FindCoordinator => "find_coordinator",
+        ApiKey::JoinGroup => "join_group",
+        ApiKey::SyncGroup => "sync_group",
+        ApiKey::Heartbeat => "heartbeat",
+        ApiKey::LeaveGroup => "leave_group",
+        ApiKey::OffsetCommit => "offset_commit",
+        ApiKey::OffsetFetch => "offset_fetch",
+        ApiKey::OffsetDelete => "offset_delete",
+        ApiKey::ListGroups => "list_groups",
+        ApiKey::DescribeGroups => "describe_groups",
+        ApiKey::DeleteGroups => "delete_groups",
+        _ => "other",
+    }
+}
+
+/// Handles one request frame; `Ok(None)` means no response (acks=0 produce).
+pub async fn handle(
+    shard: &Rc<Shard>,
+    frame: Bytes,
+    client_host: &str,
+) -> Result<Option<Bytes>, FramingError> {
+    let (key_raw, version) = match frame.first_chunk::<4>() {
+        Some(h) => (
+            i16::from_be_bytes([h[0], h[1]]),
+            i16::from_be_bytes([h[2], h[3]]),
+        ),
+        None => return Err(FramingError::Short),
+    };
+    let key = ApiKey::try_from(key_raw).map_err(|_| FramingError::UnsupportedApi(key_raw))?;
+    let index = SUPPORTED.iter().position(|(k, _, _)| *k == key);
+    let Some(index) = index else {
+        return Err(FramingError::UnsupportedApi(key_raw));
+    };
+    shard.count_request(index);
+    let (_, lo, hi) = SUPPORTED[index];
+    if version < lo || version > hi {
+        if key == ApiKey::ApiVersions {
+            let corr = frame
+                .get(4..8)
+                .and_then(|s| s.first_chunk::<4>())
+                .map(|a| i32::from_be_bytes(*a));
+            let corr = corr.ok_or(FramingError::Short)?;
+            return Ok(Some(api_versions::unsupported_version(corr)?));
+        }
+        return Err(FramingError::UnsupportedVersion {
+            api: key_raw,
+            version,
+        });
+    }
+    let mut buf = frame;
+    let header = RequestHeader::decode(&mut buf, key.request_header_version(version))
+        .map_err(|e| FramingError::Malformed(e.to_string()))?;
+    let ctx = Ctx {
+        key,
+        version,
+        correlation_id: header.correlation_id,
+        client_id: header
+            .client_id
+            .as_ref()
+            .map(|c| c.to_string())
+            .unwrap_or_default(),
+        client_host: client_host.to_string(),
+    };
+    match key {
+        ApiKey::ApiVersions => api_versions::handle(&ctx, buf).map(Some),
+        ApiKey::Metadata => metadata::handle(shard, &ctx, buf).await.map(Some),
+        ApiKey::Produce => produce::handle(shard, &ctx, buf).await,
+        ApiKey::Fetch => fetch::handle(shard, &ctx, buf).await.map(Some),
+        ApiKey::ListOffsets => list_offsets::handle(shard, &ctx, buf).await.map(Some),
+        ApiKey::CreateTopics => topics::create(shard, &ctx, buf).await.map(Some),
+        ApiKey::DeleteTopics => topics::delete(shard, &ctx, buf).await.map(Some),
+        ApiKey::CreatePartitions => topics::create_partitions(shard, &ctx, buf).await.map(Some),
+        ApiKey::AlterPartitionReassignments => reassign::alter(shard, &ctx, buf).await.map(Some),
+        ApiKey::ListPartitionReassignments => reassign::list(shard, &ctx, buf).await.map(Some),
+        ApiKey::DescribeConfigs => configs::describe(shard, &ctx, buf).await.map(Some),
+        ApiKey::AlterConfigs => configs::replace(shard, &ctx, buf).await.map(Some),
+        ApiKey::IncrementalAlterConfigs => configs::incremental(shard, &ctx, buf).await.map(Some),
+        ApiKey::FindCoordinator => groups::find_coordinator(shard, &ctx, buf).map(Some),
+        ApiKey::JoinGroup
+        | ApiKey::SyncGroup
+        | ApiKey::Heartbeat
+        | ApiKey::LeaveGroup
+        | ApiKey::OffsetCommit
+        | ApiKey::OffsetDelete => {
+            let group = groups::group_of(&ctx, &buf)?;
+            groups::route(shard, &ctx, &group, buf).await.map(Some)
+        }
+        ApiKey::OffsetFetch => groups::offset_fetch(shard, &ctx, buf).await.map(Some),
+        ApiKey::ListGroups => groups::list(shard, &ctx, buf).await.map(Some),
+        ApiKey::DescribeGroups => groups::describe(shard, &ctx, buf).await.map(Some),
+        ApiKey::DeleteGroups => groups::delete(shard, &ctx, buf).await.map(Some),
+        ApiKey::InitProducerId => producer::init(shard, &ctx, buf).await.map(Some),
+        ApiKey::DescribeCluster => cluster::describe(shard, &ctx, buf).await.map(Some),
+        ApiKey::UnregisterBroker => cluster::unregister(shard, &ctx, buf).await.map(Some),
+        ApiKey::DescribeQuorum => quorum::describe(shard, &ctx, buf).await.map(Some),
+        ApiKey::AddRaftVoter => quorum::add(shard, &ctx, buf).await.map(Some),
+        ApiKey::RemoveRaftVoter => quorum::remove(shard, &ctx, buf).await.map(Some),
+        ApiKey::DeleteRecords => records::delete_records(shard, &ctx, buf).await.map(Some),
+        ApiKey::OffsetForLeaderEpoch => records::offset_for_leader_epoch(shard, &ctx, buf)
+            .await
+            .map(Some),
+        _ => Err(FramingError::UnsupportedApi(key_raw)),
+    }
+}
+
+/// What every handler needs from the request header.
+pub struct Ctx {
+    /// API.
+    pub key: ApiKey,
+    /// Version.
+    pub version: i16,
+    /// Correlation id to echo.
+    pub correlation_id: i32,
+    /// The client's id (request header).
+    pub client_id: String,
+    /// The client's address.
+    pub client_host: String,
+}
+
+impl Ctx {
+    /// Decodes the request body.
+    pub fn decode<T: Decodable>(&self, mut body: Bytes) -> Result<T, FramingError> {
+        T::decode(&mut body, self.version).map_err(|e| FramingError::Malformed(e.to_string()))
+    }
+
+    /// Encodes a response with its size prefix and header.
+    pub fn respond<T: Encodable>(&self, body: &T) -> Result<Bytes, FramingError> {
+        let header = ResponseHeader::default().with_correlation_id(self.correlation_id);
+        let hv = self.key.response_header_version(self.version);
+        let bad = |e: anyhow::Error| FramingError::Malformed(format!("encoding response: {e}"));
+        let size =
+            header.compute_size(hv).map_err(bad)? + body.compute_size(self.version).map_err(bad)?;
+        let mut out = BytesMut::with_capacity(4 + size);
+        out.put_i32(
+            i32::try_from(size)
+                .map_err(|_| FramingError::Malformed("response too large".into()))?,
+        );
+        header.encode(&mut out, hv).map_err(bad)?;
+        body.encode(&mut out, self.version).map_err(bad)?;
+        Ok(out.freeze())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::MetadataRequest;
+
+    fn ctx(key: ApiKey, version: i16) -> Ctx {
+        Ctx {
+            key,
+            version,
+            correlation_id: 1,
+            client_id: String::new(),
+            client_host: String::new(),
+        }
+    }
+
+    #[test]
+    fn huge_array_count_in_a_tiny_body_is_an_error_not_an_allocation() {
+        // Metadata v1 body: topics array count = i32::MAX, then nothing.
+        let body = Bytes::from_static(&[0x7f, 0xff, 0xff, 0xff, 0, 0]);
+        let r = ctx(ApiKey::Metadata, 1).decode::<MetadataRequest>(body);
+        assert!(r.is_err());
+        // Flexible version: compact array count varint of 2^32-1.
+        let body = Bytes::from_static(&[0xff, 0xff, 0xff, 0xff, 0x0f, 0, 0, 0]);
+        let r = ctx(ApiKey::Metadata, 9).decode::<MetadataRequest>(body);
+        assert!(r.is_err());
+    }
+
+    #[test]
+    fn only_implemented_apis_are_advertised() {
+        for (key, lo, hi) in SUPPORTED {
+            let range = key.valid_versions();
+            assert!(
+                range.min <= *lo && *hi <= range.max,
+                "{key:?} {lo}..={hi} outside the codec's {range}"
+            );
+        }
+    }
+}

@@ -1,0 +1,269 @@
+//! Kafka connections on a shard: accept (SO_REUSEPORT, every shard accepts), read
+//! length-prefixed frames, run requests concurrently, write responses in request order.
+//!
+//! Invariant: a length prefix is checked against `REQUEST_BYTES_MAX` before anything is
+//! allocated for it; a framing error closes this connection only; at most
+//! `PIPELINE_DEPTH` requests of one connection are in flight (then reading stops).
+
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use bytes::Bytes;
+use futures::channel::oneshot;
+use futures::io::{AsyncReadExt, AsyncWriteExt};
+use glommio::channels::local_channel;
+use glommio::net::{TcpListener, TcpStream};
+
+use crate::common::config::REQUEST_BYTES_MAX;
+use crate::common::metrics::ProduceStage;
+use crate::gateway::kafka::{self, FramingError};
+use crate::shard::{spawn_local, Shard};
+
+/// Requests of one connection in flight before the reader waits (Kafka clients default
+/// to 5 in-flight requests per connection; 64 leaves room for pipelining consumers).
+pub const PIPELINE_DEPTH: usize = 64;
+/// A connection with no request for this long is closed (Kafka's
+/// `connections.max.idle.ms` default).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+/// A request whose length arrived must be complete within this (half-sent requests).
+pub const REQUEST_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Request bytes a shard holds in memory at once; past it, connections stop reading
+/// (backpressure). At least one largest request fits.
+pub const IN_FLIGHT_BYTES_MAX: usize = 256 * 1024 * 1024;
+const _: () = assert!(REQUEST_BYTES_MAX <= IN_FLIGHT_BYTES_MAX);
+
+/// A request still unanswered after this is logged once as slow (and again when it is
+/// answered), except the APIs that wait by design (`waits_by_design`).
+pub const SLOW_REQUEST_WARN: Duration = Duration::from_secs(5);
+
+/// Index of Produce in `kafka::SUPPORTED` (checked by a test).
+const PRODUCE_API_INDEX: usize = 0;
+
+/// The index in `kafka::SUPPORTED` of a frame's API key, if supported.
+fn api_index(frame: &[u8]) -> Option<usize> {
+    let key = i16::from_be_bytes(*frame.first_chunk::<2>()?);
+    kafka::SUPPORTED
+        .iter()
+        .position(|(k, _, _)| *k as i16 == key)
+}
+
+/// Accepts connections until `stop` fires.
+pub async fn serve(shard: Rc<Shard>, stop: oneshot::Receiver<()>) -> anyhow::Result<()> {
+    let addr = shard.config.kafka_addr;
+    let listener = TcpListener::bind(addr)
+        .map_err(std::io::Error::from)
+        .with_context(|| {
+            format!("cannot listen on {addr}; pick another address with --kafka-addr")
+        })?;
+    let mut stop = stop;
+    loop {
+        let accept = std::pin::pin!(listener.accept());
+        match futures::future::select(accept, &mut stop).await {
+            futures::future::Either::Left((Ok(stream), _)) => {
+                let _ = stream.set_nodelay(true);
+                spawn_local(connection(shard.clone(), stream));
+            }
+            futures::future::Either::Left((Err(e), _)) => {
+                tracing::warn!(shard = shard.id, error = %e, "accept failed");
+                crate::shard::sleep(Duration::from_millis(10)).await;
+            }
+            futures::future::Either::Right(_) => return Ok(()),
+        }
+    }
+}
+
+/// A request's handling: its API (index in `kafka::SUPPORTED`, for latency metrics),
+/// when its frame was read, and its response.
+type Pending = glommio::Task<(Option<usize>, Instant, Result<Option<Bytes>, FramingError>)>;
+
+async fn connection(shard: Rc<Shard>, stream: TcpStream) {
+    let peer = stream.peer_addr().ok();
+    let host: Rc<str> = peer.map_or_else(|| "".into(), |p| format!("/{}", p.ip()).into());
+    shard.count_connection(true);
+    shard.metrics.connection_accepted();
+    let (mut rd, mut wr) = stream.split();
+    let (tx, rx) = local_channel::new_bounded::<Pending>(PIPELINE_DEPTH);
+    let metrics = shard.metrics.clone();
+    let writer = glommio::spawn_local(async move {
+        while let Some(task) = rx.recv().await {
+            let (api, received, result) = task.await;
+            match result {
+                Ok(Some(resp)) => {
+                    let write_started = crate::common::clock::now();
+                    if wr.write_all(&resp).await.is_err() {
+                        break;
+                    }
+                    let done = crate::common::clock::now();
+                    if api == Some(PRODUCE_API_INDEX) {
+                        metrics.produce_stage(ProduceStage::NetworkWrite, done - write_started);
+                    }
+                    if let Some(api) = api {
+                        metrics.request(api, done - received);
+                    }
+                }
+                Ok(None) => {
+                    if let Some(api) = api {
+                        metrics.request(api, crate::common::clock::now() - received);
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "closing connection after a framing error");
+                    break;
+                }
+            }
+        }
+        let _ = wr.close().await;
+    });
+    loop {
+        if shard.stopping() {
+            break;
+        }
+        let mut len = [0u8; 4];
+        match crate::shard::timeout(IDLE_TIMEOUT, rd.read_exact(&mut len)).await {
+            Some(Ok(())) => {}
+            Some(Err(_)) => break,
+            None => {
+                tracing::debug!(?peer, "idle connection closed");
+                break;
+            }
+        }
+        let n = i32::from_be_bytes(len);
+        let Some(n) = usize::try_from(n)
+            .ok()
+            .filter(|&n| n > 0 && n <= REQUEST_BYTES_MAX)
+        else {
+            tracing::debug!(
+                ?peer,
+                len = n,
+                "request length outside limits: closing connection"
+            );
+            break;
+        };
+        let Some(permit) = shard.reserve_request_bytes(n).await else {
+            break;
+        };
+        let mut buf = vec![0u8; n];
+        match crate::shard::timeout(REQUEST_READ_TIMEOUT, rd.read_exact(&mut buf)).await {
+            Some(Ok(())) => {}
+            Some(Err(_)) => break,
+            None => {
+                tracing::debug!(?peer, "half-sent request timed out: closing connection");
+                break;
+            }
+        }
+        let received = crate::common::clock::now();
+        let frame = Bytes::from(buf);
+        let api = api_index(&frame);
+        shard.request_started();
+        let s = shard.clone();
+        let host = host.clone();
+        let task = glommio::spawn_local(async move {
+            if api == Some(PRODUCE_API_INDEX) {
+                let waited = crate::common::clock::now() - received;
+                s.metrics.produce_stage(ProduceStage::QueueWait, waited);
+            }
+            let r = handle_watched(&s, frame, &host, peer).await;
+            s.request_finished();
+            drop(permit);
+            (api, received, r)
+        });
+        if tx.send(task).await.is_err() {
+            break;
+        }
+    }
+    drop(tx);
+    writer.await;
+    shard.count_connection(false);
+}
+
+/// APIs whose answer may wait long by design: Fetch long polls, group membership waits
+/// for a rebalance.
+fn waits_by_design(key: i16) -> bool {
+    use kafka_protocol::messages::ApiKey;
+    [ApiKey::Fetch, ApiKey::JoinGroup, ApiKey::SyncGroup]
+        .iter()
+        .any(|k| *k as i16 == key)
+}
+
+/// Runs one request; one still unanswered after `SLOW_REQUEST_WARN` is logged with its API
+/// and correlation id, and again with its time when answered.
+async fn handle_watched(
+    shard: &Rc<Shard>,
+    frame: Bytes,
+    host: &str,
+    peer: Option<std::net::SocketAddr>,
+) -> Result<Option<Bytes>, FramingError> {
+    let key = frame.first_chunk::<2>().map(|b| i16::from_be_bytes(*b));
+    let correlation_id = frame
+        .get(4..8)
+        .and_then(|b| b.first_chunk::<4>())
+        .map(|b| i32::from_be_bytes(*b));
+    let started = crate::common::clock::now();
+    let mut run = std::pin::pin!(kafka::handle(shard, frame, host));
+    let slow = std::pin::pin!(crate::shard::sleep(SLOW_REQUEST_WARN));
+    let run = match futures::future::select(run.as_mut(), slow).await {
+        futures::future::Either::Left((r, _)) => return r,
+        futures::future::Either::Right(((), run)) => run,
+    };
+    let watched = key.is_some_and(|k| !waits_by_design(k));
+    let api = key
+        .and_then(|k| kafka_protocol::messages::ApiKey::try_from(k).ok())
+        .map_or("unknown", kafka::api_name);
+    if watched {
+        tracing::warn!(
+            api,
+            ?correlation_id,
+            ?peer,
+            after_ms = SLOW_REQUEST_WARN.as_millis() as u64,
+            "Kafka request still unanswered"
+        );
+    }
+    let r = run.await;
+    if watched {
+        let took_ms = crate::common::clock::now()
+            .saturating_duration_since(started)
+            .as_millis() as u64;
+        tracing::warn!(
+            api,
+            ?correlation_id,
+            ?peer,
+            took_ms,
+            "slow Kafka request answered"
+        );
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_waiting_apis_escape_the_slow_request_warning() {
+        use kafka_protocol::messages::ApiKey;
+        for k in [ApiKey::Fetch, ApiKey::JoinGroup, ApiKey::SyncGroup] {
+            assert!(waits_by_design(k as i16), "{k:?}");
+        }
+        for k in [
+            ApiKey::Produce,
+            ApiKey::CreateTopics,
+            ApiKey::Metadata,
+            ApiKey::Heartbeat,
+        ] {
+            assert!(!waits_by_design(k as i16), "{k:?}");
+        }
+    }
+
+    #[test]
+    fn produce_is_at_its_index_and_frames_map_to_apis() {
+        assert_eq!(
+            kafka::SUPPORTED[PRODUCE_API_INDEX].0,
+            kafka_protocol::messages::ApiKey::Produce
+        );
+        assert_eq!(api_index(&[0, 0, 0, 9]), Some(PRODUCE_API_INDEX));
+        assert_eq!(api_index(&[0, 1, 0, 12]), Some(1)); // Fetch
+        assert_eq!(api_index(&[0x7f, 0x7f]), None);
+        assert_eq!(api_index(&[0]), None);
+    }
+}

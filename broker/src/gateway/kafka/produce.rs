@@ -1,0 +1,152 @@
+//! Produce: split once per owning shard, append there, merge; acks 0 / 1 / -1.
+//! Record batches are never decoded: the header is checked and the bytes stored as sent.
+
+use std::rc::Rc;
+
+use bytes::Bytes;
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+use kafka_protocol::protocol::StrBytes;
+
+use super::{metadata::auto_create, Ctx, FramingError};
+use crate::common::errors::KafkaError;
+use crate::shard::ops::{Op, ProducePart, ProduceResult, Reply, ShardSplit};
+use crate::shard::Shard;
+
+/// INVALID_REQUIRED_ACKS.
+const INVALID_REQUIRED_ACKS: i16 = 21;
+
+/// Produce; `None` for acks=0 (no response at all).
+pub async fn handle(
+    shard: &Rc<Shard>,
+    ctx: &Ctx,
+    body: Bytes,
+) -> Result<Option<Bytes>, FramingError> {
+    let req: ProduceRequest = ctx.decode(body)?;
+    let names: Vec<String> = req
+        .topic_data
+        .iter()
+        .map(|t| t.name.0.as_str().to_string())
+        .collect();
+    auto_create(shard, &names).await;
+    let meta = shard.metadata();
+    let acks_ok = matches!(req.acks, -1..=1);
+    // results[t][p] and, per shard, the (t, p) slots its parts fill, in order.
+    let mut results: Vec<Vec<Option<ProduceResult>>> = Vec::with_capacity(req.topic_data.len());
+    let mut split = ShardSplit::new(shard.count);
+    for (ti, t) in req.topic_data.iter().enumerate() {
+        let topic = t.name.0.as_str();
+        let mut row = Vec::with_capacity(t.partition_data.len());
+        for (pi, p) in t.partition_data.iter().enumerate() {
+            let records = p.records.clone().unwrap_or_default();
+            let early = if !acks_ok {
+                Some(KafkaError::InvalidRequest("acks".into()))
+            } else {
+                check_one_batch(&records).err()
+            };
+            match (early, meta.shard_of(topic, p.index)) {
+                (Some(e), _) => row.push(Some(failed(e))),
+                (None, None) => row.push(Some(failed(KafkaError::UnknownTopicOrPartition))),
+                (None, Some(s)) => {
+                    row.push(None);
+                    let part = ProducePart {
+                        topic: topic.to_string(),
+                        partition: p.index,
+                        batch: records,
+                    };
+                    split.push(s, (ti, pi), part);
+                }
+            }
+        }
+        results.push(row);
+    }
+    let acks_all = req.acks == -1;
+    let calls = split.into_groups().map(|(s, parts, slots)| async move {
+        match shard.call(s, Op::Produce { parts, acks_all }).await {
+            Reply::Produce(r) => (slots, r),
+            _ => (slots, Vec::new()),
+        }
+    });
+    for (slots, replies) in futures::future::join_all(calls).await {
+        for (k, (ti, pi)) in slots.into_iter().enumerate() {
+            results[ti][pi] = Some(
+                replies
+                    .get(k)
+                    .cloned()
+                    .unwrap_or_else(|| failed(KafkaError::NotLeader)),
+            );
+        }
+    }
+    if req.acks == 0 {
+        return Ok(None);
+    }
+    let responses = req
+        .topic_data
+        .iter()
+        .zip(results)
+        .map(|(t, row)| {
+            let parts = t
+                .partition_data
+                .iter()
+                .zip(row)
+                .map(|(p, r)| {
+                    partition_response(
+                        p.index,
+                        r.unwrap_or_else(|| failed(KafkaError::NotLeader)),
+                        req.acks,
+                        ctx.version,
+                    )
+                })
+                .collect();
+            TopicProduceResponse::default()
+                .with_name(t.name.clone())
+                .with_partition_responses(parts)
+        })
+        .collect();
+    ctx.respond(&ProduceResponse::default().with_responses(responses))
+        .map(Some)
+}
+
+fn partition_response(
+    index: i32,
+    r: ProduceResult,
+    acks: i16,
+    version: i16,
+) -> PartitionProduceResponse {
+    let mut out = PartitionProduceResponse::default()
+        .with_index(index)
+        .with_base_offset(r.base_offset)
+        .with_log_append_time_ms(-1)
+        .with_log_start_offset(if version >= 5 { r.log_start_offset } else { -1 });
+    if !matches!(acks, -1..=1) {
+        return out.with_error_code(INVALID_REQUIRED_ACKS);
+    }
+    if let Some(e) = r.error {
+        out = out.with_error_code(e.code());
+        if version >= 8 {
+            out = out.with_error_message(Some(StrBytes::from_string(e.to_string())));
+        }
+    }
+    out
+}
+
+fn failed(e: KafkaError) -> ProduceResult {
+    ProduceResult {
+        error: Some(e),
+        base_offset: -1,
+        log_start_offset: -1,
+    }
+}
+
+/// Kafka requires exactly one batch per partition in Produce v3+.
+pub(crate) fn check_one_batch(records: &Bytes) -> Result<(), KafkaError> {
+    let mut it = strand_wire::batches(records.clone());
+    match (it.next(), it.next()) {
+        (Some(Ok(_)), None) => Ok(()),
+        (Some(Err(e)), _) => Err(KafkaError::from_batch(e)),
+        (None, _) => Err(KafkaError::InvalidRecord("no record batch".into())),
+        (Some(Ok(_)), Some(_)) => Err(KafkaError::InvalidRecord(
+            "more than one batch per partition".into(),
+        )),
+    }
+}

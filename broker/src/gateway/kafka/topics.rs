@@ -1,0 +1,320 @@
+//! CreateTopics and DeleteTopics, and topic creation for auto-create.
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use bytes::Bytes;
+use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
+use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::{
+    CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
+    DeleteTopicsRequest, DeleteTopicsResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use super::{Ctx, FramingError};
+use crate::cluster::metadata::{place_partitions, Command, MetaError};
+use crate::shard::ops::{Op, Reply};
+use crate::shard::Shard;
+
+/// Commits metadata commands on shard 0 (the metadata log's home).
+pub async fn commit(shard: &Rc<Shard>, cmds: Vec<Command>) -> Vec<Result<(), MetaError>> {
+    let n = cmds.len();
+    match shard.call(0, Op::MetaCommands(cmds)).await {
+        Reply::Meta(r) => r,
+        _ => (0..n)
+            .map(|_| Err(MetaError::UnknownTopic("metadata shard unavailable".into())))
+            .collect(),
+    }
+}
+
+/// A CreateTopic command with placement and a fresh id; `replication_factor` -1 means
+/// the configured default. Without replication (no seeds) there are no replica lists.
+pub fn create_command(
+    shard: &Shard,
+    name: &str,
+    partitions: usize,
+    configs: BTreeMap<String, String>,
+    replication_factor: i16,
+) -> Command {
+    Command::CreateTopic {
+        name: name.to_string(),
+        id: uuid::Uuid::new_v4().as_u128(),
+        shards: place_partitions(name, 0, partitions, shard.count),
+        configs,
+        replicas: replicas_for(shard, name, 0, partitions, replication_factor),
+    }
+}
+
+/// Replica lists for new partitions (cluster mode), over the nodes the cluster has.
+pub fn replicas_for(
+    shard: &Shard,
+    name: &str,
+    first: usize,
+    count: usize,
+    replication_factor: i16,
+) -> Vec<Vec<i32>> {
+    if !shard.clustered() {
+        return Vec::new();
+    }
+    let nodes = cluster_nodes(shard);
+    let factor = if replication_factor == -1 {
+        shard.config.default_replication_factor
+    } else {
+        replication_factor
+    };
+    crate::cluster::metadata::place_replicas(name, first, count, &nodes, factor.max(1) as usize)
+}
+
+/// The cluster's nodes: the seeds and every node that registered or joined, by id.
+fn cluster_nodes(shard: &Shard) -> Vec<i32> {
+    let mut nodes: Vec<i32> = shard.config.seeds.iter().map(|&(id, _)| id).collect();
+    nodes.extend(shard.committed_node_ids());
+    nodes.sort_unstable();
+    nodes.dedup();
+    nodes
+}
+
+/// Largest replication factor this node can create (1 without a cluster).
+pub fn replication_factor_max(shard: &Shard) -> i16 {
+    if shard.clustered() {
+        let nodes = i16::try_from(cluster_nodes(shard).len()).unwrap_or(i16::MAX);
+        nodes.min(crate::common::config::REPLICATION_FACTOR_MAX)
+    } else {
+        1
+    }
+}
+
+/// CreateTopics.
+pub async fn create(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
+    let req: CreateTopicsRequest = ctx.decode(body)?;
+    let mut results = Vec::with_capacity(req.topics.len());
+    let mut cmds = Vec::new();
+    let mut slots = Vec::new();
+    for t in &req.topics {
+        let name = t.name.0.as_str().to_string();
+        let mut r = CreatableTopicResult::default().with_name(t.name.clone());
+        let partitions = if t.num_partitions == -1 {
+            shard.config.num_partitions
+        } else {
+            t.num_partitions
+        };
+        let rf_max = replication_factor_max(shard);
+        let bad_rf = t.replication_factor != -1 && !(1..=rf_max).contains(&t.replication_factor);
+        let mut configs = BTreeMap::new();
+        let mut bad_config = None;
+        for c in &t.configs {
+            let k = c.name.as_str();
+            let v = c.value.as_ref().map(|v| v.as_str().to_string());
+            match v {
+                Some(v) => match crate::cluster::topic_config::validate(k, &v) {
+                    Ok(()) => {
+                        configs.insert(k.to_string(), v);
+                    }
+                    Err(m) => bad_config = Some(m),
+                },
+                None if crate::cluster::topic_config::def(k).is_none() => {
+                    bad_config = Some(format!("unknown or unsupported topic config {k}"));
+                }
+                None => {}
+            }
+        }
+        if partitions < 1 {
+            r = r
+                .with_error_code(37)
+                .with_error_message(Some(msg("number of partitions must be at least 1")));
+        } else if bad_rf {
+            r = r
+                .with_error_code(38)
+                .with_error_message(Some(StrBytes::from_string(format!(
+                    "replication factor must be in 1..={rf_max} (the nodes of this cluster)"
+                ))));
+        } else if let Some(m) = bad_config {
+            r = r
+                .with_error_code(40)
+                .with_error_message(Some(StrBytes::from_string(m)));
+        } else if !t.assignments.is_empty() {
+            r = r
+                .with_error_code(39)
+                .with_error_message(Some(msg("manual replica assignment is not supported")));
+        } else {
+            let cmd = create_command(
+                shard,
+                &name,
+                partitions as usize,
+                configs,
+                t.replication_factor,
+            );
+            if ctx.version >= 5 {
+                let rf = match &cmd {
+                    Command::CreateTopic { replicas, .. } => {
+                        replicas.first().map_or(1, |r| r.len() as i16)
+                    }
+                    _ => 1,
+                };
+                r = r
+                    .with_num_partitions(partitions)
+                    .with_replication_factor(rf);
+            }
+            if let Command::CreateTopic { id, .. } = &cmd {
+                if ctx.version >= 7 {
+                    r = r.with_topic_id(uuid::Uuid::from_u128(*id));
+                }
+            }
+            if req.validate_only {
+                if let Err(e) = shard.metadata().check(&cmd) {
+                    r = r
+                        .with_error_code(e.kafka_code())
+                        .with_error_message(Some(StrBytes::from_string(e.to_string())));
+                }
+            } else {
+                slots.push(results.len());
+                cmds.push(cmd);
+            }
+        }
+        results.push(r);
+    }
+    if !cmds.is_empty() {
+        for (slot, res) in slots.into_iter().zip(commit(shard, cmds).await) {
+            if let Err(e) = res {
+                let r = std::mem::take(&mut results[slot]);
+                results[slot] = r
+                    .with_error_code(e.kafka_code())
+                    .with_error_message(Some(StrBytes::from_string(e.to_string())));
+            }
+        }
+    }
+    ctx.respond(&CreateTopicsResponse::default().with_topics(results))
+}
+
+/// DeleteTopics (by name; by topic id from v6).
+pub async fn delete(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
+    let req: DeleteTopicsRequest = ctx.decode(body)?;
+    let meta = shard.metadata();
+    let mut names: Vec<(Option<TopicName>, uuid::Uuid)> = req
+        .topic_names
+        .iter()
+        .map(|n| (Some(n.clone()), uuid::Uuid::nil()))
+        .collect();
+    names.extend(req.topics.iter().map(|t| (t.name.clone(), t.topic_id)));
+    let mut results = Vec::with_capacity(names.len());
+    let mut cmds = Vec::new();
+    let mut slots = Vec::new();
+    for (name, id) in names {
+        let resolved = match &name {
+            Some(n) => Some(n.0.as_str().to_string()),
+            None => meta
+                .topics
+                .iter()
+                .find(|(_, t)| t.id == id.as_u128())
+                .map(|(n, _)| n.clone()),
+        };
+        let mut r = DeletableTopicResult::default()
+            .with_name(name)
+            .with_topic_id(id);
+        match resolved {
+            Some(n) if meta.topics.contains_key(&n) => {
+                if ctx.version >= 6 {
+                    r = r.with_topic_id(uuid::Uuid::from_u128(meta.topics[&n].id));
+                }
+                slots.push(results.len());
+                cmds.push(Command::DeleteTopic { name: n });
+            }
+            _ => r = r.with_error_code(if id.is_nil() { 3 } else { 100 }),
+        }
+        results.push(r);
+    }
+    if !cmds.is_empty() {
+        for (slot, res) in slots.into_iter().zip(commit(shard, cmds).await) {
+            if let Err(e) = res {
+                let r = std::mem::take(&mut results[slot]);
+                results[slot] = r.with_error_code(e.kafka_code());
+            }
+        }
+    }
+    ctx.respond(&DeleteTopicsResponse::default().with_responses(results))
+}
+
+fn msg(s: &'static str) -> StrBytes {
+    StrBytes::from_static_str(s)
+}
+
+/// CreatePartitions: grows a topic to `count` partitions; new ones are writable at once.
+pub async fn create_partitions(
+    shard: &Rc<Shard>,
+    ctx: &Ctx,
+    body: Bytes,
+) -> Result<Bytes, FramingError> {
+    let req: CreatePartitionsRequest = ctx.decode(body)?;
+    let meta = shard.metadata();
+    let node = shard.config.node_id;
+    let mut results = Vec::with_capacity(req.topics.len());
+    let mut cmds = Vec::new();
+    let mut slots = Vec::new();
+    for t in &req.topics {
+        let name = t.name.0.as_str();
+        let r = CreatePartitionsTopicResult::default().with_name(t.name.clone());
+        let err = |code: i16, m: String| {
+            r.clone()
+                .with_error_code(code)
+                .with_error_message(Some(StrBytes::from_string(m)))
+        };
+        let Some(topic) = meta.topics.get(name) else {
+            results.push(err(3, format!("topic {name} does not exist")));
+            continue;
+        };
+        let current = topic.shards.len();
+        let wanted = usize::try_from(t.count).unwrap_or(0);
+        if wanted <= current || t.count > crate::cluster::metadata::PARTITIONS_PER_TOPIC_MAX {
+            results.push(err(
+                37,
+                format!("topic has {current} partitions; requested {}", t.count),
+            ));
+            continue;
+        }
+        let bad_assignment = t.assignments.as_ref().is_some_and(|a| {
+            a.len() != wanted - current
+                || a.iter().any(|x| x.broker_ids.iter().any(|b| b.0 != node))
+        });
+        if bad_assignment {
+            results.push(err(
+                39,
+                "assignments must name this broker for each new partition".into(),
+            ));
+            continue;
+        }
+        results.push(r);
+        if !req.validate_only {
+            slots.push(results.len() - 1);
+            let shards = place_partitions(name, current, wanted - current, shard.count);
+            let rf = meta_rf(shard, name);
+            cmds.push(Command::CreatePartitions {
+                name: name.to_string(),
+                shards,
+                replicas: replicas_for(shard, name, current, wanted - current, rf),
+            });
+        }
+    }
+    if !cmds.is_empty() {
+        for (slot, res) in slots.into_iter().zip(commit(shard, cmds).await) {
+            if let Err(e) = res {
+                let r = std::mem::take(&mut results[slot]);
+                results[slot] = r
+                    .with_error_code(e.kafka_code())
+                    .with_error_message(Some(StrBytes::from_string(e.to_string())));
+            }
+        }
+    }
+    ctx.respond(&CreatePartitionsResponse::default().with_results(results))
+}
+
+/// Replication factor of an existing topic (its first partition's replica count).
+fn meta_rf(shard: &Shard, name: &str) -> i16 {
+    shard
+        .metadata()
+        .topics
+        .get(name)
+        .and_then(|t| t.replicas.first())
+        .map_or(-1, |r| r.len() as i16)
+}

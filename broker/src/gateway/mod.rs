@@ -1,0 +1,4 @@
+//! Protocol gateways.
+
+pub mod kafka;
+pub mod native;

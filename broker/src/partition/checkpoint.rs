@@ -1,0 +1,344 @@
+//! Checkpoints of the state a partition rebuilds from its log: its idempotent producers and,
+//! for a `__consumer_offsets` partition, its records as compaction would keep them (the
+//! groups' committed offsets and metadata). Opening a partition or gaining its leadership
+//! replays only the log after the newest checkpoint instead of the whole log (Kafka keeps
+//! producer-state snapshots, and compacts the offsets topic, for the same reason). A
+//! checkpoint is kept in memory and in `CHECKPOINT_FILE` in the partition's directory.
+//!
+//! Invariant: a checkpoint at offset `X` holds exactly the state of the committed batches
+//! that end at or before `X`, and `X` is a batch boundary (or the log start offset). It is
+//! built by replaying committed log data into the previous checkpoint, never copied from a
+//! leader's live state, which holds batches not yet committed. A checkpoint that cannot be
+//! read (missing, torn, corrupt, or past the log end) is replaced by the empty one at the
+//! log start offset: the state is rebuilt from the whole log, as before checkpoints.
+
+use std::path::Path;
+
+use strand_storage::{KafkaOffset, Log, StorageError};
+use strand_wire::RecordBatch;
+
+use crate::group::records::{Compacted, CompactedDecodeError};
+use crate::partition::producer_state::{batch_ids, ProducerStates, StateDecodeError};
+
+/// File name of the checkpoint in a partition's directory.
+pub const CHECKPOINT_FILE: &str = "partition-state.checkpoint";
+/// Committed data appended between two checkpoints: bounds what a leader gain or an open
+/// replays (about this much read back, from the batch cache when recent).
+pub const CHECKPOINT_INTERVAL_BYTES: u64 = 16 << 20;
+/// Bytes read per step of a replay (the shard may run other work between steps).
+const REPLAY_READ_BYTES: usize = 1 << 20;
+/// First bytes of a checkpoint file.
+const MAGIC: [u8; 4] = *b"SPST";
+/// Format version written.
+const VERSION: u8 = 1;
+/// Magic, version and offset.
+const HEADER_BYTES: usize = 4 + 1 + 8;
+/// CRC-32C trailer.
+const TRAILER_BYTES: usize = 4;
+
+/// Partition state as of a log offset.
+#[derive(Clone, Debug, Default)]
+pub struct Checkpoint {
+    /// The state covers the committed batches ending at or before this offset.
+    pub offset: KafkaOffset,
+    /// The idempotent producers.
+    pub states: ProducerStates,
+    /// An offsets partition's records, compacted (`None` for any other partition).
+    pub records: Option<Compacted>,
+}
+
+/// Why a checkpoint file was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CheckpointError {
+    /// Too short for a header and trailer.
+    #[error("checkpoint truncated ({0} bytes)")]
+    Truncated(usize),
+    /// Not a checkpoint file.
+    #[error("not a partition-state checkpoint")]
+    Magic,
+    /// Written by a newer version.
+    #[error("checkpoint version {0} is not supported")]
+    Version(u8),
+    /// The CRC does not match (torn or corrupt).
+    #[error("checkpoint CRC mismatch")]
+    Crc,
+    /// A negative offset.
+    #[error("checkpoint offset {0} is negative")]
+    Offset(i64),
+    /// The state inside is malformed.
+    #[error(transparent)]
+    State(#[from] StateDecodeError),
+    /// The records inside are malformed.
+    #[error(transparent)]
+    Records(#[from] CompactedDecodeError),
+    /// The records flag is neither 0 nor 1.
+    #[error("checkpoint records flag {0}")]
+    RecordsFlag(u8),
+    /// Bytes after the state.
+    #[error("{0} bytes after the producer state")]
+    Trailing(usize),
+}
+
+impl Checkpoint {
+    /// No producers (and no records, kept when `with_records`), as of `offset`.
+    pub fn empty(offset: KafkaOffset, with_records: bool) -> Checkpoint {
+        Checkpoint {
+            offset,
+            states: ProducerStates::default(),
+            records: with_records.then(Compacted::default),
+        }
+    }
+
+    /// The file's bytes: magic, version, offset, the producer state, a records flag (0 or 1)
+    /// and the records, CRC-32C of all before it.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(HEADER_BYTES + TRAILER_BYTES + 64);
+        out.extend_from_slice(&MAGIC);
+        out.push(VERSION);
+        out.extend_from_slice(&self.offset.0.to_be_bytes());
+        self.states.encode(&mut out);
+        match &self.records {
+            None => out.push(0),
+            Some(r) => {
+                out.push(1);
+                r.encode(&mut out);
+            }
+        }
+        let crc = crc32c::crc32c(&out);
+        out.extend_from_slice(&crc.to_be_bytes());
+        out
+    }
+
+    /// Reads a file written by `encode`.
+    pub fn decode(bytes: &[u8]) -> Result<Checkpoint, CheckpointError> {
+        if bytes.len() < HEADER_BYTES + TRAILER_BYTES {
+            return Err(CheckpointError::Truncated(bytes.len()));
+        }
+        let (body, crc) = bytes.split_at(bytes.len() - TRAILER_BYTES);
+        if body[..4] != MAGIC {
+            return Err(CheckpointError::Magic);
+        }
+        if crc32c::crc32c(body).to_be_bytes() != crc {
+            return Err(CheckpointError::Crc);
+        }
+        if body[4] != VERSION {
+            return Err(CheckpointError::Version(body[4]));
+        }
+        let mut offset = [0u8; 8];
+        offset.copy_from_slice(&body[5..HEADER_BYTES]);
+        let offset = i64::from_be_bytes(offset);
+        if offset < 0 {
+            return Err(CheckpointError::Offset(offset));
+        }
+        let (states, rest) = ProducerStates::decode(&body[HEADER_BYTES..])?;
+        let (records, rest) = match rest.split_first() {
+            Some((0, rest)) => (None, rest),
+            Some((1, rest)) => {
+                let (r, rest) = Compacted::decode(rest)?;
+                (Some(r), rest)
+            }
+            Some((&flag, _)) => return Err(CheckpointError::RecordsFlag(flag)),
+            None => return Err(CheckpointError::Truncated(bytes.len())),
+        };
+        if !rest.is_empty() {
+            return Err(CheckpointError::Trailing(rest.len()));
+        }
+        Ok(Checkpoint {
+            offset: KafkaOffset(offset),
+            states,
+            records,
+        })
+    }
+
+    /// The checkpoint saved in `log`'s directory, if it is readable, within the log (or
+    /// `replicated`) and keeps records exactly when `with_records`; otherwise (logged) the
+    /// empty one at the log start offset. A replicated log may be behind its checkpoint: a
+    /// follower saves the one a leader's snapshot shipped before its log reaches it, and
+    /// the checkpoint holds committed data only, which Raft never takes from a log (a
+    /// replica that lacks it cannot lead). An unreplicated log behind its checkpoint lost
+    /// durable data: the checkpoint is refused.
+    pub fn load(log: &Log, with_records: bool, replicated: bool) -> Checkpoint {
+        let path = log.dir().join(CHECKPOINT_FILE);
+        let empty = Checkpoint::empty(log.log_start_offset(), with_records);
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return empty,
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e,
+                    "cannot read the partition-state checkpoint; replaying the whole log");
+                return empty;
+            }
+        };
+        match Checkpoint::decode(&bytes) {
+            Ok(c) if c.records.is_some() != with_records => {
+                tracing::warn!(path = %path.display(),
+                    "partition-state checkpoint is of another kind of partition; replaying the whole log");
+                empty
+            }
+            Ok(c) if replicated || c.offset <= log.log_end_offset() => c,
+            Ok(c) => {
+                tracing::warn!(path = %path.display(), offset = c.offset.0,
+                    log_end_offset = log.log_end_offset().0,
+                    "partition-state checkpoint is past the log end; replaying the whole log");
+                empty
+            }
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e,
+                    "partition-state checkpoint refused; replaying the whole log");
+                empty
+            }
+        }
+    }
+
+    /// Writes the checkpoint to `dir` atomically (temporary file, fdatasync, rename).
+    pub async fn save(&self, dir: &Path) -> Result<(), StorageError> {
+        strand_storage::io::write_small_file_atomic_async(
+            &dir.join(CHECKPOINT_FILE),
+            &self.encode(),
+        )
+        .await
+    }
+
+    /// Records the batches of `log` from this checkpoint's offset up to `end` (a batch
+    /// boundary at or below the committed end), moving the offset past them. Data below
+    /// the log start offset is gone (retention, DeleteRecords, an installed snapshot): the
+    /// replay starts at the log start and the state keeps what it knew. Returns the bytes
+    /// read.
+    pub async fn advance(&mut self, log: &Log, end: KafkaOffset) -> Result<u64, StorageError> {
+        let (states, records) = (&mut self.states, &mut self.records);
+        let (next, bytes) = replay_batches(log, self.offset, end, |b| {
+            let Ok(view) = RecordBatch::parse(b) else {
+                return;
+            };
+            if let Some((pid, epoch, first, last)) = batch_ids(&view) {
+                states.record(pid, epoch, first, last, view.base_offset());
+            }
+            if let Some(records) = records.as_mut() {
+                crate::group::coordinator::for_each_record(view.into_bytes(), |k, v| {
+                    records.apply(k, v)
+                });
+            }
+        })
+        .await?;
+        if let Some(next) = next {
+            self.offset = next;
+        }
+        Ok(bytes)
+    }
+}
+
+/// Calls `f` with each batch of `log` from `from` (or the log start offset, if later) up
+/// to `end`, in steps of `REPLAY_READ_BYTES` with a yield to the shard between steps
+/// (steps served from the batch cache never wait). Returns the offset after the last batch
+/// read (`None` when none was) and the bytes read.
+pub async fn replay_batches(
+    log: &Log,
+    from: KafkaOffset,
+    end: KafkaOffset,
+    mut f: impl FnMut(bytes::Bytes),
+) -> Result<(Option<KafkaOffset>, u64), StorageError> {
+    let mut next = from.max(log.log_start_offset());
+    let (mut reached, mut bytes) = (None, 0u64);
+    while next < end {
+        let r = log.read(next, end, REPLAY_READ_BYTES, true).await?;
+        if r.batches.is_empty() {
+            break;
+        }
+        r.batches.into_iter().for_each(&mut f);
+        bytes += r.bytes as u64;
+        next = r.next_offset;
+        reached = Some(next);
+        strand_storage::io_runtime::yield_now().await;
+    }
+    Ok((reached, bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn sample() -> Checkpoint {
+        let mut states = ProducerStates::default();
+        states.record(7, 0, 0, 4, 100);
+        states.record(7, 0, 5, 9, 105);
+        states.record(9, 3, i32::MAX - 1, 0, 110);
+        let mut records = Compacted::default();
+        records.apply(b"{\"k\":\"Group\",\"group\":\"g\"}", Some(b"{}"));
+        Checkpoint {
+            offset: KafkaOffset(112),
+            states,
+            records: Some(records),
+        }
+    }
+
+    #[test]
+    fn a_checkpoint_round_trips() {
+        for c in [sample(), Checkpoint::empty(KafkaOffset(0), false)] {
+            let bytes = c.encode();
+            let back = Checkpoint::decode(&bytes).expect("decodes");
+            assert_eq!(back.offset, c.offset);
+            assert_eq!(back.records, c.records);
+            assert_eq!(back.encode(), bytes);
+        }
+        let back = Checkpoint::decode(&sample().encode()).expect("decodes");
+        assert_eq!(
+            back.states.check(7, 0, 5, 9),
+            Ok(crate::partition::producer_state::Verdict::Duplicate { base_offset: 105 })
+        );
+    }
+
+    #[test]
+    fn a_torn_or_corrupt_checkpoint_is_refused() {
+        let bytes = sample().encode();
+        for cut in 0..bytes.len() {
+            assert!(Checkpoint::decode(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+        for at in 0..bytes.len() {
+            let mut b = bytes.clone();
+            b[at] ^= 0x40;
+            assert!(Checkpoint::decode(&b).is_err(), "flip at {at}");
+        }
+    }
+
+    #[test]
+    fn counts_are_checked_before_allocating() {
+        // A well-formed file whose producer count claims more than the bytes hold.
+        let mut body = Vec::new();
+        body.extend_from_slice(&MAGIC);
+        body.push(VERSION);
+        body.extend_from_slice(&0i64.to_be_bytes());
+        body.extend_from_slice(&u32::MAX.to_be_bytes());
+        let crc = crc32c::crc32c(&body);
+        body.extend_from_slice(&crc.to_be_bytes());
+        assert_eq!(
+            Checkpoint::decode(&body).map(|c| c.offset),
+            Err(CheckpointError::State(StateDecodeError::Count(
+                u32::MAX as usize
+            )))
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn states_round_trip(
+            offset in 0i64..1 << 40,
+            batches in proptest::collection::vec((0i64..20, 0i16..3, 0i32..1000, 0i64..1 << 40), 0..60),
+        ) {
+            let mut states = ProducerStates::default();
+            for (pid, epoch, seq, base) in batches {
+                states.record(pid, epoch, seq, seq + 1, base);
+            }
+            let c = Checkpoint { offset: KafkaOffset(offset), states, records: None };
+            let bytes = c.encode();
+            let back = Checkpoint::decode(&bytes).map(|b| b.encode());
+            prop_assert_eq!(back, Ok(bytes));
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = Checkpoint::decode(&bytes);
+            let _ = ProducerStates::decode(&bytes);
+        }
+    }
+}

@@ -1,0 +1,1042 @@
+//! One partition on its shard: the log, the high watermark, group commit and the waiters
+//! for durability (acks=all) and for appends (Fetch long-poll).
+//!
+//! Invariant: `high_watermark` only moves forward, to what the log reports durable (on one
+//! node, committed = fdatasynced). At most one flush task runs per partition; every
+//! append after it started is flushed by the next turn of the same task.
+
+pub mod checkpoint;
+pub mod producer_state;
+
+use std::cell::{Cell, RefCell};
+use std::rc::{Rc, Weak};
+
+use bytes::Bytes;
+use futures::channel::oneshot;
+use strand_storage::{AppendEntry, FrameKind, KafkaOffset, Log, RaftIndex, RaftTerm, StorageError};
+use strand_wire::RecordBatch;
+
+use crate::common::errors::KafkaError;
+use crate::common::logging::{RateLimit, STORAGE_ERROR_LOG_INTERVAL};
+use crate::common::metrics::{ProduceStage, ShardMetrics};
+use crate::partition::checkpoint::{Checkpoint, CHECKPOINT_INTERVAL_BYTES};
+use crate::partition::producer_state::{batch_ids, ProducerStates, Verdict, PENDING_OFFSET};
+use crate::replication::Replicator;
+use strand_raft::{Ack, GroupId};
+
+/// Durability waiters and append watchers are bounded by the requests in flight, which
+/// the connection pipeline depth bounds; this caps one partition's list regardless.
+pub const WAITERS_MAX: usize = 65_536;
+
+/// How often a checkpoint writer waiting for another one looks again.
+const CHECKPOINT_LOCK_POLL: std::time::Duration = std::time::Duration::from_millis(1);
+/// How long a produce to a newly elected leader waits for it to serve (its term's first
+/// entry committed, its producer state rebuilt: normally a round trip and a write) before
+/// it is answered NOT_LEADER_OR_FOLLOWER. Metadata names a leader from its election on,
+/// and a Kafka leader takes writes from then on: a refusal would send the client into a
+/// metadata refresh and a retry backoff for a wait of about a millisecond.
+const NEW_LEADER_WAIT: std::time::Duration = if cfg!(test) {
+    std::time::Duration::from_millis(200)
+} else {
+    std::time::Duration::from_secs(2)
+};
+
+/// A produce waiting for its entry to become durable.
+type DurableWaiter = (RaftIndex, oneshot::Sender<Result<(), KafkaError>>);
+
+/// Result of a produce to this partition.
+#[derive(Clone, Copy, Debug)]
+pub struct Produced {
+    /// Offset of the batch's first record.
+    pub base_offset: KafkaOffset,
+}
+
+/// A partition hosted on this shard.
+pub struct Partition {
+    /// Topic name.
+    pub topic: String,
+    /// Partition index.
+    pub index: i32,
+    log: Log,
+    // Invariant: never decreases; <= log end offset.
+    high_watermark: Cell<KafkaOffset>,
+    flushing: Cell<bool>,
+    durable_waiters: RefCell<Vec<DurableWaiter>>,
+    append_watchers: RefCell<Vec<oneshot::Sender<()>>>,
+    max_message_bytes: Cell<usize>,
+    producers: RefCell<ProducerStates>,
+    /// Partition state (producers; an offsets partition's records) of the committed log
+    /// below the checkpoint's offset: what opening the partition, gaining its leadership
+    /// or loading its groups starts from (`checkpoint`).
+    checkpoint: RefCell<Checkpoint>,
+    /// A checkpoint advance is running (at most one per partition).
+    checkpointing: Cell<bool>,
+    /// The log's `bytes_appended` when the last checkpoint advance started.
+    checkpoint_mark_bytes: Cell<u64>,
+    metrics: Rc<ShardMetrics>,
+    /// At most one storage-error log line per partition per interval.
+    storage_error_log: RateLimit,
+    /// Set when the partition is a Raft group (cluster mode): its replicator and group.
+    replication: RefCell<Option<(Weak<Replicator>, GroupId)>>,
+    /// Cluster mode: whether this node leads the group and serves clients.
+    leading: Cell<bool>,
+    /// Cluster mode: whether the group elected this node (serving or not yet).
+    elected: Cell<bool>,
+    /// Requests waiting for this elected node to serve or to lose the election
+    /// (`wait_serving`); woken at every change of `elected`, `leading` or `rebuilding`.
+    serving_watchers: RefCell<Vec<oneshot::Sender<()>>>,
+    /// Cluster mode: the group's current Raft term (the Kafka leader epoch).
+    term: Cell<u64>,
+    /// Cluster mode: idempotent-producer state is being rebuilt after a leader change.
+    rebuilding: Cell<bool>,
+    /// Cluster mode: run when this node becomes the leader (the group coordinator reloads
+    /// the groups of an offsets partition, which followers do not apply).
+    on_leader_gain: RefCell<Option<Box<dyn Fn()>>>,
+}
+
+impl Partition {
+    /// Wraps an opened log.
+    pub fn new(
+        topic: String,
+        index: i32,
+        log: Log,
+        max_message_bytes: usize,
+        metrics: Rc<ShardMetrics>,
+    ) -> Partition {
+        let hw = log.durable().next_offset;
+        Partition {
+            topic,
+            index,
+            log,
+            high_watermark: Cell::new(hw),
+            flushing: Cell::new(false),
+            durable_waiters: RefCell::new(Vec::new()),
+            append_watchers: RefCell::new(Vec::new()),
+            max_message_bytes: Cell::new(max_message_bytes),
+            producers: RefCell::new(ProducerStates::default()),
+            checkpoint: RefCell::new(Checkpoint::default()),
+            checkpointing: Cell::new(false),
+            checkpoint_mark_bytes: Cell::new(0),
+            metrics,
+            storage_error_log: RateLimit::new(STORAGE_ERROR_LOG_INTERVAL),
+            replication: RefCell::new(None),
+            leading: Cell::new(false),
+            elected: Cell::new(false),
+            serving_watchers: RefCell::new(Vec::new()),
+            term: Cell::new(0),
+            rebuilding: Cell::new(false),
+            on_leader_gain: RefCell::new(None),
+        }
+    }
+
+    /// Sets what runs when this node becomes the partition's leader (cluster mode).
+    pub fn set_on_leader_gain(&self, f: Box<dyn Fn()>) {
+        *self.on_leader_gain.borrow_mut() = Some(f);
+    }
+
+    /// Makes this partition a Raft group driven by `rep` (cluster mode): produce goes
+    /// through Raft and the high watermark follows the group's commits. Its high
+    /// watermark is unknown (log start) until this node leads.
+    pub fn attach_replication(&self, rep: Weak<Replicator>, group: GroupId) {
+        *self.replication.borrow_mut() = Some((rep, group));
+        self.high_watermark.set(self.log.log_start_offset());
+    }
+
+    /// Applies retention (`retention.ms`, `retention.bytes`): directly on an unreplicated
+    /// log; on a replicated one (only what this node applied) through its Raft group, whose
+    /// compaction point moves (and is persisted) before the segments go in the
+    /// replicator's next turn. The partition-state checkpoint first moves past the data
+    /// that goes, so the producers and groups that data built outlive it (here, and on a
+    /// follower that gets the compaction point as a snapshot with the checkpoint).
+    pub async fn apply_retention(&self) -> anyhow::Result<strand_storage::RetentionOutcome> {
+        let replication = self.replication.borrow().clone();
+        let rep = match replication {
+            None => None,
+            Some((rep, group)) => match rep.upgrade() {
+                Some(rep) => Some((rep, group)),
+                None => return Ok(strand_storage::RetentionOutcome::default()),
+            },
+        };
+        let max_index = match &rep {
+            None => RaftIndex(u64::MAX),
+            Some((rep, group)) => match rep.applied_index(*group) {
+                Some(applied) => RaftIndex(applied.0),
+                None => return Ok(strand_storage::RetentionOutcome::default()),
+            },
+        };
+        let Some(cut) = self.log.retention_due(max_index)? else {
+            return Ok(strand_storage::RetentionOutcome::default());
+        };
+        // Committed data: an unreplicated log's closed segments are durable, a replicated
+        // one's are applied through `max_index`.
+        self.checkpoint_before_delete(cut.offset, "retention").await;
+        match rep {
+            None => Ok(self.log.apply_retention_cut(cut).await?),
+            Some((rep, group)) => {
+                rep.compact_for_retention(group, strand_raft::RaftIndex(cut.through.0));
+                Ok(strand_storage::RetentionOutcome::default())
+            }
+        }
+    }
+
+    /// DeleteRecords on a replicated partition: the new log start offset goes through the
+    /// Raft log so every replica (and any later leader) applies it. Resolves once committed
+    /// and applied on this node.
+    pub async fn propose_log_start(&self, offset: KafkaOffset) -> Result<(), KafkaError> {
+        let replication = self.replication.borrow().clone();
+        let (rep, group) = replication.ok_or(KafkaError::NotLeader)?;
+        let rep = rep.upgrade().ok_or(KafkaError::NotLeader)?;
+        if !self.leading.get() {
+            return Err(KafkaError::NotLeader);
+        }
+        rep.propose_log_start(group, strand_raft::KafkaOffset(offset.0))
+            .await
+    }
+
+    /// Whether the partition is replicated (a Raft group).
+    pub fn replicated(&self) -> bool {
+        self.replication.borrow().is_some()
+    }
+
+    /// Whether this node serves the partition to clients: always without replication,
+    /// else only as the group's leader with a high watermark of its own term.
+    pub fn serving(&self) -> bool {
+        !self.replicated() || self.leading.get()
+    }
+
+    /// The replicator's view after a turn: role (`elected`: Raft's leader), term and (as
+    /// leader) the high watermark, which a leader has once its term's first entry commits.
+    pub fn set_replica_role(
+        self: &Rc<Self>,
+        elected: bool,
+        term: u64,
+        hw: Option<strand_raft::KafkaOffset>,
+        applied_end: Option<strand_raft::KafkaOffset>,
+    ) {
+        if let Some(end) = applied_end {
+            self.maybe_checkpoint(KafkaOffset(end.0));
+        }
+        let was = self.leading.get();
+        let leading = elected && hw.is_some();
+        let was_elected = self.elected.replace(elected);
+        let changed = leading != was || elected != was_elected;
+        self.term.set(term);
+        if leading && !was {
+            // Rebuild idempotence state from the log this node now leads: it appended
+            // batches as a follower without recording their producers.
+            self.rebuilding.set(true);
+            let me = self.clone();
+            crate::shard::spawn_local(async move {
+                if let Err(e) = me.rebuild_producer_state().await {
+                    tracing::warn!(topic = %me.topic, partition = me.index, error = %e,
+                        "rebuilding producer state after a leader change failed");
+                }
+                me.rebuilding.set(false);
+                me.wake_serving_watchers();
+            });
+            if let Some(f) = self.on_leader_gain.borrow().as_ref() {
+                f();
+            }
+        }
+        self.leading.set(leading);
+        if changed {
+            self.wake_serving_watchers();
+        }
+        if let Some(hw) = hw.filter(|_| leading) {
+            let hw = KafkaOffset(hw.0);
+            if hw != self.high_watermark.get() {
+                self.high_watermark.set(hw);
+                for w in self.append_watchers.borrow_mut().drain(..) {
+                    let _ = w.send(());
+                }
+            }
+        }
+    }
+
+    /// The log.
+    /// The shard's metrics (the replication loop times this log's flushes into them).
+    pub fn metrics(&self) -> &ShardMetrics {
+        &self.metrics
+    }
+
+    pub fn log(&self) -> &Log {
+        &self.log
+    }
+
+    /// End of committed (durable) data.
+    pub fn high_watermark(&self) -> KafkaOffset {
+        self.high_watermark.get()
+    }
+
+    /// Leader epoch: the Raft term (the last written one without replication).
+    pub fn leader_epoch(&self) -> i32 {
+        let term = if self.replicated() {
+            self.term.get()
+        } else {
+            self.log.last_term().0
+        };
+        i32::try_from(term).unwrap_or(i32::MAX)
+    }
+
+    /// Where leader epoch `epoch` ends (OffsetForLeaderEpoch): the last epoch at or below
+    /// it that the log holds and the offset after its last record; `None` when the log
+    /// holds no epoch at or below it. In a replicated log a batch written before the
+    /// cluster (epoch 0) belongs to epoch 1, as its copies on other replicas do (see
+    /// `raft_store::raft_term`), so every replica answers alike.
+    pub async fn epoch_end(&self, epoch: u64) -> Result<Option<(u64, KafkaOffset)>, StorageError> {
+        if !self.replicated() {
+            let end = self.log.epoch_end_offset(RaftTerm(epoch)).await?;
+            return Ok(end.map(|(t, o)| (t.0, o)));
+        }
+        let end = self
+            .log
+            .epoch_end_offset(RaftTerm(
+                crate::replication::store::raft_term(RaftTerm(epoch)).0,
+            ))
+            .await?;
+        Ok(end.map(|(t, o)| (crate::replication::store::raft_term(t).0, o)))
+    }
+
+    /// Validates and appends one producer batch; with `acks_all`, waits until durable.
+    pub async fn produce(
+        self: &Rc<Self>,
+        batch: Bytes,
+        acks_all: bool,
+    ) -> Result<Produced, KafkaError> {
+        let started = crate::common::clock::now();
+        if batch.len() > self.max_message_bytes.get() {
+            return Err(KafkaError::MessageTooLarge);
+        }
+        let view = RecordBatch::parse(batch.clone()).map_err(KafkaError::from_batch)?;
+        view.validate().map_err(KafkaError::from_batch)?;
+        view.validate_produce().map_err(KafkaError::from_batch)?;
+        let ids = batch_ids(&view);
+        let replication = self.replication.borrow().clone();
+        if let Some((rep, group)) = replication {
+            return self
+                .produce_replicated(rep, group, batch, &view, ids, acks_all)
+                .await;
+        }
+        if let Some((pid, epoch, first, last)) = ids {
+            let verdict = self.producers.borrow().check(pid, epoch, first, last)?;
+            if let Verdict::Duplicate { base_offset } = verdict {
+                if acks_all {
+                    self.wait_committed(KafkaOffset(base_offset)).await;
+                }
+                return Ok(Produced {
+                    base_offset: KafkaOffset(base_offset),
+                });
+            }
+        }
+        let (batch_bytes, records) = (batch.len(), u64::try_from(view.record_count()).unwrap_or(0));
+        let entry = AppendEntry {
+            term: RaftTerm(0),
+            kind: FrameKind::Data,
+            body: batch,
+        };
+        let append_started = crate::common::clock::now();
+        let appended = self
+            .log
+            .append_one(&entry)
+            .map_err(|e| self.storage_error(e))?;
+        let append_done = crate::common::clock::now();
+        self.metrics.storage_append(append_done - append_started);
+        self.metrics
+            .produce_stage(ProduceStage::Append, append_done - started);
+        self.metrics.produced(batch_bytes, records);
+        if let Some((pid, epoch, first, last)) = ids {
+            self.producers.borrow_mut().record(
+                pid,
+                epoch,
+                first,
+                last,
+                appended.kafka_base_offset.0,
+            );
+        }
+        let durable = acks_all.then(|| self.wait_durable(appended.index));
+        self.ensure_flushing();
+        if let Some(rx) = durable {
+            rx.await.map_err(|_| KafkaError::NotLeader)??;
+            self.metrics.produce_stage(
+                ProduceStage::Flush,
+                crate::common::clock::now() - append_done,
+            );
+        }
+        Ok(Produced {
+            base_offset: appended.kafka_base_offset,
+        })
+    }
+
+    /// Cluster mode: proposes the batch to the partition's Raft group and answers once a
+    /// majority has it (acks=all), or once this leader appended it (acks=1: as in Kafka,
+    /// lost if this leader fails before a majority has it; consumers see it only when
+    /// committed).
+    async fn produce_replicated(
+        self: &Rc<Self>,
+        rep: Weak<Replicator>,
+        group: GroupId,
+        batch: Bytes,
+        view: &RecordBatch,
+        ids: Option<(i64, i16, i32, i32)>,
+        acks_all: bool,
+    ) -> Result<Produced, KafkaError> {
+        let started = crate::common::clock::now();
+        self.wait_serving().await?;
+        let rep = rep.upgrade().ok_or(KafkaError::NotLeader)?;
+        if let Some((pid, epoch, first, last)) = ids {
+            let verdict = self.producers.borrow().check(pid, epoch, first, last)?;
+            match verdict {
+                // A retry of a batch still in flight: answered retriable, the next retry
+                // finds its offset.
+                Verdict::Duplicate { base_offset } if base_offset == PENDING_OFFSET => {
+                    return Err(KafkaError::RequestTimedOut);
+                }
+                Verdict::Duplicate { base_offset } => {
+                    self.wait_committed(KafkaOffset(base_offset)).await;
+                    return Ok(Produced {
+                        base_offset: KafkaOffset(base_offset),
+                    });
+                }
+                // Recorded at proposal, so pipelined batches of the producer follow it.
+                Verdict::Append => {
+                    self.producers
+                        .borrow_mut()
+                        .record(pid, epoch, first, last, PENDING_OFFSET)
+                }
+            }
+        }
+        let records = u32::try_from(view.record_count()).unwrap_or(0).max(1);
+        let batch_bytes = batch.len();
+        let ack = if acks_all { Ack::Commit } else { Ack::Append };
+        let r = rep.propose(group, batch, records, ack).await;
+        let base = match r {
+            Ok(base) => KafkaOffset(base.0),
+            Err(e) => {
+                if let Some((pid, _, first, _)) = ids {
+                    self.producers.borrow_mut().forget_from(pid, first);
+                }
+                return Err(e);
+            }
+        };
+        self.metrics.produced(batch_bytes, u64::from(records));
+        self.metrics
+            .produce_stage(ProduceStage::Flush, crate::common::clock::now() - started);
+        if let Some((pid, _, first, _)) = ids {
+            self.producers.borrow_mut().settle(pid, first, base.0);
+        }
+        Ok(Produced { base_offset: base })
+    }
+
+    /// Waits until the high watermark passes `offset` (a retried batch's original).
+    async fn wait_committed(self: &Rc<Self>, offset: KafkaOffset) {
+        while self.high_watermark.get() <= offset {
+            let rx = self.watch_appends();
+            self.ensure_flushing();
+            let _ = crate::shard::timeout(std::time::Duration::from_secs(30), rx).await;
+        }
+    }
+
+    /// Loads the partition-state checkpoint saved with the log (or starts from an empty
+    /// one) and rebuilds the live state from it: called once, when the partition opens
+    /// (`replicated`: it will be a Raft group's log; see `Checkpoint::load`).
+    pub async fn load_producer_state(&self, replicated: bool) -> Result<(), StorageError> {
+        let with_records = self.topic == crate::group::OFFSETS_TOPIC;
+        *self.checkpoint.borrow_mut() = Checkpoint::load(&self.log, with_records, replicated);
+        self.rebuild_producer_state().await
+    }
+
+    /// Rebuilds idempotent-producer state from the checkpoint and the batch headers of
+    /// the log after it, so a producer retrying across a restart or a leader change gets
+    /// no duplicates. Reads at most about `CHECKPOINT_INTERVAL_BYTES` plus what is not
+    /// committed yet.
+    pub async fn rebuild_producer_state(&self) -> Result<(), StorageError> {
+        let started = crate::common::clock::now();
+        // The producers only: an offsets partition's records are the coordinator's.
+        let mut live = {
+            let c = self.checkpoint.borrow();
+            Checkpoint {
+                offset: c.offset,
+                states: c.states.clone(),
+                records: None,
+            }
+        };
+        let from = live.offset;
+        let bytes = live.advance(&self.log, self.log.log_end_offset()).await?;
+        self.metrics.state_replayed(bytes);
+        *self.producers.borrow_mut() = live.states;
+        tracing::debug!(topic = %self.topic, partition = self.index, from = from.0,
+            bytes, elapsed_us = (crate::common::clock::now() - started).as_micros() as u64,
+            "producer state rebuilt");
+        Ok(())
+    }
+
+    /// An offsets partition's checkpointed records and the offset the log continues from
+    /// (`None` records for any other partition, or before the checkpoint was loaded).
+    pub fn group_checkpoint(&self) -> (KafkaOffset, Option<crate::group::records::Compacted>) {
+        let c = self.checkpoint.borrow();
+        (c.offset, c.records.clone())
+    }
+
+    /// Moves the checkpoint up to `committed_end` in the background once
+    /// `CHECKPOINT_INTERVAL_BYTES` were appended since the last move, and saves it.
+    fn maybe_checkpoint(self: &Rc<Self>, committed_end: KafkaOffset) {
+        let appended = self.log.stats().bytes_appended;
+        let since = appended.saturating_sub(self.checkpoint_mark_bytes.get());
+        if self.checkpointing.get()
+            || since < CHECKPOINT_INTERVAL_BYTES
+            || committed_end <= self.checkpoint.borrow().offset
+        {
+            return;
+        }
+        self.checkpointing.set(true);
+        self.checkpoint_mark_bytes.set(appended);
+        let me = self.clone();
+        crate::shard::spawn_local(async move {
+            if let Err(e) = me.advance_checkpoint(committed_end).await {
+                tracing::warn!(topic = %me.topic, partition = me.index, error = %e,
+                    "partition-state checkpoint not moved; the next one retries");
+            }
+            me.checkpointing.set(false);
+        });
+    }
+
+    /// Moves the checkpoint up to `committed_end` now (after a background move running)
+    /// and saves it; nothing when it is there already.
+    async fn checkpoint_through(&self, committed_end: KafkaOffset) -> Result<(), StorageError> {
+        self.lock_checkpoint().await;
+        let r = self.advance_checkpoint(committed_end).await;
+        self.checkpointing.set(false);
+        r
+    }
+
+    /// Moves the checkpoint past `end` before `what` deletes the records below it. A
+    /// failure (a full disk, perhaps the reason to delete) does not stop the deletion,
+    /// which frees the disk: it is logged, and the state those records built survives
+    /// only in memory (a rebuild after a restart or on another replica lacks it).
+    pub async fn checkpoint_before_delete(&self, end: KafkaOffset, what: &str) {
+        if let Err(e) = self.checkpoint_through(end).await {
+            tracing::warn!(topic = %self.topic, partition = self.index, error = %e, what,
+                "partition-state checkpoint not moved before deleting records");
+        }
+    }
+
+    /// Waits until no checkpoint move runs, then marks one running (`checkpointing`: one
+    /// writer of the checkpoint and its file at a time); the caller clears it.
+    async fn lock_checkpoint(&self) {
+        while self.checkpointing.get() {
+            crate::shard::sleep(CHECKPOINT_LOCK_POLL).await;
+        }
+        self.checkpointing.set(true);
+    }
+
+    /// Replays the committed log up to `committed_end` into a copy of the checkpoint, then
+    /// keeps and saves it. The caller holds `checkpointing`.
+    async fn advance_checkpoint(&self, committed_end: KafkaOffset) -> Result<(), StorageError> {
+        if committed_end <= self.checkpoint.borrow().offset {
+            return Ok(());
+        }
+        let mut next = self.checkpoint.borrow().clone();
+        next.advance(&self.log, committed_end).await?;
+        *self.checkpoint.borrow_mut() = next.clone();
+        next.save(self.log.dir()).await
+    }
+
+    /// The checkpoint, for a snapshot of the compaction point to ship (`RaftLogStore`): it
+    /// covers the data before the point, since retention moves it first.
+    pub fn snapshot_state(&self) -> Bytes {
+        Bytes::from(self.checkpoint.borrow().encode())
+    }
+
+    /// Takes the checkpoint a leader's snapshot shipped (this follower's log is replaced by
+    /// one that starts after the leader's compaction point): checked like a saved one and
+    /// kept when it covers more than the one held, then saved. One that cannot be used is
+    /// logged and dropped (the state of the data before the point is then unknown here, as
+    /// before snapshots carried it); a failed save is logged and the next move saves it.
+    pub async fn adopt_checkpoint(&self, bytes: &[u8]) {
+        let with_records = self.topic == crate::group::OFFSETS_TOPIC;
+        let shipped = match Checkpoint::decode(bytes) {
+            Ok(c) if c.records.is_some() == with_records => c,
+            Ok(_) => {
+                tracing::warn!(topic = %self.topic, partition = self.index,
+                    "snapshot's partition state is of another kind of partition; dropped");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(topic = %self.topic, partition = self.index, error = %e,
+                    "snapshot's partition state refused");
+                return;
+            }
+        };
+        self.lock_checkpoint().await;
+        if shipped.offset > self.checkpoint.borrow().offset {
+            *self.checkpoint.borrow_mut() = shipped.clone();
+            match shipped.save(self.log.dir()).await {
+                Ok(()) => tracing::info!(topic = %self.topic, partition = self.index,
+                    offset = shipped.offset.0, "partition state taken from the leader's snapshot"),
+                Err(e) => tracing::warn!(topic = %self.topic, partition = self.index, error = %e,
+                    "snapshot's partition state not saved; the next checkpoint move saves it"),
+            }
+        }
+        self.checkpointing.set(false);
+    }
+
+    fn wait_durable(&self, index: RaftIndex) -> oneshot::Receiver<Result<(), KafkaError>> {
+        let (tx, rx) = oneshot::channel();
+        let mut w = self.durable_waiters.borrow_mut();
+        if w.len() < WAITERS_MAX {
+            w.push((index, tx));
+        } else {
+            let _ = tx.send(Err(KafkaError::RequestTimedOut));
+        }
+        rx
+    }
+
+    /// Resolves once this node serves the partition as its leader; as a newly elected
+    /// leader not serving yet, waits up to `NEW_LEADER_WAIT` for it; NOT_LEADER_OR_FOLLOWER
+    /// when not elected, on losing the election, or when the wait runs out.
+    async fn wait_serving(&self) -> Result<(), KafkaError> {
+        let deadline = crate::common::clock::now() + NEW_LEADER_WAIT;
+        loop {
+            if self.leading.get() && !self.rebuilding.get() {
+                return Ok(());
+            }
+            let left = deadline.saturating_duration_since(crate::common::clock::now());
+            if !self.elected.get() || left.is_zero() {
+                return Err(KafkaError::NotLeader);
+            }
+            let (tx, rx) = oneshot::channel();
+            {
+                let mut w = self.serving_watchers.borrow_mut();
+                if w.len() >= WAITERS_MAX {
+                    // Requests that gave up (timed out) left their senders behind.
+                    w.retain(|s| !s.is_canceled());
+                }
+                if w.len() >= WAITERS_MAX {
+                    return Err(KafkaError::NotLeader);
+                }
+                w.push(tx);
+            }
+            let _ = crate::shard::timeout(left, rx).await;
+        }
+    }
+
+    fn wake_serving_watchers(&self) {
+        for w in self.serving_watchers.borrow_mut().drain(..) {
+            let _ = w.send(());
+        }
+    }
+
+    /// A future that resolves at the next advance of the high watermark.
+    pub fn watch_appends(&self) -> oneshot::Receiver<()> {
+        let (tx, rx) = oneshot::channel();
+        let mut w = self.append_watchers.borrow_mut();
+        if w.len() < WAITERS_MAX {
+            w.push(tx);
+        }
+        rx
+    }
+
+    fn ensure_flushing(self: &Rc<Self>) {
+        if self.replicated() {
+            // The replicator persists replicated logs.
+            return;
+        }
+        if self.flushing.replace(true) {
+            return;
+        }
+        let me = self.clone();
+        crate::shard::spawn_local(async move { me.flush_loop().await });
+    }
+
+    /// Group commit: flushes until nothing is pending, waking waiters after each flush.
+    async fn flush_loop(self: Rc<Self>) {
+        loop {
+            let job = match self.log.begin_flush() {
+                Ok(Some(job)) => job,
+                Ok(None) => break,
+                Err(e) => {
+                    let e = self.storage_error(e);
+                    self.fail_waiters(e);
+                    break;
+                }
+            };
+            let flush_started = crate::common::clock::now();
+            let outcome = job.run().await;
+            self.metrics
+                .storage_flush(crate::common::clock::now() - flush_started);
+            match self.log.complete_flush(outcome) {
+                Ok(d) => {
+                    self.on_durable(d.last_index, d.next_offset);
+                    self.maybe_checkpoint(d.next_offset);
+                }
+                Err(e) => {
+                    let e = self.storage_error(e);
+                    self.fail_waiters(e);
+                    break;
+                }
+            }
+        }
+        self.flushing.set(false);
+    }
+
+    fn on_durable(&self, index: RaftIndex, next_offset: KafkaOffset) {
+        if next_offset > self.high_watermark.get() {
+            self.high_watermark.set(next_offset);
+            for w in self.append_watchers.borrow_mut().drain(..) {
+                let _ = w.send(());
+            }
+        }
+        let mut waiters = self.durable_waiters.borrow_mut();
+        let mut k = 0;
+        while k < waiters.len() {
+            if waiters[k].0 <= index {
+                let (_, tx) = waiters.swap_remove(k);
+                let _ = tx.send(Ok(()));
+            } else {
+                k += 1;
+            }
+        }
+    }
+
+    fn fail_waiters(&self, e: KafkaError) {
+        for (_, tx) in self.durable_waiters.borrow_mut().drain(..) {
+            let _ = tx.send(Err(e.clone()));
+        }
+    }
+
+    /// Reads whole batches from `offset` up to the high watermark, concatenated.
+    pub async fn fetch(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        min_one: bool,
+    ) -> Result<Bytes, KafkaError> {
+        if !self.serving() {
+            return Err(KafkaError::NotLeader);
+        }
+        let hw = self.high_watermark.get();
+        if offset == hw.0 {
+            return Ok(Bytes::new());
+        }
+        if offset > hw.0 && offset <= self.log.log_end_offset().0 {
+            // Appended but not yet committed: nothing to return yet, not out of range.
+            return Ok(Bytes::new());
+        }
+        let r = self
+            .log
+            .read(KafkaOffset(offset), hw, max_bytes, min_one)
+            .await;
+        let r = r.map_err(|e| self.storage_error(e))?;
+        if r.batches.len() == 1 {
+            return Ok(r.batches.into_iter().next().unwrap_or_default());
+        }
+        let mut out = bytes::BytesMut::with_capacity(r.bytes);
+        for b in &r.batches {
+            out.extend_from_slice(b);
+        }
+        Ok(out.freeze())
+    }
+
+    /// The Kafka error for a storage failure of this partition; one that reaches the
+    /// client as KAFKA_STORAGE_ERROR is logged, rate-limited (STYLE.md 11).
+    pub(crate) fn storage_error(&self, e: StorageError) -> KafkaError {
+        let k = KafkaError::from_storage(e);
+        if let KafkaError::Storage(reason) = &k {
+            if let Some(suppressed) = self.storage_error_log.allow(crate::common::clock::now()) {
+                tracing::error!(topic = %self.topic, partition = self.index, error = %reason,
+                    suppressed, "storage error answered as KAFKA_STORAGE_ERROR");
+            }
+        }
+        k
+    }
+
+    /// Applies changed topic configs.
+    pub fn set_config(&self, lc: strand_storage::LogConfig, max_message_bytes: usize) {
+        if let Err(e) = self.log.set_config(lc) {
+            tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "config not applied");
+        }
+        self.max_message_bytes.set(max_message_bytes);
+    }
+
+    /// Flushes what is pending (shutdown).
+    pub async fn flush(&self) -> Result<(), StorageError> {
+        if self.flushing.get() || self.replicated() {
+            return Ok(());
+        }
+        let d = self.log.flush().await?;
+        self.on_durable(d.last_index, d.next_offset);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::partition::checkpoint::CHECKPOINT_FILE;
+    use std::path::Path;
+    use strand_storage::{BatchCache, LogConfig, SystemClock};
+
+    /// Bytes of each record: enough batches of it cross `CHECKPOINT_INTERVAL_BYTES`.
+    const VALUE_BYTES: usize = 64 << 10;
+
+    async fn open(dir: &Path) -> Rc<Partition> {
+        open_topic(dir, "t").await
+    }
+
+    async fn open_topic(dir: &Path, topic: &str) -> Rc<Partition> {
+        open_with(dir, topic, LogConfig::default()).await
+    }
+
+    async fn open_with(dir: &Path, topic: &str, lc: LogConfig) -> Rc<Partition> {
+        let lc = LogConfig {
+            allow_buffered_io: true,
+            ..lc
+        };
+        let cache = Rc::new(BatchCache::new(1 << 20));
+        let log = Log::open(dir, lc, Rc::new(SystemClock), cache)
+            .await
+            .expect("open log");
+        let metrics = Rc::new(crate::common::metrics::ShardMetrics::new(1));
+        let part = Rc::new(Partition::new(topic.into(), 0, log, 1 << 20, metrics));
+        part.load_producer_state(false)
+            .await
+            .expect("producer state");
+        part
+    }
+
+    fn batch(pid: i64, seq: i32) -> Bytes {
+        let mut b = strand_wire::BatchBuilder::new(1).producer(pid, 0, seq);
+        b.push(0, None, Some(&vec![b'x'; VALUE_BYTES]), &[]);
+        b.build()
+    }
+
+    async fn produce(part: &Rc<Partition>, pid: i64, seq: i32) -> i64 {
+        part.produce(batch(pid, seq), true)
+            .await
+            .expect("produced")
+            .base_offset
+            .0
+    }
+
+    /// A retry of each producer's last batch is answered with its first offset and
+    /// appends nothing.
+    async fn retries_are_duplicates(part: &Rc<Partition>, last: &[(i64, i32, i64)]) {
+        let end = part.log().log_end_offset();
+        for &(pid, seq, offset) in last {
+            assert_eq!(produce(part, pid, seq).await, offset, "producer {pid}");
+        }
+        assert_eq!(part.log().log_end_offset(), end, "a retry appended");
+    }
+
+    /// A produce reaching a newly elected leader before it serves waits for it (its
+    /// term's first commit, then its producer state) instead of being refused; a node
+    /// that loses the election, or never serves within `NEW_LEADER_WAIT`, refuses.
+    #[test]
+    fn a_newly_elected_leader_holds_requests_until_it_serves() {
+        use std::time::Duration;
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("t-0");
+        strand_storage::io_runtime::block_on("partition-test", 1, async {
+            let part = open(&dir).await;
+            let waiting = |part: &Rc<Partition>| {
+                let (tx, rx) = oneshot::channel();
+                let p = part.clone();
+                crate::shard::spawn_local(async move {
+                    let _ = tx.send(p.wait_serving().await);
+                });
+                rx
+            };
+            let hw = Some(strand_raft::KafkaOffset(0));
+            assert_eq!(part.wait_serving().await, Err(KafkaError::NotLeader));
+
+            // Elected in term 2; the first entry of the term commits 20 ms later.
+            part.set_replica_role(true, 2, None, None);
+            let mut rx = waiting(&part);
+            crate::shard::sleep(Duration::from_millis(20)).await;
+            assert_eq!(rx.try_recv(), Ok(None), "answered before serving");
+            part.set_replica_role(true, 2, hw, None);
+            let served = crate::shard::timeout(Duration::from_secs(5), rx).await;
+            assert_eq!(served, Some(Ok(Ok(()))));
+            assert_eq!(part.wait_serving().await, Ok(()));
+
+            // Elected in term 3, then another node wins term 4.
+            part.set_replica_role(false, 3, None, None);
+            part.set_replica_role(true, 3, None, None);
+            let rx = waiting(&part);
+            crate::shard::sleep(Duration::from_millis(5)).await;
+            part.set_replica_role(false, 4, None, None);
+            let refused = crate::shard::timeout(Duration::from_millis(50), rx).await;
+            assert_eq!(refused, Some(Ok(Err(KafkaError::NotLeader))), "not at once");
+
+            // Elected in term 5 and never serving: refused after the wait.
+            part.set_replica_role(true, 5, None, None);
+            let started = crate::common::clock::now();
+            assert_eq!(part.wait_serving().await, Err(KafkaError::NotLeader));
+            assert!(crate::common::clock::now() - started >= NEW_LEADER_WAIT);
+        })
+        .expect("runtime");
+    }
+
+    #[test]
+    fn producer_state_survives_a_reopen_from_its_checkpoint() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("t-0");
+        strand_storage::io_runtime::block_on("partition-test", 1, async {
+            let part = open(&dir).await;
+            let limit = (2 * CHECKPOINT_INTERVAL_BYTES as usize / VALUE_BYTES) as i32;
+            let (mut seq, mut first) = (0, 0);
+            // Until a saved checkpoint covers producer 1's last batch (it moves in the
+            // background once enough was appended).
+            while Checkpoint::load(part.log(), false, false).offset.0 <= first {
+                assert!(seq < limit, "no checkpoint after {seq} batches");
+                first = produce(&part, 1, seq).await;
+                seq += 1;
+                while part.checkpointing.get() {
+                    crate::shard::sleep(std::time::Duration::from_millis(1)).await;
+                }
+            }
+            let second = produce(&part, 2, 0).await;
+            let last = [(1, seq - 1, first), (2, 0, second)];
+            retries_are_duplicates(&part, &last).await;
+            // Records before the checkpoint deleted: only the checkpoint knows producer 1.
+            let start = part.checkpoint.borrow().offset;
+            part.log().set_log_start(start).expect("log start");
+            drop(part);
+
+            let part = open(&dir).await;
+            assert_eq!(part.log().log_start_offset(), start);
+            retries_are_duplicates(&part, &last).await;
+            drop(part);
+
+            // A corrupt checkpoint is refused and the whole log (from its start) replayed.
+            let path = dir.join(CHECKPOINT_FILE);
+            let mut bytes = std::fs::read(&path).expect("checkpoint");
+            let at = bytes.len() / 2;
+            bytes[at] ^= 1;
+            std::fs::write(&path, bytes).expect("corrupt it");
+            let part = open(&dir).await;
+            assert_eq!(
+                part.checkpoint.borrow().offset,
+                start,
+                "the empty one at log start"
+            );
+            retries_are_duplicates(&part, &last[1..]).await;
+        })
+        .expect("runtime");
+    }
+
+    /// Retention deletes the only batch of producer 1 long before a checkpoint would be
+    /// due by size: the checkpoint moves past the deleted data first, so producer 1's retry
+    /// is still a duplicate after a reopen.
+    #[test]
+    fn retention_moves_the_checkpoint_past_what_it_deletes() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("t-0");
+        let lc = LogConfig {
+            segment_bytes: 2 * VALUE_BYTES as u64,
+            retention_bytes: 4 * VALUE_BYTES as i64,
+            ..LogConfig::default()
+        };
+        strand_storage::io_runtime::block_on("partition-test", 1, async {
+            let part = open_with(&dir, "t", lc.clone()).await;
+            let first = produce(&part, 1, 0).await;
+            for seq in 0..12 {
+                produce(&part, 2, seq).await;
+            }
+            let out = part.apply_retention().await.expect("retention");
+            assert!(out.segments_deleted > 0);
+            assert!(part.log().log_start_offset().0 > first);
+            assert!(part.checkpoint.borrow().offset >= part.log().log_start_offset());
+            drop(part);
+
+            let part = open_with(&dir, "t", lc.clone()).await;
+            retries_are_duplicates(&part, &[(1, 0, first)]).await;
+
+            // A checkpoint that cannot be saved (here its path is taken by a directory; on
+            // a full disk, the write fails) does not stop retention from freeing the disk.
+            std::fs::remove_file(dir.join(CHECKPOINT_FILE)).expect("remove checkpoint");
+            std::fs::create_dir_all(dir.join(CHECKPOINT_FILE).join("taken")).expect("dir");
+            let start = part.log().log_start_offset();
+            for seq in 12..24 {
+                produce(&part, 2, seq).await;
+            }
+            let out = part.apply_retention().await.expect("retention");
+            assert!(out.segments_deleted > 0);
+            assert!(part.log().log_start_offset() > start);
+            // The state is still right in memory.
+            retries_are_duplicates(&part, &[(1, 0, first)]).await;
+        })
+        .expect("runtime");
+    }
+
+    #[test]
+    fn group_records_survive_a_reopen_in_the_checkpoint() {
+        use crate::group::records::{key_bytes, value_bytes, Key, OffsetValue};
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("offsets-0");
+        let commit = |partition: i32, offset: i64| {
+            let key = key_bytes(&Key::Offset {
+                group: "g".into(),
+                topic: "t".into(),
+                partition,
+            });
+            let value = value_bytes(&OffsetValue {
+                offset,
+                leader_epoch: 0,
+                metadata: "m".repeat(VALUE_BYTES),
+            });
+            let mut b = strand_wire::BatchBuilder::new(1);
+            b.push(0, Some(&key), Some(&value), &[]);
+            b.build()
+        };
+        let offsets_of = |part: &Partition| {
+            let mut groups = std::collections::HashMap::new();
+            if let Some(r) = part.group_checkpoint().1 {
+                r.replay_into(&mut groups);
+            }
+            let mut got: Vec<(i32, i64)> = groups
+                .get("g")
+                .map(|g| g.offsets.iter().map(|((_, p), c)| (*p, c.offset)).collect())
+                .unwrap_or_default();
+            got.sort();
+            got
+        };
+        strand_storage::io_runtime::block_on("partition-test", 1, async {
+            let part = open_topic(&dir, crate::group::OFFSETS_TOPIC).await;
+            let limit = 2 * CHECKPOINT_INTERVAL_BYTES as i64 / VALUE_BYTES as i64;
+            let mut n = 0;
+            // Commits of partitions 0..4 until a saved checkpoint covers them all.
+            while Checkpoint::load(part.log(), true, false).offset.0 < 4 || n < 4 {
+                assert!(n < limit, "no checkpoint after {n} commits");
+                part.produce(commit((n % 4) as i32, n), true)
+                    .await
+                    .expect("produced");
+                n += 1;
+                while part.checkpointing.get() {
+                    crate::shard::sleep(std::time::Duration::from_millis(1)).await;
+                }
+            }
+            let start = part.checkpoint.borrow().offset;
+            let expect: Vec<(i32, i64)> = (0..4)
+                .map(|p| {
+                    (
+                        p,
+                        (0..start.0)
+                            .filter(|k| k % 4 == p as i64)
+                            .max()
+                            .unwrap_or(-1),
+                    )
+                })
+                .filter(|&(_, o)| o >= 0)
+                .collect();
+            assert_eq!(offsets_of(&part), expect);
+            // The records before the checkpoint deleted: only the checkpoint has them.
+            part.log().set_log_start(start).expect("log start");
+            drop(part);
+            let part = open_topic(&dir, crate::group::OFFSETS_TOPIC).await;
+            assert_eq!(part.group_checkpoint().0, start);
+            assert_eq!(offsets_of(&part), expect);
+        })
+        .expect("runtime");
+    }
+}
