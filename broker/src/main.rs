@@ -10,6 +10,7 @@ mod partition;
 mod replication;
 mod runtime;
 mod shard;
+mod start;
 
 use clap::Parser;
 
@@ -30,7 +31,7 @@ fn main() {
     }
     let result = common::logging::init(config.log_format, &config.log_level)
         .and_then(|()| crash_evidence(&config))
-        .and_then(|()| shard::run(config));
+        .and_then(|()| start::run(config));
     // Any return from here is orderly (an error is logged below); only a signal or a kill
     // leaves the running marker for the next start to find.
     runtime::crash::clean_exit();

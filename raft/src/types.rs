@@ -1,9 +1,8 @@
 //! Identifiers and positions used by the replication layer, as newtypes so that a Kafka
 //! offset, a Raft index and a Raft term never mix (STYLE.md 3).
 //!
-//! `storage` has its own `KafkaOffset`/`RaftIndex`; this crate does not depend on
-//! `storage` yet (that would pull in glommio), so the broker converts at the boundary
-//! until the `LogStore` over `storage::Log` lands and the two are unified.
+//! `RaftIndex`, `RaftTerm` and `KafkaOffset` are `strand_wire::positions`' (the same types
+//! `storage` uses: one definition, nothing to convert); the identifiers are this crate's.
 
 use std::fmt;
 
@@ -20,17 +19,7 @@ pub struct ShardId(pub u32);
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct GroupId(pub u64);
 
-/// A position in a Raft log. Every entry (data, no-op, configuration) has one.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct RaftIndex(pub u64);
-
-/// A Raft term; the Kafka leader epoch of a partition (ARCHITECTURE.md, Offsets).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct RaftTerm(pub u64);
-
-/// A Kafka record offset. Only data entries occupy Kafka offsets.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct KafkaOffset(pub i64);
+pub use strand_wire::positions::{KafkaOffset, RaftIndex, RaftTerm};
 
 impl fmt::Display for NodeId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

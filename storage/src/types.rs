@@ -1,46 +1,24 @@
 //! Newtypes that keep Kafka offsets, Raft indexes, terms and file positions apart
-//! (STYLE.md 3). A bare integer offset is never passed between modules.
+//! (STYLE.md 3). A bare integer offset is never passed between modules. The three
+//! positions shared with `raft` are `strand_wire::positions`' (one definition); the file
+//! position is the storage engine's own.
 
 use std::fmt;
 
-/// A Kafka record offset: counts records only.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct KafkaOffset(pub i64);
-
-/// A Raft log index: counts every entry (data, configuration, no-op).
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct RaftIndex(pub u64);
-
-/// A Raft term; the Kafka leader epoch of the batches written in it.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct RaftTerm(pub u64);
+pub use strand_wire::positions::{KafkaOffset, RaftIndex, RaftTerm};
 
 /// A byte position inside one segment file.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct FilePos(pub u64);
 
-macro_rules! debug_as {
-    ($t:ty, $name:literal) => {
-        impl fmt::Debug for $t {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                write!(f, concat!($name, "({})"), self.0)
-            }
-        }
-        impl fmt::Display for $t {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                fmt::Display::fmt(&self.0, f)
-            }
-        }
-    };
+impl fmt::Debug for FilePos {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "pos({})", self.0)
+    }
 }
-debug_as!(KafkaOffset, "offset");
-debug_as!(RaftIndex, "index");
-debug_as!(RaftTerm, "term");
-debug_as!(FilePos, "pos");
 
-impl RaftIndex {
-    /// The index after this one.
-    pub fn next(self) -> RaftIndex {
-        RaftIndex(self.0 + 1)
+impl fmt::Display for FilePos {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
     }
 }

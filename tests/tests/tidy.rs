@@ -14,14 +14,19 @@ use std::path::{Path, PathBuf};
 
 /// Library crates: no printing to stdout outside their binaries.
 const LIBRARIES: &[&str] = &["wire/*", "storage/*", "raft/*", "client/*"];
-/// Where glommio may be named (STYLE.md 1; ARCHITECTURE.md, The shard runtime).
+/// Where glommio may be named (STYLE.md 1; ARCHITECTURE.md, The shard runtime): the
+/// broker's runtime, its shards and start-up, the sockets of each subsystem (`net*` files),
+/// and the storage engine's I/O.
 const GLOMMIO_HOMES: &[&str] = &[
-    "broker/src/shard*",
     "broker/src/runtime/*",
+    "broker/src/shard/*",
+    "broker/src/start.rs",
     "broker/src/*/net*",
-    "broker/src/replication/mod.rs",
     "storage/src/io*",
 ];
+/// Where `unsafe` may be written (STYLE.md 7): the storage engine's I/O and the broker's
+/// runtime (signals, crash reports, CPU affinity).
+const UNSAFE_HOMES: &[&str] = &["storage/src/io*", "broker/src/runtime/*"];
 /// Where wall-clock time and OS randomness may be read: the clock and seed modules, and the
 /// crates that measure time (STYLE.md 1 and 9).
 const TIME_AND_ENTROPY_HOMES: &[&str] = &["*clock*", "*seed*", "bench/*", "tools/*"];
@@ -106,7 +111,7 @@ const RULES: &[Rule] = &[
     },
     Rule {
         needle: "glommio::",
-        why: "glommio outside broker/src/shard* and storage/src/io*",
+        why: "glommio outside its homes (GLOMMIO_HOMES)",
         except_in: GLOMMIO_HOMES,
         ..CODE
     },
@@ -131,15 +136,133 @@ const RULES: &[Rule] = &[
     },
     Rule {
         needle: "unsafe",
-        why: "unsafe outside storage/src/io* and broker/src/shard* (STYLE.md 7)",
-        except_in: &[
-            "storage/src/io*",
-            "broker/src/shard*",
-            "broker/src/runtime/*",
-        ],
+        why: "unsafe outside storage/src/io* and broker/src/runtime/ (STYLE.md 7)",
+        except_in: UNSAFE_HOMES,
         ..CODE
     },
 ];
+
+/// The broker's subsystems (the folders of `broker/src`), lowest layer first
+/// (ARCHITECTURE.md, The broker's subsystems). A module may use its own subsystem and those
+/// of lower layers; never one of its own layer (`gateway` and `admin` do not use each
+/// other) or of a higher one. The root files ([`BROKER_ROOT_FILES`]) may use any.
+const BROKER_LAYERS: &[&[&str]] = &[
+    &["common"],
+    &["runtime"],
+    &["partition"],
+    &["replication"],
+    &["cluster"],
+    &["group"],
+    &["shard"],
+    &["gateway", "admin"],
+];
+/// The composition root: the only files directly in `broker/src`.
+const BROKER_ROOT_FILES: &[&str] = &["main.rs", "start.rs"];
+/// Uses against the layering that remain, each with what removes it: (file, the subsystem
+/// it uses, why). The list only shrinks: an entry no longer needed fails the test too.
+const BROKER_LAYER_EXCEPTIONS: &[(&str, &str, &str)] = &[
+    (
+        "broker/src/partition/mod.rs",
+        "replication",
+        "a partition proposes through its group's Replicator: to become a trait partition \
+         defines and replication implements",
+    ),
+    (
+        "broker/src/partition/mod.rs",
+        "group",
+        "the __consumer_offsets checkpoint keeps the groups' records (group::records): to \
+         become keyed compaction of the partition (issue 21)",
+    ),
+    (
+        "broker/src/partition/checkpoint.rs",
+        "group",
+        "as above: the checkpoint compacts group::records",
+    ),
+    (
+        "broker/src/cluster/mod.rs",
+        "shard",
+        "the controller runs over the whole Shard: to take its own state and a narrow context",
+    ),
+    (
+        "broker/src/cluster/adopt.rs",
+        "shard",
+        "as the controller: commits through shard 0's Shard",
+    ),
+    (
+        "broker/src/cluster/reassign.rs",
+        "shard",
+        "as the controller: its loop runs over the Shard",
+    ),
+    (
+        "broker/src/group/coordinator.rs",
+        "shard",
+        "the coordinator's groups live in the Shard and it writes through its partitions: to \
+         take its own state",
+    ),
+];
+
+/// A use of a broker subsystem against [`BROKER_LAYERS`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct LayerBreak {
+    path: String,
+    line: usize,
+    used: String,
+    text: String,
+}
+
+/// The layer of a broker subsystem, `None` for a name that is not one.
+fn broker_layer(name: &str) -> Option<usize> {
+    BROKER_LAYERS.iter().position(|l| l.contains(&name))
+}
+
+/// Uses of `crate::<subsystem>` in the code of one broker file that its layer does not
+/// allow, and a file outside every subsystem (other than the root files).
+fn check_layers(path: &str, text: &str) -> Vec<LayerBreak> {
+    let Some(rest) = path.strip_prefix("broker/src/") else {
+        return Vec::new();
+    };
+    let Some((own, _)) = rest.split_once('/') else {
+        if BROKER_ROOT_FILES.contains(&rest) {
+            return Vec::new();
+        }
+        let why = "a file directly in broker/src: put it in a subsystem".to_string();
+        return vec![LayerBreak {
+            path: path.into(),
+            line: 0,
+            used: String::new(),
+            text: why,
+        }];
+    };
+    let Some(own_layer) = broker_layer(own) else {
+        let why = format!("subsystem '{own}' is not in BROKER_LAYERS: place it there");
+        return vec![LayerBreak {
+            path: path.into(),
+            line: 0,
+            used: own.into(),
+            text: why,
+        }];
+    };
+    let mut out = Vec::new();
+    for (k, line) in text.lines().enumerate() {
+        let (code, _) = split_comment(line);
+        for (at, _) in code.match_indices("crate::") {
+            let used: String = code[at + "crate::".len()..]
+                .chars()
+                .take_while(|&c| c.is_alphanumeric() || c == '_')
+                .collect();
+            let allowed = used == own || broker_layer(&used).is_none_or(|l| l < own_layer);
+            if !allowed && !is_ident(code[..at].chars().last()) {
+                out.push(LayerBreak {
+                    path: path.into(),
+                    line: k + 1,
+                    used,
+                    text: line.trim().into(),
+                });
+            }
+        }
+    }
+    out
+}
 
 /// A broken rule.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -354,21 +477,54 @@ fn tidy() {
         let path = rel.to_str().expect("utf-8 path").replace('\\', "/");
         violations.extend(check_file(&path, &text));
     }
-    let report: Vec<String> = violations
-        .iter()
-        .map(|v| {
-            format!(
-                "{}:{}: {} ({}): {}",
-                v.path, v.line, v.needle, v.why, v.text
-            )
-        })
-        .collect();
+    let mut breaks = Vec::new();
+    for rel in &files {
+        let text = std::fs::read_to_string(root.join(rel)).expect("read source");
+        let path = rel.to_str().expect("utf-8 path").replace('\\', "/");
+        breaks.extend(check_layers(&path, &text));
+    }
+    let mut report = layer_report(&breaks);
+    report.extend(violations.iter().map(|v| {
+        format!(
+            "{}:{}: {} ({}): {}",
+            v.path, v.line, v.needle, v.why, v.text
+        )
+    }));
     assert!(
         report.is_empty(),
         "tidy: {} violations\n{}",
         report.len(),
         report.join("\n")
     );
+}
+
+/// The layer breaks not excused by [`BROKER_LAYER_EXCEPTIONS`], and the exceptions that
+/// no longer excuse anything.
+fn layer_report(breaks: &[LayerBreak]) -> Vec<String> {
+    let excused = |b: &LayerBreak| {
+        BROKER_LAYER_EXCEPTIONS
+            .iter()
+            .any(|(p, used, _)| *p == b.path && *used == b.used)
+    };
+    let mut out: Vec<String> = breaks
+        .iter()
+        .filter(|b| !excused(b))
+        .map(|b| {
+            format!(
+                "{}:{}: uses crate::{} against the layering (ARCHITECTURE.md, The broker's \
+                 subsystems; tidy.rs BROKER_LAYERS): {}",
+                b.path, b.line, b.used, b.text
+            )
+        })
+        .collect();
+    for (p, used, _) in BROKER_LAYER_EXCEPTIONS {
+        if !breaks.iter().any(|b| b.path == *p && b.used == *used) {
+            out.push(format!(
+                "{p}: no longer uses crate::{used}: remove its BROKER_LAYER_EXCEPTIONS entry"
+            ));
+        }
+    }
+    out
 }
 
 /// Checks `text` as file `path` and compares the (line, needle) pairs reported.
@@ -416,10 +572,16 @@ fn checker_catches_what_it_must_and_nothing_else() {
         "use glommio::LocalExecutorBuilder;",
         &[],
     );
+    check("broker/src/runtime/task.rs", "use glommio::Placement;", &[]);
     check(
-        "broker/src/shard_runtime.rs",
-        "use glommio::Placement;",
+        "broker/src/admin/net.rs",
+        "use glommio::net::TcpListener;",
         &[],
+    );
+    check(
+        "broker/src/partition/mod.rs",
+        "use glommio::timer::sleep;",
+        &[(1, "glommio::")],
     );
     check(
         "storage/src/log.rs",
@@ -464,4 +626,41 @@ fn path_patterns() {
     ] {
         assert_eq!(path_matches(pattern, path), want, "{pattern} vs {path}");
     }
+}
+
+#[test]
+fn layering_checker_catches_upward_uses_and_nothing_else() {
+    let uses = |path: &str, text: &str| -> Vec<(usize, String)> {
+        check_layers(path, text)
+            .into_iter()
+            .map(|b| (b.line, b.used))
+            .collect()
+    };
+    let gateway = "use crate::shard::Shard;\nuse crate::gateway::kafka::Ctx;\n\
+                   // crate::admin in a comment\nuse crate::admin::Response;\n";
+    assert_eq!(
+        uses("broker/src/gateway/kafka/fetch.rs", gateway),
+        [(4, "admin".into())]
+    );
+    let partition = "use crate::common::clock::now;\nfn f() { crate::shard::sleep(); }\n";
+    assert_eq!(
+        uses("broker/src/partition/log.rs", partition),
+        [(2, "shard".into())]
+    );
+    assert_eq!(
+        uses("broker/src/start.rs", "use crate::gateway::kafka;"),
+        []
+    );
+    assert_eq!(
+        uses("broker/src/common/clock.rs", "use strand_storage::Log;"),
+        []
+    );
+    assert_eq!(uses("broker/src/stray.rs", "")[0].1, "");
+    assert_eq!(uses("broker/src/newthing/x.rs", "")[0].1, "newthing");
+    assert_eq!(uses("storage/src/log.rs", "crate::shard::x"), []);
+    // Names that merely end in a subsystem's are not uses of it.
+    assert_eq!(
+        uses("broker/src/common/x.rs", "let my_crate::shard = 1;"),
+        []
+    );
 }

@@ -9,7 +9,7 @@
 
 use std::net::SocketAddr;
 
-/// Kafka's `num.partitions` ceiling (`broker/src/cluster/metadata.rs` PARTITIONS_PER_TOPIC_MAX).
+/// Kafka's `num.partitions` ceiling (`broker/src/common/config.rs` PARTITIONS_PER_TOPIC_MAX).
 const PARTITIONS_PER_TOPIC_MAX: i64 = 10_000;
 /// Smallest `segment_bytes` (`storage/src/config.rs` SEGMENT_BYTES_MIN).
 const SEGMENT_BYTES_MIN: i64 = 4096;

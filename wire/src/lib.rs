@@ -28,10 +28,12 @@ pub mod batch_builder;
 pub mod fuzz;
 pub mod native;
 pub mod partitioner;
+pub mod positions;
 pub mod record_batch;
 pub mod records;
 
 pub use batch_builder::BatchBuilder;
+pub use positions::{KafkaOffset, RaftIndex, RaftTerm};
 pub use record_batch::{
     batches, set_base_offset, set_partition_leader_epoch, Attributes, BatchError, BatchIter,
     Compression, RecordBatch, TimestampType, BATCH_BYTES_MAX, BATCH_HEADER_BYTES,

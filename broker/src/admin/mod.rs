@@ -1,6 +1,11 @@
 //! Admin HTTP (ARCHITECTURE.md: port 9644): `/v1/health`, `/v1/status` and `/metrics`
 //! (Prometheus text, `strand_` names, STYLE.md 12). Shards keep plain counters; a scrape
 //! collects one snapshot per shard and sums them here. Pure: no I/O.
+//!
+//! The subsystem: the HTTP listener (`net`), `/v1/status` and the log level (`status`),
+//! the Prometheus rendering (`render`) and the network self-test (`netcheck`).
+//!
+//! May use: every subsystem below `gateway`'s layer; never `gateway`.
 
 pub mod net;
 pub mod netcheck;
@@ -15,42 +20,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-/// Counters of one shard at scrape time.
-#[derive(Clone, Debug, Default)]
-pub struct ShardSnapshot {
-    /// Shard index.
-    pub shard: usize,
-    /// Messages sent to other shards.
-    pub cross_shard_messages: u64,
-    /// Times a connection stopped reading for the in-flight byte bound.
-    pub backpressure_events: u64,
-    /// Open Kafka connections.
-    pub connections: u64,
-    /// Native protocol requests served.
-    pub native_requests: u64,
-    /// Native partitions answered "moved".
-    pub native_moved: u64,
-    /// Cross-shard calls made for native requests.
-    pub native_cross_shard_hops: u64,
-    /// Open native connections.
-    pub native_connections: u64,
-    /// Requests per API name.
-    pub requests: Vec<(&'static str, u64)>,
-    /// Partitions hosted.
-    pub partitions: u64,
-    /// Groups coordinated.
-    pub groups: u64,
-    /// Summed storage counters of the shard's partitions.
-    pub storage: strand_storage::LogStats,
-    /// Bytes in all logs.
-    pub log_bytes: u64,
-    /// Batch cache counters.
-    pub cache: strand_storage::CacheStats,
-    /// Latency histograms and traffic counters.
-    pub metrics: crate::common::metrics::MetricsSnapshot,
-    /// Partitions, committed offsets and health (`metrics::detail`).
-    pub detail: crate::common::metrics::ShardDetail,
-}
+pub use crate::common::metrics::ShardSnapshot;
 
 /// Renders `/metrics`.
 pub fn render_metrics(shards: &[ShardSnapshot]) -> String {

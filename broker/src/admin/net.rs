@@ -14,8 +14,9 @@ use glommio::net::{TcpListener, TcpStream};
 
 use crate::admin::status::{self, ADMIN_BODY_BYTES_MAX};
 use crate::admin::{self, Response};
+use crate::runtime::task::spawn_local;
 use crate::shard::ops::{Op, Reply};
-use crate::shard::{spawn_local, Shard};
+use crate::shard::Shard;
 
 /// Largest request head read.
 pub const ADMIN_REQUEST_BYTES_MAX: usize = 8 * 1024;
@@ -29,7 +30,7 @@ pub async fn serve(shard: Rc<Shard>) -> anyhow::Result<()> {
         .map_err(std::io::Error::from)
         .with_context(|| format!("admin listener on {addr}"))?;
     while !shard.stopping() {
-        match crate::shard::timeout(Duration::from_millis(200), listener.accept()).await {
+        match crate::runtime::task::timeout(Duration::from_millis(200), listener.accept()).await {
             Some(Ok(stream)) => spawn_local(handle(shard.clone(), stream)),
             Some(Err(e)) => tracing::warn!(error = %e, "admin accept failed"),
             None => {}
@@ -42,7 +43,7 @@ async fn handle(shard: Rc<Shard>, mut stream: TcpStream) {
     let mut head = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     let head_end = loop {
-        let read = crate::shard::timeout(ADMIN_READ_TIMEOUT, stream.read(&mut chunk)).await;
+        let read = crate::runtime::task::timeout(ADMIN_READ_TIMEOUT, stream.read(&mut chunk)).await;
         let Some(Ok(n)) = read else { return };
         if n == 0 {
             return;
@@ -100,7 +101,7 @@ async fn snapshots(shard: &Rc<Shard>) -> Vec<admin::ShardSnapshot> {
 async fn read_body(stream: &mut TcpStream, body: &mut Vec<u8>, len: usize) -> bool {
     let mut chunk = [0u8; 1024];
     while body.len() < len {
-        let read = crate::shard::timeout(ADMIN_READ_TIMEOUT, stream.read(&mut chunk)).await;
+        let read = crate::runtime::task::timeout(ADMIN_READ_TIMEOUT, stream.read(&mut chunk)).await;
         match read {
             Some(Ok(n)) if n > 0 => body.extend_from_slice(&chunk[..n]),
             _ => return false,

@@ -60,7 +60,7 @@ pub fn blob(query: &str) -> Response {
 
 /// One HTTP/1.0 GET to `peer`; returns the body length.
 async fn get(peer: SocketAddr, path: &str, body_max: usize) -> Result<usize, String> {
-    let connect = crate::shard::timeout(PEER_TIMEOUT, TcpStream::connect(peer)).await;
+    let connect = crate::runtime::task::timeout(PEER_TIMEOUT, TcpStream::connect(peer)).await;
     let mut s = match connect {
         Some(Ok(s)) => s,
         Some(Err(e)) => return Err(format!("connect to {peer}: {e}")),
@@ -74,7 +74,7 @@ async fn get(peer: SocketAddr, path: &str, body_max: usize) -> Result<usize, Str
     let mut got = Vec::with_capacity(limit.min(1 << 20));
     let mut chunk = vec![0u8; 64 * 1024];
     loop {
-        let n = match crate::shard::timeout(PEER_TIMEOUT, s.read(&mut chunk)).await {
+        let n = match crate::runtime::task::timeout(PEER_TIMEOUT, s.read(&mut chunk)).await {
             Some(Ok(n)) => n,
             Some(Err(e)) => return Err(format!("read from {peer}: {e}")),
             None => return Err(format!("read from {peer}: timed out")),

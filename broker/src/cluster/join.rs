@@ -23,6 +23,7 @@ use strand_raft::{NodeId, ShardId};
 
 use crate::cluster::metadata::NodeInfo;
 use crate::common::config::Config;
+use crate::replication::ControlMsg;
 
 /// The file under the data directory holding the id a joined node was given.
 pub const NODE_ID_FILE: &str = "node-id";
@@ -34,16 +35,6 @@ const SEED_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 const SEED_ANSWER_TIMEOUT: Duration = Duration::from_secs(20);
 /// Pause between two rounds over the seeds.
 const JOIN_RETRY: Duration = Duration::from_secs(1);
-
-/// The body of an RPC control frame between nodes.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-pub enum ControlMsg {
-    /// A node asks a seed's shard 0 for an id; answered with a `JoinReply` frame.
-    Join(JoinRequest),
-    /// Groups the sender leads: (group, leader node, leader epoch). Every node learns the
-    /// leaders of partitions it does not host, for Metadata and FindCoordinator.
-    Leaders(Vec<crate::replication::LeaderChange>),
-}
 
 /// What a joining node sends a seed.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -100,8 +91,8 @@ pub fn node_id(config: &Config, shards: usize) -> anyhow::Result<i32> {
         token: token(),
         info: node_info(config, shards),
     };
-    let body = serde_json::to_vec(&ControlMsg::Join(request))?;
-    let tag = crate::replication::cluster_tag(&config.seeds);
+    let body = serde_json::to_vec(&ControlMsg::Join(serde_json::to_value(&request)?))?;
+    let tag = crate::replication::net::cluster_tag(&config.seeds);
     let deadline = crate::common::clock::now() + JOIN_DEADLINE;
     loop {
         for &(seed, addr) in &config.seeds {
@@ -221,23 +212,5 @@ mod tests {
         let (a, b) = (token(), token());
         assert_eq!(a.len(), 32);
         assert_ne!(a, b);
-    }
-
-    #[test]
-    fn a_full_leaders_announcement_fits_a_control_frame() {
-        use crate::replication::{LeaderChange, LEADERS_PER_ANNOUNCEMENT_MAX};
-        let widest = LeaderChange {
-            group: u64::MAX,
-            leader: i32::MIN,
-            epoch: i32::MIN,
-            out_of_sync: vec![i32::MIN; 2],
-        };
-        let msg = ControlMsg::Leaders(vec![widest; LEADERS_PER_ANNOUNCEMENT_MAX]);
-        let bytes = serde_json::to_vec(&msg).expect("encodes");
-        assert!(
-            bytes.len() <= strand_raft::rpc::CONTROL_BODY_BYTES_MAX,
-            "{}",
-            bytes.len()
-        );
     }
 }

@@ -14,8 +14,7 @@ use serde::{Deserialize, Serialize};
 pub const TOPIC_NAME_BYTES_MAX: usize = 249;
 /// Most controller voters (Kafka advises 3 or 5; each is in every metadata change's quorum).
 pub const CONTROLLER_VOTERS_MAX: usize = 7;
-/// Most partitions one topic may have (a bound on what a request can make us allocate).
-pub const PARTITIONS_PER_TOPIC_MAX: i32 = 10_000;
+pub use crate::common::config::PARTITIONS_PER_TOPIC_MAX;
 
 /// A change to cluster metadata.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]

@@ -9,7 +9,16 @@
 //! command is reported done only once it is visible in that applied state; a partition is
 //! opened on a node only if the node is one of its replicas, on the shard the metadata
 //! names (the same shard on every node).
+//!
+//! Files: `metadata` (the state machine of cluster commands), `metastore` (the single-node
+//! metadata log), `join` (joining through the seeds), `reassign` (partition moves),
+//! `adopt` (the one-time upgrade of a single-node data directory), `topic_config` (topic
+//! configs and their storage mapping).
+//!
+//! May use: `common`, `runtime`, `partition`, `replication`. Known exception (tidy.rs): the
+//! controller runs over the whole `shard::Shard`.
 
+pub mod adopt;
 pub mod join;
 pub mod metadata;
 pub mod metastore;
@@ -30,8 +39,9 @@ use strand_wire::BatchBuilder;
 use crate::cluster::metadata::{Command, MetaError, Metadata};
 use crate::partition::Partition;
 use crate::replication::{LeaderChange, Replicator, CONTROLLER_GROUP};
+use crate::runtime::task::sleep;
 use crate::shard::ops::Op;
-use crate::shard::{sleep, Shard};
+use crate::shard::Shard;
 
 /// Directory of the controller group's log under the data directory.
 pub const CONTROLLER_DIR: &str = "__strand_controller";
@@ -121,7 +131,7 @@ impl Shard {
     }
 
     /// The nodes the controller's current leader announced as fenced (see
-    /// `shard_replication::BROKER_SESSION_TIMEOUT`).
+    /// `replication::BROKER_SESSION_TIMEOUT`).
     pub fn fenced_nodes(&self) -> Vec<i32> {
         let (_, epoch) = self.leader_of_group(CONTROLLER_GROUP.0);
         match self.cluster.out_of_sync.borrow().get(&CONTROLLER_GROUP.0) {
@@ -247,7 +257,7 @@ pub async fn start(shard: &Rc<Shard>) -> anyhow::Result<()> {
     rep.set_on_changes(to_every_shard(shard, Op::Leaders));
     rep.set_on_remote_leaders(to_every_shard(shard, Op::RemoteLeaders));
     *shard.cluster.replicator.borrow_mut() = Some(rep.clone());
-    crate::shard::spawn_local(rep.clone().run());
+    crate::runtime::task::spawn_local(rep.clone().run());
     crate::cluster::reassign::spawn(shard);
     if shard.id == 0 {
         start_controller(shard, &rep).await?;
@@ -263,7 +273,7 @@ fn to_every_shard(
     let weak = Rc::downgrade(shard);
     Box::new(move |changes| {
         if let Some(s) = weak.upgrade() {
-            crate::shard::spawn_local(async move {
+            crate::runtime::task::spawn_local(async move {
                 let calls = (0..s.count).map(|t| s.call(t, op(changes.clone())));
                 futures::future::join_all(calls).await;
             });
@@ -273,7 +283,7 @@ fn to_every_shard(
 
 async fn start_controller(shard: &Rc<Shard>, rep: &Rc<Replicator>) -> anyhow::Result<()> {
     let c = &shard.config;
-    if single_node_metadata_dir(c).exists() && c.seeds.len() > 1 {
+    if adopt::single_node_metadata_dir(c).exists() && c.seeds.len() > 1 {
         anyhow::bail!(
             "{} holds a single-node broker's topics: upgrade it by starting it as the only \
              seed of a new cluster (--seeds {}@<its rpc address>), then join more nodes",
@@ -313,7 +323,7 @@ async fn start_controller(shard: &Rc<Shard>, rep: &Rc<Replicator>) -> anyhow::Re
         let weak = Rc::downgrade(shard);
         rep.set_on_controller_applied(Box::new(move || {
             if let Some(s) = weak.upgrade() {
-                crate::shard::spawn_local(async move { apply_controller(&s).await });
+                crate::runtime::task::spawn_local(async move { apply_controller(&s).await });
             }
         }));
     }
@@ -324,6 +334,12 @@ async fn start_controller(shard: &Rc<Shard>, rep: &Rc<Replicator>) -> anyhow::Re
         rep.set_on_join(Rc::new(move |req| {
             let weak = weak.clone();
             Box::pin(async move {
+                let req = match serde_json::from_value::<crate::cluster::join::JoinRequest>(req) {
+                    Ok(req) => req,
+                    Err(e) => {
+                        return join_reply(None, Some(format!("malformed join request: {e}")))
+                    }
+                };
                 match weak.upgrade() {
                     Some(s) => admit(&s, req).await,
                     None => join_reply(None, Some("the node is stopping".into())),
@@ -332,7 +348,7 @@ async fn start_controller(shard: &Rc<Shard>, rep: &Rc<Replicator>) -> anyhow::Re
         }));
     }
     let weak = Rc::downgrade(shard);
-    crate::shard::spawn_local(async move {
+    crate::runtime::task::spawn_local(async move {
         loop {
             sleep(LEARNER_CHECK_INTERVAL).await;
             match weak.upgrade() {
@@ -619,7 +635,7 @@ pub async fn host_partition(shard: &Rc<Shard>, meta: &Metadata, part: Rc<Partiti
     let replicas = t.replicas_of(p);
     let preferred = replicas.first() == Some(&me) && !moved;
     let group = GroupId(t.group_of(p));
-    if part.topic == crate::group::OFFSETS_TOPIC {
+    if part.topic == crate::common::config::OFFSETS_TOPIC {
         let (weak, p) = (Rc::downgrade(shard), part.clone());
         part.set_on_leader_gain(Box::new(move || {
             if let Some(s) = weak.upgrade() {
@@ -627,7 +643,7 @@ pub async fn host_partition(shard: &Rc<Shard>, meta: &Metadata, part: Rc<Partiti
                 // node held as a follower.
                 s.groups_loading.borrow_mut().insert(p.index);
                 let p = p.clone();
-                crate::shard::spawn_local(async move { s.reload_groups(&p).await });
+                crate::runtime::task::spawn_local(async move { s.reload_groups(&p).await });
             }
         }));
     }
@@ -787,76 +803,4 @@ pub fn peer_addrs(meta: &Metadata) -> Vec<(i32, std::net::SocketAddr)> {
             Some((n.id, std::net::SocketAddr::new(ip, n.rpc_port)))
         })
         .collect()
-}
-
-/// The metadata log a single-node broker keeps (`metastore`), not yet adopted.
-fn single_node_metadata_dir(c: &crate::common::config::Config) -> std::path::PathBuf {
-    c.data_dir.join(crate::cluster::metastore::METADATA_DIR)
-}
-
-/// Where an adopted single-node metadata log is kept (never read again).
-const ADOPTED_SUFFIX: &str = ".adopted";
-
-/// Shard 0 of a one-seed cluster started on a single-node broker's data directory (the
-/// upgrade): its topics, cluster id and producer-id reservation become controller
-/// commands (each partition a Raft group of this node alone, over the same log, whose
-/// term-0 frames count as committed), then the old metadata log is set aside. Runs before
-/// registration names the cluster.
-pub async fn adopt_single_node_data(shard: &Rc<Shard>) -> anyhow::Result<()> {
-    let c = &shard.config;
-    let dir = single_node_metadata_dir(c);
-    if !dir.exists() {
-        return Ok(());
-    }
-    let lc = LogConfig {
-        allow_buffered_io: c.allow_buffered_io,
-        ..LogConfig::default()
-    };
-    let old = crate::cluster::metastore::MetaStore::open(&c.data_dir, lc)
-        .await?
-        .state()
-        .clone();
-    let committed = shard.committed_metadata();
-    let mut cmds = Vec::new();
-    if committed.cluster_id.is_empty() && !old.cluster_id.is_empty() {
-        cmds.push(Command::InitCluster {
-            cluster_id: old.cluster_id.clone(),
-        });
-    }
-    for (name, t) in &old.topics {
-        match committed.topics.get(name) {
-            Some(have) if have.id == t.id => continue,
-            Some(_) => anyhow::bail!(
-                "the cluster already has a topic '{name}' other than this data directory's"
-            ),
-            None => cmds.push(Command::CreateTopic {
-                name: name.clone(),
-                id: t.id,
-                shards: t.shards.clone(),
-                configs: t.configs.clone(),
-                replicas: vec![vec![c.node_id]; t.shards.len()],
-            }),
-        }
-    }
-    if old.producer_ids_reserved_to > committed.producer_ids_reserved_to {
-        cmds.push(Command::ReserveProducerIds {
-            up_to: old.producer_ids_reserved_to,
-            owner: Some(c.node_id),
-        });
-    }
-    let topics = old.topics.len();
-    if !cmds.is_empty() {
-        for r in meta_commands(shard, cmds).await {
-            r.map_err(|e| anyhow::anyhow!("adopting the single-node metadata: {e}"))?;
-        }
-    }
-    let mut to = dir.clone().into_os_string();
-    to.push(ADOPTED_SUFFIX);
-    std::fs::rename(&dir, &to)?;
-    strand_storage::io::fsync_dir(&c.data_dir)?;
-    tracing::info!(
-        topics,
-        "adopted a single-node broker's topics into the cluster"
-    );
-    Ok(())
 }

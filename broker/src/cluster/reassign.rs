@@ -19,7 +19,8 @@ use std::time::Duration;
 use strand_raft::{GroupId, MembershipStep, RaftError};
 
 use crate::cluster::metadata::Command;
-use crate::shard::{sleep, Shard};
+use crate::runtime::task::sleep;
+use crate::shard::Shard;
 
 /// How often a shard looks at the moves of the partitions it leads.
 pub const MOVE_CHECK_INTERVAL: Duration = Duration::from_millis(500);
@@ -27,7 +28,7 @@ pub const MOVE_CHECK_INTERVAL: Duration = Duration::from_millis(500);
 /// Starts this shard's move loop (cluster mode).
 pub fn spawn(shard: &Rc<Shard>) {
     let weak = Rc::downgrade(shard);
-    crate::shard::spawn_local(async move {
+    crate::runtime::task::spawn_local(async move {
         // Groups whose move raft-rs or the log refused, reported once each.
         let refused: RefCell<BTreeSet<GroupId>> = RefCell::default();
         loop {

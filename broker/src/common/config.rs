@@ -107,6 +107,10 @@ pub struct Flags {
     pub check: bool,
 }
 
+/// Internal topic holding the groups' committed offsets and metadata (Kafka's name).
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+/// Most partitions one topic may have (a bound on what a request can make us allocate).
+pub const PARTITIONS_PER_TOPIC_MAX: i32 = 10_000;
 /// Default internal RPC port (shard 0).
 pub const RPC_PORT_DEFAULT: u16 = 33145;
 /// Largest replication factor (a Raft group of more voters costs more than it protects).
@@ -301,7 +305,7 @@ impl Config {
 
     fn validate(&self) -> anyhow::Result<()> {
         // A node not among the seeds (or with no --node-id) joins through them and gets
-        // its id from the controller (`cluster_join`).
+        // its id from the controller (`cluster::join`).
         let nodes = self.seeds.len().max(1);
         if !(1..=REPLICATION_FACTOR_MAX).contains(&self.default_replication_factor)
             || self.default_replication_factor as usize > nodes
@@ -318,8 +322,7 @@ impl Config {
         if self.node_id < 0 {
             bail!("node_id must be >= 0, got {}", self.node_id);
         }
-        if !(1..=crate::cluster::metadata::PARTITIONS_PER_TOPIC_MAX).contains(&self.num_partitions)
-        {
+        if !(1..=PARTITIONS_PER_TOPIC_MAX).contains(&self.num_partitions) {
             bail!(
                 "num_partitions must be in 1..=10000, got {}",
                 self.num_partitions

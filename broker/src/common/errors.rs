@@ -4,6 +4,83 @@
 use strand_storage::StorageError;
 use strand_wire::BatchError;
 
+/// Kafka's error codes by their Kafka names, taken from kafka-protocol's `ResponseError`:
+/// the one source of error numbers in the broker (a handler never writes a bare number).
+pub mod code {
+    use kafka_protocol::error::ResponseError as E;
+
+    /// NONE: no error.
+    pub const NONE: i16 = 0;
+    /// OFFSET_OUT_OF_RANGE.
+    pub const OFFSET_OUT_OF_RANGE: i16 = E::OffsetOutOfRange.code();
+    /// CORRUPT_MESSAGE.
+    pub const CORRUPT_MESSAGE: i16 = E::CorruptMessage.code();
+    /// UNKNOWN_TOPIC_OR_PARTITION.
+    pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = E::UnknownTopicOrPartition.code();
+    /// NOT_LEADER_OR_FOLLOWER.
+    pub const NOT_LEADER_OR_FOLLOWER: i16 = E::NotLeaderOrFollower.code();
+    /// REQUEST_TIMED_OUT.
+    pub const REQUEST_TIMED_OUT: i16 = E::RequestTimedOut.code();
+    /// MESSAGE_TOO_LARGE.
+    pub const MESSAGE_TOO_LARGE: i16 = E::MessageTooLarge.code();
+    /// OFFSET_METADATA_TOO_LARGE.
+    pub const OFFSET_METADATA_TOO_LARGE: i16 = E::OffsetMetadataTooLarge.code();
+    /// COORDINATOR_LOAD_IN_PROGRESS.
+    pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = E::CoordinatorLoadInProgress.code();
+    /// COORDINATOR_NOT_AVAILABLE.
+    pub const COORDINATOR_NOT_AVAILABLE: i16 = E::CoordinatorNotAvailable.code();
+    /// NOT_COORDINATOR.
+    pub const NOT_COORDINATOR: i16 = E::NotCoordinator.code();
+    /// INVALID_REQUIRED_ACKS.
+    pub const INVALID_REQUIRED_ACKS: i16 = E::InvalidRequiredAcks.code();
+    /// ILLEGAL_GENERATION.
+    pub const ILLEGAL_GENERATION: i16 = E::IllegalGeneration.code();
+    /// INCONSISTENT_GROUP_PROTOCOL.
+    pub const INCONSISTENT_GROUP_PROTOCOL: i16 = E::InconsistentGroupProtocol.code();
+    /// INVALID_GROUP_ID.
+    pub const INVALID_GROUP_ID: i16 = E::InvalidGroupId.code();
+    /// UNKNOWN_MEMBER_ID.
+    pub const UNKNOWN_MEMBER_ID: i16 = E::UnknownMemberId.code();
+    /// INVALID_SESSION_TIMEOUT.
+    pub const INVALID_SESSION_TIMEOUT: i16 = E::InvalidSessionTimeout.code();
+    /// REBALANCE_IN_PROGRESS.
+    pub const REBALANCE_IN_PROGRESS: i16 = E::RebalanceInProgress.code();
+    /// UNSUPPORTED_VERSION.
+    pub const UNSUPPORTED_VERSION: i16 = E::UnsupportedVersion.code();
+    /// INVALID_CONFIG.
+    pub const INVALID_CONFIG: i16 = E::InvalidConfig.code();
+    /// INVALID_REQUEST.
+    pub const INVALID_REQUEST: i16 = E::InvalidRequest.code();
+    /// OUT_OF_ORDER_SEQUENCE_NUMBER.
+    pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = E::OutOfOrderSequenceNumber.code();
+    /// INVALID_PRODUCER_EPOCH.
+    pub const INVALID_PRODUCER_EPOCH: i16 = E::InvalidProducerEpoch.code();
+    /// KAFKA_STORAGE_ERROR.
+    pub const KAFKA_STORAGE_ERROR: i16 = E::KafkaStorageError.code();
+    /// NON_EMPTY_GROUP.
+    pub const NON_EMPTY_GROUP: i16 = E::NonEmptyGroup.code();
+    /// GROUP_ID_NOT_FOUND.
+    pub const GROUP_ID_NOT_FOUND: i16 = E::GroupIdNotFound.code();
+    /// FENCED_LEADER_EPOCH.
+    pub const FENCED_LEADER_EPOCH: i16 = E::FencedLeaderEpoch.code();
+    /// UNKNOWN_LEADER_EPOCH.
+    pub const UNKNOWN_LEADER_EPOCH: i16 = E::UnknownLeaderEpoch.code();
+    /// UNSUPPORTED_COMPRESSION_TYPE.
+    pub const UNSUPPORTED_COMPRESSION_TYPE: i16 = E::UnsupportedCompressionType.code();
+    /// MEMBER_ID_REQUIRED.
+    pub const MEMBER_ID_REQUIRED: i16 = E::MemberIdRequired.code();
+    /// GROUP_SUBSCRIBED_TO_TOPIC.
+    pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = E::GroupSubscribedToTopic.code();
+    /// INVALID_RECORD.
+    pub const INVALID_RECORD: i16 = E::InvalidRecord.code();
+    /// INCONSISTENT_CLUSTER_ID.
+    pub const INCONSISTENT_CLUSTER_ID: i16 = E::InconsistentClusterId.code();
+    /// DUPLICATE_VOTER.
+    pub const DUPLICATE_VOTER: i16 = E::DuplicateVoter.code();
+    /// VOTER_NOT_FOUND.
+    pub const VOTER_NOT_FOUND: i16 = E::VoterNotFound.code();
+}
+
 /// A Kafka-level error for one partition or request.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum KafkaError {
@@ -55,20 +132,20 @@ impl KafkaError {
     /// The wire error code.
     pub fn code(&self) -> i16 {
         match self {
-            KafkaError::OffsetOutOfRange => 1,
-            KafkaError::CorruptMessage(_) => 2,
-            KafkaError::UnknownTopicOrPartition => 3,
-            KafkaError::NotLeader => 6,
-            KafkaError::RequestTimedOut => 7,
-            KafkaError::MessageTooLarge => 10,
-            KafkaError::InvalidRequest(_) => 42,
-            KafkaError::OutOfOrderSequence => 45,
-            KafkaError::InvalidProducerEpoch => 47,
-            KafkaError::FencedLeaderEpoch => 74,
-            KafkaError::UnknownLeaderEpoch => 75,
-            KafkaError::Storage(_) => 56,
-            KafkaError::UnsupportedCompression => 76,
-            KafkaError::InvalidRecord(_) => 87,
+            KafkaError::OffsetOutOfRange => code::OFFSET_OUT_OF_RANGE,
+            KafkaError::CorruptMessage(_) => code::CORRUPT_MESSAGE,
+            KafkaError::UnknownTopicOrPartition => code::UNKNOWN_TOPIC_OR_PARTITION,
+            KafkaError::NotLeader => code::NOT_LEADER_OR_FOLLOWER,
+            KafkaError::RequestTimedOut => code::REQUEST_TIMED_OUT,
+            KafkaError::MessageTooLarge => code::MESSAGE_TOO_LARGE,
+            KafkaError::InvalidRequest(_) => code::INVALID_REQUEST,
+            KafkaError::OutOfOrderSequence => code::OUT_OF_ORDER_SEQUENCE_NUMBER,
+            KafkaError::InvalidProducerEpoch => code::INVALID_PRODUCER_EPOCH,
+            KafkaError::FencedLeaderEpoch => code::FENCED_LEADER_EPOCH,
+            KafkaError::UnknownLeaderEpoch => code::UNKNOWN_LEADER_EPOCH,
+            KafkaError::Storage(_) => code::KAFKA_STORAGE_ERROR,
+            KafkaError::UnsupportedCompression => code::UNSUPPORTED_COMPRESSION_TYPE,
+            KafkaError::InvalidRecord(_) => code::INVALID_RECORD,
         }
     }
 

@@ -331,7 +331,7 @@ pub struct CommittedSnapshot {
 /// What a shard knows about the health of its share of the cluster at scrape time.
 #[derive(Clone, Debug, Default)]
 pub struct ShardDetail {
-    /// Request bytes held in memory now (bounded by `shard_conn::IN_FLIGHT_BYTES_MAX`).
+    /// Request bytes held in memory now (bounded by `gateway::kafka::net::IN_FLIGHT_BYTES_MAX`).
     pub in_flight_bytes: u64,
     /// Partitions hosted here.
     pub partitions: Vec<PartitionSnapshot>,
@@ -354,81 +354,41 @@ pub struct ShardDetail {
     pub fenced_groups: u64,
 }
 
-/// Replicas of every partition without a cluster (ARCHITECTURE.md, Replication).
-const REPLICAS_PER_PARTITION: u64 = 1;
-
-/// Collects the detail of `shard` (runs on that shard).
-pub fn detail(shard: &crate::shard::Shard) -> ShardDetail {
-    let meta = shard.metadata();
-    let parts = shard.partitions.borrow();
-    let partitions: Vec<PartitionSnapshot> = parts
-        .values()
-        .map(|p| PartitionSnapshot {
-            topic: p.topic.clone(),
-            partition: p.index,
-            high_watermark: p.high_watermark().0,
-            log_end_offset: p.log().log_end_offset().0,
-            size_bytes: p.log().size_bytes(),
-            fenced: p.log().fenced().is_some(),
-        })
-        .collect();
-    let mut leaderless = 0;
-    let mut under_replicated = 0;
-    let rpc_dropped_frames = shard.replicator().map_or(0, |r| r.rpc_dropped_frames());
-    let raft_append_acks = shard
-        .replicator()
-        .map_or_else(|| Histogram::default().snapshot(), |r| r.append_acks());
-    if let Some(rep) = shard.replicator() {
-        // Cluster mode: what the Raft groups of this shard say after their last turn.
-        let h = rep.health();
-        leaderless = h.leaderless;
-        under_replicated = h.under_replicated;
-    }
-    for (name, t) in meta.topics.iter().filter(|_| !shard.clustered()) {
-        for (k, &s) in t.shards.iter().enumerate() {
-            if s as usize != shard.id {
-                continue;
-            }
-            let key = (name.clone(), i32::try_from(k).unwrap_or(i32::MAX));
-            let serving = parts.get(&key).filter(|p| p.log().fenced().is_none());
-            match serving {
-                None => leaderless += 1,
-                Some(_) => {
-                    // The leader itself is the one in-sync replica.
-                    let in_sync = 1;
-                    if in_sync < REPLICAS_PER_PARTITION {
-                        under_replicated += 1;
-                    }
-                }
-            }
-        }
-    }
-    let committed = shard
-        .groups
-        .borrow()
-        .values()
-        .flat_map(|g| {
-            g.offsets
-                .iter()
-                .map(|((topic, partition), c)| CommittedSnapshot {
-                    group: g.id.clone(),
-                    topic: topic.clone(),
-                    partition: *partition,
-                    offset: c.offset,
-                })
-        })
-        .collect();
-    ShardDetail {
-        in_flight_bytes: shard.in_flight_bytes_used(),
-        partitions,
-        committed,
-        leaderless_partitions: leaderless,
-        under_replicated_partitions: under_replicated,
-        metadata_log_writable: shard.metadata_log_writable(),
-        rpc_dropped_frames,
-        raft_append_acks,
-        fenced_groups: shard.replicator().map_or(0, |r| r.fenced_groups()),
-    }
+/// Counters of one shard at scrape time.
+#[derive(Clone, Debug, Default)]
+pub struct ShardSnapshot {
+    /// Shard index.
+    pub shard: usize,
+    /// Messages sent to other shards.
+    pub cross_shard_messages: u64,
+    /// Times a connection stopped reading for the in-flight byte bound.
+    pub backpressure_events: u64,
+    /// Open Kafka connections.
+    pub connections: u64,
+    /// Native protocol requests served.
+    pub native_requests: u64,
+    /// Native partitions answered "moved".
+    pub native_moved: u64,
+    /// Cross-shard calls made for native requests.
+    pub native_cross_shard_hops: u64,
+    /// Open native connections.
+    pub native_connections: u64,
+    /// Requests per API name.
+    pub requests: Vec<(&'static str, u64)>,
+    /// Partitions hosted.
+    pub partitions: u64,
+    /// Groups coordinated.
+    pub groups: u64,
+    /// Summed storage counters of the shard's partitions.
+    pub storage: strand_storage::LogStats,
+    /// Bytes in all logs.
+    pub log_bytes: u64,
+    /// Batch cache counters.
+    pub cache: strand_storage::CacheStats,
+    /// Latency histograms and traffic counters.
+    pub metrics: MetricsSnapshot,
+    /// Partitions, committed offsets and health (`metrics::detail`).
+    pub detail: ShardDetail,
 }
 
 #[cfg(test)]

@@ -1,4 +1,8 @@
-//! Foundation modules.
+//! The foundation every subsystem stands on: the clock, the configuration, the Kafka error
+//! codes, logging and the shard-local metrics.
+//!
+//! May use: nothing else in the broker (the crates below it, `strand_storage`,
+//! `strand_raft`, `strand_wire`, are fine). Everything may use it.
 
 pub mod clock;
 pub mod config;

@@ -28,41 +28,7 @@ pub const REBALANCE_POLL: Duration = Duration::from_millis(10);
 /// How often member sessions are checked.
 pub const SESSION_SWEEP: Duration = Duration::from_millis(250);
 
-/// Kafka error codes used here.
-pub mod code {
-    /// NONE.
-    pub const NONE: i16 = 0;
-    /// UNKNOWN_TOPIC_OR_PARTITION.
-    pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
-    /// OFFSET_METADATA_TOO_LARGE.
-    pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;
-    /// COORDINATOR_LOAD_IN_PROGRESS.
-    pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
-    /// COORDINATOR_NOT_AVAILABLE.
-    pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
-    /// NOT_COORDINATOR.
-    pub const NOT_COORDINATOR: i16 = 16;
-    /// ILLEGAL_GENERATION.
-    pub const ILLEGAL_GENERATION: i16 = 22;
-    /// INCONSISTENT_GROUP_PROTOCOL.
-    pub const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
-    /// INVALID_GROUP_ID.
-    pub const INVALID_GROUP_ID: i16 = 24;
-    /// UNKNOWN_MEMBER_ID.
-    pub const UNKNOWN_MEMBER_ID: i16 = 25;
-    /// INVALID_SESSION_TIMEOUT.
-    pub const INVALID_SESSION_TIMEOUT: i16 = 26;
-    /// REBALANCE_IN_PROGRESS.
-    pub const REBALANCE_IN_PROGRESS: i16 = 27;
-    /// NON_EMPTY_GROUP.
-    pub const NON_EMPTY_GROUP: i16 = 68;
-    /// GROUP_ID_NOT_FOUND.
-    pub const GROUP_ID_NOT_FOUND: i16 = 69;
-    /// MEMBER_ID_REQUIRED.
-    pub const MEMBER_ID_REQUIRED: i16 = 79;
-    /// GROUP_SUBSCRIBED_TO_TOPIC.
-    pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
-}
+pub use crate::common::errors::code;
 
 /// A JoinGroup as the coordinator sees it.
 #[derive(Debug)]
@@ -232,14 +198,14 @@ impl Shard {
             now
         });
         let (me, id) = (self.clone(), g.id.clone());
-        crate::shard::spawn_local(async move { me.drive_rebalance(id).await });
+        crate::runtime::task::spawn_local(async move { me.drive_rebalance(id).await });
     }
 
     /// Completes the join phase once every member rejoined (after the initial delay for a
     /// new group) or the rebalance timeout passed (dropping members that did not rejoin).
     async fn drive_rebalance(self: Rc<Self>, group: String) {
         loop {
-            crate::shard::sleep(REBALANCE_POLL).await;
+            crate::runtime::task::sleep(REBALANCE_POLL).await;
             let persist = {
                 let mut groups = self.groups.borrow_mut();
                 let Some(g) = groups.get_mut(&group) else {

@@ -8,13 +8,15 @@
 //!
 //! `state` holds the pure data and decisions; `coordinator` the request handling with
 //! waiters and timers; `records` the record format and replay.
+//!
+//! May use: `common`, `runtime`, `partition`, `replication`, `cluster`. Known exception
+//! (tidy.rs): the coordinator keeps its groups in `shard::Shard`.
 
 pub mod coordinator;
 pub mod records;
 pub mod state;
 
-/// Internal topic holding offsets and group metadata.
-pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+pub use crate::common::config::OFFSETS_TOPIC;
 
 /// Java's `String.hashCode` over UTF-16 code units, as Kafka uses for placement.
 pub fn java_hash(s: &str) -> i32 {

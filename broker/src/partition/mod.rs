@@ -4,8 +4,16 @@
 //! Invariant: `high_watermark` only moves forward, to what the log reports durable (on one
 //! node, committed = fdatasynced). At most one flush task runs per partition; every
 //! append after it started is flushed by the next turn of the same task.
+//!
+//! The subsystem also holds the partition's idempotent-producer state (`producer_state`),
+//! its checkpoints (`checkpoint`) and the lookups that decode records (`lookup`).
+//!
+//! May use: `common`, `runtime`. Known exceptions (tidy.rs `BROKER_LAYER_EXCEPTIONS`): it
+//! proposes through `replication::Replicator`, and its `__consumer_offsets` checkpoint keeps
+//! `group::records`.
 
 pub mod checkpoint;
+pub mod lookup;
 pub mod producer_state;
 
 use std::cell::{Cell, RefCell};
@@ -226,7 +234,7 @@ impl Partition {
             // batches as a follower without recording their producers.
             self.rebuilding.set(true);
             let me = self.clone();
-            crate::shard::spawn_local(async move {
+            crate::runtime::task::spawn_local(async move {
                 if let Err(e) = me.rebuild_producer_state().await {
                     tracing::warn!(topic = %me.topic, partition = me.index, error = %e,
                         "rebuilding producer state after a leader change failed");
@@ -282,7 +290,7 @@ impl Partition {
     /// it that the log holds and the offset after its last record; `None` when the log
     /// holds no epoch at or below it. In a replicated log a batch written before the
     /// cluster (epoch 0) belongs to epoch 1, as its copies on other replicas do (see
-    /// `raft_store::raft_term`), so every replica answers alike.
+    /// `replication::store::raft_term`), so every replica answers alike.
     pub async fn epoch_end(&self, epoch: u64) -> Result<Option<(u64, KafkaOffset)>, StorageError> {
         if !self.replicated() {
             let end = self.log.epoch_end_offset(RaftTerm(epoch)).await?;
@@ -432,7 +440,7 @@ impl Partition {
         while self.high_watermark.get() <= offset {
             let rx = self.watch_appends();
             self.ensure_flushing();
-            let _ = crate::shard::timeout(std::time::Duration::from_secs(30), rx).await;
+            let _ = crate::runtime::task::timeout(std::time::Duration::from_secs(30), rx).await;
         }
     }
 
@@ -440,7 +448,7 @@ impl Partition {
     /// one) and rebuilds the live state from it: called once, when the partition opens
     /// (`replicated`: it will be a Raft group's log; see `Checkpoint::load`).
     pub async fn load_producer_state(&self, replicated: bool) -> Result<(), StorageError> {
-        let with_records = self.topic == crate::group::OFFSETS_TOPIC;
+        let with_records = self.topic == crate::common::config::OFFSETS_TOPIC;
         *self.checkpoint.borrow_mut() = Checkpoint::load(&self.log, with_records, replicated);
         self.rebuild_producer_state().await
     }
@@ -491,7 +499,7 @@ impl Partition {
         self.checkpointing.set(true);
         self.checkpoint_mark_bytes.set(appended);
         let me = self.clone();
-        crate::shard::spawn_local(async move {
+        crate::runtime::task::spawn_local(async move {
             if let Err(e) = me.advance_checkpoint(committed_end).await {
                 tracing::warn!(topic = %me.topic, partition = me.index, error = %e,
                     "partition-state checkpoint not moved; the next one retries");
@@ -524,7 +532,7 @@ impl Partition {
     /// writer of the checkpoint and its file at a time); the caller clears it.
     async fn lock_checkpoint(&self) {
         while self.checkpointing.get() {
-            crate::shard::sleep(CHECKPOINT_LOCK_POLL).await;
+            crate::runtime::task::sleep(CHECKPOINT_LOCK_POLL).await;
         }
         self.checkpointing.set(true);
     }
@@ -553,7 +561,7 @@ impl Partition {
     /// logged and dropped (the state of the data before the point is then unknown here, as
     /// before snapshots carried it); a failed save is logged and the next move saves it.
     pub async fn adopt_checkpoint(&self, bytes: &[u8]) {
-        let with_records = self.topic == crate::group::OFFSETS_TOPIC;
+        let with_records = self.topic == crate::common::config::OFFSETS_TOPIC;
         let shipped = match Checkpoint::decode(bytes) {
             Ok(c) if c.records.is_some() == with_records => c,
             Ok(_) => {
@@ -616,7 +624,7 @@ impl Partition {
                 }
                 w.push(tx);
             }
-            let _ = crate::shard::timeout(left, rx).await;
+            let _ = crate::runtime::task::timeout(left, rx).await;
         }
     }
 
@@ -645,7 +653,7 @@ impl Partition {
             return;
         }
         let me = self.clone();
-        crate::shard::spawn_local(async move { me.flush_loop().await });
+        crate::runtime::task::spawn_local(async move { me.flush_loop().await });
     }
 
     /// Group commit: flushes until nothing is pending, waking waiters after each flush.
@@ -707,7 +715,7 @@ impl Partition {
     /// Reads whole batches from `offset` up to the high watermark, concatenated.
     pub async fn fetch(
         &self,
-        offset: i64,
+        offset: KafkaOffset,
         max_bytes: usize,
         min_one: bool,
     ) -> Result<Bytes, KafkaError> {
@@ -715,17 +723,14 @@ impl Partition {
             return Err(KafkaError::NotLeader);
         }
         let hw = self.high_watermark.get();
-        if offset == hw.0 {
+        if offset == hw {
             return Ok(Bytes::new());
         }
-        if offset > hw.0 && offset <= self.log.log_end_offset().0 {
+        if offset > hw && offset <= self.log.log_end_offset() {
             // Appended but not yet committed: nothing to return yet, not out of range.
             return Ok(Bytes::new());
         }
-        let r = self
-            .log
-            .read(KafkaOffset(offset), hw, max_bytes, min_one)
-            .await;
+        let r = self.log.read(offset, hw, max_bytes, min_one).await;
         let r = r.map_err(|e| self.storage_error(e))?;
         if r.batches.len() == 1 {
             return Ok(r.batches.into_iter().next().unwrap_or_default());
@@ -841,7 +846,7 @@ mod tests {
             let waiting = |part: &Rc<Partition>| {
                 let (tx, rx) = oneshot::channel();
                 let p = part.clone();
-                crate::shard::spawn_local(async move {
+                crate::runtime::task::spawn_local(async move {
                     let _ = tx.send(p.wait_serving().await);
                 });
                 rx
@@ -852,10 +857,10 @@ mod tests {
             // Elected in term 2; the first entry of the term commits 20 ms later.
             part.set_replica_role(true, 2, None, None);
             let mut rx = waiting(&part);
-            crate::shard::sleep(Duration::from_millis(20)).await;
+            crate::runtime::task::sleep(Duration::from_millis(20)).await;
             assert_eq!(rx.try_recv(), Ok(None), "answered before serving");
             part.set_replica_role(true, 2, hw, None);
-            let served = crate::shard::timeout(Duration::from_secs(5), rx).await;
+            let served = crate::runtime::task::timeout(Duration::from_secs(5), rx).await;
             assert_eq!(served, Some(Ok(Ok(()))));
             assert_eq!(part.wait_serving().await, Ok(()));
 
@@ -863,9 +868,9 @@ mod tests {
             part.set_replica_role(false, 3, None, None);
             part.set_replica_role(true, 3, None, None);
             let rx = waiting(&part);
-            crate::shard::sleep(Duration::from_millis(5)).await;
+            crate::runtime::task::sleep(Duration::from_millis(5)).await;
             part.set_replica_role(false, 4, None, None);
-            let refused = crate::shard::timeout(Duration::from_millis(50), rx).await;
+            let refused = crate::runtime::task::timeout(Duration::from_millis(50), rx).await;
             assert_eq!(refused, Some(Ok(Err(KafkaError::NotLeader))), "not at once");
 
             // Elected in term 5 and never serving: refused after the wait.
@@ -892,7 +897,7 @@ mod tests {
                 first = produce(&part, 1, seq).await;
                 seq += 1;
                 while part.checkpointing.get() {
-                    crate::shard::sleep(std::time::Duration::from_millis(1)).await;
+                    crate::runtime::task::sleep(std::time::Duration::from_millis(1)).await;
                 }
             }
             let second = produce(&part, 2, 0).await;
@@ -1002,7 +1007,7 @@ mod tests {
             got
         };
         strand_storage::io_runtime::block_on("partition-test", 1, async {
-            let part = open_topic(&dir, crate::group::OFFSETS_TOPIC).await;
+            let part = open_topic(&dir, crate::common::config::OFFSETS_TOPIC).await;
             let limit = 2 * CHECKPOINT_INTERVAL_BYTES as i64 / VALUE_BYTES as i64;
             let mut n = 0;
             // Commits of partitions 0..4 until a saved checkpoint covers them all.
@@ -1013,7 +1018,7 @@ mod tests {
                     .expect("produced");
                 n += 1;
                 while part.checkpointing.get() {
-                    crate::shard::sleep(std::time::Duration::from_millis(1)).await;
+                    crate::runtime::task::sleep(std::time::Duration::from_millis(1)).await;
                 }
             }
             let start = part.checkpoint.borrow().offset;
@@ -1033,7 +1038,7 @@ mod tests {
             // The records before the checkpoint deleted: only the checkpoint has them.
             part.log().set_log_start(start).expect("log start");
             drop(part);
-            let part = open_topic(&dir, crate::group::OFFSETS_TOPIC).await;
+            let part = open_topic(&dir, crate::common::config::OFFSETS_TOPIC).await;
             assert_eq!(part.group_checkpoint().0, start);
             assert_eq!(offsets_of(&part), expect);
         })

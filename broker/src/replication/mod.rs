@@ -16,37 +16,41 @@
 //! Invariants: no `RefCell` borrow of the driver is held across an `.await`; a proposal's
 //! waiter is answered exactly once (commit with its base offset, or why not); outgoing
 //! queues are bounded in bytes (a full queue drops the batch: Raft retries).
+//!
+//! Files: `net` (the RPC transport), `balance` (preferred-leader balancing), `store` (a
+//! partition's Raft log over its storage log), `journal` (the shard's Raft state file),
+//! `isr` (Kafka's in-sync set), `ack_timer` (follower acknowledgement timing).
+//!
+//! May use: `common`, `runtime`, `partition`.
 
 pub mod ack_timer;
+pub mod balance;
 pub mod isr;
 pub mod journal;
+pub mod net;
 pub mod store;
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
-use std::rc::{Rc, Weak};
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::channel::{mpsc, oneshot};
-use futures::io::{AsyncReadExt, AsyncWriteExt};
 use futures::StreamExt;
 
-use crate::cluster::join::JoinRequest;
-use glommio::net::{TcpListener, TcpStream};
-use strand_raft::rpc::{self, Hello, RpcFrame};
-use strand_raft::types::ShardId;
 use strand_raft::{
     Ack, Completion, DriverConfig, GroupId, KafkaOffset, MessageBatch, MultiRaft, NodeId,
-    ProposalId, RaftError, RaftIndex, Transport,
+    ProposalId, RaftError, RaftIndex,
 };
 
 use crate::common::errors::KafkaError;
-use crate::common::metrics::add;
 use crate::partition::Partition;
 use crate::replication::journal::RaftJournal;
 use crate::replication::store::RaftLogStore;
+use balance::LEADER_BALANCE_INTERVAL;
+use net::{cluster_tag, RpcOut};
 
 /// The controller's Raft group.
 pub const CONTROLLER_GROUP: GroupId = GroupId(0);
@@ -58,19 +62,6 @@ type StateWritten =
 /// tenth of the default election timeout.
 const SLOW_TURN: Duration = Duration::from_millis(50);
 const SLOW_TURN_LOG_INTERVAL: Duration = Duration::from_secs(10);
-/// Bytes queued for one peer connection before batches are dropped.
-pub const PEER_QUEUE_BYTES_MAX: usize = 64 * 1024 * 1024;
-/// Wait between attempts to connect to a peer.
-pub const PEER_RECONNECT: Duration = Duration::from_millis(100);
-/// Longest a connect attempt waits.
-pub const PEER_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-/// How often a shard hands the leadership of its groups back to their preferred replicas
-/// (Kafka: auto.leader.rebalance.enable, leader.imbalance.check.interval.seconds = 300).
-pub const LEADER_BALANCE_INTERVAL: Duration = Duration::from_secs(10);
-/// Most leaderships handed back per round: each transfer is an election whose votes are
-/// fsynced on every replica, and thousands at once (after creating or restarting 10,000
-/// partitions) stall the nodes long enough for check-quorum to depose their leaders.
-pub const LEADER_MOVES_PER_ROUND_MAX: usize = 128;
 /// How often a shard announces every group it leads to its peers (changes go at once):
 /// a node learns the leaders of partitions it does not host, and one that missed an
 /// announcement (it joined, or was cut off) catches up.
@@ -81,9 +72,6 @@ pub const BROKER_SESSION_TIMEOUT: Duration = Duration::from_secs(9);
 /// Groups per announcement frame: each is 25–80 bytes of JSON (group, leader, epoch and the
 /// out-of-sync replicas), so a frame stays under the control frame's 64 KiB limit.
 pub(crate) const LEADERS_PER_ANNOUNCEMENT_MAX: usize = 500;
-/// Bytes read from a peer socket per call.
-const READ_CHUNK_BYTES: usize = 256 * 1024;
-
 /// The driver's clock: monotonic time since the replicator started.
 #[derive(Clone, Copy, Debug)]
 pub struct MonoClock(Instant);
@@ -91,137 +79,6 @@ pub struct MonoClock(Instant);
 impl strand_raft::Clock for MonoClock {
     fn now(&self) -> Duration {
         crate::common::clock::now().saturating_duration_since(self.0)
-    }
-}
-
-/// One peer connection's queue.
-struct PeerQueue {
-    tx: mpsc::UnboundedSender<Bytes>,
-    queued_bytes: Rc<Cell<usize>>,
-}
-
-/// Sends each batch to its node's connection task (see the module doc).
-pub struct RpcOut {
-    me: NodeId,
-    shard: usize,
-    cluster_tag: u64,
-    peers: HashMap<NodeId, SocketAddr>,
-    /// The seeds (`--seeds`): peers even before they register.
-    seeds: Vec<NodeId>,
-    queues: HashMap<NodeId, PeerQueue>,
-    /// Frames dropped on the way out (see `Replicator::rpc_dropped_frames`).
-    dropped: Rc<Cell<u64>>,
-    /// Times follower acknowledgements (shared with the `Replicator`, which sees them).
-    acks: Rc<RefCell<crate::replication::ack_timer::AckTimer>>,
-}
-
-impl RpcOut {
-    fn queue(&mut self, to: NodeId) -> Option<&PeerQueue> {
-        if !self.queues.contains_key(&to) {
-            let base = *self.peers.get(&to)?;
-            let addr = SocketAddr::new(base.ip(), base.port() + self.shard as u16);
-            let (tx, rx) = mpsc::unbounded();
-            let queued_bytes = Rc::new(Cell::new(0));
-            let hello = Hello {
-                from_node: self.me,
-                to_node: to,
-                to_shard: ShardId(self.shard as u32),
-                cluster_tag: self.cluster_tag,
-            };
-            crate::shard::spawn_local(peer_writer(
-                addr,
-                hello,
-                rx,
-                queued_bytes.clone(),
-                self.dropped.clone(),
-            ));
-            self.queues.insert(to, PeerQueue { tx, queued_bytes });
-        }
-        self.queues.get(&to)
-    }
-}
-
-impl RpcOut {
-    /// Queues a control frame for `to` (dropped like a batch when the queue is full).
-    fn send_control(&mut self, to: NodeId, body: Bytes) {
-        self.enqueue(to, encode(&RpcFrame::Control(body)));
-    }
-
-    /// Queues encoded frames for `to`. For an unknown peer, a full queue or a stopped
-    /// writer they are dropped: Raft resends what matters.
-    fn enqueue(&mut self, to: NodeId, frame: Bytes) {
-        let dropped = self.dropped.clone();
-        let Some(q) = self.queue(to) else {
-            add(&dropped, 1);
-            return;
-        };
-        if q.queued_bytes.get() + frame.len() > PEER_QUEUE_BYTES_MAX {
-            add(&dropped, 1);
-            return;
-        }
-        q.queued_bytes.set(q.queued_bytes.get() + frame.len());
-        if q.tx.unbounded_send(frame).is_err() {
-            add(&dropped, 1);
-        }
-    }
-}
-
-impl Transport for RpcOut {
-    fn send(&mut self, batch: MessageBatch) {
-        let to = batch.to;
-        self.acks
-            .borrow_mut()
-            .sent(&batch, crate::common::clock::now());
-        self.enqueue(to, encode(&RpcFrame::Batch(batch)));
-    }
-}
-
-/// Keeps one connection to a peer shard and writes queued frames to it; frames queued
-/// while disconnected are dropped (Raft resends what matters) and counted in `dropped`.
-async fn peer_writer(
-    addr: SocketAddr,
-    hello: Hello,
-    mut rx: mpsc::UnboundedReceiver<Bytes>,
-    queued_bytes: Rc<Cell<usize>>,
-    dropped: Rc<Cell<u64>>,
-) {
-    let hello = encode(&RpcFrame::Hello(hello));
-    loop {
-        let conn = crate::shard::timeout(PEER_CONNECT_TIMEOUT, TcpStream::connect(addr)).await;
-        let mut stream = match conn {
-            Some(Ok(s)) => s,
-            _ => {
-                // Drain what queued meanwhile: stale Raft messages are worse than none. A
-                // closed queue is a forgotten peer (removed from the cluster): stop.
-                loop {
-                    match rx.try_recv() {
-                        Ok(f) => {
-                            queued_bytes.set(queued_bytes.get().saturating_sub(f.len()));
-                            add(&dropped, 1);
-                        }
-                        Err(e) if e.is_closed() => return,
-                        Err(_) => break,
-                    }
-                }
-                crate::shard::sleep(PEER_RECONNECT).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
-        if stream.write_all(&hello).await.is_err() {
-            continue;
-        }
-        loop {
-            let Some(frame) = rx.next().await else {
-                return;
-            };
-            queued_bytes.set(queued_bytes.get().saturating_sub(frame.len()));
-            if stream.write_all(&frame).await.is_err() {
-                add(&dropped, 1);
-                tracing::debug!(%addr, "peer connection lost; reconnecting");
-                break;
-            }
-        }
     }
 }
 
@@ -252,8 +109,20 @@ pub struct ReplicaHealth {
     pub controller_leader: bool,
 }
 
+/// The body of an RPC control frame between nodes (JSON).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
+pub enum ControlMsg {
+    /// A node asks a seed's shard 0 for an id; answered with a control frame holding the
+    /// seed's reply. The request is the cluster's (`cluster::join::JoinRequest`), opaque
+    /// here: replication carries it to the `OnJoin` handler and knows nothing of membership.
+    Join(serde_json::Value),
+    /// Groups the sender leads: (group, leader node, leader epoch). Every node learns the
+    /// leaders of partitions it does not host, for Metadata and FindCoordinator.
+    Leaders(Vec<LeaderChange>),
+}
+
 /// Answers a node asking to join (shard 0): the reply frame's body.
-pub type OnJoin = Rc<dyn Fn(JoinRequest) -> futures::future::LocalBoxFuture<'static, Bytes>>;
+pub type OnJoin = Rc<dyn Fn(serde_json::Value) -> futures::future::LocalBoxFuture<'static, Bytes>>;
 
 /// A group's leader as a node sees it after a turn; when `leader` is the node reporting
 /// it, also the replicas out of Kafka's in-sync set (see `crate::replication::isr`).
@@ -321,13 +190,6 @@ pub struct Replicator {
     persist_done: RefCell<Vec<(GroupId, Result<(), String>)>>,
     slow_turn_log: crate::common::logging::RateLimit,
     stopping: Cell<bool>,
-}
-
-/// A stable tag of the cluster membership, so that nodes configured for another cluster
-/// refuse each other.
-pub fn cluster_tag(seeds: &[(i32, SocketAddr)]) -> u64 {
-    let text: Vec<String> = seeds.iter().map(|(id, _)| id.to_string()).collect();
-    u64::from(crc32c::crc32c(text.join(",").as_bytes()))
 }
 
 impl Replicator {
@@ -448,7 +310,7 @@ impl Replicator {
         let mut d = self.driver.borrow_mut();
         let out = d.transport_mut();
         for chunk in led.chunks(LEADERS_PER_ANNOUNCEMENT_MAX) {
-            let msg = crate::cluster::join::ControlMsg::Leaders(chunk.to_vec());
+            let msg = ControlMsg::Leaders(chunk.to_vec());
             let Ok(body) = serde_json::to_vec(&msg) else {
                 continue;
             };
@@ -754,37 +616,6 @@ impl Replicator {
         self.wake();
     }
 
-    /// Hands leadership of every group this node leads but does not prefer to its
-    /// preferred replica when that one is in sync, so leaders spread over the nodes again
-    /// after a failover (placement spreads the preferred replicas).
-    fn balance_leaders(&self) {
-        let moves: Vec<(GroupId, NodeId)> = {
-            let d = self.driver.borrow();
-            self.hosted
-                .borrow()
-                .iter()
-                .filter(|(&g, h)| {
-                    h.preferred != self.me && d.is_leader(g) && d.voter_in_sync(g, h.preferred)
-                })
-                .map(|(&g, h)| (g, h.preferred))
-                .take(LEADER_MOVES_PER_ROUND_MAX)
-                .collect()
-        };
-        if moves.is_empty() {
-            return;
-        }
-        tracing::info!(
-            groups = moves.len(),
-            "handing leadership back to preferred replicas"
-        );
-        let mut d = self.driver.borrow_mut();
-        for (g, to) in moves {
-            d.transfer_leader(g, to);
-        }
-        drop(d);
-        self.wake();
-    }
-
     /// Replication health after the last turn.
     pub fn health(&self) -> ReplicaHealth {
         self.health.get()
@@ -826,7 +657,7 @@ impl Replicator {
             };
             let now = strand_raft::Clock::now(&self.clock);
             if wait > now && !ready {
-                let _ = crate::shard::timeout(wait - now, wake_rx.next()).await;
+                let _ = crate::runtime::task::timeout(wait - now, wake_rx.next()).await;
             }
             self.turn().await;
             // A turn whose awaits all complete at once never yields: with groups that always
@@ -881,7 +712,7 @@ impl Replicator {
                 persisting.insert(g);
                 let me = Rc::downgrade(self);
                 let state_written = state_written.clone();
-                crate::shard::spawn_local(async move {
+                crate::runtime::task::spawn_local(async move {
                     let r = job.run(state_written).await;
                     if let Some(me) = me.upgrade() {
                         me.persist_done.borrow_mut().push((g, r));
@@ -1065,7 +896,7 @@ impl Replicator {
                 continue;
             };
             let me = self.clone();
-            crate::shard::spawn_local(async move {
+            crate::runtime::task::spawn_local(async move {
                 let mut frames = Vec::new();
                 for (lo, hi) in ranges {
                     let r = part
@@ -1096,33 +927,6 @@ impl Replicator {
             });
         }
     }
-
-    /// Accepts peers' connections on this shard's RPC port and steps their batches.
-    pub fn listen(self: &Rc<Self>, addr: SocketAddr) -> anyhow::Result<()> {
-        let listener = TcpListener::bind(addr)
-            .map_err(|e| anyhow::anyhow!("cannot listen for RPC on {addr}: {e}"))?;
-        tracing::info!(shard = self.shard, %addr, "RPC listening");
-        let me = Rc::downgrade(self);
-        crate::shard::spawn_local(async move {
-            loop {
-                let stream = match listener.accept().await {
-                    Ok(s) => s,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "RPC accept failed");
-                        crate::shard::sleep(PEER_RECONNECT).await;
-                        continue;
-                    }
-                };
-                let me = me.clone();
-                crate::shard::spawn_local(async move {
-                    if let Err(e) = serve_peer(me, stream).await {
-                        tracing::debug!(error = %e, "RPC connection closed");
-                    }
-                });
-            }
-        });
-        Ok(())
-    }
 }
 
 /// As the controller's leader: the nodes of the cluster (the controller group's other
@@ -1147,86 +951,6 @@ fn raft_term(store: &RaftLogStore) -> u64 {
     strand_raft::LogStore::hard_state(store).term
 }
 
-/// Reads frames from one peer connection: a Hello first (checked), then batches.
-async fn serve_peer(me: Weak<Replicator>, mut stream: TcpStream) -> anyhow::Result<()> {
-    let _ = stream.set_nodelay(true);
-    let mut buf = BytesMut::with_capacity(READ_CHUNK_BYTES);
-    let mut chunk = vec![0u8; READ_CHUNK_BYTES];
-    let mut peer: Option<NodeId> = None;
-    loop {
-        while let Some(n) = rpc::frame_len(&buf)? {
-            if buf.len() < n {
-                buf.reserve(n - buf.len());
-                break;
-            }
-            let frame = buf.split_to(n);
-            let Some(rep) = me.upgrade() else {
-                return Ok(());
-            };
-            match rpc::decode(&frame)? {
-                RpcFrame::Hello(h) => {
-                    if h.to_node != rep.me
-                        || h.to_shard.0 as usize != rep.shard
-                        || h.cluster_tag != rep.cluster_tag
-                    {
-                        anyhow::bail!(
-                            "peer hello for node {} shard {} tag {:x}: this is node {} shard {} tag {:x}",
-                            h.to_node, h.to_shard.0, h.cluster_tag, rep.me, rep.shard, rep.cluster_tag
-                        );
-                    }
-                    peer = Some(h.from_node);
-                    rep.driver.borrow_mut().peer_reconnected(h.from_node);
-                    rep.wake();
-                }
-                RpcFrame::Control(body) => {
-                    use crate::cluster::join::ControlMsg;
-                    match serde_json::from_slice::<ControlMsg>(&body)? {
-                        ControlMsg::Leaders(changes) => {
-                            if peer.is_none_or(|p| changes.iter().any(|c| c.leader as u64 != p.0)) {
-                                anyhow::bail!("leaders announced by {peer:?} for another node");
-                            }
-                            if let Some(f) = rep.on_remote_leaders.borrow().as_ref() {
-                                f(changes);
-                            }
-                        }
-                        ControlMsg::Join(req) => {
-                            let handler = rep.on_join.borrow().clone();
-                            drop(rep);
-                            let Some(handler) = handler else {
-                                anyhow::bail!("join request on a shard that admits none");
-                            };
-                            let reply = handler(req).await;
-                            stream.write_all(&encode(&RpcFrame::Control(reply))).await?;
-                        }
-                    }
-                }
-                RpcFrame::Batch(b) => {
-                    if peer != Some(b.from) || b.to != rep.me {
-                        anyhow::bail!(
-                            "batch from {} to {} on a connection from {peer:?}",
-                            b.from,
-                            b.to
-                        );
-                    }
-                    rep.step(b);
-                }
-            }
-        }
-        let n = stream.read(&mut chunk).await?;
-        if n == 0 {
-            return Ok(());
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-}
-
-/// One frame's bytes (a batch over a frame's limits becomes several frames back to back).
-fn encode(frame: &RpcFrame) -> Bytes {
-    let mut out = BytesMut::new();
-    rpc::encode_into(frame, &mut out);
-    out.freeze()
-}
-
 /// The Kafka error for a proposal that did not commit.
 pub fn kafka_error(e: RaftError) -> KafkaError {
     match e {
@@ -1239,5 +963,26 @@ pub fn kafka_error(e: RaftError) -> KafkaError {
         e @ RaftError::Fenced { .. } => KafkaError::Storage(e.to_string()),
         RaftError::Store { source, .. } => KafkaError::Storage(source.to_string()),
         RaftError::Raft { reason, .. } => KafkaError::Storage(reason),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_full_leaders_announcement_fits_a_control_frame() {
+        use super::{ControlMsg, LeaderChange, LEADERS_PER_ANNOUNCEMENT_MAX};
+        let widest = LeaderChange {
+            group: u64::MAX,
+            leader: i32::MIN,
+            epoch: i32::MIN,
+            out_of_sync: vec![i32::MIN; 2],
+        };
+        let msg = ControlMsg::Leaders(vec![widest; LEADERS_PER_ANNOUNCEMENT_MAX]);
+        let bytes = serde_json::to_vec(&msg).expect("encodes");
+        assert!(
+            bytes.len() <= strand_raft::rpc::CONTROL_BODY_BYTES_MAX,
+            "{}",
+            bytes.len()
+        );
     }
 }

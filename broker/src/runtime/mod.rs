@@ -1,6 +1,13 @@
-//! Runtime modules.
+//! The thread-per-core runtime's primitives: tasks and timers on the current shard, the
+//! CPUs a shard may be pinned to, the io_uring probe and the start-up checks, termination
+//! signals, and the crash evidence a fatal signal leaves. One of the homes of glommio names
+//! (STYLE.md 1).
+//!
+//! May use: `common`. Knows nothing of partitions, Raft, Kafka or groups.
 
+pub mod cpus;
 pub mod crash;
 pub mod preflight;
 pub mod probe;
 pub mod signals;
+pub mod task;

@@ -116,7 +116,7 @@ pub fn findings(config: &Config) -> Vec<Finding> {
 
 /// Shards `shard::run` would start.
 fn shard_count(config: &Config) -> anyhow::Result<usize> {
-    let cpus = crate::shard::affinity_cpus()?.len();
+    let cpus = crate::runtime::cpus::affinity_cpus()?.len();
     match config.smp {
         Some(n) if n > cpus => {
             bail!("--smp {n} but only {cpus} CPUs are in this process's affinity mask")

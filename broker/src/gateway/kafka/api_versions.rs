@@ -6,9 +6,7 @@ use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
 use kafka_protocol::protocol::Encodable;
 
 use super::{Ctx, FramingError, SUPPORTED};
-
-/// UNSUPPORTED_VERSION.
-const UNSUPPORTED_VERSION: i16 = 35;
+use crate::common::errors::code;
 
 fn body(error_code: i16) -> ApiVersionsResponse {
     let keys = SUPPORTED
@@ -33,7 +31,7 @@ pub fn handle(ctx: &Ctx, req: Bytes) -> Result<Bytes, FramingError> {
 
 /// Answers an ApiVersions at a version we do not know: error 35 and a v0-shaped body.
 pub fn unsupported_version(correlation_id: i32) -> Result<Bytes, FramingError> {
-    let b = body(UNSUPPORTED_VERSION);
+    let b = body(code::UNSUPPORTED_VERSION);
     let size = b
         .compute_size(0)
         .map_err(|e| FramingError::Malformed(e.to_string()))?;

@@ -13,10 +13,8 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::{Ctx, FramingError};
 use crate::cluster::metadata::Command;
+use crate::common::errors::code;
 use crate::shard::Shard;
-
-/// INVALID_REQUEST.
-const INVALID_REQUEST: i16 = 42;
 
 /// DescribeCluster: the same brokers and controller as Metadata.
 pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
@@ -39,7 +37,7 @@ pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes
         .with_brokers(brokers);
     if req.endpoint_type != 1 {
         resp = resp
-            .with_error_code(INVALID_REQUEST)
+            .with_error_code(code::INVALID_REQUEST)
             .with_error_message(Some(StrBytes::from_static_str(
                 "only broker endpoints are served",
             )));
@@ -55,12 +53,12 @@ pub async fn unregister(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Byt
     let id = req.broker_id.0;
     let refused = if !shard.clustered() {
         Some((
-            INVALID_REQUEST,
+            code::INVALID_REQUEST,
             "a single-node broker has no node to remove".to_string(),
         ))
     } else if crate::cluster::controller_voters(shard).contains(&id) {
         Some((
-            INVALID_REQUEST,
+            code::INVALID_REQUEST,
             format!(
                 "node {id} is a controller voter and cannot leave: make another node a voter \
                  (AddRaftVoter, `strandctl cluster add-controller`) and remove this one \

@@ -18,6 +18,7 @@ use kafka_protocol::protocol::StrBytes;
 use super::{topics, Ctx, FramingError};
 use crate::cluster::metadata::Command;
 use crate::cluster::topic_config::{self, TOPIC_CONFIGS};
+use crate::common::errors::code;
 use crate::shard::Shard;
 
 const RESOURCE_TOPIC: i8 = 2;
@@ -26,10 +27,6 @@ const RESOURCE_BROKER: i8 = 4;
 const SOURCE_TOPIC: i8 = 1;
 const SOURCE_STATIC_BROKER: i8 = 4;
 const SOURCE_DEFAULT: i8 = 5;
-/// Error codes.
-const INVALID_CONFIG: i16 = 40;
-const UNKNOWN_TOPIC: i16 = 3;
-const INVALID_REQUEST: i16 = 42;
 
 fn s(v: impl Into<String>) -> StrBytes {
     StrBytes::from_string(v.into())
@@ -55,7 +52,7 @@ pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes
             match r.resource_type {
                 RESOURCE_TOPIC => match meta.topics.get(name) {
                     None => base
-                        .with_error_code(UNKNOWN_TOPIC)
+                        .with_error_code(code::UNKNOWN_TOPIC_OR_PARTITION)
                         .with_error_message(Some(s(format!("topic {name} does not exist")))),
                     Some(t) => base.with_configs(
                         TOPIC_CONFIGS
@@ -91,7 +88,7 @@ pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes
                     )
                 }
                 _ => base
-                    .with_error_code(INVALID_REQUEST)
+                    .with_error_code(code::INVALID_REQUEST)
                     .with_error_message(Some(s("unsupported resource"))),
             }
         })
@@ -168,19 +165,22 @@ async fn alter(
     for (kind, name, changes, replace) in resources {
         if kind != RESOURCE_TOPIC {
             out.push((
-                INVALID_REQUEST,
+                code::INVALID_REQUEST,
                 Some("only topic configs can be altered".to_string()),
             ));
             continue;
         }
         let Some(topic) = meta.topics.get(&name) else {
-            out.push((UNKNOWN_TOPIC, Some(format!("topic {name} does not exist"))));
+            out.push((
+                code::UNKNOWN_TOPIC_OR_PARTITION,
+                Some(format!("topic {name} does not exist")),
+            ));
             continue;
         };
         let changes = match changes {
             Ok(c) => c,
             Err(m) => {
-                out.push((INVALID_CONFIG, Some(m)));
+                out.push((code::INVALID_CONFIG, Some(m)));
                 continue;
             }
         };
@@ -207,7 +207,7 @@ async fn alter(
             }
         }
         if let Some(m) = error {
-            out.push((INVALID_CONFIG, Some(m)));
+            out.push((code::INVALID_CONFIG, Some(m)));
             continue;
         }
         out.push((0, None));

@@ -10,6 +10,8 @@ use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, Partition
 use kafka_protocol::messages::{FetchRequest, FetchResponse};
 
 use super::{Ctx, FramingError};
+use strand_storage::KafkaOffset;
+
 use crate::common::errors::KafkaError;
 use crate::shard::ops::{FetchPart, FetchResult, Op, Reply, ShardSplit};
 use crate::shard::Shard;
@@ -37,15 +39,15 @@ pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
         for (pi, p) in t.partitions.iter().enumerate() {
             row.push(FetchResult {
                 error: Some(KafkaError::UnknownTopicOrPartition),
-                high_watermark: -1,
-                log_start_offset: -1,
+                high_watermark: KafkaOffset(-1),
+                log_start_offset: KafkaOffset(-1),
                 ..Default::default()
             });
             if let Some(s) = meta.shard_of(topic, p.partition) {
                 let part = FetchPart {
                     topic: topic.to_string(),
                     partition: p.partition,
-                    offset: p.fetch_offset,
+                    offset: KafkaOffset(p.fetch_offset),
                     max_bytes: usize::try_from(p.partition_max_bytes).unwrap_or(0),
                 };
                 split.push(s, (ti, pi), part);
@@ -130,7 +132,7 @@ async fn wait_for_appends(
         results
             .get(slot.0)
             .and_then(|row| row.get(slot.1))
-            .map_or(-1, |r| r.high_watermark)
+            .map_or(KafkaOffset(-1), |r| r.high_watermark)
     };
     let waits = involved.iter().map(|&s| {
         let parts = split
@@ -147,9 +149,13 @@ async fn wait_for_appends(
 fn partition_data(index: i32, r: FetchResult, version: i16) -> PartitionData {
     let mut d = PartitionData::default()
         .with_partition_index(index)
-        .with_high_watermark(r.high_watermark)
-        .with_last_stable_offset(r.high_watermark)
-        .with_log_start_offset(if version >= 5 { r.log_start_offset } else { -1 })
+        .with_high_watermark(r.high_watermark.0)
+        .with_last_stable_offset(r.high_watermark.0)
+        .with_log_start_offset(if version >= 5 {
+            r.log_start_offset.0
+        } else {
+            -1
+        })
         .with_records(Some(r.records));
     if let Some(e) = r.error {
         d = d.with_error_code(e.code());

@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use bytes::Bytes;
-use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use futures::future::LocalBoxFuture;
+use kafka_protocol::messages::describe_groups_response::DescribedGroup;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::leave_group_response::MemberResponse;
@@ -26,10 +27,10 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
 use super::{Ctx, FramingError};
-use crate::group::coordinator::{code, fetch_offsets, JoinRequest};
+use crate::group::coordinator::{code, JoinRequest};
 use crate::group::state::Committed;
 use crate::group::{partition_for, OFFSETS_TOPIC};
-use crate::shard::ops::{Op, Reply};
+use crate::shard::ops::{GroupRequest, Op, Reply};
 use crate::shard::Shard;
 
 fn s(v: impl Into<String>) -> StrBytes {
@@ -55,14 +56,14 @@ pub async fn route(
             "group request before the offsets topic exists".into(),
         ));
     };
-    let op = Op::Group {
+    let op = Op::Group(GroupRequest {
         key: ctx.key as i16,
         version: ctx.version,
         correlation_id: ctx.correlation_id,
         client_id: ctx.client_id.clone(),
         client_host: ctx.client_host.clone(),
         body,
-    };
+    });
     match shard.call(target, op).await {
         Reply::Encoded(Ok(b)) => Ok(b),
         Reply::Encoded(Err(e)) => Err(FramingError::Malformed(e)),
@@ -70,6 +71,29 @@ pub async fn route(
             "coordinator shard unavailable".into(),
         )),
     }
+}
+
+/// Runs a single-group request that reached its coordinator shard (installed in every
+/// [`Shard`] at start-up as its group request handler).
+pub fn on_coordinator(
+    shard: &Rc<Shard>,
+    req: GroupRequest,
+) -> LocalBoxFuture<'_, Result<Bytes, String>> {
+    Box::pin(async move {
+        let key = ApiKey::try_from(req.key).map_err(|_| "unknown api key".to_string())?;
+        let ctx = Ctx {
+            key,
+            version: req.version,
+            correlation_id: req.correlation_id,
+            client_id: req.client_id,
+            client_host: req.client_host,
+        };
+        let group = group_of(&ctx, &req.body).map_err(|e| e.to_string())?;
+        shard.wait_group_loaded(&group).await;
+        execute(shard, &ctx, &group, req.body)
+            .await
+            .map_err(|e| e.to_string())
+    })
 }
 
 /// The group id of a single-group request (decoded on the connection's shard).
@@ -435,41 +459,6 @@ pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes
     ctx.respond(&DescribeGroupsResponse::default().with_groups(out))
 }
 
-/// Describes groups held by this shard (Dead for unknown ones, as Kafka answers).
-pub fn describe_local(shard: &Shard, ids: Vec<String>) -> Vec<DescribedGroup> {
-    let groups = shard.groups.borrow();
-    ids.into_iter()
-        .map(|id| {
-            let base = DescribedGroup::default().with_group_id(GroupId(s(id.clone())));
-            if let Err(error) = shard.coordinator_check(&id) {
-                return base.with_error_code(error);
-            }
-            let Some(g) = groups.get(&id) else {
-                return base.with_group_state(s("Dead"));
-            };
-            let protocol = g.protocol.clone().unwrap_or_default();
-            let members = g
-                .members
-                .values()
-                .map(|m| {
-                    let meta = m.metadata_for(&protocol);
-                    DescribedGroupMember::default()
-                        .with_member_id(s(m.id.clone()))
-                        .with_group_instance_id(m.instance_id.clone().map(s))
-                        .with_client_id(s(m.client_id.clone()))
-                        .with_client_host(s(m.client_host.clone()))
-                        .with_member_metadata(meta)
-                        .with_member_assignment(m.assignment.clone())
-                })
-                .collect();
-            base.with_group_state(s(g.state.name()))
-                .with_protocol_type(s(g.protocol_type.clone().unwrap_or_default()))
-                .with_protocol_data(s(protocol))
-                .with_members(members)
-        })
-        .collect()
-}
-
 /// ListGroups over every shard.
 pub async fn list(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
     let with_state = ctx.version >= 4;
@@ -491,23 +480,6 @@ pub async fn list(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, Fr
         }
     }
     ctx.respond(&ListGroupsResponse::default().with_groups(groups))
-}
-
-/// Groups this shard coordinates now (a cluster node lists those of the offsets
-/// partitions it leads, as a Kafka broker lists its coordinator's groups).
-pub fn list_local(shard: &Shard) -> Vec<ListedGroup> {
-    shard
-        .groups
-        .borrow()
-        .values()
-        .filter(|g| shard.coordinator_check(&g.id).is_ok())
-        .map(|g| {
-            ListedGroup::default()
-                .with_group_id(GroupId(s(g.id.clone())))
-                .with_protocol_type(s(g.protocol_type.clone().unwrap_or_default()))
-                .with_group_state(s(g.state.name()))
-        })
-        .collect()
 }
 
 /// DeleteGroups.
@@ -676,18 +648,4 @@ fn offset_fetch_refused(
     } else {
         resp
     })
-}
-
-/// Offsets of groups held by this shard, or why it does not coordinate a group now.
-pub fn offset_fetch_local(
-    shard: &Shard,
-    reqs: Vec<(String, WantedOffsets)>,
-) -> Vec<Result<GroupOffsets, i16>> {
-    let groups = shard.groups.borrow();
-    reqs.into_iter()
-        .map(|(g, wanted)| {
-            shard.coordinator_check(&g)?;
-            Ok(fetch_offsets(groups.get(&g), wanted))
-        })
-        .collect()
 }

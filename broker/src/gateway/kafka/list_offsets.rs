@@ -8,44 +8,10 @@ use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
-use kafka_protocol::records::RecordBatchDecoder;
 
 use super::{Ctx, FramingError};
-use crate::common::errors::KafkaError;
-use crate::partition::Partition;
 use crate::shard::ops::{ListOffsetsPart, Op, Reply, ShardSplit};
 use crate::shard::Shard;
-
-/// The first record at or after `ts` in the committed log: (its timestamp, its offset), or
-/// (-1, -1). Decodes one batch's records (a cold path, never Produce or Fetch).
-pub async fn offset_for_time(part: &Partition, ts: i64) -> Result<(i64, i64), KafkaError> {
-    if ts < 0 {
-        return Err(KafkaError::InvalidRequest(format!(
-            "unsupported timestamp {ts}"
-        )));
-    }
-    let found = part
-        .log()
-        .find_by_timestamp(ts)
-        .await
-        .map_err(|e| part.storage_error(e))?;
-    let Some(frame) = found else {
-        return Ok((-1, -1));
-    };
-    if frame.header.kafka_base_offset >= part.high_watermark() {
-        return Ok((-1, -1));
-    }
-    let mut body = frame.body.clone();
-    let set = RecordBatchDecoder::decode(&mut body)
-        .map_err(|e| KafkaError::CorruptMessage(e.to_string()))?;
-    let start = part.log().log_start_offset().0;
-    for r in set.records {
-        if r.timestamp >= ts && r.offset >= start {
-            return Ok((r.timestamp, r.offset));
-        }
-    }
-    Ok((-1, -1))
-}
 
 /// ListOffsets.
 pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
@@ -86,7 +52,7 @@ pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
             rows[ti][pi] = r
                 .with_error_code(err.map_or(0, |e| e.code()))
                 .with_timestamp(ts)
-                .with_offset(off)
+                .with_offset(off.0)
                 .with_leader_epoch(if ctx.version >= 4 { epoch } else { -1 });
         }
     }

@@ -1,5 +1,7 @@
-//! Metadata: brokers, topics, partitions (this node leads every partition until
-//! replication exists), with auto-creation of unknown topics when enabled.
+//! Metadata: brokers (fenced nodes left out, as Kafka leaves out a fenced broker), topics
+//! and partitions with their leader, leader epoch, replicas and in-sync replicas (a single
+//! node leads every partition; in a cluster each partition's Raft group leader as this node
+//! last heard it), with auto-creation of unknown topics when enabled.
 
 use std::collections::BTreeMap;
 use std::rc::Rc;

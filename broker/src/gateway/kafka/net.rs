@@ -18,7 +18,8 @@ use glommio::net::{TcpListener, TcpStream};
 use crate::common::config::REQUEST_BYTES_MAX;
 use crate::common::metrics::ProduceStage;
 use crate::gateway::kafka::{self, FramingError};
-use crate::shard::{spawn_local, Shard};
+use crate::runtime::task::spawn_local;
+use crate::shard::Shard;
 
 /// Requests of one connection in flight before the reader waits (Kafka clients default
 /// to 5 in-flight requests per connection; 64 leaves room for pipelining consumers).
@@ -66,7 +67,7 @@ pub async fn serve(shard: Rc<Shard>, stop: oneshot::Receiver<()>) -> anyhow::Res
             }
             futures::future::Either::Left((Err(e), _)) => {
                 tracing::warn!(shard = shard.id, error = %e, "accept failed");
-                crate::shard::sleep(Duration::from_millis(10)).await;
+                crate::runtime::task::sleep(Duration::from_millis(10)).await;
             }
             futures::future::Either::Right(_) => return Ok(()),
         }
@@ -120,7 +121,7 @@ async fn connection(shard: Rc<Shard>, stream: TcpStream) {
             break;
         }
         let mut len = [0u8; 4];
-        match crate::shard::timeout(IDLE_TIMEOUT, rd.read_exact(&mut len)).await {
+        match crate::runtime::task::timeout(IDLE_TIMEOUT, rd.read_exact(&mut len)).await {
             Some(Ok(())) => {}
             Some(Err(_)) => break,
             None => {
@@ -144,7 +145,7 @@ async fn connection(shard: Rc<Shard>, stream: TcpStream) {
             break;
         };
         let mut buf = vec![0u8; n];
-        match crate::shard::timeout(REQUEST_READ_TIMEOUT, rd.read_exact(&mut buf)).await {
+        match crate::runtime::task::timeout(REQUEST_READ_TIMEOUT, rd.read_exact(&mut buf)).await {
             Some(Ok(())) => {}
             Some(Err(_)) => break,
             None => {
@@ -201,7 +202,7 @@ async fn handle_watched(
         .map(|b| i32::from_be_bytes(*b));
     let started = crate::common::clock::now();
     let mut run = std::pin::pin!(kafka::handle(shard, frame, host));
-    let slow = std::pin::pin!(crate::shard::sleep(SLOW_REQUEST_WARN));
+    let slow = std::pin::pin!(crate::runtime::task::sleep(SLOW_REQUEST_WARN));
     let run = match futures::future::select(run.as_mut(), slow).await {
         futures::future::Either::Left((r, _)) => return r,
         futures::future::Either::Right(((), run)) => run,

@@ -9,12 +9,12 @@ use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 
 use super::{metadata::auto_create, Ctx, FramingError};
+use strand_storage::KafkaOffset;
+
+use crate::common::errors::code;
 use crate::common::errors::KafkaError;
 use crate::shard::ops::{Op, ProducePart, ProduceResult, Reply, ShardSplit};
 use crate::shard::Shard;
-
-/// INVALID_REQUIRED_ACKS.
-const INVALID_REQUIRED_ACKS: i16 = 21;
 
 /// Produce; `None` for acks=0 (no response at all).
 pub async fn handle(
@@ -115,11 +115,15 @@ fn partition_response(
 ) -> PartitionProduceResponse {
     let mut out = PartitionProduceResponse::default()
         .with_index(index)
-        .with_base_offset(r.base_offset)
+        .with_base_offset(r.base_offset.0)
         .with_log_append_time_ms(-1)
-        .with_log_start_offset(if version >= 5 { r.log_start_offset } else { -1 });
+        .with_log_start_offset(if version >= 5 {
+            r.log_start_offset.0
+        } else {
+            -1
+        });
     if !matches!(acks, -1..=1) {
-        return out.with_error_code(INVALID_REQUIRED_ACKS);
+        return out.with_error_code(code::INVALID_REQUIRED_ACKS);
     }
     if let Some(e) = r.error {
         out = out.with_error_code(e.code());
@@ -133,8 +137,8 @@ fn partition_response(
 fn failed(e: KafkaError) -> ProduceResult {
     ProduceResult {
         error: Some(e),
-        base_offset: -1,
-        log_start_offset: -1,
+        base_offset: KafkaOffset(-1),
+        log_start_offset: KafkaOffset(-1),
     }
 }
 

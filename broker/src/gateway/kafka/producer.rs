@@ -8,13 +8,9 @@ use bytes::Bytes;
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 
 use super::{Ctx, FramingError};
+use crate::common::errors::code;
 use crate::shard::ops::{Op, Reply};
 use crate::shard::Shard;
-
-/// TRANSACTIONAL_ID_AUTHORIZATION_FAILED is what a Kafka broker without transaction
-/// permission answers; we have no transactions at all, so answer the closest honest
-/// code: INVALID_REQUEST.
-const INVALID_REQUEST: i16 = 42;
 
 /// InitProducerId.
 pub async fn init(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
@@ -23,7 +19,7 @@ pub async fn init(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, Fr
         .with_producer_id(ProducerId(-1))
         .with_producer_epoch(-1);
     if req.transactional_id.is_some() {
-        return ctx.respond(&resp.with_error_code(INVALID_REQUEST));
+        return ctx.respond(&resp.with_error_code(code::INVALID_REQUEST));
     }
     let resp = match shard.call(0, Op::AllocateProducerId).await {
         Reply::ProducerId(Ok(id)) => resp.with_producer_id(ProducerId(id)).with_producer_epoch(0),

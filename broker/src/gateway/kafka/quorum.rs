@@ -27,14 +27,11 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::{Ctx, FramingError};
 use crate::cluster::metadata::Command;
+use crate::common::errors::code;
 use crate::common::errors::KafkaError;
 use crate::shard::ops::{Op, Reply};
 use crate::shard::Shard;
 
-const INVALID_REQUEST: i16 = 42;
-const INCONSISTENT_CLUSTER_ID: i16 = 104;
-const DUPLICATE_VOTER: i16 = 126;
-const VOTER_NOT_FOUND: i16 = 127;
 /// RemoveRaftVoter carries no timeout: how long it waits for the group to follow.
 const REMOVE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest wait a request may ask for.
@@ -146,7 +143,7 @@ fn target(current: &[i32], id: i32, add: bool) -> Result<Vec<i32>, (i16, String)
     if add {
         if current.contains(&id) {
             return Err((
-                DUPLICATE_VOTER,
+                code::DUPLICATE_VOTER,
                 format!("node {id} is a controller voter already"),
             ));
         }
@@ -154,13 +151,16 @@ fn target(current: &[i32], id: i32, add: bool) -> Result<Vec<i32>, (i16, String)
     } else {
         if !current.contains(&id) {
             return Err((
-                VOTER_NOT_FOUND,
+                code::VOTER_NOT_FOUND,
                 format!("node {id} is not a controller voter"),
             ));
         }
         next.retain(|&n| n != id);
         if next.is_empty() {
-            return Err((INVALID_REQUEST, "the controller needs a voter".to_string()));
+            return Err((
+                code::INVALID_REQUEST,
+                "the controller needs a voter".to_string(),
+            ));
         }
     }
     next.sort_unstable();
@@ -176,7 +176,7 @@ async fn change(
 ) -> (i16, Option<String>) {
     if !shard.clustered() {
         return (
-            INVALID_REQUEST,
+            code::INVALID_REQUEST,
             Some("a single-node broker has no controller quorum".into()),
         );
     }
@@ -184,7 +184,7 @@ async fn change(
     // Null or empty: not checked (the request's default).
     if let Some(theirs) = cluster_id.filter(|c| !c.is_empty() && c.as_str() != ours) {
         return (
-            INCONSISTENT_CLUSTER_ID,
+            code::INCONSISTENT_CLUSTER_ID,
             Some(format!(
                 "cluster id {} is not this cluster's ({ours})",
                 theirs.as_str()
@@ -220,7 +220,7 @@ async fn change(
                 )),
             );
         }
-        crate::shard::sleep(POLL).await;
+        crate::runtime::task::sleep(POLL).await;
     }
 }
 
@@ -234,15 +234,15 @@ mod tests {
         assert_eq!(target(&[3, 1, 2], 3, false), Ok(vec![1, 2]));
         assert_eq!(
             target(&[1, 2, 3], 2, true).map_err(|e| e.0),
-            Err(DUPLICATE_VOTER)
+            Err(code::DUPLICATE_VOTER)
         );
         assert_eq!(
             target(&[1, 2, 3], 4, false).map_err(|e| e.0),
-            Err(VOTER_NOT_FOUND)
+            Err(code::VOTER_NOT_FOUND)
         );
         assert_eq!(
             target(&[1], 1, false).map_err(|e| e.0),
-            Err(INVALID_REQUEST)
+            Err(code::INVALID_REQUEST)
         );
     }
 }

@@ -15,6 +15,8 @@ use kafka_protocol::messages::{
 };
 
 use super::{Ctx, FramingError};
+use strand_storage::KafkaOffset;
+
 use crate::common::errors::KafkaError;
 use crate::shard::ops::{Op, PartReply, Reply, ShardSplit};
 use crate::shard::Shard;
@@ -29,7 +31,7 @@ async fn per_partition<T>(
     let unknown = || PartReply {
         error: Some(KafkaError::UnknownTopicOrPartition),
         epoch: -1,
-        offset: -1,
+        offset: KafkaOffset(-1),
     };
     let mut out: Vec<Vec<PartReply>> = rows
         .iter()
@@ -81,7 +83,7 @@ pub async fn delete_records(
         parts: keys
             .into_iter()
             .zip(offsets)
-            .map(|((t, p), o)| (t, p, o))
+            .map(|((t, p), o)| (t, p, KafkaOffset(o)))
             .collect(),
     })
     .await;
@@ -97,7 +99,7 @@ pub async fn delete_records(
                 .map(|(p, r)| {
                     DeleteRecordsPartitionResult::default()
                         .with_partition_index(p.partition_index)
-                        .with_low_watermark(r.offset)
+                        .with_low_watermark(r.offset.0)
                         .with_error_code(r.error.map_or(0, |e| e.code()))
                 })
                 .collect();
@@ -154,7 +156,7 @@ pub async fn offset_for_leader_epoch(
                         .with_partition(p.partition)
                         .with_error_code(r.error.map_or(0, |e| e.code()))
                         .with_leader_epoch(r.epoch)
-                        .with_end_offset(r.offset)
+                        .with_end_offset(r.offset.0)
                 })
                 .collect();
             OffsetForLeaderTopicResult::default()

@@ -1,5 +1,5 @@
 //! Native protocol requests on a shard (ARCHITECTURE.md, Native protocol). The frames
-//! and their connections are `shard_native`'s; this module turns one decoded request into
+//! and their connections are `net`'s; this module turns one decoded request into
 //! its response.
 //!
 //! Invariant: produce, fetch and list-offsets are served only for partitions this shard
@@ -18,28 +18,21 @@ use bytes::Bytes;
 use strand_wire::native::generated::*;
 use strand_wire::native::{codes, error, PROTOCOL_VERSION};
 
+use crate::common::errors::code;
 use crate::common::errors::KafkaError;
 use crate::group::state::Committed;
 use crate::shard::ops::{FetchPart, FetchResult, ListOffsetsPart, Op, ProducePart, Reply};
 use crate::shard::Shard;
 
-/// INVALID_REQUIRED_ACKS.
-const INVALID_REQUIRED_ACKS: i16 = 21;
-/// COORDINATOR_NOT_AVAILABLE.
-const COORDINATOR_NOT_AVAILABLE: i16 = 15;
-/// INVALID_GROUP_ID.
-const INVALID_GROUP_ID: i16 = 24;
 /// Longest produce timeout honoured (Kafka's `request.timeout.ms` default is 30 s).
 pub const PRODUCE_TIMEOUT_MS_MAX: u64 = 300_000;
 /// How long a handshake waits for every shard to have bound its native port at start-up.
 pub const PORTS_BOUND_WAIT: Duration = Duration::from_secs(5);
 
-/// Whether Kafka treats this error code as retriable (the client may retry the request).
+/// Whether Kafka treats this error code as retriable (the client may retry the request):
+/// Kafka's own table, as kafka-protocol's `ResponseError` carries it.
 pub fn retriable(code: i16) -> bool {
-    // CORRUPT_MESSAGE, UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER,
-    // REQUEST_TIMED_OUT, COORDINATOR_NOT_AVAILABLE, KAFKA_STORAGE_ERROR,
-    // FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH.
-    matches!(code, 2 | 3 | 6 | 7 | 14 | 15 | 16 | 56 | 74 | 75)
+    kafka_protocol::error::ResponseError::try_from_code(code).is_some_and(|e| e.is_retriable())
 }
 
 fn kafka_error(e: &KafkaError) -> Option<Box<ErrorT>> {
@@ -113,7 +106,7 @@ async fn ports(shard: &Rc<Shard>) -> Vec<u16> {
         if ports.iter().all(|&p| p != 0) || crate::common::clock::now() >= deadline {
             return ports;
         }
-        crate::shard::sleep(Duration::from_millis(5)).await;
+        crate::runtime::task::sleep(Duration::from_millis(5)).await;
     }
 }
 
@@ -174,7 +167,7 @@ async fn produce(shard: &Rc<Shard>, r: ProduceRequestT) -> Option<BodyT> {
         let topic = p.topic.unwrap_or_default();
         let batch = Bytes::from(p.records.unwrap_or_default());
         let err = if !matches!(acks, -1..=1) {
-            code_error(INVALID_REQUIRED_ACKS, "acks must be 0, 1 or -1")
+            code_error(code::INVALID_REQUIRED_ACKS, "acks must be 0, 1 or -1")
         } else if let Some(e) = not_here(shard, &topic, p.partition) {
             Some(e)
         } else {
@@ -210,15 +203,15 @@ async fn produce(shard: &Rc<Shard>, r: ProduceRequestT) -> Option<BodyT> {
             parts,
             acks_all: acks == -1,
         };
-        crate::shard::spawn_local(async move {
+        crate::runtime::task::spawn_local(async move {
             let _ = tx.send(s.call(s.id, op).await);
         });
-        match crate::shard::timeout(Duration::from_millis(timeout_ms), rx).await {
+        match crate::runtime::task::timeout(Duration::from_millis(timeout_ms), rx).await {
             Some(Ok(Reply::Produce(rs))) => {
                 for (slot, pr) in slots.into_iter().zip(rs) {
                     if let Some(out) = results.get_mut(slot) {
-                        out.base_offset = pr.base_offset;
-                        out.log_start_offset = pr.log_start_offset;
+                        out.base_offset = pr.base_offset.0;
+                        out.log_start_offset = pr.log_start_offset.0;
                         out.error = pr.error.as_ref().and_then(kafka_error);
                     }
                 }
@@ -268,7 +261,7 @@ async fn fetch(shard: &Rc<Shard>, r: FetchRequestT) -> BodyT {
             parts.push(FetchPart {
                 topic,
                 partition: p.partition,
-                offset: p.offset,
+                offset: strand_storage::KafkaOffset(p.offset),
                 max_bytes: usize::try_from(p.max_bytes).unwrap_or(0),
             });
         }
@@ -303,8 +296,8 @@ async fn fetch(shard: &Rc<Shard>, r: FetchRequestT) -> BodyT {
     }
     for (slot, r) in slots.into_iter().zip(results) {
         if let Some(o) = out.get_mut(slot) {
-            o.high_watermark = r.high_watermark;
-            o.log_start_offset = r.log_start_offset;
+            o.high_watermark = r.high_watermark.0;
+            o.log_start_offset = r.log_start_offset.0;
             o.error = r.error.as_ref().and_then(kafka_error);
             o.records = (!r.records.is_empty()).then(|| r.records.to_vec());
         }
@@ -342,7 +335,7 @@ async fn list_offsets(shard: &Rc<Shard>, r: ListOffsetsRequestT) -> BodyT {
             for (slot, (e, ts, offset, _epoch)) in slots.into_iter().zip(rs) {
                 if let Some(o) = out.get_mut(slot) {
                     o.error = e.as_ref().and_then(kafka_error);
-                    o.offset = offset;
+                    o.offset = offset.0;
                     o.timestamp_ms = ts;
                 }
             }
@@ -356,12 +349,12 @@ async fn list_offsets(shard: &Rc<Shard>, r: ListOffsetsRequestT) -> BodyT {
 /// The coordinator shard of `group`, counting the hop when it is another shard.
 fn coordinator(shard: &Shard, group: &str) -> Result<usize, Option<Box<ErrorT>>> {
     if group.is_empty() {
-        return Err(code_error(INVALID_GROUP_ID, "group id is empty"));
+        return Err(code_error(code::INVALID_GROUP_ID, "group id is empty"));
     }
     let target =
         crate::gateway::kafka::groups::coordinator_shard(shard, group).ok_or_else(|| {
             code_error(
-                COORDINATOR_NOT_AVAILABLE,
+                code::COORDINATOR_NOT_AVAILABLE,
                 "the offsets topic does not exist yet",
             )
         })?;
@@ -394,14 +387,17 @@ async fn commit_offsets(shard: &Rc<Shard>, r: CommitOffsetsRequestT) -> BodyT {
             .await
         {
             Reply::Codes(c) => c,
-            _ => vec![COORDINATOR_NOT_AVAILABLE; keys.len()],
+            _ => vec![code::COORDINATOR_NOT_AVAILABLE; keys.len()],
         },
     };
     let partitions = keys
         .into_iter()
         .enumerate()
         .map(|(i, (topic, partition))| {
-            let code = codes.get(i).copied().unwrap_or(COORDINATOR_NOT_AVAILABLE);
+            let code = codes
+                .get(i)
+                .copied()
+                .unwrap_or(code::COORDINATOR_NOT_AVAILABLE);
             PartitionErrorT {
                 topic: Some(topic),
                 partition,
@@ -467,7 +463,10 @@ async fn fetch_offsets(shard: &Rc<Shard>, r: FetchOffsetsRequestT) -> BodyT {
         }
         _ => BodyT::FetchOffsetsResponse(Box::new(FetchOffsetsResponseT {
             offsets: None,
-            error: code_error(COORDINATOR_NOT_AVAILABLE, "coordinator shard unavailable"),
+            error: code_error(
+                code::COORDINATOR_NOT_AVAILABLE,
+                "coordinator shard unavailable",
+            ),
         })),
     }
 }

@@ -23,7 +23,8 @@ use strand_wire::native::{
 
 use crate::common::config::REQUEST_BYTES_MAX;
 use crate::gateway::kafka::net::{IDLE_TIMEOUT, PIPELINE_DEPTH, REQUEST_READ_TIMEOUT};
-use crate::shard::{spawn_local, Shard};
+use crate::runtime::task::spawn_local;
+use crate::shard::Shard;
 
 /// Binds the handshake listener and this shard's port, publishes the port, and spawns
 /// their accept loops. Fails (and with it start-up) when an address cannot be bound.
@@ -65,7 +66,7 @@ async fn accept(shard: Rc<Shard>, listener: TcpListener) {
             }
             Err(e) => {
                 tracing::warn!(shard = shard.id, error = %e, "native accept failed");
-                crate::shard::sleep(std::time::Duration::from_millis(10)).await;
+                crate::runtime::task::sleep(std::time::Duration::from_millis(10)).await;
             }
         }
     }
@@ -96,7 +97,7 @@ async fn connection(shard: Rc<Shard>, stream: TcpStream) {
             break;
         }
         let mut head = [0u8; FRAME_HEADER_BYTES];
-        match crate::shard::timeout(IDLE_TIMEOUT, rd.read_exact(&mut head)).await {
+        match crate::runtime::task::timeout(IDLE_TIMEOUT, rd.read_exact(&mut head)).await {
             Some(Ok(())) => {}
             _ => break,
         }
@@ -123,7 +124,7 @@ async fn connection(shard: Rc<Shard>, stream: TcpStream) {
             break;
         };
         let mut body = vec![0u8; h.body_bytes];
-        match crate::shard::timeout(REQUEST_READ_TIMEOUT, rd.read_exact(&mut body)).await {
+        match crate::runtime::task::timeout(REQUEST_READ_TIMEOUT, rd.read_exact(&mut body)).await {
             Some(Ok(())) => {}
             _ => {
                 tracing::debug!(?peer, "half-sent native frame: closing connection");

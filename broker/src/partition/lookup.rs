@@ -1,0 +1,39 @@
+//! Lookups in a partition's committed log that decode records: the offset of the first
+//! record at or after a timestamp (ListOffsets by time). A cold path, never Produce or
+//! Fetch, which keep batches undecoded.
+
+use kafka_protocol::records::RecordBatchDecoder;
+
+use super::Partition;
+use crate::common::errors::KafkaError;
+
+/// The first record at or after `ts` in the committed log: (its timestamp, its offset), or
+/// (-1, -1). Decodes one batch's records (a cold path, never Produce or Fetch).
+pub async fn offset_for_time(part: &Partition, ts: i64) -> Result<(i64, i64), KafkaError> {
+    if ts < 0 {
+        return Err(KafkaError::InvalidRequest(format!(
+            "unsupported timestamp {ts}"
+        )));
+    }
+    let found = part
+        .log()
+        .find_by_timestamp(ts)
+        .await
+        .map_err(|e| part.storage_error(e))?;
+    let Some(frame) = found else {
+        return Ok((-1, -1));
+    };
+    if frame.header.kafka_base_offset >= part.high_watermark() {
+        return Ok((-1, -1));
+    }
+    let mut body = frame.body.clone();
+    let set = RecordBatchDecoder::decode(&mut body)
+        .map_err(|e| KafkaError::CorruptMessage(e.to_string()))?;
+    let start = part.log().log_start_offset().0;
+    for r in set.records {
+        if r.timestamp >= ts && r.offset >= start {
+            return Ok((r.timestamp, r.offset));
+        }
+    }
+    Ok((-1, -1))
+}

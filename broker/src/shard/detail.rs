@@ -1,0 +1,82 @@
+//! What a shard reports of its partitions, groups and health at scrape time
+//! (`/metrics`, `/v1/status`): plain data gathered on the shard's own thread.
+
+use super::Shard;
+
+/// Replicas of every partition without a cluster (ARCHITECTURE.md, Replication).
+const REPLICAS_PER_PARTITION: u64 = 1;
+
+/// Collects the detail of `shard` (runs on that shard).
+pub fn detail(shard: &Shard) -> crate::common::metrics::ShardDetail {
+    let meta = shard.metadata();
+    let parts = shard.partitions.borrow();
+    let partitions: Vec<crate::common::metrics::PartitionSnapshot> = parts
+        .values()
+        .map(|p| crate::common::metrics::PartitionSnapshot {
+            topic: p.topic.clone(),
+            partition: p.index,
+            high_watermark: p.high_watermark().0,
+            log_end_offset: p.log().log_end_offset().0,
+            size_bytes: p.log().size_bytes(),
+            fenced: p.log().fenced().is_some(),
+        })
+        .collect();
+    let mut leaderless = 0;
+    let mut under_replicated = 0;
+    let rpc_dropped_frames = shard.replicator().map_or(0, |r| r.rpc_dropped_frames());
+    let raft_append_acks = shard.replicator().map_or_else(
+        || crate::common::metrics::Histogram::default().snapshot(),
+        |r| r.append_acks(),
+    );
+    if let Some(rep) = shard.replicator() {
+        // Cluster mode: what the Raft groups of this shard say after their last turn.
+        let h = rep.health();
+        leaderless = h.leaderless;
+        under_replicated = h.under_replicated;
+    }
+    for (name, t) in meta.topics.iter().filter(|_| !shard.clustered()) {
+        for (k, &s) in t.shards.iter().enumerate() {
+            if s as usize != shard.id {
+                continue;
+            }
+            let key = (name.clone(), i32::try_from(k).unwrap_or(i32::MAX));
+            let serving = parts.get(&key).filter(|p| p.log().fenced().is_none());
+            match serving {
+                None => leaderless += 1,
+                Some(_) => {
+                    // The leader itself is the one in-sync replica.
+                    let in_sync = 1;
+                    if in_sync < REPLICAS_PER_PARTITION {
+                        under_replicated += 1;
+                    }
+                }
+            }
+        }
+    }
+    let committed = shard
+        .groups
+        .borrow()
+        .values()
+        .flat_map(|g| {
+            g.offsets.iter().map(|((topic, partition), c)| {
+                crate::common::metrics::CommittedSnapshot {
+                    group: g.id.clone(),
+                    topic: topic.clone(),
+                    partition: *partition,
+                    offset: c.offset,
+                }
+            })
+        })
+        .collect();
+    crate::common::metrics::ShardDetail {
+        in_flight_bytes: shard.in_flight_bytes_used(),
+        partitions,
+        committed,
+        leaderless_partitions: leaderless,
+        under_replicated_partitions: under_replicated,
+        metadata_log_writable: shard.metadata_log_writable(),
+        rpc_dropped_frames,
+        raft_append_acks,
+        fenced_groups: shard.replicator().map_or(0, |r| r.fenced_groups()),
+    }
+}

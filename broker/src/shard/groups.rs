@@ -1,0 +1,220 @@
+//! The groups a shard coordinates: loading them from its `__consumer_offsets` partitions
+//! (the checkpoint, then the log after it), reloading them when this node becomes a
+//! partition's leader, whether this shard coordinates a group now, and the local answers
+//! to DescribeGroups, ListGroups and OffsetFetch. The requests themselves are the
+//! gateway's and the group coordinator's (`group::coordinator`).
+//!
+//! Invariant: a coordinator never answers from groups that are not loaded yet (it waits,
+//! bounded by `GROUP_LOAD_WAIT`, or answers COORDINATOR_LOAD_IN_PROGRESS).
+
+use std::time::Duration;
+
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::GroupId;
+use kafka_protocol::protocol::StrBytes;
+
+use super::{Shard, GROUP_LOAD_WAIT};
+use crate::group::coordinator::{fetch_offsets, GroupOffsets, WantedOffsets};
+use crate::partition::Partition;
+use crate::runtime::task::sleep;
+
+fn s(v: impl Into<String>) -> StrBytes {
+    StrBytes::from_string(v.into())
+}
+
+impl Shard {
+    /// Cluster mode, on becoming the coordinator of an offsets partition: forgets what this
+    /// node knew of its groups (it followed without applying) and replays the log. The
+    /// caller marked the partition loading (`groups_loading`) when leadership came; it is
+    /// unmarked here once the groups are replayed.
+    pub(crate) async fn reload_groups(&self, part: &Partition) {
+        self.replay_after_leader_gain(part).await;
+        self.groups_loading.borrow_mut().remove(&part.index);
+    }
+
+    /// Whether this shard coordinates `group` now. Without replication it always does; in
+    /// a cluster only while this node leads the group's `__consumer_offsets` partition
+    /// (NOT_COORDINATOR otherwise: a follower's groups are stale, and one that lost the
+    /// leadership must not keep answering heartbeats beside the new coordinator) and has
+    /// replayed its records (COORDINATOR_LOAD_IN_PROGRESS meanwhile). Clients look the
+    /// coordinator up again on either.
+    pub fn coordinator_check(&self, group: &str) -> Result<(), i16> {
+        use crate::group::coordinator::code;
+        if !self.clustered() {
+            return Ok(());
+        }
+        let meta = self.metadata();
+        let Some(t) = meta.topics.get(crate::group::OFFSETS_TOPIC) else {
+            return Err(code::COORDINATOR_NOT_AVAILABLE);
+        };
+        let p = crate::group::partition_for(group, t.shards.len());
+        let key = (crate::group::OFFSETS_TOPIC.to_string(), p);
+        match self.partitions.borrow().get(&key) {
+            Some(part) if part.serving() => {
+                if self.groups_loading.borrow().contains(&p) {
+                    Err(code::COORDINATOR_LOAD_IN_PROGRESS)
+                } else {
+                    Ok(())
+                }
+            }
+            _ => Err(code::NOT_COORDINATOR),
+        }
+    }
+
+    async fn replay_after_leader_gain(&self, part: &Partition) {
+        let partitions = self
+            .metadata()
+            .topics
+            .get(crate::group::OFFSETS_TOPIC)
+            .map_or(1, |t| t.shards.len());
+        self.groups
+            .borrow_mut()
+            .retain(|g, _| crate::group::partition_for(g, partitions) != part.index);
+        if let Err(e) = self.replay_groups(part, part.log().log_end_offset()).await {
+            tracing::error!(partition = part.index, error = %format!("{e:#}"),
+                "reloading consumer groups after a coordinator change failed");
+        }
+    }
+
+    /// Rebuilds the groups of an offsets partition from its records.
+    pub(super) async fn load_groups(&self, part: &Partition) -> anyhow::Result<()> {
+        self.replay_groups(part, part.high_watermark()).await
+    }
+
+    async fn replay_groups(
+        &self,
+        part: &Partition,
+        end: strand_storage::KafkaOffset,
+    ) -> anyhow::Result<()> {
+        // The checkpoint's compacted records, then the log after it.
+        let (from, records) = part.group_checkpoint();
+        let from = match records {
+            Some(records) => {
+                records.replay_into(&mut self.groups.borrow_mut());
+                from
+            }
+            None => part.log().log_start_offset(),
+        };
+        let (_, bytes) = crate::partition::checkpoint::replay_batches(part.log(), from, end, |b| {
+            crate::group::coordinator::replay_batch(&mut self.groups.borrow_mut(), b)
+        })
+        .await?;
+        part.metrics().state_replayed(bytes);
+        Ok(())
+    }
+
+    /// Waits (bounded) until the `__consumer_offsets` partition of `group` is open and
+    /// replayed on this shard, so a coordinator never answers from unloaded state after a
+    /// restart (Kafka answers COORDINATOR_LOAD_IN_PROGRESS; waiting is invisible to clients).
+    pub async fn wait_group_loaded(&self, group: &str) {
+        let deadline = crate::common::clock::now() + GROUP_LOAD_WAIT;
+        while crate::common::clock::now() < deadline && !self.stopping() {
+            let meta = self.metadata();
+            let settled = meta.version > 0 && !self.applying_metadata.get();
+            if let Some(t) = meta
+                .topics
+                .get(crate::group::OFFSETS_TOPIC)
+                .filter(|_| settled)
+            {
+                let p = crate::group::partition_for(group, t.shards.len());
+                let key = (crate::group::OFFSETS_TOPIC.to_string(), p);
+                if self.partitions.borrow().contains_key(&key) {
+                    return;
+                }
+            }
+            sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Waits (bounded) until every `__consumer_offsets` partition this shard owns is loaded.
+    pub async fn wait_all_groups_loaded(&self) {
+        let deadline = crate::common::clock::now() + GROUP_LOAD_WAIT;
+        while crate::common::clock::now() < deadline && !self.stopping() {
+            let meta = self.metadata();
+            if meta.version == 0 || self.applying_metadata.get() {
+                sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+            let Some(t) = meta.topics.get(crate::group::OFFSETS_TOPIC) else {
+                return;
+            };
+            let loaded = {
+                let parts = self.partitions.borrow();
+                t.shards.iter().enumerate().all(|(p, &s)| {
+                    s as usize != self.id
+                        || parts.contains_key(&(crate::group::OFFSETS_TOPIC.to_string(), p as i32))
+                })
+            };
+            if loaded {
+                return;
+            }
+            sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Describes groups held by this shard (Dead for unknown ones, as Kafka answers).
+    pub fn describe_groups_local(&self, ids: Vec<String>) -> Vec<DescribedGroup> {
+        let groups = self.groups.borrow();
+        ids.into_iter()
+            .map(|id| {
+                let base = DescribedGroup::default().with_group_id(GroupId(s(id.clone())));
+                if let Err(error) = self.coordinator_check(&id) {
+                    return base.with_error_code(error);
+                }
+                let Some(g) = groups.get(&id) else {
+                    return base.with_group_state(s("Dead"));
+                };
+                let protocol = g.protocol.clone().unwrap_or_default();
+                let members = g
+                    .members
+                    .values()
+                    .map(|m| {
+                        let meta = m.metadata_for(&protocol);
+                        DescribedGroupMember::default()
+                            .with_member_id(s(m.id.clone()))
+                            .with_group_instance_id(m.instance_id.clone().map(s))
+                            .with_client_id(s(m.client_id.clone()))
+                            .with_client_host(s(m.client_host.clone()))
+                            .with_member_metadata(meta)
+                            .with_member_assignment(m.assignment.clone())
+                    })
+                    .collect();
+                base.with_group_state(s(g.state.name()))
+                    .with_protocol_type(s(g.protocol_type.clone().unwrap_or_default()))
+                    .with_protocol_data(s(protocol))
+                    .with_members(members)
+            })
+            .collect()
+    }
+
+    /// Groups this shard coordinates now (a cluster node lists those of the offsets
+    /// partitions it leads, as a Kafka broker lists its coordinator's groups).
+    pub fn list_groups_local(&self) -> Vec<ListedGroup> {
+        self.groups
+            .borrow()
+            .values()
+            .filter(|g| self.coordinator_check(&g.id).is_ok())
+            .map(|g| {
+                ListedGroup::default()
+                    .with_group_id(GroupId(s(g.id.clone())))
+                    .with_protocol_type(s(g.protocol_type.clone().unwrap_or_default()))
+                    .with_group_state(s(g.state.name()))
+            })
+            .collect()
+    }
+
+    /// Offsets of groups held by this shard, or why it does not coordinate a group now.
+    pub fn offset_fetch_local(
+        &self,
+        reqs: Vec<(String, WantedOffsets)>,
+    ) -> Vec<Result<GroupOffsets, i16>> {
+        let groups = self.groups.borrow();
+        reqs.into_iter()
+            .map(|(g, wanted)| {
+                self.coordinator_check(&g)?;
+                Ok(fetch_offsets(groups.get(&g), wanted))
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,357 @@
+//! Start-up: the composition root. Builds one pinned executor per CPU, gives each its
+//! [`Shard`], and starts every subsystem on it (replication and the controller, the admin
+//! listener, the Kafka and native listeners, retention and session sweeps); then waits for
+//! a termination signal or a shard that stopped, and shuts every shard down.
+//!
+//! May use: every subsystem; nothing uses it but `main`. A home of glommio names (the
+//! executors are built here).
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use futures::channel::{mpsc, oneshot};
+use futures::StreamExt;
+use glommio::{ExecutorJoinHandle, LocalExecutorBuilder, Placement};
+use strand_storage::LogConfig;
+
+use crate::cluster::metastore::MetaStore;
+use crate::common::config::Config;
+use crate::partition::Partition;
+use crate::runtime::cpus::affinity_cpus;
+use crate::runtime::task::{sleep, spawn_local};
+use crate::shard::ops::{Envelope, Op, Reply};
+use crate::shard::{GatewayHooks, Shard, ShardWiring, SHARD_QUEUE_DEPTH};
+
+/// Every shard's queue and the flags shared between the shards, built before any starts.
+struct Wiring {
+    senders: Vec<mpsc::Sender<Envelope>>,
+    receivers: Vec<mpsc::Receiver<Envelope>>,
+    alive: Arc<Vec<AtomicBool>>,
+    native_ports: Arc<Vec<AtomicU16>>,
+}
+
+impl Wiring {
+    fn new(count: usize) -> Wiring {
+        let (senders, receivers) = (0..count)
+            .map(|_| mpsc::channel::<Envelope>(SHARD_QUEUE_DEPTH))
+            .unzip();
+        Wiring {
+            senders,
+            receivers,
+            alive: Arc::new((0..count).map(|_| AtomicBool::new(true)).collect()),
+            native_ports: Arc::new((0..count).map(|_| AtomicU16::new(0)).collect()),
+        }
+    }
+}
+
+/// Starts every shard and blocks until they exit (after SIGTERM/SIGINT).
+pub fn run(mut config: Config) -> anyhow::Result<()> {
+    let cpus = affinity_cpus()?;
+    let count = shard_count(&config, &cpus)?;
+    if crate::cluster::join::is_joiner(&config) {
+        config.node_id = crate::cluster::join::node_id(&config, count)?;
+    }
+    let config = Arc::new(config);
+    let plan = strand_storage::io_runtime::plan_io_memory(count)?;
+    crate::runtime::preflight::check(&config)?;
+    crate::runtime::preflight::native_shard_ports_free(&config, count)?;
+    let mask = crate::runtime::signals::block_termination_signals()?;
+    let mut wiring = Wiring::new(count);
+    // Woken by a termination signal (None) or by a shard that exited (Some(id)): a shard
+    // that fails, even at start-up, takes the whole process down.
+    let (exit_tx, exit_rx) = std::sync::mpsc::channel::<Option<usize>>();
+    let mut handles = Vec::with_capacity(count);
+    for (id, rx) in std::mem::take(&mut wiring.receivers)
+        .into_iter()
+        .enumerate()
+    {
+        let wired = ShardWiring {
+            id,
+            count,
+            config: config.clone(),
+            peers: wiring.senders.clone(),
+            alive: wiring.alive.clone(),
+            native_ports: wiring.native_ports.clone(),
+        };
+        handles.push(spawn_shard(
+            cpus[id],
+            plan.io_memory_bytes,
+            wired,
+            rx,
+            exit_tx.clone(),
+        )?);
+    }
+    tracing::info!(shards = count, addr = %config.kafka_addr, data_dir = %config.data_dir.display(), "strand starting");
+    let signal_tx = exit_tx.clone();
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let signal = crate::runtime::signals::wait(&mask);
+            tracing::info!(signal, "shutting down");
+            let _ = signal_tx.send(None);
+        })
+        .context("starting the signal thread")?;
+    if let Ok(Some(id)) = exit_rx.recv() {
+        tracing::error!(
+            shard = id,
+            "a shard stopped on its own: shutting the others down"
+        );
+    }
+    stop_and_join(&wiring.senders, handles)
+}
+
+/// How many shards to run: one per CPU of the affinity mask, or `--smp` of them.
+fn shard_count(config: &Config, cpus: &[usize]) -> anyhow::Result<usize> {
+    if let Some(n) = config.smp.filter(|&n| n > cpus.len()) {
+        bail!(
+            "--smp {n} but only {} CPUs are in this process's affinity mask",
+            cpus.len()
+        );
+    }
+    Ok(config.smp.unwrap_or(cpus.len()).min(cpus.len()).max(1))
+}
+
+/// Starts shard `wired.id`'s executor pinned to `cpu`; it reports its exit on `exited`.
+fn spawn_shard(
+    cpu: usize,
+    io_memory_bytes: usize,
+    wired: ShardWiring,
+    rx: mpsc::Receiver<Envelope>,
+    exited: std::sync::mpsc::Sender<Option<usize>>,
+) -> anyhow::Result<ExecutorJoinHandle<anyhow::Result<()>>> {
+    let id = wired.id;
+    LocalExecutorBuilder::new(Placement::Fixed(cpu))
+        .name(&format!("shard-{id}"))
+        .io_memory(io_memory_bytes)
+        .spawn(move || async move {
+            let flags = wired.alive.clone();
+            let r = shard_main(wired, rx).await;
+            if let Some(a) = flags.get(id) {
+                a.store(false, Ordering::Release);
+            }
+            let _ = exited.send(Some(id));
+            r
+        })
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot start shard {id} (io_uring executor): {e}; check that io_uring is \
+                 enabled (sysctl kernel.io_uring_disabled=0) and not blocked by seccomp"
+            )
+        })
+}
+
+/// Asks every shard to shut down and waits for each; an error if any failed.
+fn stop_and_join(
+    senders: &[mpsc::Sender<Envelope>],
+    handles: Vec<ExecutorJoinHandle<anyhow::Result<()>>>,
+) -> anyhow::Result<()> {
+    for tx in senders {
+        let (reply, _rx) = oneshot::channel();
+        let _ = tx.clone().try_send(Envelope {
+            op: Op::Shutdown,
+            reply,
+        });
+    }
+    let mut failed = false;
+    for h in handles {
+        match h.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::error!(error = %format!("{e:#}"), "shard failed");
+                failed = true;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "shard panicked");
+                failed = true;
+            }
+        }
+    }
+    if failed {
+        bail!("a shard failed; see the log above");
+    }
+    Ok(())
+}
+
+/// One shard's life: its state, its queue, its metadata, then its listeners until it stops.
+async fn shard_main(wired: ShardWiring, rx: mpsc::Receiver<Envelope>) -> anyhow::Result<()> {
+    let config = wired.config.clone();
+    let id = wired.id;
+    strand_storage::io::prime_device_probe(&config.data_dir).await?;
+    let (stop_tx, stop_rx) = oneshot::channel();
+    let shard = Rc::new(Shard::new(
+        wired,
+        GatewayHooks {
+            api_names: api_names(),
+            in_flight_bytes_max: crate::gateway::kafka::net::IN_FLIGHT_BYTES_MAX,
+            group_request: crate::gateway::kafka::groups::on_coordinator,
+        },
+        stop_tx,
+    ));
+    let (done_tx, done_rx) = oneshot::channel::<()>();
+    spawn_local(serve_queue(shard.clone(), rx, done_tx));
+    if shard.clustered() {
+        start_cluster(&shard).await?;
+    } else if id == 0 {
+        start_single_node_metadata(&shard).await?;
+    }
+    // The admin API answers from here on, before metadata arrives: a node that cannot get
+    // it (no controller quorum, or a fenced controller group) still shows why in /metrics,
+    // /v1/status and the log level, and /v1/health/ready says it is not ready.
+    if id == 0 {
+        let admin = shard.clone();
+        spawn_local(async move {
+            if let Err(e) = crate::admin::net::serve(admin).await {
+                tracing::error!(error = %format!("{e:#}"), "admin HTTP stopped");
+            }
+        });
+    }
+    // Serve Kafka only once the first metadata snapshot arrived, so no request sees an
+    // empty cluster (and auto-creates a topic that exists).
+    while shard.metadata().version == 0 && !shard.stopping() {
+        sleep(Duration::from_millis(1)).await;
+    }
+    spawn_local(retention_loop(shard.clone()));
+    spawn_local(session_sweeper(shard.clone()));
+    crate::gateway::native::net::listen(&shard)?;
+    crate::gateway::kafka::net::serve(shard.clone(), stop_rx).await?;
+    let _ = done_rx.await;
+    tracing::info!(
+        shard = id,
+        cross_shard_messages = shard.stats().cross_shard_messages,
+        "shard stopped"
+    );
+    Ok(())
+}
+
+/// Runs the shard's queue: each message as its own task, until `Op::Shutdown`, which is
+/// executed last (then `done` fires and the receiver is dropped).
+async fn serve_queue(
+    shard: Rc<Shard>,
+    mut rx: mpsc::Receiver<Envelope>,
+    done: oneshot::Sender<()>,
+) {
+    let mut done = Some(done);
+    while let Some(env) = rx.next().await {
+        let is_shutdown = matches!(env.op, Op::Shutdown);
+        let shard = shard.clone();
+        if is_shutdown {
+            shard.execute(env.op).await;
+            let _ = env.reply.send(Reply::Done);
+            if let Some(tx) = done.take() {
+                let _ = tx.send(());
+            }
+            // Dropping the receiver answers every queued or later call at once.
+            break;
+        }
+        spawn_local(async move {
+            let r = shard.execute(env.op).await;
+            let _ = env.reply.send(r);
+        });
+    }
+}
+
+/// Cluster mode: replication and the controller; on shard 0 also the one-time upgrade of a
+/// single-node data directory, registration and `__consumer_offsets`.
+async fn start_cluster(shard: &Rc<Shard>) -> anyhow::Result<()> {
+    crate::cluster::start(shard)
+        .await
+        .context("starting replication")?;
+    if shard.id != 0 {
+        return Ok(());
+    }
+    let s = shard.clone();
+    spawn_local(async move {
+        // An upgraded single-node data directory: its topics first (before
+        // registration names the cluster and __consumer_offsets is created).
+        while let Err(e) = crate::cluster::adopt::adopt_single_node_data(&s).await {
+            tracing::error!(error = %format!("{e:#}"), "upgrade of a single-node data directory failed; retrying");
+            if s.stopping() {
+                return;
+            }
+            sleep(Duration::from_secs(1)).await;
+        }
+        crate::cluster::register(&s).await;
+        ensure_offsets_topic(&s).await;
+    });
+    Ok(())
+}
+
+/// A single node, shard 0: the metadata log, published to every shard.
+async fn start_single_node_metadata(shard: &Rc<Shard>) -> anyhow::Result<()> {
+    let config = &shard.config;
+    let lc = LogConfig {
+        allow_buffered_io: config.allow_buffered_io,
+        ..LogConfig::default()
+    };
+    let store = MetaStore::open(&config.data_dir, lc)
+        .await
+        .context("opening the metadata log")?;
+    let snapshot = Arc::new(store.state().clone());
+    shard
+        .producer_id_floor
+        .set(snapshot.producer_ids_reserved_to);
+    shard.put_metastore(store);
+    shard.publish(snapshot).await;
+    ensure_offsets_topic(shard).await;
+    Ok(())
+}
+
+/// Metric label of each API in `kafka::SUPPORTED`, in order.
+fn api_names() -> Vec<&'static str> {
+    crate::gateway::kafka::SUPPORTED
+        .iter()
+        .map(|(k, _, _)| crate::gateway::kafka::api_name(*k))
+        .collect()
+}
+
+/// Creates `__consumer_offsets` at first start.
+async fn ensure_offsets_topic(shard: &Rc<Shard>) {
+    use crate::group::OFFSETS_TOPIC;
+    if shard.metadata().topics.contains_key(OFFSETS_TOPIC) {
+        return;
+    }
+    let n = shard.config.offsets_topic_num_partitions;
+    let cmd =
+        crate::gateway::kafka::topics::create_command(shard, OFFSETS_TOPIC, n, BTreeMap::new(), -1);
+    match crate::gateway::kafka::topics::commit(shard, vec![cmd])
+        .await
+        .pop()
+    {
+        // Another node created it, or this node's metadata was not applied yet at start.
+        Some(Err(crate::cluster::metadata::MetaError::TopicExists(_))) | Some(Ok(())) | None => {}
+        Some(Err(e)) => tracing::error!(error = %e, "cannot create {OFFSETS_TOPIC}"),
+    }
+}
+
+/// Expires group member sessions.
+async fn session_sweeper(shard: Rc<Shard>) {
+    while !shard.stopping() {
+        sleep(crate::group::coordinator::SESSION_SWEEP).await;
+        shard.expire_sessions();
+    }
+}
+
+/// Applies retention to this shard's partitions every `retention_check_interval_ms`.
+async fn retention_loop(shard: Rc<Shard>) {
+    let every = Duration::from_millis(shard.config.retention_check_interval_ms);
+    while !shard.stopping() {
+        sleep(every).await;
+        let parts: Vec<Rc<Partition>> = shard.partitions.borrow().values().cloned().collect();
+        for p in parts {
+            match p.apply_retention().await {
+                Ok(r) if r.segments_deleted > 0 => {
+                    tracing::info!(topic = %p.topic, partition = p.index, segments = r.segments_deleted,
+                        bytes = r.bytes_deleted, "retention deleted segments");
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "retention failed")
+                }
+            }
+        }
+    }
+}
