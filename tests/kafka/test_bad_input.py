@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import socket
 import struct
+import threading
+import time
 
 import pytest
 
@@ -115,4 +117,34 @@ def test_truncated_frame_then_disconnect_does_not_hurt_the_broker(broker):
     s = connect(broker)
     s.sendall(struct.pack(">i", 1000) + b"\x00\x12\x00\x00")  # 8 of 1000 bytes, then gone
     s.close()
+    assert_serves(broker)
+
+
+def test_a_client_that_stops_reading_leaves_a_late_response_warning(broker):
+    """A client that keeps sending but stops reading holds the broker's response writes
+    (responses go out in request order). Nothing is lost: every answer arrives, in order,
+    once it reads again, and the broker logs that responses reached the socket late, the
+    evidence a stalled connection leaves (issue 28's soak lost a producer's requests to a
+    30 s stall that no handler-side warning saw)."""
+    count = 40_000  # ~10 MB of answers: more than the socket buffers hold (tcp_wmem max 4 MiB)
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window: writes block
+    s.settimeout(30)
+    s.connect(("127.0.0.1", broker.port))
+    requests = b"".join(frame(18, 0, i) for i in range(count))
+    sender = threading.Thread(target=s.sendall, args=(requests,), daemon=True)
+    sender.start()
+    time.sleep(6.5)  # past SLOW_REQUEST_WARN (5 s) with the broker's writes blocked
+    for i in range(count):
+        resp = recv_response(s)
+        assert struct.unpack(">i", resp[:4])[0] == i
+    sender.join(10)
+    s.close()
+    log = broker.stderr_path
+    deadline = time.monotonic() + 10
+    while "a Kafka response reached the socket late" not in log.read_text():
+        assert time.monotonic() < deadline, "no late-response warning in the broker log"
+        time.sleep(0.1)
+    text = log.read_text()
+    assert 'api="api_versions"' in text, text[-2000:]
     assert_serves(broker)

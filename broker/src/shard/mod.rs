@@ -44,6 +44,9 @@ pub const BATCH_CACHE_BYTES: usize = 64 * 1024 * 1024;
 pub const GROUP_LOAD_WAIT: Duration = Duration::from_secs(30);
 /// How often a cross-shard call checks that its peer still runs.
 pub const PEER_CHECK: Duration = Duration::from_millis(250);
+/// A connection that waited this long for in-flight request bytes is logged (the wait
+/// itself is counted in `backpressure_events` from its first microsecond).
+pub const BACKPRESSURE_WAIT_WARN: Duration = Duration::from_secs(1);
 /// How long shutdown waits for in-flight requests.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
@@ -338,7 +341,20 @@ impl Shard {
             return Some(p);
         }
         self.bump(|s| s.backpressure_events += 1);
-        self.in_flight_bytes.acquire_static_permit(units).await.ok()
+        let waiting = crate::common::clock::now();
+        let permit = self.in_flight_bytes.acquire_static_permit(units).await.ok();
+        let waited = crate::common::clock::now().saturating_duration_since(waiting);
+        if waited >= BACKPRESSURE_WAIT_WARN {
+            tracing::warn!(
+                shard = self.id,
+                waited_ms = waited.as_millis() as u64,
+                request_bytes = n,
+                in_flight_bytes_max = self.in_flight_bytes_max,
+                "a connection stopped reading this long: the shard's in-flight request bytes \
+                 were used up"
+            );
+        }
+        permit
     }
 
     /// Serializes metadata commits and publishes on shard 0 (in commit order).

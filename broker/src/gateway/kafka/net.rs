@@ -86,6 +86,7 @@ async fn connection(shard: Rc<Shard>, stream: TcpStream) {
     let (mut rd, mut wr) = stream.split();
     let (tx, rx) = local_channel::new_bounded::<Pending>(PIPELINE_DEPTH);
     let metrics = shard.metrics.clone();
+    let late_log = crate::common::logging::RateLimit::new(LATE_RESPONSE_LOG_INTERVAL);
     let writer = glommio::spawn_local(async move {
         while let Some(task) = rx.recv().await {
             let (api, received, result) = task.await;
@@ -99,6 +100,7 @@ async fn connection(shard: Rc<Shard>, stream: TcpStream) {
                     if api == Some(PRODUCE_API_INDEX) {
                         metrics.produce_stage(ProduceStage::NetworkWrite, done - write_started);
                     }
+                    warn_if_late(&late_log, peer, api, received, write_started, done);
                     if let Some(api) = api {
                         metrics.request(api, done - received);
                     }
@@ -176,6 +178,41 @@ async fn connection(shard: Rc<Shard>, stream: TcpStream) {
     drop(tx);
     writer.await;
     shard.count_connection(false);
+}
+
+/// At most one "late response" warning per connection per this interval.
+const LATE_RESPONSE_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Warns (rate-limited) when a response reached the socket `SLOW_REQUEST_WARN` or more
+/// after its frame was read, with how much of that was the socket write itself (a client
+/// that does not read) and how much came before it (the handler, or earlier responses of
+/// this connection still being answered: responses go out in request order). The handler
+/// alone is watched by `handle_watched`; this catches a stall anywhere on the connection.
+fn warn_if_late(
+    log: &crate::common::logging::RateLimit,
+    peer: Option<std::net::SocketAddr>,
+    api: Option<usize>,
+    received: Instant,
+    write_started: Instant,
+    done: Instant,
+) {
+    let total = done.saturating_duration_since(received);
+    let key = api
+        .and_then(|a| kafka::SUPPORTED.get(a))
+        .map(|(k, _, _)| *k);
+    if total < SLOW_REQUEST_WARN || key.is_some_and(|k| waits_by_design(k as i16)) {
+        return;
+    }
+    if let Some(suppressed) = log.allow(done) {
+        tracing::warn!(
+            ?peer,
+            api = key.map_or("unknown", kafka::api_name),
+            total_ms = total.as_millis() as u64,
+            write_ms = done.saturating_duration_since(write_started).as_millis() as u64,
+            suppressed,
+            "a Kafka response reached the socket late"
+        );
+    }
 }
 
 /// APIs whose answer may wait long by design: Fetch long polls, group membership waits
