@@ -196,6 +196,10 @@ async fn run_all(args: &DiskArgs, work: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
+)]
 async fn measure_physics(
     args: &RawParams,
     work: &Path,

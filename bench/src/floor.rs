@@ -442,6 +442,10 @@ impl Commit {
 
 /// The leader: accepts the client, forwards each record to both followers and writes it,
 /// answers with the last sequence number durable on a majority. Returns its address.
+#[expect(
+    clippy::too_many_lines,
+    reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
+)]
 fn start_leader(
     file: NodeFile,
     frame_bytes: usize,

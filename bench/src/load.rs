@@ -482,6 +482,10 @@ impl Drop for Pacer {
 
 /// One producer: sends until the window ends, then waits (up to [`DRAIN_TIMEOUT`]) for
 /// its requests in flight.
+#[expect(
+    clippy::too_many_lines,
+    reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
+)]
 pub async fn produce_loop(
     mut session: Box<dyn ProduceSession>,
     spec: Arc<LoadSpec>,
@@ -758,6 +762,10 @@ fn merge_seconds(into: &mut Vec<Second>, from: Vec<Second>) {
 }
 
 /// Sets up the topic and sessions, runs the loops, and merges what they measured.
+#[expect(
+    clippy::too_many_lines,
+    reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
+)]
 pub async fn run(
     driver: Arc<dyn Driver>,
     spec: LoadSpec,

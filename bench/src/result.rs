@@ -73,6 +73,10 @@ const MIB: f64 = 1024.0 * 1024.0;
 
 impl RunResult {
     /// Builds the result of a run.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
+    )]
     pub fn new(
         label: String,
         bootstrap: String,
@@ -205,6 +209,10 @@ impl RunResult {
     }
 
     /// The readable table.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
+    )]
     pub fn table(&self) -> String {
         let ms = |us: u64| us as f64 / 1000.0;
         let s = &self.spec;

@@ -252,6 +252,10 @@ fn cell_columns(c: Option<&Cell>) -> String {
     }
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
+)]
 fn report(
     args: &SuiteArgs,
     targets: &[(String, String)],

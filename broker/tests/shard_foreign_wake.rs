@@ -170,6 +170,10 @@ fn requests_woken_from_another_shard_and_awaited_by_a_writer_never_use_a_freed_t
 const POISON: u8 = 0xAB;
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
+)]
 fn a_last_waker_dropped_on_another_thread_while_the_handle_drops_never_frees_the_task_early() {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     use std::sync::atomic::{AtomicU64, Ordering};

@@ -51,6 +51,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Connection {
     /// Connects to `addr`.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
+    )]
     pub(crate) async fn open(
         addr: SocketAddr,
         max_in_flight: usize,

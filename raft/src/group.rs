@@ -775,6 +775,10 @@ impl<S: LogStore> Group<S> {
     /// `silent`: the driver's node liveness (see `voter_progress`). With `keep_learners`,
     /// learners outside the target stay and voters outside it become learners (the
     /// controller's group: every node follows it).
+    #[expect(
+        clippy::too_many_lines,
+        reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
+    )]
     pub fn move_members(
         &mut self,
         target: &[NodeId],

@@ -345,6 +345,10 @@ impl Log {
     }
 
     /// Appends one entry; see [`Log::append`].
+    #[expect(
+        clippy::too_many_lines,
+        reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
+    )]
     pub fn append_one(&self, e: &AppendEntry) -> Result<Appended, StorageError> {
         let mut guard = self.st.borrow_mut();
         let st = &mut *guard;

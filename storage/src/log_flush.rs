@@ -156,6 +156,10 @@ impl Log {
 
     /// Applies a finished job. Returns what is durable now, or the error that stopped it
     /// (ENOSPC leaves the data pending for a retry; anything else fences the log).
+    #[expect(
+        clippy::too_many_lines,
+        reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
+    )]
     pub fn complete_flush(&self, outcome: FlushOutcome) -> Result<Durable, StorageError> {
         let mut guard = self.st.borrow_mut();
         let st = &mut *guard;

@@ -41,6 +41,10 @@ struct Scanned {
 
 impl Log {
     /// Opens (creating if needed) the partition log in `dir` and recovers it.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
+    )]
     pub async fn open(
         dir: &Path,
         config: LogConfig,

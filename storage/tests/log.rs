@@ -277,6 +277,10 @@ fn prefix_truncation_and_retention() {
 /// applied index), the caller deletes through it; a snapshot install empties the log at a
 /// new start, which the first append after it keeps across a restart.
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
+)]
 fn retention_point_and_reset() {
     let dir = tempfile::tempdir_in(".").expect("tempdir");
     run(async {

@@ -309,6 +309,10 @@ fn options() -> Options {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
+)]
 fn group_protocol_matches_kafka() {
     let watch = Stopwatch::start();
     let mut broker = Broker::start(env!("CARGO_TARGET_TMPDIR").as_ref(), options());

@@ -52,6 +52,10 @@ async fn consume_all(c: &Client, topic: &str, want: usize) -> Vec<strand_client:
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
+)]
 fn native_traffic_never_hops_shards_and_kafka_offsets_match() {
     let broker = Broker::start(
         tmp(),

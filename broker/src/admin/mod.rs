@@ -23,6 +23,10 @@ use prometheus_client::registry::Registry;
 pub use crate::common::metrics::ShardSnapshot;
 
 /// Renders `/metrics`.
+#[expect(
+    clippy::too_many_lines,
+    reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
+)]
 pub fn render_metrics(shards: &[ShardSnapshot]) -> String {
     let mut reg = Registry::default();
     let requests = Family::<Vec<(String, String)>, Counter>::default();

@@ -371,6 +371,10 @@ impl Metadata {
     }
 
     /// Checks `cmd` against the current state without applying it.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
+    )]
     pub fn check(&self, cmd: &Command) -> Result<(), MetaError> {
         match cmd {
             Command::InitCluster { .. } => Ok(()),
@@ -527,6 +531,10 @@ impl Metadata {
     }
 
     /// Applies `cmd`; on error nothing changes.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
+    )]
     pub fn apply(&mut self, cmd: &Command) -> Result<(), MetaError> {
         self.check(cmd)?;
         match cmd {

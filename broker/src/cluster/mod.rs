@@ -281,6 +281,10 @@ fn to_every_shard(
     })
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
+)]
 async fn start_controller(shard: &Rc<Shard>, rep: &Rc<Replicator>) -> anyhow::Result<()> {
     let c = &shard.config;
     if adopt::single_node_metadata_dir(c).exists() && c.seeds.len() > 1 {

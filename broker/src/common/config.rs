@@ -222,6 +222,10 @@ pub struct Config {
 
 impl Config {
     /// Merges flags (with environment) over the file over defaults, and validates.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
+    )]
     pub fn load(flags: Flags) -> anyhow::Result<Config> {
         let file = match &flags.config {
             Some(p) => read_file(p)?,

@@ -93,6 +93,10 @@ impl Shard {
     }
 
     /// Decides what a JoinGroup does; parks it (returns the receiver) or answers at once.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
+    )]
     fn admit(
         self: &Rc<Self>,
         g: &mut Group,

@@ -805,6 +805,10 @@ impl Replicator {
     /// Updates the role, epoch and high watermark of every hosted partition the turns
     /// visited (a hibernating group's stand still); records leader changes and hands them
     /// to the shard; keeps the health counts.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
+    )]
     fn publish_roles(&self) {
         let mut changes = Vec::new();
         let mut controller_moved = false;

@@ -251,6 +251,10 @@ impl RaftLogStore {
     /// Opens the Raft view of `part`'s log: takes its `saved` state (from the journal; else
     /// the state file of earlier versions; else a new group with `voters` and `learners`),
     /// indexes every frame, keeps the entries after the commit index in memory.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
+    )]
     pub(crate) async fn open(
         part: Rc<Partition>,
         voters: &[u64],
@@ -1203,6 +1207,10 @@ mod tests {
     }
 
     #[test]
+    #[expect(
+        clippy::too_many_lines,
+        reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
+    )]
     fn frames_written_before_the_cluster_are_entries_of_term_one() {
         let tmp = tempfile::tempdir().expect("tempdir");
         let dir = tmp.path().join("t-0");

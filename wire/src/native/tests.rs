@@ -69,6 +69,10 @@ fn offsets() -> impl Strategy<Value = Option<Vec<GroupOffsetT>>> {
     ))
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
+)]
 fn body() -> impl Strategy<Value = BodyT> {
     prop_oneof![
         (any::<u16>(), any::<u64>(), name(), names(), any::<bool>()).prop_map(

@@ -33,6 +33,10 @@ fn s(v: impl Into<String>) -> StrBytes {
 }
 
 /// DescribeConfigs.
+#[expect(
+    clippy::too_many_lines,
+    reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
+)]
 pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
     let req: DescribeConfigsRequest = ctx.decode(body)?;
     let meta = shard.metadata();

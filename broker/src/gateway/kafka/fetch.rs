@@ -20,6 +20,10 @@ use crate::shard::Shard;
 pub const MAX_WAIT_MS_MAX: u64 = 30_000;
 
 /// Fetch.
+#[expect(
+    clippy::too_many_lines,
+    reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
+)]
 pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
     let req: FetchRequest = ctx.decode(body)?;
     let meta = shard.metadata();

@@ -511,6 +511,10 @@ fn deletable(g: String, c: i16) -> delete_groups_response::DeletableGroupResult 
 pub use crate::group::coordinator::{GroupOffsets, WantedOffsets};
 
 /// OffsetFetch (one group before v8, several from v8).
+#[expect(
+    clippy::too_many_lines,
+    reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
+)]
 pub async fn offset_fetch(
     shard: &Rc<Shard>,
     ctx: &Ctx,

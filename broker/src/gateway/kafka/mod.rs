@@ -127,6 +127,10 @@ pub fn api_name(key: ApiKey) -> &'static str {
 }
 
 /// Handles one request frame; `Ok(None)` means no response (acks=0 produce).
+#[expect(
+    clippy::too_many_lines,
+    reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
+)]
 pub async fn handle(
     shard: &Rc<Shard>,
     frame: Bytes,

@@ -78,6 +78,10 @@ pub async fn serve(shard: Rc<Shard>, stop: oneshot::Receiver<()>) -> anyhow::Res
 /// when its frame was read, and its response.
 type Pending = glommio::Task<(Option<usize>, Instant, Result<Option<Bytes>, FramingError>)>;
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
+)]
 async fn connection(shard: Rc<Shard>, stream: TcpStream) {
     let peer = stream.peer_addr().ok();
     let host: Rc<str> = peer.map_or_else(|| "".into(), |p| format!("/{}", p.ip()).into());

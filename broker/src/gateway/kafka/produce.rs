@@ -17,6 +17,10 @@ use crate::shard::ops::{Op, ProducePart, ProduceResult, Reply, ShardSplit};
 use crate::shard::Shard;
 
 /// Produce; `None` for acks=0 (no response at all).
+#[expect(
+    clippy::too_many_lines,
+    reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
+)]
 pub async fn handle(
     shard: &Rc<Shard>,
     ctx: &Ctx,

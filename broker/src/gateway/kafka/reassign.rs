@@ -25,6 +25,10 @@ use crate::shard::Shard;
 
 /// AlterPartitionReassignments: starts (replicas given) or cancels (null) a move per
 /// partition.
+#[expect(
+    clippy::too_many_lines,
+    reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
+)]
 pub async fn alter(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
     let req: AlterPartitionReassignmentsRequest = ctx.decode(body)?;
     let meta = shard.metadata();

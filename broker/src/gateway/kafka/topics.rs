@@ -87,6 +87,10 @@ pub fn replication_factor_max(shard: &Shard) -> i16 {
 }
 
 /// CreateTopics.
+#[expect(
+    clippy::too_many_lines,
+    reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
+)]
 pub async fn create(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
     let req: CreateTopicsRequest = ctx.decode(body)?;
     let mut results = Vec::with_capacity(req.topics.len());

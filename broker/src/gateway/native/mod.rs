@@ -157,6 +157,10 @@ fn not_here(shard: &Shard, topic: &str, partition: i32) -> Option<Box<ErrorT>> {
     }
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
+)]
 async fn produce(shard: &Rc<Shard>, r: ProduceRequestT) -> Option<BodyT> {
     let acks = r.acks;
     let requested = r.partitions.unwrap_or_default();

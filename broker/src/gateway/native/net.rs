@@ -75,6 +75,10 @@ async fn accept(shard: Rc<Shard>, listener: TcpListener) {
 /// A response to write: correlation id and message.
 type Outgoing = (u64, MessageT);
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
+)]
 async fn connection(shard: Rc<Shard>, stream: TcpStream) {
     let peer = stream.peer_addr().ok();
     shard.count_native_connection(true);
