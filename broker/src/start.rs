@@ -29,22 +29,22 @@ use crate::shard::{GatewayHooks, Shard, ShardWiring, SHARD_QUEUE_DEPTH};
 /// Every shard's queue and the flags shared between the shards, built before any starts.
 struct Wiring {
     senders: Vec<mpsc::Sender<Envelope>>,
-    receivers: Vec<mpsc::Receiver<Envelope>>,
     alive: Arc<Vec<AtomicBool>>,
     native_ports: Arc<Vec<AtomicU16>>,
 }
 
 impl Wiring {
-    fn new(count: usize) -> Wiring {
+    /// The wiring of `count` shards, and each shard's receiving end of its queue.
+    fn new(count: usize) -> (Wiring, Vec<mpsc::Receiver<Envelope>>) {
         let (senders, receivers) = (0..count)
             .map(|_| mpsc::channel::<Envelope>(SHARD_QUEUE_DEPTH))
             .unzip();
-        Wiring {
+        let wiring = Wiring {
             senders,
-            receivers,
             alive: Arc::new((0..count).map(|_| AtomicBool::new(true)).collect()),
             native_ports: Arc::new((0..count).map(|_| AtomicU16::new(0)).collect()),
-        }
+        };
+        (wiring, receivers)
     }
 }
 
@@ -60,15 +60,12 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
     crate::runtime::preflight::check(&config)?;
     crate::runtime::preflight::native_shard_ports_free(&config, count)?;
     let mask = crate::runtime::signals::block_termination_signals()?;
-    let mut wiring = Wiring::new(count);
+    let (wiring, receivers) = Wiring::new(count);
     // Woken by a termination signal (None) or by a shard that exited (Some(id)): a shard
     // that fails, even at start-up, takes the whole process down.
     let (exit_tx, exit_rx) = std::sync::mpsc::channel::<Option<usize>>();
     let mut handles = Vec::with_capacity(count);
-    for (id, rx) in std::mem::take(&mut wiring.receivers)
-        .into_iter()
-        .enumerate()
-    {
+    for (id, rx) in receivers.into_iter().enumerate() {
         let wired = ShardWiring {
             id,
             count,

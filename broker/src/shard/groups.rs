@@ -19,7 +19,8 @@ use crate::group::coordinator::{fetch_offsets, GroupOffsets, WantedOffsets};
 use crate::partition::Partition;
 use crate::runtime::task::sleep;
 
-fn s(v: impl Into<String>) -> StrBytes {
+/// A kafka-protocol string from any string.
+pub(crate) fn s(v: impl Into<String>) -> StrBytes {
     StrBytes::from_string(v.into())
 }
 

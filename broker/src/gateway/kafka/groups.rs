@@ -30,12 +30,9 @@ use super::{Ctx, FramingError};
 use crate::group::coordinator::{code, JoinRequest};
 use crate::group::state::Committed;
 use crate::group::{partition_for, OFFSETS_TOPIC};
+use crate::shard::groups::s;
 use crate::shard::ops::{GroupRequest, Op, Reply};
 use crate::shard::Shard;
-
-fn s(v: impl Into<String>) -> StrBytes {
-    StrBytes::from_string(v.into())
-}
 
 /// The shard coordinating `group`, if the offsets topic exists.
 pub fn coordinator_shard(shard: &Shard, group: &str) -> Option<usize> {
