@@ -24,7 +24,7 @@ use crate::partition::Partition;
 use crate::runtime::cpus::affinity_cpus;
 use crate::runtime::task::{sleep, spawn_local};
 use crate::shard::ops::{Envelope, Op, Reply};
-use crate::shard::{GatewayHooks, Shard, ShardWiring, SHARD_QUEUE_DEPTH};
+use crate::shard::{GatewayHooks, Shard, ShardWiring, PEER_CHECK, SHARD_QUEUE_DEPTH};
 
 /// Every shard's queue and the flags shared between the shards, built before any starts.
 struct Wiring {
@@ -232,7 +232,12 @@ async fn serve_queue(
     done: oneshot::Sender<()>,
 ) {
     let mut done = Some(done);
-    while let Some(env) = rx.next().await {
+    // Polled again every PEER_CHECK: a sender's wake lost between threads would otherwise
+    // leave the queue unread until the next message's wake.
+    while let Some((Some(env), late)) =
+        crate::runtime::task::repoll(PEER_CHECK, rx.next(), || false).await
+    {
+        shard.note_wake(late, "a message in this shard's queue", shard.id);
         let is_shutdown = matches!(env.op, Op::Shutdown);
         let shard = shard.clone();
         if is_shutdown {
@@ -328,7 +333,7 @@ async fn ensure_offsets_topic(shard: &Rc<Shard>) {
 async fn session_sweeper(shard: Rc<Shard>) {
     while !shard.stopping() {
         sleep(crate::group::coordinator::SESSION_SWEEP).await;
-        shard.expire_sessions();
+        crate::group::coordinator::expire_sessions(&shard);
     }
 }
 

@@ -41,4 +41,6 @@ pub use multi_raft::{Ack, Completion, DriverConfig, MultiRaft, ProposalId, StepO
 pub use rpc::{Encoded, Hello, RpcError, RpcFrame};
 pub use storage::GroupStorage;
 pub use transport::{GroupMessage, MessageBatch, Transport};
-pub use types::{GroupId, KafkaOffset, NodeId, RaftIndex, RaftTerm, ShardId};
+pub use types::{
+    raft_term, GroupId, KafkaOffset, NodeId, RaftIndex, RaftTerm, ShardId, FIRST_TERM,
+};

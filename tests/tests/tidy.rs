@@ -158,48 +158,6 @@ const BROKER_LAYERS: &[&[&str]] = &[
 ];
 /// The composition root: the only files directly in `broker/src`.
 const BROKER_ROOT_FILES: &[&str] = &["main.rs", "start.rs"];
-/// Uses against the layering that remain, each with what removes it: (file, the subsystem
-/// it uses, why). The list only shrinks: an entry no longer needed fails the test too.
-const BROKER_LAYER_EXCEPTIONS: &[(&str, &str, &str)] = &[
-    (
-        "broker/src/partition/mod.rs",
-        "replication",
-        "a partition proposes through its group's Replicator: to become a trait partition \
-         defines and replication implements",
-    ),
-    (
-        "broker/src/partition/mod.rs",
-        "group",
-        "the __consumer_offsets checkpoint keeps the groups' records (group::records): to \
-         become keyed compaction of the partition (issue 21)",
-    ),
-    (
-        "broker/src/partition/checkpoint.rs",
-        "group",
-        "as above: the checkpoint compacts group::records",
-    ),
-    (
-        "broker/src/cluster/mod.rs",
-        "shard",
-        "the controller runs over the whole Shard: to take its own state and a narrow context",
-    ),
-    (
-        "broker/src/cluster/adopt.rs",
-        "shard",
-        "as the controller: commits through shard 0's Shard",
-    ),
-    (
-        "broker/src/cluster/reassign.rs",
-        "shard",
-        "as the controller: its loop runs over the Shard",
-    ),
-    (
-        "broker/src/group/coordinator.rs",
-        "shard",
-        "the coordinator's groups live in the Shard and it writes through its partitions: to \
-         take its own state",
-    ),
-];
 
 /// A use of a broker subsystem against [`BROKER_LAYERS`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -498,17 +456,12 @@ fn tidy() {
     );
 }
 
-/// The layer breaks not excused by [`BROKER_LAYER_EXCEPTIONS`], and the exceptions that
-/// no longer excuse anything.
+/// One line per layer break. There are no excused breaks: a lower layer that needs an
+/// upper one's service defines a trait the upper one implements (`partition::RaftGroups`,
+/// `group::GroupHost`, `cluster::ClusterHost`).
 fn layer_report(breaks: &[LayerBreak]) -> Vec<String> {
-    let excused = |b: &LayerBreak| {
-        BROKER_LAYER_EXCEPTIONS
-            .iter()
-            .any(|(p, used, _)| *p == b.path && *used == b.used)
-    };
-    let mut out: Vec<String> = breaks
+    breaks
         .iter()
-        .filter(|b| !excused(b))
         .map(|b| {
             format!(
                 "{}:{}: uses crate::{} against the layering (ARCHITECTURE.md, The broker's \
@@ -516,15 +469,7 @@ fn layer_report(breaks: &[LayerBreak]) -> Vec<String> {
                 b.path, b.line, b.used, b.text
             )
         })
-        .collect();
-    for (p, used, _) in BROKER_LAYER_EXCEPTIONS {
-        if !breaks.iter().any(|b| b.path == *p && b.used == *used) {
-            out.push(format!(
-                "{p}: no longer uses crate::{used}: remove its BROKER_LAYER_EXCEPTIONS entry"
-            ));
-        }
-    }
-    out
+        .collect()
 }
 
 /// Checks `text` as file `path` and compares the (line, needle) pairs reported.

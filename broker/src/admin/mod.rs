@@ -74,6 +74,13 @@ pub fn render_metrics(shards: &[ShardSnapshot]) -> String {
         true,
     );
     per_shard(
+        "strand_shard_wakes_recovered",
+        "Waits (cross-shard calls, connection reads, writes, answers) a timed poll found done: their wake was lost",
+        &mut reg,
+        &|s| s.wakes_recovered,
+        true,
+    );
+    per_shard(
         "strand_shard_backpressure_events",
         "Times reading stopped at the in-flight byte bound",
         &mut reg,

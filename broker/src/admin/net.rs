@@ -14,6 +14,7 @@ use glommio::net::{TcpListener, TcpStream};
 
 use crate::admin::status::{self, ADMIN_BODY_BYTES_MAX};
 use crate::admin::{self, Response};
+use crate::cluster::ClusterHost;
 use crate::runtime::task::spawn_local;
 use crate::shard::ops::{Op, Reply};
 use crate::shard::Shard;

@@ -12,7 +12,7 @@ use strand_storage::LogConfig;
 
 use super::meta_commands;
 use crate::cluster::metadata::Command;
-use crate::shard::Shard;
+use crate::cluster::ClusterHost;
 
 /// The metadata log a single-node broker keeps (`metastore`), not yet adopted.
 pub(super) fn single_node_metadata_dir(c: &crate::common::config::Config) -> std::path::PathBuf {
@@ -27,8 +27,8 @@ const ADOPTED_SUFFIX: &str = ".adopted";
 /// commands (each partition a Raft group of this node alone, over the same log, whose
 /// term-0 frames count as committed), then the old metadata log is set aside. Runs before
 /// registration names the cluster.
-pub async fn adopt_single_node_data(shard: &Rc<Shard>) -> anyhow::Result<()> {
-    let c = &shard.config;
+pub async fn adopt_single_node_data<H: ClusterHost>(shard: &Rc<H>) -> anyhow::Result<()> {
+    let c = shard.config();
     let dir = single_node_metadata_dir(c);
     if !dir.exists() {
         return Ok(());

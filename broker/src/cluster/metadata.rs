@@ -636,6 +636,16 @@ impl Metadata {
         Ok(())
     }
 
+    /// The name of the topic whose id is `id` (requests that name topics by id: Fetch v13+,
+    /// DeleteTopics v6+). A walk of the topics, as ids are asked for once per topic of a
+    /// request.
+    pub fn topic_name_of(&self, id: u128) -> Option<&str> {
+        self.topics
+            .iter()
+            .find(|(_, t)| t.id == id)
+            .map(|(name, _)| name.as_str())
+    }
+
     /// The shard owning `topic`/`partition`.
     pub fn shard_of(&self, topic: &str, partition: i32) -> Option<usize> {
         let t = self.topics.get(topic)?;

@@ -15,8 +15,8 @@
 //! `adopt` (the one-time upgrade of a single-node data directory), `topic_config` (topic
 //! configs and their storage mapping).
 //!
-//! May use: `common`, `runtime`, `partition`, `replication`. Known exception (tidy.rs): the
-//! controller runs over the whole `shard::Shard`.
+//! May use: `common`, `runtime`, `partition`, `replication`. The controller runs over the
+//! shard it is on through [`ClusterHost`], which the shard implements.
 
 pub mod adopt;
 pub mod join;
@@ -36,12 +36,14 @@ use strand_raft::{GroupId, MembershipStep};
 use strand_storage::{LogConfig, SystemClock};
 use strand_wire::BatchBuilder;
 
+use futures::future::LocalBoxFuture;
+
 use crate::cluster::metadata::{Command, MetaError, Metadata};
+use crate::common::config::Config;
+use crate::common::metrics::ShardMetrics;
 use crate::partition::Partition;
-use crate::replication::{LeaderChange, Replicator, CONTROLLER_GROUP};
+use crate::replication::{LeaderChange, OnLeaderChanges, Replicator, CONTROLLER_GROUP};
 use crate::runtime::task::sleep;
-use crate::shard::ops::Op;
-use crate::shard::Shard;
 
 /// Directory of the controller group's log under the data directory.
 pub const CONTROLLER_DIR: &str = "__strand_controller";
@@ -79,15 +81,43 @@ pub struct ClusterState {
     controller: RefCell<Option<Rc<Partition>>>,
 }
 
-impl Shard {
+/// What the cluster layer uses of the shard it runs on (`shard::Shard` implements the
+/// required methods). The provided methods are the cluster view every layer above reads
+/// (leaders, brokers, the committed metadata).
+pub trait ClusterHost: 'static {
+    /// This shard's index.
+    fn shard_id(&self) -> usize;
+    /// Number of shards of this node.
+    fn shard_count(&self) -> usize;
+    /// The node's configuration.
+    fn config(&self) -> &Config;
+    /// This shard's cluster state.
+    fn cluster(&self) -> &ClusterState;
+    /// The metadata snapshot this shard applied.
+    fn metadata(&self) -> Arc<Metadata>;
+    /// This shard's latency histograms and counters.
+    fn metrics(&self) -> Rc<ShardMetrics>;
+    /// Whether the shard is shutting down.
+    fn stopping(&self) -> bool;
+    /// Whether this node is part of a replicated cluster (`--seeds` given).
+    fn clustered(&self) -> bool;
+    /// Shard 0: applies a metadata snapshot on every shard of this node.
+    fn publish(self: &Rc<Self>, snapshot: Arc<Metadata>) -> LocalBoxFuture<'_, ()>;
+    /// A receiver of leader changes that hands them to every shard of this node
+    /// (`remote`: another node announced them).
+    fn leader_changes_to_every_shard(self: &Rc<Self>, remote: bool) -> OnLeaderChanges;
+    /// What runs when this node becomes the leader of `part` (an offsets partition's
+    /// groups are reloaded); `None` for a partition with nothing to reload.
+    fn on_leader_gain(self: &Rc<Self>, part: &Rc<Partition>) -> Option<Box<dyn Fn()>>;
+
     /// This shard's replicator (cluster mode).
-    pub fn replicator(&self) -> Option<Rc<Replicator>> {
-        self.cluster.replicator.borrow().clone()
+    fn replicator(&self) -> Option<Rc<Replicator>> {
+        self.cluster().replicator.borrow().clone()
     }
 
     /// Leader node (or -1) and leader epoch of a Raft group, as this node knows it.
-    pub fn leader_of_group(&self, group: u64) -> (i32, i32) {
-        self.cluster
+    fn leader_of_group(&self, group: u64) -> (i32, i32) {
+        self.cluster()
             .leaders
             .borrow()
             .get(&group)
@@ -96,7 +126,7 @@ impl Shard {
     }
 
     /// The node leading the controller, if known.
-    pub fn controller_leader(&self) -> Option<i32> {
+    fn controller_leader(&self) -> Option<i32> {
         let (l, _) = self.leader_of_group(CONTROLLER_GROUP.0);
         (l >= 0).then_some(l)
     }
@@ -105,10 +135,10 @@ impl Shard {
     /// cluster, this node alone without one.
     /// A node the controller's leader fenced (not heard from for a broker session) is
     /// left out, as Kafka leaves out fenced brokers; this node always lists itself.
-    pub fn brokers(&self) -> Vec<(i32, String, u16)> {
+    fn brokers(&self) -> Vec<(i32, String, u16)> {
         if self.clustered() {
             let fenced = self.fenced_nodes();
-            let c = &self.config;
+            let c = self.config();
             let me = c.node_id;
             let mut listed: Vec<(i32, String, u16)> = self
                 .metadata()
@@ -125,16 +155,16 @@ impl Shard {
             }
             listed
         } else {
-            let c = &self.config;
+            let c = self.config();
             vec![(c.node_id, c.advertised_host.clone(), c.kafka_addr.port())]
         }
     }
 
     /// The nodes the controller's current leader announced as fenced (see
     /// `replication::BROKER_SESSION_TIMEOUT`).
-    pub fn fenced_nodes(&self) -> Vec<i32> {
+    fn fenced_nodes(&self) -> Vec<i32> {
         let (_, epoch) = self.leader_of_group(CONTROLLER_GROUP.0);
-        match self.cluster.out_of_sync.borrow().get(&CONTROLLER_GROUP.0) {
+        match self.cluster().out_of_sync.borrow().get(&CONTROLLER_GROUP.0) {
             Some((e, fenced)) if *e == epoch => fenced.clone(),
             _ => Vec::new(),
         }
@@ -146,24 +176,24 @@ impl Shard {
     /// admin requests wait for the controller Metadata names and do not ask again, so naming
     /// the leader (or -1) left them waiting until their timeout whenever that node was not
     /// in the answer's broker list (start-up) or had just stopped.
-    pub fn controller_id(&self) -> i32 {
-        self.config.node_id
+    fn controller_id(&self) -> i32 {
+        self.config().node_id
     }
 
     /// The committed metadata as this shard knows it: on shard 0 the state applied from the
     /// controller log (ahead of the published snapshot while partitions open).
-    pub fn committed_metadata(&self) -> Arc<Metadata> {
-        if self.id == 0 && self.clustered() {
-            Arc::new(self.cluster.applied.borrow().clone())
+    fn committed_metadata(&self) -> Arc<Metadata> {
+        if self.shard_id() == 0 && self.clustered() {
+            Arc::new(self.cluster().applied.borrow().clone())
         } else {
             self.metadata()
         }
     }
 
     /// The ids of the registered nodes in the committed metadata, without copying it.
-    pub fn committed_node_ids(&self) -> Vec<i32> {
-        if self.id == 0 && self.clustered() {
-            self.cluster
+    fn committed_node_ids(&self) -> Vec<i32> {
+        if self.shard_id() == 0 && self.clustered() {
+            self.cluster()
                 .applied
                 .borrow()
                 .nodes
@@ -176,12 +206,12 @@ impl Shard {
     }
 
     /// Records leader changes broadcast by a shard of this node (it hosts those groups).
-    pub fn note_leaders(&self, changes: Vec<LeaderChange>) {
-        let mut l = self.cluster.leaders.borrow_mut();
-        let mut out = self.cluster.out_of_sync.borrow_mut();
+    fn note_leaders(&self, changes: Vec<LeaderChange>) {
+        let mut l = self.cluster().leaders.borrow_mut();
+        let mut out = self.cluster().out_of_sync.borrow_mut();
         for c in changes {
             l.insert(c.group, (c.leader, c.epoch));
-            if c.leader == self.config.node_id {
+            if c.leader == self.config().node_id {
                 out.insert(c.group, (c.epoch, c.out_of_sync));
             }
         }
@@ -189,9 +219,9 @@ impl Shard {
 
     /// Records the leaders another node announced: newer than what is known (a higher
     /// epoch, or a leader where the same epoch had none).
-    pub fn note_remote_leaders(&self, changes: Vec<LeaderChange>) {
-        let mut l = self.cluster.leaders.borrow_mut();
-        let mut out = self.cluster.out_of_sync.borrow_mut();
+    fn note_remote_leaders(&self, changes: Vec<LeaderChange>) {
+        let mut l = self.cluster().leaders.borrow_mut();
+        let mut out = self.cluster().out_of_sync.borrow_mut();
         for c in changes {
             let newer = l.get(&c.group).is_none_or(|&(old, old_epoch)| {
                 c.epoch > old_epoch || (c.epoch == old_epoch && old < 0)
@@ -208,8 +238,8 @@ impl Shard {
 
     /// Kafka's in-sync replicas of `group` with leader epoch `epoch`: `replicas` less those
     /// its leader reported out of sync in that epoch (all of them while none is known).
-    pub fn in_sync_replicas(&self, group: u64, epoch: i32, replicas: &[i32]) -> Vec<i32> {
-        match self.cluster.out_of_sync.borrow().get(&group) {
+    fn in_sync_replicas(&self, group: u64, epoch: i32, replicas: &[i32]) -> Vec<i32> {
+        match self.cluster().out_of_sync.borrow().get(&group) {
             Some((e, out)) if *e == epoch => replicas
                 .iter()
                 .copied()
@@ -221,72 +251,59 @@ impl Shard {
 
     /// Cluster-mode readiness: the controller has a leader, the metadata names the cluster
     /// and this node is registered in it.
-    pub fn cluster_ready(&self) -> bool {
+    fn cluster_ready(&self) -> bool {
         let m = self.metadata();
         self.controller_leader().is_some()
             && !m.cluster_id.is_empty()
-            && m.nodes.contains_key(&self.config.node_id)
+            && m.nodes.contains_key(&self.config().node_id)
     }
 }
 
 /// The controller group's voters as the committed metadata names them: those set by
 /// `Command::SetControllerVoters` (AddRaftVoter, RemoveRaftVoter), else the seeds.
-pub fn controller_voters(shard: &Shard) -> Vec<i32> {
+pub fn controller_voters<H: ClusterHost>(shard: &H) -> Vec<i32> {
     let m = shard.committed_metadata();
     if !m.controller_voters.is_empty() {
         return m.controller_voters.clone();
     }
-    let mut seeds: Vec<i32> = shard.config.seeds.iter().map(|&(id, _)| id).collect();
+    let mut seeds: Vec<i32> = shard.config().seeds.iter().map(|&(id, _)| id).collect();
     seeds.sort_unstable();
     seeds
 }
 
 /// Starts cluster mode on this shard: the replicator, its RPC listener and loop; on shard 0
 /// also the controller group.
-pub async fn start(shard: &Rc<Shard>) -> anyhow::Result<()> {
-    let c = &shard.config;
-    let journal_path = crate::replication::journal::journal_path(&c.data_dir, shard.id);
+pub async fn start<H: ClusterHost>(shard: &Rc<H>) -> anyhow::Result<()> {
+    let c = shard.config();
+    let journal_path = crate::replication::journal::journal_path(&c.data_dir, shard.shard_id());
     let journal = crate::replication::journal::RaftJournal::open(journal_path).await?;
-    let rep = Replicator::new(c.node_id, shard.id, &c.seeds, journal);
+    let rep = Replicator::new(c.node_id, shard.shard_id(), &c.seeds, journal);
     let port = c
         .rpc_addr
         .port()
-        .checked_add(shard.id as u16)
+        .checked_add(shard.shard_id() as u16)
         .ok_or_else(|| anyhow::anyhow!("rpc port + shard overflows"))?;
     rep.listen(std::net::SocketAddr::new(c.rpc_addr.ip(), port))?;
-    rep.set_on_changes(to_every_shard(shard, Op::Leaders));
-    rep.set_on_remote_leaders(to_every_shard(shard, Op::RemoteLeaders));
-    *shard.cluster.replicator.borrow_mut() = Some(rep.clone());
+    rep.set_on_changes(shard.leader_changes_to_every_shard(false));
+    rep.set_on_remote_leaders(shard.leader_changes_to_every_shard(true));
+    *shard.cluster().replicator.borrow_mut() = Some(rep.clone());
     crate::runtime::task::spawn_local(rep.clone().run());
     crate::cluster::reassign::spawn(shard);
-    if shard.id == 0 {
+    if shard.shard_id() == 0 {
         start_controller(shard, &rep).await?;
     }
     Ok(())
-}
-
-/// A receiver of leader changes that hands them, as `op`, to every shard of this node.
-fn to_every_shard(
-    shard: &Rc<Shard>,
-    op: fn(Vec<crate::replication::LeaderChange>) -> Op,
-) -> crate::replication::OnLeaderChanges {
-    let weak = Rc::downgrade(shard);
-    Box::new(move |changes| {
-        if let Some(s) = weak.upgrade() {
-            crate::runtime::task::spawn_local(async move {
-                let calls = (0..s.count).map(|t| s.call(t, op(changes.clone())));
-                futures::future::join_all(calls).await;
-            });
-        }
-    })
 }
 
 #[expect(
     clippy::too_many_lines,
     reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
 )]
-async fn start_controller(shard: &Rc<Shard>, rep: &Rc<Replicator>) -> anyhow::Result<()> {
-    let c = &shard.config;
+async fn start_controller<H: ClusterHost>(
+    shard: &Rc<H>,
+    rep: &Rc<Replicator>,
+) -> anyhow::Result<()> {
+    let c = shard.config();
     if adopt::single_node_metadata_dir(c).exists() && c.seeds.len() > 1 {
         anyhow::bail!(
             "{} holds a single-node broker's topics: upgrade it by starting it as the only \
@@ -312,9 +329,9 @@ async fn start_controller(shard: &Rc<Shard>, rep: &Rc<Replicator>) -> anyhow::Re
         0,
         log,
         usize::MAX,
-        shard.metrics.clone(),
+        shard.metrics(),
     ));
-    *shard.cluster.controller.borrow_mut() = Some(part.clone());
+    *shard.cluster().controller.borrow_mut() = Some(part.clone());
     let voters: Vec<u64> = c.seeds.iter().map(|&(id, _)| id as u64).collect();
     let first = c.seeds.first().map(|&(id, _)| id) == Some(c.node_id);
     // A node that joined follows the controller without voting.
@@ -369,15 +386,15 @@ async fn start_controller(shard: &Rc<Shard>, rep: &Rc<Replicator>) -> anyhow::Re
 }
 
 /// Applies committed controller records to the metadata and publishes the snapshot.
-async fn apply_controller(shard: &Rc<Shard>) {
-    if shard.cluster.applying.replace(true) {
+async fn apply_controller<H: ClusterHost>(shard: &Rc<H>) {
+    if shard.cluster().applying.replace(true) {
         return;
     }
     while let Some(end) = shard.replicator().and_then(|r| r.controller_applied_end()) {
-        let Some(part) = shard.cluster.controller.borrow().clone() else {
+        let Some(part) = shard.cluster().controller.borrow().clone() else {
             break;
         };
-        let from = shard.cluster.applied_to.get();
+        let from = shard.cluster().applied_to.get();
         if from >= end.0 {
             break;
         }
@@ -399,7 +416,7 @@ async fn apply_controller(shard: &Rc<Shard>) {
             }
         };
         {
-            let mut m = shard.cluster.applied.borrow_mut();
+            let mut m = shard.cluster().applied.borrow_mut();
             for b in r.batches {
                 match crate::cluster::metastore::decode_commands(b) {
                     Ok(cmds) => {
@@ -413,11 +430,11 @@ async fn apply_controller(shard: &Rc<Shard>) {
                 }
             }
         }
-        shard.cluster.applied_to.set(r.next_offset.0);
-        let snapshot = Arc::new(shard.cluster.applied.borrow().clone());
+        shard.cluster().applied_to.set(r.next_offset.0);
+        let snapshot = Arc::new(shard.cluster().applied.borrow().clone());
         shard.publish(snapshot).await;
     }
-    shard.cluster.applying.set(false);
+    shard.cluster().applying.set(false);
 }
 
 /// Encodes commands as one record batch (the metadata log's format).
@@ -481,9 +498,9 @@ fn visible(m: &Metadata, after: &Metadata, cmd: &Command) -> bool {
 
 /// Whether `check` holds for the committed metadata: the state applied from the controller
 /// log on shard 0 (where metadata commands run), else the published snapshot.
-fn committed_here(shard: &Shard, check: impl Fn(&Metadata) -> bool) -> bool {
-    if shard.id == 0 {
-        check(&shard.cluster.applied.borrow())
+fn committed_here<H: ClusterHost>(shard: &H, check: impl Fn(&Metadata) -> bool) -> bool {
+    if shard.shard_id() == 0 {
+        check(&shard.cluster().applied.borrow())
     } else {
         check(&shard.metadata())
     }
@@ -491,7 +508,10 @@ fn committed_here(shard: &Shard, check: impl Fn(&Metadata) -> bool) -> bool {
 
 /// Cluster mode: checks commands against the current metadata, proposes the accepted ones
 /// to the controller (forwarded to its leader), and waits until they are visible here.
-pub async fn meta_commands(shard: &Rc<Shard>, cmds: Vec<Command>) -> Vec<Result<(), MetaError>> {
+pub async fn meta_commands<H: ClusterHost>(
+    shard: &Rc<H>,
+    cmds: Vec<Command>,
+) -> Vec<Result<(), MetaError>> {
     let mut trial = (*shard.committed_metadata()).clone();
     let mut results: Vec<Result<(), MetaError>> = cmds.iter().map(|c| trial.apply(c)).collect();
     let accepted: Vec<Command> = cmds
@@ -543,7 +563,7 @@ pub async fn meta_commands(shard: &Rc<Shard>, cmds: Vec<Command>) -> Vec<Result<
         while crate::common::clock::now() < retry_at {
             // The committed state, as applied from the controller log: publishing it (opening
             // thousands of partitions) may take longer than a client waits.
-            if committed_here(shard, |m| accepted.iter().all(|c| visible(m, &trial, c))) {
+            if committed_here(&**shard, |m| accepted.iter().all(|c| visible(m, &trial, c))) {
                 return results;
             }
             sleep(META_POLL).await;
@@ -551,7 +571,7 @@ pub async fn meta_commands(shard: &Rc<Shard>, cmds: Vec<Command>) -> Vec<Result<
     }
     // The shard may have been busy (opening thousands of partitions) past the deadline:
     // look once more before reporting a failure.
-    if committed_here(shard, |m| accepted.iter().all(|c| visible(m, &trial, c))) {
+    if committed_here(&**shard, |m| accepted.iter().all(|c| visible(m, &trial, c))) {
         return results;
     }
     fail(
@@ -563,8 +583,8 @@ pub async fn meta_commands(shard: &Rc<Shard>, cmds: Vec<Command>) -> Vec<Result<
 
 /// Registers this node with the controller (and names the cluster if nobody has), retrying
 /// until the registration is visible.
-pub async fn register(shard: &Rc<Shard>) {
-    let info = crate::cluster::join::node_info(&shard.config, shard.count);
+pub async fn register<H: ClusterHost>(shard: &Rc<H>) {
+    let info = crate::cluster::join::node_info(shard.config(), shard.shard_count());
     while !shard.stopping() {
         let m = shard.committed_metadata();
         if let Some(other) = m.nodes.values().find(|n| n.shards != info.shards) {
@@ -596,13 +616,13 @@ pub async fn register(shard: &Rc<Shard>) {
 }
 
 /// Cluster mode: the partitions of `meta` this shard hosts (replica here, on this shard).
-pub fn hosted_here(shard: &Shard, meta: &Metadata) -> Vec<(String, i32)> {
-    let me = shard.config.node_id;
+pub fn hosted_here<H: ClusterHost>(shard: &H, meta: &Metadata) -> Vec<(String, i32)> {
+    let me = shard.config().node_id;
     let mut out = Vec::new();
     for (name, t) in &meta.topics {
         for (p, &s) in t.shards.iter().enumerate() {
             let p = p as i32;
-            if s as usize == shard.id && t.replicas_of(p).contains(&me) {
+            if s as usize == shard.shard_id() && t.replicas_of(p).contains(&me) {
                 out.push((name.clone(), p));
             }
         }
@@ -612,14 +632,14 @@ pub fn hosted_here(shard: &Shard, meta: &Metadata) -> Vec<(String, i32)> {
 
 /// Cluster mode: makes an opened partition a Raft group of its replicas; the preferred
 /// leader (first replica) campaigns at once when the group is new.
-pub async fn host_partition(shard: &Rc<Shard>, meta: &Metadata, part: Rc<Partition>) {
+pub async fn host_partition<H: ClusterHost>(shard: &Rc<H>, meta: &Metadata, part: Rc<Partition>) {
     let Some(rep) = shard.replicator() else {
         return;
     };
     let Some(t) = meta.topics.get(&part.topic) else {
         return;
     };
-    let me = shard.config.node_id;
+    let me = shard.config().node_id;
     let p = part.index;
     // The group's configuration before its log's changes: its origin replicas. A node
     // hosting a moved partition without a log (new to it, or removed and back) joins as a
@@ -639,17 +659,8 @@ pub async fn host_partition(shard: &Rc<Shard>, meta: &Metadata, part: Rc<Partiti
     let replicas = t.replicas_of(p);
     let preferred = replicas.first() == Some(&me) && !moved;
     let group = GroupId(t.group_of(p));
-    if part.topic == crate::common::config::OFFSETS_TOPIC {
-        let (weak, p) = (Rc::downgrade(shard), part.clone());
-        part.set_on_leader_gain(Box::new(move || {
-            if let Some(s) = weak.upgrade() {
-                // Loading from this moment: no group request is answered from what this
-                // node held as a follower.
-                s.groups_loading.borrow_mut().insert(p.index);
-                let p = p.clone();
-                crate::runtime::task::spawn_local(async move { s.reload_groups(&p).await });
-            }
-        }));
+    if let Some(hook) = shard.on_leader_gain(&part) {
+        part.set_on_leader_gain(hook);
     }
     if let Err(e) = rep
         .host(group, part.clone(), &voters, &learners, preferred)
@@ -658,12 +669,12 @@ pub async fn host_partition(shard: &Rc<Shard>, meta: &Metadata, part: Rc<Partiti
         tracing::error!(topic = %part.topic, partition = part.index, error = %format!("{e:#}"),
             "cannot start the partition's raft group");
     }
-    refresh_partition(shard, meta, &part);
+    refresh_partition(&**shard, meta, &part);
 }
 
 /// Cluster mode: what a metadata change means for a partition hosted here — its preferred
 /// leader (the first replica, which a move changes).
-pub fn refresh_partition(shard: &Shard, meta: &Metadata, part: &Partition) {
+pub fn refresh_partition<H: ClusterHost>(shard: &H, meta: &Metadata, part: &Partition) {
     let (Some(rep), Some(t)) = (shard.replicator(), meta.topics.get(&part.topic)) else {
         return;
     };
@@ -673,7 +684,7 @@ pub fn refresh_partition(shard: &Shard, meta: &Metadata, part: &Partition) {
 }
 
 /// Cluster mode: stops the Raft group of a partition this node no longer hosts.
-pub fn unhost_partition(shard: &Shard, meta_before: &Metadata, topic: &str, p: i32) {
+pub fn unhost_partition<H: ClusterHost>(shard: &H, meta_before: &Metadata, topic: &str, p: i32) {
     let (Some(rep), Some(t)) = (shard.replicator(), meta_before.topics.get(topic)) else {
         return;
     };
@@ -682,15 +693,16 @@ pub fn unhost_partition(shard: &Shard, meta_before: &Metadata, topic: &str, p: i
 
 /// Shard 0 of a seed: admits a node asking to join (a control frame's body is its
 /// `JoinRequest`): commits `AdmitNode` and answers with the id the controller gave it.
-async fn admit(shard: &Rc<Shard>, req: crate::cluster::join::JoinRequest) -> Bytes {
-    if req.info.shards as usize != shard.count {
+async fn admit<H: ClusterHost>(shard: &Rc<H>, req: crate::cluster::join::JoinRequest) -> Bytes {
+    if req.info.shards as usize != shard.shard_count() {
         let why = format!(
             "this cluster runs {} shards per node, the joining node {} (--smp must match)",
-            shard.count, req.info.shards
+            shard.shard_count(),
+            req.info.shards
         );
         return join_reply(None, Some(why));
     }
-    let seeds = shard.config.seeds.iter().map(|&(id, _)| id).collect();
+    let seeds = shard.config().seeds.iter().map(|&(id, _)| id).collect();
     let token = req.token.clone();
     let cmd = Command::AdmitNode {
         token: req.token,
@@ -719,7 +731,7 @@ fn join_reply(node_id: Option<i32>, error: Option<String>) -> Bytes {
 /// Voters outside them become learners and keep following. True when this round proposed
 /// a change or handed over leadership (learners wait for the next round); false when there
 /// was nothing to do or the move waits (a new voter catching up, or down).
-fn move_controller_voters(shard: &Rc<Shard>) -> bool {
+fn move_controller_voters<H: ClusterHost>(shard: &Rc<H>) -> bool {
     let Some(rep) = shard.replicator() else {
         return false;
     };
@@ -756,7 +768,7 @@ fn move_controller_voters(shard: &Rc<Shard>) -> bool {
 /// As the controller's leader: every registered node outside the controller group joins
 /// it as a learner, and a learner no longer registered (removed from the cluster) leaves
 /// it (one configuration change at a time; the next check retries).
-fn admit_learners(shard: &Rc<Shard>) {
+fn admit_learners<H: ClusterHost>(shard: &Rc<H>) {
     let Some(rep) = shard.replicator() else {
         return;
     };

@@ -19,14 +19,14 @@ use std::time::Duration;
 use strand_raft::{GroupId, MembershipStep, RaftError};
 
 use crate::cluster::metadata::Command;
+use crate::cluster::ClusterHost;
 use crate::runtime::task::sleep;
-use crate::shard::Shard;
 
 /// How often a shard looks at the moves of the partitions it leads.
 pub const MOVE_CHECK_INTERVAL: Duration = Duration::from_millis(500);
 
 /// Starts this shard's move loop (cluster mode).
-pub fn spawn(shard: &Rc<Shard>) {
+pub fn spawn<H: ClusterHost>(shard: &Rc<H>) {
     let weak = Rc::downgrade(shard);
     crate::runtime::task::spawn_local(async move {
         // Groups whose move raft-rs or the log refused, reported once each.
@@ -42,7 +42,7 @@ pub fn spawn(shard: &Rc<Shard>) {
 }
 
 /// One look at every move of a partition this shard hosts.
-async fn step(shard: &Rc<Shard>, refused: &RefCell<BTreeSet<GroupId>>) {
+async fn step<H: ClusterHost>(shard: &Rc<H>, refused: &RefCell<BTreeSet<GroupId>>) {
     let Some(rep) = shard.replicator() else {
         return;
     };
@@ -50,7 +50,7 @@ async fn step(shard: &Rc<Shard>, refused: &RefCell<BTreeSet<GroupId>>) {
     let mut finished = Vec::new();
     for (name, t) in &meta.topics {
         for (&p, m) in &t.moving {
-            if t.shards.get(p as usize).map(|&s| s as usize) != Some(shard.id) {
+            if t.shards.get(p as usize).map(|&s| s as usize) != Some(shard.shard_id()) {
                 continue;
             }
             let group = GroupId(t.group_of(p));

@@ -17,6 +17,16 @@ pub mod code {
     pub const CORRUPT_MESSAGE: i16 = E::CorruptMessage.code();
     /// UNKNOWN_TOPIC_OR_PARTITION.
     pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = E::UnknownTopicOrPartition.code();
+    /// UNKNOWN_TOPIC_ID.
+    pub const UNKNOWN_TOPIC_ID: i16 = E::UnknownTopicId.code();
+    /// LEADER_NOT_AVAILABLE.
+    pub const LEADER_NOT_AVAILABLE: i16 = E::LeaderNotAvailable.code();
+    /// INVALID_PARTITIONS.
+    pub const INVALID_PARTITIONS: i16 = E::InvalidPartitions.code();
+    /// INVALID_REPLICATION_FACTOR.
+    pub const INVALID_REPLICATION_FACTOR: i16 = E::InvalidReplicationFactor.code();
+    /// INVALID_REPLICA_ASSIGNMENT.
+    pub const INVALID_REPLICA_ASSIGNMENT: i16 = E::InvalidReplicaAssignment.code();
     /// NOT_LEADER_OR_FOLLOWER.
     pub const NOT_LEADER_OR_FOLLOWER: i16 = E::NotLeaderOrFollower.code();
     /// REQUEST_TIMED_OUT.
@@ -126,6 +136,9 @@ pub enum KafkaError {
     /// INVALID_REQUEST (42).
     #[error("invalid request: {0}")]
     InvalidRequest(String),
+    /// UNKNOWN_TOPIC_ID (100): a request named a topic by an id no topic has.
+    #[error("unknown topic id")]
+    UnknownTopicId,
 }
 
 impl KafkaError {
@@ -146,6 +159,7 @@ impl KafkaError {
             KafkaError::Storage(_) => code::KAFKA_STORAGE_ERROR,
             KafkaError::UnsupportedCompression => code::UNSUPPORTED_COMPRESSION_TYPE,
             KafkaError::InvalidRecord(_) => code::INVALID_RECORD,
+            KafkaError::UnknownTopicId => code::UNKNOWN_TOPIC_ID,
         }
     }
 

@@ -371,6 +371,8 @@ pub struct ShardSnapshot {
     pub native_moved: u64,
     /// Cross-shard calls made for native requests.
     pub native_cross_shard_hops: u64,
+    /// Waits found done by a timed poll, their wake lost.
+    pub wakes_recovered: u64,
     /// Open native connections.
     pub native_connections: u64,
     /// Requests per API name.

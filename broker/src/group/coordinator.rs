@@ -14,8 +14,8 @@ use strand_wire::BatchBuilder;
 
 use super::records::{self, Key, OffsetValue};
 use super::state::{Committed, Group, GroupState, JoinOutcome, Member};
+use super::GroupHost;
 use super::{partition_for, OFFSETS_TOPIC};
-use crate::shard::Shard;
 
 /// Kafka's `group.min.session.timeout.ms` and `group.max.session.timeout.ms` defaults.
 pub const SESSION_TIMEOUT_MS_MIN: i32 = 6_000;
@@ -67,575 +67,569 @@ fn failed_join(error: i16, member_id: String) -> JoinOutcome {
     }
 }
 
-impl Shard {
-    /// JoinGroup.
-    pub async fn group_join(self: &Rc<Self>, r: JoinRequest) -> JoinOutcome {
-        if r.group.is_empty() {
-            return failed_join(code::INVALID_GROUP_ID, r.member_id);
+/// JoinGroup.
+pub async fn group_join<H: GroupHost>(host: &Rc<H>, r: JoinRequest) -> JoinOutcome {
+    if r.group.is_empty() {
+        return failed_join(code::INVALID_GROUP_ID, r.member_id);
+    }
+    if !(SESSION_TIMEOUT_MS_MIN..=SESSION_TIMEOUT_MS_MAX).contains(&r.session_timeout_ms) {
+        return failed_join(code::INVALID_SESSION_TIMEOUT, r.member_id);
+    }
+    let rx = {
+        let mut groups = host.groups().borrow_mut();
+        let g = groups
+            .entry(r.group.clone())
+            .or_insert_with(|| Group::new(&r.group));
+        match admit(host, g, &r) {
+            Err(outcome) => return *outcome,
+            Ok(rx) => rx,
         }
-        if !(SESSION_TIMEOUT_MS_MIN..=SESSION_TIMEOUT_MS_MAX).contains(&r.session_timeout_ms) {
-            return failed_join(code::INVALID_SESSION_TIMEOUT, r.member_id);
-        }
-        let rx = {
-            let mut groups = self.groups.borrow_mut();
-            let g = groups
-                .entry(r.group.clone())
-                .or_insert_with(|| Group::new(&r.group));
-            match self.admit(g, &r) {
-                Err(outcome) => return *outcome,
-                Ok(rx) => rx,
+    };
+    match rx.await {
+        Ok(o) => o,
+        Err(_) => failed_join(code::REBALANCE_IN_PROGRESS, r.member_id),
+    }
+}
+
+/// Decides what a JoinGroup does; parks it (returns the receiver) or answers at once.
+#[expect(
+    clippy::too_many_lines,
+    reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
+)]
+fn admit<H: GroupHost>(
+    host: &Rc<H>,
+    g: &mut Group,
+    r: &JoinRequest,
+) -> Result<oneshot::Receiver<JoinOutcome>, Box<JoinOutcome>> {
+    let now = crate::common::clock::now();
+    if !g.accepts(&r.protocol_type, &r.protocols) {
+        return Err(Box::new(failed_join(
+            code::INCONSISTENT_GROUP_PROTOCOL,
+            r.member_id.clone(),
+        )));
+    }
+    let member_id = match (&r.instance_id, r.member_id.is_empty()) {
+        (Some(inst), _) => match g.member_by_instance(inst) {
+            Some(m) => m.id.clone(),
+            None if r.member_id.is_empty() => format!("{inst}-{}", uuid::Uuid::new_v4()),
+            None => r.member_id.clone(),
+        },
+        (None, true) => {
+            let id = format!("{}-{}", r.client_id, uuid::Uuid::new_v4());
+            if r.version >= 4 {
+                g.pending.insert(id.clone(), now);
+                return Err(Box::new(failed_join(code::MEMBER_ID_REQUIRED, id)));
             }
-        };
-        match rx.await {
-            Ok(o) => o,
-            Err(_) => failed_join(code::REBALANCE_IN_PROGRESS, r.member_id),
+            id
+        }
+        (None, false) => {
+            if !g.members.contains_key(&r.member_id) && !g.pending.contains_key(&r.member_id) {
+                return Err(Box::new(failed_join(
+                    code::UNKNOWN_MEMBER_ID,
+                    r.member_id.clone(),
+                )));
+            }
+            r.member_id.clone()
+        }
+    };
+    g.pending.remove(&member_id);
+    // A follower rejoining a stable group with unchanged protocols gets the current
+    // generation without a rebalance (as Kafka does).
+    if g.state == GroupState::Stable && g.leader.as_deref() != Some(member_id.as_str()) {
+        if let Some(m) = g.members.get_mut(&member_id) {
+            if m.protocols == r.protocols {
+                m.last_seen = now;
+                return Err(Box::new(JoinOutcome {
+                    error: code::NONE,
+                    generation: g.generation,
+                    protocol: g.protocol.clone(),
+                    protocol_type: g.protocol_type.clone(),
+                    leader: g.leader.clone().unwrap_or_default(),
+                    member_id,
+                    members: Vec::new(),
+                }));
+            }
         }
     }
-
-    /// Decides what a JoinGroup does; parks it (returns the receiver) or answers at once.
-    #[expect(
-        clippy::too_many_lines,
-        reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
-    )]
-    fn admit(
-        self: &Rc<Self>,
-        g: &mut Group,
-        r: &JoinRequest,
-    ) -> Result<oneshot::Receiver<JoinOutcome>, Box<JoinOutcome>> {
-        let now = crate::common::clock::now();
-        if !g.accepts(&r.protocol_type, &r.protocols) {
-            return Err(Box::new(failed_join(
-                code::INCONSISTENT_GROUP_PROTOCOL,
-                r.member_id.clone(),
-            )));
-        }
-        let member_id = match (&r.instance_id, r.member_id.is_empty()) {
-            (Some(inst), _) => match g.member_by_instance(inst) {
-                Some(m) => m.id.clone(),
-                None if r.member_id.is_empty() => format!("{inst}-{}", uuid::Uuid::new_v4()),
-                None => r.member_id.clone(),
-            },
-            (None, true) => {
-                let id = format!("{}-{}", r.client_id, uuid::Uuid::new_v4());
-                if r.version >= 4 {
-                    g.pending.insert(id.clone(), now);
-                    return Err(Box::new(failed_join(code::MEMBER_ID_REQUIRED, id)));
-                }
-                id
-            }
-            (None, false) => {
-                if !g.members.contains_key(&r.member_id) && !g.pending.contains_key(&r.member_id) {
-                    return Err(Box::new(failed_join(
-                        code::UNKNOWN_MEMBER_ID,
-                        r.member_id.clone(),
-                    )));
-                }
-                r.member_id.clone()
-            }
-        };
-        g.pending.remove(&member_id);
-        // A follower rejoining a stable group with unchanged protocols gets the current
-        // generation without a rebalance (as Kafka does).
-        if g.state == GroupState::Stable && g.leader.as_deref() != Some(member_id.as_str()) {
-            if let Some(m) = g.members.get_mut(&member_id) {
-                if m.protocols == r.protocols {
-                    m.last_seen = now;
-                    return Err(Box::new(JoinOutcome {
-                        error: code::NONE,
-                        generation: g.generation,
-                        protocol: g.protocol.clone(),
-                        protocol_type: g.protocol_type.clone(),
-                        leader: g.leader.clone().unwrap_or_default(),
-                        member_id,
-                        members: Vec::new(),
-                    }));
-                }
-            }
-        }
-        let (tx, rx) = oneshot::channel();
-        if g.members.is_empty() {
-            g.protocol_type = Some(r.protocol_type.clone());
-        }
-        let m = g
-            .members
-            .entry(member_id.clone())
-            .or_insert_with(|| Member {
-                id: member_id.clone(),
-                instance_id: r.instance_id.clone(),
-                client_id: r.client_id.clone(),
-                client_host: r.client_host.clone(),
-                session_timeout_ms: r.session_timeout_ms,
-                rebalance_timeout_ms: r.rebalance_timeout_ms,
-                protocols: Vec::new(),
-                assignment: Bytes::new(),
-                join_waiter: None,
-                sync_waiter: None,
-                last_seen: now,
-            });
-        m.protocols = r.protocols.clone();
-        m.session_timeout_ms = r.session_timeout_ms;
-        m.rebalance_timeout_ms = r.rebalance_timeout_ms;
-        m.join_waiter = Some(tx);
-        m.last_seen = now;
-        if g.state != GroupState::PreparingRebalance {
-            self.prepare_rebalance(g);
-        }
-        Ok(rx)
+    let (tx, rx) = oneshot::channel();
+    if g.members.is_empty() {
+        g.protocol_type = Some(r.protocol_type.clone());
     }
-
-    /// Moves a group to PreparingRebalance and starts the task that completes the join.
-    fn prepare_rebalance(self: &Rc<Self>, g: &mut Group) {
-        let now = crate::common::clock::now();
-        for m in g.members.values_mut() {
-            if let Some(tx) = m.sync_waiter.take() {
-                let _ = tx.send((code::REBALANCE_IN_PROGRESS, Bytes::new()));
-            }
-        }
-        let was_empty = g.state == GroupState::Empty;
-        g.state = GroupState::PreparingRebalance;
-        let timeout = Duration::from_millis(u64::try_from(g.rebalance_timeout_ms()).unwrap_or(0));
-        g.rebalance_deadline = Some(now + timeout);
-        let delay = Duration::from_millis(self.config.group_initial_rebalance_delay_ms);
-        g.join_not_before = Some(if was_empty {
-            now + delay.min(timeout)
-        } else {
-            now
+    let m = g
+        .members
+        .entry(member_id.clone())
+        .or_insert_with(|| Member {
+            id: member_id.clone(),
+            instance_id: r.instance_id.clone(),
+            client_id: r.client_id.clone(),
+            client_host: r.client_host.clone(),
+            session_timeout_ms: r.session_timeout_ms,
+            rebalance_timeout_ms: r.rebalance_timeout_ms,
+            protocols: Vec::new(),
+            assignment: Bytes::new(),
+            join_waiter: None,
+            sync_waiter: None,
+            last_seen: now,
         });
-        let (me, id) = (self.clone(), g.id.clone());
-        crate::runtime::task::spawn_local(async move { me.drive_rebalance(id).await });
+    m.protocols = r.protocols.clone();
+    m.session_timeout_ms = r.session_timeout_ms;
+    m.rebalance_timeout_ms = r.rebalance_timeout_ms;
+    m.join_waiter = Some(tx);
+    m.last_seen = now;
+    if g.state != GroupState::PreparingRebalance {
+        prepare_rebalance(host, g);
     }
+    Ok(rx)
+}
 
-    /// Completes the join phase once every member rejoined (after the initial delay for a
-    /// new group) or the rebalance timeout passed (dropping members that did not rejoin).
-    async fn drive_rebalance(self: Rc<Self>, group: String) {
-        loop {
-            crate::runtime::task::sleep(REBALANCE_POLL).await;
-            let persist = {
-                let mut groups = self.groups.borrow_mut();
-                let Some(g) = groups.get_mut(&group) else {
-                    return;
-                };
-                if g.state != GroupState::PreparingRebalance {
-                    return;
-                }
-                let now = crate::common::clock::now();
-                let expired = g.rebalance_deadline.is_some_and(|t| now >= t);
-                let pending_wait = g.pending.iter().any(|(id, t)| {
-                    now.duration_since(*t)
-                        < Duration::from_millis(u64::try_from(SESSION_TIMEOUT_MS_MIN).unwrap_or(0))
-                        && !id.is_empty()
-                });
-                let all_joined =
-                    g.members.values().all(|m| m.join_waiter.is_some()) && !pending_wait;
-                let delay_done = g.join_not_before.is_none_or(|t| now >= t);
-                if !(expired || (all_joined && delay_done)) {
-                    continue;
-                }
-                if expired {
-                    g.members.retain(|_, m| m.join_waiter.is_some());
-                    g.pending.clear();
-                }
-                complete_join(g);
-                (g.state == GroupState::Empty).then(|| records::group_value(g))
-            };
-            if let Some(v) = persist {
-                let rec = (
-                    records::key_bytes(&Key::Group {
-                        group: group.clone(),
-                    }),
-                    Some(records::value_bytes(&v)),
-                );
-                if let Err(e) = self.persist_group_records(&group, vec![rec]).await {
-                    tracing::warn!(%group, code = e, "persisting empty group failed");
-                }
-            }
-            return;
+/// Moves a group to PreparingRebalance and starts the task that completes the join.
+fn prepare_rebalance<H: GroupHost>(host: &Rc<H>, g: &mut Group) {
+    let now = crate::common::clock::now();
+    for m in g.members.values_mut() {
+        if let Some(tx) = m.sync_waiter.take() {
+            let _ = tx.send((code::REBALANCE_IN_PROGRESS, Bytes::new()));
         }
     }
+    let was_empty = g.state == GroupState::Empty;
+    g.state = GroupState::PreparingRebalance;
+    let timeout = Duration::from_millis(u64::try_from(g.rebalance_timeout_ms()).unwrap_or(0));
+    g.rebalance_deadline = Some(now + timeout);
+    let delay = Duration::from_millis(host.initial_rebalance_delay_ms());
+    g.join_not_before = Some(if was_empty {
+        now + delay.min(timeout)
+    } else {
+        now
+    });
+    let (me, id) = (host.clone(), g.id.clone());
+    crate::runtime::task::spawn_local(async move { drive_rebalance(me, id).await });
+}
 
-    /// SyncGroup: (error code, assignment).
-    pub async fn group_sync(
-        self: &Rc<Self>,
-        group: &str,
-        member_id: &str,
-        generation: i32,
-        assignments: Vec<(String, Bytes)>,
-    ) -> (i16, Bytes) {
-        let (rx, persist) = {
-            let mut groups = self.groups.borrow_mut();
-            let Some(g) = groups.get_mut(group) else {
-                return (code::UNKNOWN_MEMBER_ID, Bytes::new());
+/// Completes the join phase once every member rejoined (after the initial delay for a
+/// new group) or the rebalance timeout passed (dropping members that did not rejoin).
+async fn drive_rebalance<H: GroupHost>(host: Rc<H>, group: String) {
+    loop {
+        crate::runtime::task::sleep(REBALANCE_POLL).await;
+        let persist = {
+            let mut groups = host.groups().borrow_mut();
+            let Some(g) = groups.get_mut(&group) else {
+                return;
             };
-            let Some(m) = g.members.get_mut(member_id) else {
-                return (code::UNKNOWN_MEMBER_ID, Bytes::new());
-            };
-            m.last_seen = crate::common::clock::now();
-            if generation != g.generation {
-                return (code::ILLEGAL_GENERATION, Bytes::new());
+            if g.state != GroupState::PreparingRebalance {
+                return;
             }
-            match g.state {
-                GroupState::PreparingRebalance => {
-                    return (code::REBALANCE_IN_PROGRESS, Bytes::new())
-                }
-                GroupState::Empty => return (code::UNKNOWN_MEMBER_ID, Bytes::new()),
-                GroupState::Stable => return (code::NONE, m.assignment.clone()),
-                GroupState::CompletingRebalance => {}
+            let now = crate::common::clock::now();
+            let expired = g.rebalance_deadline.is_some_and(|t| now >= t);
+            let pending_wait = g.pending.iter().any(|(id, t)| {
+                now.duration_since(*t)
+                    < Duration::from_millis(u64::try_from(SESSION_TIMEOUT_MS_MIN).unwrap_or(0))
+                    && !id.is_empty()
+            });
+            let all_joined = g.members.values().all(|m| m.join_waiter.is_some()) && !pending_wait;
+            let delay_done = g.join_not_before.is_none_or(|t| now >= t);
+            if !(expired || (all_joined && delay_done)) {
+                continue;
             }
-            let (tx, rx) = oneshot::channel();
-            m.sync_waiter = Some(tx);
-            let persist = if g.leader.as_deref() == Some(member_id) {
-                for m in g.members.values_mut() {
-                    m.assignment = Bytes::new();
-                }
-                for (id, a) in assignments {
-                    if let Some(m) = g.members.get_mut(&id) {
-                        m.assignment = a;
-                    }
-                }
-                g.state = GroupState::Stable;
-                Some((g.generation, records::group_value(g)))
-            } else {
-                None
-            };
-            (rx, persist)
+            if expired {
+                g.members.retain(|_, m| m.join_waiter.is_some());
+                g.pending.clear();
+            }
+            complete_join(g);
+            (g.state == GroupState::Empty).then(|| records::group_value(g))
         };
-        if let Some((gen, value)) = persist {
+        if let Some(v) = persist {
             let rec = (
                 records::key_bytes(&Key::Group {
-                    group: group.to_string(),
+                    group: group.clone(),
                 }),
-                Some(records::value_bytes(&value)),
+                Some(records::value_bytes(&v)),
             );
-            let result = self.persist_group_records(group, vec![rec]).await;
-            let mut groups = self.groups.borrow_mut();
-            if let Some(g) = groups
-                .get_mut(group)
-                .filter(|g| g.generation == gen && g.state == GroupState::Stable)
-            {
-                let now = crate::common::clock::now();
-                for m in g.members.values_mut() {
-                    m.last_seen = now;
-                    if let Some(tx) = m.sync_waiter.take() {
-                        let answer = match result {
-                            Ok(()) => (code::NONE, m.assignment.clone()),
-                            Err(c) => (c, Bytes::new()),
-                        };
-                        let _ = tx.send(answer);
-                    }
-                }
-            }
-        }
-        rx.await
-            .unwrap_or((code::REBALANCE_IN_PROGRESS, Bytes::new()))
-    }
-
-    /// Heartbeat: error code.
-    pub fn group_heartbeat(&self, group: &str, member_id: &str, generation: i32) -> i16 {
-        let mut groups = self.groups.borrow_mut();
-        let Some(g) = groups.get_mut(group) else {
-            return code::UNKNOWN_MEMBER_ID;
-        };
-        let state = g.state;
-        let current = g.generation;
-        let Some(m) = g.members.get_mut(member_id) else {
-            return code::UNKNOWN_MEMBER_ID;
-        };
-        m.last_seen = crate::common::clock::now();
-        match state {
-            GroupState::Empty => code::UNKNOWN_MEMBER_ID,
-            _ if generation != current => code::ILLEGAL_GENERATION,
-            GroupState::PreparingRebalance => code::REBALANCE_IN_PROGRESS,
-            GroupState::CompletingRebalance | GroupState::Stable => code::NONE,
-        }
-    }
-
-    /// LeaveGroup: per (member id, instance id), an error code.
-    /// When the last member leaves, the group goes Empty at once (as Kafka does) and that
-    /// is written before the response, so a kill -9 cannot bring the member back.
-    pub async fn group_leave(
-        self: &Rc<Self>,
-        group: &str,
-        members: &[(String, Option<String>)],
-    ) -> Vec<i16> {
-        let (codes, persist) = self.leave_members(group, members);
-        if let Some(v) = persist {
-            let key = records::key_bytes(&Key::Group {
-                group: group.to_string(),
-            });
-            if let Err(e) = self
-                .persist_group_records(group, vec![(key, Some(records::value_bytes(&v)))])
-                .await
-            {
+            if let Err(e) = persist_group_records(&*host, &group, vec![rec]).await {
                 tracing::warn!(%group, code = e, "persisting empty group failed");
             }
         }
-        codes
+        return;
     }
+}
 
-    fn leave_members(
-        self: &Rc<Self>,
-        group: &str,
-        members: &[(String, Option<String>)],
-    ) -> (Vec<i16>, Option<records::GroupValue>) {
-        let mut groups = self.groups.borrow_mut();
+/// SyncGroup: (error code, assignment).
+pub async fn group_sync<H: GroupHost>(
+    host: &Rc<H>,
+    group: &str,
+    member_id: &str,
+    generation: i32,
+    assignments: Vec<(String, Bytes)>,
+) -> (i16, Bytes) {
+    let (rx, persist) = {
+        let mut groups = host.groups().borrow_mut();
         let Some(g) = groups.get_mut(group) else {
-            return (vec![code::UNKNOWN_MEMBER_ID; members.len()], None);
+            return (code::UNKNOWN_MEMBER_ID, Bytes::new());
         };
-        let mut removed = false;
-        let codes = members
-            .iter()
-            .map(|(id, inst)| {
-                let key = match inst {
-                    Some(i) => g.member_by_instance(i).map(|m| m.id.clone()),
-                    None => g.members.contains_key(id).then(|| id.clone()),
-                };
-                match key.and_then(|k| g.members.remove(&k)) {
-                    Some(m) => {
-                        if let Some(tx) = m.join_waiter {
-                            let _ = tx.send(failed_join(code::UNKNOWN_MEMBER_ID, m.id.clone()));
-                        }
-                        removed = true;
-                        code::NONE
-                    }
-                    None if g.pending.remove(id).is_some() => code::NONE,
-                    None => code::UNKNOWN_MEMBER_ID,
+        let Some(m) = g.members.get_mut(member_id) else {
+            return (code::UNKNOWN_MEMBER_ID, Bytes::new());
+        };
+        m.last_seen = crate::common::clock::now();
+        if generation != g.generation {
+            return (code::ILLEGAL_GENERATION, Bytes::new());
+        }
+        match g.state {
+            GroupState::PreparingRebalance => return (code::REBALANCE_IN_PROGRESS, Bytes::new()),
+            GroupState::Empty => return (code::UNKNOWN_MEMBER_ID, Bytes::new()),
+            GroupState::Stable => return (code::NONE, m.assignment.clone()),
+            GroupState::CompletingRebalance => {}
+        }
+        let (tx, rx) = oneshot::channel();
+        m.sync_waiter = Some(tx);
+        let persist = if g.leader.as_deref() == Some(member_id) {
+            for m in g.members.values_mut() {
+                m.assignment = Bytes::new();
+            }
+            for (id, a) in assignments {
+                if let Some(m) = g.members.get_mut(&id) {
+                    m.assignment = a;
                 }
-            })
-            .collect();
-        if !removed {
-            return (codes, None);
-        }
-        if g.members.is_empty() {
-            complete_join(g);
-            return (codes, Some(records::group_value(g)));
-        }
-        if g.state != GroupState::PreparingRebalance {
-            self.prepare_rebalance(g);
-        }
-        (codes, None)
-    }
-
-    /// Removes members whose session expired and pending ids never used; rebalances.
-    pub fn expire_sessions(self: &Rc<Self>) {
-        let now = crate::common::clock::now();
-        let mut groups = self.groups.borrow_mut();
-        for g in groups.values_mut() {
-            let before = g.members.len();
-            g.members.retain(|_, m| {
-                m.join_waiter.is_some()
-                    || m.sync_waiter.is_some()
-                    || now.duration_since(m.last_seen)
-                        < Duration::from_millis(u64::try_from(m.session_timeout_ms).unwrap_or(0))
-            });
-            g.pending.retain(|_, t| {
-                now.duration_since(*t)
-                    < Duration::from_millis(u64::try_from(SESSION_TIMEOUT_MS_MAX).unwrap_or(0))
-            });
-            if g.members.len() != before {
-                tracing::info!(group = %g.id, expired = before - g.members.len(), "member sessions expired");
-                if g.state != GroupState::PreparingRebalance {
-                    self.prepare_rebalance(g);
+            }
+            g.state = GroupState::Stable;
+            Some((g.generation, records::group_value(g)))
+        } else {
+            None
+        };
+        (rx, persist)
+    };
+    if let Some((gen, value)) = persist {
+        let rec = (
+            records::key_bytes(&Key::Group {
+                group: group.to_string(),
+            }),
+            Some(records::value_bytes(&value)),
+        );
+        let result = persist_group_records(&**host, group, vec![rec]).await;
+        let mut groups = host.groups().borrow_mut();
+        if let Some(g) = groups
+            .get_mut(group)
+            .filter(|g| g.generation == gen && g.state == GroupState::Stable)
+        {
+            let now = crate::common::clock::now();
+            for m in g.members.values_mut() {
+                m.last_seen = now;
+                if let Some(tx) = m.sync_waiter.take() {
+                    let answer = match result {
+                        Ok(()) => (code::NONE, m.assignment.clone()),
+                        Err(c) => (c, Bytes::new()),
+                    };
+                    let _ = tx.send(answer);
                 }
             }
         }
     }
+    rx.await
+        .unwrap_or((code::REBALANCE_IN_PROGRESS, Bytes::new()))
+}
 
-    /// OffsetCommit for one group: per (topic, partition), an error code.
-    pub async fn offset_commit(
-        self: &Rc<Self>,
-        group: &str,
-        member_id: &str,
-        generation: i32,
-        offsets: Vec<(String, i32, Committed)>,
-    ) -> Vec<i16> {
-        let meta = self.metadata();
-        let group_code = {
-            let mut groups = self.groups.borrow_mut();
+/// Heartbeat: error code.
+pub fn group_heartbeat<H: GroupHost>(
+    host: &H,
+    group: &str,
+    member_id: &str,
+    generation: i32,
+) -> i16 {
+    let mut groups = host.groups().borrow_mut();
+    let Some(g) = groups.get_mut(group) else {
+        return code::UNKNOWN_MEMBER_ID;
+    };
+    let state = g.state;
+    let current = g.generation;
+    let Some(m) = g.members.get_mut(member_id) else {
+        return code::UNKNOWN_MEMBER_ID;
+    };
+    m.last_seen = crate::common::clock::now();
+    match state {
+        GroupState::Empty => code::UNKNOWN_MEMBER_ID,
+        _ if generation != current => code::ILLEGAL_GENERATION,
+        GroupState::PreparingRebalance => code::REBALANCE_IN_PROGRESS,
+        GroupState::CompletingRebalance | GroupState::Stable => code::NONE,
+    }
+}
+
+/// LeaveGroup: per (member id, instance id), an error code.
+/// When the last member leaves, the group goes Empty at once (as Kafka does) and that
+/// is written before the response, so a kill -9 cannot bring the member back.
+pub async fn group_leave<H: GroupHost>(
+    host: &Rc<H>,
+    group: &str,
+    members: &[(String, Option<String>)],
+) -> Vec<i16> {
+    let (codes, persist) = leave_members(host, group, members);
+    if let Some(v) = persist {
+        let key = records::key_bytes(&Key::Group {
+            group: group.to_string(),
+        });
+        if let Err(e) =
+            persist_group_records(&**host, group, vec![(key, Some(records::value_bytes(&v)))]).await
+        {
+            tracing::warn!(%group, code = e, "persisting empty group failed");
+        }
+    }
+    codes
+}
+
+fn leave_members<H: GroupHost>(
+    host: &Rc<H>,
+    group: &str,
+    members: &[(String, Option<String>)],
+) -> (Vec<i16>, Option<records::GroupValue>) {
+    let mut groups = host.groups().borrow_mut();
+    let Some(g) = groups.get_mut(group) else {
+        return (vec![code::UNKNOWN_MEMBER_ID; members.len()], None);
+    };
+    let mut removed = false;
+    let codes = members
+        .iter()
+        .map(|(id, inst)| {
+            let key = match inst {
+                Some(i) => g.member_by_instance(i).map(|m| m.id.clone()),
+                None => g.members.contains_key(id).then(|| id.clone()),
+            };
+            match key.and_then(|k| g.members.remove(&k)) {
+                Some(m) => {
+                    if let Some(tx) = m.join_waiter {
+                        let _ = tx.send(failed_join(code::UNKNOWN_MEMBER_ID, m.id.clone()));
+                    }
+                    removed = true;
+                    code::NONE
+                }
+                None if g.pending.remove(id).is_some() => code::NONE,
+                None => code::UNKNOWN_MEMBER_ID,
+            }
+        })
+        .collect();
+    if !removed {
+        return (codes, None);
+    }
+    if g.members.is_empty() {
+        complete_join(g);
+        return (codes, Some(records::group_value(g)));
+    }
+    if g.state != GroupState::PreparingRebalance {
+        prepare_rebalance(host, g);
+    }
+    (codes, None)
+}
+
+/// Removes members whose session expired and pending ids never used; rebalances.
+pub fn expire_sessions<H: GroupHost>(host: &Rc<H>) {
+    let now = crate::common::clock::now();
+    let mut groups = host.groups().borrow_mut();
+    for g in groups.values_mut() {
+        let before = g.members.len();
+        g.members.retain(|_, m| {
+            m.join_waiter.is_some()
+                || m.sync_waiter.is_some()
+                || now.duration_since(m.last_seen)
+                    < Duration::from_millis(u64::try_from(m.session_timeout_ms).unwrap_or(0))
+        });
+        g.pending.retain(|_, t| {
+            now.duration_since(*t)
+                < Duration::from_millis(u64::try_from(SESSION_TIMEOUT_MS_MAX).unwrap_or(0))
+        });
+        if g.members.len() != before {
+            tracing::info!(group = %g.id, expired = before - g.members.len(), "member sessions expired");
+            if g.state != GroupState::PreparingRebalance {
+                prepare_rebalance(host, g);
+            }
+        }
+    }
+}
+
+/// OffsetCommit for one group: per (topic, partition), an error code.
+pub async fn offset_commit<H: GroupHost>(
+    host: &Rc<H>,
+    group: &str,
+    member_id: &str,
+    generation: i32,
+    offsets: Vec<(String, i32, Committed)>,
+) -> Vec<i16> {
+    let meta = host.metadata();
+    let group_code = {
+        let mut groups = host.groups().borrow_mut();
+        let g = groups
+            .entry(group.to_string())
+            .or_insert_with(|| Group::new(group));
+        commit_allowed(g, member_id, generation)
+    };
+    let mut codes: Vec<i16> = offsets
+        .iter()
+        .map(|(t, p, c)| {
+            if group_code != code::NONE {
+                group_code
+            } else if meta.shard_of(t, *p).is_none() {
+                code::UNKNOWN_TOPIC_OR_PARTITION
+            } else if c.metadata.len() > OFFSET_METADATA_BYTES_MAX {
+                code::OFFSET_METADATA_TOO_LARGE
+            } else {
+                code::NONE
+            }
+        })
+        .collect();
+    let accepted: Vec<&(String, i32, Committed)> = offsets
+        .iter()
+        .zip(&codes)
+        .filter(|(_, c)| **c == code::NONE)
+        .map(|(o, _)| o)
+        .collect();
+    if accepted.is_empty() {
+        return codes;
+    }
+    let recs = accepted
+        .iter()
+        .map(|(t, p, c)| {
+            let key = Key::Offset {
+                group: group.to_string(),
+                topic: t.clone(),
+                partition: *p,
+            };
+            let value = OffsetValue {
+                offset: c.offset,
+                leader_epoch: c.leader_epoch,
+                metadata: c.metadata.clone(),
+            };
+            (records::key_bytes(&key), Some(records::value_bytes(&value)))
+        })
+        .collect();
+    match persist_group_records(&**host, group, recs).await {
+        Ok(()) => {
+            let mut groups = host.groups().borrow_mut();
             let g = groups
                 .entry(group.to_string())
                 .or_insert_with(|| Group::new(group));
-            commit_allowed(g, member_id, generation)
-        };
-        let mut codes: Vec<i16> = offsets
-            .iter()
-            .map(|(t, p, c)| {
-                if group_code != code::NONE {
-                    group_code
-                } else if meta.shard_of(t, *p).is_none() {
-                    code::UNKNOWN_TOPIC_OR_PARTITION
-                } else if c.metadata.len() > OFFSET_METADATA_BYTES_MAX {
-                    code::OFFSET_METADATA_TOO_LARGE
-                } else {
-                    code::NONE
-                }
-            })
-            .collect();
-        let accepted: Vec<&(String, i32, Committed)> = offsets
-            .iter()
-            .zip(&codes)
-            .filter(|(_, c)| **c == code::NONE)
-            .map(|(o, _)| o)
-            .collect();
-        if accepted.is_empty() {
-            return codes;
+            for (t, p, c) in accepted {
+                g.offsets.insert((t.clone(), *p), c.clone());
+            }
         }
-        let recs = accepted
-            .iter()
-            .map(|(t, p, c)| {
+        Err(e) => {
+            for c in codes.iter_mut().filter(|c| **c == code::NONE) {
+                *c = e;
+            }
+        }
+    }
+    codes
+}
+
+/// Deletes an empty group and its offsets.
+pub async fn delete_group<H: GroupHost>(host: &Rc<H>, group: &str) -> i16 {
+    let recs = {
+        let groups = host.groups().borrow();
+        let Some(g) = groups.get(group) else {
+            return code::GROUP_ID_NOT_FOUND;
+        };
+        if !g.members.is_empty() {
+            return code::NON_EMPTY_GROUP;
+        }
+        let mut recs: Vec<(Vec<u8>, Option<Vec<u8>>)> = g
+            .offsets
+            .keys()
+            .map(|(t, p)| {
                 let key = Key::Offset {
                     group: group.to_string(),
                     topic: t.clone(),
                     partition: *p,
                 };
-                let value = OffsetValue {
-                    offset: c.offset,
-                    leader_epoch: c.leader_epoch,
-                    metadata: c.metadata.clone(),
-                };
-                (records::key_bytes(&key), Some(records::value_bytes(&value)))
+                (records::key_bytes(&key), None)
             })
             .collect();
-        match self.persist_group_records(group, recs).await {
-            Ok(()) => {
-                let mut groups = self.groups.borrow_mut();
-                let g = groups
-                    .entry(group.to_string())
-                    .or_insert_with(|| Group::new(group));
-                for (t, p, c) in accepted {
-                    g.offsets.insert((t.clone(), *p), c.clone());
-                }
-            }
-            Err(e) => {
-                for c in codes.iter_mut().filter(|c| **c == code::NONE) {
-                    *c = e;
-                }
-            }
+        recs.push((
+            records::key_bytes(&Key::Group {
+                group: group.to_string(),
+            }),
+            None,
+        ));
+        recs
+    };
+    match persist_group_records(&**host, group, recs).await {
+        Ok(()) => {
+            host.groups().borrow_mut().remove(group);
+            code::NONE
         }
-        codes
-    }
-
-    /// Deletes an empty group and its offsets.
-    pub async fn delete_group(self: &Rc<Self>, group: &str) -> i16 {
-        let recs = {
-            let groups = self.groups.borrow();
-            let Some(g) = groups.get(group) else {
-                return code::GROUP_ID_NOT_FOUND;
-            };
-            if !g.members.is_empty() {
-                return code::NON_EMPTY_GROUP;
-            }
-            let mut recs: Vec<(Vec<u8>, Option<Vec<u8>>)> = g
-                .offsets
-                .keys()
-                .map(|(t, p)| {
-                    let key = Key::Offset {
-                        group: group.to_string(),
-                        topic: t.clone(),
-                        partition: *p,
-                    };
-                    (records::key_bytes(&key), None)
-                })
-                .collect();
-            recs.push((
-                records::key_bytes(&Key::Group {
-                    group: group.to_string(),
-                }),
-                None,
-            ));
-            recs
-        };
-        match self.persist_group_records(group, recs).await {
-            Ok(()) => {
-                self.groups.borrow_mut().remove(group);
-                code::NONE
-            }
-            Err(e) => e,
-        }
-    }
-
-    /// OffsetDelete: per (topic, partition), an error code.
-    pub async fn offset_delete(
-        self: &Rc<Self>,
-        group: &str,
-        parts: Vec<(String, i32)>,
-    ) -> Result<Vec<i16>, i16> {
-        let (codes, recs) = {
-            let groups = self.groups.borrow();
-            let Some(g) = groups.get(group) else {
-                return Err(code::GROUP_ID_NOT_FOUND);
-            };
-            let subscribed = subscribed_topics(g);
-            let codes: Vec<i16> = parts
-                .iter()
-                .map(|(t, _)| {
-                    if subscribed.contains(t) {
-                        code::GROUP_SUBSCRIBED_TO_TOPIC
-                    } else {
-                        code::NONE
-                    }
-                })
-                .collect();
-            let recs: Vec<(Vec<u8>, Option<Vec<u8>>)> = parts
-                .iter()
-                .zip(&codes)
-                .filter(|(_, c)| **c == code::NONE)
-                .map(|((t, p), _)| {
-                    let key = Key::Offset {
-                        group: group.to_string(),
-                        topic: t.clone(),
-                        partition: *p,
-                    };
-                    (records::key_bytes(&key), None)
-                })
-                .collect();
-            (codes, recs)
-        };
-        if !recs.is_empty() {
-            self.persist_group_records(group, recs).await?;
-            let mut groups = self.groups.borrow_mut();
-            if let Some(g) = groups.get_mut(group) {
-                for ((t, p), c) in parts.iter().zip(&codes) {
-                    if *c == code::NONE {
-                        g.offsets.remove(&(t.clone(), *p));
-                    }
-                }
-            }
-        }
-        Ok(codes)
-    }
-
-    /// Writes records to the group's offsets partition and waits until durable.
-    async fn persist_group_records(
-        &self,
-        group: &str,
-        recs: Vec<(Vec<u8>, Option<Vec<u8>>)>,
-    ) -> Result<(), i16> {
-        let meta = self.metadata();
-        let n = meta.topics.get(OFFSETS_TOPIC).map_or(0, |t| t.shards.len());
-        let p = partition_for(group, n);
-        let part = self
-            .partitions
-            .borrow()
-            .get(&(OFFSETS_TOPIC.to_string(), p))
-            .cloned();
-        let Some(part) = part else {
-            return Err(code::NOT_COORDINATOR);
-        };
-        let now = crate::common::clock::wall_ms();
-        let mut b = BatchBuilder::new(now);
-        for (k, v) in &recs {
-            b.push(now, Some(k), v.as_deref(), &[]);
-        }
-        part.produce(b.build(), true)
-            .await
-            .map(|_| ())
-            .map_err(|e| {
-                tracing::warn!(%group, error = %e, "writing __consumer_offsets failed");
-                code::COORDINATOR_NOT_AVAILABLE
-            })
+        Err(e) => e,
     }
 }
 
+/// OffsetDelete: per (topic, partition), an error code.
+pub async fn offset_delete<H: GroupHost>(
+    host: &Rc<H>,
+    group: &str,
+    parts: Vec<(String, i32)>,
+) -> Result<Vec<i16>, i16> {
+    let (codes, recs) = {
+        let groups = host.groups().borrow();
+        let Some(g) = groups.get(group) else {
+            return Err(code::GROUP_ID_NOT_FOUND);
+        };
+        let subscribed = subscribed_topics(g);
+        let codes: Vec<i16> = parts
+            .iter()
+            .map(|(t, _)| {
+                if subscribed.contains(t) {
+                    code::GROUP_SUBSCRIBED_TO_TOPIC
+                } else {
+                    code::NONE
+                }
+            })
+            .collect();
+        let recs: Vec<(Vec<u8>, Option<Vec<u8>>)> = parts
+            .iter()
+            .zip(&codes)
+            .filter(|(_, c)| **c == code::NONE)
+            .map(|((t, p), _)| {
+                let key = Key::Offset {
+                    group: group.to_string(),
+                    topic: t.clone(),
+                    partition: *p,
+                };
+                (records::key_bytes(&key), None)
+            })
+            .collect();
+        (codes, recs)
+    };
+    if !recs.is_empty() {
+        persist_group_records(&**host, group, recs).await?;
+        let mut groups = host.groups().borrow_mut();
+        if let Some(g) = groups.get_mut(group) {
+            for ((t, p), c) in parts.iter().zip(&codes) {
+                if *c == code::NONE {
+                    g.offsets.remove(&(t.clone(), *p));
+                }
+            }
+        }
+    }
+    Ok(codes)
+}
+
+/// Writes records to the group's offsets partition and waits until durable.
+async fn persist_group_records<H: GroupHost>(
+    host: &H,
+    group: &str,
+    recs: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+) -> Result<(), i16> {
+    let meta = host.metadata();
+    let n = meta.topics.get(OFFSETS_TOPIC).map_or(0, |t| t.shards.len());
+    let p = partition_for(group, n);
+    let part = host.partition(OFFSETS_TOPIC, p);
+    let Some(part) = part else {
+        return Err(code::NOT_COORDINATOR);
+    };
+    let now = crate::common::clock::wall_ms();
+    let mut b = BatchBuilder::new(now);
+    for (k, v) in &recs {
+        b.push(now, Some(k), v.as_deref(), &[]);
+    }
+    part.produce(b.build(), true)
+        .await
+        .map(|_| ())
+        .map_err(|e| {
+            tracing::warn!(%group, error = %e, "writing __consumer_offsets failed");
+            code::COORDINATOR_NOT_AVAILABLE
+        })
+}
 /// Kafka's commit checks: simple commits only to empty groups; members must be current.
 fn commit_allowed(g: &Group, member_id: &str, generation: i32) -> i16 {
     if generation < 0 && member_id.is_empty() {
@@ -731,23 +725,7 @@ fn subscribed_topics(g: &Group) -> Vec<String> {
 
 /// Rebuilds the groups of one offsets partition from its records.
 pub fn replay_batch(groups: &mut std::collections::HashMap<String, Group>, batch: Bytes) {
-    for_each_record(batch, |k, v| records::apply(groups, k, v));
-}
-
-/// Calls `f` with the key and value of each keyed record of an `__consumer_offsets` batch.
-pub fn for_each_record(batch: Bytes, mut f: impl FnMut(&[u8], Option<&[u8]>)) {
-    use kafka_protocol::records::RecordBatchDecoder;
-    let mut buf = batch;
-    match RecordBatchDecoder::decode(&mut buf) {
-        Ok(set) => {
-            for r in set.records {
-                if let Some(k) = r.key.as_ref() {
-                    f(k, r.value.as_deref());
-                }
-            }
-        }
-        Err(e) => tracing::warn!(error = %e, "skipping unreadable __consumer_offsets batch"),
-    }
+    crate::partition::lookup::for_each_keyed_record(batch, |k, v| records::apply(groups, k, v));
 }
 
 /// Requested offsets of one group: `None` = every committed partition.

@@ -9,14 +9,34 @@
 //! `state` holds the pure data and decisions; `coordinator` the request handling with
 //! waiters and timers; `records` the record format and replay.
 //!
-//! May use: `common`, `runtime`, `partition`, `replication`, `cluster`. Known exception
-//! (tidy.rs): the coordinator keeps its groups in `shard::Shard`.
+//! May use: `common`, `runtime`, `partition`, `replication`, `cluster`. The coordinator
+//! runs over the shard that owns the groups through [`GroupHost`], which the shard
+//! implements.
 
 pub mod coordinator;
 pub mod records;
 pub mod state;
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use crate::cluster::metadata::Metadata;
 pub use crate::common::config::OFFSETS_TOPIC;
+use crate::partition::Partition;
+
+/// What the coordinator uses of the shard it runs on (`shard::Shard` implements it).
+pub trait GroupHost: 'static {
+    /// The groups this shard coordinates, by id.
+    fn groups(&self) -> &RefCell<HashMap<String, state::Group>>;
+    /// Kafka's `group.initial.rebalance.delay.ms` as configured.
+    fn initial_rebalance_delay_ms(&self) -> u64;
+    /// The metadata snapshot this shard applied.
+    fn metadata(&self) -> Arc<Metadata>;
+    /// Partition `index` of `topic`, if open on this shard.
+    fn partition(&self, topic: &str, index: i32) -> Option<Rc<Partition>>;
+}
 
 /// Java's `String.hashCode` over UTF-16 code units, as Kafka uses for placement.
 pub fn java_hash(s: &str) -> i32 {

@@ -4,12 +4,13 @@
 //! Invariant: replaying the records of a partition in order yields the committed offsets
 //! and the last persisted metadata of every group placed on it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::state::{Committed, Group, GroupState, Member};
+use crate::partition::compacted::Compacted;
 
 /// A record key.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -162,122 +163,21 @@ pub fn apply(groups: &mut HashMap<String, Group>, key: &[u8], value: Option<&[u8
     }
 }
 
-/// The records of an offsets partition as compaction would keep them: the latest value of
-/// every key, tombstoned keys gone, and with a group's tombstone its offsets too (replay
-/// deletes the whole group). Replaying it (`replay_into`) yields the groups that replaying
-/// the records it was built from does. Keys are held per group, so a group's tombstone
-/// costs that group's keys, not a walk of every key.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Compacted {
-    groups: BTreeMap<String, BTreeMap<Vec<u8>, Vec<u8>>>,
-}
-
-/// Why an encoded `Compacted` was refused.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum CompactedDecodeError {
-    /// A count or length beyond the bytes left.
-    #[error("compacted records: a count or length is beyond the bytes left")]
-    Length,
-    /// A key listed twice.
-    #[error("compacted records: a key is listed twice")]
-    Duplicate,
-    /// A key that is not an offsets-topic key.
-    #[error("compacted records: unreadable key")]
-    Key,
-}
-
-/// The group a record key belongs to; `None` for an unreadable key (replay skips it).
-fn group_of(key: &[u8]) -> Option<(String, bool)> {
+/// The scope of an `__consumer_offsets` key for the partition's compacted checkpoint
+/// (`partition::compacted`): its group, and whether it is the group's own key (whose
+/// tombstone deletes the group, offsets included, as `apply` does). `None` for an
+/// unreadable key (replay skips it).
+pub fn scope_of(key: &[u8]) -> Option<(String, bool)> {
     match serde_json::from_slice::<Key>(key).ok()? {
         Key::Offset { group, .. } => Some((group, false)),
         Key::Group { group } => Some((group, true)),
     }
 }
 
-impl Compacted {
-    /// Takes one record, as `apply` would.
-    pub fn apply(&mut self, key: &[u8], value: Option<&[u8]>) {
-        let Some((group, is_group)) = group_of(key) else {
-            return;
-        };
-        match value {
-            Some(v) => {
-                self.groups
-                    .entry(group)
-                    .or_default()
-                    .insert(key.to_vec(), v.to_vec());
-            }
-            None if is_group => {
-                self.groups.remove(&group);
-            }
-            None => {
-                if let Some(keys) = self.groups.get_mut(&group) {
-                    keys.remove(key);
-                    if keys.is_empty() {
-                        self.groups.remove(&group);
-                    }
-                }
-            }
-        }
-    }
-
-    /// Applies every held record to `groups`.
-    pub fn replay_into(&self, groups: &mut HashMap<String, Group>) {
-        for (k, v) in self.groups.values().flatten() {
-            apply(groups, k, Some(v));
-        }
-    }
-
-    /// Records held.
-    fn count(&self) -> usize {
-        self.groups.values().map(BTreeMap::len).sum()
-    }
-
-    /// Appends the records to `out`: a count, then each key and value with u32 lengths
-    /// (big-endian).
-    pub fn encode(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&(self.count() as u32).to_be_bytes());
-        for (k, v) in self.groups.values().flatten() {
-            out.extend_from_slice(&(k.len() as u32).to_be_bytes());
-            out.extend_from_slice(k);
-            out.extend_from_slice(&(v.len() as u32).to_be_bytes());
-            out.extend_from_slice(v);
-        }
-    }
-
-    /// Reads what `encode` wrote, checking each count and length against the bytes left;
-    /// returns the bytes after it.
-    pub fn decode(mut buf: &[u8]) -> Result<(Compacted, &[u8]), CompactedDecodeError> {
-        fn chunk<'a>(buf: &mut &'a [u8]) -> Result<&'a [u8], CompactedDecodeError> {
-            let (len, rest) = buf
-                .split_first_chunk::<4>()
-                .ok_or(CompactedDecodeError::Length)?;
-            let len = u32::from_be_bytes(*len) as usize;
-            let (bytes, rest) = rest
-                .split_at_checked(len)
-                .ok_or(CompactedDecodeError::Length)?;
-            *buf = rest;
-            Ok(bytes)
-        }
-        let (count, rest) = buf
-            .split_first_chunk::<4>()
-            .ok_or(CompactedDecodeError::Length)?;
-        let count = u32::from_be_bytes(*count) as usize;
-        buf = rest;
-        // Each record takes at least its two lengths.
-        if count > buf.len() / 8 {
-            return Err(CompactedDecodeError::Length);
-        }
-        let mut out = Compacted::default();
-        for _ in 0..count {
-            let k = chunk(&mut buf)?.to_vec();
-            let v = chunk(&mut buf)?.to_vec();
-            let (group, _) = group_of(&k).ok_or(CompactedDecodeError::Key)?;
-            if out.groups.entry(group).or_default().insert(k, v).is_some() {
-                return Err(CompactedDecodeError::Duplicate);
-            }
-        }
-        Ok((out, buf))
+/// Applies every record of an offsets partition's compacted checkpoint to `groups`.
+pub fn replay_compacted(compacted: &Compacted, groups: &mut HashMap<String, Group>) {
+    for (k, v) in compacted.records() {
+        apply(groups, k, Some(v));
     }
 }
 
@@ -321,6 +221,7 @@ fn restore(g: &mut Group, v: GroupValue) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     fn offset(group: &str, partition: i32, offset: i64) -> (Vec<u8>, Option<Vec<u8>>) {
         let k = Key::Offset {
@@ -378,13 +279,13 @@ mod tests {
             group("c", 4, false),
         ];
         let mut replayed = HashMap::new();
-        let mut compacted = Compacted::default();
+        let mut compacted = Compacted::new(scope_of);
         for (k, v) in &log {
             apply(&mut replayed, k, v.as_deref());
             compacted.apply(k, v.as_deref());
         }
         let mut from_compacted = HashMap::new();
-        compacted.replay_into(&mut from_compacted);
+        replay_compacted(&compacted, &mut from_compacted);
         assert_eq!(summary(&from_compacted), summary(&replayed));
         assert_eq!(
             summary(&replayed)["b"],
@@ -400,10 +301,13 @@ mod tests {
         let mut bytes = Vec::new();
         compacted.encode(&mut bytes);
         bytes.push(0xAA);
-        let (back, rest) = Compacted::decode(&bytes).expect("decodes");
+        let (back, rest) = Compacted::decode(&bytes, scope_of).expect("decodes");
         assert_eq!((back, rest), (compacted, &[0xAA][..]));
         for cut in 0..bytes.len() - 1 {
-            assert!(Compacted::decode(&bytes[..cut]).is_err(), "cut at {cut}");
+            assert!(
+                Compacted::decode(&bytes[..cut], scope_of).is_err(),
+                "cut at {cut}"
+            );
         }
     }
 }

@@ -17,7 +17,8 @@ use std::path::Path;
 use strand_storage::{KafkaOffset, Log, StorageError};
 use strand_wire::RecordBatch;
 
-use crate::group::records::{Compacted, CompactedDecodeError};
+use crate::partition::compacted::{Compacted, CompactedDecodeError, KeyScope};
+use crate::partition::lookup::for_each_keyed_record;
 use crate::partition::producer_state::{batch_ids, ProducerStates, StateDecodeError};
 
 /// File name of the checkpoint in a partition's directory.
@@ -74,18 +75,22 @@ pub enum CheckpointError {
     /// The records flag is neither 0 nor 1.
     #[error("checkpoint records flag {0}")]
     RecordsFlag(u8),
+    /// Keyed records where the partition keeps none, or none where it keeps them.
+    #[error("checkpoint of another kind of partition (keyed records: {0})")]
+    Kind(bool),
     /// Bytes after the state.
     #[error("{0} bytes after the producer state")]
     Trailing(usize),
 }
 
 impl Checkpoint {
-    /// No producers (and no records, kept when `with_records`), as of `offset`.
-    pub fn empty(offset: KafkaOffset, with_records: bool) -> Checkpoint {
+    /// No producers (and no records, kept when the partition's keys are read by `keyed`),
+    /// as of `offset`.
+    pub fn empty(offset: KafkaOffset, keyed: Option<KeyScope>) -> Checkpoint {
         Checkpoint {
             offset,
             states: ProducerStates::default(),
-            records: with_records.then(Compacted::default),
+            records: keyed.map(Compacted::new),
         }
     }
 
@@ -109,8 +114,9 @@ impl Checkpoint {
         out
     }
 
-    /// Reads a file written by `encode`.
-    pub fn decode(bytes: &[u8]) -> Result<Checkpoint, CheckpointError> {
+    /// Reads a file written by `encode` for a partition whose keys `keyed` reads (`None`:
+    /// one that keeps no records).
+    pub fn decode(bytes: &[u8], keyed: Option<KeyScope>) -> Result<Checkpoint, CheckpointError> {
         if bytes.len() < HEADER_BYTES + TRAILER_BYTES {
             return Err(CheckpointError::Truncated(bytes.len()));
         }
@@ -131,14 +137,15 @@ impl Checkpoint {
             return Err(CheckpointError::Offset(offset));
         }
         let (states, rest) = ProducerStates::decode(&body[HEADER_BYTES..])?;
-        let (records, rest) = match rest.split_first() {
-            Some((0, rest)) => (None, rest),
-            Some((1, rest)) => {
-                let (r, rest) = Compacted::decode(rest)?;
+        let (records, rest) = match (rest.split_first(), keyed) {
+            (Some((0, rest)), None) => (None, rest),
+            (Some((1, rest)), Some(scope_of)) => {
+                let (r, rest) = Compacted::decode(rest, scope_of)?;
                 (Some(r), rest)
             }
-            Some((&flag, _)) => return Err(CheckpointError::RecordsFlag(flag)),
-            None => return Err(CheckpointError::Truncated(bytes.len())),
+            (Some((&flag, _)), _) if flag <= 1 => return Err(CheckpointError::Kind(flag == 1)),
+            (Some((&flag, _)), _) => return Err(CheckpointError::RecordsFlag(flag)),
+            (None, _) => return Err(CheckpointError::Truncated(bytes.len())),
         };
         if !rest.is_empty() {
             return Err(CheckpointError::Trailing(rest.len()));
@@ -151,15 +158,15 @@ impl Checkpoint {
     }
 
     /// The checkpoint saved in `log`'s directory, if it is readable, within the log (or
-    /// `replicated`) and keeps records exactly when `with_records`; otherwise (logged) the
+    /// `replicated`) and keeps records exactly when the partition does (`keyed`); otherwise (logged) the
     /// empty one at the log start offset. A replicated log may be behind its checkpoint: a
     /// follower saves the one a leader's snapshot shipped before its log reaches it, and
     /// the checkpoint holds committed data only, which Raft never takes from a log (a
     /// replica that lacks it cannot lead). An unreplicated log behind its checkpoint lost
     /// durable data: the checkpoint is refused.
-    pub fn load(log: &Log, with_records: bool, replicated: bool) -> Checkpoint {
+    pub fn load(log: &Log, keyed: Option<KeyScope>, replicated: bool) -> Checkpoint {
         let path = log.dir().join(CHECKPOINT_FILE);
-        let empty = Checkpoint::empty(log.log_start_offset(), with_records);
+        let empty = Checkpoint::empty(log.log_start_offset(), keyed);
         let bytes = match std::fs::read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return empty,
@@ -169,8 +176,8 @@ impl Checkpoint {
                 return empty;
             }
         };
-        match Checkpoint::decode(&bytes) {
-            Ok(c) if c.records.is_some() != with_records => {
+        match Checkpoint::decode(&bytes, keyed) {
+            Err(CheckpointError::Kind(_)) => {
                 tracing::warn!(path = %path.display(),
                     "partition-state checkpoint is of another kind of partition; replaying the whole log");
                 empty
@@ -214,9 +221,7 @@ impl Checkpoint {
                 states.record(pid, epoch, first, last, view.base_offset());
             }
             if let Some(records) = records.as_mut() {
-                crate::group::coordinator::for_each_record(view.into_bytes(), |k, v| {
-                    records.apply(k, v)
-                });
+                for_each_keyed_record(view.into_bytes(), |k, v| records.apply(k, v));
             }
         })
         .await?;
@@ -258,13 +263,18 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// Every key its own scope.
+    fn whole_key_scope(key: &[u8]) -> Option<(String, bool)> {
+        Some((String::from_utf8_lossy(key).into_owned(), true))
+    }
+
     fn sample() -> Checkpoint {
         let mut states = ProducerStates::default();
         states.record(7, 0, 0, 4, 100);
         states.record(7, 0, 5, 9, 105);
         states.record(9, 3, i32::MAX - 1, 0, 110);
-        let mut records = Compacted::default();
-        records.apply(b"{\"k\":\"Group\",\"group\":\"g\"}", Some(b"{}"));
+        let mut records = Compacted::new(whole_key_scope);
+        records.apply(b"g", Some(b"{}"));
         Checkpoint {
             offset: KafkaOffset(112),
             states,
@@ -274,14 +284,15 @@ mod tests {
 
     #[test]
     fn a_checkpoint_round_trips() {
-        for c in [sample(), Checkpoint::empty(KafkaOffset(0), false)] {
+        for c in [sample(), Checkpoint::empty(KafkaOffset(0), None)] {
             let bytes = c.encode();
-            let back = Checkpoint::decode(&bytes).expect("decodes");
+            let keyed = c.records.is_some().then_some(whole_key_scope as KeyScope);
+            let back = Checkpoint::decode(&bytes, keyed).expect("decodes");
             assert_eq!(back.offset, c.offset);
             assert_eq!(back.records, c.records);
             assert_eq!(back.encode(), bytes);
         }
-        let back = Checkpoint::decode(&sample().encode()).expect("decodes");
+        let back = Checkpoint::decode(&sample().encode(), Some(whole_key_scope)).expect("decodes");
         assert_eq!(
             back.states.check(7, 0, 5, 9),
             Ok(crate::partition::producer_state::Verdict::Duplicate { base_offset: 105 })
@@ -289,15 +300,34 @@ mod tests {
     }
 
     #[test]
+    fn a_checkpoint_of_another_kind_of_partition_is_refused() {
+        assert_eq!(
+            Checkpoint::decode(&sample().encode(), None).map(|c| c.offset),
+            Err(CheckpointError::Kind(true))
+        );
+        let plain = Checkpoint::empty(KafkaOffset(3), None).encode();
+        assert_eq!(
+            Checkpoint::decode(&plain, Some(whole_key_scope)).map(|c| c.offset),
+            Err(CheckpointError::Kind(false))
+        );
+    }
+
+    #[test]
     fn a_torn_or_corrupt_checkpoint_is_refused() {
         let bytes = sample().encode();
         for cut in 0..bytes.len() {
-            assert!(Checkpoint::decode(&bytes[..cut]).is_err(), "cut at {cut}");
+            assert!(
+                Checkpoint::decode(&bytes[..cut], Some(whole_key_scope)).is_err(),
+                "cut at {cut}"
+            );
         }
         for at in 0..bytes.len() {
             let mut b = bytes.clone();
             b[at] ^= 0x40;
-            assert!(Checkpoint::decode(&b).is_err(), "flip at {at}");
+            assert!(
+                Checkpoint::decode(&b, Some(whole_key_scope)).is_err(),
+                "flip at {at}"
+            );
         }
     }
 
@@ -312,7 +342,7 @@ mod tests {
         let crc = crc32c::crc32c(&body);
         body.extend_from_slice(&crc.to_be_bytes());
         assert_eq!(
-            Checkpoint::decode(&body).map(|c| c.offset),
+            Checkpoint::decode(&body, None).map(|c| c.offset),
             Err(CheckpointError::State(StateDecodeError::Count(
                 u32::MAX as usize
             )))
@@ -331,13 +361,14 @@ mod tests {
             }
             let c = Checkpoint { offset: KafkaOffset(offset), states, records: None };
             let bytes = c.encode();
-            let back = Checkpoint::decode(&bytes).map(|b| b.encode());
+            let back = Checkpoint::decode(&bytes, None).map(|b| b.encode());
             prop_assert_eq!(back, Ok(bytes));
         }
 
         #[test]
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
-            let _ = Checkpoint::decode(&bytes);
+            let _ = Checkpoint::decode(&bytes, None);
+            let _ = Checkpoint::decode(&bytes, Some(whole_key_scope));
             let _ = ProducerStates::decode(&bytes);
         }
     }

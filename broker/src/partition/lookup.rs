@@ -1,6 +1,7 @@
 //! Lookups in a partition's committed log that decode records: the offset of the first
-//! record at or after a timestamp (ListOffsets by time). A cold path, never Produce or
-//! Fetch, which keep batches undecoded.
+//! record at or after a timestamp (ListOffsets by time), and the keyed records of a batch
+//! (replays of compacted state). Cold paths, never Produce or Fetch, which keep batches
+//! undecoded.
 
 use kafka_protocol::records::RecordBatchDecoder;
 
@@ -36,4 +37,21 @@ pub async fn offset_for_time(part: &Partition, ts: i64) -> Result<(i64, i64), Ka
         }
     }
     Ok((-1, -1))
+}
+
+/// Calls `f` with the key and value (`None`: a tombstone) of each keyed record of `batch`
+/// (records without a key are skipped). An unreadable batch is logged and skipped: it can
+/// only come from a bug, since every batch was checked when it was produced.
+pub fn for_each_keyed_record(batch: bytes::Bytes, mut f: impl FnMut(&[u8], Option<&[u8]>)) {
+    let mut buf = batch;
+    match RecordBatchDecoder::decode(&mut buf) {
+        Ok(set) => {
+            for r in set.records {
+                if let Some(k) = r.key.as_ref() {
+                    f(k, r.value.as_deref());
+                }
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "skipping an unreadable batch in a replay"),
+    }
 }

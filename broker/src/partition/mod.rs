@@ -8,11 +8,13 @@
 //! The subsystem also holds the partition's idempotent-producer state (`producer_state`),
 //! its checkpoints (`checkpoint`) and the lookups that decode records (`lookup`).
 //!
-//! May use: `common`, `runtime`. Known exceptions (tidy.rs `BROKER_LAYER_EXCEPTIONS`): it
-//! proposes through `replication::Replicator`, and its `__consumer_offsets` checkpoint keeps
-//! `group::records`.
+//! May use: `common`, `runtime`. A replicated partition proposes through the [`RaftGroups`]
+//! it is attached to, which the replication layer implements; a partition whose checkpoint
+//! keeps its keyed records compacted (`compacted`: an offsets partition) is handed the
+//! reader of its keys when it opens, so the record formats stay with their owners.
 
 pub mod checkpoint;
+pub mod compacted;
 pub mod lookup;
 pub mod producer_state;
 
@@ -21,15 +23,16 @@ use std::rc::{Rc, Weak};
 
 use bytes::Bytes;
 use futures::channel::oneshot;
+use futures::future::LocalBoxFuture;
 use strand_storage::{AppendEntry, FrameKind, KafkaOffset, Log, RaftIndex, RaftTerm, StorageError};
 use strand_wire::RecordBatch;
 
 use crate::common::errors::KafkaError;
 use crate::common::logging::{RateLimit, STORAGE_ERROR_LOG_INTERVAL};
 use crate::common::metrics::{ProduceStage, ShardMetrics};
-use crate::partition::checkpoint::{Checkpoint, CHECKPOINT_INTERVAL_BYTES};
+use crate::partition::checkpoint::{Checkpoint, CheckpointError, CHECKPOINT_INTERVAL_BYTES};
+use crate::partition::compacted::{Compacted, KeyScope};
 use crate::partition::producer_state::{batch_ids, ProducerStates, Verdict, PENDING_OFFSET};
-use crate::replication::Replicator;
 use strand_raft::{Ack, GroupId};
 
 /// Durability waiters and append watchers are bounded by the requests in flight, which
@@ -48,6 +51,33 @@ const NEW_LEADER_WAIT: std::time::Duration = if cfg!(test) {
 } else {
     std::time::Duration::from_secs(2)
 };
+
+/// What a replicated partition asks of the Raft driver that runs its group. The replication
+/// layer implements it (`replication::Replicator`), so a partition never names that layer.
+pub trait RaftGroups {
+    /// The index through which this node applied `group`'s entries; `None` for a group
+    /// the driver does not run.
+    fn applied_index(&self, group: GroupId) -> Option<RaftIndex>;
+    /// Retention on a replicated log: the closed segments through `through` leave the
+    /// Raft log at the driver's next turn.
+    fn compact_for_retention(&self, group: GroupId, through: RaftIndex);
+    /// Moves the group's log start offset on every replica (DeleteRecords); resolves once
+    /// committed and applied on this node.
+    fn propose_log_start(
+        &self,
+        group: GroupId,
+        offset: KafkaOffset,
+    ) -> LocalBoxFuture<'_, Result<(), KafkaError>>;
+    /// Proposes one producer batch; resolves with its base offset once committed
+    /// (`Ack::Commit`) or once this leader appended it (`Ack::Append`).
+    fn propose(
+        &self,
+        group: GroupId,
+        batch: Bytes,
+        record_count: u32,
+        ack: Ack,
+    ) -> LocalBoxFuture<'_, Result<KafkaOffset, KafkaError>>;
+}
 
 /// A produce waiting for its entry to become durable.
 type DurableWaiter = (RaftIndex, oneshot::Sender<Result<(), KafkaError>>);
@@ -77,6 +107,10 @@ pub struct Partition {
     /// below the checkpoint's offset: what opening the partition, gaining its leadership
     /// or loading its groups starts from (`checkpoint`).
     checkpoint: RefCell<Checkpoint>,
+    /// How the partition's record keys are read when its checkpoint keeps its keyed
+    /// records compacted (an offsets partition's, read by the group layer); `None`: it
+    /// keeps none. Set once, when the partition opens (`load_producer_state`).
+    keyed: Cell<Option<KeyScope>>,
     /// A checkpoint advance is running (at most one per partition).
     checkpointing: Cell<bool>,
     /// The log's `bytes_appended` when the last checkpoint advance started.
@@ -85,7 +119,7 @@ pub struct Partition {
     /// At most one storage-error log line per partition per interval.
     storage_error_log: RateLimit,
     /// Set when the partition is a Raft group (cluster mode): its replicator and group.
-    replication: RefCell<Option<(Weak<Replicator>, GroupId)>>,
+    replication: RefCell<Option<(Weak<dyn RaftGroups>, GroupId)>>,
     /// Cluster mode: whether this node leads the group and serves clients.
     leading: Cell<bool>,
     /// Cluster mode: whether the group elected this node (serving or not yet).
@@ -123,6 +157,7 @@ impl Partition {
             max_message_bytes: Cell::new(max_message_bytes),
             producers: RefCell::new(ProducerStates::default()),
             checkpoint: RefCell::new(Checkpoint::default()),
+            keyed: Cell::new(None),
             checkpointing: Cell::new(false),
             checkpoint_mark_bytes: Cell::new(0),
             metrics,
@@ -145,7 +180,7 @@ impl Partition {
     /// Makes this partition a Raft group driven by `rep` (cluster mode): produce goes
     /// through Raft and the high watermark follows the group's commits. Its high
     /// watermark is unknown (log start) until this node leads.
-    pub fn attach_replication(&self, rep: Weak<Replicator>, group: GroupId) {
+    pub fn attach_replication(&self, rep: Weak<dyn RaftGroups>, group: GroupId) {
         *self.replication.borrow_mut() = Some((rep, group));
         self.high_watermark.set(self.log.log_start_offset());
     }
@@ -181,7 +216,7 @@ impl Partition {
         match rep {
             None => Ok(self.log.apply_retention_cut(cut).await?),
             Some((rep, group)) => {
-                rep.compact_for_retention(group, strand_raft::RaftIndex(cut.through.0));
+                rep.compact_for_retention(group, cut.through);
                 Ok(strand_storage::RetentionOutcome::default())
             }
         }
@@ -197,8 +232,7 @@ impl Partition {
         if !self.leading.get() {
             return Err(KafkaError::NotLeader);
         }
-        rep.propose_log_start(group, strand_raft::KafkaOffset(offset.0))
-            .await
+        rep.propose_log_start(group, offset).await
     }
 
     /// Whether the partition is replicated (a Raft group).
@@ -290,7 +324,7 @@ impl Partition {
     /// it that the log holds and the offset after its last record; `None` when the log
     /// holds no epoch at or below it. In a replicated log a batch written before the
     /// cluster (epoch 0) belongs to epoch 1, as its copies on other replicas do (see
-    /// `replication::store::raft_term`), so every replica answers alike.
+    /// `strand_raft::raft_term`), so every replica answers alike.
     pub async fn epoch_end(&self, epoch: u64) -> Result<Option<(u64, KafkaOffset)>, StorageError> {
         if !self.replicated() {
             let end = self.log.epoch_end_offset(RaftTerm(epoch)).await?;
@@ -298,11 +332,9 @@ impl Partition {
         }
         let end = self
             .log
-            .epoch_end_offset(RaftTerm(
-                crate::replication::store::raft_term(RaftTerm(epoch)).0,
-            ))
+            .epoch_end_offset(strand_raft::raft_term(RaftTerm(epoch)))
             .await?;
-        Ok(end.map(|(t, o)| (crate::replication::store::raft_term(t).0, o)))
+        Ok(end.map(|(t, o)| (strand_raft::raft_term(t).0, o)))
     }
 
     /// Validates and appends one producer batch; with `acks_all`, waits until durable.
@@ -381,7 +413,7 @@ impl Partition {
     /// committed).
     async fn produce_replicated(
         self: &Rc<Self>,
-        rep: Weak<Replicator>,
+        rep: Weak<dyn RaftGroups>,
         group: GroupId,
         batch: Bytes,
         view: &RecordBatch,
@@ -446,10 +478,16 @@ impl Partition {
 
     /// Loads the partition-state checkpoint saved with the log (or starts from an empty
     /// one) and rebuilds the live state from it: called once, when the partition opens
-    /// (`replicated`: it will be a Raft group's log; see `Checkpoint::load`).
-    pub async fn load_producer_state(&self, replicated: bool) -> Result<(), StorageError> {
-        let with_records = self.topic == crate::common::config::OFFSETS_TOPIC;
-        *self.checkpoint.borrow_mut() = Checkpoint::load(&self.log, with_records, replicated);
+    /// (`replicated`: it will be a Raft group's log; see `Checkpoint::load`). With `keyed`,
+    /// the checkpoint also keeps the partition's keyed records compacted, their keys read
+    /// by it (`compacted`).
+    pub async fn load_producer_state(
+        &self,
+        replicated: bool,
+        keyed: Option<KeyScope>,
+    ) -> Result<(), StorageError> {
+        self.keyed.set(keyed);
+        *self.checkpoint.borrow_mut() = Checkpoint::load(&self.log, keyed, replicated);
         self.rebuild_producer_state().await
     }
 
@@ -478,9 +516,10 @@ impl Partition {
         Ok(())
     }
 
-    /// An offsets partition's checkpointed records and the offset the log continues from
-    /// (`None` records for any other partition, or before the checkpoint was loaded).
-    pub fn group_checkpoint(&self) -> (KafkaOffset, Option<crate::group::records::Compacted>) {
+    /// The checkpoint's compacted keyed records and the offset the log continues from
+    /// (`None` records for a partition that keeps none, or before the checkpoint was
+    /// loaded).
+    pub fn compacted_checkpoint(&self) -> (KafkaOffset, Option<Compacted>) {
         let c = self.checkpoint.borrow();
         (c.offset, c.records.clone())
     }
@@ -561,10 +600,9 @@ impl Partition {
     /// logged and dropped (the state of the data before the point is then unknown here, as
     /// before snapshots carried it); a failed save is logged and the next move saves it.
     pub async fn adopt_checkpoint(&self, bytes: &[u8]) {
-        let with_records = self.topic == crate::common::config::OFFSETS_TOPIC;
-        let shipped = match Checkpoint::decode(bytes) {
-            Ok(c) if c.records.is_some() == with_records => c,
-            Ok(_) => {
+        let shipped = match Checkpoint::decode(bytes, self.keyed.get()) {
+            Ok(c) => c,
+            Err(CheckpointError::Kind(_)) => {
                 tracing::warn!(topic = %self.topic, partition = self.index,
                     "snapshot's partition state is of another kind of partition; dropped");
                 return;
@@ -803,7 +841,32 @@ mod tests {
             .expect("open log");
         let metrics = Rc::new(crate::common::metrics::ShardMetrics::new(1));
         let part = Rc::new(Partition::new(topic.into(), 0, log, 1 << 20, metrics));
-        part.load_producer_state(false)
+        part.load_producer_state(false, None)
+            .await
+            .expect("producer state");
+        part
+    }
+
+    /// `name/...` keys in scope `name`, its own key `name/`.
+    fn slash_scope(key: &[u8]) -> Option<(String, bool)> {
+        let key = std::str::from_utf8(key).ok()?;
+        let (scope, rest) = key.split_once('/')?;
+        Some((scope.to_string(), rest.is_empty()))
+    }
+
+    /// A partition whose checkpoint keeps its `slash_scope` records.
+    async fn open_keyed(dir: &Path) -> Rc<Partition> {
+        let lc = LogConfig {
+            allow_buffered_io: true,
+            ..LogConfig::default()
+        };
+        let cache = Rc::new(BatchCache::new(1 << 20));
+        let log = Log::open(dir, lc, Rc::new(SystemClock), cache)
+            .await
+            .expect("open log");
+        let metrics = Rc::new(crate::common::metrics::ShardMetrics::new(1));
+        let part = Rc::new(Partition::new("keyed".into(), 0, log, 1 << 20, metrics));
+        part.load_producer_state(false, Some(slash_scope))
             .await
             .expect("producer state");
         part
@@ -892,7 +955,7 @@ mod tests {
             let (mut seq, mut first) = (0, 0);
             // Until a saved checkpoint covers producer 1's last batch (it moves in the
             // background once enough was appended).
-            while Checkpoint::load(part.log(), false, false).offset.0 <= first {
+            while Checkpoint::load(part.log(), None, false).offset.0 <= first {
                 assert!(seq < limit, "no checkpoint after {seq} batches");
                 first = produce(&part, 1, seq).await;
                 seq += 1;
@@ -975,43 +1038,47 @@ mod tests {
     }
 
     #[test]
-    fn group_records_survive_a_reopen_in_the_checkpoint() {
-        use crate::group::records::{key_bytes, value_bytes, Key, OffsetValue};
+    fn keyed_records_survive_a_reopen_in_the_checkpoint() {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let dir = tmp.path().join("offsets-0");
+        let dir = tmp.path().join("keyed-0");
+        // Record n sets key `g/p{n % 4}` to `n`, padded with VALUE_BYTES bytes.
         let commit = |partition: i32, offset: i64| {
-            let key = key_bytes(&Key::Offset {
-                group: "g".into(),
-                topic: "t".into(),
-                partition,
-            });
-            let value = value_bytes(&OffsetValue {
-                offset,
-                leader_epoch: 0,
-                metadata: "m".repeat(VALUE_BYTES),
-            });
+            let key = format!("g/p{partition}");
+            let value = format!("{offset} {}", "m".repeat(VALUE_BYTES));
             let mut b = strand_wire::BatchBuilder::new(1);
-            b.push(0, Some(&key), Some(&value), &[]);
+            b.push(0, Some(key.as_bytes()), Some(value.as_bytes()), &[]);
             b.build()
         };
         let offsets_of = |part: &Partition| {
-            let mut groups = std::collections::HashMap::new();
-            if let Some(r) = part.group_checkpoint().1 {
-                r.replay_into(&mut groups);
-            }
-            let mut got: Vec<(i32, i64)> = groups
-                .get("g")
-                .map(|g| g.offsets.iter().map(|((_, p), c)| (*p, c.offset)).collect())
+            let mut got: Vec<(i32, i64)> = part
+                .compacted_checkpoint()
+                .1
+                .map(|r| {
+                    r.records()
+                        .map(|(k, v)| {
+                            let k = std::str::from_utf8(k).expect("key");
+                            let p = k.trim_start_matches("g/p").parse().expect("partition");
+                            let v = std::str::from_utf8(v).expect("value");
+                            let (offset, _) = v.split_once(' ').expect("offset and padding");
+                            (p, offset.parse().expect("offset"))
+                        })
+                        .collect()
+                })
                 .unwrap_or_default();
             got.sort();
             got
         };
         strand_storage::io_runtime::block_on("partition-test", 1, async {
-            let part = open_topic(&dir, crate::common::config::OFFSETS_TOPIC).await;
+            let part = open_keyed(&dir).await;
             let limit = 2 * CHECKPOINT_INTERVAL_BYTES as i64 / VALUE_BYTES as i64;
             let mut n = 0;
             // Commits of partitions 0..4 until a saved checkpoint covers them all.
-            while Checkpoint::load(part.log(), true, false).offset.0 < 4 || n < 4 {
+            while Checkpoint::load(part.log(), Some(slash_scope), false)
+                .offset
+                .0
+                < 4
+                || n < 4
+            {
                 assert!(n < limit, "no checkpoint after {n} commits");
                 part.produce(commit((n % 4) as i32, n), true)
                     .await
@@ -1038,8 +1105,8 @@ mod tests {
             // The records before the checkpoint deleted: only the checkpoint has them.
             part.log().set_log_start(start).expect("log start");
             drop(part);
-            let part = open_topic(&dir, crate::common::config::OFFSETS_TOPIC).await;
-            assert_eq!(part.group_checkpoint().0, start);
+            let part = open_keyed(&dir).await;
+            assert_eq!(part.compacted_checkpoint().0, start);
             assert_eq!(offsets_of(&part), expect);
         })
         .expect("runtime");

@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::channel::{mpsc, oneshot};
+use futures::future::LocalBoxFuture;
 use futures::StreamExt;
 
 use strand_raft::{
@@ -190,6 +191,35 @@ pub struct Replicator {
     persist_done: RefCell<Vec<(GroupId, Result<(), String>)>>,
     slow_turn_log: crate::common::logging::RateLimit,
     stopping: Cell<bool>,
+}
+
+/// A partition proposes through its group's replicator (`partition::RaftGroups`).
+impl crate::partition::RaftGroups for Replicator {
+    fn applied_index(&self, group: GroupId) -> Option<RaftIndex> {
+        Replicator::applied_index(self, group)
+    }
+
+    fn compact_for_retention(&self, group: GroupId, through: RaftIndex) {
+        Replicator::compact_for_retention(self, group, through);
+    }
+
+    fn propose_log_start(
+        &self,
+        group: GroupId,
+        offset: KafkaOffset,
+    ) -> LocalBoxFuture<'_, Result<(), KafkaError>> {
+        Box::pin(Replicator::propose_log_start(self, group, offset))
+    }
+
+    fn propose(
+        &self,
+        group: GroupId,
+        batch: Bytes,
+        record_count: u32,
+        ack: Ack,
+    ) -> LocalBoxFuture<'_, Result<KafkaOffset, KafkaError>> {
+        Box::pin(Replicator::propose(self, group, batch, record_count, ack))
+    }
 }
 
 impl Replicator {
@@ -428,7 +458,9 @@ impl Replicator {
                 let _ = d.campaign(group);
             }
         }
-        part.attach_replication(Rc::downgrade(self), group);
+        let weak: std::rc::Weak<Replicator> = Rc::downgrade(self);
+        let driver: std::rc::Weak<dyn crate::partition::RaftGroups> = weak;
+        part.attach_replication(driver, group);
         let preferred = NodeId(voters.first().copied().unwrap_or(self.me.0));
         self.hosted.borrow_mut().insert(
             group,

@@ -30,7 +30,8 @@ use raft::eraftpb::{ConfState, Entry, EntryType, HardState};
 use serde::{Deserialize, Serialize};
 use strand_raft::entry::{classify, data_context};
 use strand_raft::{
-    CompactionPoint, KafkaOffset, LogIndex, LogStore, RaftIndex, RaftTerm, StoreError,
+    raft_term, CompactionPoint, KafkaOffset, LogIndex, LogStore, RaftIndex, RaftTerm, StoreError,
+    FIRST_TERM,
 };
 use strand_storage::{AppendEntry, FrameHeader, FrameKind, LogFrame, StorageError};
 
@@ -154,12 +155,6 @@ pub struct RaftLogStore {
     failed: Option<String>,
 }
 
-/// The Raft term of a stored frame's term: term 0 (a single node's frame from before the
-/// cluster) is term 1, Raft's first term (see the module doc).
-pub(crate) fn raft_term(t: strand_storage::RaftTerm) -> RaftTerm {
-    RaftTerm(t.0.max(FIRST_TERM))
-}
-
 /// The term of a compaction point at `index`: at least term 1 unless it is the empty log's
 /// point (index 0). A point at a frame of term 0 is at term 1 (see `raft_term`), and so is
 /// one whose term is unknown (a log whose prefix retention deleted before it was a Raft
@@ -170,9 +165,6 @@ fn point_term(index: u64, term: u64) -> RaftTerm {
         _ => RaftTerm(term.max(FIRST_TERM)),
     }
 }
-
-/// Raft's first term; raft-rs keeps term 0 for "no entry".
-const FIRST_TERM: u64 = 1;
 
 fn storage_index(i: RaftIndex) -> strand_storage::RaftIndex {
     strand_storage::RaftIndex(i.0)
@@ -1122,8 +1114,17 @@ mod tests {
     /// The partition state in `bytes` (a checkpoint file's): its offset and what it knows
     /// of producer 7's batch of sequences 0..=4.
     fn shipped_view(bytes: &[u8]) -> (i64, Option<crate::partition::producer_state::Verdict>) {
-        let c = crate::partition::checkpoint::Checkpoint::decode(bytes).expect("a checkpoint");
+        let c =
+            crate::partition::checkpoint::Checkpoint::decode(bytes, None).expect("a checkpoint");
         (c.offset.0, c.states.check(7, 0, 0, 4).ok())
+    }
+
+    use crate::partition::checkpoint::Checkpoint;
+    use strand_storage::KafkaOffset;
+
+    /// A key reader for a keyed checkpoint: every key in one scope.
+    fn every_key_one_scope(_: &[u8]) -> Option<(String, bool)> {
+        Some((String::new(), false))
     }
 
     #[test]
@@ -1163,11 +1164,8 @@ mod tests {
             // A shipped state that is not a checkpoint, or is an offsets partition's (with
             // records) for this one, changes nothing.
             s.part.adopt_checkpoint(b"not a checkpoint").await;
-            let offsets_kind = crate::partition::checkpoint::Checkpoint::empty(
-                strand_storage::KafkaOffset(99),
-                true,
-            );
-            s.part.adopt_checkpoint(&offsets_kind.encode()).await;
+            let keyed = Checkpoint::empty(KafkaOffset(99), Some(every_key_one_scope));
+            s.part.adopt_checkpoint(&keyed.encode()).await;
             assert_eq!(shipped_view(&s.snapshot_state()), (95, duplicate));
         })
         .expect("executor");
@@ -1175,11 +1173,14 @@ mod tests {
         // unreplicated one refuses it (its log lost durable data).
         strand_storage::io_runtime::block_on("raft-store-test", 1, async {
             let s = open_with(&dir, small_segments()).await;
-            s.part.load_producer_state(true).await.expect("state");
+            s.part.load_producer_state(true, None).await.expect("state");
             let duplicate =
                 Some(crate::partition::producer_state::Verdict::Duplicate { base_offset: 92 });
             assert_eq!(shipped_view(&s.snapshot_state()), (95, duplicate));
-            s.part.load_producer_state(false).await.expect("state");
+            s.part
+                .load_producer_state(false, None)
+                .await
+                .expect("state");
             let unknown = Some(crate::partition::producer_state::Verdict::Append);
             assert_eq!(shipped_view(&s.snapshot_state()), (90, unknown));
         })

@@ -4,6 +4,9 @@
 //! Invariant: everything here runs on the calling shard's executor; nothing crosses threads.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 /// Spawns a task on the current shard.
@@ -16,6 +19,70 @@ pub async fn sleep(d: Duration) {
     glommio::timer::sleep(d).await;
 }
 
+/// Awaits `fut`, polling it again every `every` even when nothing wakes it, so that a wake
+/// lost on its way (from another shard's thread, or from the reactor) costs at most `every`
+/// instead of the task; `give_up` is asked at each of those polls whether to stop waiting
+/// (then `None`). Returns the output and whether it was found ready by such a timed poll
+/// with no wake having reached `fut`'s waker since it last returned pending: a lost wake.
+pub async fn repoll<T>(
+    every: Duration,
+    fut: impl Future<Output = T>,
+    mut give_up: impl FnMut() -> bool,
+) -> Option<(T, bool)> {
+    let mut fut = std::pin::pin!(fut);
+    let mut flag: Option<(Arc<FlagWaker>, Waker)> = None;
+    loop {
+        let mut timer = std::pin::pin!(glommio::timer::sleep(every));
+        let polled = std::future::poll_fn(|cx| {
+            let expired = timer.as_mut().poll(cx).is_ready();
+            // `fut` gets a waker that notes its wakes and passes them on to this task.
+            if flag
+                .as_ref()
+                .is_none_or(|(f, _)| !f.inner.will_wake(cx.waker()))
+            {
+                let f = Arc::new(FlagWaker {
+                    woken: AtomicBool::new(false),
+                    inner: cx.waker().clone(),
+                });
+                flag = Some((f.clone(), Waker::from(f)));
+            }
+            let Some((f, waker)) = flag.as_ref() else {
+                return Poll::Pending;
+            };
+            let woken = f.woken.swap(false, Ordering::AcqRel);
+            match fut.as_mut().poll(&mut Context::from_waker(waker)) {
+                Poll::Ready(v) => Poll::Ready(Some((v, expired && !woken))),
+                Poll::Pending if expired => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            }
+        })
+        .await;
+        match polled {
+            Some(done) => return Some(done),
+            None if give_up() => return None,
+            None => {}
+        }
+    }
+}
+
+/// The waker `repoll` gives the future it watches: notes that a wake arrived, then wakes
+/// the task. Wakes may come from any thread.
+struct FlagWaker {
+    woken: AtomicBool,
+    inner: Waker,
+}
+
+impl Wake for FlagWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        self.inner.wake_by_ref();
+    }
+}
+
 /// Runs `fut` for at most `d`.
 pub async fn timeout<T>(d: Duration, fut: impl Future<Output = T>) -> Option<T> {
     let fut = std::pin::pin!(fut);
@@ -23,5 +90,51 @@ pub async fn timeout<T>(d: Duration, fut: impl Future<Output = T>) -> Option<T> 
     match futures::future::select(fut, timer).await {
         futures::future::Either::Left((v, _)) => Some(v),
         futures::future::Either::Right(_) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+    use std::rc::Rc;
+
+    /// Ready once `flag` is set; never registers a waker (a wake that is always lost).
+    struct NeverWakes(Rc<Cell<bool>>);
+
+    impl Future for NeverWakes {
+        type Output = u8;
+        fn poll(self: std::pin::Pin<&mut Self>, _: &mut std::task::Context<'_>) -> Poll<u8> {
+            if self.0.get() {
+                Poll::Ready(7)
+            } else {
+                Poll::Pending
+            }
+        }
+    }
+
+    #[test]
+    fn a_future_whose_wake_is_lost_is_found_by_the_timed_poll() {
+        strand_storage::io_runtime::block_on("repoll-test", 1, async {
+            let ready = Rc::new(Cell::new(false));
+            let r = ready.clone();
+            spawn_local(async move {
+                sleep(Duration::from_millis(20)).await;
+                r.set(true);
+            });
+            let got = repoll(Duration::from_millis(5), NeverWakes(ready), || false).await;
+            assert_eq!(got, Some((7, true)));
+            // Woken normally: not counted as a lost wake.
+            let got = repoll(
+                Duration::from_secs(5),
+                sleep(Duration::from_millis(1)),
+                || false,
+            );
+            assert_eq!(got.await, Some(((), false)));
+            // Given up at the first timed poll.
+            let never = NeverWakes(Rc::new(Cell::new(false)));
+            assert_eq!(repoll(Duration::from_millis(1), never, || true).await, None);
+        })
+        .expect("runtime");
     }
 }

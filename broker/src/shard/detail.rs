@@ -2,6 +2,7 @@
 //! (`/metrics`, `/v1/status`): plain data gathered on the shard's own thread.
 
 use super::Shard;
+use crate::cluster::ClusterHost;
 
 /// Replicas of every partition without a cluster (ARCHITECTURE.md, Replication).
 const REPLICAS_PER_PARTITION: u64 = 1;

@@ -12,6 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::cluster::metadata::{Command, MetaError};
+use crate::cluster::ClusterHost;
 use crate::common::errors::KafkaError;
 
 use strand_storage::KafkaOffset;
@@ -52,7 +53,7 @@ impl Shard {
                 let mut codes = Vec::with_capacity(ids.len());
                 for g in ids {
                     codes.push(match self.coordinator_check(&g) {
-                        Ok(()) => self.delete_group(&g).await,
+                        Ok(()) => crate::group::coordinator::delete_group(self, &g).await,
                         Err(error) => error,
                     });
                 }
@@ -60,7 +61,9 @@ impl Shard {
             }
             Op::CommitOffsets { group, offsets } => {
                 self.wait_group_loaded(&group).await;
-                Reply::Codes(self.offset_commit(&group, "", -1, offsets).await)
+                Reply::Codes(
+                    crate::group::coordinator::offset_commit(self, &group, "", -1, offsets).await,
+                )
             }
             Op::OffsetFetch(reqs) => {
                 self.wait_all_groups_loaded().await;

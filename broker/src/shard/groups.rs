@@ -16,12 +16,35 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::{Shard, GROUP_LOAD_WAIT};
 use crate::group::coordinator::{fetch_offsets, GroupOffsets, WantedOffsets};
+use crate::group::state::Group;
 use crate::partition::Partition;
 use crate::runtime::task::sleep;
 
 /// A kafka-protocol string from any string.
 pub(crate) fn s(v: impl Into<String>) -> StrBytes {
     StrBytes::from_string(v.into())
+}
+
+/// The coordinator (`group::coordinator`) runs over the shard that owns the groups.
+impl crate::group::GroupHost for Shard {
+    fn groups(&self) -> &std::cell::RefCell<std::collections::HashMap<String, Group>> {
+        &self.groups
+    }
+
+    fn initial_rebalance_delay_ms(&self) -> u64 {
+        self.config.group_initial_rebalance_delay_ms
+    }
+
+    fn metadata(&self) -> std::sync::Arc<crate::cluster::metadata::Metadata> {
+        Shard::metadata(self)
+    }
+
+    fn partition(&self, topic: &str, index: i32) -> Option<std::rc::Rc<Partition>> {
+        self.partitions
+            .borrow()
+            .get(&(topic.to_string(), index))
+            .cloned()
+    }
 }
 
 impl Shard {
@@ -89,10 +112,10 @@ impl Shard {
         end: strand_storage::KafkaOffset,
     ) -> anyhow::Result<()> {
         // The checkpoint's compacted records, then the log after it.
-        let (from, records) = part.group_checkpoint();
+        let (from, records) = part.compacted_checkpoint();
         let from = match records {
             Some(records) => {
-                records.replay_into(&mut self.groups.borrow_mut());
+                crate::group::records::replay_compacted(&records, &mut self.groups.borrow_mut());
                 from
             }
             None => part.log().log_start_offset(),

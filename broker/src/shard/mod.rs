@@ -31,9 +31,11 @@ use strand_storage::{BatchCache, Log, SystemClock};
 
 use crate::cluster::metadata::Metadata;
 use crate::cluster::metastore::MetaStore;
+use crate::cluster::ClusterHost;
 use crate::common::config::Config;
+use crate::partition::compacted::KeyScope;
 use crate::partition::Partition;
-use crate::runtime::task::{sleep, timeout};
+use crate::runtime::task::{repoll, sleep};
 use crate::shard::ops::{Envelope, GroupRequest, Op, Reply};
 
 /// Messages queued per shard before senders wait (backpressure between shards).
@@ -42,8 +44,11 @@ pub const SHARD_QUEUE_DEPTH: usize = 1024;
 pub const BATCH_CACHE_BYTES: usize = 64 * 1024 * 1024;
 /// Longest a group request waits for its offsets partition to load after a restart.
 pub const GROUP_LOAD_WAIT: Duration = Duration::from_secs(30);
-/// How often a cross-shard call checks that its peer still runs.
+/// How often a cross-shard call checks that its peer still runs, and polls its waits again
+/// in case a wake was lost.
 pub const PEER_CHECK: Duration = Duration::from_millis(250);
+/// At most one "wake recovered" warning per shard per this interval (all are counted).
+pub const WAKE_LOG_INTERVAL: Duration = Duration::from_secs(10);
 /// A connection that waited this long for in-flight request bytes is logged (the wait
 /// itself is counted in `backpressure_events` from its first microsecond).
 pub const BACKPRESSURE_WAIT_WARN: Duration = Duration::from_secs(1);
@@ -63,6 +68,10 @@ pub struct ShardStats {
     pub native_moved: u64,
     /// Cross-shard calls made for native requests (group coordinator only; data never).
     pub native_cross_shard_hops: u64,
+    /// Waits (a cross-shard queue's room, reply or next message; a connection's read, write
+    /// or answer) that a timed poll found done with no wake having reached the waiting task
+    /// (`runtime::task::repoll`).
+    pub wakes_recovered: u64,
 }
 
 /// Everything one shard owns.
@@ -105,6 +114,8 @@ pub struct Shard {
     cache: Rc<BatchCache>,
     metastore: RefCell<Option<MetaStore>>,
     stats: Cell<ShardStats>,
+    /// Rate limit of the "wake recovered" warning.
+    wake_log: crate::common::logging::RateLimit,
     stopping: Cell<bool>,
     in_flight: Cell<usize>,
     stop_tx: RefCell<Option<oneshot::Sender<()>>>,
@@ -180,6 +191,7 @@ impl Shard {
             cache: Rc::new(BatchCache::new(BATCH_CACHE_BYTES)),
             metastore: RefCell::new(None),
             stats: Cell::new(ShardStats::default()),
+            wake_log: crate::common::logging::RateLimit::new(WAKE_LOG_INTERVAL),
             stopping: Cell::new(false),
             in_flight: Cell::new(0),
             stop_tx: RefCell::new(Some(stop_tx)),
@@ -196,7 +208,10 @@ impl Shard {
         }
     }
 
-    /// Runs `op` on shard `target`: locally, or through that shard's queue.
+    /// Runs `op` on shard `target`: locally, or through that shard's queue. Both waits (for
+    /// room in the queue, for the reply) are polled again every `PEER_CHECK` even without a
+    /// wake, and end when the peer stops: a wake lost between the shards' threads delays the
+    /// call instead of leaving it (and its connection's pipeline) waiting forever.
     pub async fn call(self: &Rc<Self>, target: usize, op: Op) -> Reply {
         if target == self.id {
             return Box::pin(self.execute(op)).await;
@@ -204,16 +219,40 @@ impl Shard {
         self.bump(|s| s.cross_shard_messages += 1);
         let (tx, rx) = oneshot::channel();
         let mut peer = self.peers[target].clone();
-        if !self.peer_alive(target) || peer.send(Envelope { op, reply: tx }).await.is_err() {
+        if !self.peer_alive(target) {
             return Reply::Done;
         }
-        let mut rx = rx;
-        loop {
-            match timeout(PEER_CHECK, &mut rx).await {
-                Some(r) => return r.unwrap_or(Reply::Done),
-                None if !self.peer_alive(target) => return Reply::Done,
-                None => {}
+        let gone = || !self.peer_alive(target);
+        match repoll(PEER_CHECK, peer.send(Envelope { op, reply: tx }), gone).await {
+            Some((Ok(()), late)) => self.note_wake(late, "room in a shard's queue", target),
+            Some((Err(_), _)) | None => return Reply::Done,
+        }
+        match repoll(PEER_CHECK, rx, gone).await {
+            Some((r, late)) => {
+                self.note_wake(late, "a cross-shard reply", target);
+                r.unwrap_or(Reply::Done)
             }
+            None => Reply::Done,
+        }
+    }
+
+    /// Counts and logs (at most once per `WAKE_LOG_INTERVAL` per shard) a wait (a
+    /// cross-shard call, a connection's read, write or answer) that a timed poll found done
+    /// without its wake: `late` from `runtime::task::repoll`; `peer` is the shard waited on.
+    pub(crate) fn note_wake(&self, late: bool, waited_for: &str, peer: usize) {
+        if !late {
+            return;
+        }
+        self.bump(|s| s.wakes_recovered += 1);
+        if let Some(suppressed) = self.wake_log.allow(crate::common::clock::now()) {
+            tracing::warn!(
+                shard = self.id,
+                peer,
+                waited_for,
+                suppressed,
+                "a wait was found done by a timed poll, not by its wake: a wake was lost \
+                 (recovered after at most PEER_CHECK)"
+            );
         }
     }
 
@@ -313,8 +352,10 @@ impl Shard {
             max_message,
             self.metrics.clone(),
         ));
-        part.load_producer_state(self.clustered()).await?;
-        if topic == crate::group::OFFSETS_TOPIC {
+        let offsets = topic == crate::group::OFFSETS_TOPIC;
+        let keyed = offsets.then_some(crate::group::records::scope_of as KeyScope);
+        part.load_producer_state(self.clustered(), keyed).await?;
+        if offsets {
             self.load_groups(&part).await?;
         }
         self.partitions
@@ -426,6 +467,7 @@ impl Shard {
             native_requests: stats.native_requests,
             native_moved: stats.native_moved,
             native_cross_shard_hops: stats.native_cross_shard_hops,
+            wakes_recovered: stats.wakes_recovered,
             native_connections: self.native_connections.get(),
             connections: self.connections.get(),
             requests,
@@ -475,5 +517,80 @@ impl Shard {
                 tracing::error!(topic = %p.topic, partition = p.index, error = %e, "flush at shutdown failed");
             }
         }
+    }
+}
+
+/// The cluster layer (`cluster`) runs over the shard it is on.
+impl crate::cluster::ClusterHost for Shard {
+    fn shard_id(&self) -> usize {
+        self.id
+    }
+
+    fn shard_count(&self) -> usize {
+        self.count
+    }
+
+    fn config(&self) -> &Config {
+        &self.config
+    }
+
+    fn cluster(&self) -> &crate::cluster::ClusterState {
+        &self.cluster
+    }
+
+    fn metadata(&self) -> Arc<Metadata> {
+        Shard::metadata(self)
+    }
+
+    fn metrics(&self) -> Rc<crate::common::metrics::ShardMetrics> {
+        self.metrics.clone()
+    }
+
+    fn stopping(&self) -> bool {
+        Shard::stopping(self)
+    }
+
+    fn clustered(&self) -> bool {
+        Shard::clustered(self)
+    }
+
+    fn publish(self: &Rc<Self>, snapshot: Arc<Metadata>) -> LocalBoxFuture<'_, ()> {
+        Box::pin(Shard::publish(self, snapshot))
+    }
+
+    fn leader_changes_to_every_shard(
+        self: &Rc<Self>,
+        remote: bool,
+    ) -> crate::replication::OnLeaderChanges {
+        let op: fn(Vec<crate::replication::LeaderChange>) -> Op = if remote {
+            Op::RemoteLeaders
+        } else {
+            Op::Leaders
+        };
+        let weak = Rc::downgrade(self);
+        Box::new(move |changes| {
+            if let Some(s) = weak.upgrade() {
+                crate::runtime::task::spawn_local(async move {
+                    let calls = (0..s.count).map(|t| s.call(t, op(changes.clone())));
+                    futures::future::join_all(calls).await;
+                });
+            }
+        })
+    }
+
+    fn on_leader_gain(self: &Rc<Self>, part: &Rc<Partition>) -> Option<Box<dyn Fn()>> {
+        if part.topic != crate::group::OFFSETS_TOPIC {
+            return None;
+        }
+        let (weak, p) = (Rc::downgrade(self), part.clone());
+        Some(Box::new(move || {
+            if let Some(s) = weak.upgrade() {
+                // Loading from this moment: no group request is answered from what this
+                // node held as a follower.
+                s.groups_loading.borrow_mut().insert(p.index);
+                let p = p.clone();
+                crate::runtime::task::spawn_local(async move { s.reload_groups(&p).await });
+            }
+        }))
     }
 }

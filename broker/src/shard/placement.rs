@@ -10,6 +10,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use crate::cluster::metadata::Metadata;
+use crate::cluster::ClusterHost;
 use crate::partition::Partition;
 use crate::shard::ops::Op;
 use crate::shard::Shard;
@@ -31,7 +32,7 @@ impl Shard {
     async fn apply_metadata_inner(self: &Rc<Self>, meta: Arc<Metadata>) {
         let mut wanted: HashMap<(String, i32), ()> = HashMap::new();
         if self.clustered() {
-            for k in crate::cluster::hosted_here(self, &meta) {
+            for k in crate::cluster::hosted_here(&**self, &meta) {
                 wanted.insert(k, ());
             }
         } else {
@@ -50,7 +51,7 @@ impl Shard {
             .filter(|k| !wanted.contains_key(k))
             .collect();
         for (topic, p) in stale {
-            crate::cluster::unhost_partition(self, &before, &topic, p);
+            crate::cluster::unhost_partition(&**self, &before, &topic, p);
             if let Some(part) = self.remove_partition(&topic, p) {
                 delete_partition_dir(part);
             }
@@ -65,7 +66,7 @@ impl Shard {
                 let (lc, max) = crate::cluster::topic_config::log_config(&self.config, &configs);
                 part.set_config(lc, max);
                 if self.clustered() {
-                    crate::cluster::refresh_partition(self, &meta, &part);
+                    crate::cluster::refresh_partition(&**self, &meta, &part);
                 }
                 continue;
             }

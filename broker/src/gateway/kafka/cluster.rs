@@ -13,6 +13,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::{Ctx, FramingError};
 use crate::cluster::metadata::Command;
+use crate::cluster::ClusterHost;
 use crate::common::errors::code;
 use crate::shard::Shard;
 
@@ -56,7 +57,7 @@ pub async fn unregister(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Byt
             code::INVALID_REQUEST,
             "a single-node broker has no node to remove".to_string(),
         ))
-    } else if crate::cluster::controller_voters(shard).contains(&id) {
+    } else if crate::cluster::controller_voters(&**shard).contains(&id) {
         Some((
             code::INVALID_REQUEST,
             format!(

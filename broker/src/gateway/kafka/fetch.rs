@@ -1,6 +1,10 @@
 //! Fetch: split per shard, read whole batches up to the high watermark, long-poll until
 //! `min_bytes` are there or `max_wait_ms` passes; appends wake waiting fetches.
 //! Fetch sessions (KIP-227) are declined (session id 0), so every fetch is a full one.
+//! From v13 a topic is named by its id, echoed in the answer (an unknown id is answered
+//! UNKNOWN_TOPIC_ID, as Kafka does); v14-v17 add nothing a consumer's fetch uses (tiered
+//! storage's error, the replica state, the new leader's endpoints on NOT_LEADER, which are
+//! optional tagged fields, and a follower's directory id).
 
 use std::rc::Rc;
 use std::time::Duration;
@@ -12,21 +16,20 @@ use kafka_protocol::messages::{FetchRequest, FetchResponse};
 use super::{Ctx, FramingError};
 use strand_storage::KafkaOffset;
 
+use crate::cluster::metadata::Metadata;
 use crate::common::errors::KafkaError;
 use crate::shard::ops::{FetchPart, FetchResult, Op, Reply, ShardSplit};
 use crate::shard::Shard;
 
 /// Longest long-poll accepted (clients default to 500 ms).
 pub const MAX_WAIT_MS_MAX: u64 = 30_000;
+/// The first Fetch version that names topics by id (KIP-516) instead of by name.
+pub const TOPIC_IDS_VERSION: i16 = 13;
 
-/// Fetch.
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
-)]
+/// Fetch: plans the read per shard, reads until `min_bytes` are there, an error shows or
+/// `max_wait_ms` passes (waiting for appends in between), then answers.
 pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
     let req: FetchRequest = ctx.decode(body)?;
-    let meta = shard.metadata();
     let deadline = crate::common::clock::now()
         + Duration::from_millis(
             u64::try_from(req.max_wait_ms)
@@ -35,18 +38,52 @@ pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
         );
     let max_bytes = usize::try_from(req.max_bytes).unwrap_or(0);
     let min_bytes = usize::try_from(req.min_bytes).unwrap_or(0);
-    let mut split = ShardSplit::new(shard.count);
+    let (split, mut results) = plan(&shard.metadata(), shard.count, &req, ctx.version);
+    let involved = split.involved();
+    let budget = (max_bytes / involved.len().max(1)).max(1);
+    loop {
+        let (total, any_error) = read_round(shard, &split, &involved, budget, &mut results).await;
+        let now = crate::common::clock::now();
+        if total >= min_bytes.max(1) || any_error || now >= deadline || involved.is_empty() {
+            break;
+        }
+        wait_for_appends(shard, &split, &results, &involved, deadline - now).await;
+    }
+    ctx.respond(&answer(&req, results, ctx.version))
+}
+
+/// The read of each requested partition, per owning shard, and the answers so far: each
+/// partition is unknown (UNKNOWN_TOPIC_OR_PARTITION, or UNKNOWN_TOPIC_ID for an id no
+/// topic has from v13) until its shard answers.
+fn plan(
+    meta: &Metadata,
+    shards: usize,
+    req: &FetchRequest,
+    version: i16,
+) -> (ShardSplit<FetchPart>, Vec<Vec<FetchResult>>) {
+    let mut split = ShardSplit::new(shards);
     let mut results: Vec<Vec<FetchResult>> = Vec::with_capacity(req.topics.len());
     for (ti, t) in req.topics.iter().enumerate() {
-        let topic = t.topic.0.as_str();
+        let (topic, unknown) = if version >= TOPIC_IDS_VERSION {
+            (
+                meta.topic_name_of(t.topic_id.as_u128()),
+                KafkaError::UnknownTopicId,
+            )
+        } else {
+            (
+                Some(t.topic.0.as_str()),
+                KafkaError::UnknownTopicOrPartition,
+            )
+        };
         let mut row = Vec::with_capacity(t.partitions.len());
         for (pi, p) in t.partitions.iter().enumerate() {
             row.push(FetchResult {
-                error: Some(KafkaError::UnknownTopicOrPartition),
+                error: Some(unknown.clone()),
                 high_watermark: KafkaOffset(-1),
                 log_start_offset: KafkaOffset(-1),
                 ..Default::default()
             });
+            let Some(topic) = topic else { continue };
             if let Some(s) = meta.shard_of(topic, p.partition) {
                 let part = FetchPart {
                     topic: topic.to_string(),
@@ -59,45 +96,47 @@ pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
         }
         results.push(row);
     }
-    let involved = split.involved();
-    let budget = max_bytes / involved.len().max(1);
-    loop {
-        let calls = involved.iter().map(|&s| {
-            let parts = split.parts(s).to_vec();
-            async move {
-                (
-                    s,
-                    shard
-                        .call(
-                            s,
-                            Op::Fetch {
-                                parts,
-                                max_bytes: budget.max(1),
-                            },
-                        )
-                        .await,
-                )
-            }
-        });
-        let mut total = 0usize;
-        let mut any_error = false;
-        for (s, reply) in futures::future::join_all(calls).await {
-            let Reply::Fetch(rs) = reply else { continue };
-            for (k, r) in rs.into_iter().enumerate() {
-                let Some(&(ti, pi)) = split.slots(s).get(k) else {
-                    continue;
-                };
-                total += r.records.len();
-                any_error |= r.error.is_some();
-                results[ti][pi] = r;
-            }
+    (split, results)
+}
+
+/// Reads every planned partition once, `budget` bytes per shard, into `results`; returns
+/// the record bytes read and whether any partition answered an error.
+async fn read_round(
+    shard: &Rc<Shard>,
+    split: &ShardSplit<FetchPart>,
+    involved: &[usize],
+    budget: usize,
+    results: &mut [Vec<FetchResult>],
+) -> (usize, bool) {
+    let calls = involved.iter().map(|&s| {
+        let parts = split.parts(s).to_vec();
+        async move {
+            let op = Op::Fetch {
+                parts,
+                max_bytes: budget,
+            };
+            (s, shard.call(s, op).await)
         }
-        let now = crate::common::clock::now();
-        if total >= min_bytes.max(1) || any_error || now >= deadline || involved.is_empty() {
-            break;
+    });
+    let mut total = 0usize;
+    let mut any_error = false;
+    for (s, reply) in futures::future::join_all(calls).await {
+        let Reply::Fetch(rs) = reply else { continue };
+        for (k, r) in rs.into_iter().enumerate() {
+            let Some(&(ti, pi)) = split.slots(s).get(k) else {
+                continue;
+            };
+            total += r.records.len();
+            any_error |= r.error.is_some();
+            results[ti][pi] = r;
         }
-        wait_for_appends(shard, &split, &results, &involved, deadline - now).await;
     }
+    (total, any_error)
+}
+
+/// The response: each requested topic as it was named (by name, or by id from v13), its
+/// partitions in request order.
+fn answer(req: &FetchRequest, results: Vec<Vec<FetchResult>>, version: i16) -> FetchResponse {
     let topics = req
         .topics
         .iter()
@@ -107,7 +146,7 @@ pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
                 .partitions
                 .iter()
                 .zip(row)
-                .map(|(p, r)| partition_data(p.partition, r, ctx.version))
+                .map(|(p, r)| partition_data(p.partition, r, version))
                 .collect();
             FetchableTopicResponse::default()
                 .with_topic(t.topic.clone())
@@ -115,11 +154,9 @@ pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
                 .with_partitions(parts)
         })
         .collect();
-    ctx.respond(
-        &FetchResponse::default()
-            .with_session_id(0)
-            .with_responses(topics),
-    )
+    FetchResponse::default()
+        .with_session_id(0)
+        .with_responses(topics)
 }
 
 /// Waits until a high watermark moves past what the last read saw (or the fetch offset),

@@ -27,7 +27,8 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
 use super::{Ctx, FramingError};
-use crate::group::coordinator::{code, JoinRequest};
+use crate::cluster::ClusterHost;
+use crate::group::coordinator::{self, code, JoinRequest};
 use crate::group::state::Committed;
 use crate::group::{partition_for, OFFSETS_TOPIC};
 use crate::shard::groups::s;
@@ -128,9 +129,14 @@ pub async fn execute(
                 .iter()
                 .map(|a| (a.member_id.to_string(), a.assignment.clone()))
                 .collect();
-            let (code, assignment) = shard
-                .group_sync(&r.group_id.0, &r.member_id, r.generation_id, assignments)
-                .await;
+            let (code, assignment) = coordinator::group_sync(
+                shard,
+                &r.group_id.0,
+                &r.member_id,
+                r.generation_id,
+                assignments,
+            )
+            .await;
             let resp = SyncGroupResponse::default()
                 .with_error_code(code)
                 .with_assignment(assignment)
@@ -140,7 +146,12 @@ pub async fn execute(
         }
         ApiKey::Heartbeat => {
             let r: HeartbeatRequest = ctx.decode(body)?;
-            let code = shard.group_heartbeat(&r.group_id.0, &r.member_id, r.generation_id);
+            let code = coordinator::group_heartbeat(
+                &**shard,
+                &r.group_id.0,
+                &r.member_id,
+                r.generation_id,
+            );
             ctx.respond(&HeartbeatResponse::default().with_error_code(code))
         }
         ApiKey::LeaveGroup => leave(shard, ctx, body).await,
@@ -227,7 +238,7 @@ async fn join(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, Framin
             .collect(),
         version: ctx.version,
     };
-    let o = shard.group_join(req).await;
+    let o = coordinator::group_join(shard, req).await;
     let members = o
         .members
         .into_iter()
@@ -268,7 +279,7 @@ async fn leave(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, Frami
     } else {
         vec![(r.member_id.to_string(), None)]
     };
-    let codes = shard.group_leave(&r.group_id.0, &members).await;
+    let codes = coordinator::group_leave(shard, &r.group_id.0, &members).await;
     let mut resp = LeaveGroupResponse::default();
     if ctx.version >= 3 {
         resp = resp.with_members(
@@ -309,14 +320,14 @@ async fn commit(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, Fram
             })
         })
         .collect();
-    let codes = shard
-        .offset_commit(
-            &r.group_id.0,
-            &r.member_id,
-            r.generation_id_or_member_epoch,
-            offsets,
-        )
-        .await;
+    let codes = coordinator::offset_commit(
+        shard,
+        &r.group_id.0,
+        &r.member_id,
+        r.generation_id_or_member_epoch,
+        offsets,
+    )
+    .await;
     ctx.respond(&commit_answer(&r, codes.into_iter()))
 }
 
@@ -331,7 +342,7 @@ async fn offset_delete(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Byte
                 .map(|p| (t.name.0.to_string(), p.partition_index))
         })
         .collect();
-    let resp = match shard.offset_delete(&r.group_id.0, parts).await {
+    let resp = match coordinator::offset_delete(shard, &r.group_id.0, parts).await {
         Err(c) => OffsetDeleteResponse::default().with_error_code(c),
         Ok(codes) => {
             let mut codes = codes.into_iter();
@@ -380,7 +391,7 @@ pub fn find_coordinator(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Byt
             base.with_node_id(BrokerId(-1))
                 .with_host(s(""))
                 .with_port(-1)
-                .with_error_code(42)
+                .with_error_code(code::INVALID_REQUEST)
                 .with_error_message(Some(s("transactions are not supported by this broker")))
         } else if !ready || clustered.as_ref().is_some_and(Option::is_none) {
             base.with_node_id(BrokerId(-1))

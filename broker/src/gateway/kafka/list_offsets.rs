@@ -10,6 +10,7 @@ use kafka_protocol::messages::list_offsets_response::{
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
 use super::{Ctx, FramingError};
+use crate::common::errors::code;
 use crate::shard::ops::{ListOffsetsPart, Op, Reply, ShardSplit};
 use crate::shard::Shard;
 
@@ -25,7 +26,7 @@ pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
             row.push(
                 ListOffsetsPartitionResponse::default()
                     .with_partition_index(p.partition_index)
-                    .with_error_code(3)
+                    .with_error_code(code::UNKNOWN_TOPIC_OR_PARTITION)
                     .with_timestamp(-1)
                     .with_offset(-1),
             );

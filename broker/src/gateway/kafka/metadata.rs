@@ -15,6 +15,8 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::{topics, Ctx, FramingError};
 use crate::cluster::metadata::validate_topic_name;
+use crate::cluster::ClusterHost;
+use crate::common::errors::code;
 use crate::shard::Shard;
 
 /// Creates the topics in `names` that do not exist, when auto-creation is enabled.
@@ -134,7 +136,7 @@ fn partition_metadata(
         .with_replica_nodes(t.replicas_of(p).iter().map(|&n| BrokerId(n)).collect())
         .with_isr_nodes(isr.into_iter().map(BrokerId).collect());
     if leader < 0 {
-        base.with_error_code(5)
+        base.with_error_code(code::LEADER_NOT_AVAILABLE)
     } else {
         base
     }

@@ -18,8 +18,9 @@ use glommio::net::{TcpListener, TcpStream};
 use crate::common::config::REQUEST_BYTES_MAX;
 use crate::common::metrics::ProduceStage;
 use crate::gateway::kafka::{self, FramingError};
-use crate::runtime::task::spawn_local;
+use crate::runtime::task::{repoll, spawn_local};
 use crate::shard::Shard;
+use crate::shard::PEER_CHECK;
 
 /// Requests of one connection in flight before the reader waits (Kafka clients default
 /// to 5 in-flight requests per connection; 64 leaves room for pipelining consumers).
@@ -91,14 +92,25 @@ async fn connection(shard: Rc<Shard>, stream: TcpStream) {
     let (tx, rx) = local_channel::new_bounded::<Pending>(PIPELINE_DEPTH);
     let metrics = shard.metrics.clone();
     let late_log = crate::common::logging::RateLimit::new(LATE_RESPONSE_LOG_INTERVAL);
+    let ws = shard.clone();
+    // Every wait of the connection is polled again every PEER_CHECK (`repoll`): a lost wake
+    // costs at most that, and is counted and logged (issue 28: a connection stalled for 30 s
+    // with no request slow and no response late).
     let writer = glommio::spawn_local(async move {
         while let Some(task) = rx.recv().await {
-            let (api, received, result) = task.await;
+            let Some(((api, received, result), late)) = repoll(PEER_CHECK, task, || false).await
+            else {
+                break;
+            };
+            ws.note_wake(late, "a request's answer, awaited by its connection", ws.id);
             match result {
                 Ok(Some(resp)) => {
                     let write_started = crate::common::clock::now();
-                    if wr.write_all(&resp).await.is_err() {
-                        break;
+                    match repoll(PEER_CHECK, wr.write_all(&resp), || false).await {
+                        Some((Ok(()), late)) => {
+                            ws.note_wake(late, "a response's socket write", ws.id);
+                        }
+                        Some((Err(_), _)) | None => break,
                     }
                     let done = crate::common::clock::now();
                     if api == Some(PRODUCE_API_INDEX) {
@@ -127,9 +139,11 @@ async fn connection(shard: Rc<Shard>, stream: TcpStream) {
             break;
         }
         let mut len = [0u8; 4];
-        match crate::runtime::task::timeout(IDLE_TIMEOUT, rd.read_exact(&mut len)).await {
-            Some(Ok(())) => {}
-            Some(Err(_)) => break,
+        let idle_until = crate::common::clock::now() + IDLE_TIMEOUT;
+        let idle = || crate::common::clock::now() >= idle_until;
+        match repoll(PEER_CHECK, rd.read_exact(&mut len), idle).await {
+            Some((Ok(()), late)) => shard.note_wake(late, "a request's length", shard.id),
+            Some((Err(_), _)) => break,
             None => {
                 tracing::debug!(?peer, "idle connection closed");
                 break;
@@ -151,9 +165,11 @@ async fn connection(shard: Rc<Shard>, stream: TcpStream) {
             break;
         };
         let mut buf = vec![0u8; n];
-        match crate::runtime::task::timeout(REQUEST_READ_TIMEOUT, rd.read_exact(&mut buf)).await {
-            Some(Ok(())) => {}
-            Some(Err(_)) => break,
+        let read_until = crate::common::clock::now() + REQUEST_READ_TIMEOUT;
+        let half_sent = || crate::common::clock::now() >= read_until;
+        match repoll(PEER_CHECK, rd.read_exact(&mut buf), half_sent).await {
+            Some((Ok(()), late)) => shard.note_wake(late, "a request's body", shard.id),
+            Some((Err(_), _)) => break,
             None => {
                 tracing::debug!(?peer, "half-sent request timed out: closing connection");
                 break;
@@ -175,8 +191,11 @@ async fn connection(shard: Rc<Shard>, stream: TcpStream) {
             drop(permit);
             (api, received, r)
         });
-        if tx.send(task).await.is_err() {
-            break;
+        match repoll(PEER_CHECK, tx.send(task), || false).await {
+            Some((Ok(()), late)) => {
+                shard.note_wake(late, "room in its connection's pipeline", shard.id)
+            }
+            Some((Err(_), _)) | None => break,
         }
     }
     drop(tx);

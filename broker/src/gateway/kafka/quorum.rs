@@ -27,6 +27,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::{Ctx, FramingError};
 use crate::cluster::metadata::Command;
+use crate::cluster::ClusterHost;
 use crate::common::errors::code;
 use crate::common::errors::KafkaError;
 use crate::shard::ops::{Op, Reply};
@@ -191,7 +192,7 @@ async fn change(
             )),
         );
     }
-    let next = match target(&crate::cluster::controller_voters(shard), id, add) {
+    let next = match target(&crate::cluster::controller_voters(&**shard), id, add) {
         Ok(next) => next,
         Err((code, why)) => return (code, Some(why)),
     };

@@ -15,6 +15,8 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::{Ctx, FramingError};
 use crate::cluster::metadata::{place_partitions, Command, MetaError};
+use crate::cluster::ClusterHost;
+use crate::common::errors::code;
 use crate::shard::ops::{Op, Reply};
 use crate::shard::Shard;
 
@@ -126,21 +128,21 @@ pub async fn create(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
         }
         if partitions < 1 {
             r = r
-                .with_error_code(37)
+                .with_error_code(code::INVALID_PARTITIONS)
                 .with_error_message(Some(msg("number of partitions must be at least 1")));
         } else if bad_rf {
             r = r
-                .with_error_code(38)
+                .with_error_code(code::INVALID_REPLICATION_FACTOR)
                 .with_error_message(Some(StrBytes::from_string(format!(
                     "replication factor must be in 1..={rf_max} (the nodes of this cluster)"
                 ))));
         } else if let Some(m) = bad_config {
             r = r
-                .with_error_code(40)
+                .with_error_code(code::INVALID_CONFIG)
                 .with_error_message(Some(StrBytes::from_string(m)));
         } else if !t.assignments.is_empty() {
             r = r
-                .with_error_code(39)
+                .with_error_code(code::INVALID_REPLICA_ASSIGNMENT)
                 .with_error_message(Some(msg("manual replica assignment is not supported")));
         } else {
             let cmd = create_command(
@@ -208,11 +210,7 @@ pub async fn delete(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
     for (name, id) in names {
         let resolved = match &name {
             Some(n) => Some(n.0.as_str().to_string()),
-            None => meta
-                .topics
-                .iter()
-                .find(|(_, t)| t.id == id.as_u128())
-                .map(|(n, _)| n.clone()),
+            None => meta.topic_name_of(id.as_u128()).map(str::to_string),
         };
         let mut r = DeletableTopicResult::default()
             .with_name(name)
@@ -225,7 +223,13 @@ pub async fn delete(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
                 slots.push(results.len());
                 cmds.push(Command::DeleteTopic { name: n });
             }
-            _ => r = r.with_error_code(if id.is_nil() { 3 } else { 100 }),
+            _ => {
+                r = r.with_error_code(if id.is_nil() {
+                    code::UNKNOWN_TOPIC_OR_PARTITION
+                } else {
+                    code::UNKNOWN_TOPIC_ID
+                })
+            }
         }
         results.push(r);
     }
