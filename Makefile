@@ -28,13 +28,19 @@ run:
 run-cluster:
 	CARGO=$(CARGO) DATA_DIR=$(DATA_DIR)/cluster exec scripts/run-cluster.sh
 
-## test: install what the tests need, then formatting, lints and every test
-test: deps lint
-	$(CARGO) build --workspace --bins --examples
-	$(CARGO) test --workspace --all-targets
-	$(CARGO) run -q -p strand-bench -- disk --dir $(DATA_DIR)/bench-smoke \
+## test: install what the tests need, then formatting, lints and every test; prints the time
+## each stage took (scripts/stage.sh)
+STAGE := scripts/stage.sh
+test:
+	@$(STAGE) --start
+	$(STAGE) deps $(MAKE) --no-print-directory deps
+	$(STAGE) lint $(MAKE) --no-print-directory lint
+	$(STAGE) build $(CARGO) build --workspace --bins --examples
+	$(STAGE) cargo-test $(CARGO) test --workspace --all-targets
+	$(STAGE) bench-smoke $(CARGO) run -q -p strand-bench -- disk --dir $(DATA_DIR)/bench-smoke \
 	  --total-bytes 16777216 --sync-samples 20 --engine-secs 0.1 --partitions 1,4 > /dev/null
-	STRAND_BIN=$(CURDIR)/target/debug/strand tests/kafka/run.sh
+	$(STAGE) kafka-clients env STRAND_BIN=$(CURDIR)/target/debug/strand tests/kafka/run.sh
+	@$(STAGE) --report
 	@echo "make test: all passed"
 
 ## bench: the disk physics and storage engine ratios (release build)
@@ -88,6 +94,7 @@ deps:
 	command -v javac >/dev/null || missing="$$missing openjdk-17-jdk-headless"; \
 	command -v node >/dev/null || missing="$$missing nodejs"; \
 	command -v npm >/dev/null || missing="$$missing npm"; \
+	command -v curl >/dev/null || missing="$$missing curl"; \
 	python3 -c 'import ensurepip, venv' 2>/dev/null || missing="$$missing python3-venv"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \

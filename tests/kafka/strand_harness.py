@@ -377,3 +377,38 @@ def need_module(name: str, why: str = ""):
 def need(condition: bool, reason: str):
     if not condition:
         _skip_or_fail(reason)
+
+
+# -- the Apache Kafka Java clients ------------------------------------------------------------
+
+# Each Java client version the tests run: its name in test ids, and the folder
+# fetch_java_clients.sh fills with its jars.
+JAVA_CLIENTS = {
+    "java3.9": KAFKA_TESTS_DIR / "java-lib",
+    "java4.1": KAFKA_TESTS_DIR / "java4-lib",
+}
+JAVA_SOURCES = Path(__file__).resolve().parent / "java"
+
+
+def java_classpath(client: str, program: str) -> tuple[str, str]:
+    """(java, classpath) to run `program` (tests/kafka/java/<program>.java) on the Java
+    client `client` (a key of JAVA_CLIENTS), compiling it first when its class is missing
+    or older than the source. Skips (fails under STRAND_REQUIRE_CLIENTS=1) when java or
+    the client's jars are missing."""
+    java, javac = shutil.which("java"), shutil.which("javac")
+    need(java is not None and javac is not None,
+         "java/javac not found (Debian: openjdk-17-jdk-headless)")
+    lib = JAVA_CLIENTS[client]
+    jars = sorted(lib.glob("*.jar"))
+    need(any(j.name.startswith("kafka-clients") for j in jars),
+         f"kafka-clients is not in {lib}: run tests/kafka/fetch_java_clients.sh")
+    cp = ":".join(str(j) for j in jars)
+    src = JAVA_SOURCES / f"{program}.java"
+    classes = KAFKA_TESTS_DIR / f"{client}-classes"
+    cls = classes / f"{program}.class"
+    if not cls.exists() or cls.stat().st_mtime < src.stat().st_mtime:
+        classes.mkdir(parents=True, exist_ok=True)
+        r = subprocess.run([javac, "-Xlint:all", "-Werror", "-cp", cp, "-d", str(classes),
+                            str(src)], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, f"javac failed:\n{r.stdout}\n{r.stderr}"
+    return java, f"{cp}:{classes}"

@@ -14,8 +14,8 @@ aiokafka, kafkajs, the Java client), each in three phases:
 Plus: committed offsets and the group survive kill -9 of the broker, and the confluent
 AdminClient's ListGroups/DescribeGroups show the group and its members.
 
-kafkajs and Java run tests/kafka/js/groups.js and tests/kafka/java/GroupCheck.java, which do
-the same three phases and print one JSON line that is checked here.
+kafkajs and Java (the 3.9 and 4.1 clients, group.protocol=classic) run
+tests/kafka/js/groups.js and tests/kafka/java/GroupCheck.java, which do the same three phases and print one JSON line that is checked here.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from pathlib import Path
 
 import pytest
 
-from strand_harness import KAFKA_TESTS_DIR, Broker, need, need_module, wait_until
+from strand_harness import (JAVA_CLIENTS, Broker, java_classpath, need, need_module,
+                            wait_until)
 
 HERE = Path(__file__).resolve().parent
 PARTS = 3
@@ -464,25 +465,9 @@ def test_groups_kafkajs(ck, slow, fast, capsys):
     _check_program_output(out, capsys, "kafkajs")
 
 
-@pytest.fixture(scope="module")
-def java_group_classpath():
-    java, javac = shutil.which("java"), shutil.which("javac")
-    need(java is not None and javac is not None,
-         "java/javac not found (Debian: openjdk-17-jdk-headless)")
-    lib = KAFKA_TESTS_DIR / "java-lib"
-    jars = sorted(lib.glob("*.jar"))
-    need(any(j.name == "kafka-clients.jar" for j in jars),
-         f"kafka-clients.jar not in {lib}: run tests/kafka/fetch_java_clients.sh")
-    cp = ":".join(str(j) for j in jars)
-    src = HERE / "java" / "GroupCheck.java"
-    classes = KAFKA_TESTS_DIR / "java-classes"
-    cls = classes / "GroupCheck.class"
-    if not cls.exists() or cls.stat().st_mtime < src.stat().st_mtime:
-        classes.mkdir(parents=True, exist_ok=True)
-        r = subprocess.run([javac, "-Xlint:all", "-Werror", "-cp", cp, "-d", str(classes),
-                            str(src)], capture_output=True, text=True, timeout=120)
-        assert r.returncode == 0, f"javac failed:\n{r.stdout}\n{r.stderr}"
-    return java, f"{cp}:{classes}"
+@pytest.fixture(scope="module", params=sorted(JAVA_CLIENTS))
+def java_group_classpath(request):
+    return java_classpath(request.param, "GroupCheck")
 
 
 def test_groups_java(java_group_classpath, ck, slow, fast, capsys):

@@ -70,6 +70,9 @@ public final class GroupCheck {
         Properties cp = new Properties();
         cp.put("bootstrap.servers", bootstrap);
         cp.put("group.id", group);
+        // The classic rebalance protocol (the default of 3.9 and 4.x clients, named so the
+        // 4.x default changing cannot switch the test to KIP-848's protocol unnoticed).
+        cp.put("group.protocol", "classic");
         cp.put("enable.auto.commit", "false");
         cp.put("auto.offset.reset", "earliest");
         cp.put("request.timeout.ms", "15000");
