@@ -412,3 +412,21 @@ def java_classpath(client: str, program: str) -> tuple[str, str]:
                             str(src)], capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, f"javac failed:\n{r.stdout}\n{r.stderr}"
     return java, f"{cp}:{classes}"
+
+
+def check_group_resume(out: dict, count: int):
+    """Checks a client program's two-run group consume (tests/kafka/js/platformatic.mjs,
+    tests/kafka/go): `sent` names partition i % 2 and that partition's next offset for
+    record i (k<i>, v<i>); `first` read count // 2 records and committed them, `second`
+    (the same group) resumed after the commit and read the rest. Each run reads each record
+    once; together they read every record, none twice."""
+    assert out["sent"] == [{"partition": i % 2, "offset": i // 2} for i in range(count)]
+
+    def keyed(records):
+        return {(m["partition"], m["offset"]): (m["key"], m["value"]) for m in records}
+
+    first, second = keyed(out["first"]), keyed(out["second"])
+    assert len(first) == len(out["first"]) == count // 2, "no record twice in one run"
+    assert len(second) == len(out["second"]) == count - count // 2
+    assert not first.keys() & second.keys(), "the second run resumed after the commits"
+    assert first | second == {(i % 2, i // 2): (f"k{i}", f"v{i}") for i in range(count)}

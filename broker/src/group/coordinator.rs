@@ -527,14 +527,7 @@ pub async fn delete_group<H: GroupHost>(host: &Rc<H>, group: &str) -> i16 {
         let mut recs: Vec<(Vec<u8>, Option<Vec<u8>>)> = g
             .offsets
             .keys()
-            .map(|(t, p)| {
-                let key = Key::Offset {
-                    group: group.to_string(),
-                    topic: t.clone(),
-                    partition: *p,
-                };
-                (records::key_bytes(&key), None)
-            })
+            .map(|(t, p)| offset_tombstone(group, t, *p))
             .collect();
         recs.push((
             records::key_bytes(&Key::Group {
@@ -579,14 +572,7 @@ pub async fn offset_delete<H: GroupHost>(
             .iter()
             .zip(&codes)
             .filter(|(_, c)| **c == code::NONE)
-            .map(|((t, p), _)| {
-                let key = Key::Offset {
-                    group: group.to_string(),
-                    topic: t.clone(),
-                    partition: *p,
-                };
-                (records::key_bytes(&key), None)
-            })
+            .map(|((t, p), _)| offset_tombstone(group, t, *p))
             .collect();
         (codes, recs)
     };
@@ -630,6 +616,16 @@ async fn persist_group_records<H: GroupHost>(
             code::COORDINATOR_NOT_AVAILABLE
         })
 }
+/// The tombstone of `group`'s committed offset of `topic`/`partition`.
+fn offset_tombstone(group: &str, topic: &str, partition: i32) -> (Vec<u8>, Option<Vec<u8>>) {
+    let key = Key::Offset {
+        group: group.to_string(),
+        topic: topic.to_string(),
+        partition,
+    };
+    (records::key_bytes(&key), None)
+}
+
 /// Kafka's commit checks: simple commits only to empty groups; members must be current.
 fn commit_allowed(g: &Group, member_id: &str, generation: i32) -> i16 {
     if generation < 0 && member_id.is_empty() {

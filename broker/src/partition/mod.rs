@@ -823,28 +823,7 @@ mod tests {
     const VALUE_BYTES: usize = 64 << 10;
 
     async fn open(dir: &Path) -> Rc<Partition> {
-        open_topic(dir, "t").await
-    }
-
-    async fn open_topic(dir: &Path, topic: &str) -> Rc<Partition> {
-        open_with(dir, topic, LogConfig::default()).await
-    }
-
-    async fn open_with(dir: &Path, topic: &str, lc: LogConfig) -> Rc<Partition> {
-        let lc = LogConfig {
-            allow_buffered_io: true,
-            ..lc
-        };
-        let cache = Rc::new(BatchCache::new(1 << 20));
-        let log = Log::open(dir, lc, Rc::new(SystemClock), cache)
-            .await
-            .expect("open log");
-        let metrics = Rc::new(crate::common::metrics::ShardMetrics::new(1));
-        let part = Rc::new(Partition::new(topic.into(), 0, log, 1 << 20, metrics));
-        part.load_producer_state(false, None)
-            .await
-            .expect("producer state");
-        part
+        open_with(dir, LogConfig::default(), None).await
     }
 
     /// `name/...` keys in scope `name`, its own key `name/`.
@@ -856,17 +835,21 @@ mod tests {
 
     /// A partition whose checkpoint keeps its `slash_scope` records.
     async fn open_keyed(dir: &Path) -> Rc<Partition> {
+        open_with(dir, LogConfig::default(), Some(slash_scope)).await
+    }
+
+    async fn open_with(dir: &Path, lc: LogConfig, keyed: Option<KeyScope>) -> Rc<Partition> {
         let lc = LogConfig {
             allow_buffered_io: true,
-            ..LogConfig::default()
+            ..lc
         };
         let cache = Rc::new(BatchCache::new(1 << 20));
         let log = Log::open(dir, lc, Rc::new(SystemClock), cache)
             .await
             .expect("open log");
         let metrics = Rc::new(crate::common::metrics::ShardMetrics::new(1));
-        let part = Rc::new(Partition::new("keyed".into(), 0, log, 1 << 20, metrics));
-        part.load_producer_state(false, Some(slash_scope))
+        let part = Rc::new(Partition::new("t".into(), 0, log, 1 << 20, metrics));
+        part.load_producer_state(false, keyed)
             .await
             .expect("producer state");
         part
@@ -1006,7 +989,7 @@ mod tests {
             ..LogConfig::default()
         };
         strand_storage::io_runtime::block_on("partition-test", 1, async {
-            let part = open_with(&dir, "t", lc.clone()).await;
+            let part = open_with(&dir, lc.clone(), None).await;
             let first = produce(&part, 1, 0).await;
             for seq in 0..12 {
                 produce(&part, 2, seq).await;
@@ -1017,7 +1000,7 @@ mod tests {
             assert!(part.checkpoint.borrow().offset >= part.log().log_start_offset());
             drop(part);
 
-            let part = open_with(&dir, "t", lc.clone()).await;
+            let part = open_with(&dir, lc.clone(), None).await;
             retries_are_duplicates(&part, &[(1, 0, first)]).await;
 
             // A checkpoint that cannot be saved (here its path is taken by a directory; on

@@ -9,44 +9,26 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"strconv"
 	"time"
 
+	"strand.dev/kafka-go-checks/check"
+
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-const timeout = 60 * time.Second
-
-type record struct {
-	Partition int32  `json:"partition"`
-	Offset    int64  `json:"offset"`
-	Key       string `json:"key"`
-	Value     string `json:"value"`
-}
-
-type sent struct {
-	Partition int32 `json:"partition"`
-	Offset    int64 `json:"offset"`
-}
-
 type output struct {
-	Created int32    `json:"created_partitions"`
-	Sent    []sent   `json:"sent"`
-	First   []record `json:"first"`
-	Second  []record `json:"second"`
-}
-
-func fail(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, format+"\n", args...)
-	os.Exit(1)
+	Created int32          `json:"created_partitions"`
+	Sent    []check.Sent   `json:"sent"`
+	First   []check.Record `json:"first"`
+	Second  []check.Record `json:"second"`
 }
 
 // consume reads want records as a member of group, commits them, and leaves the group.
-func consume(ctx context.Context, bootstrap, topic, group string, want int) []record {
+func consume(ctx context.Context, bootstrap, topic, group string, want int) []check.Record {
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(bootstrap),
 		kgo.ConsumerGroup(group),
@@ -56,25 +38,25 @@ func consume(ctx context.Context, bootstrap, topic, group string, want int) []re
 		kgo.FetchMaxWait(500*time.Millisecond),
 	)
 	if err != nil {
-		fail("consumer client: %v", err)
+		check.Fail("consumer client: %v", err)
 	}
 	defer cl.Close()
-	var got []record
+	var got []check.Record
 	for len(got) < want {
 		fetches := cl.PollRecords(ctx, want-len(got))
 		if err := ctx.Err(); err != nil {
-			fail("consumer: %v after %d records", err, len(got))
+			check.Fail("consumer: %v after %d records", err, len(got))
 		}
 		fetches.EachError(func(t string, p int32, err error) {
-			fail("fetch %s-%d: %v", t, p, err)
+			check.Fail("fetch %s-%d: %v", t, p, err)
 		})
 		var batch []*kgo.Record
 		fetches.EachRecord(func(r *kgo.Record) {
 			batch = append(batch, r)
-			got = append(got, record{r.Partition, r.Offset, string(r.Key), string(r.Value)})
+			got = append(got, check.Record{Partition: r.Partition, Offset: r.Offset, Key: string(r.Key), Value: string(r.Value)})
 		})
 		if err := cl.CommitRecords(ctx, batch...); err != nil {
-			fail("commit: %v", err)
+			check.Fail("commit: %v", err)
 		}
 	}
 	return got
@@ -82,24 +64,24 @@ func consume(ctx context.Context, bootstrap, topic, group string, want int) []re
 
 func main() {
 	if len(os.Args) != 5 {
-		fail("usage: franz <bootstrap> <topic> <group> <count>")
+		check.Fail("usage: franz <bootstrap> <topic> <group> <count>")
 	}
 	bootstrap, topic, group := os.Args[1], os.Args[2], os.Args[3]
 	count, err := strconv.Atoi(os.Args[4])
 	if err != nil {
-		fail("count: %v", err)
+		check.Fail("count: %v", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), check.Timeout)
 	defer cancel()
 	var out output
 
 	admin, err := kgo.NewClient(kgo.SeedBrokers(bootstrap))
 	if err != nil {
-		fail("admin client: %v", err)
+		check.Fail("admin client: %v", err)
 	}
 	created, err := kadm.NewClient(admin).CreateTopic(ctx, 2, 1, nil, topic)
 	if err != nil {
-		fail("create topic: %v", err)
+		check.Fail("create topic: %v", err)
 	}
 	out.Created = created.NumPartitions
 	admin.Close()
@@ -111,7 +93,7 @@ func main() {
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 	)
 	if err != nil {
-		fail("producer client: %v", err)
+		check.Fail("producer client: %v", err)
 	}
 	for i := 0; i < count; i++ {
 		r := &kgo.Record{
@@ -122,18 +104,14 @@ func main() {
 		}
 		res := producer.ProduceSync(ctx, r)
 		if err := res.FirstErr(); err != nil {
-			fail("produce %d: %v", i, err)
+			check.Fail("produce %d: %v", i, err)
 		}
-		out.Sent = append(out.Sent, sent{r.Partition, r.Offset})
+		out.Sent = append(out.Sent, check.Sent{Partition: r.Partition, Offset: r.Offset})
 	}
 	producer.Close()
 
 	half := count / 2
 	out.First = consume(ctx, bootstrap, topic, group, half)
 	out.Second = consume(ctx, bootstrap, topic, group, count-half)
-	line, err := json.Marshal(out)
-	if err != nil {
-		fail("json: %v", err)
-	}
-	fmt.Println(string(line))
+	check.Print(out)
 }

@@ -10,47 +10,28 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/IBM/sarama"
+
+	"strand.dev/kafka-go-checks/check"
 )
 
-const timeout = 60 * time.Second
-
-type record struct {
-	Partition int32  `json:"partition"`
-	Offset    int64  `json:"offset"`
-	Key       string `json:"key"`
-	Value     string `json:"value"`
-}
-
-type sent struct {
-	Partition int32 `json:"partition"`
-	Offset    int64 `json:"offset"`
-}
-
 type output struct {
-	Sent   []sent   `json:"sent"`
-	First  []record `json:"first"`
-	Second []record `json:"second"`
-}
-
-func fail(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, format+"\n", args...)
-	os.Exit(1)
+	Sent   []check.Sent   `json:"sent"`
+	First  []check.Record `json:"first"`
+	Second []check.Record `json:"second"`
 }
 
 // reader is a consumer group handler that keeps want records, marking and committing each.
 type reader struct {
 	want int
 	mu   sync.Mutex
-	got  []record
+	got  []check.Record
 	done context.CancelFunc
 }
 
@@ -64,7 +45,7 @@ func (r *reader) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.Con
 			r.mu.Unlock()
 			return nil
 		}
-		r.got = append(r.got, record{m.Partition, m.Offset, string(m.Key), string(m.Value)})
+		r.got = append(r.got, check.Record{Partition: m.Partition, Offset: m.Offset, Key: string(m.Key), Value: string(m.Value)})
 		full := len(r.got) >= r.want
 		r.mu.Unlock()
 		sess.MarkMessage(m, "")
@@ -78,16 +59,16 @@ func (r *reader) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.Con
 }
 
 // consume reads want records as a member of group, commits them, and leaves the group.
-func consume(bootstrap, topic, group string, want int) []record {
+func consume(bootstrap, topic, group string, want int) []check.Record {
 	cfg := sarama.NewConfig()
 	cfg.Consumer.Offsets.Initial = sarama.OffsetOldest
 	cfg.Consumer.Offsets.AutoCommit.Enable = false
 	cfg.Consumer.Return.Errors = true
 	g, err := sarama.NewConsumerGroup([]string{bootstrap}, group, cfg)
 	if err != nil {
-		fail("consumer group: %v", err)
+		check.Fail("consumer group: %v", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), check.Timeout)
 	defer cancel()
 	go func() {
 		for err := range g.Errors() {
@@ -97,38 +78,38 @@ func consume(bootstrap, topic, group string, want int) []record {
 	r := &reader{want: want, done: cancel}
 	for ctx.Err() == nil {
 		if err := g.Consume(ctx, []string{topic}, r); err != nil && !errors.Is(err, sarama.ErrClosedConsumerGroup) {
-			fail("consume: %v", err)
+			check.Fail("consume: %v", err)
 		}
 	}
 	if err := g.Close(); err != nil {
-		fail("close: %v", err)
+		check.Fail("close: %v", err)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.got) < want {
-		fail("consumer: timed out after %d of %d records", len(r.got), want)
+		check.Fail("consumer: timed out after %d of %d records", len(r.got), want)
 	}
 	return r.got
 }
 
 func main() {
 	if len(os.Args) != 5 {
-		fail("usage: sarama <bootstrap> <topic> <group> <count>")
+		check.Fail("usage: sarama <bootstrap> <topic> <group> <count>")
 	}
 	bootstrap, topic, group := os.Args[1], os.Args[2], os.Args[3]
 	count, err := strconv.Atoi(os.Args[4])
 	if err != nil {
-		fail("count: %v", err)
+		check.Fail("count: %v", err)
 	}
 	var out output
 
 	admin, err := sarama.NewClusterAdmin([]string{bootstrap}, sarama.NewConfig())
 	if err != nil {
-		fail("cluster admin: %v", err)
+		check.Fail("cluster admin: %v", err)
 	}
 	detail := &sarama.TopicDetail{NumPartitions: 2, ReplicationFactor: 1}
 	if err := admin.CreateTopic(topic, detail, false); err != nil {
-		fail("create topic: %v", err)
+		check.Fail("create topic: %v", err)
 	}
 	admin.Close()
 
@@ -140,7 +121,7 @@ func main() {
 	cfg.Net.MaxOpenRequests = 1
 	producer, err := sarama.NewSyncProducer([]string{bootstrap}, cfg)
 	if err != nil {
-		fail("producer: %v", err)
+		check.Fail("producer: %v", err)
 	}
 	for i := 0; i < count; i++ {
 		p, off, err := producer.SendMessage(&sarama.ProducerMessage{
@@ -150,20 +131,16 @@ func main() {
 			Value:     sarama.StringEncoder(fmt.Sprintf("v%d", i)),
 		})
 		if err != nil {
-			fail("produce %d: %v", i, err)
+			check.Fail("produce %d: %v", i, err)
 		}
-		out.Sent = append(out.Sent, sent{p, off})
+		out.Sent = append(out.Sent, check.Sent{Partition: p, Offset: off})
 	}
 	if err := producer.Close(); err != nil {
-		fail("producer close: %v", err)
+		check.Fail("producer close: %v", err)
 	}
 
 	half := count / 2
 	out.First = consume(bootstrap, topic, group, half)
 	out.Second = consume(bootstrap, topic, group, count-half)
-	line, err := json.Marshal(out)
-	if err != nil {
-		fail("json: %v", err)
-	}
-	fmt.Println(string(line))
+	check.Print(out)
 }
