@@ -97,7 +97,8 @@ async fn connection(shard: Rc<Shard>, stream: TcpStream) {
     // costs at most that, and is counted and logged (issue 28: a connection stalled for 30 s
     // with no request slow and no response late).
     let writer = glommio::spawn_local(async move {
-        while let Some(task) = rx.recv().await {
+        while let Some((Some(task), late)) = repoll(PEER_CHECK, rx.recv(), || false).await {
+            ws.note_wake(late, "the next request of its connection", ws.id);
             let Some(((api, received, result), late)) = repoll(PEER_CHECK, task, || false).await
             else {
                 break;
