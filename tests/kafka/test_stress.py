@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -67,6 +68,27 @@ def _warnings(b) -> str:
     return "\n".join(lines[-40:])
 
 
+def _record_metrics(b, path: Path, stop: threading.Event, every_s: float = 10.0) -> None:
+    """Appends the broker's /metrics (without histogram buckets) to `path` every `every_s`
+    seconds, each scrape headed by the wall-clock time: the broker's side of the timeline
+    that the producers' librdkafka statistics lines give from the client's side."""
+    if b.admin_port is None:
+        return
+    url = f"http://127.0.0.1:{b.admin_port}/metrics"
+    with open(path, "a") as out:
+        while not stop.wait(every_s):
+            try:
+                with urllib.request.urlopen(url, timeout=5) as r:
+                    text = r.read().decode()
+            except OSError as e:
+                out.write(f"# {time.strftime('%H:%M:%S')} scrape failed: {e}\n")
+                continue
+            out.write(f"# {time.strftime('%H:%M:%S')}\n")
+            out.writelines(line + "\n" for line in text.splitlines()
+                           if line and not line.startswith("#") and "_bucket" not in line)
+            out.flush()
+
+
 def _create(ck_admin, bootstrap, topic):
     a = ck_admin.AdminClient({"bootstrap.servers": bootstrap})
     a.create_topics([ck_admin.NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
@@ -93,6 +115,9 @@ def test_cross_shard_produce_fetch_and_churn_never_crash_the_broker(strand, topi
             args.append("--consume")
         log = open(tmp_path / f"worker-{i}.log", "wb")
         workers.append((subprocess.Popen(args, stdout=log, stderr=log), out, log))
+    stop_metrics = threading.Event()
+    threading.Thread(target=_record_metrics, args=(b, tmp_path / "metrics.log", stop_metrics),
+                     daemon=True).start()
     deadline = time.monotonic() + secs + 120
     for proc, _, log in workers:
         while proc.poll() is None:
@@ -100,6 +125,7 @@ def test_cross_shard_produce_fetch_and_churn_never_crash_the_broker(strand, topi
             assert time.monotonic() < deadline, "a load process did not finish"
             time.sleep(0.2)
         log.close()
+    stop_metrics.set()
     assert b.running(), f"the broker died under load:\n{tail(b.stderr_path, 120)}"
     assert not (b.data_dir / "crash-report.txt").exists()
     for i, (proc, _, _) in enumerate(workers):
