@@ -88,6 +88,13 @@ pub fn render_metrics(shards: &[ShardSnapshot]) -> String {
         true,
     );
     per_shard(
+        "strand_kafka_pipeline_full_events",
+        "Requests whose reading waited for room in their connection's pipeline (a client sending faster than it is answered)",
+        &mut reg,
+        &|s| s.pipeline_full_events,
+        true,
+    );
+    per_shard(
         "strand_kafka_connections",
         "Open Kafka connections",
         &mut reg,

@@ -363,6 +363,8 @@ pub struct ShardSnapshot {
     pub cross_shard_messages: u64,
     /// Times a connection stopped reading for the in-flight byte bound.
     pub backpressure_events: u64,
+    /// Requests whose reading waited for room in their connection's pipeline.
+    pub pipeline_full_events: u64,
     /// Open Kafka connections.
     pub connections: u64,
     /// Native protocol requests served.

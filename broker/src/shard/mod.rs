@@ -62,6 +62,10 @@ pub struct ShardStats {
     pub cross_shard_messages: u64,
     /// Times a connection stopped reading because the shard's in-flight bytes were full.
     pub backpressure_events: u64,
+    /// Requests whose reading waited for room in their connection's pipeline (`PIPELINE_DEPTH`
+    /// requests of it unanswered): a client sending faster than its answers come back, whose
+    /// further requests wait in the kernel's socket buffers, where no broker timer sees them.
+    pub pipeline_full_events: u64,
     /// Native protocol requests served.
     pub native_requests: u64,
     /// Native partitions answered "moved" (owned by another shard).
@@ -263,6 +267,11 @@ impl Shard {
     }
 
     /// Updates this shard's counters.
+    /// A connection's reader found its pipeline full (see `ShardStats::pipeline_full_events`).
+    pub fn note_pipeline_full(&self) {
+        self.bump(|s| s.pipeline_full_events += 1);
+    }
+
     fn bump(&self, f: impl FnOnce(&mut ShardStats)) {
         let mut s = self.stats.get();
         f(&mut s);
@@ -464,6 +473,7 @@ impl Shard {
             shard: self.id,
             cross_shard_messages: stats.cross_shard_messages,
             backpressure_events: stats.backpressure_events,
+            pipeline_full_events: stats.pipeline_full_events,
             native_requests: stats.native_requests,
             native_moved: stats.native_moved,
             native_cross_shard_hops: stats.native_cross_shard_hops,

@@ -14,6 +14,7 @@ use futures::channel::oneshot;
 use futures::io::{AsyncReadExt, AsyncWriteExt};
 use glommio::channels::local_channel;
 use glommio::net::{TcpListener, TcpStream};
+use glommio::{GlommioError, ResourceType};
 
 use crate::common::config::REQUEST_BYTES_MAX;
 use crate::common::metrics::ProduceStage;
@@ -192,6 +193,16 @@ async fn connection(shard: Rc<Shard>, stream: TcpStream) {
             drop(permit);
             (api, received, r)
         });
+        // Room in the pipeline is normally there; waiting for it is counted, as it is how a
+        // client outrunning its answers shows (its requests queue in the socket buffers).
+        let task = match tx.try_send(task) {
+            Ok(()) => continue,
+            Err(GlommioError::WouldBlock(ResourceType::Channel(task))) => {
+                shard.note_pipeline_full();
+                task
+            }
+            Err(_) => break,
+        };
         match repoll(PEER_CHECK, tx.send(task), || false).await {
             Some((Ok(()), late)) => {
                 shard.note_wake(late, "room in its connection's pipeline", shard.id)
