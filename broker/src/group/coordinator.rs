@@ -313,7 +313,7 @@ pub async fn group_sync<H: GroupHost>(
                 m.last_seen = now;
                 if let Some(tx) = m.sync_waiter.take() {
                     let answer = match result {
-                        Ok(()) => (code::NONE, m.assignment.clone()),
+                        Ok(_) => (code::NONE, m.assignment.clone()),
                         Err(c) => (c, Bytes::new()),
                     };
                     let _ = tx.send(answer);
@@ -496,13 +496,13 @@ pub async fn offset_commit<H: GroupHost>(
         })
         .collect();
     match persist_group_records(&**host, group, recs).await {
-        Ok(()) => {
+        Ok(base) => {
             let mut groups = host.groups().borrow_mut();
             let g = groups
                 .entry(group.to_string())
                 .or_insert_with(|| Group::new(group));
-            for (t, p, c) in accepted {
-                g.offsets.insert((t.clone(), *p), c.clone());
+            for (log_offset, (t, p, c)) in (base..).zip(accepted) {
+                g.apply_offset_record((t.clone(), *p), log_offset, Some(c.clone()));
             }
         }
         Err(e) => {
@@ -538,7 +538,7 @@ pub async fn delete_group<H: GroupHost>(host: &Rc<H>, group: &str) -> i16 {
         recs
     };
     match persist_group_records(&**host, group, recs).await {
-        Ok(()) => {
+        Ok(_) => {
             host.groups().borrow_mut().remove(group);
             code::NONE
         }
@@ -577,25 +577,25 @@ pub async fn offset_delete<H: GroupHost>(
         (codes, recs)
     };
     if !recs.is_empty() {
-        persist_group_records(&**host, group, recs).await?;
+        let base = persist_group_records(&**host, group, recs).await?;
         let mut groups = host.groups().borrow_mut();
         if let Some(g) = groups.get_mut(group) {
-            for ((t, p), c) in parts.iter().zip(&codes) {
-                if *c == code::NONE {
-                    g.offsets.remove(&(t.clone(), *p));
-                }
+            let deleted = parts.iter().zip(&codes).filter(|(_, c)| **c == code::NONE);
+            for (log_offset, ((t, p), _)) in (base..).zip(deleted) {
+                g.apply_offset_record((t.clone(), *p), log_offset, None);
             }
         }
     }
     Ok(codes)
 }
 
-/// Writes records to the group's offsets partition and waits until durable.
+/// Writes records to the group's offsets partition and waits until durable; the offset
+/// of the first (the others follow it, in order).
 async fn persist_group_records<H: GroupHost>(
     host: &H,
     group: &str,
     recs: Vec<(Vec<u8>, Option<Vec<u8>>)>,
-) -> Result<(), i16> {
+) -> Result<i64, i16> {
     let meta = host.metadata();
     let n = meta.topics.get(OFFSETS_TOPIC).map_or(0, |t| t.shards.len());
     let p = partition_for(group, n);
@@ -610,7 +610,7 @@ async fn persist_group_records<H: GroupHost>(
     }
     part.produce(b.build(), true)
         .await
-        .map(|_| ())
+        .map(|produced| produced.base_offset.0)
         .map_err(|e| {
             tracing::warn!(%group, error = %e, "writing __consumer_offsets failed");
             code::COORDINATOR_NOT_AVAILABLE

@@ -126,6 +126,12 @@ pub struct Group {
     pub pending: HashMap<String, Instant>,
     /// Committed offsets by (topic, partition).
     pub offsets: HashMap<(String, i32), Committed>,
+    /// For each (topic, partition) a live commit or offset delete changed: the
+    /// `__consumer_offsets` offset of the record that did. Requests of one connection run
+    /// concurrently and one group commit makes several of their records durable at once,
+    /// waking them in any order; applying a record only over an older one keeps `offsets`
+    /// what replaying the log gives (the later record wins), not what finished last.
+    pub offset_versions: HashMap<(String, i32), i64>,
     /// When the current rebalance gives up on members that did not rejoin.
     pub rebalance_deadline: Option<Instant>,
     /// Earliest time the current join phase may complete (initial rebalance delay).
@@ -133,6 +139,33 @@ pub struct Group {
 }
 
 impl Group {
+    /// Applies the durable record at `log_offset` of `__consumer_offsets` that sets
+    /// (`Some`) or deletes (`None`) the committed offset of `key`, unless a later record
+    /// for `key` was applied already (see `offset_versions`).
+    pub fn apply_offset_record(
+        &mut self,
+        key: (String, i32),
+        log_offset: i64,
+        committed: Option<Committed>,
+    ) {
+        if self
+            .offset_versions
+            .get(&key)
+            .is_some_and(|&applied| applied > log_offset)
+        {
+            return;
+        }
+        self.offset_versions.insert(key.clone(), log_offset);
+        match committed {
+            Some(c) => {
+                self.offsets.insert(key, c);
+            }
+            None => {
+                self.offsets.remove(&key);
+            }
+        }
+    }
+
     /// A new empty group.
     pub fn new(id: &str) -> Group {
         Group {
@@ -145,6 +178,7 @@ impl Group {
             members: BTreeMap::new(),
             pending: HashMap::new(),
             offsets: HashMap::new(),
+            offset_versions: HashMap::new(),
             rebalance_deadline: None,
             join_not_before: None,
         }
@@ -253,5 +287,35 @@ mod tests {
         assert_eq!(g.select_protocol().as_deref(), Some("roundrobin"));
         assert!(g.accepts("consumer", &[("roundrobin".into(), Bytes::new())]));
         assert!(!g.accepts("consumer", &[("range".into(), Bytes::new())]));
+    }
+
+    fn committed(offset: i64) -> Committed {
+        Committed {
+            offset,
+            leader_epoch: -1,
+            metadata: String::new(),
+        }
+    }
+
+    /// librdkafka's test 0030 (async commits of offsets 1..50 on one connection) read back 2:
+    /// the commits completed in another order than their records were written.
+    #[test]
+    fn offset_records_apply_in_log_order_whatever_order_they_complete_in() {
+        let mut g = Group::new("g");
+        let key = ("t".to_string(), 0);
+        // Records at log offsets 10 (offset 2) and 11 (offset 50) complete in reverse.
+        g.apply_offset_record(key.clone(), 11, Some(committed(50)));
+        g.apply_offset_record(key.clone(), 10, Some(committed(2)));
+        assert_eq!(g.offsets[&key].offset, 50);
+        // An older delete does not remove a newer commit; a newer one does, and an older
+        // commit completing after it does not bring the entry back.
+        g.apply_offset_record(key.clone(), 9, None);
+        assert_eq!(g.offsets[&key].offset, 50);
+        g.apply_offset_record(key.clone(), 12, None);
+        assert!(!g.offsets.contains_key(&key));
+        g.apply_offset_record(key.clone(), 11, Some(committed(50)));
+        assert!(!g.offsets.contains_key(&key));
+        g.apply_offset_record(key.clone(), 13, Some(committed(60)));
+        assert_eq!(g.offsets[&key].offset, 60);
     }
 }
