@@ -22,36 +22,12 @@ for tool in gcc make; do
   command -v "$tool" >/dev/null || { echo "build_rdkafka_perf: '$tool' is missing (apt-get install build-essential)" >&2; exit 1; }
 done
 
-# 1. A throwaway cargo project whose only dependency is rdkafka-sys; `cargo fetch`
-#    puts the .crate's source into cargo's registry cache.
-FETCH="$OUT/rdkafka-sys-fetch"
-mkdir -p "$FETCH/src"
-cat > "$FETCH/Cargo.toml" <<TOML
-[package]
-name = "rdkafka-sys-fetch"
-version = "0.0.0"
-edition = "2021"
-publish = false
+# 1. librdkafka's source as rdkafka-sys vendors it (scripts/rdkafka_src.sh).
+SRC="$(RDKAFKA_SYS_VERSION="$RDKAFKA_SYS_VERSION" RDKAFKA_FETCH_DIR="$OUT/rdkafka-sys-fetch" \
+  "$ROOT/scripts/rdkafka_src.sh")"
+MANIFEST="$(dirname "$SRC")/Cargo.toml"
 
-[dependencies]
-rdkafka-sys = { version = "=$RDKAFKA_SYS_VERSION", default-features = false }
-
-# Not a member of the strand workspace above it.
-[workspace]
-TOML
-: > "$FETCH/src/lib.rs"
-echo "build_rdkafka_perf: cargo fetch rdkafka-sys =$RDKAFKA_SYS_VERSION" >&2
-(cd "$FETCH" && cargo fetch -q)
-
-# 2. Where cargo unpacked it, from cargo's own metadata (no guessing of CARGO_HOME).
-MANIFEST="$(cd "$FETCH" && cargo metadata --format-version 1 --offline |
-  python3 -c 'import json,sys
-m=json.load(sys.stdin)
-print(next(p["manifest_path"] for p in m["packages"] if p["name"]=="rdkafka-sys"))')"
-SRC="$(dirname "$MANIFEST")/librdkafka"
-[[ -x "$SRC/configure" ]] || { echo "build_rdkafka_perf: no librdkafka source at $SRC" >&2; exit 1; }
-
-# 3. Build out of a private copy: the registry cache stays pristine.
+# 2. Build out of a private copy: the registry cache stays pristine.
 VER="$(basename "$(dirname "$MANIFEST")")"
 WORK="$OUT/build/$VER"
 rm -rf "$WORK"

@@ -17,18 +17,8 @@ cd "$root"
 here=tests/kafka
 say() { echo "tests/kafka/run.sh: $*" >&2; }
 
-# Python venv.
-if [[ ! -x .venv/bin/python ]]; then
-  say "creating .venv"
-  "${PYTHON:-python3}" -m venv .venv
-fi
-req_stamp=.venv/.strand-kafka-requirements.sha256
-req_hash=$(sha256sum "$here/requirements.txt" | cut -d' ' -f1)
-if [[ "$(cat "$req_stamp" 2>/dev/null || true)" != "$req_hash" ]]; then
-  say "installing $here/requirements.txt"
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check -r "$here/requirements.txt"
-  echo "$req_hash" > "$req_stamp"
-fi
+# Python venv (scripts/venv.sh).
+scripts/venv.sh > /dev/null
 
 # kafkajs.
 if command -v npm >/dev/null && command -v node >/dev/null; then
