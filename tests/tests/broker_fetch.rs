@@ -98,6 +98,15 @@ fn fetch_answers_at_every_advertised_version_by_name_and_by_topic_id() {
     let p = &resp.responses[0].partitions[0];
     assert_eq!(p.error_code, UNKNOWN_TOPIC_ID, "{resp:?}");
     assert_eq!(resp.responses[0].topic_id, unknown);
+    // A known id with a partition the topic does not have: the partition is what is
+    // unknown (found by the differential test against Kafka 4.1.2).
+    let mut req = fetch(TOPIC_IDS_VERSION, "", id);
+    req.topics[0].partitions[0].partition = 9;
+    let resp = c.request(TOPIC_IDS_VERSION, &req);
+    assert_eq!(
+        resp.responses[0].partitions[0].error_code, UNKNOWN_TOPIC_OR_PARTITION,
+        "{resp:?}"
+    );
     let resp = c.request(12, &fetch(12, "no-such-topic", uuid::Uuid::nil()));
     assert_eq!(
         resp.responses[0].partitions[0].error_code,

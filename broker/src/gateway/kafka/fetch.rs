@@ -54,7 +54,8 @@ pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
 
 /// The read of each requested partition, per owning shard, and the answers so far: each
 /// partition is unknown (UNKNOWN_TOPIC_OR_PARTITION, or UNKNOWN_TOPIC_ID for an id no
-/// topic has from v13) until its shard answers.
+/// topic has from v13; a known id's missing partition is the former) until its shard
+/// answers.
 fn plan(
     meta: &Metadata,
     shards: usize,
@@ -64,16 +65,17 @@ fn plan(
     let mut split = ShardSplit::new(shards);
     let mut results: Vec<Vec<FetchResult>> = Vec::with_capacity(req.topics.len());
     for (ti, t) in req.topics.iter().enumerate() {
-        let (topic, unknown) = if version >= TOPIC_IDS_VERSION {
-            (
-                meta.topic_name_of(t.topic_id.as_u128()),
-                KafkaError::UnknownTopicId,
-            )
+        let topic = if version >= TOPIC_IDS_VERSION {
+            meta.topic_name_of(t.topic_id.as_u128())
         } else {
-            (
-                Some(t.topic.0.as_str()),
-                KafkaError::UnknownTopicOrPartition,
-            )
+            Some(t.topic.0.as_str())
+        };
+        // As Kafka: an id no topic has is UNKNOWN_TOPIC_ID; a partition the topic (named,
+        // or found by its id) does not have is UNKNOWN_TOPIC_OR_PARTITION.
+        let unknown = if topic.is_none() && version >= TOPIC_IDS_VERSION {
+            KafkaError::UnknownTopicId
+        } else {
+            KafkaError::UnknownTopicOrPartition
         };
         let mut row = Vec::with_capacity(t.partitions.len());
         for (pi, p) in t.partitions.iter().enumerate() {
