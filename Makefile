@@ -31,6 +31,7 @@ run-cluster:
 ## test: install what the tests need, then formatting, lints and every test; prints the time
 ## each stage took (scripts/stage.sh)
 STAGE := scripts/stage.sh
+TEST_WORKERS ?= 4
 test:
 	@$(STAGE) --start
 	$(STAGE) deps $(MAKE) --no-print-directory deps
@@ -41,7 +42,10 @@ test:
 	@# package alone and recompiled shared dependencies (two minutes of a CI run).
 	$(STAGE) bench-smoke target/debug/strand-bench disk --dir $(DATA_DIR)/bench-smoke \
 	  --total-bytes 16777216 --sync-samples 20 --engine-secs 0.1 --partitions 1,4 > /dev/null
-	$(STAGE) kafka-clients env STRAND_BIN=$(CURDIR)/target/debug/strand tests/kafka/run.sh
+	@# The client tests mostly wait on brokers and clients: 4 processes (pytest-xdist) take
+	@# a quarter of the serial time on 2 cores. Each test owns its brokers, ports and dirs.
+	$(STAGE) kafka-clients env STRAND_BIN=$(CURDIR)/target/debug/strand tests/kafka/run.sh \
+	  -n $(TEST_WORKERS) --dist worksteal
 	$(STAGE) librdkafka env STRAND_BIN=$(CURDIR)/target/debug/strand COMPAT_SET=quick tests/librdkafka/run.sh
 	$(STAGE) differential env STRAND_BIN=$(CURDIR)/target/debug/strand \
 	  STRAND_DIFF_BIN=$(CURDIR)/target/debug/strand-diff tests/differential/run.sh --quick

@@ -15,6 +15,7 @@ mod start;
 use clap::Parser;
 
 fn main() {
+    runtime::crash::abort_on_panic();
     let flags = common::config::Flags::parse();
     let check = flags.check;
     let config = match common::config::Config::load(flags) {

@@ -56,6 +56,11 @@ def create_retained_topic(cluster: Cluster, topic: str):
                          config={"segment.bytes": str(SEGMENT_BYTES),
                                  "retention.bytes": str(RETENTION_BYTES)})
     a.create_topics([new])[topic].result(30)
+    # CreateTopics answers once the controller has committed the topic; the other nodes
+    # learn it from the controller's log a moment later (as Kafka brokers learn it from
+    # the metadata log), so a test that asks a given node waits until every node knows.
+    wait_until(lambda: all(v is not None for v in cluster.leader_views(topic, 0).values()),
+               30, f"every node to know {topic}/0")
 
 
 def produce(ck, bootstrap: str, start: int, count: int, topic: str = TOPIC) -> dict[bytes, int]:

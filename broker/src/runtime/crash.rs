@@ -94,6 +94,19 @@ pub fn previous_exit() -> PreviousExit {
     PREVIOUS.get().cloned().unwrap_or_default()
 }
 
+/// Makes any panic abort the process after the default hook has printed it, whatever the
+/// build profile's `panic` setting (the dev profile unwinds so that tests and binaries share
+/// their compiled dependencies): a shard's state is half-updated after a panic, and a
+/// restart is safe where a half-alive process is not (STYLE.md 5). The abort raises
+/// SIGABRT, whose handler writes the crash report.
+pub fn abort_on_panic() {
+    let print = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        print(info);
+        std::process::abort();
+    }));
+}
+
 /// Reads how the previous run ended, marks this one running and installs the handlers.
 pub fn install(data_dir: &Path) -> anyhow::Result<PreviousExit> {
     use anyhow::Context;
