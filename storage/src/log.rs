@@ -200,6 +200,17 @@ impl Log {
         self.st.borrow().log_start_offset
     }
 
+    /// The largest record timestamp any segment holds (-1 when none has a record): the
+    /// target of ListOffsets MAX_TIMESTAMP, found with `find_by_timestamp`.
+    pub fn max_timestamp_ms(&self) -> i64 {
+        let st = self.st.borrow();
+        st.segments
+            .iter()
+            .map(|s| s.meta.max_timestamp_ms)
+            .max()
+            .unwrap_or(-1)
+    }
+
     /// Next Kafka offset to assign.
     pub fn log_end_offset(&self) -> KafkaOffset {
         self.st.borrow().log_end_offset

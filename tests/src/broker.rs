@@ -64,6 +64,8 @@ pub struct Options {
     pub group_initial_rebalance_delay_ms: u64,
     /// `--num-partitions`.
     pub num_partitions: i32,
+    /// Further flags, e.g. `["--fetch-max-bytes", "4096"]`.
+    pub extra_args: Vec<String>,
 }
 
 impl Default for Options {
@@ -74,6 +76,7 @@ impl Default for Options {
             offsets_topic_num_partitions: 4,
             group_initial_rebalance_delay_ms: 0,
             num_partitions: 1,
+            extra_args: Vec::new(),
         }
     }
 }
@@ -116,6 +119,19 @@ impl Broker {
         };
         broker.launch_on_free_port();
         broker
+    }
+
+    /// The running process's peak resident set size (`VmHWM` of /proc/<pid>/status).
+    pub fn peak_rss_bytes(&self) -> u64 {
+        let child = self.child.as_ref().expect("broker is running");
+        let status = std::fs::read_to_string(format!("/proc/{}/status", child.id()))
+            .expect("read /proc/<pid>/status");
+        let kib = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .expect("VmHWM in /proc/<pid>/status");
+        kib * 1024
     }
 
     /// The Kafka listener.
@@ -266,6 +282,7 @@ impl Broker {
                 &o.group_initial_rebalance_delay_ms.to_string(),
             ])
             .args(["--num-partitions", &o.num_partitions.to_string()])
+            .args(&o.extra_args)
             .args(self.admin_flag())
             .args(native_flags(&self.bin, self.native_addr))
             .stdin(Stdio::null())

@@ -15,6 +15,8 @@ const PARTITIONS_PER_TOPIC_MAX: i64 = 10_000;
 const SEGMENT_BYTES_MIN: i64 = 4096;
 /// Ceiling of `offsets_topic_num_partitions` (broker/src/common/config.rs validate).
 const OFFSETS_TOPIC_PARTITIONS_MAX: i64 = 1000;
+/// The broker's `REQUEST_BYTES_MAX`, the bound of `fetch_max_bytes`.
+const REQUEST_BYTES_MAX: i64 = 100 * 1024 * 1024;
 /// Ceiling of `group_initial_rebalance_delay_ms` (broker/src/common/config.rs validate).
 const REBALANCE_DELAY_MS_MAX: i64 = 300_000;
 
@@ -83,6 +85,20 @@ const KEYS: &[(&str, Kind)] = &[
         Kind::Int {
             min: 1,
             max: strand_wire::BATCH_BYTES_MAX as i64,
+        },
+    ),
+    (
+        "fetch_max_bytes",
+        Kind::Int {
+            min: 1,
+            max: REQUEST_BYTES_MAX,
+        },
+    ),
+    (
+        "topic_partitions_per_shard",
+        Kind::Int {
+            min: 1,
+            max: i64::MAX,
         },
     ),
     (

@@ -12,6 +12,10 @@ pub const REQUEST_BYTES_MAX: usize = 100 * 1024 * 1024;
 /// Kafka's `message.max.bytes` default: the largest record batch accepted.
 pub const MESSAGE_MAX_BYTES_DEFAULT: usize = 1_048_588;
 const _: () = assert!(MESSAGE_MAX_BYTES_DEFAULT <= REQUEST_BYTES_MAX);
+/// Kafka's `fetch.max.bytes` default (55 MiB): the most record bytes one Fetch response
+/// holds, whatever the request asks (the first batch of the first non-empty partition is
+/// returned whole even when larger, as Kafka does).
+pub const FETCH_MAX_BYTES_DEFAULT: usize = 55 * 1024 * 1024;
 /// Kafka's `log.retention.check.interval.ms` default (5 minutes).
 pub const RETENTION_CHECK_INTERVAL_MS_DEFAULT: u64 = 300_000;
 
@@ -72,6 +76,12 @@ pub struct Flags {
     /// Largest record batch accepted (`message.max.bytes`).
     #[arg(long, env = "STRAND_MESSAGE_MAX_BYTES")]
     pub message_max_bytes: Option<usize>,
+    /// Partition replicas a node may host per shard (Redpanda's `topic_partitions_per_shard`).
+    #[arg(long, env = "STRAND_TOPIC_PARTITIONS_PER_SHARD")]
+    pub topic_partitions_per_shard: Option<usize>,
+    /// Most record bytes in one Fetch response (`fetch.max.bytes`).
+    #[arg(long, env = "STRAND_FETCH_MAX_BYTES")]
+    pub fetch_max_bytes: Option<usize>,
     /// How often retention runs (`log.retention.check.interval.ms`).
     #[arg(long, env = "STRAND_RETENTION_CHECK_INTERVAL_MS")]
     pub retention_check_interval_ms: Option<u64>,
@@ -111,6 +121,10 @@ pub struct Flags {
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 /// Most partitions one topic may have (a bound on what a request can make us allocate).
 pub const PARTITIONS_PER_TOPIC_MAX: i32 = 10_000;
+/// Default `topic_partitions_per_shard` (Redpanda's name and default): partition replicas
+/// a node may host per shard. CreateTopics, CreatePartitions and auto-creation refuse what
+/// would exceed it, before anything is allocated or proposed.
+pub const TOPIC_PARTITIONS_PER_SHARD_DEFAULT: usize = 1000;
 /// Default internal RPC port (shard 0).
 pub const RPC_PORT_DEFAULT: u16 = 33145;
 /// Largest replication factor (a Raft group of more voters costs more than it protects).
@@ -163,6 +177,8 @@ struct FileConfig {
     allow_buffered_io: Option<bool>,
     segment_bytes: Option<u64>,
     message_max_bytes: Option<usize>,
+    fetch_max_bytes: Option<usize>,
+    topic_partitions_per_shard: Option<usize>,
     retention_check_interval_ms: Option<u64>,
     offsets_topic_num_partitions: Option<usize>,
     group_initial_rebalance_delay_ms: Option<u64>,
@@ -202,6 +218,10 @@ pub struct Config {
     pub segment_bytes: u64,
     /// `message.max.bytes`.
     pub message_max_bytes: usize,
+    /// `fetch.max.bytes`.
+    pub fetch_max_bytes: usize,
+    /// Partition replicas a node may host per shard.
+    pub topic_partitions_per_shard: usize,
     /// `log.retention.check.interval.ms`.
     pub retention_check_interval_ms: u64,
     /// `offsets.topic.num.partitions`.
@@ -276,6 +296,14 @@ impl Config {
                 .message_max_bytes
                 .or(file.message_max_bytes)
                 .unwrap_or(MESSAGE_MAX_BYTES_DEFAULT),
+            fetch_max_bytes: flags
+                .fetch_max_bytes
+                .or(file.fetch_max_bytes)
+                .unwrap_or(FETCH_MAX_BYTES_DEFAULT),
+            topic_partitions_per_shard: flags
+                .topic_partitions_per_shard
+                .or(file.topic_partitions_per_shard)
+                .unwrap_or(TOPIC_PARTITIONS_PER_SHARD_DEFAULT),
             retention_check_interval_ms: flags
                 .retention_check_interval_ms
                 .or(file.retention_check_interval_ms)
@@ -359,6 +387,12 @@ impl Config {
                 "message_max_bytes must be in 1..={}",
                 strand_wire::BATCH_BYTES_MAX
             );
+        }
+        if self.topic_partitions_per_shard == 0 {
+            bail!("topic_partitions_per_shard must be positive");
+        }
+        if self.fetch_max_bytes == 0 || self.fetch_max_bytes > REQUEST_BYTES_MAX {
+            bail!("fetch_max_bytes must be in 1..={REQUEST_BYTES_MAX}");
         }
         Ok(())
     }

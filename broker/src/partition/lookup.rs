@@ -39,6 +39,19 @@ pub async fn offset_for_time(part: &Partition, ts: i64) -> Result<(i64, i64), Ka
     Ok((-1, -1))
 }
 
+/// The ListOffsets timestamp that asks for the record with the largest timestamp (v7+).
+pub const MAX_TIMESTAMP: i64 = -3;
+
+/// ListOffsets MAX_TIMESTAMP (-3, KIP-734): the largest timestamp in the committed log and
+/// the offset of the first record that has it, or (-1, -1) for an empty log, as Kafka
+/// answers (its first batch reaching the maximum, that batch's first record with it).
+pub async fn offset_of_max_timestamp(part: &Partition) -> Result<(i64, i64), KafkaError> {
+    match part.log().max_timestamp_ms() {
+        ts if ts < 0 => Ok((-1, -1)),
+        ts => offset_for_time(part, ts).await,
+    }
+}
+
 /// Calls `f` with the key and value (`None`: a tombstone) of each keyed record of `batch`
 /// (records without a key are skipped). An unreadable batch is logged and skipped: it can
 /// only come from a bug, since every batch was checked when it was produced.

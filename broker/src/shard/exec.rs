@@ -200,6 +200,9 @@ impl Shard {
             let r = match p.timestamp {
                 -2 => Ok((-1, part.log().log_start_offset().0)),
                 -1 => Ok((-1, part.high_watermark().0)),
+                crate::partition::lookup::MAX_TIMESTAMP => {
+                    crate::partition::lookup::offset_of_max_timestamp(&part).await
+                }
                 ts => crate::partition::lookup::offset_for_time(&part, ts).await,
             };
             out.push(match r {

@@ -36,7 +36,9 @@ pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
                 .unwrap_or(0)
                 .min(MAX_WAIT_MS_MAX),
         );
-    let max_bytes = usize::try_from(req.max_bytes).unwrap_or(0);
+    let max_bytes = usize::try_from(req.max_bytes)
+        .unwrap_or(0)
+        .min(shard.config.fetch_max_bytes);
     let min_bytes = usize::try_from(req.min_bytes).unwrap_or(0);
     let (split, mut results) = plan(&shard.metadata(), shard.count, &req, ctx.version);
     let involved = split.involved();
@@ -49,6 +51,7 @@ pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
         }
         wait_for_appends(shard, &split, &results, &involved, deadline - now).await;
     }
+    trim_to_max_bytes(&mut results, max_bytes);
     ctx.respond(&answer(&req, results, ctx.version))
 }
 
@@ -136,6 +139,42 @@ async fn read_round(
     (total, any_error)
 }
 
+/// KIP-74, as Kafka: the response holds at most `max_bytes` of records, except that the
+/// first non-empty partition (in request order) keeps its first batch whatever its size, so
+/// a consumer always makes progress. Shards read their share in parallel and each lets its
+/// own first partition exceed its share; in request order, each later partition keeps the
+/// whole batches that still fit, and the consumer fetches the rest next time.
+fn trim_to_max_bytes(results: &mut [Vec<FetchResult>], max_bytes: usize) {
+    let mut total = 0usize;
+    for r in results.iter_mut().flatten() {
+        if total > 0 {
+            r.records = whole_batches_within(&r.records, max_bytes.saturating_sub(total));
+        }
+        total += r.records.len();
+    }
+}
+
+/// The longest prefix of whole record batches of `records` (as read from the log) that is
+/// at most `room` bytes.
+fn whole_batches_within(records: &Bytes, room: usize) -> Bytes {
+    /// A batch's length field follows its base offset and counts the bytes after itself.
+    const LENGTH_END: usize = 12;
+    let mut end = 0usize;
+    while let Some(field) = records.get(end + 8..end + LENGTH_END) {
+        let mut length = [0u8; 4];
+        length.copy_from_slice(field);
+        let Ok(length) = usize::try_from(i32::from_be_bytes(length)) else {
+            break;
+        };
+        let next = end + LENGTH_END + length;
+        if next > room || next > records.len() {
+            break;
+        }
+        end = next;
+    }
+    records.slice(..end)
+}
+
 /// The response: each requested topic as it was named (by name, or by id from v13), its
 /// partitions in request order.
 fn answer(req: &FetchRequest, results: Vec<Vec<FetchResult>>, version: i16) -> FetchResponse {
@@ -204,4 +243,60 @@ fn partition_data(index: i32, r: FetchResult, version: i16) -> PartitionData {
         d = d.with_error_code(e.code());
     }
     d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fetch result holding batches of the given sizes (each at least 12 bytes).
+    fn read(batches: &[usize]) -> FetchResult {
+        let mut records = Vec::new();
+        for &n in batches {
+            let mut b = vec![0u8; n];
+            let length = i32::try_from(n - 12).expect("small");
+            b[8..12].copy_from_slice(&length.to_be_bytes());
+            records.extend_from_slice(&b);
+        }
+        FetchResult {
+            records: Bytes::from(records),
+            ..Default::default()
+        }
+    }
+
+    fn sizes(results: &[Vec<FetchResult>]) -> Vec<Vec<usize>> {
+        results
+            .iter()
+            .map(|row| row.iter().map(|r| r.records.len()).collect())
+            .collect()
+    }
+
+    #[test]
+    fn only_the_first_non_empty_partition_may_exceed_max_bytes() {
+        // As Kafka 4.1.2 answered strand-diff's fetch_tiny_max_bytes: max_bytes 1, the
+        // first partition empty, the next two with a batch each: only the first batch.
+        let mut r = vec![vec![read(&[]), read(&[70])], vec![read(&[70])]];
+        trim_to_max_bytes(&mut r, 1);
+        assert_eq!(sizes(&r), [vec![0, 70], vec![0]]);
+    }
+
+    #[test]
+    fn later_partitions_keep_the_whole_batches_that_fit() {
+        let mut r = vec![vec![
+            read(&[40]),
+            read(&[20, 30]),
+            read(&[30, 20]),
+            read(&[12]),
+        ]];
+        trim_to_max_bytes(&mut r, 102);
+        // 40; 20 + 30 (90); the 30-byte batch would make 120: nothing; 12 makes 102.
+        assert_eq!(sizes(&r), [vec![40, 50, 0, 12]]);
+    }
+
+    #[test]
+    fn a_first_partition_within_max_bytes_is_kept_whole() {
+        let mut r = vec![vec![read(&[30, 30, 30])]];
+        trim_to_max_bytes(&mut r, 100);
+        assert_eq!(sizes(&r), [vec![90]]);
+    }
 }

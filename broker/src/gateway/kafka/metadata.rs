@@ -25,19 +25,29 @@ pub async fn auto_create(shard: &Rc<Shard>, names: &[String]) {
         return;
     }
     let meta = shard.metadata();
-    let cmds: Vec<_> = names
-        .iter()
-        .filter(|n| !meta.topics.contains_key(*n) && validate_topic_name(n).is_ok())
-        .map(|n| {
-            topics::create_command(
-                shard,
-                n,
-                shard.config.num_partitions as usize,
-                BTreeMap::new(),
-                -1,
-            )
-        })
-        .collect();
+    let partitions = usize::try_from(shard.config.num_partitions).unwrap_or(1);
+    let needed = topics::replicas_needed(shard, partitions, -1);
+    let mut room = topics::replica_room(shard);
+    let mut cmds = Vec::new();
+    for n in names {
+        if meta.topics.contains_key(n) || validate_topic_name(n).is_err() {
+            continue;
+        }
+        // Over the partition limit the topic stays unknown (UNKNOWN_TOPIC_OR_PARTITION),
+        // and the log says why.
+        if let Some(why) = topics::over_limit(shard, needed, room) {
+            tracing::warn!(topic = %n, "not auto-creating the topic: {why}");
+            continue;
+        }
+        room -= needed;
+        cmds.push(topics::create_command(
+            shard,
+            n,
+            partitions,
+            BTreeMap::new(),
+            -1,
+        ));
+    }
     if !cmds.is_empty() {
         topics::commit(shard, cmds).await;
     }

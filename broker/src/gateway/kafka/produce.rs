@@ -8,7 +8,7 @@ use kafka_protocol::messages::produce_response::{PartitionProduceResponse, Topic
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 
-use super::{metadata::auto_create, Ctx, FramingError};
+use super::{Ctx, FramingError};
 use strand_storage::KafkaOffset;
 
 use crate::common::errors::code;
@@ -27,12 +27,9 @@ pub async fn handle(
     body: Bytes,
 ) -> Result<Option<Bytes>, FramingError> {
     let req: ProduceRequest = ctx.decode(body)?;
-    let names: Vec<String> = req
-        .topic_data
-        .iter()
-        .map(|t| t.name.0.as_str().to_string())
-        .collect();
-    auto_create(shard, &names).await;
+    // As Kafka: Produce never creates a topic (only Metadata does, when the client allows
+    // it and auto.create.topics.enable is on); a missing one is UNKNOWN_TOPIC_OR_PARTITION,
+    // which clients answer by refreshing their metadata.
     let meta = shard.metadata();
     let acks_ok = matches!(req.acks, -1..=1);
     // results[t][p] and, per shard, the (t, p) slots its parts fill, in order.

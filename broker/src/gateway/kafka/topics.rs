@@ -5,7 +5,9 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
-use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::create_topics_response::{
+    CreatableTopicConfigs, CreatableTopicResult,
+};
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::{
     CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
@@ -14,7 +16,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::{Ctx, FramingError};
-use crate::cluster::metadata::{place_partitions, Command, MetaError};
+use crate::cluster::metadata::{place_partitions, Command, MetaError, PARTITIONS_PER_TOPIC_MAX};
 use crate::cluster::ClusterHost;
 use crate::common::errors::code;
 use crate::shard::ops::{Op, Reply};
@@ -88,6 +90,58 @@ pub fn replication_factor_max(shard: &Shard) -> i16 {
     }
 }
 
+/// Partition replicas the cluster can still take (Redpanda's partition limit):
+/// `topic_partitions_per_shard` per shard on every node, each node assumed to run this
+/// node's shard count, less the replicas the topics already have.
+pub fn replica_room(shard: &Shard) -> usize {
+    let nodes = if shard.clustered() {
+        cluster_nodes(shard).len().max(1)
+    } else {
+        1
+    };
+    let capacity = nodes
+        .saturating_mul(shard.count)
+        .saturating_mul(shard.config.topic_partitions_per_shard);
+    let used: usize = shard
+        .metadata()
+        .topics
+        .values()
+        .map(|t| {
+            if t.replicas.is_empty() {
+                t.shards.len()
+            } else {
+                t.replicas.iter().map(Vec::len).sum()
+            }
+        })
+        .sum();
+    capacity.saturating_sub(used)
+}
+
+/// The replicas `partitions` new partitions take at `replication_factor` (-1: the default).
+pub fn replicas_needed(shard: &Shard, partitions: usize, replication_factor: i16) -> usize {
+    if !shard.clustered() {
+        return partitions;
+    }
+    let factor = if replication_factor == -1 {
+        shard.config.default_replication_factor
+    } else {
+        replication_factor
+    };
+    let factor = usize::try_from(factor.max(1)).unwrap_or(1);
+    partitions.saturating_mul(factor.min(cluster_nodes(shard).len().max(1)))
+}
+
+/// Why `needed` more partition replicas are refused, or `None` when they fit in `room`.
+pub fn over_limit(shard: &Shard, needed: usize, room: usize) -> Option<String> {
+    (needed > room).then(|| {
+        format!(
+            "{needed} more partition replicas would exceed the partition limit: {room} left \
+             (topic_partitions_per_shard {} per shard)",
+            shard.config.topic_partitions_per_shard
+        )
+    })
+}
+
 /// CreateTopics.
 #[expect(
     clippy::too_many_lines,
@@ -98,6 +152,7 @@ pub async fn create(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
     let mut results = Vec::with_capacity(req.topics.len());
     let mut cmds = Vec::new();
     let mut slots = Vec::new();
+    let mut room = replica_room(shard);
     for t in &req.topics {
         let name = t.name.0.as_str().to_string();
         let mut r = CreatableTopicResult::default().with_name(t.name.clone());
@@ -126,10 +181,22 @@ pub async fn create(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
                 None => {}
             }
         }
-        if partitions < 1 {
+        // Bounds first: nothing is allocated for a partition count before it is checked.
+        let needed = replicas_needed(
+            shard,
+            usize::try_from(partitions).unwrap_or(0),
+            t.replication_factor,
+        );
+        if let Err(e) = crate::cluster::metadata::validate_topic_name(&name) {
+            r = r
+                .with_error_code(e.kafka_code())
+                .with_error_message(Some(StrBytes::from_string(e.to_string())));
+        } else if !(1..=PARTITIONS_PER_TOPIC_MAX).contains(&partitions) {
             r = r
                 .with_error_code(code::INVALID_PARTITIONS)
-                .with_error_message(Some(msg("number of partitions must be at least 1")));
+                .with_error_message(Some(StrBytes::from_string(format!(
+                    "number of partitions must be in 1..={PARTITIONS_PER_TOPIC_MAX}"
+                ))));
         } else if bad_rf {
             r = r
                 .with_error_code(code::INVALID_REPLICATION_FACTOR)
@@ -144,7 +211,17 @@ pub async fn create(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
             r = r
                 .with_error_code(code::INVALID_REPLICA_ASSIGNMENT)
                 .with_error_message(Some(msg("manual replica assignment is not supported")));
+        } else if let Some(m) = over_limit(shard, needed, room) {
+            r = r
+                .with_error_code(code::INVALID_PARTITIONS)
+                .with_error_message(Some(StrBytes::from_string(m)));
         } else {
+            if !req.validate_only {
+                room -= needed;
+            }
+            // From v5 the answer lists every config of the new topic with its source, as
+            // DescribeConfigs would (AdminClient's CreateTopicsResult.config()).
+            let shown = (ctx.version >= 5).then(|| created_configs(shard, &configs));
             let cmd = create_command(
                 shard,
                 &name,
@@ -152,7 +229,8 @@ pub async fn create(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
                 configs,
                 t.replication_factor,
             );
-            if ctx.version >= 5 {
+            if let Some(shown) = shown {
+                r = r.with_configs(Some(shown));
                 let rf = match &cmd {
                     Command::CreateTopic { replicas, .. } => {
                         replicas.first().map_or(1, |r| r.len() as i16)
@@ -192,6 +270,19 @@ pub async fn create(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
         }
     }
     ctx.respond(&CreateTopicsResponse::default().with_topics(results))
+}
+
+/// The configs of a topic created with `set`, as CreateTopics v5+ lists them.
+fn created_configs(shard: &Shard, set: &BTreeMap<String, String>) -> Vec<CreatableTopicConfigs> {
+    super::configs::topic_config_values(&shard.config, set)
+        .into_iter()
+        .map(|c| {
+            CreatableTopicConfigs::default()
+                .with_name(StrBytes::from_static_str(c.name))
+                .with_value(Some(StrBytes::from_string(c.value)))
+                .with_config_source(c.source)
+        })
+        .collect()
 }
 
 /// DeleteTopics (by name; by topic id from v6).
@@ -260,6 +351,7 @@ pub async fn create_partitions(
     let mut results = Vec::with_capacity(req.topics.len());
     let mut cmds = Vec::new();
     let mut slots = Vec::new();
+    let mut room = replica_room(shard);
     for t in &req.topics {
         let name = t.name.0.as_str();
         let r = CreatePartitionsTopicResult::default().with_name(t.name.clone());
@@ -274,7 +366,7 @@ pub async fn create_partitions(
         };
         let current = topic.shards.len();
         let wanted = usize::try_from(t.count).unwrap_or(0);
-        if wanted <= current || t.count > crate::cluster::metadata::PARTITIONS_PER_TOPIC_MAX {
+        if wanted <= current || t.count > PARTITIONS_PER_TOPIC_MAX {
             results.push(err(
                 37,
                 format!("topic has {current} partitions; requested {}", t.count),
@@ -292,11 +384,17 @@ pub async fn create_partitions(
             ));
             continue;
         }
+        let rf = meta_rf(shard, name);
+        let needed = replicas_needed(shard, wanted - current, rf);
+        if let Some(m) = over_limit(shard, needed, room) {
+            results.push(err(code::INVALID_PARTITIONS, m));
+            continue;
+        }
         results.push(r);
         if !req.validate_only {
+            room -= needed;
             slots.push(results.len() - 1);
             let shards = place_partitions(name, current, wanted - current, shard.count);
-            let rf = meta_rf(shard, name);
             cmds.push(Command::CreatePartitions {
                 name: name.to_string(),
                 shards,

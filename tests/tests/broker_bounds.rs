@@ -1,0 +1,219 @@
+//! The bounds a single client cannot push the broker past (issue 24), against the real
+//! binary: hostile partition counts, replication factors and topic names are refused with
+//! Kafka's error codes before anything is allocated (the broker's peak RSS grows by at most
+//! `RSS_GROWTH_MAX_BYTES`), the per-shard partition limit holds across CreateTopics,
+//! CreatePartitions and validate-only requests, and a Fetch answer never holds more than
+//! `fetch.max.bytes` of records whatever the request asks (KIP-74: only the first non-empty
+//! partition may exceed it, by its first batch).
+
+use bytes::Bytes;
+use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::{CreatePartitionsRequest, CreateTopicsRequest, FetchRequest};
+use strand_tests::broker::{topic_name, Broker, Client, Options};
+use strand_wire::BatchBuilder;
+
+/// Peak RSS a hostile request may add (issue 24).
+const RSS_GROWTH_MAX_BYTES: u64 = 64 * 1024 * 1024;
+/// The partition limit the test broker runs with: 2 shards x 20 = 40 partition replicas.
+const PARTITIONS_PER_SHARD: usize = 20;
+const INVALID_TOPIC_EXCEPTION: i16 = 17;
+const INVALID_PARTITIONS: i16 = 37;
+const INVALID_REPLICATION_FACTOR: i16 = 38;
+
+fn create(
+    c: &mut Client,
+    name: &str,
+    partitions: i32,
+    rf: i16,
+    validate_only: bool,
+) -> (i16, String) {
+    let req = CreateTopicsRequest::default()
+        .with_topics(vec![CreatableTopic::default()
+            .with_name(topic_name(name))
+            .with_num_partitions(partitions)
+            .with_replication_factor(rf)])
+        .with_timeout_ms(10_000)
+        .with_validate_only(validate_only);
+    let resp = c.request(5, &req);
+    let t = &resp.topics[0];
+    let message = t
+        .error_message
+        .as_ref()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    (t.error_code, message)
+}
+
+fn grow(c: &mut Client, name: &str, count: i32) -> (i16, String) {
+    let req = CreatePartitionsRequest::default()
+        .with_topics(vec![CreatePartitionsTopic::default()
+            .with_name(topic_name(name))
+            .with_count(count)
+            .with_assignments(None)])
+        .with_timeout_ms(10_000);
+    let resp = c.request(1, &req);
+    let r = &resp.results[0];
+    let message = r
+        .error_message
+        .as_ref()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    (r.error_code, message)
+}
+
+#[test]
+fn hostile_counts_and_names_are_refused_before_anything_is_allocated() {
+    let mut broker = Broker::start(
+        env!("CARGO_TARGET_TMPDIR").as_ref(),
+        Options {
+            smp: 2,
+            extra_args: vec![
+                "--topic-partitions-per-shard".into(),
+                PARTITIONS_PER_SHARD.to_string(),
+            ],
+            ..Options::default()
+        },
+    );
+    let mut c = broker.connect();
+    let rss_before = broker.peak_rss_bytes();
+
+    // Counts and factors no broker could hold: refused at once.
+    assert_eq!(
+        create(&mut c, "huge", i32::MAX, 1, false).0,
+        INVALID_PARTITIONS
+    );
+    assert_eq!(
+        create(&mut c, "huge", 10_001, 1, false).0,
+        INVALID_PARTITIONS
+    );
+    assert_eq!(create(&mut c, "huge", 0, 1, false).0, INVALID_PARTITIONS);
+    assert_eq!(
+        create(&mut c, "huge", 1, i16::MAX, false).0,
+        INVALID_REPLICATION_FACTOR
+    );
+
+    // Names as Kafka allows them; none can name a path outside the data directory.
+    let long = "n".repeat(250);
+    for bad in [
+        "..",
+        ".",
+        "../escape",
+        "a/b",
+        "a\\b",
+        "",
+        "sp ace",
+        "ü",
+        long.as_str(),
+    ] {
+        assert_eq!(
+            create(&mut c, bad, 1, 1, true).0,
+            INVALID_TOPIC_EXCEPTION,
+            "topic name {bad:?}"
+        );
+    }
+    assert_eq!(create(&mut c, &"n".repeat(249), 1, 1, true).0, 0);
+
+    // The per-shard limit: 40 replicas on this node, 4 of them __consumer_offsets'; 30 fit,
+    // 30 more do not, validate-only or not, and growing the first topic fits only within
+    // what is left.
+    assert_eq!(create(&mut c, "first", 30, 1, false).0, 0);
+    let (code, message) = create(&mut c, "second", 30, 1, false);
+    assert_eq!(code, INVALID_PARTITIONS, "{message}");
+    assert!(message.contains("partition limit"), "{message}");
+    assert_eq!(create(&mut c, "second", 30, 1, true).0, INVALID_PARTITIONS);
+    assert_eq!(grow(&mut c, "first", i32::MAX).0, INVALID_PARTITIONS);
+    assert_eq!(grow(&mut c, "first", 45).0, INVALID_PARTITIONS);
+    assert_eq!(grow(&mut c, "first", 35).0, 0);
+    assert_eq!(create(&mut c, "second", 1, 1, false).0, 0);
+    assert_eq!(create(&mut c, "third", 1, 1, false).0, INVALID_PARTITIONS);
+
+    let grown = broker.peak_rss_bytes().saturating_sub(rss_before);
+    assert!(
+        grown <= RSS_GROWTH_MAX_BYTES,
+        "peak RSS grew by {grown} bytes (bound {RSS_GROWTH_MAX_BYTES})"
+    );
+    broker.assert_alive();
+    c.api_versions().expect("still serving");
+}
+
+/// A batch of one record with a `value_bytes`-byte value.
+fn batch(value_bytes: usize) -> Bytes {
+    let mut b = BatchBuilder::new(1_700_000_000_000);
+    b.push(1_700_000_000_000, None, Some(&vec![b'v'; value_bytes]), &[]);
+    b.build()
+}
+
+/// Record bytes per partition of a Fetch v11 of partitions 0..3 from offset 0.
+fn fetch_sizes(c: &mut Client, topic: &str, max_bytes: i32) -> Vec<usize> {
+    let partitions = (0..3)
+        .map(|p| {
+            FetchPartition::default()
+                .with_partition(p)
+                .with_fetch_offset(0)
+                .with_partition_max_bytes(i32::MAX)
+        })
+        .collect();
+    let req = FetchRequest::default()
+        .with_replica_id((-1).into())
+        .with_max_wait_ms(0)
+        .with_max_bytes(max_bytes)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(topic_name(topic))
+            .with_partitions(partitions)]);
+    let resp = c.request(11, &req);
+    let parts = &resp.responses[0].partitions;
+    parts
+        .iter()
+        .map(|p| {
+            assert_eq!(p.error_code, 0, "{p:?}");
+            p.records.as_ref().map_or(0, Bytes::len)
+        })
+        .collect()
+}
+
+#[test]
+fn a_fetch_answer_holds_at_most_fetch_max_bytes() {
+    const FETCH_MAX_BYTES: usize = 10_000;
+    const VALUE_BYTES: usize = 1_000;
+    let mut broker = Broker::start(
+        env!("CARGO_TARGET_TMPDIR").as_ref(),
+        Options {
+            smp: 2,
+            extra_args: vec!["--fetch-max-bytes".into(), FETCH_MAX_BYTES.to_string()],
+            ..Options::default()
+        },
+    );
+    let mut c = broker.connect();
+    c.create_topic("capped", 3);
+    // Partition 0 stays empty; 1 and 2 get 8 batches of about 1 KiB each (16 KiB in all).
+    let one = batch(VALUE_BYTES).len();
+    for p in 1..3 {
+        for _ in 0..8 {
+            let r = c.produce("capped", p, batch(VALUE_BYTES), -1);
+            assert_eq!(r.error_code, 0, "{r:?}");
+        }
+    }
+
+    // The request asks for everything; the broker's fetch.max.bytes caps it, in whole
+    // batches.
+    let sizes = fetch_sizes(&mut c, "capped", i32::MAX);
+    let total: usize = sizes.iter().sum();
+    assert!(total <= FETCH_MAX_BYTES, "{sizes:?}");
+    // Each of the 2 shards reads its share of the cap in parallel (whole batches).
+    assert!(
+        total > FETCH_MAX_BYTES - 2 * one,
+        "each shard fills its share: {sizes:?}"
+    );
+    assert_eq!(sizes[0], 0);
+    assert_eq!(
+        sizes.iter().sum::<usize>() % one,
+        0,
+        "whole batches: {sizes:?}"
+    );
+
+    // max_bytes 1: the first batch of the first non-empty partition only.
+    assert_eq!(fetch_sizes(&mut c, "capped", 1), [0, one, 0]);
+    broker.assert_alive();
+}
