@@ -46,7 +46,8 @@ test:
 	@# a quarter of the serial time on 2 cores. Each test owns its brokers, ports and dirs.
 	$(STAGE) kafka-clients env STRAND_BIN=$(CURDIR)/target/debug/strand tests/kafka/run.sh \
 	  -n $(TEST_WORKERS) --dist worksteal
-	$(STAGE) librdkafka env STRAND_BIN=$(CURDIR)/target/debug/strand COMPAT_SET=quick tests/librdkafka/run.sh
+	$(STAGE) librdkafka env STRAND_BIN=$(CURDIR)/target/debug/strand COMPAT_SET=quick \
+	  tests/librdkafka/run.sh --jobs 2
 	$(STAGE) differential env STRAND_BIN=$(CURDIR)/target/debug/strand \
 	  STRAND_DIFF_BIN=$(CURDIR)/target/debug/strand-diff tests/differential/run.sh --quick
 	@$(STAGE) --report
@@ -56,10 +57,13 @@ test:
 ## crates.io crate rdkafka-sys vendors) against a fresh single-node strand, one test-runner
 ## process per entry of tests/librdkafka/runs.tsv, which lists the expected failures and why.
 ## COMPAT_SET=quick runs the subset `make test` runs.
+## COMPAT_JOBS entries run side by side against the one broker.
 COMPAT_SET ?= full
+COMPAT_JOBS ?= 3
 compat:
 	$(CARGO) build --workspace --bins
-	STRAND_BIN=$(CURDIR)/target/debug/strand COMPAT_SET=$(COMPAT_SET) tests/librdkafka/run.sh
+	STRAND_BIN=$(CURDIR)/target/debug/strand COMPAT_SET=$(COMPAT_SET) tests/librdkafka/run.sh \
+	  --jobs $(COMPAT_JOBS)
 
 ## diff: the whole differential corpus, Strand against Apache Kafka 4.1.2 (the same requests
 ## to both, answers compared field by field; accepted differences in

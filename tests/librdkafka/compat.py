@@ -11,7 +11,12 @@ entries must fail (an entry that passes while marked xfail is an error too: the 
 shrinks, so its line must go). Entries whose every test SKIPPED are reported as such (the
 runner skips tests for features the broker version or the build lack).
 
+Entries may run side by side (--jobs N, each its own test-runner process against the one
+broker): librdkafka's tests name their topics and groups with random suffixes, and most of
+their time is spent waiting on timeouts, not CPU.
+
 Usage: compat.py --runner DIR/test-runner --set quick|full [--only ID,ID] [--out DIR]
+                 [--jobs N]
 Env: STRAND_BIN (the broker), CI (passed on: the runner then raises its timeouts).
 Exit status 0 when every entry met its expectation and the broker never crashed.
 """
@@ -24,7 +29,9 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,6 +139,7 @@ def main() -> int:
     ap.add_argument("--set", default="quick")
     ap.add_argument("--only", default="")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--jobs", type=int, default=1)
     a = ap.parse_args()
 
     runs = [r for r in load_runs(HERE / "runs.tsv") if a.set in r.sets]
@@ -151,19 +159,31 @@ def main() -> int:
     write_conf(conf, broker.bootstrap)
     print(f"librdkafka compat: {len(runs)} runs ({a.set}) against strand at {broker.bootstrap}; "
           f"logs in {out}", flush=True)
+    started = time.monotonic()
     results = []
-    try:
-        for run in runs:
-            r = run_one(run, a.runner, conf, out)
+    lock = threading.Lock()
+    died: list[str] = []
+
+    def one(run: Run) -> None:
+        if died:
+            return
+        r = run_one(run, a.runner, conf, out)
+        met = (r["outcome"] != "fail") == (run.expect == "pass")
+        mark = {True: "ok", False: "UNEXPECTED"}[met]
+        with lock:
             results.append(r)
-            met = (r["outcome"] != "fail") == (run.expect == "pass")
-            mark = {True: "ok", False: "UNEXPECTED"}[met]
             print(f"  {run.id:<28} {r['outcome']:<8} (expected {run.expect}) {r['seconds']:>6.1f} s"
                   f"  {mark}" + (f"  {r['first_failure']}" if r["outcome"] == "fail" else ""),
                   flush=True)
-            if not broker.running():
-                print(f"the broker died during {run.id}:\n{tail(broker.stderr_path, 80)}")
-                return 1
+            if not broker.running() and not died:
+                died.append(run.id)
+
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
+            list(pool.map(one, runs))
+        if died:
+            print(f"the broker died during {died[0]}:\n{tail(broker.stderr_path, 80)}")
+            return 1
     finally:
         if broker.running():
             broker.stop()
@@ -176,7 +196,8 @@ def main() -> int:
     skipped = sum(r["outcome"] == "skipped" for r in results)
     total_s = sum(r["seconds"] for r in results)
     print(f"librdkafka compat: {passed} passed, {xfailed} failed as expected, {skipped} skipped, "
-          f"{len(unexpected)} unexpected, in {total_s:.0f} s")
+          f"{len(unexpected)} unexpected, in {total_s:.0f} s of runs "
+          f"({time.monotonic() - started:.0f} s wall, {a.jobs} at a time)")
     for r in unexpected:
         if r["outcome"] == "fail":
             print(f"  {r['id']} FAILED: {r['first_failure']}\n    log: {out / (r['id'] + '.log')}")
