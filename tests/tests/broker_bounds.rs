@@ -217,3 +217,48 @@ fn a_fetch_answer_holds_at_most_fetch_max_bytes() {
     assert_eq!(fetch_sizes(&mut c, "capped", 1), [0, one, 0]);
     broker.assert_alive();
 }
+
+#[test]
+fn connections_over_max_connections_per_ip_are_closed_and_counted() {
+    const PER_IP: usize = 3;
+    let mut broker = Broker::start(
+        env!("CARGO_TARGET_TMPDIR").as_ref(),
+        Options {
+            smp: 2,
+            extra_args: vec!["--max-connections-per-ip".into(), PER_IP.to_string()],
+            ..Options::default()
+        },
+    );
+    // PER_IP served connections. The start-up probe's connection may still be counted for
+    // a moment (its release reaches shard 0 after it closed), so each is retried.
+    let held: Vec<Client> = (0..PER_IP).map(|_| served(&broker)).collect();
+    let mut over = Client::connect(broker.addr()).expect("TCP connect");
+    over.set_read_timeout(std::time::Duration::from_secs(10));
+    assert!(
+        over.api_versions().is_err(),
+        "a connection over max_connections_per_ip is closed"
+    );
+    assert!(broker.metric_sum("strand_kafka_connections_refused_total") >= 1.0);
+    // A closed connection frees its place (its release reaches shard 0 a moment later).
+    let mut held = held;
+    drop(held.pop());
+    served(&broker);
+    broker.assert_alive();
+}
+
+/// A connection the broker serves, retried for 10 s while it is refused.
+fn served(broker: &Broker) -> Client {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let mut c = Client::connect(broker.addr()).expect("TCP connect");
+        c.set_read_timeout(std::time::Duration::from_secs(10));
+        if c.api_versions().is_ok() {
+            return c;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no connection served within 10 s (a closed connection's place never came back)"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}

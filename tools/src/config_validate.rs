@@ -95,6 +95,20 @@ const KEYS: &[(&str, Kind)] = &[
         },
     ),
     (
+        "max_connections",
+        Kind::Int {
+            min: 1,
+            max: i64::MAX,
+        },
+    ),
+    (
+        "max_connections_per_ip",
+        Kind::Int {
+            min: 1,
+            max: i64::MAX,
+        },
+    ),
+    (
         "topic_partitions_per_shard",
         Kind::Int {
             min: 1,

@@ -175,7 +175,7 @@ impl Scrape {
 
     fn traffic(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
         type Field = fn(&ShardSnapshot) -> u64;
-        let rows: [(&str, &str, Field); 7] = [
+        let rows: [(&str, &str, Field); 8] = [
             (
                 "strand_kafka_produce_bytes",
                 "Record batch bytes appended for producers.",
@@ -200,6 +200,11 @@ impl Scrape {
                 "strand_kafka_connections_accepted",
                 "Kafka connections accepted.",
                 |s| s.metrics.connections_accepted,
+            ),
+            (
+                "strand_kafka_connections_refused",
+                "Kafka connections closed at accept: over max_connections or max_connections_per_ip.",
+                |s| s.metrics.connections_refused,
             ),
             (
                 "strand_raft_rpc_dropped_frames",

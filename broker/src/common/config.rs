@@ -79,6 +79,14 @@ pub struct Flags {
     /// Partition replicas a node may host per shard (Redpanda's `topic_partitions_per_shard`).
     #[arg(long, env = "STRAND_TOPIC_PARTITIONS_PER_SHARD")]
     pub topic_partitions_per_shard: Option<usize>,
+    /// Kafka connections the node serves at once (`max.connections`); more are closed
+    /// right after accept, with a warning in the log.
+    #[arg(long, env = "STRAND_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
+    /// Kafka connections one client address may hold (`max.connections.per.ip`; default:
+    /// max_connections).
+    #[arg(long, env = "STRAND_MAX_CONNECTIONS_PER_IP")]
+    pub max_connections_per_ip: Option<usize>,
     /// Most record bytes in one Fetch response (`fetch.max.bytes`).
     #[arg(long, env = "STRAND_FETCH_MAX_BYTES")]
     pub fetch_max_bytes: Option<usize>,
@@ -125,6 +133,9 @@ pub const PARTITIONS_PER_TOPIC_MAX: i32 = 10_000;
 /// a node may host per shard. CreateTopics, CreatePartitions and auto-creation refuse what
 /// would exceed it, before anything is allocated or proposed.
 pub const TOPIC_PARTITIONS_PER_SHARD_DEFAULT: usize = 1000;
+/// Default `max_connections` (Kafka: `max.connections`, unbounded there): Kafka connections
+/// the node serves at once; each holds socket buffers and up to PIPELINE_DEPTH requests.
+pub const MAX_CONNECTIONS_DEFAULT: usize = 10_000;
 /// Default internal RPC port (shard 0).
 pub const RPC_PORT_DEFAULT: u16 = 33145;
 /// Largest replication factor (a Raft group of more voters costs more than it protects).
@@ -178,6 +189,8 @@ struct FileConfig {
     segment_bytes: Option<u64>,
     message_max_bytes: Option<usize>,
     fetch_max_bytes: Option<usize>,
+    max_connections: Option<usize>,
+    max_connections_per_ip: Option<usize>,
     topic_partitions_per_shard: Option<usize>,
     retention_check_interval_ms: Option<u64>,
     offsets_topic_num_partitions: Option<usize>,
@@ -220,6 +233,10 @@ pub struct Config {
     pub message_max_bytes: usize,
     /// `fetch.max.bytes`.
     pub fetch_max_bytes: usize,
+    /// `max.connections`.
+    pub max_connections: usize,
+    /// `max.connections.per.ip`.
+    pub max_connections_per_ip: usize,
     /// Partition replicas a node may host per shard.
     pub topic_partitions_per_shard: usize,
     /// `log.retention.check.interval.ms`.
@@ -300,6 +317,15 @@ impl Config {
                 .fetch_max_bytes
                 .or(file.fetch_max_bytes)
                 .unwrap_or(FETCH_MAX_BYTES_DEFAULT),
+            max_connections: flags
+                .max_connections
+                .or(file.max_connections)
+                .unwrap_or(MAX_CONNECTIONS_DEFAULT),
+            max_connections_per_ip: flags
+                .max_connections_per_ip
+                .or(file.max_connections_per_ip)
+                .or(flags.max_connections.or(file.max_connections))
+                .unwrap_or(MAX_CONNECTIONS_DEFAULT),
             topic_partitions_per_shard: flags
                 .topic_partitions_per_shard
                 .or(file.topic_partitions_per_shard)
@@ -387,6 +413,9 @@ impl Config {
                 "message_max_bytes must be in 1..={}",
                 strand_wire::BATCH_BYTES_MAX
             );
+        }
+        if self.max_connections == 0 || self.max_connections_per_ip == 0 {
+            bail!("max_connections and max_connections_per_ip must be positive");
         }
         if self.topic_partitions_per_shard == 0 {
             bail!("topic_partitions_per_shard must be positive");

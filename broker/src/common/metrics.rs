@@ -171,6 +171,7 @@ pub struct ShardMetrics {
     fetch_bytes: Cell<u64>,
     fetch_records: Cell<u64>,
     connections_accepted: Cell<u64>,
+    connections_refused: Cell<u64>,
     state_replay_bytes: Cell<u64>,
 }
 
@@ -192,6 +193,7 @@ impl ShardMetrics {
             fetch_bytes: Cell::new(0),
             fetch_records: Cell::new(0),
             connections_accepted: Cell::new(0),
+            connections_refused: Cell::new(0),
             state_replay_bytes: Cell::new(0),
         }
     }
@@ -235,6 +237,11 @@ impl ShardMetrics {
         add(&self.connections_accepted, 1);
     }
 
+    /// A Kafka connection was refused (max_connections, max_connections_per_ip).
+    pub fn connection_refused(&self) {
+        add(&self.connections_refused, 1);
+    }
+
     /// `bytes` of log were read to rebuild a partition's state after its checkpoint.
     pub fn state_replayed(&self, bytes: u64) {
         add(&self.state_replay_bytes, bytes);
@@ -259,6 +266,7 @@ impl ShardMetrics {
             fetch_bytes: self.fetch_bytes.get(),
             fetch_records: self.fetch_records.get(),
             connections_accepted: self.connections_accepted.get(),
+            connections_refused: self.connections_refused.get(),
             state_replay_bytes: self.state_replay_bytes.get(),
         }
     }
@@ -294,6 +302,8 @@ pub struct MetricsSnapshot {
     pub fetch_records: u64,
     /// Kafka connections accepted.
     pub connections_accepted: u64,
+    /// Kafka connections refused (max_connections, max_connections_per_ip).
+    pub connections_refused: u64,
     /// Log bytes read to rebuild partition state after its checkpoint.
     pub state_replay_bytes: u64,
 }

@@ -80,6 +80,11 @@ impl Shard {
             }
             Op::AllocateProducerId => Reply::ProducerId(self.allocate_producer_id().await),
             Op::ControllerView => Reply::View(self.replicator().and_then(|r| r.controller_view())),
+            Op::AdmitConnection(ip) => Reply::Admission(self.admission.borrow_mut().admit(ip)),
+            Op::ReleaseConnection(ip) => {
+                self.admission.borrow_mut().release(ip);
+                Reply::Done
+            }
             Op::Shutdown => {
                 self.shutdown().await;
                 Reply::Done

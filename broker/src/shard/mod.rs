@@ -105,6 +105,9 @@ pub struct Shard {
     group_request: GroupRequestFn,
     /// Open Kafka connections.
     connections: Cell<u64>,
+    /// Shard 0: the node's Kafka connections by peer address, against `max_connections`
+    /// and `max_connections_per_ip` (unused on other shards).
+    pub(crate) admission: RefCell<crate::gateway::kafka::admission::Admission>,
     /// Open native connections.
     native_connections: Cell<u64>,
     /// Each shard's bound native port (0 until bound). Written once per shard at start-up,
@@ -177,6 +180,10 @@ impl Shard {
             in_flight_bytes_max,
             group_request,
         } = gateway;
+        let admission = RefCell::new(crate::gateway::kafka::admission::Admission::new(
+            w.config.max_connections,
+            w.config.max_connections_per_ip,
+        ));
         Shard {
             id: w.id,
             count: w.count,
@@ -190,6 +197,7 @@ impl Shard {
             requests: RefCell::new(vec![0; api_names.len()]),
             applying_metadata: Cell::new(false),
             connections: Cell::new(0),
+            admission,
             native_connections: Cell::new(0),
             native_ports: w.native_ports,
             cache: Rc::new(BatchCache::new(BATCH_CACHE_BYTES)),

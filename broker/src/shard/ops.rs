@@ -156,6 +156,11 @@ pub enum Op {
     AllocateProducerId,
     /// Cluster mode, shard 0: the controller group as this node sees it.
     ControllerView,
+    /// Shard 0: count a new Kafka connection from this address, or refuse it
+    /// (gateway::kafka::admission).
+    AdmitConnection(std::net::IpAddr),
+    /// Shard 0: a connection `AdmitConnection` counted has ended.
+    ReleaseConnection(std::net::IpAddr),
     /// Stop accepting, flush, and let the shard exit.
     Shutdown,
 }
@@ -189,6 +194,8 @@ pub enum Reply {
     ProducerId(Result<i64, MetaError>),
     /// A Raft group as this node sees it, if hosted here.
     View(Option<strand_raft::GroupView>),
+    /// A connection admitted, or why not.
+    Admission(Result<(), crate::gateway::kafka::admission::Refusal>),
     /// Done.
     Done,
 }

@@ -6,6 +6,7 @@
 //! version closes the connection, except ApiVersions, which answers UNSUPPORTED_VERSION
 //! with the supported ranges so the client can retry (KAFKA-NOTES.md).
 
+pub mod admission;
 pub mod api_versions;
 pub mod cluster;
 pub mod configs;

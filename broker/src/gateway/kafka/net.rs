@@ -20,6 +20,7 @@ use crate::common::config::REQUEST_BYTES_MAX;
 use crate::common::metrics::ProduceStage;
 use crate::gateway::kafka::{self, FramingError};
 use crate::runtime::task::{repoll, spawn_local};
+use crate::shard::ops::{Op, Reply};
 use crate::shard::Shard;
 use crate::shard::PEER_CHECK;
 
@@ -60,12 +61,13 @@ pub async fn serve(shard: Rc<Shard>, stop: oneshot::Receiver<()>) -> anyhow::Res
             format!("cannot listen on {addr}; pick another address with --kafka-addr")
         })?;
     let mut stop = stop;
+    let refusals = Rc::new(crate::common::logging::RateLimit::new(REFUSAL_LOG_INTERVAL));
     loop {
         let accept = std::pin::pin!(listener.accept());
         match futures::future::select(accept, &mut stop).await {
             futures::future::Either::Left((Ok(stream), _)) => {
                 let _ = stream.set_nodelay(true);
-                spawn_local(connection(shard.clone(), stream));
+                spawn_local(admitted(shard.clone(), stream, refusals.clone()));
             }
             futures::future::Either::Left((Err(e), _)) => {
                 tracing::warn!(shard = shard.id, error = %e, "accept failed");
@@ -74,6 +76,43 @@ pub async fn serve(shard: Rc<Shard>, stop: oneshot::Receiver<()>) -> anyhow::Res
             futures::future::Either::Right(_) => return Ok(()),
         }
     }
+}
+
+/// Refused connections are logged at most once per this interval (per shard).
+const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Serves `stream` if shard 0 admits its peer (`max_connections`, `max_connections_per_ip`,
+/// gateway::kafka::admission), and uncounts it there when it ends. A refused connection is
+/// closed at once, counted, and logged (rate-limited): the client sees a disconnect, as
+/// from a Kafka broker over its per-IP limit.
+async fn admitted(
+    shard: Rc<Shard>,
+    stream: TcpStream,
+    refusals: Rc<crate::common::logging::RateLimit>,
+) {
+    // A socket without a peer address has already disconnected.
+    let Ok(peer) = stream.peer_addr() else {
+        return;
+    };
+    let ip = peer.ip();
+    match shard.call(0, Op::AdmitConnection(ip)).await {
+        Reply::Admission(Ok(())) => {}
+        Reply::Admission(Err(why)) => {
+            shard.metrics.connection_refused();
+            if let Some(suppressed) = refusals.allow(crate::common::clock::now()) {
+                tracing::warn!(
+                    shard = shard.id,
+                    %peer,
+                    suppressed,
+                    "Kafka connection refused: {why}"
+                );
+            }
+            return;
+        }
+        _ => return,
+    }
+    connection(shard.clone(), stream).await;
+    let _ = shard.call(0, Op::ReleaseConnection(ip)).await;
 }
 
 /// A request's handling: its API (index in `kafka::SUPPORTED`, for latency metrics),
