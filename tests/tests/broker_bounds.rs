@@ -262,3 +262,59 @@ fn served(broker: &Broker) -> Client {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
+
+/// JoinGroup v5 of a new member (empty member id) to `group`; (error code, member id).
+fn join_new(c: &mut Client, group: &str) -> (i16, String) {
+    use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+    use kafka_protocol::messages::JoinGroupRequest;
+    use kafka_protocol::protocol::StrBytes;
+    let req = JoinGroupRequest::default()
+        .with_group_id(StrBytes::from_string(group.to_string()).into())
+        .with_session_timeout_ms(GROUP_SESSION_TIMEOUT_MS)
+        .with_rebalance_timeout_ms(10_000)
+        .with_member_id(StrBytes::from_static_str(""))
+        .with_protocol_type(StrBytes::from_static_str("consumer"))
+        .with_protocols(vec![JoinGroupRequestProtocol::default()
+            .with_name(StrBytes::from_static_str("range"))
+            .with_metadata(Bytes::from_static(&[0, 0, 0, 0, 0, 0, 0, 0]))]);
+    let resp = c.request(5, &req);
+    (resp.error_code, resp.member_id.to_string())
+}
+
+/// The shortest session timeout a group accepts (Kafka's group.min.session.timeout.ms).
+const GROUP_SESSION_TIMEOUT_MS: i32 = 6_000;
+const MEMBER_ID_REQUIRED: i16 = 79;
+const GROUP_MAX_SIZE_REACHED: i16 = 81;
+
+#[test]
+fn group_max_size_counts_pending_member_ids_which_expire_with_their_session() {
+    let mut broker = Broker::start(
+        env!("CARGO_TARGET_TMPDIR").as_ref(),
+        Options {
+            extra_args: vec!["--group-max-size".into(), "2".into()],
+            ..Options::default()
+        },
+    );
+    let mut c = broker.connect();
+    let group = "bounded-group";
+    // Member ids handed out and never used count: a third is refused.
+    assert_eq!(join_new(&mut c, group).0, MEMBER_ID_REQUIRED);
+    assert_eq!(join_new(&mut c, group).0, MEMBER_ID_REQUIRED);
+    assert_eq!(join_new(&mut c, group).0, GROUP_MAX_SIZE_REACHED);
+    // Unused for the session timeout their joins asked for, they are dropped: room again.
+    let deadline = std::time::Instant::now()
+        + std::time::Duration::from_millis(3 * GROUP_SESSION_TIMEOUT_MS.unsigned_abs() as u64);
+    loop {
+        let (code, _) = join_new(&mut c, group);
+        if code == MEMBER_ID_REQUIRED {
+            break;
+        }
+        assert_eq!(code, GROUP_MAX_SIZE_REACHED);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "pending member ids never expired"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    broker.assert_alive();
+}

@@ -95,6 +95,13 @@ const KEYS: &[(&str, Kind)] = &[
         },
     ),
     (
+        "group_max_size",
+        Kind::Int {
+            min: 1,
+            max: i64::MAX,
+        },
+    ),
+    (
         "max_connections",
         Kind::Int {
             min: 1,

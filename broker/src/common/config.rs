@@ -87,6 +87,9 @@ pub struct Flags {
     /// max_connections).
     #[arg(long, env = "STRAND_MAX_CONNECTIONS_PER_IP")]
     pub max_connections_per_ip: Option<usize>,
+    /// Members one consumer group may hold (`group.max.size`).
+    #[arg(long, env = "STRAND_GROUP_MAX_SIZE")]
+    pub group_max_size: Option<usize>,
     /// Most record bytes in one Fetch response (`fetch.max.bytes`).
     #[arg(long, env = "STRAND_FETCH_MAX_BYTES")]
     pub fetch_max_bytes: Option<usize>,
@@ -136,6 +139,9 @@ pub const TOPIC_PARTITIONS_PER_SHARD_DEFAULT: usize = 1000;
 /// Default `max_connections` (Kafka: `max.connections`, unbounded there): Kafka connections
 /// the node serves at once; each holds socket buffers and up to PIPELINE_DEPTH requests.
 pub const MAX_CONNECTIONS_DEFAULT: usize = 10_000;
+/// Default `group_max_size` (Kafka: `group.max.size`, unbounded there): members and pending
+/// member ids one consumer group may hold; a join beyond it gets GROUP_MAX_SIZE_REACHED.
+pub const GROUP_MAX_SIZE_DEFAULT: usize = 10_000;
 /// Default internal RPC port (shard 0).
 pub const RPC_PORT_DEFAULT: u16 = 33145;
 /// Largest replication factor (a Raft group of more voters costs more than it protects).
@@ -189,6 +195,7 @@ struct FileConfig {
     segment_bytes: Option<u64>,
     message_max_bytes: Option<usize>,
     fetch_max_bytes: Option<usize>,
+    group_max_size: Option<usize>,
     max_connections: Option<usize>,
     max_connections_per_ip: Option<usize>,
     topic_partitions_per_shard: Option<usize>,
@@ -233,6 +240,8 @@ pub struct Config {
     pub message_max_bytes: usize,
     /// `fetch.max.bytes`.
     pub fetch_max_bytes: usize,
+    /// `group.max.size`.
+    pub group_max_size: usize,
     /// `max.connections`.
     pub max_connections: usize,
     /// `max.connections.per.ip`.
@@ -317,6 +326,10 @@ impl Config {
                 .fetch_max_bytes
                 .or(file.fetch_max_bytes)
                 .unwrap_or(FETCH_MAX_BYTES_DEFAULT),
+            group_max_size: flags
+                .group_max_size
+                .or(file.group_max_size)
+                .unwrap_or(GROUP_MAX_SIZE_DEFAULT),
             max_connections: flags
                 .max_connections
                 .or(file.max_connections)
@@ -413,6 +426,9 @@ impl Config {
                 "message_max_bytes must be in 1..={}",
                 strand_wire::BATCH_BYTES_MAX
             );
+        }
+        if self.group_max_size == 0 {
+            bail!("group_max_size must be positive");
         }
         if self.max_connections == 0 || self.max_connections_per_ip == 0 {
             bail!("max_connections and max_connections_per_ip must be positive");

@@ -13,7 +13,7 @@ use futures::channel::oneshot;
 use strand_wire::BatchBuilder;
 
 use super::records::{self, Key, OffsetValue};
-use super::state::{Committed, Group, GroupState, JoinOutcome, Member};
+use super::state::{Committed, Group, GroupState, JoinOutcome, Member, Pending};
 use super::GroupHost;
 use super::{partition_for, OFFSETS_TOPIC};
 
@@ -108,6 +108,18 @@ fn admit<H: GroupHost>(
             r.member_id.clone(),
         )));
     }
+    // group.max.size, as Kafka: a join that would add a member (or a pending member id)
+    // to a full group is refused.
+    let adds_member = match (&r.instance_id, r.member_id.is_empty()) {
+        (Some(inst), _) => g.member_by_instance(inst).is_none(),
+        (None, empty) => empty,
+    };
+    if adds_member && g.members.len() + g.pending.len() >= host.group_max_size() {
+        return Err(Box::new(failed_join(
+            code::GROUP_MAX_SIZE_REACHED,
+            r.member_id.clone(),
+        )));
+    }
     let member_id = match (&r.instance_id, r.member_id.is_empty()) {
         (Some(inst), _) => match g.member_by_instance(inst) {
             Some(m) => m.id.clone(),
@@ -117,7 +129,15 @@ fn admit<H: GroupHost>(
         (None, true) => {
             let id = format!("{}-{}", r.client_id, uuid::Uuid::new_v4());
             if r.version >= 4 {
-                g.pending.insert(id.clone(), now);
+                let session_timeout =
+                    Duration::from_millis(u64::try_from(r.session_timeout_ms).unwrap_or(0));
+                g.pending.insert(
+                    id.clone(),
+                    Pending {
+                        since: now,
+                        session_timeout,
+                    },
+                );
                 return Err(Box::new(failed_join(code::MEMBER_ID_REQUIRED, id)));
             }
             id
@@ -219,8 +239,8 @@ async fn drive_rebalance<H: GroupHost>(host: Rc<H>, group: String) {
             }
             let now = crate::common::clock::now();
             let expired = g.rebalance_deadline.is_some_and(|t| now >= t);
-            let pending_wait = g.pending.iter().any(|(id, t)| {
-                now.duration_since(*t)
+            let pending_wait = g.pending.iter().any(|(id, p)| {
+                now.duration_since(p.since)
                     < Duration::from_millis(u64::try_from(SESSION_TIMEOUT_MS_MIN).unwrap_or(0))
                     && !id.is_empty()
             });
@@ -427,10 +447,8 @@ pub fn expire_sessions<H: GroupHost>(host: &Rc<H>) {
                 || now.duration_since(m.last_seen)
                     < Duration::from_millis(u64::try_from(m.session_timeout_ms).unwrap_or(0))
         });
-        g.pending.retain(|_, t| {
-            now.duration_since(*t)
-                < Duration::from_millis(u64::try_from(SESSION_TIMEOUT_MS_MAX).unwrap_or(0))
-        });
+        g.pending
+            .retain(|_, p| now.duration_since(p.since) < p.session_timeout);
         if g.members.len() != before {
             tracing::info!(group = %g.id, expired = before - g.members.len(), "member sessions expired");
             if g.state != GroupState::PreparingRebalance {

@@ -32,6 +32,8 @@ pub trait GroupHost: 'static {
     fn groups(&self) -> &RefCell<HashMap<String, state::Group>>;
     /// Kafka's `group.initial.rebalance.delay.ms` as configured.
     fn initial_rebalance_delay_ms(&self) -> u64;
+    /// Members and pending member ids one group may hold (`group.max.size`).
+    fn group_max_size(&self) -> usize;
     /// The metadata snapshot this shard applied.
     fn metadata(&self) -> Arc<Metadata>;
     /// Partition `index` of `topic`, if open on this shard.

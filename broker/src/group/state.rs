@@ -105,6 +105,15 @@ pub struct Committed {
     pub metadata: String,
 }
 
+/// A member id handed out with MEMBER_ID_REQUIRED and not yet used.
+#[derive(Debug, Clone, Copy)]
+pub struct Pending {
+    /// When it was handed out.
+    pub since: Instant,
+    /// The session timeout its JoinGroup asked for: unused for this long, it is dropped.
+    pub session_timeout: std::time::Duration,
+}
+
 /// One group.
 #[derive(Debug)]
 pub struct Group {
@@ -122,8 +131,10 @@ pub struct Group {
     pub leader: Option<String>,
     /// Members by id (ordered: deterministic leader choice and responses).
     pub members: BTreeMap<String, Member>,
-    /// Ids handed out with MEMBER_ID_REQUIRED, not yet joined, with when.
-    pub pending: HashMap<String, Instant>,
+    /// Ids handed out with MEMBER_ID_REQUIRED, not yet joined. Each expires after the
+    /// session timeout its JoinGroup asked for; with `members` they count against
+    /// `group_max_size`.
+    pub pending: HashMap<String, Pending>,
     /// Committed offsets by (topic, partition).
     pub offsets: HashMap<(String, i32), Committed>,
     /// For each (topic, partition) a live commit or offset delete changed: the

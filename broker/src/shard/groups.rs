@@ -35,6 +35,10 @@ impl crate::group::GroupHost for Shard {
         self.config.group_initial_rebalance_delay_ms
     }
 
+    fn group_max_size(&self) -> usize {
+        self.config.group_max_size
+    }
+
     fn metadata(&self) -> std::sync::Arc<crate::cluster::metadata::Metadata> {
         Shard::metadata(self)
     }
