@@ -39,6 +39,26 @@ use strand_raft::{Ack, GroupId};
 /// the connection pipeline depth bounds; this caps one partition's list regardless.
 pub const WAITERS_MAX: usize = 65_536;
 
+/// A waiter list is swept of senders whose receivers are gone each time its length reaches
+/// a power of two from this on (amortised O(1) per waiter).
+const WAITERS_SWEEP_FLOOR: usize = 64;
+
+/// Adds `tx` to a waiter list (append watchers, serving watchers) of at most `max`.
+/// Senders whose receivers are gone (a fetch that timed out, a closed connection) are
+/// swept out whenever the list's length reaches a power of two past `WAITERS_SWEEP_FLOOR`,
+/// so dead waiters never pile up between wakes; with `max` live waiters the oldest is woken
+/// early to make room (a spurious wake: it looks again and waits anew).
+fn add_waiter(list: &mut Vec<oneshot::Sender<()>>, tx: oneshot::Sender<()>, max: usize) {
+    let n = list.len();
+    if n >= max || (n >= WAITERS_SWEEP_FLOOR && n.is_power_of_two()) {
+        list.retain(|s| !s.is_canceled());
+    }
+    if !list.is_empty() && list.len() >= max {
+        let _ = list.swap_remove(0).send(());
+    }
+    list.push(tx);
+}
+
 /// How often a checkpoint writer waiting for another one looks again.
 const CHECKPOINT_LOCK_POLL: std::time::Duration = std::time::Duration::from_millis(1);
 /// How long a produce to a newly elected leader waits for it to serve (its term's first
@@ -651,17 +671,7 @@ impl Partition {
                 return Err(KafkaError::NotLeader);
             }
             let (tx, rx) = oneshot::channel();
-            {
-                let mut w = self.serving_watchers.borrow_mut();
-                if w.len() >= WAITERS_MAX {
-                    // Requests that gave up (timed out) left their senders behind.
-                    w.retain(|s| !s.is_canceled());
-                }
-                if w.len() >= WAITERS_MAX {
-                    return Err(KafkaError::NotLeader);
-                }
-                w.push(tx);
-            }
+            add_waiter(&mut self.serving_watchers.borrow_mut(), tx, WAITERS_MAX);
             let _ = crate::runtime::task::timeout(left, rx).await;
         }
     }
@@ -675,10 +685,7 @@ impl Partition {
     /// A future that resolves at the next advance of the high watermark.
     pub fn watch_appends(&self) -> oneshot::Receiver<()> {
         let (tx, rx) = oneshot::channel();
-        let mut w = self.append_watchers.borrow_mut();
-        if w.len() < WAITERS_MAX {
-            w.push(tx);
-        }
+        add_waiter(&mut self.append_watchers.borrow_mut(), tx, WAITERS_MAX);
         rx
     }
 
@@ -814,6 +821,43 @@ impl Partition {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn dead_waiters_are_swept_and_never_pile_up() {
+        let mut list = Vec::new();
+        // Many short fetches on a quiet partition: each waiter gives up (its receiver is
+        // dropped) before any append.
+        for _ in 0..100_000 {
+            let (tx, rx) = oneshot::channel();
+            add_waiter(&mut list, tx, WAITERS_MAX);
+            drop(rx);
+            assert!(list.len() <= 2 * WAITERS_SWEEP_FLOOR, "{}", list.len());
+        }
+        // A long poll after them still waits: its sender is kept, not dropped.
+        let (tx, mut rx) = oneshot::channel::<()>();
+        add_waiter(&mut list, tx, WAITERS_MAX);
+        assert_eq!(
+            rx.try_recv(),
+            Ok(None),
+            "the new waiter is neither woken nor dropped"
+        );
+    }
+
+    #[test]
+    fn a_full_list_of_live_waiters_wakes_its_oldest_to_make_room() {
+        let mut list = Vec::new();
+        let mut rxs = Vec::new();
+        for _ in 0..4 {
+            let (tx, rx) = oneshot::channel();
+            add_waiter(&mut list, tx, 4);
+            rxs.push(rx);
+        }
+        let (tx, mut newest) = oneshot::channel();
+        add_waiter(&mut list, tx, 4);
+        assert_eq!(list.len(), 4);
+        assert_eq!(rxs[0].try_recv(), Ok(Some(())), "the oldest is woken early");
+        assert_eq!(newest.try_recv(), Ok(None), "the newest waits");
+    }
+
     use super::*;
     use crate::partition::checkpoint::CHECKPOINT_FILE;
     use std::path::Path;
