@@ -318,3 +318,52 @@ fn group_max_size_counts_pending_member_ids_which_expire_with_their_session() {
     }
     broker.assert_alive();
 }
+
+/// CreateTopics v5 of `name` with a manual replica assignment: (error code, partitions).
+fn create_assigned(c: &mut Client, name: &str, lists: &[Vec<i32>], partitions: i32) -> (i16, i32) {
+    use kafka_protocol::messages::create_topics_request::CreatableReplicaAssignment;
+    let assignments = lists
+        .iter()
+        .enumerate()
+        .map(|(i, ids)| {
+            CreatableReplicaAssignment::default()
+                .with_partition_index(i32::try_from(i).expect("small"))
+                .with_broker_ids(ids.iter().map(|&b| b.into()).collect())
+        })
+        .collect();
+    let req = CreateTopicsRequest::default()
+        .with_topics(vec![CreatableTopic::default()
+            .with_name(topic_name(name))
+            .with_num_partitions(partitions)
+            .with_replication_factor(-1)
+            .with_assignments(assignments)])
+        .with_timeout_ms(10_000);
+    let resp = c.request(5, &req);
+    (resp.topics[0].error_code, resp.topics[0].num_partitions)
+}
+
+#[test]
+fn manual_replica_assignments_follow_kafkas_rules() {
+    use kafka_protocol::messages::MetadataRequest;
+    const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
+    const INVALID_REQUEST: i16 = 42;
+    let broker = Broker::start(env!("CARGO_TARGET_TMPDIR").as_ref(), Options::default());
+    let mut c = broker.connect();
+    let node = c.request(1, &MetadataRequest::default()).brokers[0]
+        .node_id
+        .0;
+    let three = vec![vec![node]; 3];
+    assert_eq!(create_assigned(&mut c, "assigned", &three, -1), (0, 3));
+    assert_eq!(
+        create_assigned(&mut c, "assigned-bad-node", &[vec![node + 1]], -1).0,
+        INVALID_REPLICA_ASSIGNMENT
+    );
+    assert_eq!(
+        create_assigned(&mut c, "assigned-twice", &[vec![node, node]], -1).0,
+        INVALID_REPLICA_ASSIGNMENT
+    );
+    assert_eq!(
+        create_assigned(&mut c, "assigned-and-counted", &three, 3).0,
+        INVALID_REQUEST
+    );
+}

@@ -11,6 +11,7 @@
 //! gateway's part (request counters' names, the group request handler) is handed in at
 //! start-up as [`GatewayHooks`]. A home of glommio names (its channels and semaphores).
 
+pub mod admission;
 pub mod detail;
 pub mod exec;
 pub mod groups;
@@ -107,7 +108,7 @@ pub struct Shard {
     connections: Cell<u64>,
     /// Shard 0: the node's Kafka connections by peer address, against `max_connections`
     /// and `max_connections_per_ip` (unused on other shards).
-    pub(crate) admission: RefCell<crate::gateway::kafka::admission::Admission>,
+    pub(crate) admission: RefCell<crate::shard::admission::Admission>,
     /// Open native connections.
     native_connections: Cell<u64>,
     /// Each shard's bound native port (0 until bound). Written once per shard at start-up,
@@ -180,7 +181,7 @@ impl Shard {
             in_flight_bytes_max,
             group_request,
         } = gateway;
-        let admission = RefCell::new(crate::gateway::kafka::admission::Admission::new(
+        let admission = RefCell::new(crate::shard::admission::Admission::new(
             w.config.max_connections,
             w.config.max_connections_per_ip,
         ));

@@ -157,7 +157,7 @@ pub enum Op {
     /// Cluster mode, shard 0: the controller group as this node sees it.
     ControllerView,
     /// Shard 0: count a new Kafka connection from this address, or refuse it
-    /// (gateway::kafka::admission).
+    /// (shard::admission).
     AdmitConnection(std::net::IpAddr),
     /// Shard 0: a connection `AdmitConnection` counted has ended.
     ReleaseConnection(std::net::IpAddr),
@@ -195,7 +195,7 @@ pub enum Reply {
     /// A Raft group as this node sees it, if hosted here.
     View(Option<strand_raft::GroupView>),
     /// A connection admitted, or why not.
-    Admission(Result<(), crate::gateway::kafka::admission::Refusal>),
+    Admission(Result<(), crate::shard::admission::Refusal>),
     /// Done.
     Done,
 }

@@ -35,6 +35,11 @@ pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes
         .with_cluster_id(StrBytes::from_string(shard.metadata().cluster_id.clone()))
         .with_controller_id(BrokerId(controller))
         .with_endpoint_type(req.endpoint_type)
+        .with_cluster_authorized_operations(if req.include_cluster_authorized_operations {
+            super::authorized::CLUSTER
+        } else {
+            i32::MIN
+        })
         .with_brokers(brokers);
     if req.endpoint_type != 1 {
         resp = resp

@@ -464,14 +464,30 @@ pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes
             }
         }
     }
+    if r.include_authorized_operations {
+        for d in out.iter_mut().filter(|d| d.error_code == code::NONE) {
+            d.authorized_operations = super::authorized::GROUP;
+        }
+    }
     ctx.respond(&DescribeGroupsResponse::default().with_groups(out))
 }
 
-/// ListGroups over every shard.
+/// The type of every group Strand coordinates (KIP-848's "consumer" groups are not built):
+/// ListGroups v5 answers it and filters by it.
+const CLASSIC_GROUP_TYPE: &str = "classic";
+
+/// ListGroups over every shard (v4: state filter; v5: type filter, KIP-848).
 pub async fn list(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
     let with_state = ctx.version >= 4;
     let r: ListGroupsRequest = ctx.decode(body)?;
     let states: Vec<String> = r.states_filter.iter().map(|x| x.to_lowercase()).collect();
+    let classic_wanted = r.types_filter.is_empty()
+        || r.types_filter
+            .iter()
+            .any(|t| t.eq_ignore_ascii_case(CLASSIC_GROUP_TYPE));
+    if !classic_wanted {
+        return ctx.respond(&ListGroupsResponse::default());
+    }
     let calls = (0..shard.count).map(|t| shard.call(t, Op::ListGroups));
     let mut groups = Vec::new();
     for reply in futures::future::join_all(calls).await {
@@ -485,6 +501,11 @@ pub async fn list(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, Fr
         let d = ListedGroup::default();
         for g in &mut groups {
             g.group_state = d.group_state.clone();
+        }
+    }
+    if ctx.version >= 5 {
+        for g in &mut groups {
+            g.group_type = StrBytes::from_static_str(CLASSIC_GROUP_TYPE);
         }
     }
     ctx.respond(&ListGroupsResponse::default().with_groups(groups))

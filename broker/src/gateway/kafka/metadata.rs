@@ -71,34 +71,10 @@ pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
         Some(n) => n,
         None => meta.topics.keys().cloned().collect(),
     };
+    let include_ops = req.include_topic_authorized_operations;
     let topics = names
         .into_iter()
-        .map(|name| {
-            let base = MetadataResponseTopic::default()
-                .with_name(Some(TopicName(StrBytes::from_string(name.clone()))));
-            match meta.topics.get(&name) {
-                None => {
-                    let code = if validate_topic_name(&name).is_ok() {
-                        3
-                    } else {
-                        17
-                    };
-                    base.with_error_code(code)
-                }
-                Some(t) => base
-                    .with_is_internal(name == crate::group::OFFSETS_TOPIC)
-                    .with_topic_id(if ctx.version >= 10 {
-                        uuid::Uuid::from_u128(t.id)
-                    } else {
-                        uuid::Uuid::nil()
-                    })
-                    .with_partitions(
-                        (0..t.shards.len() as i32)
-                            .map(|p| partition_metadata(shard, ctx, t, p))
-                            .collect(),
-                    ),
-            }
-        })
+        .map(|name| topic_metadata(shard, ctx, &meta, name, include_ops))
         .collect();
     let listed = shard.brokers();
     let controller = shard.controller_id();
@@ -115,8 +91,53 @@ pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
         .with_brokers(brokers)
         .with_cluster_id((ctx.version >= 2).then(|| StrBytes::from_string(meta.cluster_id.clone())))
         .with_controller_id(BrokerId(controller))
+        .with_cluster_authorized_operations(if req.include_cluster_authorized_operations {
+            super::authorized::CLUSTER
+        } else {
+            i32::MIN
+        })
         .with_topics(topics);
     ctx.respond(&resp)
+}
+
+/// One topic's answer: unknown (UNKNOWN_TOPIC_OR_PARTITION, or INVALID_TOPIC_EXCEPTION for a
+/// name Kafka would refuse) or its id and partitions.
+fn topic_metadata(
+    shard: &Shard,
+    ctx: &Ctx,
+    meta: &crate::cluster::metadata::Metadata,
+    name: String,
+    include_ops: bool,
+) -> MetadataResponseTopic {
+    let base = MetadataResponseTopic::default()
+        .with_name(Some(TopicName(StrBytes::from_string(name.clone()))));
+    match meta.topics.get(&name) {
+        None => {
+            let code = if validate_topic_name(&name).is_ok() {
+                3
+            } else {
+                17
+            };
+            base.with_error_code(code)
+        }
+        Some(t) => base
+            .with_topic_authorized_operations(if include_ops {
+                super::authorized::TOPIC
+            } else {
+                i32::MIN
+            })
+            .with_is_internal(name == crate::group::OFFSETS_TOPIC)
+            .with_topic_id(if ctx.version >= 10 {
+                uuid::Uuid::from_u128(t.id)
+            } else {
+                uuid::Uuid::nil()
+            })
+            .with_partitions(
+                (0..t.shards.len() as i32)
+                    .map(|p| partition_metadata(shard, ctx, t, p))
+                    .collect(),
+            ),
+    }
 }
 
 /// One partition's leader, epoch and replicas: this node without replication; the Raft

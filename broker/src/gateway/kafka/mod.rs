@@ -6,8 +6,8 @@
 //! version closes the connection, except ApiVersions, which answers UNSUPPORTED_VERSION
 //! with the supported ranges so the client can retry (KAFKA-NOTES.md).
 
-pub mod admission;
 pub mod api_versions;
+pub mod authorized;
 pub mod cluster;
 pub mod configs;
 pub mod fetch;
@@ -55,7 +55,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetCommit, 2, 8),
     (ApiKey::OffsetFetch, 1, 8),
     (ApiKey::OffsetDelete, 0, 0),
-    (ApiKey::ListGroups, 0, 4),
+    (ApiKey::ListGroups, 0, 5),
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::AlterPartitionReassignments, 0, 1),

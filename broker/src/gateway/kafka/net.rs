@@ -82,7 +82,7 @@ pub async fn serve(shard: Rc<Shard>, stop: oneshot::Receiver<()>) -> anyhow::Res
 const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Serves `stream` if shard 0 admits its peer (`max_connections`, `max_connections_per_ip`,
-/// gateway::kafka::admission), and uncounts it there when it ends. A refused connection is
+/// shard::admission), and uncounts it there when it ends. A refused connection is
 /// closed at once, counted, and logged (rate-limited): the client sees a disconnect, as
 /// from a Kafka broker over its per-IP limit.
 async fn admitted(

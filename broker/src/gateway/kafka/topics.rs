@@ -142,6 +142,68 @@ pub fn over_limit(shard: &Shard, needed: usize, room: usize) -> Option<String> {
     })
 }
 
+/// A manual replica assignment: the partition count and each partition's replicas.
+type ManualAssignment = (i32, Vec<Vec<i32>>);
+
+/// A CreateTopics topic's manual replica assignment (Kafka's rules): `Ok(None)` without
+/// one; otherwise the partition count and each partition's replicas (empty lists without
+/// replication, where the only node is this one), or the error code and message.
+fn manual_assignment(
+    shard: &Shard,
+    t: &kafka_protocol::messages::create_topics_request::CreatableTopic,
+) -> Result<Option<ManualAssignment>, (i16, String)> {
+    let bad = |m: &str| Err((code::INVALID_REPLICA_ASSIGNMENT, m.to_string()));
+    if t.assignments.is_empty() {
+        return Ok(None);
+    }
+    if t.num_partitions != -1 || t.replication_factor != -1 {
+        return Err((
+            code::INVALID_REQUEST,
+            "with a replica assignment, num_partitions and replication_factor must be -1".into(),
+        ));
+    }
+    let n = t.assignments.len();
+    if n > PARTITIONS_PER_TOPIC_MAX as usize {
+        return Err((
+            code::INVALID_PARTITIONS,
+            format!("at most {PARTITIONS_PER_TOPIC_MAX} partitions per topic"),
+        ));
+    }
+    let nodes = if shard.clustered() {
+        cluster_nodes(shard)
+    } else {
+        vec![shard.config.node_id]
+    };
+    let mut lists: Vec<Option<Vec<i32>>> = vec![None; n];
+    for a in &t.assignments {
+        let Some(slot) = usize::try_from(a.partition_index)
+            .ok()
+            .and_then(|i| lists.get_mut(i))
+        else {
+            return bad("partition indexes must be 0..partitions, each once");
+        };
+        let ids: Vec<i32> = a.broker_ids.iter().map(|b| b.0).collect();
+        let mut unique = ids.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        if ids.is_empty() || unique.len() != ids.len() || !ids.iter().all(|b| nodes.contains(b)) {
+            return bad("each partition needs distinct replicas among the cluster's nodes");
+        }
+        if slot.replace(ids).is_some() {
+            return bad("partition indexes must be 0..partitions, each once");
+        }
+    }
+    let lists: Vec<Vec<i32>> = lists.into_iter().flatten().collect();
+    if lists.len() != n || lists.iter().any(|l| l.len() != lists[0].len()) {
+        return bad("every partition needs the same number of replicas");
+    }
+    let count = i32::try_from(n).unwrap_or(i32::MAX);
+    Ok(Some((
+        count,
+        if shard.clustered() { lists } else { Vec::new() },
+    )))
+}
+
 /// CreateTopics.
 #[expect(
     clippy::too_many_lines,
@@ -156,10 +218,11 @@ pub async fn create(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
     for t in &req.topics {
         let name = t.name.0.as_str().to_string();
         let mut r = CreatableTopicResult::default().with_name(t.name.clone());
-        let partitions = if t.num_partitions == -1 {
-            shard.config.num_partitions
-        } else {
-            t.num_partitions
+        let manual = manual_assignment(shard, t);
+        let partitions = match &manual {
+            Ok(Some((n, _))) => *n,
+            _ if t.num_partitions == -1 => shard.config.num_partitions,
+            _ => t.num_partitions,
         };
         let rf_max = replication_factor_max(shard);
         let bad_rf = t.replication_factor != -1 && !(1..=rf_max).contains(&t.replication_factor);
@@ -182,11 +245,11 @@ pub async fn create(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
             }
         }
         // Bounds first: nothing is allocated for a partition count before it is checked.
-        let needed = replicas_needed(
-            shard,
-            usize::try_from(partitions).unwrap_or(0),
-            t.replication_factor,
-        );
+        let rf_asked = match &manual {
+            Ok(Some((_, lists))) => lists.first().map_or(1, |l| l.len() as i16),
+            _ => t.replication_factor,
+        };
+        let needed = replicas_needed(shard, usize::try_from(partitions).unwrap_or(0), rf_asked);
         if let Err(e) = crate::cluster::metadata::validate_topic_name(&name) {
             r = r
                 .with_error_code(e.kafka_code())
@@ -207,10 +270,10 @@ pub async fn create(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
             r = r
                 .with_error_code(code::INVALID_CONFIG)
                 .with_error_message(Some(StrBytes::from_string(m)));
-        } else if !t.assignments.is_empty() {
+        } else if let Err((code, m)) = &manual {
             r = r
-                .with_error_code(code::INVALID_REPLICA_ASSIGNMENT)
-                .with_error_message(Some(msg("manual replica assignment is not supported")));
+                .with_error_code(*code)
+                .with_error_message(Some(StrBytes::from_string(m.clone())));
         } else if let Some(m) = over_limit(shard, needed, room) {
             r = r
                 .with_error_code(code::INVALID_PARTITIONS)
@@ -222,13 +285,18 @@ pub async fn create(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
             // From v5 the answer lists every config of the new topic with its source, as
             // DescribeConfigs would (AdminClient's CreateTopicsResult.config()).
             let shown = (ctx.version >= 5).then(|| created_configs(shard, &configs));
-            let cmd = create_command(
+            let mut cmd = create_command(
                 shard,
                 &name,
                 partitions as usize,
                 configs,
                 t.replication_factor,
             );
+            if let (Ok(Some((_, lists))), Command::CreateTopic { replicas, .. }) =
+                (manual, &mut cmd)
+            {
+                *replicas = lists;
+            }
             if let Some(shown) = shown {
                 r = r.with_configs(Some(shown));
                 let rf = match &cmd {
@@ -333,10 +401,6 @@ pub async fn delete(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
         }
     }
     ctx.respond(&DeleteTopicsResponse::default().with_responses(results))
-}
-
-fn msg(s: &'static str) -> StrBytes {
-    StrBytes::from_static_str(s)
 }
 
 /// CreatePartitions: grows a topic to `count` partitions; new ones are writable at once.

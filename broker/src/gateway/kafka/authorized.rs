@@ -1,0 +1,66 @@
+//! Authorized-operations bitfields (KIP-430) for the Metadata, DescribeCluster and
+//! DescribeGroups requests that ask for them. Strand has no authorizer yet (issue 23), so
+//! a caller may do every operation Kafka defines for the resource: what a Kafka broker
+//! without an authorizer answers too (AuthHelper.authorizedOperations). With ACLs these must
+//! come from the authorizer.
+
+/// Kafka's AclOperation codes (the bit positions).
+const READ: u8 = 3;
+const WRITE: u8 = 4;
+const CREATE: u8 = 5;
+const DELETE: u8 = 6;
+const ALTER: u8 = 7;
+const DESCRIBE: u8 = 8;
+const CLUSTER_ACTION: u8 = 9;
+const DESCRIBE_CONFIGS: u8 = 10;
+const ALTER_CONFIGS: u8 = 11;
+const IDEMPOTENT_WRITE: u8 = 12;
+
+const fn bits(ops: &[u8]) -> i32 {
+    let mut field = 0i32;
+    let mut i = 0;
+    while i < ops.len() {
+        field |= 1 << ops[i];
+        i += 1;
+    }
+    field
+}
+
+/// A topic's operations (AclEntry.supportedOperations(TOPIC)).
+pub const TOPIC: i32 = bits(&[
+    READ,
+    WRITE,
+    CREATE,
+    DELETE,
+    ALTER,
+    DESCRIBE,
+    DESCRIBE_CONFIGS,
+    ALTER_CONFIGS,
+]);
+/// The cluster's operations.
+pub const CLUSTER: i32 = bits(&[
+    CREATE,
+    ALTER,
+    DESCRIBE,
+    CLUSTER_ACTION,
+    DESCRIBE_CONFIGS,
+    ALTER_CONFIGS,
+    IDEMPOTENT_WRITE,
+]);
+/// A consumer group's operations.
+pub const GROUP: i32 = bits(&[READ, DELETE, DESCRIBE]);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_hold_kafkas_operation_counts() {
+        // As librdkafka's test 0081 expects of a broker without an authorizer.
+        assert_eq!(
+            (TOPIC.count_ones(), CLUSTER.count_ones(), GROUP.count_ones()),
+            (8, 7, 3)
+        );
+        assert_eq!(GROUP, 0b1_0100_1000);
+    }
+}
