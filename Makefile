@@ -12,7 +12,7 @@ export STRAND_REQUIRE_CLIENTS := 1
 export STRAND_REQUIRE_ROOT_TESTS := 1
 endif
 
-.PHONY: build run run-cluster test compat diff bench bench-kafka bench-suite bench-cluster fmt lint deps soak fuzz gen clean install sim
+.PHONY: build run run-cluster test compat compat-cluster diff bench bench-kafka bench-suite bench-cluster fmt lint deps soak fuzz gen clean install sim
 
 build:
 	$(CARGO) build --release --workspace
@@ -64,6 +64,13 @@ compat:
 	$(CARGO) build --workspace --bins
 	STRAND_BIN=$(CURDIR)/target/debug/strand COMPAT_SET=$(COMPAT_SET) tests/librdkafka/run.sh \
 	  --jobs $(COMPAT_JOBS)
+
+## compat-cluster: the `cluster` set of runs.tsv against three Strand nodes (replication
+## factor 3, through the harness's fault proxy without faults)
+compat-cluster:
+	$(CARGO) build --workspace --bins
+	STRAND_BIN=$(CURDIR)/target/debug/strand COMPAT_SET=cluster tests/librdkafka/run.sh \
+	  --jobs $(COMPAT_JOBS) --cluster
 
 ## diff: the whole differential corpus, Strand against Apache Kafka 4.1.2 (the same requests
 ## to both, answers compared field by field; accepted differences in

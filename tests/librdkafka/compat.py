@@ -15,8 +15,12 @@ Entries may run side by side (--jobs N, each its own test-runner process against
 broker): librdkafka's tests name their topics and groups with random suffixes, and most of
 their time is spent waiting on timeouts, not CPU.
 
-Usage: compat.py --runner DIR/test-runner --set quick|full [--only ID,ID] [--out DIR]
-                 [--jobs N]
+With --cluster the entries run against three Strand nodes (replication factor 3, through
+the test harness's fault proxy, no faults injected), as librdkafka's own CI runs against a
+3-broker cluster; the `cluster` set lists the entries that make sense there.
+
+Usage: compat.py --runner DIR/test-runner --set quick|full|cluster [--only ID,ID] [--out DIR]
+                 [--jobs N] [--cluster]
 Env: STRAND_BIN (the broker), CI (passed on: the runner then raises its timeouts).
 Exit status 0 when every entry met its expectation and the broker never crashed.
 """
@@ -37,6 +41,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "kafka"))
+from cluster_harness import Cluster  # noqa: E402
 from strand_harness import Broker, tail  # noqa: E402
 
 # librdkafka gates tests on the broker version it is told; Strand speaks Kafka 4.0's floors
@@ -74,6 +79,59 @@ def load_runs(path: Path) -> list[Run]:
         runs.append(Run(id_, set(sets.split(",")), tests, "" if subtests == "-" else subtests,
                         [] if args == "-" else args.split(), expect, reason))
     return runs
+
+
+# What every broker of a run is started with: 4 partitions per auto-created topic (as
+# librdkafka's default test scenario expects) and a short initial rebalance delay.
+BROKER_ARGS = ["--group-initial-rebalance-delay-ms", "100"]
+
+
+class SingleNode:
+    """One fresh Strand, 2 shards."""
+
+    def __init__(self):
+        self.broker = Broker("librdkafka-compat", smp=2, num_partitions=4, extra_args=BROKER_ARGS)
+
+    def start(self) -> str:
+        self.broker.start()
+        return self.broker.bootstrap
+
+    def running(self) -> bool:
+        return self.broker.running()
+
+    def stop(self) -> None:
+        if self.broker.running():
+            self.broker.stop()
+
+    def logs(self) -> list[Path]:
+        return [self.broker.stderr_path]
+
+    def crash_reports(self) -> list[Path]:
+        return [self.broker.data_dir / "crash-report.txt"]
+
+
+class ThreeNodes:
+    """Three fresh Strand nodes, replication factor 3."""
+
+    def __init__(self):
+        self.cluster = Cluster("librdkafka-compat", smp=1,
+                               extra_args=["--num-partitions", "4", *BROKER_ARGS])
+
+    def start(self) -> str:
+        self.cluster.start()
+        return self.cluster.bootstrap()
+
+    def running(self) -> bool:
+        return len(self.cluster.running()) == len(self.cluster.nodes)
+
+    def stop(self) -> None:
+        self.cluster.close()
+
+    def logs(self) -> list[Path]:
+        return [p for n in self.cluster.nodes.values() for p in n.stderr_paths]
+
+    def crash_reports(self) -> list[Path]:
+        return [n.data_dir / "crash-report.txt" for n in self.cluster.nodes.values()]
 
 
 def write_conf(path: Path, bootstrap: str) -> None:
@@ -140,6 +198,7 @@ def main() -> int:
     ap.add_argument("--only", default="")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--cluster", action="store_true")
     a = ap.parse_args()
 
     runs = [r for r in load_runs(HERE / "runs.tsv") if a.set in r.sets]
@@ -153,11 +212,10 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     conf = out / "test.conf"
 
-    broker = Broker("librdkafka-compat", smp=2, num_partitions=4,
-                    extra_args=["--group-initial-rebalance-delay-ms", "100"])
-    broker.start()
-    write_conf(conf, broker.bootstrap)
-    print(f"librdkafka compat: {len(runs)} runs ({a.set}) against strand at {broker.bootstrap}; "
+    target = ThreeNodes() if a.cluster else SingleNode()
+    bootstrap = target.start()
+    write_conf(conf, bootstrap)
+    print(f"librdkafka compat: {len(runs)} runs ({a.set}) against strand at {bootstrap}; "
           f"logs in {out}", flush=True)
     started = time.monotonic()
     results = []
@@ -175,21 +233,20 @@ def main() -> int:
             print(f"  {run.id:<28} {r['outcome']:<8} (expected {run.expect}) {r['seconds']:>6.1f} s"
                   f"  {mark}" + (f"  {r['first_failure']}" if r["outcome"] == "fail" else ""),
                   flush=True)
-            if not broker.running() and not died:
+            if not target.running() and not died:
                 died.append(run.id)
 
     try:
         with ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
             list(pool.map(one, runs))
         if died:
-            print(f"the broker died during {died[0]}:\n{tail(broker.stderr_path, 80)}")
+            print(f"a broker died during {died[0]}:\n" + "\n".join(tail(p, 80) for p in target.logs()))
             return 1
     finally:
-        if broker.running():
-            broker.stop()
+        target.stop()
     (out / "summary.json").write_text(json.dumps(results, indent=1))
-    log = broker.stderr_path.read_bytes()
-    crashed = b"panicked at" in log or (broker.data_dir / "crash-report.txt").exists()
+    crashed = (any(b"panicked at" in p.read_bytes() for p in target.logs() if p.exists())
+               or any(p.exists() for p in target.crash_reports()))
     unexpected = [r for r in results if (r["outcome"] != "fail") != (r["expect"] == "pass")]
     passed = sum(r["outcome"] == "pass" for r in results)
     xfailed = sum(r["outcome"] == "fail" and r["expect"] == "xfail" for r in results)
@@ -205,7 +262,7 @@ def main() -> int:
             print(f"  {r['id']} passed but is listed as xfail ({r['reason']}): "
                   "remove the xfail from tests/librdkafka/runs.tsv")
     if crashed:
-        print(f"the broker panicked or crashed:\n{tail(broker.stderr_path, 80)}")
+        print("a broker panicked or crashed:\n" + "\n".join(tail(p, 80) for p in target.logs()))
     return 1 if unexpected or crashed else 0
 
 
