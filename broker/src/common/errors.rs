@@ -55,6 +55,8 @@ pub mod code {
     pub const INVALID_SESSION_TIMEOUT: i16 = E::InvalidSessionTimeout.code();
     /// REBALANCE_IN_PROGRESS.
     pub const REBALANCE_IN_PROGRESS: i16 = E::RebalanceInProgress.code();
+    /// FENCED_INSTANCE_ID.
+    pub const FENCED_INSTANCE_ID: i16 = E::FencedInstanceId.code();
     /// GROUP_MAX_SIZE_REACHED.
     pub const GROUP_MAX_SIZE_REACHED: i16 = E::GroupMaxSizeReached.code();
     /// UNSUPPORTED_VERSION.

@@ -123,11 +123,18 @@ fn admit<H: GroupHost>(
         )));
     }
     let member_id = match (&r.instance_id, r.member_id.is_empty()) {
-        (Some(inst), _) => match g.member_by_instance(inst) {
-            Some(m) => m.id.clone(),
-            None if r.member_id.is_empty() => format!("{inst}-{}", uuid::Uuid::new_v4()),
-            None => r.member_id.clone(),
-        },
+        (Some(inst), true) => g
+            .replace_static_member(inst)
+            .unwrap_or_else(|| format!("{inst}-{}", uuid::Uuid::new_v4())),
+        (Some(inst), false) => {
+            if g.fenced(&r.member_id, Some(inst)) {
+                return Err(Box::new(failed_join(
+                    code::FENCED_INSTANCE_ID,
+                    r.member_id.clone(),
+                )));
+            }
+            r.member_id.clone()
+        }
         (None, true) => {
             let id = format!("{}-{}", r.client_id, uuid::Uuid::new_v4());
             if r.version >= 4 {
@@ -277,7 +284,7 @@ async fn drive_rebalance<H: GroupHost>(host: Rc<H>, group: String) {
 pub async fn group_sync<H: GroupHost>(
     host: &Rc<H>,
     group: &str,
-    member_id: &str,
+    (member_id, instance_id): (&str, Option<&str>),
     generation: i32,
     assignments: Vec<(String, Bytes)>,
 ) -> (i16, Bytes) {
@@ -286,6 +293,9 @@ pub async fn group_sync<H: GroupHost>(
         let Some(g) = groups.get_mut(group) else {
             return (code::UNKNOWN_MEMBER_ID, Bytes::new());
         };
+        if g.fenced(member_id, instance_id) {
+            return (code::FENCED_INSTANCE_ID, Bytes::new());
+        }
         let Some(m) = g.members.get_mut(member_id) else {
             return (code::UNKNOWN_MEMBER_ID, Bytes::new());
         };
@@ -351,13 +361,16 @@ pub async fn group_sync<H: GroupHost>(
 pub fn group_heartbeat<H: GroupHost>(
     host: &H,
     group: &str,
-    member_id: &str,
+    (member_id, instance_id): (&str, Option<&str>),
     generation: i32,
 ) -> i16 {
     let mut groups = host.groups().borrow_mut();
     let Some(g) = groups.get_mut(group) else {
         return code::UNKNOWN_MEMBER_ID;
     };
+    if g.fenced(member_id, instance_id) {
+        return code::FENCED_INSTANCE_ID;
+    }
     let state = g.state;
     let current = g.generation;
     let Some(m) = g.members.get_mut(member_id) else {

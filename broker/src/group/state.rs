@@ -262,6 +262,47 @@ impl Group {
             .values()
             .find(|m| m.instance_id.as_deref() == Some(instance))
     }
+
+    /// KIP-345: a request naming a static instance id that now belongs to another member id
+    /// comes from a member a newer one replaced (FENCED_INSTANCE_ID).
+    pub fn fenced(&self, member_id: &str, instance: Option<&str>) -> bool {
+        instance
+            .and_then(|i| self.member_by_instance(i))
+            .is_some_and(|m| m.id != member_id)
+    }
+
+    /// KIP-345: a static member rejoining with no member id replaces the one its instance
+    /// id names: the member keeps its place (assignment, leadership) under a new member id,
+    /// and the old id's waiting JoinGroup or SyncGroup is answered FENCED_INSTANCE_ID.
+    /// Returns the new member id, or `None` when no member has this instance id.
+    pub fn replace_static_member(&mut self, instance: &str) -> Option<String> {
+        let old = self.member_by_instance(instance)?.id.clone();
+        let mut m = self.members.remove(&old)?;
+        let new = format!("{instance}-{}", uuid::Uuid::new_v4());
+        if let Some(tx) = m.join_waiter.take() {
+            let _ = tx.send(JoinOutcome {
+                error: crate::common::errors::code::FENCED_INSTANCE_ID,
+                generation: -1,
+                protocol: None,
+                protocol_type: None,
+                leader: String::new(),
+                member_id: old.clone(),
+                members: Vec::new(),
+            });
+        }
+        if let Some(tx) = m.sync_waiter.take() {
+            let _ = tx.send((
+                crate::common::errors::code::FENCED_INSTANCE_ID,
+                Bytes::new(),
+            ));
+        }
+        if self.leader.as_deref() == Some(old.as_str()) {
+            self.leader = Some(new.clone());
+        }
+        m.id = new.clone();
+        self.members.insert(new.clone(), m);
+        Some(new)
+    }
 }
 
 #[cfg(test)]
@@ -298,6 +339,39 @@ mod tests {
         assert_eq!(g.select_protocol().as_deref(), Some("roundrobin"));
         assert!(g.accepts("consumer", &[("roundrobin".into(), Bytes::new())]));
         assert!(!g.accepts("consumer", &[("range".into(), Bytes::new())]));
+    }
+
+    #[test]
+    fn a_replaced_static_member_keeps_its_place_and_the_old_id_is_fenced() {
+        let mut g = Group::new("g");
+        let mut old = member("old", &["range"]);
+        old.instance_id = Some("i1".into());
+        old.assignment = Bytes::from_static(b"mine");
+        let (tx, mut sync) = futures::channel::oneshot::channel();
+        old.sync_waiter = Some(tx);
+        g.members.insert("old".into(), old);
+        g.leader = Some("old".into());
+        let new = g
+            .replace_static_member("i1")
+            .expect("instance i1 is a member");
+        assert_ne!(new, "old");
+        assert_eq!(
+            g.leader.as_deref(),
+            Some(new.as_str()),
+            "leadership moves with it"
+        );
+        assert_eq!(g.members[&new].assignment, Bytes::from_static(b"mine"));
+        assert!(g.fenced("old", Some("i1")));
+        assert!(!g.fenced(&new, Some("i1")));
+        assert!(
+            !g.fenced("old", None),
+            "without an instance id nothing is fenced"
+        );
+        assert_eq!(
+            sync.try_recv().ok().flatten().map(|(code, _)| code),
+            Some(crate::common::errors::code::FENCED_INSTANCE_ID)
+        );
+        assert!(g.replace_static_member("unknown").is_none());
     }
 
     fn committed(offset: i64) -> Committed {

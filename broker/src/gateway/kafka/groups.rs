@@ -132,7 +132,7 @@ pub async fn execute(
             let (code, assignment) = coordinator::group_sync(
                 shard,
                 &r.group_id.0,
-                &r.member_id,
+                (&r.member_id, r.group_instance_id.as_deref()),
                 r.generation_id,
                 assignments,
             )
@@ -149,7 +149,7 @@ pub async fn execute(
             let code = coordinator::group_heartbeat(
                 &**shard,
                 &r.group_id.0,
-                &r.member_id,
+                (&r.member_id, r.group_instance_id.as_deref()),
                 r.generation_id,
             );
             ctx.respond(&HeartbeatResponse::default().with_error_code(code))
