@@ -296,6 +296,9 @@ fn group_max_size_counts_pending_member_ids_which_expire_with_their_session() {
         },
     );
     let mut c = broker.connect();
+    // A group id is a key in memory and in __consumer_offsets: its length is bounded.
+    const INVALID_GROUP_ID: i16 = 24;
+    assert_eq!(join_new(&mut c, &"g".repeat(1025)).0, INVALID_GROUP_ID);
     let group = "bounded-group";
     // Member ids handed out and never used count: a third is refused.
     assert_eq!(join_new(&mut c, group).0, MEMBER_ID_REQUIRED);

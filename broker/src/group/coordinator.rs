@@ -69,9 +69,18 @@ fn failed_join(error: i16, member_id: String) -> JoinOutcome {
     }
 }
 
+/// Longest group id and group.instance.id accepted (INVALID_GROUP_ID beyond): each is a
+/// key in memory and in `__consumer_offsets` records, so a peer must not choose its size.
+/// Kafka sets no limit; real ids are far shorter.
+pub const GROUP_ID_BYTES_MAX: usize = 1024;
+
 /// JoinGroup.
 pub async fn group_join<H: GroupHost>(host: &Rc<H>, r: JoinRequest) -> JoinOutcome {
-    if r.group.is_empty() {
+    let too_long = r.group.len() > GROUP_ID_BYTES_MAX
+        || r.instance_id
+            .as_ref()
+            .is_some_and(|i| i.len() > GROUP_ID_BYTES_MAX);
+    if r.group.is_empty() || too_long {
         return failed_join(code::INVALID_GROUP_ID, r.member_id);
     }
     if !(SESSION_TIMEOUT_MS_MIN..=SESSION_TIMEOUT_MS_MAX).contains(&r.session_timeout_ms) {
@@ -482,12 +491,15 @@ pub async fn offset_commit<H: GroupHost>(
     offsets: Vec<(String, i32, Committed)>,
 ) -> Vec<i16> {
     let meta = host.metadata();
-    let group_code = {
-        let mut groups = host.groups().borrow_mut();
-        let g = groups
-            .entry(group.to_string())
-            .or_insert_with(|| Group::new(group));
-        commit_allowed(g, member_id, generation)
+    // A group is created only by a commit that is made durable (below): a refused commit
+    // for an unknown group leaves nothing behind.
+    let group_code = if group.len() > GROUP_ID_BYTES_MAX {
+        code::INVALID_GROUP_ID
+    } else {
+        match host.groups().borrow().get(group) {
+            Some(g) => commit_allowed(g, member_id, generation),
+            None => commit_allowed(&Group::new(group), member_id, generation),
+        }
     };
     let mut codes: Vec<i16> = offsets
         .iter()
