@@ -163,6 +163,7 @@ soak:
 fuzz:
 	cd wire/fuzz && cargo +nightly fuzz run record_batch -- -max_total_time=60
 	cd wire/fuzz && cargo +nightly fuzz run native_frame -- -max_total_time=60
+	cd wire/fuzz && cargo +nightly fuzz run kafka_request -- -max_total_time=60
 	cd raft/fuzz && cargo +nightly fuzz run rpc_frame -- -max_total_time=60
 
 ## sim: the deterministic Raft simulator (raft/src/sim); SEED=n replays one seed exactly,
