@@ -65,8 +65,8 @@ compat:
 	STRAND_BIN=$(CURDIR)/target/debug/strand COMPAT_SET=$(COMPAT_SET) tests/librdkafka/run.sh \
 	  --jobs $(COMPAT_JOBS)
 
-## compat-cluster: the `cluster` set of runs.tsv against three Strand nodes (replication
-## factor 3, through the harness's fault proxy without faults)
+## compat-cluster: the `cluster` set of runs.tsv (every entry) against three Strand nodes
+## (replication factor 3, through the harness's fault proxy without faults), about 13 minutes
 compat-cluster:
 	$(CARGO) build --workspace --bins
 	STRAND_BIN=$(CURDIR)/target/debug/strand COMPAT_SET=cluster tests/librdkafka/run.sh \

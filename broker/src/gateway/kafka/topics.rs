@@ -169,11 +169,6 @@ fn manual_assignment(
             format!("at most {PARTITIONS_PER_TOPIC_MAX} partitions per topic"),
         ));
     }
-    let nodes = if shard.clustered() {
-        cluster_nodes(shard)
-    } else {
-        vec![shard.config.node_id]
-    };
     let mut lists: Vec<Option<Vec<i32>>> = vec![None; n];
     for a in &t.assignments {
         let Some(slot) = usize::try_from(a.partition_index)
@@ -183,27 +178,47 @@ fn manual_assignment(
             return bad("partition indexes must be 0..partitions, each once");
         };
         let ids: Vec<i32> = a.broker_ids.iter().map(|b| b.0).collect();
-        let mut unique = ids.clone();
-        unique.sort_unstable();
-        unique.dedup();
-        if ids.is_empty() || unique.len() != ids.len() || !ids.iter().all(|b| nodes.contains(b)) {
-            return bad("each partition needs distinct replicas among the cluster's nodes");
-        }
         if slot.replace(ids).is_some() {
             return bad("partition indexes must be 0..partitions, each once");
         }
     }
     let lists: Vec<Vec<i32>> = lists.into_iter().flatten().collect();
-    if lists.len() != n || lists.iter().any(|l| l.len() != lists[0].len()) {
-        return bad("every partition needs the same number of replicas");
+    if lists.len() != n {
+        return bad("partition indexes must be 0..partitions, each once");
     }
-    let count = i32::try_from(n).unwrap_or(i32::MAX);
-    Ok(Some((
-        count,
-        if shard.clustered() { lists } else { Vec::new() },
-    )))
+    let lists =
+        checked_replicas(shard, lists, None).map_err(|m| (code::INVALID_REPLICA_ASSIGNMENT, m))?;
+    Ok(Some((i32::try_from(n).unwrap_or(i32::MAX), lists)))
 }
 
+/// Replica lists a client chose (CreateTopics and CreatePartitions assignments), by Kafka's
+/// rules: each non-empty with distinct ids, all nodes of this cluster, all of one length
+/// (`factor` when given, the topic's). Returns them (empty lists without replication, where
+/// the only node is this one), or why they are refused (INVALID_REPLICA_ASSIGNMENT).
+fn checked_replicas(
+    shard: &Shard,
+    lists: Vec<Vec<i32>>,
+    factor: Option<usize>,
+) -> Result<Vec<Vec<i32>>, String> {
+    let nodes = if shard.clustered() {
+        cluster_nodes(shard)
+    } else {
+        vec![shard.config.node_id]
+    };
+    let factor = factor.or_else(|| lists.first().map(Vec::len));
+    for ids in &lists {
+        let mut unique = ids.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        if ids.is_empty() || unique.len() != ids.len() || !ids.iter().all(|b| nodes.contains(b)) {
+            return Err("each partition needs distinct replicas among the cluster's nodes".into());
+        }
+        if Some(ids.len()) != factor {
+            return Err("every partition needs the topic's number of replicas".into());
+        }
+    }
+    Ok(if shard.clustered() { lists } else { Vec::new() })
+}
 /// CreateTopics.
 #[expect(
     clippy::too_many_lines,
@@ -411,7 +426,6 @@ pub async fn create_partitions(
 ) -> Result<Bytes, FramingError> {
     let req: CreatePartitionsRequest = ctx.decode(body)?;
     let meta = shard.metadata();
-    let node = shard.config.node_id;
     let mut results = Vec::with_capacity(req.topics.len());
     let mut cmds = Vec::new();
     let mut slots = Vec::new();
@@ -437,18 +451,34 @@ pub async fn create_partitions(
             ));
             continue;
         }
-        let bad_assignment = t.assignments.as_ref().is_some_and(|a| {
-            a.len() != wanted - current
-                || a.iter().any(|x| x.broker_ids.iter().any(|b| b.0 != node))
-        });
-        if bad_assignment {
-            results.push(err(
-                39,
-                "assignments must name this broker for each new partition".into(),
-            ));
-            continue;
-        }
         let rf = meta_rf(shard, name);
+        let chosen = match &t.assignments {
+            None => None,
+            Some(a) if a.len() != wanted - current => {
+                results.push(err(
+                    code::INVALID_REPLICA_ASSIGNMENT,
+                    "one assignment per new partition".into(),
+                ));
+                continue;
+            }
+            Some(a) => {
+                let lists = a
+                    .iter()
+                    .map(|x| x.broker_ids.iter().map(|b| b.0).collect())
+                    .collect();
+                let factor = usize::try_from(rf)
+                    .ok()
+                    .filter(|_| shard.clustered())
+                    .or(Some(1));
+                match checked_replicas(shard, lists, factor) {
+                    Ok(lists) => Some(lists),
+                    Err(m) => {
+                        results.push(err(code::INVALID_REPLICA_ASSIGNMENT, m));
+                        continue;
+                    }
+                }
+            }
+        };
         let needed = replicas_needed(shard, wanted - current, rf);
         if let Some(m) = over_limit(shard, needed, room) {
             results.push(err(code::INVALID_PARTITIONS, m));
@@ -462,7 +492,8 @@ pub async fn create_partitions(
             cmds.push(Command::CreatePartitions {
                 name: name.to_string(),
                 shards,
-                replicas: replicas_for(shard, name, current, wanted - current, rf),
+                replicas: chosen
+                    .unwrap_or_else(|| replicas_for(shard, name, current, wanted - current, rf)),
             });
         }
     }
