@@ -418,6 +418,31 @@ pub async fn delete(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
     ctx.respond(&DeleteTopicsResponse::default().with_responses(results))
 }
 
+/// The replicas a CreatePartitions topic's assignment chose for its `new` partitions
+/// (`None`: no assignment, placement decides), or why it is refused; `rf` is the topic's.
+fn chosen_replicas(
+    shard: &Shard,
+    t: &kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic,
+    new: usize,
+    rf: i16,
+) -> Result<Option<Vec<Vec<i32>>>, String> {
+    let Some(a) = &t.assignments else {
+        return Ok(None);
+    };
+    if a.len() != new {
+        return Err("one assignment per new partition".into());
+    }
+    let lists = a
+        .iter()
+        .map(|x| x.broker_ids.iter().map(|b| b.0).collect())
+        .collect();
+    let factor = usize::try_from(rf)
+        .ok()
+        .filter(|_| shard.clustered())
+        .or(Some(1));
+    checked_replicas(shard, lists, factor).map(Some)
+}
+
 /// CreatePartitions: grows a topic to `count` partitions; new ones are writable at once.
 pub async fn create_partitions(
     shard: &Rc<Shard>,
@@ -452,31 +477,11 @@ pub async fn create_partitions(
             continue;
         }
         let rf = meta_rf(shard, name);
-        let chosen = match &t.assignments {
-            None => None,
-            Some(a) if a.len() != wanted - current => {
-                results.push(err(
-                    code::INVALID_REPLICA_ASSIGNMENT,
-                    "one assignment per new partition".into(),
-                ));
+        let chosen = match chosen_replicas(shard, t, wanted - current, rf) {
+            Ok(chosen) => chosen,
+            Err(m) => {
+                results.push(err(code::INVALID_REPLICA_ASSIGNMENT, m));
                 continue;
-            }
-            Some(a) => {
-                let lists = a
-                    .iter()
-                    .map(|x| x.broker_ids.iter().map(|b| b.0).collect())
-                    .collect();
-                let factor = usize::try_from(rf)
-                    .ok()
-                    .filter(|_| shard.clustered())
-                    .or(Some(1));
-                match checked_replicas(shard, lists, factor) {
-                    Ok(lists) => Some(lists),
-                    Err(m) => {
-                        results.push(err(code::INVALID_REPLICA_ASSIGNMENT, m));
-                        continue;
-                    }
-                }
             }
         };
         let needed = replicas_needed(shard, wanted - current, rf);
