@@ -429,6 +429,11 @@ fn leave_members<H: GroupHost>(
     let codes = members
         .iter()
         .map(|(id, inst)| {
+            // KIP-345: a static member leaving by instance id with the member id of one a
+            // newer member replaced is fenced (an empty member id leaves by instance id alone).
+            if !id.is_empty() && g.fenced(id, inst.as_deref()) {
+                return code::FENCED_INSTANCE_ID;
+            }
             let key = match inst {
                 Some(i) => g.member_by_instance(i).map(|m| m.id.clone()),
                 None => g.members.contains_key(id).then(|| id.clone()),
@@ -486,7 +491,7 @@ pub fn expire_sessions<H: GroupHost>(host: &Rc<H>) {
 pub async fn offset_commit<H: GroupHost>(
     host: &Rc<H>,
     group: &str,
-    member_id: &str,
+    (member_id, instance_id): (&str, Option<&str>),
     generation: i32,
     offsets: Vec<(String, i32, Committed)>,
 ) -> Vec<i16> {
@@ -497,6 +502,7 @@ pub async fn offset_commit<H: GroupHost>(
         code::INVALID_GROUP_ID
     } else {
         match host.groups().borrow().get(group) {
+            Some(g) if g.fenced(member_id, instance_id) => code::FENCED_INSTANCE_ID,
             Some(g) => commit_allowed(g, member_id, generation),
             None => commit_allowed(&Group::new(group), member_id, generation),
         }

@@ -62,7 +62,8 @@ impl Shard {
             Op::CommitOffsets { group, offsets } => {
                 self.wait_group_loaded(&group).await;
                 Reply::Codes(
-                    crate::group::coordinator::offset_commit(self, &group, "", -1, offsets).await,
+                    crate::group::coordinator::offset_commit(self, &group, ("", None), -1, offsets)
+                        .await,
                 )
             }
             Op::OffsetFetch(reqs) => {

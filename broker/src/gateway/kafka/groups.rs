@@ -323,7 +323,7 @@ async fn commit(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, Fram
     let codes = coordinator::offset_commit(
         shard,
         &r.group_id.0,
-        &r.member_id,
+        (&r.member_id, r.group_instance_id.as_deref()),
         r.generation_id_or_member_epoch,
         offsets,
     )
