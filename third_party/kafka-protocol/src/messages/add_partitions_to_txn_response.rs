@@ -123,7 +123,7 @@ impl Decodable for AddPartitionsToTxnPartitionResult {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
-                unknown_tagged_fields.insert(tag as i32, unknown_value);
+                unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
             }
         }
         Ok(Self {
@@ -350,7 +350,7 @@ impl Decodable for AddPartitionsToTxnResponse {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
-                unknown_tagged_fields.insert(tag as i32, unknown_value);
+                unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
             }
         }
         Ok(Self {
@@ -519,7 +519,7 @@ impl Decodable for AddPartitionsToTxnResult {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
-                unknown_tagged_fields.insert(tag as i32, unknown_value);
+                unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
             }
         }
         Ok(Self {
@@ -681,7 +681,7 @@ impl Decodable for AddPartitionsToTxnTopicResult {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
-                unknown_tagged_fields.insert(tag as i32, unknown_value);
+                unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
             }
         }
         Ok(Self {

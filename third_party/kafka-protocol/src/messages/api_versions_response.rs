@@ -140,7 +140,7 @@ impl Decodable for ApiVersion {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
-                unknown_tagged_fields.insert(tag as i32, unknown_value);
+                unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
             }
         }
         Ok(Self {
@@ -514,7 +514,7 @@ impl Decodable for ApiVersionsResponse {
                     }
                     _ => {
                         let unknown_value = buf.try_get_bytes(size as usize)?;
-                        unknown_tagged_fields.insert(tag as i32, unknown_value);
+                        unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
                     }
                 }
             }
@@ -723,7 +723,7 @@ impl Decodable for FinalizedFeatureKey {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
-                unknown_tagged_fields.insert(tag as i32, unknown_value);
+                unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
             }
         }
         Ok(Self {
@@ -922,7 +922,7 @@ impl Decodable for SupportedFeatureKey {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
-                unknown_tagged_fields.insert(tag as i32, unknown_value);
+                unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
             }
         }
         Ok(Self {

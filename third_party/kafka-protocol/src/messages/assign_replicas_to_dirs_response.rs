@@ -136,7 +136,7 @@ impl Decodable for AssignReplicasToDirsResponse {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
-            unknown_tagged_fields.insert(tag as i32, unknown_value);
+            unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
         }
         Ok(Self {
             throttle_time_ms,
@@ -264,7 +264,7 @@ impl Decodable for DirectoryData {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
-            unknown_tagged_fields.insert(tag as i32, unknown_value);
+            unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
         }
         Ok(Self {
             id,
@@ -390,7 +390,7 @@ impl Decodable for PartitionData {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
-            unknown_tagged_fields.insert(tag as i32, unknown_value);
+            unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
         }
         Ok(Self {
             partition_index,
@@ -517,7 +517,7 @@ impl Decodable for TopicData {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
-            unknown_tagged_fields.insert(tag as i32, unknown_value);
+            unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
         }
         Ok(Self {
             topic_id,

@@ -231,7 +231,7 @@ impl Decodable for BrokerHeartbeatRequest {
                 }
                 _ => {
                     let unknown_value = buf.try_get_bytes(size as usize)?;
-                    unknown_tagged_fields.insert(tag as i32, unknown_value);
+                    unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
                 }
             }
         }

@@ -135,7 +135,7 @@ impl Decodable for CreatableReplicaAssignment {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
-                unknown_tagged_fields.insert(tag as i32, unknown_value);
+                unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
             }
         }
         Ok(Self {
@@ -357,7 +357,7 @@ impl Decodable for CreatableTopic {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
-                unknown_tagged_fields.insert(tag as i32, unknown_value);
+                unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
             }
         }
         Ok(Self {
@@ -519,7 +519,7 @@ impl Decodable for CreatableTopicConfig {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
-                unknown_tagged_fields.insert(tag as i32, unknown_value);
+                unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
             }
         }
         Ok(Self {
@@ -681,7 +681,7 @@ impl Decodable for CreateTopicsRequest {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
-                unknown_tagged_fields.insert(tag as i32, unknown_value);
+                unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
             }
         }
         Ok(Self {

@@ -256,7 +256,7 @@ impl Decodable for CreatableTopicConfigs {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
-                unknown_tagged_fields.insert(tag as i32, unknown_value);
+                unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
             }
         }
         Ok(Self {
@@ -586,7 +586,7 @@ impl Decodable for CreatableTopicResult {
                     }
                     _ => {
                         let unknown_value = buf.try_get_bytes(size as usize)?;
-                        unknown_tagged_fields.insert(tag as i32, unknown_value);
+                        unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
                     }
                 }
             }
@@ -745,7 +745,7 @@ impl Decodable for CreateTopicsResponse {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
-                unknown_tagged_fields.insert(tag as i32, unknown_value);
+                unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
             }
         }
         Ok(Self {

@@ -118,7 +118,7 @@ impl Decodable for Cursor {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
-            unknown_tagged_fields.insert(tag as i32, unknown_value);
+            unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
         }
         Ok(Self {
             topic_name,
@@ -261,7 +261,7 @@ impl Decodable for DescribeTopicPartitionsResponse {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
-            unknown_tagged_fields.insert(tag as i32, unknown_value);
+            unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
         }
         Ok(Self {
             throttle_time_ms,
@@ -509,7 +509,7 @@ impl Decodable for DescribeTopicPartitionsResponsePartition {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
-            unknown_tagged_fields.insert(tag as i32, unknown_value);
+            unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
         }
         Ok(Self {
             error_code,
@@ -718,7 +718,7 @@ impl Decodable for DescribeTopicPartitionsResponseTopic {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
-            unknown_tagged_fields.insert(tag as i32, unknown_value);
+            unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
         }
         Ok(Self {
             error_code,

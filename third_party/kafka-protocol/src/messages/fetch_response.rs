@@ -123,7 +123,7 @@ impl Decodable for AbortedTransaction {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
-                unknown_tagged_fields.insert(tag as i32, unknown_value);
+                unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
             }
         }
         Ok(Self {
@@ -287,7 +287,7 @@ impl Decodable for EpochEndOffset {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
-                unknown_tagged_fields.insert(tag as i32, unknown_value);
+                unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
             }
         }
         Ok(Self {
@@ -554,7 +554,7 @@ impl Decodable for FetchResponse {
                     }
                     _ => {
                         let unknown_value = buf.try_get_bytes(size as usize)?;
-                        unknown_tagged_fields.insert(tag as i32, unknown_value);
+                        unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
                     }
                 }
             }
@@ -752,7 +752,7 @@ impl Decodable for FetchableTopicResponse {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
-                unknown_tagged_fields.insert(tag as i32, unknown_value);
+                unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
             }
         }
         Ok(Self {
@@ -918,7 +918,7 @@ impl Decodable for LeaderIdAndEpoch {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
-                unknown_tagged_fields.insert(tag as i32, unknown_value);
+                unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
             }
         }
         Ok(Self {
@@ -1148,7 +1148,7 @@ impl Decodable for NodeEndpoint {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
-                unknown_tagged_fields.insert(tag as i32, unknown_value);
+                unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
             }
         }
         Ok(Self {
@@ -1585,7 +1585,7 @@ impl Decodable for PartitionData {
                     }
                     _ => {
                         let unknown_value = buf.try_get_bytes(size as usize)?;
-                        unknown_tagged_fields.insert(tag as i32, unknown_value);
+                        unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
                     }
                 }
             }
@@ -1737,7 +1737,7 @@ impl Decodable for SnapshotId {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
-                unknown_tagged_fields.insert(tag as i32, unknown_value);
+                unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
             }
         }
         Ok(Self {

@@ -185,7 +185,7 @@ impl Decodable for FetchSnapshotRequest {
                 }
                 _ => {
                     let unknown_value = buf.try_get_bytes(size as usize)?;
-                    unknown_tagged_fields.insert(tag as i32, unknown_value);
+                    unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
                 }
             }
         }
@@ -411,7 +411,7 @@ impl Decodable for PartitionSnapshot {
                 }
                 _ => {
                     let unknown_value = buf.try_get_bytes(size as usize)?;
-                    unknown_tagged_fields.insert(tag as i32, unknown_value);
+                    unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
                 }
             }
         }
@@ -545,7 +545,7 @@ impl Decodable for SnapshotId {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
-            unknown_tagged_fields.insert(tag as i32, unknown_value);
+            unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
         }
         Ok(Self {
             end_offset,
@@ -672,7 +672,7 @@ impl Decodable for TopicSnapshot {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
-            unknown_tagged_fields.insert(tag as i32, unknown_value);
+            unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
         }
         Ok(Self {
             name,

@@ -198,7 +198,7 @@ impl Decodable for FetchSnapshotResponse {
                 }
                 _ => {
                     let unknown_value = buf.try_get_bytes(size as usize)?;
-                    unknown_tagged_fields.insert(tag as i32, unknown_value);
+                    unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
                 }
             }
         }
@@ -330,7 +330,7 @@ impl Decodable for LeaderIdAndEpoch {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
-            unknown_tagged_fields.insert(tag as i32, unknown_value);
+            unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
         }
         Ok(Self {
             leader_id,
@@ -521,7 +521,7 @@ impl Decodable for NodeEndpoint {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
-            unknown_tagged_fields.insert(tag as i32, unknown_value);
+            unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
         }
         Ok(Self {
             node_id,
@@ -767,7 +767,7 @@ impl Decodable for PartitionSnapshot {
                 }
                 _ => {
                     let unknown_value = buf.try_get_bytes(size as usize)?;
-                    unknown_tagged_fields.insert(tag as i32, unknown_value);
+                    unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
                 }
             }
         }
@@ -905,7 +905,7 @@ impl Decodable for SnapshotId {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
-            unknown_tagged_fields.insert(tag as i32, unknown_value);
+            unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
         }
         Ok(Self {
             end_offset,
@@ -1032,7 +1032,7 @@ impl Decodable for TopicSnapshot {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
-            unknown_tagged_fields.insert(tag as i32, unknown_value);
+            unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
         }
         Ok(Self {
             name,

@@ -144,7 +144,7 @@ impl Decodable for OffsetForLeaderEpochRequest {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
-                unknown_tagged_fields.insert(tag as i32, unknown_value);
+                unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
             }
         }
         Ok(Self {
@@ -293,7 +293,7 @@ impl Decodable for OffsetForLeaderPartition {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
-                unknown_tagged_fields.insert(tag as i32, unknown_value);
+                unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
             }
         }
         Ok(Self {
@@ -452,7 +452,7 @@ impl Decodable for OffsetForLeaderTopic {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
-                unknown_tagged_fields.insert(tag as i32, unknown_value);
+                unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
             }
         }
         Ok(Self {

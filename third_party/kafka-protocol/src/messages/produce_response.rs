@@ -167,7 +167,7 @@ impl Decodable for BatchIndexAndErrorMessage {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
-                unknown_tagged_fields.insert(tag as i32, unknown_value);
+                unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
             }
         }
         Ok(Self {
@@ -331,7 +331,7 @@ impl Decodable for LeaderIdAndEpoch {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
-                unknown_tagged_fields.insert(tag as i32, unknown_value);
+                unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
             }
         }
         Ok(Self {
@@ -561,7 +561,7 @@ impl Decodable for NodeEndpoint {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
-                unknown_tagged_fields.insert(tag as i32, unknown_value);
+                unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
             }
         }
         Ok(Self {
@@ -894,7 +894,7 @@ impl Decodable for PartitionProduceResponse {
                     }
                     _ => {
                         let unknown_value = buf.try_get_bytes(size as usize)?;
-                        unknown_tagged_fields.insert(tag as i32, unknown_value);
+                        unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
                     }
                 }
             }
@@ -1117,7 +1117,7 @@ impl Decodable for ProduceResponse {
                     }
                     _ => {
                         let unknown_value = buf.try_get_bytes(size as usize)?;
-                        unknown_tagged_fields.insert(tag as i32, unknown_value);
+                        unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
                     }
                 }
             }
@@ -1313,7 +1313,7 @@ impl Decodable for TopicProduceResponse {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
-                unknown_tagged_fields.insert(tag as i32, unknown_value);
+                unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
             }
         }
         Ok(Self {

@@ -183,7 +183,7 @@ impl Decodable for NodeEndpoint {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
-            unknown_tagged_fields.insert(tag as i32, unknown_value);
+            unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
         }
         Ok(Self {
             node_id,
@@ -362,7 +362,7 @@ impl Decodable for PartitionData {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
-            unknown_tagged_fields.insert(tag as i32, unknown_value);
+            unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
         }
         Ok(Self {
             partition_index,
@@ -495,7 +495,7 @@ impl Decodable for TopicData {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
-            unknown_tagged_fields.insert(tag as i32, unknown_value);
+            unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
         }
         Ok(Self {
             topic_name,
@@ -684,7 +684,7 @@ impl Decodable for VoteResponse {
                 }
                 _ => {
                     let unknown_value = buf.try_get_bytes(size as usize)?;
-                    unknown_tagged_fields.insert(tag as i32, unknown_value);
+                    unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
                 }
             }
         }

@@ -169,7 +169,7 @@ impl Decodable for WritableTxnMarker {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
-            unknown_tagged_fields.insert(tag as i32, unknown_value);
+            unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
         }
         Ok(Self {
             producer_id,
@@ -301,7 +301,7 @@ impl Decodable for WritableTxnMarkerTopic {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
-            unknown_tagged_fields.insert(tag as i32, unknown_value);
+            unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
         }
         Ok(Self {
             name,
@@ -410,7 +410,7 @@ impl Decodable for WriteTxnMarkersRequest {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
-            unknown_tagged_fields.insert(tag as i32, unknown_value);
+            unknown_tagged_fields.insert(crate::protocol::unknown_tag_key(tag)?, unknown_value);
         }
         Ok(Self {
             markers,

@@ -238,6 +238,15 @@ pub fn encode_request_header_into_buffer<B: ByteBufMut>(
     header.encode(buf, version)
 }
 
+/// strand patch: the key of an unknown tagged field. Tags are unsigned varints, kept as
+/// `i32` keys; one above `i32::MAX` became a negative key that `write_unknown_tagged_fields`
+/// (which writes the `0..` range) skipped while the count still included it, so re-encoding
+/// such a message produced a malformed one (found by Strand's `kafka_request` fuzz target).
+/// Such tags are refused when decoding instead: no Kafka message defines one.
+pub(crate) fn unknown_tag_key(tag: u32) -> Result<i32> {
+    i32::try_from(tag).map_err(|_| anyhow::anyhow!("tagged field tag {tag} is out of range"))
+}
+
 pub(crate) fn write_unknown_tagged_fields<B: ByteBufMut, R: RangeBounds<i32>>(
     buf: &mut B,
     range: R,
