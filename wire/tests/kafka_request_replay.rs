@@ -8,14 +8,15 @@ use std::fs;
 use std::path::PathBuf;
 
 use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::alter_client_quotas_request::{EntryData, OpData};
 use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment, CreatableTopic};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, BrokerId, CreateTopicsRequest, FetchRequest, JoinGroupRequest,
-    MetadataRequest, ProduceRequest, RequestHeader, TopicName,
+    AlterClientQuotasRequest, ApiKey, ApiVersionsRequest, BrokerId, CreateTopicsRequest,
+    FetchRequest, JoinGroupRequest, MetadataRequest, ProduceRequest, RequestHeader, TopicName,
 };
 use kafka_protocol::protocol::{Encodable, Request, StrBytes};
 
@@ -90,6 +91,10 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         .with_assignments(vec![CreatableReplicaAssignment::default()
             .with_partition_index(0)
             .with_broker_ids(vec![BrokerId(1)])])]);
+    let quotas_nan = AlterClientQuotasRequest::default()
+        .with_entries(vec![EntryData::default().with_ops(vec![OpData::default()
+            .with_key(StrBytes::from_static_str("producer_byte_rate"))
+            .with_value(f64::NAN)])]);
     vec![
         ("api-versions-v0", frame(0, &ApiVersionsRequest::default())),
         ("api-versions-v3", frame(3, &ApiVersionsRequest::default())),
@@ -103,6 +108,8 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         ("join-group-v5", frame(5, &join)),
         ("join-group-v9", frame(9, &join)),
         ("create-topics-v5", frame(5, &create)),
+        // A float field holding NaN (not equal to itself): the property compares bytes.
+        ("alter-client-quotas-nan-v1", frame(1, &quotas_nan)),
     ]
 }
 
