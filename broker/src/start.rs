@@ -36,9 +36,7 @@ struct Wiring {
 impl Wiring {
     /// The wiring of `count` shards, and each shard's receiving end of its queue.
     fn new(count: usize) -> (Wiring, Vec<mpsc::Receiver<Envelope>>) {
-        let (senders, receivers) = (0..count)
-            .map(|_| mpsc::channel::<Envelope>(SHARD_QUEUE_DEPTH))
-            .unzip();
+        let (senders, receivers) = crate::shard::queue::channels(count, SHARD_QUEUE_DEPTH);
         let wiring = Wiring {
             senders,
             alive: Arc::new((0..count).map(|_| AtomicBool::new(true)).collect()),

@@ -322,6 +322,75 @@ fn group_max_size_counts_pending_member_ids_which_expire_with_their_session() {
     broker.assert_alive();
 }
 
+/// OffsetCommit v2 of a simple consumer (no generation, no member) to `group`; the error
+/// code of its one partition.
+fn commit_simple(c: &mut Client, group: &str, topic: &str) -> i16 {
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::OffsetCommitRequest;
+    use kafka_protocol::protocol::StrBytes;
+    let req = OffsetCommitRequest::default()
+        .with_group_id(StrBytes::from_string(group.to_string()).into())
+        .with_generation_id_or_member_epoch(-1)
+        .with_member_id(StrBytes::from_static_str(""))
+        .with_topics(vec![OffsetCommitRequestTopic::default()
+            .with_name(StrBytes::from_string(topic.to_string()).into())
+            .with_partitions(vec![OffsetCommitRequestPartition::default()
+                .with_partition_index(0)
+                .with_committed_offset(0)])]);
+    let resp: kafka_protocol::messages::OffsetCommitResponse = c.request(2, &req);
+    resp.topics[0].partitions[0].error_code
+}
+
+#[test]
+fn groups_per_shard_bounds_new_groups_and_empty_ones_are_dropped() {
+    const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+    let mut broker = Broker::start(
+        env!("CARGO_TARGET_TMPDIR").as_ref(),
+        Options {
+            extra_args: vec!["--groups-per-shard".into(), "3".into()],
+            ..Options::default()
+        },
+    );
+    let mut c = broker.connect();
+    let topic = "groups-bound";
+    assert_eq!(create(&mut c, topic, 1, 1, false).0, 0);
+    // Two groups waiting for their members (pending member ids), one with an offset.
+    assert_eq!(join_new(&mut c, "waiting-1").0, MEMBER_ID_REQUIRED);
+    assert_eq!(join_new(&mut c, "waiting-2").0, MEMBER_ID_REQUIRED);
+    assert_eq!(commit_simple(&mut c, "committed", topic), 0);
+    let before = broker.peak_rss_bytes();
+    // A hostile client asking for ever new groups gets a retriable refusal each time.
+    for i in 0..5_000 {
+        let group = format!("hostile-{i}");
+        assert_eq!(join_new(&mut c, &group).0, COORDINATOR_NOT_AVAILABLE, "{group}");
+        if i % 500 == 0 {
+            assert_eq!(commit_simple(&mut c, &group, topic), COORDINATOR_NOT_AVAILABLE);
+        }
+    }
+    // Existing groups are served as before.
+    assert_eq!(commit_simple(&mut c, "committed", topic), 0);
+    assert_eq!(join_new(&mut c, "waiting-1").0, MEMBER_ID_REQUIRED);
+    let grown = broker.peak_rss_bytes().saturating_sub(before);
+    assert!(grown <= RSS_GROWTH_MAX_BYTES, "peak RSS grew by {grown} bytes");
+    // Once their member ids expire unused, the waiting groups hold nothing and are dropped;
+    // the group with an offset stays.
+    let deadline = std::time::Instant::now()
+        + std::time::Duration::from_millis(3 * GROUP_SESSION_TIMEOUT_MS.unsigned_abs() as u64);
+    loop {
+        let code = join_new(&mut c, "newcomer").0;
+        if code == MEMBER_ID_REQUIRED {
+            break;
+        }
+        assert_eq!(code, COORDINATOR_NOT_AVAILABLE);
+        assert!(std::time::Instant::now() < deadline, "empty groups never dropped");
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    assert_eq!(commit_simple(&mut c, "committed", topic), 0);
+    broker.assert_alive();
+}
+
 /// CreateTopics v5 of `name` with a manual replica assignment: (error code, partitions).
 fn create_assigned(c: &mut Client, name: &str, lists: &[Vec<i32>], partitions: i32) -> (i16, i32) {
     use kafka_protocol::messages::create_topics_request::CreatableReplicaAssignment;

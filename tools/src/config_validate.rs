@@ -102,6 +102,13 @@ const KEYS: &[(&str, Kind)] = &[
         },
     ),
     (
+        "groups_per_shard",
+        Kind::Int {
+            min: 1,
+            max: i64::MAX,
+        },
+    ),
+    (
         "max_connections",
         Kind::Int {
             min: 1,

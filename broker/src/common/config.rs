@@ -90,6 +90,9 @@ pub struct Flags {
     /// Members one consumer group may hold (`group.max.size`).
     #[arg(long, env = "STRAND_GROUP_MAX_SIZE")]
     pub group_max_size: Option<usize>,
+    /// Consumer groups one shard coordinates at most.
+    #[arg(long, env = "STRAND_GROUPS_PER_SHARD")]
+    pub groups_per_shard: Option<usize>,
     /// Most record bytes in one Fetch response (`fetch.max.bytes`).
     #[arg(long, env = "STRAND_FETCH_MAX_BYTES")]
     pub fetch_max_bytes: Option<usize>,
@@ -142,6 +145,11 @@ pub const MAX_CONNECTIONS_DEFAULT: usize = 10_000;
 /// Default `group_max_size` (Kafka: `group.max.size`, unbounded there): members and pending
 /// member ids one consumer group may hold; a join beyond it gets GROUP_MAX_SIZE_REACHED.
 pub const GROUP_MAX_SIZE_DEFAULT: usize = 10_000;
+/// Default `groups_per_shard` (Kafka has no such bound): consumer groups one shard
+/// coordinates; a JoinGroup or OffsetCommit that would create one more gets
+/// COORDINATOR_NOT_AVAILABLE (retriable: the client waits until groups expire or are
+/// deleted). Groups loaded from `__consumer_offsets` are never refused.
+pub const GROUPS_PER_SHARD_DEFAULT: usize = 100_000;
 /// Default internal RPC port (shard 0).
 pub const RPC_PORT_DEFAULT: u16 = 33145;
 /// Largest replication factor (a Raft group of more voters costs more than it protects).
@@ -196,6 +204,7 @@ struct FileConfig {
     message_max_bytes: Option<usize>,
     fetch_max_bytes: Option<usize>,
     group_max_size: Option<usize>,
+    groups_per_shard: Option<usize>,
     max_connections: Option<usize>,
     max_connections_per_ip: Option<usize>,
     topic_partitions_per_shard: Option<usize>,
@@ -242,6 +251,8 @@ pub struct Config {
     pub fetch_max_bytes: usize,
     /// `group.max.size`.
     pub group_max_size: usize,
+    /// Consumer groups one shard coordinates (`GROUPS_PER_SHARD_DEFAULT`).
+    pub groups_per_shard: usize,
     /// `max.connections`.
     pub max_connections: usize,
     /// `max.connections.per.ip`.
@@ -330,6 +341,10 @@ impl Config {
                 .group_max_size
                 .or(file.group_max_size)
                 .unwrap_or(GROUP_MAX_SIZE_DEFAULT),
+            groups_per_shard: flags
+                .groups_per_shard
+                .or(file.groups_per_shard)
+                .unwrap_or(GROUPS_PER_SHARD_DEFAULT),
             max_connections: flags
                 .max_connections
                 .or(file.max_connections)
@@ -429,6 +444,9 @@ impl Config {
         }
         if self.group_max_size == 0 {
             bail!("group_max_size must be positive");
+        }
+        if self.groups_per_shard == 0 {
+            bail!("groups_per_shard must be positive");
         }
         if self.max_connections == 0 || self.max_connections_per_ip == 0 {
             bail!("max_connections and max_connections_per_ip must be positive");

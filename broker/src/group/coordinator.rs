@@ -29,6 +29,8 @@ pub const REBALANCE_POLL: Duration = Duration::from_millis(10);
 /// deadline (Kafka's timer ends it at the deadline; librdkafka's test 0081 deletes a group
 /// of static members session timeout + 1 s after they closed, and 250 ms was too late).
 pub const SESSION_SWEEP: Duration = Duration::from_millis(50);
+/// A shard logs at most one refused new group per this interval (`groups_per_shard`).
+pub const GROUP_REFUSED_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 pub use crate::common::errors::code;
 
@@ -88,6 +90,10 @@ pub async fn group_join<H: GroupHost>(host: &Rc<H>, r: JoinRequest) -> JoinOutco
     }
     let rx = {
         let mut groups = host.groups().borrow_mut();
+        if !groups.contains_key(&r.group) && groups.len() >= host.groups_max() {
+            refused_new_group(&r.group, groups.len());
+            return failed_join(code::COORDINATOR_NOT_AVAILABLE, r.member_id);
+        }
         let g = groups
             .entry(r.group.clone())
             .or_insert_with(|| Group::new(&r.group));
@@ -464,10 +470,35 @@ fn leave_members<H: GroupHost>(
     (codes, None)
 }
 
-/// Removes members whose session expired and pending ids never used; rebalances.
+/// Logs (at most once per `GROUP_REFUSED_LOG_INTERVAL` per shard) a group not created
+/// because this shard coordinates `groups_per_shard` already.
+fn refused_new_group(group: &str, groups: usize) {
+    thread_local! {
+        static LOG: crate::common::logging::RateLimit =
+            crate::common::logging::RateLimit::new(GROUP_REFUSED_LOG_INTERVAL);
+    }
+    LOG.with(|log| {
+        if let Some(suppressed) = log.allow(crate::common::clock::now()) {
+            tracing::warn!(
+                group,
+                groups,
+                suppressed,
+                "a new consumer group was refused (COORDINATOR_NOT_AVAILABLE): this shard \
+                 coordinates groups_per_shard groups already; raise groups_per_shard or \
+                 delete unused groups"
+            );
+        }
+    });
+}
+
+/// Removes members whose session expired and pending ids never used, rebalancing their
+/// groups; drops groups with nothing durable (never formed, no offsets) and nobody in
+/// them, such as those a refused JoinGroup left: an empty group costs memory and counts
+/// against `groups_per_shard` until then.
 pub fn expire_sessions<H: GroupHost>(host: &Rc<H>) {
     let now = crate::common::clock::now();
     let mut groups = host.groups().borrow_mut();
+    groups.retain(|_, g| !g.holds_nothing());
     for g in groups.values_mut() {
         let before = g.members.len();
         g.members.retain(|_, m| {
@@ -501,9 +532,14 @@ pub async fn offset_commit<H: GroupHost>(
     let group_code = if group.len() > GROUP_ID_BYTES_MAX {
         code::INVALID_GROUP_ID
     } else {
-        match host.groups().borrow().get(group) {
+        let groups = host.groups().borrow();
+        match groups.get(group) {
             Some(g) if g.fenced(member_id, instance_id) => code::FENCED_INSTANCE_ID,
             Some(g) => commit_allowed(g, member_id, generation),
+            None if groups.len() >= host.groups_max() => {
+                refused_new_group(group, groups.len());
+                code::COORDINATOR_NOT_AVAILABLE
+            }
             None => commit_allowed(&Group::new(group), member_id, generation),
         }
     };

@@ -34,6 +34,8 @@ pub trait GroupHost: 'static {
     fn initial_rebalance_delay_ms(&self) -> u64;
     /// Members and pending member ids one group may hold (`group.max.size`).
     fn group_max_size(&self) -> usize;
+    /// Groups this shard may coordinate (`groups_per_shard`); loading never refuses one.
+    fn groups_max(&self) -> usize;
     /// The metadata snapshot this shard applied.
     fn metadata(&self) -> Arc<Metadata>;
     /// Partition `index` of `topic`, if open on this shard.

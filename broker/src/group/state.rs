@@ -195,6 +195,17 @@ impl Group {
         }
     }
 
+    /// Nobody is in the group or waiting to be, it never formed (generation 0: no group
+    /// record was written) and no offset record applies to it: dropping it loses nothing.
+    pub fn holds_nothing(&self) -> bool {
+        self.state == GroupState::Empty
+            && self.generation == 0
+            && self.members.is_empty()
+            && self.pending.is_empty()
+            && self.offsets.is_empty()
+            && self.offset_versions.is_empty()
+    }
+
     /// The protocol every member supports with the most votes (each member votes for its
     /// first supported candidate), ties broken by the leader's preference order.
     pub fn select_protocol(&self) -> Option<String> {

@@ -39,6 +39,10 @@ impl crate::group::GroupHost for Shard {
         self.config.group_max_size
     }
 
+    fn groups_max(&self) -> usize {
+        self.config.groups_per_shard
+    }
+
     fn metadata(&self) -> std::sync::Arc<crate::cluster::metadata::Metadata> {
         Shard::metadata(self)
     }

@@ -17,6 +17,7 @@ pub mod exec;
 pub mod groups;
 pub mod ops;
 pub mod placement;
+pub mod queue;
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
@@ -27,7 +28,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::channel::{mpsc, oneshot};
 use futures::future::LocalBoxFuture;
-use futures::SinkExt;
 use strand_storage::{BatchCache, Log, SystemClock};
 
 use crate::cluster::metadata::Metadata;
@@ -87,7 +87,7 @@ pub struct Shard {
     pub count: usize,
     /// Configuration.
     pub config: Arc<Config>,
-    peers: Vec<mpsc::Sender<Envelope>>,
+    peers: Vec<queue::PeerQueue<Envelope>>,
     /// Whether each shard still runs (set false when its loop ends); a call to a stopped
     /// shard returns instead of waiting for a reply that will never come.
     alive: Arc<Vec<std::sync::atomic::AtomicBool>>,
@@ -149,7 +149,8 @@ pub struct ShardWiring {
     pub count: usize,
     /// Configuration.
     pub config: Arc<Config>,
-    /// Every shard's queue, this one's included.
+    /// This shard's sending end of every shard's queue, its own included (made once:
+    /// `queue`'s bound counts them).
     pub peers: Vec<mpsc::Sender<Envelope>>,
     /// Whether each shard still runs.
     pub alive: Arc<Vec<std::sync::atomic::AtomicBool>>,
@@ -189,7 +190,7 @@ impl Shard {
             id: w.id,
             count: w.count,
             config: w.config,
-            peers: w.peers,
+            peers: w.peers.into_iter().map(queue::PeerQueue::new).collect(),
             alive: w.alive,
             meta: RefCell::new(Arc::new(Metadata::default())),
             partitions: RefCell::new(HashMap::new()),
@@ -231,7 +232,9 @@ impl Shard {
         }
         self.bump(|s| s.cross_shard_messages += 1);
         let (tx, rx) = oneshot::channel();
-        let mut peer = self.peers[target].clone();
+        let Some(peer) = self.peers.get(target) else {
+            return Reply::Done;
+        };
         if !self.peer_alive(target) {
             return Reply::Done;
         }
