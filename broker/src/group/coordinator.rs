@@ -527,22 +527,7 @@ pub async fn offset_commit<H: GroupHost>(
     offsets: Vec<(String, i32, Committed)>,
 ) -> Vec<i16> {
     let meta = host.metadata();
-    // A group is created only by a commit that is made durable (below): a refused commit
-    // for an unknown group leaves nothing behind.
-    let group_code = if group.len() > GROUP_ID_BYTES_MAX {
-        code::INVALID_GROUP_ID
-    } else {
-        let groups = host.groups().borrow();
-        match groups.get(group) {
-            Some(g) if g.fenced(member_id, instance_id) => code::FENCED_INSTANCE_ID,
-            Some(g) => commit_allowed(g, member_id, generation),
-            None if groups.len() >= host.groups_max() => {
-                refused_new_group(group, groups.len());
-                code::COORDINATOR_NOT_AVAILABLE
-            }
-            None => commit_allowed(&Group::new(group), member_id, generation),
-        }
-    };
+    let group_code = commit_group_code(host, group, (member_id, instance_id), generation);
     let mut codes: Vec<i16> = offsets
         .iter()
         .map(|(t, p, c)| {
@@ -599,6 +584,29 @@ pub async fn offset_commit<H: GroupHost>(
         }
     }
     codes
+}
+
+/// Whether `group` takes a commit from this member at all. A group is created only by a
+/// commit that is made durable: a refused commit for an unknown group leaves nothing.
+fn commit_group_code<H: GroupHost>(
+    host: &Rc<H>,
+    group: &str,
+    (member_id, instance_id): (&str, Option<&str>),
+    generation: i32,
+) -> i16 {
+    if group.len() > GROUP_ID_BYTES_MAX {
+        return code::INVALID_GROUP_ID;
+    }
+    let groups = host.groups().borrow();
+    match groups.get(group) {
+        Some(g) if g.fenced(member_id, instance_id) => code::FENCED_INSTANCE_ID,
+        Some(g) => commit_allowed(g, member_id, generation),
+        None if groups.len() >= host.groups_max() => {
+            refused_new_group(group, groups.len());
+            code::COORDINATOR_NOT_AVAILABLE
+        }
+        None => commit_allowed(&Group::new(group), member_id, generation),
+    }
 }
 
 /// Deletes an empty group and its offsets.

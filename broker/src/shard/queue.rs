@@ -93,8 +93,8 @@ mod tests {
             assert!(queued >= DEPTH - permanent_senders(2), "{queued} queued");
             let mut got = Vec::new();
             while got.len() < SENDERS {
-                match rx.try_next() {
-                    Ok(Some(v)) => got.push(v),
+                match rx.try_recv() {
+                    Ok(v) => got.push(v),
                     _ => glommio::timer::sleep(std::time::Duration::from_millis(1)).await,
                 }
             }
