@@ -181,7 +181,7 @@ async fn shard_main(wired: ShardWiring, rx: mpsc::Receiver<Envelope>) -> anyhow:
         wired,
         GatewayHooks {
             api_names: api_names(),
-            in_flight_bytes_max: crate::gateway::kafka::net::IN_FLIGHT_BYTES_MAX,
+            in_flight_bytes_max: config.in_flight_bytes_per_shard,
             group_request: crate::gateway::kafka::groups::on_coordinator,
         },
         stop_tx,

@@ -218,6 +218,84 @@ fn a_fetch_answer_holds_at_most_fetch_max_bytes() {
     broker.assert_alive();
 }
 
+/// Fetch v11 of partition 0 of `topic` from offset 0 asking for everything.
+fn fetch_everything(topic: &str, max_wait_ms: i32) -> FetchRequest {
+    FetchRequest::default()
+        .with_replica_id((-1).into())
+        .with_max_wait_ms(max_wait_ms)
+        .with_max_bytes(i32::MAX)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(topic_name(topic))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(0)
+                .with_fetch_offset(0)
+                .with_partition_max_bytes(i32::MAX)])])
+}
+
+#[test]
+fn answers_not_yet_written_count_against_the_in_flight_bytes() {
+    const IN_FLIGHT_BYTES: usize = 8 * 1024 * 1024;
+    const BATCHES: usize = 24;
+    const PIPELINED: i32 = 64;
+    let mut broker = Broker::start(
+        env!("CARGO_TARGET_TMPDIR").as_ref(),
+        Options {
+            extra_args: vec![
+                "--in-flight-bytes-per-shard".into(),
+                IN_FLIGHT_BYTES.to_string(),
+            ],
+            ..Options::default()
+        },
+    );
+    let mut c = broker.connect();
+    c.create_topic("held", 1);
+    for _ in 0..BATCHES {
+        let r = c.produce("held", 0, batch(1_000_000), 1);
+        assert_eq!(r.error_code, 0, "{r:?}");
+    }
+    let records = |c: &mut Client, max_wait_ms| {
+        let resp = c.request(11, &fetch_everything("held", max_wait_ms));
+        let p = &resp.responses[0].partitions[0];
+        assert_eq!(p.error_code, 0, "{p:?}");
+        p.records.as_ref().map_or(0, Bytes::len)
+    };
+    let first = records(&mut c, 0);
+    assert!(first > 0 && first <= IN_FLIGHT_BYTES, "{first}");
+    let before = broker.peak_rss_bytes();
+    // A client pipelines fetches of everything (24 MB each) and never reads its answers:
+    // without the bound their answers would pile up in the broker (1.5 GB).
+    let mut hostile = broker.connect();
+    let req = fetch_everything("held", 0);
+    for id in 0..PIPELINED {
+        let frame = strand_tests::broker::encode_request(&req, 11, id).expect("encode");
+        hostile.send_frame(&frame).expect("send");
+    }
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let held = broker.metric_sum("strand_shard_in_flight_bytes");
+    assert!(held <= IN_FLIGHT_BYTES as f64, "{held} bytes in flight");
+    // Others are still answered, within their wait, with what room there is.
+    let answered = std::time::Instant::now();
+    let _ = records(&mut c, 500);
+    assert!(answered.elapsed() < std::time::Duration::from_secs(5));
+    let grown = broker.peak_rss_bytes().saturating_sub(before);
+    assert!(
+        grown <= RSS_GROWTH_MAX_BYTES,
+        "peak RSS grew by {grown} bytes with answers unread"
+    );
+    // The unread answers' bytes come back when their connection goes.
+    drop(hostile);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while broker.metric_sum("strand_shard_in_flight_bytes") > 1_000_000.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "in-flight bytes never returned"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(records(&mut c, 0) > 0);
+    broker.assert_alive();
+}
+
 #[test]
 fn connections_over_max_connections_per_ip_are_closed_and_counted() {
     const PER_IP: usize = 3;
@@ -364,16 +442,26 @@ fn groups_per_shard_bounds_new_groups_and_empty_ones_are_dropped() {
     // A hostile client asking for ever new groups gets a retriable refusal each time.
     for i in 0..5_000 {
         let group = format!("hostile-{i}");
-        assert_eq!(join_new(&mut c, &group).0, COORDINATOR_NOT_AVAILABLE, "{group}");
+        assert_eq!(
+            join_new(&mut c, &group).0,
+            COORDINATOR_NOT_AVAILABLE,
+            "{group}"
+        );
         if i % 500 == 0 {
-            assert_eq!(commit_simple(&mut c, &group, topic), COORDINATOR_NOT_AVAILABLE);
+            assert_eq!(
+                commit_simple(&mut c, &group, topic),
+                COORDINATOR_NOT_AVAILABLE
+            );
         }
     }
     // Existing groups are served as before.
     assert_eq!(commit_simple(&mut c, "committed", topic), 0);
     assert_eq!(join_new(&mut c, "waiting-1").0, MEMBER_ID_REQUIRED);
     let grown = broker.peak_rss_bytes().saturating_sub(before);
-    assert!(grown <= RSS_GROWTH_MAX_BYTES, "peak RSS grew by {grown} bytes");
+    assert!(
+        grown <= RSS_GROWTH_MAX_BYTES,
+        "peak RSS grew by {grown} bytes"
+    );
     // Once their member ids expire unused, the waiting groups hold nothing and are dropped;
     // the group with an offset stays.
     let deadline = std::time::Instant::now()
@@ -384,7 +472,10 @@ fn groups_per_shard_bounds_new_groups_and_empty_ones_are_dropped() {
             break;
         }
         assert_eq!(code, COORDINATOR_NOT_AVAILABLE);
-        assert!(std::time::Instant::now() < deadline, "empty groups never dropped");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "empty groups never dropped"
+        );
         std::thread::sleep(std::time::Duration::from_millis(250));
     }
     assert_eq!(commit_simple(&mut c, "committed", topic), 0);

@@ -109,6 +109,13 @@ const KEYS: &[(&str, Kind)] = &[
         },
     ),
     (
+        "in_flight_bytes_per_shard",
+        Kind::Int {
+            min: 1024 * 1024,
+            max: i64::MAX,
+        },
+    ),
+    (
         "max_connections",
         Kind::Int {
             min: 1,

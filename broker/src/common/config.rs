@@ -93,6 +93,9 @@ pub struct Flags {
     /// Consumer groups one shard coordinates at most.
     #[arg(long, env = "STRAND_GROUPS_PER_SHARD")]
     pub groups_per_shard: Option<usize>,
+    /// Request and answer bytes one shard holds in memory at once.
+    #[arg(long, env = "STRAND_IN_FLIGHT_BYTES_PER_SHARD")]
+    pub in_flight_bytes_per_shard: Option<usize>,
     /// Most record bytes in one Fetch response (`fetch.max.bytes`).
     #[arg(long, env = "STRAND_FETCH_MAX_BYTES")]
     pub fetch_max_bytes: Option<usize>,
@@ -150,6 +153,13 @@ pub const GROUP_MAX_SIZE_DEFAULT: usize = 10_000;
 /// COORDINATOR_NOT_AVAILABLE (retriable: the client waits until groups expire or are
 /// deleted). Groups loaded from `__consumer_offsets` are never refused.
 pub const GROUPS_PER_SHARD_DEFAULT: usize = 100_000;
+/// Default `in_flight_bytes_per_shard`: the bytes of requests read and not yet answered and
+/// of answers not yet written that one shard holds at once; past it, its connections stop
+/// reading and fetches answer with fewer records (`shard::budget`). A request larger than
+/// the whole budget takes all of it.
+pub const IN_FLIGHT_BYTES_PER_SHARD_DEFAULT: usize = 256 * 1024 * 1024;
+/// Smallest `in_flight_bytes_per_shard` accepted.
+pub const IN_FLIGHT_BYTES_PER_SHARD_MIN: usize = 1024 * 1024;
 /// Default internal RPC port (shard 0).
 pub const RPC_PORT_DEFAULT: u16 = 33145;
 /// Largest replication factor (a Raft group of more voters costs more than it protects).
@@ -205,6 +215,7 @@ struct FileConfig {
     fetch_max_bytes: Option<usize>,
     group_max_size: Option<usize>,
     groups_per_shard: Option<usize>,
+    in_flight_bytes_per_shard: Option<usize>,
     max_connections: Option<usize>,
     max_connections_per_ip: Option<usize>,
     topic_partitions_per_shard: Option<usize>,
@@ -253,6 +264,8 @@ pub struct Config {
     pub group_max_size: usize,
     /// Consumer groups one shard coordinates (`GROUPS_PER_SHARD_DEFAULT`).
     pub groups_per_shard: usize,
+    /// In-flight request and answer bytes per shard (`IN_FLIGHT_BYTES_PER_SHARD_DEFAULT`).
+    pub in_flight_bytes_per_shard: usize,
     /// `max.connections`.
     pub max_connections: usize,
     /// `max.connections.per.ip`.
@@ -345,6 +358,10 @@ impl Config {
                 .groups_per_shard
                 .or(file.groups_per_shard)
                 .unwrap_or(GROUPS_PER_SHARD_DEFAULT),
+            in_flight_bytes_per_shard: flags
+                .in_flight_bytes_per_shard
+                .or(file.in_flight_bytes_per_shard)
+                .unwrap_or(IN_FLIGHT_BYTES_PER_SHARD_DEFAULT),
             max_connections: flags
                 .max_connections
                 .or(file.max_connections)
@@ -447,6 +464,9 @@ impl Config {
         }
         if self.groups_per_shard == 0 {
             bail!("groups_per_shard must be positive");
+        }
+        if self.in_flight_bytes_per_shard < IN_FLIGHT_BYTES_PER_SHARD_MIN {
+            bail!("in_flight_bytes_per_shard must be at least {IN_FLIGHT_BYTES_PER_SHARD_MIN}");
         }
         if self.max_connections == 0 || self.max_connections_per_ip == 0 {
             bail!("max_connections and max_connections_per_ip must be positive");

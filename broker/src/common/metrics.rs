@@ -341,7 +341,7 @@ pub struct CommittedSnapshot {
 /// What a shard knows about the health of its share of the cluster at scrape time.
 #[derive(Clone, Debug, Default)]
 pub struct ShardDetail {
-    /// Request bytes held in memory now (bounded by `gateway::kafka::net::IN_FLIGHT_BYTES_MAX`).
+    /// Request and answer bytes held in memory now (bounded by `in_flight_bytes_per_shard`).
     pub in_flight_bytes: u64,
     /// Partitions hosted here.
     pub partitions: Vec<PartitionSnapshot>,

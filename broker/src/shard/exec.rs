@@ -26,7 +26,7 @@ impl Shard {
     pub async fn execute(self: &Rc<Self>, op: Op) -> Reply {
         match op {
             Op::Produce { parts, acks_all } => Reply::Produce(self.produce(parts, acks_all).await),
-            Op::Fetch { parts, max_bytes } => Reply::Fetch(self.fetch(parts, max_bytes).await),
+            Op::Fetch { parts, limit } => Reply::Fetch(self.fetch(parts, limit).await),
             Op::WaitAppend { parts, timeout } => {
                 self.wait_append(parts, timeout).await;
                 Reply::Done
@@ -130,7 +130,11 @@ impl Shard {
         futures::future::join_all(futs).await
     }
 
-    async fn fetch(self: &Rc<Self>, parts: Vec<FetchPart>, max_bytes: usize) -> Vec<FetchResult> {
+    async fn fetch(self: &Rc<Self>, parts: Vec<FetchPart>, limit: FetchLimit) -> Vec<FetchResult> {
+        let FetchLimit {
+            max_bytes,
+            first_batch_whole,
+        } = limit;
         let mut out = Vec::with_capacity(parts.len());
         let mut used = 0usize;
         for p in parts {
@@ -145,7 +149,7 @@ impl Shard {
                 }
             };
             let budget = p.max_bytes.min(max_bytes.saturating_sub(used));
-            let min_one = used == 0;
+            let min_one = first_batch_whole && used == 0;
             let r = if budget == 0 && !min_one {
                 Ok(Bytes::new())
             } else {

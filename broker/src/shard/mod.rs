@@ -12,6 +12,7 @@
 //! start-up as [`GatewayHooks`]. A home of glommio names (its channels and semaphores).
 
 pub mod admission;
+pub mod budget;
 pub mod detail;
 pub mod exec;
 pub mod groups;
@@ -395,16 +396,18 @@ impl Shard {
         !self.config.seeds.is_empty()
     }
 
-    /// Reserves `n` bytes of the shard's in-flight request budget, waiting (and counting
-    /// a backpressure event) while it is exhausted. `None` when the shard is stopping.
-    pub async fn reserve_request_bytes(&self, n: usize) -> Option<glommio::sync::StaticPermit> {
-        let units = n as u64;
-        if let Ok(p) = self.in_flight_bytes.try_acquire_static_permit(units) {
-            return Some(p);
+    /// Reserves `n` bytes of the shard's in-flight budget (`budget`) for a request and
+    /// then its answer, waiting (and counting a backpressure event) while it is exhausted.
+    /// `None` when the shard is stopping.
+    pub async fn reserve_request_bytes(&self, n: usize) -> Option<budget::Held> {
+        // A request larger than the whole budget takes all of it.
+        let n = n.min(self.in_flight_bytes_max);
+        if let Some(held) = budget::Held::try_take(&self.in_flight_bytes, n) {
+            return Some(held);
         }
         self.bump(|s| s.backpressure_events += 1);
         let waiting = crate::common::clock::now();
-        let permit = self.in_flight_bytes.acquire_static_permit(units).await.ok();
+        let permit = budget::Held::take(&self.in_flight_bytes, n).await;
         let waited = crate::common::clock::now().saturating_duration_since(waiting);
         if waited >= BACKPRESSURE_WAIT_WARN {
             tracing::warn!(

@@ -97,6 +97,17 @@ pub struct GroupRequest {
     pub body: Bytes,
 }
 
+/// How much one shard's part of a fetch may read: at most `max_bytes`, except that with
+/// `first_batch_whole` its first non-empty partition returns its first batch whatever its
+/// size (KIP-74; not when the answer has no room for records at all).
+#[derive(Clone, Copy, Debug)]
+pub struct FetchLimit {
+    /// Record bytes.
+    pub max_bytes: usize,
+    /// Whether the first batch is returned whole.
+    pub first_batch_whole: bool,
+}
+
 /// Work sent to a shard.
 #[derive(Debug)]
 pub enum Op {
@@ -105,10 +116,10 @@ pub enum Op {
         parts: Vec<ProducePart>,
         acks_all: bool,
     },
-    /// Read batches.
+    /// Read batches, within `limit`.
     Fetch {
         parts: Vec<FetchPart>,
-        max_bytes: usize,
+        limit: FetchLimit,
     },
     /// Resolve when any listed partition's high watermark passes its offset, or timeout.
     WaitAppend {

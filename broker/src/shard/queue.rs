@@ -98,7 +98,11 @@ mod tests {
                     _ => glommio::timer::sleep(std::time::Duration::from_millis(1)).await,
                 }
             }
-            assert_eq!(got, (0..SENDERS).collect::<Vec<_>>(), "senders kept their turns");
+            assert_eq!(
+                got,
+                (0..SENDERS).collect::<Vec<_>>(),
+                "senders kept their turns"
+            );
         })
         .expect("executor");
     }

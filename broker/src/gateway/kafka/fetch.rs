@@ -18,7 +18,8 @@ use strand_storage::KafkaOffset;
 
 use crate::cluster::metadata::Metadata;
 use crate::common::errors::KafkaError;
-use crate::shard::ops::{FetchPart, FetchResult, Op, Reply, ShardSplit};
+use crate::shard::budget::Held;
+use crate::shard::ops::{FetchLimit, FetchPart, FetchResult, Op, Reply, ShardSplit};
 use crate::shard::Shard;
 
 /// Longest long-poll accepted (clients default to 500 ms).
@@ -27,8 +28,14 @@ pub const MAX_WAIT_MS_MAX: u64 = 30_000;
 pub const TOPIC_IDS_VERSION: i16 = 13;
 
 /// Fetch: plans the read per shard, reads until `min_bytes` are there, an error shows or
-/// `max_wait_ms` passes (waiting for appends in between), then answers.
-pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
+/// `max_wait_ms` passes (waiting for appends in between), then answers. The records it
+/// answers with count against the shard's in-flight bytes (`held`, `Held::take_room`).
+pub async fn handle(
+    shard: &Rc<Shard>,
+    ctx: &Ctx,
+    body: Bytes,
+    held: &Held,
+) -> Result<Bytes, FramingError> {
     let req: FetchRequest = ctx.decode(body)?;
     let deadline = crate::common::clock::now()
         + Duration::from_millis(
@@ -42,16 +49,26 @@ pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
     let min_bytes = usize::try_from(req.min_bytes).unwrap_or(0);
     let (split, mut results) = plan(&shard.metadata(), shard.count, &req, ctx.version);
     let involved = split.involved();
-    let budget = (max_bytes / involved.len().max(1)).max(1);
+    let room = held.take_room(max_bytes, deadline).await;
+    let share = FetchLimit {
+        max_bytes: (room / involved.len().max(1)).max(1),
+        first_batch_whole: room > 0,
+    };
     loop {
-        let (total, any_error) = read_round(shard, &split, &involved, budget, &mut results).await;
+        let (total, any_error) = read_round(shard, &split, &involved, share, &mut results).await;
         let now = crate::common::clock::now();
         if total >= min_bytes.max(1) || any_error || now >= deadline || involved.is_empty() {
             break;
         }
         wait_for_appends(shard, &split, &results, &involved, deadline - now).await;
     }
-    trim_to_max_bytes(&mut results, max_bytes);
+    trim_to_max_bytes(&mut results, room);
+    let records: usize = results.iter().flatten().map(|r| r.records.len()).sum();
+    if !held.cover(records, room, deadline).await {
+        for r in results.iter_mut().flatten() {
+            r.records = Bytes::new();
+        }
+    }
     ctx.respond(&answer(&req, results, ctx.version))
 }
 
@@ -104,13 +121,13 @@ fn plan(
     (split, results)
 }
 
-/// Reads every planned partition once, `budget` bytes per shard, into `results`; returns
+/// Reads every planned partition once, `share` per shard, into `results`; returns
 /// the record bytes read and whether any partition answered an error.
 async fn read_round(
     shard: &Rc<Shard>,
     split: &ShardSplit<FetchPart>,
     involved: &[usize],
-    budget: usize,
+    share: FetchLimit,
     results: &mut [Vec<FetchResult>],
 ) -> (usize, bool) {
     let calls = involved.iter().map(|&s| {
@@ -118,7 +135,7 @@ async fn read_round(
         async move {
             let op = Op::Fetch {
                 parts,
-                max_bytes: budget,
+                limit: share,
             };
             (s, shard.call(s, op).await)
         }

@@ -127,7 +127,8 @@ pub fn api_name(key: ApiKey) -> &'static str {
     }
 }
 
-/// Handles one request frame; `Ok(None)` means no response (acks=0 produce).
+/// Handles one request frame; `Ok(None)` means no response (acks=0 produce). `held` is the
+/// request's share of the shard's in-flight bytes; a Fetch adds its records' to it.
 #[expect(
     clippy::too_many_lines,
     reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
@@ -136,6 +137,7 @@ pub async fn handle(
     shard: &Rc<Shard>,
     frame: Bytes,
     client_host: &str,
+    held: &crate::shard::budget::Held,
 ) -> Result<Option<Bytes>, FramingError> {
     let (key_raw, version) = match frame.first_chunk::<4>() {
         Some(h) => (
@@ -183,7 +185,7 @@ pub async fn handle(
         ApiKey::ApiVersions => api_versions::handle(&ctx, buf).map(Some),
         ApiKey::Metadata => metadata::handle(shard, &ctx, buf).await.map(Some),
         ApiKey::Produce => produce::handle(shard, &ctx, buf).await,
-        ApiKey::Fetch => fetch::handle(shard, &ctx, buf).await.map(Some),
+        ApiKey::Fetch => fetch::handle(shard, &ctx, buf, held).await.map(Some),
         ApiKey::ListOffsets => list_offsets::handle(shard, &ctx, buf).await.map(Some),
         ApiKey::CreateTopics => topics::create(shard, &ctx, buf).await.map(Some),
         ApiKey::DeleteTopics => topics::delete(shard, &ctx, buf).await.map(Some),

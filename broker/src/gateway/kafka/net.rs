@@ -20,6 +20,7 @@ use crate::common::config::REQUEST_BYTES_MAX;
 use crate::common::metrics::ProduceStage;
 use crate::gateway::kafka::{self, FramingError};
 use crate::runtime::task::{repoll, spawn_local};
+use crate::shard::budget::Held;
 use crate::shard::ops::{Op, Reply};
 use crate::shard::Shard;
 use crate::shard::PEER_CHECK;
@@ -32,10 +33,6 @@ pub const PIPELINE_DEPTH: usize = 64;
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 /// A request whose length arrived must be complete within this (half-sent requests).
 pub const REQUEST_READ_TIMEOUT: Duration = Duration::from_secs(30);
-/// Request bytes a shard holds in memory at once; past it, connections stop reading
-/// (backpressure). At least one largest request fits.
-pub const IN_FLIGHT_BYTES_MAX: usize = 256 * 1024 * 1024;
-const _: () = assert!(REQUEST_BYTES_MAX <= IN_FLIGHT_BYTES_MAX);
 
 /// A request still unanswered after this is logged once as slow (and again when it is
 /// answered), except the APIs that wait by design (`waits_by_design`).
@@ -116,8 +113,14 @@ async fn admitted(
 }
 
 /// A request's handling: its API (index in `kafka::SUPPORTED`, for latency metrics),
-/// when its frame was read, and its response.
-type Pending = glommio::Task<(Option<usize>, Instant, Result<Option<Bytes>, FramingError>)>;
+/// when its frame was read, its response, and the in-flight bytes the response holds
+/// until it is written.
+type Pending = glommio::Task<(
+    Option<usize>,
+    Instant,
+    Result<Option<Bytes>, FramingError>,
+    Held,
+)>;
 
 #[expect(
     clippy::too_many_lines,
@@ -139,7 +142,8 @@ async fn connection(shard: Rc<Shard>, stream: TcpStream) {
     let writer = glommio::spawn_local(async move {
         while let Some((Some(task), late)) = repoll(PEER_CHECK, rx.recv(), || false).await {
             ws.note_wake(late, "the next request of its connection", ws.id);
-            let Some(((api, received, result), late)) = repoll(PEER_CHECK, task, || false).await
+            let Some(((api, received, result, held), late)) =
+                repoll(PEER_CHECK, task, || false).await
             else {
                 break;
             };
@@ -172,6 +176,7 @@ async fn connection(shard: Rc<Shard>, stream: TcpStream) {
                     break;
                 }
             }
+            drop(held);
         }
         let _ = wr.close().await;
     });
@@ -202,7 +207,7 @@ async fn connection(shard: Rc<Shard>, stream: TcpStream) {
             );
             break;
         };
-        let Some(permit) = shard.reserve_request_bytes(n).await else {
+        let Some(held) = shard.reserve_request_bytes(n).await else {
             break;
         };
         let mut buf = vec![0u8; n];
@@ -227,10 +232,12 @@ async fn connection(shard: Rc<Shard>, stream: TcpStream) {
                 let waited = crate::common::clock::now() - received;
                 s.metrics.produce_stage(ProduceStage::QueueWait, waited);
             }
-            let r = handle_watched(&s, frame, &host, peer).await;
+            let r = handle_watched(&s, frame, &host, peer, &held).await;
             s.request_finished();
-            drop(permit);
-            (api, received, r)
+            if let Ok(Some(resp)) = &r {
+                answer_holds(&held, resp.len());
+            }
+            (api, received, r, held)
         });
         // Room in the pipeline is normally there; waiting for it is counted, as it is how a
         // client outrunning its answers shows (its requests queue in the socket buffers).
@@ -252,6 +259,19 @@ async fn connection(shard: Rc<Shard>, stream: TcpStream) {
     drop(tx);
     writer.await;
     shard.count_connection(false);
+}
+
+/// Makes `held` (the request's bytes, and a Fetch's records) the `answer_bytes` of its
+/// answer, which it holds until written. An answer larger than its request takes the
+/// difference if it is free; one that finds it used up (only answers other than Fetch's,
+/// which take their records' bytes before reading them, and are small) is written
+/// unaccounted beyond it rather than wait here, behind this connection's earlier answers.
+fn answer_holds(held: &Held, answer_bytes: usize) {
+    if answer_bytes <= held.bytes() {
+        held.shrink_to(answer_bytes);
+    } else {
+        held.try_grow(answer_bytes - held.bytes());
+    }
 }
 
 /// At most one "late response" warning per connection per this interval.
@@ -305,6 +325,7 @@ async fn handle_watched(
     frame: Bytes,
     host: &str,
     peer: Option<std::net::SocketAddr>,
+    held: &Held,
 ) -> Result<Option<Bytes>, FramingError> {
     let key = frame.first_chunk::<2>().map(|b| i16::from_be_bytes(*b));
     let correlation_id = frame
@@ -312,7 +333,7 @@ async fn handle_watched(
         .and_then(|b| b.first_chunk::<4>())
         .map(|b| i32::from_be_bytes(*b));
     let started = crate::common::clock::now();
-    let mut run = std::pin::pin!(kafka::handle(shard, frame, host));
+    let mut run = std::pin::pin!(kafka::handle(shard, frame, host, held));
     let slow = std::pin::pin!(crate::runtime::task::sleep(SLOW_REQUEST_WARN));
     let run = match futures::future::select(run.as_mut(), slow).await {
         futures::future::Either::Left((r, _)) => return r,

@@ -21,7 +21,10 @@ use strand_wire::native::{codes, error, PROTOCOL_VERSION};
 use crate::common::errors::code;
 use crate::common::errors::KafkaError;
 use crate::group::state::Committed;
-use crate::shard::ops::{FetchPart, FetchResult, ListOffsetsPart, Op, ProducePart, Reply};
+use crate::shard::budget::Held;
+use crate::shard::ops::{
+    FetchLimit, FetchPart, FetchResult, ListOffsetsPart, Op, ProducePart, Reply,
+};
 use crate::shard::Shard;
 
 /// Longest produce timeout honoured (Kafka's `request.timeout.ms` default is 30 s).
@@ -44,7 +47,8 @@ fn code_error(code: i16, message: &str) -> Option<Box<ErrorT>> {
 }
 
 /// The response to one request body; `None` when none is due (produce with acks 0).
-pub async fn handle(shard: &Rc<Shard>, body: BodyT) -> Option<BodyT> {
+/// `held` is the request's share of the shard's in-flight bytes; a fetch adds its records'.
+pub async fn handle(shard: &Rc<Shard>, body: BodyT, held: &Held) -> Option<BodyT> {
     shard.count_native_request();
     Some(match body {
         BodyT::HandshakeRequest(r) => handshake(shard, *r).await,
@@ -59,7 +63,7 @@ pub async fn handle(shard: &Rc<Shard>, body: BodyT) -> Option<BodyT> {
             }))
         }
         BodyT::ProduceRequest(r) => return produce(shard, *r).await,
-        BodyT::FetchRequest(r) => fetch(shard, *r).await,
+        BodyT::FetchRequest(r) => fetch(shard, *r, held).await,
         BodyT::ListOffsetsRequest(r) => list_offsets(shard, *r).await,
         BodyT::CommitOffsetsRequest(r) => commit_offsets(shard, *r).await,
         BodyT::FetchOffsetsRequest(r) => fetch_offsets(shard, *r).await,
@@ -240,13 +244,18 @@ async fn produce(shard: &Rc<Shard>, r: ProduceRequestT) -> Option<BodyT> {
     })
 }
 
-async fn fetch(shard: &Rc<Shard>, r: FetchRequestT) -> BodyT {
+async fn fetch(shard: &Rc<Shard>, r: FetchRequestT, held: &Held) -> BodyT {
     let max_wait_ms = u64::try_from(r.max_wait_ms)
         .unwrap_or(0)
         .min(crate::gateway::kafka::fetch::MAX_WAIT_MS_MAX);
     let deadline = crate::common::clock::now() + Duration::from_millis(max_wait_ms);
     let min_bytes = usize::try_from(r.min_bytes).unwrap_or(0);
-    let max_bytes = usize::try_from(r.max_bytes).unwrap_or(0);
+    let max_bytes = usize::try_from(r.max_bytes)
+        .unwrap_or(0)
+        .min(shard.config.fetch_max_bytes);
+    // The records answered count against the shard's in-flight bytes until written.
+    let request_bytes = held.bytes();
+    let room = held.take_room(max_bytes, deadline).await;
     let requested = r.partitions.unwrap_or_default();
     let mut out: Vec<FetchPartitionResultT> = Vec::with_capacity(requested.len());
     let mut parts = Vec::new();
@@ -270,11 +279,45 @@ async fn fetch(shard: &Rc<Shard>, r: FetchRequestT) -> BodyT {
             });
         }
     }
+    let limit = FetchLimit {
+        max_bytes: room,
+        first_batch_whole: room > 0,
+    };
+    let mut results = read_until(shard, &parts, limit, min_bytes, deadline).await;
+    let records: usize = results.iter().map(|r| r.records.len()).sum();
+    if !held.cover(records, room, deadline).await {
+        for r in &mut results {
+            r.records = bytes::Bytes::new();
+        }
+    }
+    held.shrink_to(request_bytes + results.iter().map(|r| r.records.len()).sum::<usize>());
+    for (slot, r) in slots.into_iter().zip(results) {
+        if let Some(o) = out.get_mut(slot) {
+            o.high_watermark = r.high_watermark.0;
+            o.log_start_offset = r.log_start_offset.0;
+            o.error = r.error.as_ref().and_then(kafka_error);
+            o.records = (!r.records.is_empty()).then(|| r.records.to_vec());
+        }
+    }
+    BodyT::FetchResponse(Box::new(FetchResponseT {
+        partitions: Some(out),
+    }))
+}
+
+/// Reads `parts` on this shard until `min_bytes` are there, an error shows or `deadline`
+/// passes, waiting for appends in between.
+async fn read_until(
+    shard: &Rc<Shard>,
+    parts: &[FetchPart],
+    limit: FetchLimit,
+    min_bytes: usize,
+    deadline: std::time::Instant,
+) -> Vec<FetchResult> {
     let mut results: Vec<FetchResult> = Vec::new();
     while !parts.is_empty() {
         let op = Op::Fetch {
-            parts: parts.clone(),
-            max_bytes: max_bytes.max(1),
+            parts: parts.to_vec(),
+            limit,
         };
         let Reply::Fetch(rs) = shard.call(shard.id, op).await else {
             break;
@@ -298,17 +341,7 @@ async fn fetch(shard: &Rc<Shard>, r: FetchRequestT) -> BodyT {
         };
         shard.call(shard.id, wait).await;
     }
-    for (slot, r) in slots.into_iter().zip(results) {
-        if let Some(o) = out.get_mut(slot) {
-            o.high_watermark = r.high_watermark.0;
-            o.log_start_offset = r.log_start_offset.0;
-            o.error = r.error.as_ref().and_then(kafka_error);
-            o.records = (!r.records.is_empty()).then(|| r.records.to_vec());
-        }
-    }
-    BodyT::FetchResponse(Box::new(FetchResponseT {
-        partitions: Some(out),
-    }))
+    results
 }
 
 async fn list_offsets(shard: &Rc<Shard>, r: ListOffsetsRequestT) -> BodyT {

@@ -24,6 +24,7 @@ use strand_wire::native::{
 use crate::common::config::REQUEST_BYTES_MAX;
 use crate::gateway::kafka::net::{IDLE_TIMEOUT, PIPELINE_DEPTH, REQUEST_READ_TIMEOUT};
 use crate::runtime::task::spawn_local;
+use crate::shard::budget::Held;
 use crate::shard::Shard;
 
 /// Binds the handshake listener and this shard's port, publishes the port, and spawns
@@ -72,8 +73,9 @@ async fn accept(shard: Rc<Shard>, listener: TcpListener) {
     }
 }
 
-/// A response to write: correlation id and message.
-type Outgoing = (u64, MessageT);
+/// A response to write: correlation id, message, and the in-flight bytes it holds until
+/// written (none for a refusal written before closing).
+type Outgoing = (u64, MessageT, Option<Held>);
 
 #[expect(
     clippy::too_many_lines,
@@ -88,11 +90,16 @@ async fn connection(shard: Rc<Shard>, stream: TcpStream) {
     let running = Rc::new(glommio::sync::Semaphore::new(PIPELINE_DEPTH as u64));
     let writer = glommio::spawn_local(async move {
         let mut encoder = Encoder::new();
-        while let Some((correlation_id, msg)) = rx.recv().await {
+        while let Some((correlation_id, msg, held)) = rx.recv().await {
             let frame = encoder.frame(PROTOCOL_VERSION, correlation_id, &msg);
+            drop(msg);
+            if let Some(held) = &held {
+                held.shrink_to(frame.len());
+            }
             if wr.write_all(&frame).await.is_err() {
                 break;
             }
+            drop(held);
         }
         let _ = wr.close().await;
     });
@@ -121,10 +128,10 @@ async fn connection(shard: Rc<Shard>, stream: TcpStream) {
                     h.version
                 ),
             );
-            let _ = tx.send((h.correlation_id, msg)).await;
+            let _ = tx.send((h.correlation_id, msg, None)).await;
             break;
         }
-        let Some(permit) = shard.reserve_request_bytes(h.body_bytes.max(1)).await else {
+        let Some(held) = shard.reserve_request_bytes(h.body_bytes.max(1)).await else {
             break;
         };
         let mut body = vec![0u8; h.body_bytes];
@@ -149,11 +156,12 @@ async fn connection(shard: Rc<Shard>, stream: TcpStream) {
         let (s, tx) = (shard.clone(), tx.clone());
         shard.request_started();
         spawn_local(async move {
-            let answer = crate::gateway::native::handle(&s, msg.body).await;
+            let answer = crate::gateway::native::handle(&s, msg.body, &held).await;
             s.request_finished();
-            drop(permit);
             if let Some(body) = answer {
-                let _ = tx.send((h.correlation_id, MessageT { body })).await;
+                let _ = tx
+                    .send((h.correlation_id, MessageT { body }, Some(held)))
+                    .await;
             }
             drop(slot);
         });
