@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use bytes::Bytes;
 use futures::future::join_all;
-use strand_storage::io::{probe_direct_io, SegmentFile, WriteSync};
+use strand_storage::io::{probe_direct_io_blocking, SegmentFile, WriteSync};
 use strand_storage::io_runtime::block_on;
 use strand_storage::{AppendEntry, BatchCache, FrameKind, Log, LogConfig, RaftTerm, SystemClock};
 use strand_wire::BatchBuilder;
@@ -79,7 +79,7 @@ pub(crate) struct RawParams {
 /// Refuses a directory without O_DIRECT unless `allow`; `flag` names the override.
 pub(crate) fn check_direct_io(dir: &Path, allow: bool, flag: &str) -> anyhow::Result<bool> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    match probe_direct_io(dir) {
+    match probe_direct_io_blocking(dir) {
         Ok(()) => Ok(true),
         Err(e) if allow => {
             eprintln!("warning: {e}; measuring buffered i/o as asked");

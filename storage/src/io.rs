@@ -218,8 +218,22 @@ impl SegmentFile {
 /// Shared handle to a segment file; reads in flight keep a removed file readable.
 pub type SharedFile = Rc<SegmentFile>;
 
+/// Runs `f`, which makes blocking system calls, on the executor's blocking thread pool:
+/// the shard's thread goes on serving meanwhile. Every file system call of shard code that
+/// io_uring does not offer goes through here (the `tidy` test keeps `std::fs` and the
+/// `*_blocking` functions out of shard code, start-up aside).
+pub async fn off_shard<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
+    glommio::executor().spawn_blocking(f).await
+}
+
 /// Reads a whole small file (an index) into memory; `None` when it does not exist.
-pub fn read_small_file(path: &Path) -> Result<Option<Vec<u8>>, StorageError> {
+pub async fn read_small_file(path: &Path) -> Result<Option<Vec<u8>>, StorageError> {
+    let path = path.to_path_buf();
+    off_shard(move || read_small_file_blocking(&path)).await
+}
+
+/// [`read_small_file`], blocking the calling thread (start-up, tools, tests).
+pub fn read_small_file_blocking(path: &Path) -> Result<Option<Vec<u8>>, StorageError> {
     match std::fs::read(path) {
         Ok(b) => Ok(Some(b)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
@@ -227,10 +241,9 @@ pub fn read_small_file(path: &Path) -> Result<Option<Vec<u8>>, StorageError> {
     }
 }
 
-/// Writes a small file atomically: temp file, fsync, rename, fsync directory. Cold path
-/// only (a node id at start-up, DeleteRecords): it blocks the shard for a few syscalls;
-/// see `write_small_file_atomic_async`.
-pub fn write_small_file_atomic(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
+/// Writes a small file atomically: temp file, fsync, rename, fsync directory, blocking the
+/// calling thread (start-up, tools, tests); shard code uses `write_small_file_atomic_async`.
+pub fn write_small_file_atomic_blocking(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
     use std::io::Write;
     let tmp = path.with_extension("tmp");
     let mut f = std::fs::File::create(&tmp).map_err(|e| StorageError::io(&tmp, e))?;
@@ -238,7 +251,7 @@ pub fn write_small_file_atomic(path: &Path, bytes: &[u8]) -> Result<(), StorageE
     f.sync_data().map_err(|e| StorageError::io(&tmp, e))?;
     std::fs::rename(&tmp, path).map_err(|e| StorageError::io(path, e))?;
     if let Some(dir) = path.parent() {
-        fsync_dir(dir)?;
+        fsync_dir_blocking(dir)?;
     }
     Ok(())
 }
@@ -360,14 +373,21 @@ impl AppendFile {
     }
 }
 
-/// `fsync`s a directory so created, renamed and removed entries are durable.
-pub fn fsync_dir(dir: &Path) -> Result<(), StorageError> {
+/// `fsync`s a directory so created, renamed and removed entries are durable, blocking the
+/// calling thread (start-up, tools, tests); shard code uses `fsync_dir_async`.
+pub fn fsync_dir_blocking(dir: &Path) -> Result<(), StorageError> {
     let d = std::fs::File::open(dir).map_err(|e| StorageError::io(dir, e))?;
     d.sync_all().map_err(|e| StorageError::io(dir, e))
 }
 
 /// Removes a file; a missing file is not an error.
-pub fn remove_file(path: &Path) -> Result<(), StorageError> {
+pub async fn remove_file(path: &Path) -> Result<(), StorageError> {
+    let path = path.to_path_buf();
+    off_shard(move || remove_file_blocking(&path)).await
+}
+
+/// [`remove_file`], blocking the calling thread (start-up, tools, tests).
+pub fn remove_file_blocking(path: &Path) -> Result<(), StorageError> {
     match std::fs::remove_file(path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -375,9 +395,65 @@ pub fn remove_file(path: &Path) -> Result<(), StorageError> {
     }
 }
 
+/// Creates `dir` and its missing parents.
+pub async fn create_dir_all(dir: &Path) -> Result<(), StorageError> {
+    let dir = dir.to_path_buf();
+    off_shard(move || std::fs::create_dir_all(&dir).map_err(|e| StorageError::io(&dir, e))).await
+}
+
+/// The paths of `dir`'s entries, in no particular order.
+pub async fn list_dir(dir: &Path) -> Result<Vec<PathBuf>, StorageError> {
+    let dir = dir.to_path_buf();
+    off_shard(move || {
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(&dir).map_err(|e| StorageError::io(&dir, e))? {
+            out.push(entry.map_err(|e| StorageError::io(&dir, e))?.path());
+        }
+        Ok(out)
+    })
+    .await
+}
+
+/// Removes `dir` and everything under it; a missing directory is not an error.
+pub async fn remove_dir_all(dir: &Path) -> Result<(), StorageError> {
+    let dir = dir.to_path_buf();
+    off_shard(move || match std::fs::remove_dir_all(&dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(StorageError::io(&dir, e)),
+    })
+    .await
+}
+
+/// Cuts the file at `path` to `len_bytes` and makes that durable (a torn tail dropped).
+pub async fn truncate_file(path: &Path, len_bytes: u64) -> Result<(), StorageError> {
+    let path = path.to_path_buf();
+    off_shard(move || {
+        let cut = || -> io::Result<()> {
+            let f = std::fs::OpenOptions::new().write(true).open(&path)?;
+            f.set_len(len_bytes)?;
+            f.sync_all()
+        };
+        cut().map_err(|e| StorageError::io(&path, e))
+    })
+    .await
+}
+
+/// Renames `from` to `to` (replacing `to` if it is a file or an empty directory).
+pub async fn rename(from: &Path, to: &Path) -> Result<(), StorageError> {
+    let (from, to) = (from.to_path_buf(), to.to_path_buf());
+    off_shard(move || std::fs::rename(&from, &to).map_err(|e| StorageError::io(&from, e))).await
+}
+
+/// [`probe_direct_io_blocking`] off the shard's thread.
+pub async fn probe_direct_io(dir: &Path) -> Result<(), StorageError> {
+    let dir = dir.to_path_buf();
+    off_shard(move || probe_direct_io_blocking(&dir)).await
+}
+
 /// Checks that `dir` can do O_DIRECT I/O. glommio silently uses buffered I/O on tmpfs, so
 /// the filesystem type is checked as well as an actual O_DIRECT open and write.
-pub fn probe_direct_io(dir: &Path) -> Result<(), StorageError> {
+pub fn probe_direct_io_blocking(dir: &Path) -> Result<(), StorageError> {
     use std::os::unix::fs::OpenOptionsExt;
     let no = |detail: String| StorageError::NoDirectIo {
         path: dir.to_path_buf(),
@@ -401,7 +477,7 @@ pub fn probe_direct_io(dir: &Path) -> Result<(), StorageError> {
         }
         Err(e) => Err(StorageError::io(&probe, e)),
     };
-    remove_file(&probe)?;
+    remove_file_blocking(&probe)?;
     result
 }
 
@@ -414,8 +490,15 @@ pub struct FilesystemSpace {
     pub total_bytes: u64,
 }
 
-/// statvfs of `dir` (admin status: disk space left for the data directory).
-pub fn filesystem_space(dir: &Path) -> Result<FilesystemSpace, StorageError> {
+/// statvfs of `dir` (admin status: disk space left for the data directory), off the
+/// shard's thread.
+pub async fn filesystem_space(dir: &Path) -> Result<FilesystemSpace, StorageError> {
+    let dir = dir.to_path_buf();
+    off_shard(move || filesystem_space_blocking(&dir)).await
+}
+
+/// [`filesystem_space`], blocking the calling thread.
+pub fn filesystem_space_blocking(dir: &Path) -> Result<FilesystemSpace, StorageError> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
         .map_err(|_| StorageError::Usage("data directory path contains a NUL byte"))?;
@@ -462,8 +545,9 @@ pub async fn prime_device_probe(dir: &Path) -> Result<(), StorageError> {
         static PRIMED: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
     }
     use std::os::unix::fs::MetadataExt;
-    let dev = std::fs::metadata(dir)
-        .map_err(|e| StorageError::io(dir, e))?
+    let owned = dir.to_path_buf();
+    let dev = off_shard(move || std::fs::metadata(&owned).map_err(|e| StorageError::io(&owned, e)))
+        .await?
         .dev();
     if PRIMED.with(|p| p.borrow().contains(&dev)) {
         return Ok(());
@@ -477,15 +561,19 @@ pub async fn prime_device_probe(dir: &Path) -> Result<(), StorageError> {
         )
         .replace(['(', ')'], ""),
     );
-    std::fs::write(&probe, vec![0u8; WRITE_ALIGN_BYTES as usize])
-        .map_err(|e| StorageError::io(&probe, e))?;
+    let written = probe.clone();
+    off_shard(move || {
+        std::fs::write(&written, vec![0u8; WRITE_ALIGN_BYTES as usize])
+            .map_err(|e| StorageError::io(&written, e))
+    })
+    .await?;
     let file = DmaFile::open(&probe)
         .await
         .map_err(|e| StorageError::io(&probe, to_io(e)));
     if let Ok(f) = file {
         let _ = f.close().await;
     }
-    remove_file(&probe)?;
+    remove_file(&probe).await?;
     PRIMED.with(|p| p.borrow_mut().push(dev));
     Ok(())
 }

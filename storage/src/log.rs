@@ -140,6 +140,9 @@ pub struct Log {
     pub(crate) cache: Rc<BatchCache>,
     pub(crate) cache_id: LogId,
     pub(crate) st: RefCell<State>,
+    /// Held while the log start offset file is written: one write at a time (they share
+    /// a temporary file), each writing the latest offset.
+    pub(crate) log_start_write: futures::lock::Mutex<()>,
 }
 
 impl Drop for Log {

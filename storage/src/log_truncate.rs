@@ -113,7 +113,7 @@ impl Log {
     ) -> Result<(), StorageError> {
         for path in &removed {
             for ext in ["log", "index", "timeindex"] {
-                io::remove_file(&path.with_extension(ext))?;
+                io::remove_file(&path.with_extension(ext)).await?;
             }
         }
         io::fsync_dir_async(&self.dir).await?;
@@ -144,7 +144,7 @@ impl Log {
         }
         let path = self.segment_path(key);
         for ext in ["index", "timeindex"] {
-            io::remove_file(&path.with_extension(ext))?;
+            io::remove_file(&path.with_extension(ext)).await?;
         }
         let mut st = self.st.borrow_mut();
         let seg = st
@@ -232,7 +232,7 @@ impl Log {
     /// entirely below it. Returns the new log start offset.
     pub async fn truncate_prefix(&self, offset: KafkaOffset) -> Result<KafkaOffset, StorageError> {
         let before = self.log_start_offset();
-        if self.set_log_start(offset)? > before {
+        if self.set_log_start(offset).await? > before {
             self.delete_segments_below(offset, RaftIndex(u64::MAX))
                 .await?;
         }
@@ -270,7 +270,7 @@ impl Log {
         let mut out = RetentionOutcome::default();
         for (path, size) in &paths {
             for ext in ["log", "index", "timeindex"] {
-                io::remove_file(&path.with_extension(ext))?;
+                io::remove_file(&path.with_extension(ext)).await?;
             }
             out.segments_deleted += 1;
             out.bytes_deleted += size;
@@ -372,7 +372,7 @@ impl Log {
         offset: KafkaOffset,
         through: RaftIndex,
     ) -> Result<RetentionOutcome, StorageError> {
-        self.set_log_start(offset)?;
+        self.set_log_start(offset).await?;
         self.delete_segments_below(offset, through).await
     }
 
@@ -380,7 +380,8 @@ impl Log {
     /// persists it; deletes nothing (a replicated log deletes segments only after its Raft
     /// compaction point moved: retention then counts the segments below the start as due).
     /// Returns the log start offset.
-    pub fn set_log_start(&self, offset: KafkaOffset) -> Result<KafkaOffset, StorageError> {
+    pub async fn set_log_start(&self, offset: KafkaOffset) -> Result<KafkaOffset, StorageError> {
+        let _writing = self.log_start_write.lock().await;
         let start = {
             let mut st = self.st.borrow_mut();
             self.check_usable(&st)?;
@@ -392,12 +393,14 @@ impl Log {
                 });
             }
             if offset <= st.log_start_offset {
+                // Written already: every change of it is written under `log_start_write`.
                 return Ok(st.log_start_offset);
             }
             st.log_start_offset = offset;
             offset
         };
-        io::write_small_file_atomic(&self.dir.join(LOG_START_FILE), &encode_log_start(start))?;
+        io::write_small_file_atomic_async(&self.dir.join(LOG_START_FILE), &encode_log_start(start))
+            .await?;
         Ok(start)
     }
 
@@ -411,6 +414,7 @@ impl Log {
         next_index: RaftIndex,
         next_offset: KafkaOffset,
     ) -> Result<(), StorageError> {
+        let _writing = self.log_start_write.lock().await;
         let paths = {
             let mut guard = self.st.borrow_mut();
             let st = &mut *guard;
@@ -444,7 +448,7 @@ impl Log {
         .await?;
         for path in &paths {
             for ext in ["log", "index", "timeindex"] {
-                io::remove_file(&path.with_extension(ext))?;
+                io::remove_file(&path.with_extension(ext)).await?;
             }
         }
         io::fsync_dir_async(&self.dir).await?;

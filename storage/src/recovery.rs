@@ -54,15 +54,15 @@ impl Log {
         config
             .validate()
             .map_err(|e| StorageError::Environment(format!("bad log config: {e}")))?;
-        std::fs::create_dir_all(dir).map_err(|e| StorageError::io(dir, e))?;
-        if let Err(e) = io::probe_direct_io(dir) {
+        io::create_dir_all(dir).await?;
+        if let Err(e) = io::probe_direct_io(dir).await {
             if !config.allow_buffered_io {
                 return Err(e);
             }
             tracing::warn!(dir = %dir.display(), error = %e, "using buffered i/o as configured");
         }
         io::prime_device_probe(dir).await?;
-        let names = list_segments(dir)?;
+        let names = list_segments(dir).await?;
         let now_ms = clock.now_ms();
         let mut segments: Vec<Segment> = Vec::with_capacity(names.len());
         let mut expect: Option<Expect> = None;
@@ -98,7 +98,9 @@ impl Log {
             }
         }
         let first_offset = segments.first().map(|s| s.meta.name.kafka_base_offset);
-        let log_start_offset = read_log_start(dir)?.max(first_offset.unwrap_or_default());
+        let log_start_offset = read_log_start(dir)
+            .await?
+            .max(first_offset.unwrap_or_default());
         let next_index = expect.map_or(RaftIndex(1), |e| e.index);
         let log_end_offset = expect
             .map_or(log_start_offset, |e| e.offset)
@@ -120,6 +122,7 @@ impl Log {
             clock,
             cache,
             cache_id,
+            log_start_write: futures::lock::Mutex::new(()),
             st: std::cell::RefCell::new(State {
                 segments,
                 log_start_offset,
@@ -137,11 +140,9 @@ impl Log {
 }
 
 /// Segment names in `dir`, in log order. Leftover temporary files are removed.
-fn list_segments(dir: &Path) -> Result<Vec<SegmentName>, StorageError> {
+async fn list_segments(dir: &Path) -> Result<Vec<SegmentName>, StorageError> {
     let mut names = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(|e| StorageError::io(dir, e))? {
-        let entry = entry.map_err(|e| StorageError::io(dir, e))?;
-        let path = entry.path();
+    for path in io::list_dir(dir).await? {
         let ext = path.extension().and_then(|e| e.to_str());
         let stem = path
             .file_stem()
@@ -152,7 +153,7 @@ fn list_segments(dir: &Path) -> Result<Vec<SegmentName>, StorageError> {
                 Some(n) => names.push(n),
                 None => tracing::warn!(path = %path.display(), "ignoring unrecognised .log file"),
             },
-            Some("tmp") => io::remove_file(&path)?,
+            Some("tmp") => io::remove_file(&path).await?,
             _ => {}
         }
     }
@@ -169,8 +170,8 @@ async fn open_closed(
 ) -> Result<Option<Segment>, StorageError> {
     let file = Rc::new(SegmentFile::open(path, WriteSync::EachWrite).await?);
     let size = file.size_bytes().await?;
-    let index = io::read_small_file(&path.with_extension("index"))?;
-    let time = io::read_small_file(&path.with_extension("timeindex"))?;
+    let index = io::read_small_file(&path.with_extension("index")).await?;
+    let time = io::read_small_file(&path.with_extension("timeindex")).await?;
     if let (Some(i), Some(t)) = (index, time) {
         if let Some(meta) = SegmentMeta::decode(name, size, &i, &t) {
             if !meta.is_empty() {
@@ -233,7 +234,7 @@ async fn open_tail(
     if s.meta.is_empty() {
         file.close().await?;
         for ext in ["log", "index", "timeindex"] {
-            io::remove_file(&path.with_extension(ext))?;
+            io::remove_file(&path.with_extension(ext)).await?;
         }
         io::fsync_dir_async(parent(path)).await?;
         return Ok(None);
@@ -259,7 +260,7 @@ async fn open_tail(
         zeroed_to: s.valid_end,
     };
     for ext in ["index", "timeindex"] {
-        io::remove_file(&path.with_extension(ext))?;
+        io::remove_file(&path.with_extension(ext)).await?;
     }
     Ok(Some(Segment {
         meta: s.meta,
@@ -382,9 +383,9 @@ fn max_timestamp(h: &FrameHeader, body: &[u8]) -> Option<i64> {
         .map(|a| i64::from_be_bytes(*a))
 }
 
-fn read_log_start(dir: &Path) -> Result<KafkaOffset, StorageError> {
+async fn read_log_start(dir: &Path) -> Result<KafkaOffset, StorageError> {
     let path: PathBuf = dir.join(LOG_START_FILE);
-    let Some(b) = io::read_small_file(&path)? else {
+    let Some(b) = io::read_small_file(&path).await? else {
         return Ok(KafkaOffset(0));
     };
     let ok = b.len() == 12

@@ -32,6 +32,19 @@ const UNSAFE_HOMES: &[&str] = &["storage/src/io*", "broker/src/runtime/*"];
 const TIME_AND_ENTROPY_HOMES: &[&str] = &["*clock*", "*seed*", "bench/*", "tools/*"];
 /// Binaries inside library crates may print.
 const BINARIES: &[&str] = &["*/src/bin/*", "*/src/main.rs"];
+/// Code that runs on the broker's shard threads: the broker and its storage engine.
+const SHARD_CODE: &[&str] = &["broker/src/*", "storage/src/*"];
+/// Where shard code's crates may block: start-up before the shards serve (configuration,
+/// preflight checks, joining a cluster, the crash report and data directory lock) and the
+/// storage engine's I/O module, home of the blocking functions and of `off_shard`, which
+/// runs them on the executor's blocking thread pool (issue 24).
+const BLOCKING_HOMES: &[&str] = &[
+    "broker/src/common/config.rs",
+    "broker/src/runtime/preflight.rs",
+    "broker/src/runtime/crash.rs",
+    "broker/src/cluster/join.rs",
+    "storage/src/io.rs",
+];
 
 /// Which part of a line a rule reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,7 +85,54 @@ const CODE: Rule = Rule {
     allowed_if_followed_by: None,
 };
 
+/// A blocking system call on a shard thread stalls every partition and connection of the
+/// shard for as long as it takes (issue 24).
+const BLOCKING: Rule = Rule {
+    why: "a blocking call in shard code: use the async functions of strand_storage::io \
+          (io_uring, or `off_shard` for what io_uring lacks)",
+    only_in: SHARD_CODE,
+    except_in: BLOCKING_HOMES,
+    test_code_exempt: true,
+    ..CODE
+};
+
 const RULES: &[Rule] = &[
+    Rule {
+        needle: "std::fs::",
+        ..BLOCKING
+    },
+    Rule {
+        needle: "use std::fs",
+        ..BLOCKING
+    },
+    Rule {
+        needle: "std::thread::sleep",
+        ..BLOCKING
+    },
+    Rule {
+        needle: "read_small_file_blocking(",
+        ..BLOCKING
+    },
+    Rule {
+        needle: "write_small_file_atomic_blocking(",
+        ..BLOCKING
+    },
+    Rule {
+        needle: "fsync_dir_blocking(",
+        ..BLOCKING
+    },
+    Rule {
+        needle: "remove_file_blocking(",
+        ..BLOCKING
+    },
+    Rule {
+        needle: "probe_direct_io_blocking(",
+        ..BLOCKING
+    },
+    Rule {
+        needle: "filesystem_space_blocking(",
+        ..BLOCKING
+    },
     Rule {
         needle: "dbg!(",
         why: "debug output left in",
@@ -549,6 +609,30 @@ fn checker_catches_what_it_must_and_nothing_else() {
         &[(1, "unsafe")],
     );
     check("storage/src/io.rs", "unsafe { f() }", &[]);
+    check(
+        "broker/src/shard/placement.rs",
+        "std::fs::remove_dir_all(&d);\nuse std::fs;\nstd::thread::sleep(t);\n\
+         io::fsync_dir_blocking(d);\nio::remove_dir_all(&d).await;\n\
+         #[cfg(test)]\nmod tests {\n    fn t() { std::fs::write(p, b); }\n}\n",
+        &[
+            (1, "std::fs::"),
+            (2, "use std::fs"),
+            (3, "std::thread::sleep"),
+            (4, "fsync_dir_blocking("),
+        ],
+    );
+    check(
+        "storage/src/recovery.rs",
+        "let b = io::read_small_file_blocking(&p)?;",
+        &[(1, "read_small_file_blocking(")],
+    );
+    check("storage/src/io.rs", "std::fs::read(p)", &[]);
+    check(
+        "broker/src/runtime/preflight.rs",
+        "std::fs::create_dir_all(d)",
+        &[],
+    );
+    check("tools/src/cli.rs", "std::fs::read(p)", &[]);
     check(
         "client/src/a.rs",
         "todo!()\nunimplemented!()\nlet my_todo!(x);",

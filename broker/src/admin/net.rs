@@ -143,12 +143,14 @@ async fn route(shard: &Rc<Shard>, head: &str, body: &[u8]) -> Response {
         "/v1/status" => {
             let snaps = snapshots(shard).await;
             let meta = shard.metadata();
+            let space = strand_storage::io::filesystem_space(&shard.config.data_dir)
+                .await
+                .map_err(|e| e.to_string());
             let input = status::StatusInput {
                 config: &shard.config,
                 cluster_id: &meta.cluster_id,
                 ready: ready(shard),
-                space: strand_storage::io::filesystem_space(&shard.config.data_dir)
-                    .map_err(|e| e.to_string()),
+                space,
             };
             Response {
                 status: "200 OK",

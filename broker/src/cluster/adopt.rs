@@ -77,8 +77,8 @@ pub async fn adopt_single_node_data<H: ClusterHost>(shard: &Rc<H>) -> anyhow::Re
     }
     let mut to = dir.clone().into_os_string();
     to.push(ADOPTED_SUFFIX);
-    std::fs::rename(&dir, &to)?;
-    strand_storage::io::fsync_dir(&c.data_dir)?;
+    strand_storage::io::rename(&dir, std::path::Path::new(&to)).await?;
+    strand_storage::io::fsync_dir_async(&c.data_dir).await?;
     tracing::info!(
         topics,
         "adopted a single-node broker's topics into the cluster"

@@ -181,7 +181,7 @@ fn read_node_id(path: &Path) -> anyhow::Result<Option<i32>> {
 }
 
 fn write_node_id(path: &Path, id: i32) -> anyhow::Result<()> {
-    strand_storage::io::write_small_file_atomic(path, format!("{id}\n").as_bytes())
+    strand_storage::io::write_small_file_atomic_blocking(path, format!("{id}\n").as_bytes())
         .with_context(|| format!("writing {}", path.display()))
 }
 

@@ -164,12 +164,12 @@ impl Checkpoint {
     /// the checkpoint holds committed data only, which Raft never takes from a log (a
     /// replica that lacks it cannot lead). An unreplicated log behind its checkpoint lost
     /// durable data: the checkpoint is refused.
-    pub fn load(log: &Log, keyed: Option<KeyScope>, replicated: bool) -> Checkpoint {
+    pub async fn load(log: &Log, keyed: Option<KeyScope>, replicated: bool) -> Checkpoint {
         let path = log.dir().join(CHECKPOINT_FILE);
         let empty = Checkpoint::empty(log.log_start_offset(), keyed);
-        let bytes = match std::fs::read(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return empty,
+        let bytes = match strand_storage::io::read_small_file(&path).await {
+            Ok(Some(b)) => b,
+            Ok(None) => return empty,
             Err(e) => {
                 tracing::warn!(path = %path.display(), error = %e,
                     "cannot read the partition-state checkpoint; replaying the whole log");

@@ -507,7 +507,8 @@ impl Partition {
         keyed: Option<KeyScope>,
     ) -> Result<(), StorageError> {
         self.keyed.set(keyed);
-        *self.checkpoint.borrow_mut() = Checkpoint::load(&self.log, keyed, replicated);
+        let loaded = Checkpoint::load(&self.log, keyed, replicated).await;
+        *self.checkpoint.borrow_mut() = loaded;
         self.rebuild_producer_state().await
     }
 
@@ -982,7 +983,7 @@ mod tests {
             let (mut seq, mut first) = (0, 0);
             // Until a saved checkpoint covers producer 1's last batch (it moves in the
             // background once enough was appended).
-            while Checkpoint::load(part.log(), None, false).offset.0 <= first {
+            while Checkpoint::load(part.log(), None, false).await.offset.0 <= first {
                 assert!(seq < limit, "no checkpoint after {seq} batches");
                 first = produce(&part, 1, seq).await;
                 seq += 1;
@@ -995,7 +996,7 @@ mod tests {
             retries_are_duplicates(&part, &last).await;
             // Records before the checkpoint deleted: only the checkpoint knows producer 1.
             let start = part.checkpoint.borrow().offset;
-            part.log().set_log_start(start).expect("log start");
+            part.log().set_log_start(start).await.expect("log start");
             drop(part);
 
             let part = open(&dir).await;
@@ -1101,6 +1102,7 @@ mod tests {
             let mut n = 0;
             // Commits of partitions 0..4 until a saved checkpoint covers them all.
             while Checkpoint::load(part.log(), Some(slash_scope), false)
+                .await
                 .offset
                 .0
                 < 4
@@ -1130,7 +1132,7 @@ mod tests {
                 .collect();
             assert_eq!(offsets_of(&part), expect);
             // The records before the checkpoint deleted: only the checkpoint has them.
-            part.log().set_log_start(start).expect("log start");
+            part.log().set_log_start(start).await.expect("log start");
             drop(part);
             let part = open_keyed(&dir).await;
             assert_eq!(part.compacted_checkpoint().0, start);

@@ -97,18 +97,14 @@ fn decode(bytes: &[u8]) -> (HashMap<u64, StateFile>, usize) {
 impl RaftJournal {
     /// Opens the journal at `path` (creating it), dropping a torn tail.
     pub async fn open(path: PathBuf) -> anyhow::Result<RaftJournal> {
-        let bytes = match std::fs::read(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => anyhow::bail!("{}: {e}", path.display()),
-        };
+        let bytes = strand_storage::io::read_small_file(&path)
+            .await?
+            .unwrap_or_default();
         let (states, intact) = decode(&bytes);
         if intact < bytes.len() {
             tracing::warn!(path = %path.display(), intact, size = bytes.len(),
                 "raft journal: dropping a torn or corrupt tail (a crash during an append)");
-            let f = std::fs::OpenOptions::new().write(true).open(&path)?;
-            f.set_len(intact as u64)?;
-            f.sync_all()?;
+            strand_storage::io::truncate_file(&path, intact as u64).await?;
         }
         let file = AppendFile::open(&path).await?;
         Ok(RaftJournal {

@@ -573,7 +573,9 @@ impl Replicator {
         }
     }
 
-    /// Moves the log start offset of each partition whose log start entry was applied.
+    /// Moves the log start offset of each partition whose log start entry was applied (in
+    /// a task each: the offset's file is written off the driver's turn; a log writes its
+    /// start offsets one at a time and never moves it back).
     fn apply_log_starts(&self) {
         let starts = self.driver.borrow_mut().drain_log_starts();
         for (g, offset) in starts {
@@ -581,12 +583,14 @@ impl Replicator {
                 continue;
             };
             let offset = strand_storage::KafkaOffset(offset.0);
-            match part.log().set_log_start(offset) {
-                Ok(start) => tracing::info!(topic = %part.topic, partition = part.index,
-                    log_start_offset = start.0, "log start offset moved (DeleteRecords)"),
-                Err(e) => tracing::error!(topic = %part.topic, partition = part.index,
-                    error = %e, "cannot move the log start offset"),
-            }
+            crate::runtime::task::spawn_local(async move {
+                match part.log().set_log_start(offset).await {
+                    Ok(start) => tracing::info!(topic = %part.topic, partition = part.index,
+                        log_start_offset = start.0, "log start offset moved (DeleteRecords)"),
+                    Err(e) => tracing::error!(topic = %part.topic, partition = part.index,
+                        error = %e, "cannot move the log start offset"),
+                }
+            });
         }
     }
 

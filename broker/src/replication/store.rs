@@ -254,13 +254,13 @@ impl RaftLogStore {
         saved: Option<StateFile>,
     ) -> anyhow::Result<RaftLogStore> {
         let state_path = part.log().dir().join(STATE_FILE);
-        let legacy = || match std::fs::read(&state_path) {
-            Ok(b) => serde_json::from_slice::<StateFile>(&b)
+        let legacy = |read: Result<Option<Vec<u8>>, strand_storage::StorageError>| match read {
+            Ok(Some(b)) => serde_json::from_slice::<StateFile>(&b)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", state_path.display())),
             // No state yet. A log of term-0 frames was written by a single node before
             // the cluster (an upgraded data directory): each was acknowledged, so all of
             // it is committed.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(StateFile {
+            Ok(None) => Ok(StateFile {
                 voters: voters.to_vec(),
                 learners: learners.to_vec(),
                 commit: if part.log().last_term().0 == 0 {
@@ -274,7 +274,7 @@ impl RaftLogStore {
         };
         let file: StateFile = match saved {
             Some(s) => s,
-            None => legacy()?,
+            None => legacy(strand_storage::io::read_small_file(&state_path).await)?,
         };
         // Where raft-rs resumes applying (see `LogStore::persisted_applied`); the entries
         // after it stay in memory until applied.
@@ -368,7 +368,8 @@ impl RaftLogStore {
             mem.retain(|e| e.index > point.index.0);
         }
         if let Some(offset) = log_start {
-            log.set_log_start(strand_storage::KafkaOffset(offset))?;
+            log.set_log_start(strand_storage::KafkaOffset(offset))
+                .await?;
         }
         if index.log_end_offset().0 != log.log_end_offset().0 {
             anyhow::bail!(

@@ -133,7 +133,7 @@ fn data_dir(config: &Config) -> anyhow::Result<()> {
 
 /// `Ok(Some(warning))`: no O_DIRECT, but buffered I/O is allowed.
 fn direct_io(config: &Config) -> anyhow::Result<Option<String>> {
-    match strand_storage::io::probe_direct_io(&config.data_dir) {
+    match strand_storage::io::probe_direct_io_blocking(&config.data_dir) {
         Ok(()) => Ok(None),
         Err(e) if config.allow_buffered_io => Ok(Some(e.to_string())),
         Err(e) => bail!("{e}"),

@@ -53,7 +53,7 @@ impl Shard {
         for (topic, p) in stale {
             crate::cluster::unhost_partition(&**self, &before, &topic, p);
             if let Some(part) = self.remove_partition(&topic, p) {
-                delete_partition_dir(part);
+                delete_partition_dir(part).await;
             }
         }
         for ((topic, p), ()) in wanted {
@@ -95,10 +95,12 @@ impl Shard {
 
 /// Deletes a partition's directory once this shard no longer owns it (the last reference
 /// to the partition, so its files are closed first).
-fn delete_partition_dir(part: Rc<Partition>) {
+async fn delete_partition_dir(part: Rc<Partition>) {
     let dir = part.log().dir().to_path_buf();
     drop(part);
-    if let Err(e) = std::fs::remove_dir_all(&dir) {
+    // Awaited before the snapshot opens anything: a topic created again under the same
+    // name opens the same directory.
+    if let Err(e) = strand_storage::io::remove_dir_all(&dir).await {
         tracing::warn!(dir = %dir.display(), error = %e, "removing deleted partition");
     }
 }
