@@ -158,13 +158,11 @@ soak:
 	STRAND_WAKE_RACE_SECS=$(WAKE_RACE_SECS) $(CARGO) test --release -p strand-broker \
 	  --test shard_foreign_wake -- --nocapture
 
-## fuzz: run the record-batch, native-frame and RPC-frame fuzzers for 60 s each (needs nightly
-## and cargo-fuzz)
+## fuzz: run every fuzz target for FUZZ_SECS (60) s each, new inputs into target/fuzz-campaign
+## (needs nightly and cargo-fuzz; FUZZ_SECS=1200 is a campaign as issue 24 asks)
+FUZZ_SECS ?= 60
 fuzz:
-	cd wire/fuzz && cargo +nightly fuzz run record_batch -- -max_total_time=60
-	cd wire/fuzz && cargo +nightly fuzz run native_frame -- -max_total_time=60
-	cd wire/fuzz && cargo +nightly fuzz run kafka_request -- -max_total_time=60
-	cd raft/fuzz && cargo +nightly fuzz run rpc_frame -- -max_total_time=60
+	scripts/fuzz-campaign.sh $(FUZZ_SECS)
 
 ## sim: the deterministic Raft simulator (raft/src/sim); SEED=n replays one seed exactly,
 ## SEEDS=n runs n seeds from START=s (defaults: 2000 seeds from 0)

@@ -1,18 +1,8 @@
 //! `strand`: the Strand broker server (ARCHITECTURE.md). Parses configuration, runs the
 //! start-up checks and the shards, and exits 0 after a clean SIGTERM/SIGINT shutdown.
 
-mod admin;
-mod cluster;
-mod common;
-mod gateway;
-mod group;
-mod partition;
-mod replication;
-mod runtime;
-mod shard;
-mod start;
-
 use clap::Parser;
+use strand_broker::{common, runtime, start};
 
 fn main() {
     runtime::crash::abort_on_panic();

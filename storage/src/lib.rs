@@ -12,6 +12,7 @@ pub mod cache;
 pub mod config;
 pub mod error;
 pub mod frame;
+pub mod fuzz;
 pub mod io;
 pub mod io_runtime;
 pub mod log;

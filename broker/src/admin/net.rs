@@ -12,7 +12,7 @@ use anyhow::Context;
 use futures::io::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
 
-use crate::admin::status::{self, ADMIN_BODY_BYTES_MAX};
+use crate::admin::status;
 use crate::admin::{self, Response};
 use crate::cluster::ClusterHost;
 use crate::runtime::task::spawn_local;
@@ -43,36 +43,29 @@ pub async fn serve(shard: Rc<Shard>) -> anyhow::Result<()> {
 async fn handle(shard: Rc<Shard>, mut stream: TcpStream) {
     let mut head = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
-    let head_end = loop {
+    let scanned = loop {
         let read = crate::runtime::task::timeout(ADMIN_READ_TIMEOUT, stream.read(&mut chunk)).await;
         let Some(Ok(n)) = read else { return };
         if n == 0 {
             return;
         }
         head.extend_from_slice(&chunk[..n]);
-        if let Some(k) = head.windows(4).position(|w| w == b"\r\n\r\n") {
-            break Some(k + 4);
-        }
-        if head.len() > ADMIN_REQUEST_BYTES_MAX {
-            break None;
+        match status::scan_head(&head, ADMIN_REQUEST_BYTES_MAX) {
+            status::HeadScan::Incomplete => {}
+            done => break done,
         }
     };
-    let resp = match head_end {
-        Some(end) => {
+    let resp = match scanned {
+        status::HeadScan::Complete { end, body_bytes } => {
             let text_head = String::from_utf8_lossy(&head[..end]).into_owned();
             let mut body = head.split_off(end);
-            match status::content_length(&text_head) {
-                Some(n) if n <= ADMIN_BODY_BYTES_MAX => {
-                    if !read_body(&mut stream, &mut body, n).await {
-                        return;
-                    }
-                    route(&shard, &text_head, &body).await
-                }
-                Some(_) => text("413 Payload Too Large", "body too large\n"),
-                None => text("400 Bad Request", "bad content-length\n"),
+            if !read_body(&mut stream, &mut body, body_bytes).await {
+                return;
             }
+            route(&shard, &text_head, &body).await
         }
-        None => text("431 Request Header Fields Too Large", "too large\n"),
+        status::HeadScan::Refused(status, why) => text(status, why),
+        status::HeadScan::Incomplete => return,
     };
     let _ = stream.write_all(&resp.encode()).await;
     let _ = stream.close().await;

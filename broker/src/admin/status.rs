@@ -13,6 +13,50 @@ use crate::common::config::Config;
 /// Largest request body read (a log filter; nothing else takes a body).
 pub const ADMIN_BODY_BYTES_MAX: usize = crate::common::logging::LOG_FILTER_BYTES_MAX;
 
+/// What the bytes read so far of an admin request make of it.
+#[derive(Debug, PartialEq, Eq)]
+pub enum HeadScan {
+    /// No blank line yet, and fewer than `head_bytes_max` bytes: read on.
+    Incomplete,
+    /// The head ends at `end` (after its blank line); its body has `body_bytes` bytes
+    /// (at most `ADMIN_BODY_BYTES_MAX`).
+    Complete {
+        /// Bytes of the head, blank line included.
+        end: usize,
+        /// The `Content-Length`.
+        body_bytes: usize,
+    },
+    /// Refused with this status line and body: the head is longer than
+    /// `head_bytes_max`, or its `Content-Length` is malformed or too large.
+    Refused(&'static str, &'static str),
+}
+
+const TOO_LARGE: (&str, &str) = ("431 Request Header Fields Too Large", "too large\n");
+
+/// Scans the bytes read so far of a request (`buf`) for the end of its head and its body
+/// length. Pure, so that it is fuzzed as served (`crate::fuzz::admin_http`).
+pub fn scan_head(buf: &[u8], head_bytes_max: usize) -> HeadScan {
+    // A head, blank line included, is at most `head_bytes_max` bytes: without its end
+    // in that many, it is refused whatever the next read brings (the same answer however
+    // the bytes were split into reads).
+    let Some(k) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return if buf.len() >= head_bytes_max {
+            HeadScan::Refused(TOO_LARGE.0, TOO_LARGE.1)
+        } else {
+            HeadScan::Incomplete
+        };
+    };
+    let end = k + 4;
+    if end > head_bytes_max {
+        return HeadScan::Refused(TOO_LARGE.0, TOO_LARGE.1);
+    }
+    match content_length(&String::from_utf8_lossy(&buf[..end])) {
+        Some(n) if n <= ADMIN_BODY_BYTES_MAX => HeadScan::Complete { end, body_bytes: n },
+        Some(_) => HeadScan::Refused("413 Payload Too Large", "body too large\n"),
+        None => HeadScan::Refused("400 Bad Request", "bad content-length\n"),
+    }
+}
+
 /// Method, path and query string ("" when none) of a request head.
 pub fn request_line(head: &str) -> Option<(&str, &str, &str)> {
     let mut parts = head.lines().next()?.split_whitespace();

@@ -117,7 +117,7 @@ impl RaftJournal {
     }
 
     /// The last state written for `group`.
-    pub fn get(&self, group: GroupId) -> Option<StateFile> {
+    pub(crate) fn get(&self, group: GroupId) -> Option<StateFile> {
         self.states.borrow().get(&group.0).cloned()
     }
 
@@ -129,7 +129,7 @@ impl RaftJournal {
     }
 
     /// Makes `states` durable: one write and one fdatasync (or a rewrite of the file).
-    pub async fn append(&self, states: Vec<(GroupId, StateFile)>) -> anyhow::Result<()> {
+    pub(crate) async fn append(&self, states: Vec<(GroupId, StateFile)>) -> anyhow::Result<()> {
         let _serial = self.lock.lock().await;
         let mut bytes = Vec::new();
         for g in self.removed.take() {

@@ -1,0 +1,135 @@
+//! Bodies of the fuzz targets in `broker/fuzz/fuzz_targets/`, one public function per
+//! target: the decoders of what the broker reads back from its own disk or takes from a
+//! peer outside the Kafka protocol (the partition-state checkpoint, the controller's
+//! metadata commands, the admin HTTP requests).
+//!
+//! They live in the library so that `cargo fuzz` (nightly) and the stable replay in
+//! `broker/tests/fuzz_corpus_replay.rs` run the same code. Each takes arbitrary bytes and
+//! panics only when a property is broken: an `Err` for bad input is success.
+
+use std::hint::black_box;
+
+use bytes::Bytes;
+
+use crate::admin::status::{self, HeadScan, ADMIN_BODY_BYTES_MAX};
+use crate::cluster::metadata::{Command, Metadata};
+use crate::partition::checkpoint::Checkpoint;
+use crate::partition::compacted::KeyScope;
+
+/// The CRC-32C trailer a checkpoint file ends with.
+const CHECKPOINT_CRC_BYTES: usize = 4;
+
+/// Fuzz target `checkpoint`: decodes `data` as a partition-state checkpoint file, for a
+/// partition that keeps no records and for an offsets partition, both as it is and with
+/// its CRC made right (so the fuzzer reaches past the CRC into the state).
+///
+/// Panics if a checkpoint that decodes does not encode to bytes that decode to the same
+/// checkpoint (encoded the same again).
+pub fn checkpoint(data: &[u8]) {
+    let mut fixed = data.to_vec();
+    fixed.extend_from_slice(&crc32c::crc32c(data).to_be_bytes());
+    let offsets: KeyScope = crate::group::records::scope_of;
+    for bytes in [data, &fixed] {
+        for keyed in [None, Some(offsets)] {
+            match Checkpoint::decode(bytes, keyed) {
+                Ok(c) => {
+                    let encoded = c.encode();
+                    let again = Checkpoint::decode(&encoded, keyed)
+                        .unwrap_or_else(|e| panic!("re-encoded checkpoint refused: {e}"));
+                    assert_eq!(again.encode(), encoded, "checkpoint round trip");
+                    assert_eq!(again.offset, c.offset);
+                    assert!(encoded.len() >= CHECKPOINT_CRC_BYTES);
+                }
+                Err(e) => {
+                    black_box(e.to_string());
+                }
+            }
+        }
+    }
+}
+
+/// Most commands one input applies (each line one JSON command).
+const COMMANDS_PER_INPUT_MAX: usize = 64;
+
+/// Fuzz target `meta_commands`: decodes `data` as a metadata log batch (as a controller
+/// replays it), and reads it as lines of JSON commands applied in order to an empty
+/// metadata state, as a replica applies the controller's log.
+///
+/// Panics if a command that `apply` refuses changed the state, if applying is not
+/// deterministic, if `check` and `apply` disagree, or if commands do not survive the
+/// metadata log's encoding.
+pub fn meta_commands(data: &[u8]) {
+    if let Ok(cmds) = crate::cluster::metastore::decode_commands(Bytes::copy_from_slice(data)) {
+        black_box(cmds.len());
+    }
+    let cmds: Vec<Command> = data
+        .split(|&b| b == b'\n')
+        .take(COMMANDS_PER_INPUT_MAX)
+        .filter_map(|line| serde_json::from_slice(line).ok())
+        .collect();
+    let mut state = Metadata::default();
+    let mut twin = Metadata::default();
+    for cmd in &cmds {
+        let before = state.clone();
+        let checked = state.check(cmd);
+        match state.apply(cmd) {
+            Ok(()) => assert!(checked.is_ok(), "apply took {cmd:?} that check refused"),
+            Err(e) => {
+                assert_eq!(checked, Err(e), "check and apply disagree on {cmd:?}");
+                assert_eq!(state, before, "a refused {cmd:?} changed the metadata");
+            }
+        }
+        let _ = twin.apply(cmd);
+        assert_eq!(state, twin, "applying {cmd:?} is not deterministic");
+    }
+    if !cmds.is_empty() {
+        let batch = crate::cluster::encode_commands(&cmds).expect("commands encode");
+        let back = crate::cluster::metastore::decode_commands(batch).expect("batch decodes");
+        assert_eq!(back, cmds, "commands through the metadata log's encoding");
+    }
+}
+
+/// Fuzz target `admin_http`: scans `data` as the bytes an admin connection read, as each
+/// read grows them, then parses the request line and the queries and bodies the pure
+/// handlers take.
+///
+/// Panics if the scan of a prefix decides differently from the scan of all of it once the
+/// head is complete, if a complete head does not end with its blank line, or if a length
+/// bound is not kept.
+pub fn admin_http(data: &[u8]) {
+    const HEAD_MAX: usize = 256;
+    let full = status::scan_head(data, HEAD_MAX);
+    // As the connection reads it: growing prefixes, until the scan decides.
+    let mut decided = None;
+    for k in 0..=data.len() {
+        let scan = status::scan_head(&data[..k], HEAD_MAX);
+        if scan != HeadScan::Incomplete {
+            decided = Some(scan);
+            break;
+        }
+    }
+    if let Some(d) = &decided {
+        assert_eq!(d, &full, "growing reads and the whole disagree");
+    }
+    match &decided {
+        Some(HeadScan::Complete { end, body_bytes }) => {
+            assert_eq!(&data[end - 4..*end], b"\r\n\r\n");
+            assert!(*end <= HEAD_MAX && *body_bytes <= ADMIN_BODY_BYTES_MAX);
+            let head = String::from_utf8_lossy(&data[..*end]);
+            if let Some((method, path, query)) = status::request_line(&head) {
+                black_box((method, path));
+                let blob = crate::admin::netcheck::blob(query);
+                assert!(blob.body.len() <= crate::admin::netcheck::BLOB_BYTES_MAX);
+            }
+            let body = &data[*end..data.len().min(end + body_bytes)];
+            if let Ok(text) = std::str::from_utf8(body) {
+                black_box(crate::common::logging::parse_filter(text).is_ok());
+            }
+        }
+        Some(HeadScan::Refused(..)) => {}
+        Some(HeadScan::Incomplete) | None => {
+            assert!(data.len() < HEAD_MAX, "an endless head kept being read");
+            assert_eq!(full, HeadScan::Incomplete);
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! Replays the broker's fuzz corpora (`broker/fuzz/corpus/<target>/`), and seeded mutations
+//! of them, through the target bodies (`strand_broker::fuzz`) on stable Rust, so `make
+//! test` covers what `cargo fuzz` found (STYLE.md 9.2). A crash input goes into the target's
+//! corpus directory and runs here from then on. `STRAND_WRITE_FUZZ_SEEDS=1 cargo test -p
+//! strand-broker --test fuzz_corpus_replay` rewrites the seeds.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::PathBuf;
+
+use strand_broker::cluster::metadata::{Command, NodeInfo};
+use strand_broker::partition::checkpoint::Checkpoint;
+use strand_storage::KafkaOffset;
+
+#[path = "../../wire/tests/mutate/mod.rs"]
+mod mutate;
+use mutate::{mutate, SplitMix64};
+
+/// Mutations derived from each corpus file.
+const MUTATIONS_PER_INPUT: usize = 300;
+const SEED: u64 = 0x5712_a9d0_f022_0003;
+
+type Target = fn(&[u8]);
+/// A seed's file name and bytes.
+type Seeds = Vec<(&'static str, Vec<u8>)>;
+
+fn corpus_dir(target: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz/corpus")
+        .join(target)
+}
+
+fn checkpoint_seeds() -> Seeds {
+    let plain = Checkpoint::empty(KafkaOffset(42), None).encode();
+    let offsets = Checkpoint::empty(
+        KafkaOffset(7),
+        Some(strand_broker::group::records::scope_of),
+    )
+    .encode();
+    let mut bad_crc = plain.clone();
+    let last = bad_crc.len() - 1;
+    bad_crc[last] ^= 1;
+    // Without its CRC: the target appends the right one and decodes past it.
+    let body = plain[..plain.len() - 4].to_vec();
+    vec![
+        ("empty-plain", plain),
+        ("empty-offsets", offsets),
+        ("bad-crc", bad_crc),
+        ("no-crc", body),
+        ("truncated", b"SPST\x01".to_vec()),
+    ]
+}
+
+fn node(id: i32) -> NodeInfo {
+    NodeInfo {
+        id,
+        host: "127.0.0.1".into(),
+        kafka_port: 9092,
+        native_port: 9093,
+        shards: 2,
+        rpc_port: 33145,
+    }
+}
+
+fn commands() -> Vec<Command> {
+    let configs: BTreeMap<String, String> =
+        [("retention.ms".to_string(), "1000".to_string())].into();
+    vec![
+        Command::InitCluster {
+            cluster_id: "fuzz-cluster".into(),
+        },
+        Command::RegisterNode(node(1)),
+        Command::AdmitNode {
+            token: "t".into(),
+            info: node(0),
+            seeds: vec![1],
+        },
+        Command::CreateTopic {
+            name: "t".into(),
+            id: 5,
+            shards: vec![0, 1],
+            configs: configs.clone(),
+            replicas: vec![vec![1], vec![1]],
+        },
+        Command::CreatePartitions {
+            name: "t".into(),
+            shards: vec![0],
+            replicas: vec![vec![1]],
+        },
+        Command::ReserveProducerIds {
+            up_to: 1000,
+            owner: Some(1),
+        },
+        Command::ReassignPartition {
+            name: "t".into(),
+            partition: 0,
+            target: Some(vec![1]),
+        },
+        Command::FinishReassignment {
+            name: "t".into(),
+            partition: 0,
+            target: vec![1],
+        },
+        Command::SetControllerVoters { voters: vec![1] },
+        Command::AlterConfig {
+            name: "t".into(),
+            set: configs,
+            delete: vec!["segment.ms".into()],
+        },
+        Command::DeleteTopic { name: "t".into() },
+        Command::RemoveNode { id: 2 },
+    ]
+}
+
+fn meta_seeds() -> Seeds {
+    let lines = commands()
+        .iter()
+        .map(|c| serde_json::to_string(c).expect("json"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    // As `cluster::encode_commands` writes it, at a fixed time (seeds must not change).
+    let at_ms = 1_700_000_000_000;
+    let mut b = strand_wire::BatchBuilder::new(at_ms);
+    for c in commands() {
+        b.push(
+            at_ms,
+            None,
+            Some(&serde_json::to_vec(&c).expect("json")),
+            &[],
+        );
+    }
+    let batch = b.build();
+    vec![
+        ("command-lines", lines.into_bytes()),
+        ("log-batch", batch.to_vec()),
+    ]
+}
+
+fn admin_seeds() -> Seeds {
+    let put = "PUT /v1/log-level HTTP/1.1\r\nContent-Length: 5\r\n\r\ndebug";
+    vec![
+        (
+            "get-status",
+            b"GET /v1/status HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
+        ),
+        ("put-log-level", put.as_bytes().to_vec()),
+        (
+            "blob",
+            b"GET /v1/self-test/blob?bytes=10 HTTP/1.1\r\n\r\n".to_vec(),
+        ),
+        (
+            "bad-length",
+            b"PUT /v1/log-level HTTP/1.1\r\nContent-Length: -1\r\n\r\n".to_vec(),
+        ),
+        ("no-end", b"GET /metrics HTTP/1.1\r\nHost: x\r\n".to_vec()),
+    ]
+}
+
+/// Every target with its seeds.
+fn targets() -> Vec<(&'static str, Target, Seeds)> {
+    use strand_broker::fuzz;
+    vec![
+        ("checkpoint", fuzz::checkpoint as Target, checkpoint_seeds()),
+        ("meta_commands", fuzz::meta_commands, meta_seeds()),
+        ("admin_http", fuzz::admin_http, admin_seeds()),
+    ]
+}
+
+/// Every file of a corpus, sorted by name so runs are reproducible.
+fn corpus(target: &str) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> = fs::read_dir(corpus_dir(target))
+        .expect("corpus directory")
+        .map(|entry| {
+            let path = entry.expect("entry").path();
+            let name = path
+                .file_name()
+                .expect("name")
+                .to_string_lossy()
+                .into_owned();
+            (name, fs::read(&path).expect("corpus file"))
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn seeds_are_in_the_corpus() {
+    for (target, _, seeds) in targets() {
+        let dir = corpus_dir(target);
+        for (name, bytes) in seeds {
+            let path = dir.join(name);
+            if std::env::var_os("STRAND_WRITE_FUZZ_SEEDS").is_some() {
+                fs::create_dir_all(&dir).expect("corpus dir");
+                fs::write(&path, &bytes).expect("write seed");
+            }
+            let stored = fs::read(&path)
+                .unwrap_or_else(|e| panic!("{}: {e} (STRAND_WRITE_FUZZ_SEEDS=1)", path.display()));
+            assert_eq!(stored, bytes, "{} is stale", path.display());
+        }
+    }
+}
+
+#[test]
+fn corpora_and_their_mutations_replay() {
+    let mut rng = SplitMix64(SEED);
+    for (target, run, seeds) in targets() {
+        let files = corpus(target);
+        assert!(
+            files.len() >= seeds.len(),
+            "{target}: {} files",
+            files.len()
+        );
+        for (_, data) in &files {
+            run(data);
+            for _ in 0..MUTATIONS_PER_INPUT {
+                run(&mutate(data, &files, &mut rng));
+            }
+        }
+    }
+}
