@@ -109,6 +109,34 @@ pub fn block_on<T>(
     }))
 }
 
+/// Runs `fut` to completion on this thread's reused executor (made at the first call):
+/// for callers that run many short futures, such as a fuzz target, where making an
+/// executor (io_uring rings, registered buffers) per run would cost more than the run.
+/// Files dropped without a close are closed by the next run's I/O.
+pub fn block_on_reused<T>(fut: impl Future<Output = T>) -> Result<T, StorageError> {
+    thread_local! {
+        static EXECUTOR: std::cell::OnceCell<glommio::LocalExecutor> =
+            const { std::cell::OnceCell::new() };
+    }
+    EXECUTOR.with(|cell| {
+        if cell.get().is_none() {
+            let plan = plan_io_memory(1)?;
+            let ex = LocalExecutorBuilder::new(Placement::Unbound)
+                .name("reused")
+                .io_memory(plan.io_memory_bytes)
+                .make()
+                .map_err(|e| {
+                    StorageError::Environment(format!("cannot start an io_uring executor: {e}"))
+                })?;
+            let _ = cell.set(ex);
+        }
+        let ex = cell
+            .get()
+            .ok_or(StorageError::Usage("executor not made"))?;
+        Ok(ex.run(fut))
+    })
+}
+
 /// Yields to other tasks on the executor.
 pub async fn yield_now() {
     glommio::yield_if_needed().await;
