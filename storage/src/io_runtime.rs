@@ -130,9 +130,7 @@ pub fn block_on_reused<T>(fut: impl Future<Output = T>) -> Result<T, StorageErro
                 })?;
             let _ = cell.set(ex);
         }
-        let ex = cell
-            .get()
-            .ok_or(StorageError::Usage("executor not made"))?;
+        let ex = cell.get().ok_or(StorageError::Usage("executor not made"))?;
         Ok(ex.run(fut))
     })
 }
