@@ -67,7 +67,8 @@ static GLOBAL: Counting = Counting;
 const REQUESTS: u64 = 200;
 const ROUNDS: usize = 5;
 /// Most allocations one steady-state request may cost the broker, per path and API
-/// (measured 2026-12-03: Kafka produce 46, Kafka fetch 47, native produce 34; the bound
+/// (measured 2026-12-03: Kafka produce 46, Kafka fetch 47, native produce 34, native
+/// fetch 32; the bound
 /// catches a regression, issue 25 is where they come down).
 const PRODUCE_ALLOCATIONS_MAX: u64 = 64;
 const FETCH_ALLOCATIONS_MAX: u64 = 64;
@@ -188,11 +189,14 @@ fn produce_and_fetch_allocate_per_request_never_per_record() {
     };
     let fetch_one = per_request(|| fetch_of(&mut c, "one", one.len()));
     let fetch_hundred = per_request(|| fetch_of(&mut c, "hundred", hundred.len()));
-    let (native_produce_one, native_produce_hundred) = native_produce(native, &one, &hundred);
+    let native = native_path(native, &one, &hundred);
+    let [native_produce_one, native_produce_hundred, native_fetch_one, native_fetch_hundred] =
+        native;
     eprintln!(
         "allocations per request: kafka produce {produce_one} (100 records: \
          {produce_hundred}), kafka fetch {fetch_one} (100 records: {fetch_hundred}), native \
-         produce {native_produce_one} (100 records: {native_produce_hundred})"
+         produce {native_produce_one} (100 records: {native_produce_hundred}), native fetch \
+         {native_fetch_one} (100 records: {native_fetch_hundred})"
     );
     for (what, one, hundred, max) in [
         (
@@ -213,6 +217,12 @@ fn produce_and_fetch_allocate_per_request_never_per_record() {
             native_produce_hundred,
             PRODUCE_ALLOCATIONS_MAX,
         ),
+        (
+            "native fetch",
+            native_fetch_one,
+            native_fetch_hundred,
+            FETCH_ALLOCATIONS_MAX,
+        ),
     ] {
         assert!(
             one <= max,
@@ -225,8 +235,9 @@ fn produce_and_fetch_allocate_per_request_never_per_record() {
     }
 }
 
-/// Native produce of the one- and hundred-record batches: allocations per request.
-fn native_produce(addr: SocketAddr, one: &Bytes, hundred: &Bytes) -> (u64, u64) {
+/// Native produce of the one- and hundred-record batches, then native fetches of one of
+/// each from offset 0: allocations per request of each.
+fn native_path(addr: SocketAddr, one: &Bytes, hundred: &Bytes) -> [u64; 4] {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -250,8 +261,26 @@ fn native_produce(addr: SocketAddr, one: &Bytes, hundred: &Bytes) -> (u64, u64) 
         send("one", one);
         send("hundred", hundred);
     }
-    (
+    let produce = [
         per_request(|| send("one", one)),
         per_request(|| send("hundred", hundred)),
-    )
+    ];
+    let fetch = [("one", one), ("hundred", hundred)].map(|(topic, b)| {
+        let bytes = i32::try_from(b.len()).expect("small batch");
+        let mut consumer = client.consumer(strand_client::ConsumerConfig {
+            max_wait: Duration::ZERO,
+            partition_max_bytes: bytes,
+            max_bytes: bytes,
+            ..strand_client::ConsumerConfig::default()
+        });
+        rt.block_on(consumer.assign(topic, 0, strand_client::Offset::At(0)))
+            .expect("assign");
+        let records = if topic == "one" { 1 } else { 100 };
+        per_request(|| {
+            consumer.seek(topic, 0, 0).expect("assigned");
+            let got = rt.block_on(consumer.poll()).expect("native fetch");
+            assert_eq!(got.len(), records, "one batch per fetch");
+        })
+    });
+    [produce[0], produce[1], fetch[0], fetch[1]]
 }
