@@ -146,15 +146,20 @@ deps:
 
 ## soak: many more kill -9 iterations than `make test` runs; then the cross-shard stress
 ## test (tests/kafka/test_stress.py: linger 0, acks all and 1, long polls, client churn)
-## against a release broker for STRESS_SECS (an hour), and glommio's foreign-wake race test
-## (broker/tests/shard_foreign_wake.rs) for WAKE_RACE_SECS per test
+## against a release broker for STRESS_SECS (an hour), the three-node kill -9 soak
+## (tests/kafka/test_cluster_soak.py: nothing lost, node 1's RSS flat) for CLUSTER_SOAK_SECS
+## (an hour), and glommio's foreign-wake race test (broker/tests/shard_foreign_wake.rs) for
+## WAKE_RACE_SECS per test
 STRESS_SECS ?= 3600
+CLUSTER_SOAK_SECS ?= 3600
 WAKE_RACE_SECS ?= 300
 soak:
 	STRAND_SOAK_ITERATIONS=$(SOAK_ITERATIONS) $(CARGO) test --release -p strand-tests --test crash_kill9 -- --nocapture
 	$(CARGO) build --release -p strand-broker
 	STRAND_STRESS_SECS=$(STRESS_SECS) STRAND_BIN=$(CURDIR)/target/release/strand \
 	  tests/kafka/run.sh -s -k test_cross_shard_produce_fetch_and_churn_never_crash_the_broker
+	STRAND_CLUSTER_SOAK_SECS=$(CLUSTER_SOAK_SECS) STRAND_CLUSTER_SOAK_KILL_EVERY_SECS=120 \
+	  STRAND_BIN=$(CURDIR)/target/release/strand tests/kafka/run.sh -s -k test_kill9_soak
 	STRAND_WAKE_RACE_SECS=$(WAKE_RACE_SECS) $(CARGO) test --release -p strand-broker \
 	  --test shard_foreign_wake -- --nocapture
 
