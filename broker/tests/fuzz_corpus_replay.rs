@@ -5,7 +5,6 @@
 //! strand-broker --test fuzz_corpus_replay` rewrites the seeds.
 
 use std::collections::BTreeMap;
-use std::fs;
 use std::path::PathBuf;
 
 use strand_broker::cluster::metadata::{Command, NodeInfo};
@@ -14,7 +13,7 @@ use strand_storage::KafkaOffset;
 
 #[path = "../../wire/tests/mutate/mod.rs"]
 mod mutate;
-use mutate::{mutate, SplitMix64};
+use mutate::{check_seeds, corpus_files, mutate, SplitMix64};
 
 /// Mutations derived from each corpus file.
 const MUTATIONS_PER_INPUT: usize = 300;
@@ -166,38 +165,14 @@ fn targets() -> Vec<(&'static str, Target, Seeds)> {
     ]
 }
 
-/// Every file of a corpus, sorted by name so runs are reproducible.
 fn corpus(target: &str) -> Vec<(String, Vec<u8>)> {
-    let mut files: Vec<(String, Vec<u8>)> = fs::read_dir(corpus_dir(target))
-        .expect("corpus directory")
-        .map(|entry| {
-            let path = entry.expect("entry").path();
-            let name = path
-                .file_name()
-                .expect("name")
-                .to_string_lossy()
-                .into_owned();
-            (name, fs::read(&path).expect("corpus file"))
-        })
-        .collect();
-    files.sort();
-    files
+    corpus_files(&corpus_dir(target))
 }
 
 #[test]
 fn seeds_are_in_the_corpus() {
     for (target, _, seeds) in targets() {
-        let dir = corpus_dir(target);
-        for (name, bytes) in seeds {
-            let path = dir.join(name);
-            if std::env::var_os("STRAND_WRITE_FUZZ_SEEDS").is_some() {
-                fs::create_dir_all(&dir).expect("corpus dir");
-                fs::write(&path, &bytes).expect("write seed");
-            }
-            let stored = fs::read(&path)
-                .unwrap_or_else(|e| panic!("{}: {e} (STRAND_WRITE_FUZZ_SEEDS=1)", path.display()));
-            assert_eq!(stored, bytes, "{} is stale", path.display());
-        }
+        check_seeds(&corpus_dir(target), &seeds);
     }
 }
 

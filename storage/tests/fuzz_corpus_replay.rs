@@ -4,7 +4,6 @@
 //! target's corpus directory and runs here from then on. `STRAND_WRITE_FUZZ_SEEDS=1 cargo
 //! test -p strand-storage --test fuzz_corpus_replay` rewrites the seeds.
 
-use std::fs;
 use std::path::PathBuf;
 
 use strand_storage::frame::encode_frame;
@@ -12,7 +11,7 @@ use strand_storage::{fuzz, FrameKind, KafkaOffset, RaftIndex, RaftTerm};
 
 #[path = "../../wire/tests/mutate/mod.rs"]
 mod mutate;
-use mutate::{mutate, SplitMix64};
+use mutate::{check_seeds, corpus_files, mutate, SplitMix64};
 
 const SEED: u64 = 0x5712_a9d0_f022_0004;
 /// Mutations of each file for the pure scan, and for recovery (which does file I/O).
@@ -78,38 +77,14 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     ]
 }
 
-/// Every file of a corpus, sorted by name so runs are reproducible.
 fn corpus(target: &str) -> Vec<(String, Vec<u8>)> {
-    let mut files: Vec<(String, Vec<u8>)> = fs::read_dir(corpus_dir(target))
-        .expect("corpus directory")
-        .map(|entry| {
-            let path = entry.expect("entry").path();
-            let name = path
-                .file_name()
-                .expect("name")
-                .to_string_lossy()
-                .into_owned();
-            (name, fs::read(&path).expect("corpus file"))
-        })
-        .collect();
-    files.sort();
-    files
+    corpus_files(&corpus_dir(target))
 }
 
 #[test]
 fn seeds_are_in_the_corpus() {
     for target in ["frame_scan", "segment_recovery"] {
-        let dir = corpus_dir(target);
-        for (name, bytes) in seeds() {
-            let path = dir.join(name);
-            if std::env::var_os("STRAND_WRITE_FUZZ_SEEDS").is_some() {
-                fs::create_dir_all(&dir).expect("corpus dir");
-                fs::write(&path, &bytes).expect("write seed");
-            }
-            let stored = fs::read(&path)
-                .unwrap_or_else(|e| panic!("{}: {e} (STRAND_WRITE_FUZZ_SEEDS=1)", path.display()));
-            assert_eq!(stored, bytes, "{} is stale", path.display());
-        }
+        check_seeds(&corpus_dir(target), &seeds());
     }
 }
 

@@ -82,3 +82,45 @@ impl SplitMix64 {
         self.next_u64().to_be_bytes()[0]
     }
 }
+
+/// Every file of a corpus directory as (name, bytes), sorted by name so that runs are
+/// reproducible.
+#[allow(
+    dead_code,
+    reason = "not every replay test reads its corpus through this"
+)]
+pub fn corpus_files(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|entry| {
+            let path = entry.expect("corpus entry").path();
+            let name = path
+                .file_name()
+                .expect("name")
+                .to_string_lossy()
+                .into_owned();
+            (name, std::fs::read(&path).expect("corpus file"))
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// Checks that each seed is in `dir` as it is built now; with `STRAND_WRITE_FUZZ_SEEDS`
+/// set, writes them there first.
+#[allow(
+    dead_code,
+    reason = "not every replay test keeps its seeds through this"
+)]
+pub fn check_seeds(dir: &std::path::Path, seeds: &[(&str, Vec<u8>)]) {
+    for (name, bytes) in seeds {
+        let path = dir.join(name);
+        if std::env::var_os("STRAND_WRITE_FUZZ_SEEDS").is_some() {
+            std::fs::create_dir_all(dir).expect("corpus dir");
+            std::fs::write(&path, bytes).expect("write seed");
+        }
+        let stored = std::fs::read(&path)
+            .unwrap_or_else(|e| panic!("{}: {e} (STRAND_WRITE_FUZZ_SEEDS=1)", path.display()));
+        assert_eq!(&stored, bytes, "{} is stale", path.display());
+    }
+}
