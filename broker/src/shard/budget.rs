@@ -85,8 +85,10 @@ impl Held {
     /// `deadline` at most. Returns the room taken; 0 means the answer carries no records
     /// (the budget stayed used up for the whole wait).
     pub async fn take_room(&self, want: usize, deadline: Instant) -> usize {
+        // A fetch of 0 bytes still gets its first batch (KIP-74): it needs room for one.
+        let want = want.max(1);
         let room = self.grow_up_to(want);
-        if room > 0 || want == 0 {
+        if room > 0 {
             return room;
         }
         let least = want.min(FETCH_ROOM_MIN_BYTES);
