@@ -395,10 +395,29 @@ pub fn remove_file_blocking(path: &Path) -> Result<(), StorageError> {
     }
 }
 
-/// Creates `dir` and its missing parents.
+/// Creates `dir` and its missing parents, durably: the parent of each directory created is
+/// fsynced, or a crash (power loss) could forget a new partition's directory, and with it
+/// data acknowledged as durable in files it holds.
 pub async fn create_dir_all(dir: &Path) -> Result<(), StorageError> {
     let dir = dir.to_path_buf();
-    off_shard(move || std::fs::create_dir_all(&dir).map_err(|e| StorageError::io(&dir, e))).await
+    off_shard(move || create_dir_all_blocking(&dir)).await
+}
+
+/// [`create_dir_all`], blocking the calling thread (start-up, tools, tests).
+pub fn create_dir_all_blocking(dir: &Path) -> Result<(), StorageError> {
+    if dir.as_os_str().is_empty() || dir.is_dir() {
+        return Ok(());
+    }
+    let parent = dir
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    create_dir_all_blocking(parent)?;
+    match std::fs::create_dir(dir) {
+        Ok(()) => fsync_dir_blocking(parent),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+        Err(e) => Err(StorageError::io(dir, e)),
+    }
 }
 
 /// The paths of `dir`'s entries, in no particular order.
@@ -576,4 +595,24 @@ pub async fn prime_device_probe(dir: &Path) -> Result<(), StorageError> {
     remove_file(&probe).await?;
     PRIMED.with(|p| p.borrow_mut().push(dev));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nested_directories_are_created_once_and_again_is_fine() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let deep = tmp.path().join("a").join("b").join("c");
+        create_dir_all_blocking(&deep).expect("created");
+        assert!(deep.is_dir());
+        create_dir_all_blocking(&deep).expect("exists already");
+        let file = tmp.path().join("f");
+        std::fs::write(&file, b"x").expect("file");
+        assert!(
+            create_dir_all_blocking(&file.join("d")).is_err(),
+            "a file on the way"
+        );
+    }
 }

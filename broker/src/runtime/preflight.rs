@@ -127,7 +127,7 @@ fn shard_count(config: &Config) -> anyhow::Result<usize> {
 }
 
 fn data_dir(config: &Config) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&config.data_dir)
+    strand_storage::io::create_dir_all_blocking(&config.data_dir)
         .with_context(|| format!("cannot create data directory {}", config.data_dir.display()))
 }
 
