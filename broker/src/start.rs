@@ -188,14 +188,11 @@ async fn shard_main(wired: ShardWiring, rx: mpsc::Receiver<Envelope>) -> anyhow:
     ));
     let (done_tx, done_rx) = oneshot::channel::<()>();
     spawn_local(serve_queue(shard.clone(), rx, done_tx));
-    if shard.clustered() {
-        start_cluster(&shard).await?;
-    } else if id == 0 {
-        start_single_node_metadata(&shard).await?;
-    }
     // The admin API answers from here on, before metadata arrives: a node that cannot get
     // it (no controller quorum, or a fenced controller group) still shows why in /metrics,
-    // /v1/status and the log level, and /v1/health/ready says it is not ready.
+    // /v1/status and the log level, and /v1/health/ready says it is not ready. It binds at
+    // the first wait below, before any shard can have metadata and serve Kafka, so a
+    // client that was served can always reach it.
     if id == 0 {
         let admin = shard.clone();
         spawn_local(async move {
@@ -203,6 +200,11 @@ async fn shard_main(wired: ShardWiring, rx: mpsc::Receiver<Envelope>) -> anyhow:
                 tracing::error!(error = %format!("{e:#}"), "admin HTTP stopped");
             }
         });
+    }
+    if shard.clustered() {
+        start_cluster(&shard).await?;
+    } else if id == 0 {
+        start_single_node_metadata(&shard).await?;
     }
     // Serve Kafka only once the first metadata snapshot arrived, so no request sees an
     // empty cluster (and auto-creates a topic that exists).

@@ -49,19 +49,26 @@ pub async fn handle(
     let min_bytes = usize::try_from(req.min_bytes).unwrap_or(0);
     let (split, mut results) = plan(&shard.metadata(), shard.count, &req, ctx.version);
     let involved = split.involved();
-    let room = held.take_room(max_bytes, deadline).await;
-    let share = FetchLimit {
-        max_bytes: (room / involved.len().max(1)).max(1),
-        first_batch_whole: room > 0,
-    };
-    loop {
+    let request_bytes = held.bytes();
+    let room = loop {
+        // Room for records is taken for each read and given back before a wait: a long
+        // poll holds only its request's bytes, not its max_bytes (50 MiB by default).
+        let room = held.take_room(max_bytes, deadline).await;
+        let share = FetchLimit {
+            max_bytes: (room / involved.len().max(1)).max(1),
+            first_batch_whole: room > 0,
+        };
         let (total, any_error) = read_round(shard, &split, &involved, share, &mut results).await;
         let now = crate::common::clock::now();
         if total >= min_bytes.max(1) || any_error || now >= deadline || involved.is_empty() {
-            break;
+            break room;
         }
+        for r in results.iter_mut().flatten() {
+            r.records = Bytes::new();
+        }
+        held.shrink_to(request_bytes);
         wait_for_appends(shard, &split, &results, &involved, deadline - now).await;
-    }
+    };
     trim_to_max_bytes(&mut results, room);
     let records: usize = results.iter().flatten().map(|r| r.records.len()).sum();
     if !held.cover(records, room, deadline).await {

@@ -255,7 +255,6 @@ async fn fetch(shard: &Rc<Shard>, r: FetchRequestT, held: &Held) -> BodyT {
         .min(shard.config.fetch_max_bytes);
     // The records answered count against the shard's in-flight bytes until written.
     let request_bytes = held.bytes();
-    let room = held.take_room(max_bytes, deadline).await;
     let requested = r.partitions.unwrap_or_default();
     let mut out: Vec<FetchPartitionResultT> = Vec::with_capacity(requested.len());
     let mut parts = Vec::new();
@@ -279,11 +278,8 @@ async fn fetch(shard: &Rc<Shard>, r: FetchRequestT, held: &Held) -> BodyT {
             });
         }
     }
-    let limit = FetchLimit {
-        max_bytes: room,
-        first_batch_whole: room > 0,
-    };
-    let mut results = read_until(shard, &parts, limit, min_bytes, deadline).await;
+    let (room, mut results) =
+        read_until(shard, &parts, (held, max_bytes), min_bytes, deadline).await;
     let records: usize = results.iter().map(|r| r.records.len()).sum();
     if !held.cover(records, room, deadline).await {
         for r in &mut results {
@@ -305,16 +301,25 @@ async fn fetch(shard: &Rc<Shard>, r: FetchRequestT, held: &Held) -> BodyT {
 }
 
 /// Reads `parts` on this shard until `min_bytes` are there, an error shows or `deadline`
-/// passes, waiting for appends in between.
+/// passes, waiting for appends in between. Room for up to `max_bytes` of records is taken
+/// into `held` for each read and given back before a wait (a long poll holds only its
+/// request's bytes). Returns the room of the last read and its results.
 async fn read_until(
     shard: &Rc<Shard>,
     parts: &[FetchPart],
-    limit: FetchLimit,
+    (held, max_bytes): (&Held, usize),
     min_bytes: usize,
     deadline: std::time::Instant,
-) -> Vec<FetchResult> {
+) -> (usize, Vec<FetchResult>) {
+    let request_bytes = held.bytes();
     let mut results: Vec<FetchResult> = Vec::new();
+    let mut room = 0;
     while !parts.is_empty() {
+        room = held.take_room(max_bytes, deadline).await;
+        let limit = FetchLimit {
+            max_bytes: room,
+            first_batch_whole: room > 0,
+        };
         let op = Op::Fetch {
             parts: parts.to_vec(),
             limit,
@@ -329,6 +334,10 @@ async fn read_until(
         if total >= min_bytes.max(1) || any_error || now >= deadline {
             break;
         }
+        for r in &mut results {
+            r.records = bytes::Bytes::new();
+        }
+        held.shrink_to(request_bytes);
         // Wake when a high watermark passes what this read saw.
         let waits = parts
             .iter()
@@ -341,7 +350,7 @@ async fn read_until(
         };
         shard.call(shard.id, wait).await;
     }
-    results
+    (room, results)
 }
 
 async fn list_offsets(shard: &Rc<Shard>, r: ListOffsetsRequestT) -> BodyT {
