@@ -60,10 +60,7 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
             }]),
         })),
     );
-    let handshake = frame(
-        1,
-        BodyT::HandshakeRequest(Box::new(HandshakeRequestT::default())),
-    );
+    let handshake = frame(1, BodyT::HandshakeRequest(Box::default()));
     let metadata = frame(
         4,
         BodyT::MetadataRequest(Box::new(MetadataRequestT {
