@@ -381,27 +381,36 @@ impl Log {
     /// compaction point moved: retention then counts the segments below the start as due).
     /// Returns the log start offset.
     pub async fn set_log_start(&self, offset: KafkaOffset) -> Result<KafkaOffset, StorageError> {
-        let _writing = self.log_start_write.lock().await;
-        let start = {
-            let mut st = self.st.borrow_mut();
-            self.check_usable(&st)?;
-            if offset > st.log_end_offset || offset < KafkaOffset(0) {
-                return Err(StorageError::OffsetOutOfRange {
-                    requested: offset,
-                    start: st.log_start_offset,
-                    end: st.log_end_offset,
-                });
-            }
-            if offset <= st.log_start_offset {
-                // Written already: every change of it is written under `log_start_write`.
-                return Ok(st.log_start_offset);
-            }
-            st.log_start_offset = offset;
-            offset
-        };
-        io::write_small_file_atomic_async(&self.dir.join(LOG_START_FILE), &encode_log_start(start))
-            .await?;
+        let start = self.advance_log_start(offset)?;
+        self.persist_log_start().await?;
         Ok(start)
+    }
+
+    /// The in-memory half of [`Log::set_log_start`]: moves the log start offset forward at
+    /// once (readers see it from now on); durable after [`Log::persist_log_start`].
+    pub fn advance_log_start(&self, offset: KafkaOffset) -> Result<KafkaOffset, StorageError> {
+        let mut st = self.st.borrow_mut();
+        self.check_usable(&st)?;
+        if offset > st.log_end_offset || offset < KafkaOffset(0) {
+            return Err(StorageError::OffsetOutOfRange {
+                requested: offset,
+                start: st.log_start_offset,
+                end: st.log_end_offset,
+            });
+        }
+        if offset > st.log_start_offset {
+            st.log_start_offset = offset;
+        }
+        Ok(st.log_start_offset)
+    }
+
+    /// Writes the current log start offset (one write at a time: they share a temporary
+    /// file; each writes the latest value).
+    pub async fn persist_log_start(&self) -> Result<(), StorageError> {
+        let _writing = self.log_start_write.lock().await;
+        let start = self.st.borrow().log_start_offset;
+        io::write_small_file_atomic_async(&self.dir.join(LOG_START_FILE), &encode_log_start(start))
+            .await
     }
 
     /// Replaces the whole log by an empty one whose next entry is Raft index `next_index`

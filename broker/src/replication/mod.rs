@@ -583,12 +583,20 @@ impl Replicator {
                 continue;
             };
             let offset = strand_storage::KafkaOffset(offset.0);
+            // In memory now, within the turn; the file is written in a task.
+            match part.log().advance_log_start(offset) {
+                Ok(start) => tracing::info!(topic = %part.topic, partition = part.index,
+                    log_start_offset = start.0, "log start offset moved (DeleteRecords)"),
+                Err(e) => {
+                    tracing::error!(topic = %part.topic, partition = part.index,
+                        error = %e, "cannot move the log start offset");
+                    continue;
+                }
+            }
             crate::runtime::task::spawn_local(async move {
-                match part.log().set_log_start(offset).await {
-                    Ok(start) => tracing::info!(topic = %part.topic, partition = part.index,
-                        log_start_offset = start.0, "log start offset moved (DeleteRecords)"),
-                    Err(e) => tracing::error!(topic = %part.topic, partition = part.index,
-                        error = %e, "cannot move the log start offset"),
+                if let Err(e) = part.log().persist_log_start().await {
+                    tracing::error!(topic = %part.topic, partition = part.index,
+                        error = %e, "cannot write the log start offset");
                 }
             });
         }
