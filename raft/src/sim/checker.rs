@@ -23,8 +23,7 @@ use raft::eraftpb::Entry;
 
 use crate::entry;
 use crate::error::StoreError;
-use crate::log_store::LogStore;
-use crate::mem_store::{DurableImage, MemLogStore};
+use crate::log_index::LogIndex;
 use crate::types::{GroupId, KafkaOffset, NodeId, RaftIndex, RaftTerm};
 
 /// A committed entry as first seen.
@@ -57,11 +56,18 @@ pub struct Checker {
     acked: BTreeMap<Bytes, (GroupId, KafkaOffset)>,
 }
 
+/// Reads a store's entries `lo..hi` (`GroupView::read`).
+pub type ReadEntries<'a> = dyn FnMut(RaftIndex, RaftIndex) -> Result<Vec<Entry>, String> + 'a;
+
 /// A node's view of one group, as the checker reads it.
 pub struct GroupView<'a> {
     pub node: NodeId,
     pub group: GroupId,
-    pub store: &'a MemLogStore,
+    /// The store's index (terms and Kafka offsets).
+    pub index: &'a LogIndex,
+    /// The store's entries `lo..hi`, canonical (`SimStore::canonical`), so that copies
+    /// of one entry compare equal across nodes and with the client's payloads.
+    pub read: &'a mut ReadEntries<'a>,
     pub applied: RaftIndex,
     pub leader_term: Option<RaftTerm>,
     pub served_hw: Option<KafkaOffset>,
@@ -74,7 +80,7 @@ impl Checker {
     }
 
     /// Checks a node's view of a group after a step.
-    pub fn check_view(&mut self, v: &GroupView<'_>) -> Result<(), String> {
+    pub fn check_view(&mut self, v: &mut GroupView<'_>) -> Result<(), String> {
         self.check_applied(v)?;
         if let Some(term) = v.leader_term {
             let first = *self.leaders.entry((v.group, term)).or_insert(v.node);
@@ -91,20 +97,18 @@ impl Checker {
         Ok(())
     }
 
-    fn check_applied(&mut self, v: &GroupView<'_>) -> Result<(), String> {
+    fn check_applied(&mut self, v: &mut GroupView<'_>) -> Result<(), String> {
         let seen = self.seen.entry((v.node, v.group)).or_default();
         if v.applied < seen.applied {
             return Err(format!("{} {} applied went back", v.node, v.group));
         }
-        let lo = RaftIndex(seen.applied.0.max(v.store.index().first_index().0 - 1) + 1);
+        let lo = RaftIndex(seen.applied.0.max(v.index.first_index().0 - 1) + 1);
         let hi = RaftIndex(v.applied.0 + 1);
-        let entries = v
-            .store
-            .entries(lo, hi, None)
+        let entries = (v.read)(lo, hi)
             .map_err(|e| format!("{} {} applied entries unreadable: {e}", v.node, v.group))?;
         let truth = self.truth.entry(v.group).or_default();
         for e in &entries {
-            let kafka_end = match v.store.index().kafka_end_at(RaftIndex(e.index)) {
+            let kafka_end = match v.index.kafka_end_at(RaftIndex(e.index)) {
                 Ok(end) => end,
                 // Sealed behind the applied index: its end follows from the agreed prefix
                 // (the store's own end at the applied index is still checked below it).
@@ -114,11 +118,7 @@ impl Checker {
             agree(truth, &mut self.committed_at, v, e, kafka_end)?;
         }
         let seen = self.seen.entry((v.node, v.group)).or_default();
-        let kafka_end = v
-            .store
-            .index()
-            .kafka_end_at(v.applied)
-            .map_err(|e| e.to_string())?;
+        let kafka_end = v.index.kafka_end_at(v.applied).map_err(|e| e.to_string())?;
         if kafka_end < seen.kafka_end {
             return Err(format!("{} {} committed end went back", v.node, v.group));
         }
@@ -207,12 +207,14 @@ impl Checker {
         self.acked.iter().map(|(p, &(g, o))| (p, g, o))
     }
 
-    /// Committed entries of `group` are each in at least `majority` of `images` (one per
-    /// node).
+    /// Committed entries of `group` are each durable on at least `majority` of the
+    /// `nodes` nodes: `holds(k, index, term)` says whether the `k`-th node's disk holds
+    /// raft index `index` with `term`.
     pub fn check_durable(
         &self,
         group: GroupId,
-        images: &[DurableImage],
+        holds: impl Fn(usize, u64, u64) -> bool,
+        nodes: usize,
         majority: usize,
     ) -> Result<(), String> {
         let Some(truth) = self.truth.get(&group) else {
@@ -220,12 +222,12 @@ impl Checker {
         };
         for (k, c) in truth.iter().enumerate() {
             let index = k as u64 + 1;
-            let holders = images.iter().filter(|im| im.holds(index, c.term)).count();
+            let holders = (0..nodes).filter(|&k| holds(k, index, c.term)).count();
             if holders < majority {
                 return Err(format!(
                     "lost write: {group} committed raft index {index} (term {}) is durable on {holders} of {} nodes",
                     c.term,
-                    images.len()
+                    nodes
                 ));
             }
         }

@@ -1,6 +1,8 @@
 //! The deterministic simulator (STYLE.md 9; issue 5): the real `MultiRaft` driver and
-//! raft-rs on simulated time, an in-memory disk (`MemLogStore`) and a simulated network,
-//! all driven by one seeded `Prng`, single-threaded.
+//! raft-rs on simulated time, a simulated disk and a simulated network, all driven by one
+//! seeded `Prng`, single-threaded. The world is generic over the log store (`SimStore`):
+//! `run` uses the in-memory `MemLogStore`, `run_with` any other (the broker's
+//! storage-backed store, raft/SIM-ON-STORAGE.md).
 //!
 //! A run has a fault phase (message drop, duplication, delay and reordering; partitions of
 //! one node or one link, and their heals; node crashes that lose unsynced writes, possibly
@@ -18,18 +20,21 @@
 //! smallest majority any configuration had.
 //!
 //! Deliberately absent: log compaction and snapshots, read corruption and ENOSPC (the
-//! in-memory store has no such faults yet).
+//! in-memory store has no such faults yet), and stores that persist while the driver
+//! keeps stepping (`DriverConfig::async_persist`).
 
 mod checker;
 mod network;
+mod store;
 mod world;
 
 use std::fmt;
 use std::time::Duration;
 
 pub use network::NetworkFaults;
+pub use store::SimStore;
 
-use crate::mem_store::SyncBehaviour;
+use crate::mem_store::{MemLogStore, SyncBehaviour};
 use crate::types::GroupId;
 use world::World;
 
@@ -53,7 +58,7 @@ pub struct SimConfig {
     pub network: NetworkFaults,
     /// Whether faults are injected (crashes, partitions, sync failures).
     pub faults: bool,
-    /// `LiesAboutSync` plants a bug the checker must catch.
+    /// `LiesAboutSync` plants a bug the checker must catch (`run`'s `MemLogStore` only).
     pub sync_behaviour: SyncBehaviour,
     /// Whether acknowledgements and crashes check that committed entries are durable on a
     /// majority. Off only
@@ -102,44 +107,62 @@ pub struct SimFailure {
     pub step: u64,
     pub at: Duration,
     pub what: String,
+    /// The command that replays the seed after `STRAND_SIM_SEED=<seed>` (`SimStore::REPLAY`).
+    pub replay: &'static str,
 }
 
 impl fmt::Display for SimFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "sim seed {} failed at step {} ({} ms simulated): {}; replay: STRAND_SIM_SEED={} cargo test -p strand-raft --test sim",
+            "sim seed {} failed at step {} ({} ms simulated): {}; replay: STRAND_SIM_SEED={} {}",
             self.seed,
             self.step,
             self.at.as_millis(),
             self.what,
-            self.seed
+            self.seed,
+            self.replay
         )
     }
 }
 
-/// Runs one seed: the fault phase, then the liveness phase and the final checks. A panic
-/// (an assertion in raft-rs or in our code) is reported as a failure of the seed.
+/// Runs one seed over the in-memory store (`MemLogStore` with `config.sync_behaviour`):
+/// the fault phase, then the liveness phase and the final checks. A panic (an assertion in
+/// raft-rs or in our code) is reported as a failure of the seed.
 pub fn run(seed: u64, config: &SimConfig) -> Result<SimReport, SimFailure> {
-    // The world is dropped with the panic; nothing of it is used after the unwind.
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_unchecked(seed, config)))
-        .unwrap_or_else(|panic| {
-            let message = panic
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| panic.downcast_ref::<&str>().copied())
-                .unwrap_or("a non-string panic");
-            Err(SimFailure {
-                seed,
-                step: 0,
-                at: Duration::ZERO,
-                what: format!("panicked: {message}"),
-            })
-        })
+    run_with::<MemLogStore>(seed, config, &config.sync_behaviour)
 }
 
-fn run_unchecked(seed: u64, config: &SimConfig) -> Result<SimReport, SimFailure> {
-    let mut w = World::new(seed, config.clone())?;
+/// Runs one seed as `run` does, over the store `S` with `options`.
+pub fn run_with<S: SimStore>(
+    seed: u64,
+    config: &SimConfig,
+    options: &S::Options,
+) -> Result<SimReport, SimFailure> {
+    // The world is dropped with the panic; nothing of it is used after the unwind.
+    let run = || run_unchecked::<S>(seed, config, options);
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).unwrap_or_else(|panic| {
+        let message = panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or("a non-string panic");
+        Err(SimFailure {
+            seed,
+            step: 0,
+            at: Duration::ZERO,
+            what: format!("panicked: {message}"),
+            replay: S::REPLAY,
+        })
+    })
+}
+
+fn run_unchecked<S: SimStore>(
+    seed: u64,
+    config: &SimConfig,
+    options: &S::Options,
+) -> Result<SimReport, SimFailure> {
+    let mut w = World::<S>::new(seed, config.clone(), options.clone())?;
     while w.now() < config.fault_phase {
         w.step()?;
     }
@@ -203,7 +226,8 @@ pub fn failover(seed: u64, hibernated: bool) -> Result<Duration, SimFailure> {
         network: NetworkFaults::reliable(),
         ..SimConfig::default()
     };
-    let mut w = World::new(seed, config)?;
+    let behaviour = config.sync_behaviour;
+    let mut w = World::<MemLogStore>::new(seed, config, behaviour)?;
     let g = GroupId(1);
     let ready_deadline = Duration::from_secs(10);
     // Run a while so the crash lands at a random point of the heartbeat cycle.

@@ -1,6 +1,7 @@
-//! The simulated cluster: nodes (a `MultiRaft` each, or a crashed node's durable images),
-//! the network, a client, the fault injector, and the event loop that drives them on
-//! simulated time. Every step is followed by the checker on the node it touched.
+//! The simulated cluster: nodes (a disk each, and while up a `MultiRaft` over stores of
+//! any `SimStore`), the network, a client, the fault injector, and the event loop that
+//! drives them on simulated time. Every step is followed by the checker on the node it
+//! touched.
 //!
 //! Invariant: the run is a pure function of the seed: one `Prng` feeds every random choice
 //! (each node's election jitter is forked from it), events at equal times are taken in a
@@ -14,14 +15,14 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::clock::Clock;
-use crate::log_store::LogStore;
-use crate::mem_store::{DurableImage, MemLogStore};
+use crate::entry;
 use crate::multi_raft::{Completion, DriverConfig, MultiRaft, ProposalId};
 use crate::seed::Prng;
 use crate::types::{GroupId, NodeId};
 
 use super::checker::{Checker, GroupView};
 use super::network::{Network, NetworkFaults, SimTransport};
+use super::store::SimStore;
 use super::{SimConfig, SimFailure};
 
 /// How often an idle node runs a loop turn (the driver ticks every 100 ms within them).
@@ -40,8 +41,6 @@ const DOWN_MS: (u64, u64) = (100, 3000);
 const PARTITION_MS: (u64, u64) = (300, 4000);
 /// Most records a simulated batch claims.
 const RECORDS_PER_BATCH_MAX: u64 = 4;
-/// Most unsynced entries a crash may leave behind (a partly written tail).
-const TORN_ENTRIES_MAX: u64 = 3;
 /// Gap between new move targets (`SimConfig::moves`), in milliseconds.
 const MOVE_GAP_MS: (u64, u64) = (300, 2500);
 
@@ -62,13 +61,16 @@ impl Clock for SimClock {
     }
 }
 
-pub(crate) type Driver = MultiRaft<MemLogStore, SimTransport, SimClock>;
+pub(crate) type Driver<S> = MultiRaft<S, SimTransport, SimClock>;
 
-pub(crate) struct SimNode {
+pub(crate) struct SimNode<S: SimStore> {
     pub id: NodeId,
-    pub driver: Option<Driver>,
-    /// A crashed node's disk, per group.
-    disk: BTreeMap<GroupId, DurableImage>,
+    // Invariant: `driver` and `rt` are both present (the node is up) or both absent.
+    pub driver: Option<Driver<S>>,
+    /// The running incarnation's shared state.
+    rt: Option<S::Node>,
+    /// What survives the node's crashes.
+    disk: S::Disk,
     incarnation: u64,
     next_turn: Duration,
     /// When the node (re)starts: restarted at once if it is up (an operator restart).
@@ -92,12 +94,13 @@ struct InFlight {
     payload: Bytes,
 }
 
-pub(crate) struct World {
+pub(crate) struct World<S: SimStore> {
     pub seed: u64,
     config: SimConfig,
+    options: S::Options,
     pub clock: SimClock,
     pub rng: Prng,
-    pub nodes: Vec<SimNode>,
+    pub nodes: Vec<SimNode<S>>,
     network: Network,
     pub checker: Checker,
     groups: Vec<GroupId>,
@@ -117,24 +120,20 @@ pub(crate) struct World {
     completions: Vec<Completion>,
 }
 
-impl World {
-    pub fn new(seed: u64, config: SimConfig) -> Result<Self, SimFailure> {
+impl<S: SimStore> World<S> {
+    pub fn new(seed: u64, config: SimConfig, options: S::Options) -> Result<Self, SimFailure> {
         let mut rng = Prng::new(seed);
         let clock = SimClock::default();
         let voters: Vec<u64> = (1..=config.voters.min(config.nodes)).collect();
         let groups: Vec<GroupId> = (1..=config.groups).map(GroupId).collect();
         let mut nodes = Vec::new();
         for v in 1..=config.nodes {
-            let image = if voters.contains(&v) {
-                DurableImage::new(&voters)
-            } else {
-                DurableImage::joining(&voters, v)
-            };
-            let disk = groups.iter().map(|&g| (g, image.clone())).collect();
+            let disk = S::format(NodeId(v), &groups, &voters, &options);
             let next_turn = Duration::from_millis(rng.below(10));
             nodes.push(SimNode {
                 id: NodeId(v),
                 driver: None,
+                rt: None,
                 disk,
                 incarnation: 0,
                 next_turn,
@@ -152,6 +151,7 @@ impl World {
                 .faults
                 .then(|| Duration::from_millis(rng.range(FAULT_GAP_MS.0, FAULT_GAP_MS.1))),
             config,
+            options,
             clock,
             rng,
             nodes,
@@ -184,6 +184,7 @@ impl World {
             step: self.step,
             at: self.now(),
             what: what.into(),
+            replay: S::REPLAY,
         }
     }
 
@@ -192,24 +193,11 @@ impl World {
         let node = &mut self.nodes[i];
         let config = DriverConfig::new(node.id, jitter_seed);
         let mut driver = MultiRaft::new(config, self.clock.clone(), SimTransport::default());
-        for (&g, image) in std::mem::take(&mut node.disk).iter() {
-            let store =
-                MemLogStore::recover(image.clone(), self.config.sync_behaviour).map_err(|e| {
-                    SimFailure {
-                        seed: self.seed,
-                        step: self.step,
-                        at: self.clock.now(),
-                        what: format!("recovery failed: {e}"),
-                    }
-                })?;
-            driver.add_group(g, store).map_err(|e| SimFailure {
-                seed: self.seed,
-                step: self.step,
-                at: self.clock.now(),
-                what: format!("restart failed: {e}"),
-            })?;
-        }
+        let opened = open_groups(node, &mut driver, &self.groups, &self.options);
+        let rt = opened.map_err(|what| self.fail(what))?;
+        let node = &mut self.nodes[i];
         node.driver = Some(driver);
+        node.rt = Some(rt);
         node.incarnation += 1;
         node.next_turn = self.clock.now() + TURN_PERIOD;
         Ok(())
@@ -217,17 +205,21 @@ impl World {
 
     /// Crashes node `i`: its unsynced writes vanish (but a torn tail may survive).
     pub fn crash(&mut self, i: usize) -> Result<(), SimFailure> {
-        let Some(driver) = self.nodes[i].driver.take() else {
+        let node = &mut self.nodes[i];
+        let Some(driver) = node.driver.take() else {
             return Ok(());
         };
-        for g in self.groups.clone() {
-            let torn = usize::try_from(self.rng.below(TORN_ENTRIES_MAX + 1)).unwrap_or(0);
-            let image = driver
-                .store(g)
-                .map(|s| s.crash_image(torn))
-                .unwrap_or_default();
-            self.nodes[i].disk.insert(g, image);
-        }
+        let rt = node
+            .rt
+            .take()
+            .expect("a node that is up has its incarnation");
+        S::crash(
+            &mut node.disk,
+            rt,
+            &self.groups,
+            |g| driver.store(g),
+            &mut self.rng,
+        );
         self.in_flight.retain(|&(n, _, _), _| n != i);
         self.checker.forget_node(self.nodes[i].id);
         if self.config.check_durable {
@@ -236,18 +228,20 @@ impl World {
         Ok(())
     }
 
+    /// Whether node `k`'s disk holds raft index `index` of `g` with `term` (durably).
+    fn holds(&self, k: usize, g: GroupId, index: u64, term: u64) -> bool {
+        let n = &self.nodes[k];
+        let live = n.driver.as_ref().and_then(|d| d.store(g));
+        S::durable_holds(&n.disk, live, g, index, term)
+    }
+
     /// An acknowledged entry is already durable on a majority.
     fn check_acked_durable(&self, payload: &Bytes) -> Result<(), SimFailure> {
         let Some((g, index, term)) = self.checker.committed_entry(payload) else {
             return Err(self.fail("acknowledged entry not in the committed log"));
         };
-        let holders = self
-            .nodes
-            .iter()
-            .filter(|n| match &n.driver {
-                Some(d) => d.store(g).is_some_and(|s| s.durable_holds(index.0, term)),
-                None => n.disk.get(&g).is_some_and(|im| im.holds(index.0, term)),
-            })
+        let holders = (0..self.nodes.len())
+            .filter(|&k| self.holds(k, g, index.0, term))
             .count();
         if holders < self.quorum() {
             return Err(self.fail(format!(
@@ -259,26 +253,48 @@ impl World {
         Ok(())
     }
 
-    /// No committed entry is lost: each is on a majority of durable images.
+    /// No committed entry is lost: each is durable on a majority of the nodes.
     pub fn check_durable(&self) -> Result<(), SimFailure> {
         for &g in &self.groups {
-            let images: Vec<DurableImage> = self
-                .nodes
-                .iter()
-                .map(|n| match &n.driver {
-                    Some(d) => d.store(g).map(|s| s.crash_image(0)).unwrap_or_default(),
-                    None => n.disk.get(&g).cloned().unwrap_or_default(),
-                })
-                .collect();
+            let holds = |k, index, term| self.holds(k, g, index, term);
             self.checker
-                .check_durable(g, &images, self.quorum())
+                .check_durable(g, holds, self.nodes.len(), self.quorum())
                 .map_err(|e| self.fail(e))?;
         }
         Ok(())
     }
 }
 
-impl World {
+/// Boots `node`'s incarnation and adds every group of `groups`, recovered from its disk,
+/// to `driver`.
+fn open_groups<S: SimStore>(
+    node: &mut SimNode<S>,
+    driver: &mut Driver<S>,
+    groups: &[GroupId],
+    options: &S::Options,
+) -> Result<S::Node, String> {
+    let mut rt = S::boot(&mut node.disk, options).map_err(|e| format!("boot failed: {e}"))?;
+    for &g in groups {
+        let store = S::open(&mut node.disk, &mut rt, g, options)
+            .map_err(|e| format!("recovery failed: {e}"))?;
+        driver
+            .add_group(g, store)
+            .map_err(|e| format!("restart failed: {e}"))?;
+    }
+    Ok(rt)
+}
+
+/// The payload the checker knows a proposal by: the entry the client proposed, canonical.
+fn canonical_payload<S: SimStore>(data: Bytes, records: u32) -> Bytes {
+    let proposed = raft::eraftpb::Entry {
+        data,
+        context: entry::data_context(records).to_vec().into(),
+        ..raft::eraftpb::Entry::default()
+    };
+    S::canonical(proposed).data
+}
+
+impl<S: SimStore> World<S> {
     fn next_event(&self) -> Option<(Duration, Event)> {
         let mut best: Option<(Duration, Event)> = None;
         let mut consider = |at: Option<Duration>, ev: Event| {
@@ -417,28 +433,26 @@ impl World {
     }
 
     fn check_node(&mut self, i: usize) -> Result<(), SimFailure> {
-        let Some(driver) = self.nodes[i].driver.as_ref() else {
+        let node = &self.nodes[i];
+        let Some(driver) = node.driver.as_ref() else {
             return Ok(());
         };
         for &g in &self.groups {
             let (Some(store), Some(applied)) = (driver.store(g), driver.applied_index(g)) else {
-                return Err(self.fail(format!("{} lost group {g}", self.nodes[i].id)));
+                return Err(self.fail(format!("{} lost group {g}", node.id)));
             };
-            let view = GroupView {
+            let mut read = |lo, hi| canonical_read(store, &node.disk, lo, hi);
+            let mut view = GroupView {
                 node: driver.node(),
                 group: g,
-                store,
+                index: store.index(),
+                read: &mut read,
                 applied,
                 leader_term: driver.is_leader(g).then(|| driver.term(g)).flatten(),
                 served_hw: driver.high_watermark(g),
             };
-            if let Err(e) = self.checker.check_view(&view) {
-                return Err(SimFailure {
-                    seed: self.seed,
-                    step: self.step,
-                    at: self.clock.now(),
-                    what: e,
-                });
+            if let Err(e) = self.checker.check_view(&mut view) {
+                return Err(self.fail(e));
             }
         }
         Ok(())
@@ -471,11 +485,13 @@ impl World {
         let id = self.next_payload;
         let payload = Bytes::from([id.to_be_bytes(), g.0.to_be_bytes()].concat());
         let records = u32::try_from(self.rng.range(1, RECORDS_PER_BATCH_MAX + 1)).unwrap_or(1);
-        match driver.propose(g, payload.clone(), records) {
+        let data = S::wrap_payload(payload, records);
+        match driver.propose(g, data.clone(), records) {
             Ok(pid) => {
                 self.next_payload += 1;
                 self.leader_guess.insert(g, i);
                 let key = (i, self.nodes[i].incarnation, pid);
+                let payload = canonical_payload::<S>(data, records);
                 self.in_flight.insert(key, InFlight { group: g, payload });
                 true
             }
@@ -508,7 +524,18 @@ fn event_code(e: Event) -> u64 {
     }
 }
 
-impl World {
+/// Entries `lo..hi` of `store`, canonical, as the checker compares them.
+fn canonical_read<S: SimStore>(
+    store: &S,
+    disk: &S::Disk,
+    lo: crate::RaftIndex,
+    hi: crate::RaftIndex,
+) -> Result<Vec<raft::eraftpb::Entry>, String> {
+    let entries = store.read(disk, lo, hi)?;
+    Ok(entries.into_iter().map(S::canonical).collect())
+}
+
+impl<S: SimStore> World<S> {
     /// Injects one random fault and schedules the next.
     fn fault(&mut self) -> Result<(), SimFailure> {
         let now = self.now();
@@ -543,8 +570,9 @@ impl World {
             }
             65..80 => {
                 let g = self.groups[self.rng.below(self.groups.len() as u64) as usize];
-                if let Some(store) = self.nodes[i].driver.as_mut().and_then(|d| d.store_mut(g)) {
-                    store.fail_next_sync();
+                let node = &mut self.nodes[i];
+                if let Some(store) = node.driver.as_mut().and_then(|d| d.store_mut(g)) {
+                    S::fail_next_sync(&mut node.disk, store);
                     // An operator restarts the node whose partition was fenced.
                     let at = now + self.ms(DOWN_MS);
                     self.nodes[i].restart_at.get_or_insert(at);
@@ -625,13 +653,9 @@ impl World {
                 }
                 let store = d.store(g).ok_or_else(|| self.fail("group missing"))?;
                 let ix = store.index();
-                let entries = store
-                    .entries(
-                        ix.first_index(),
-                        crate::RaftIndex(ix.last_index().0 + 1),
-                        None,
-                    )
-                    .map_err(|e| self.fail(e.to_string()))?;
+                let end = crate::RaftIndex(ix.last_index().0 + 1);
+                let entries = canonical_read(store, &n.disk, ix.first_index(), end)
+                    .map_err(|e| self.fail(e))?;
                 // Base offsets summed from the compaction point (sealed entries' ends are not
                 // in the index), checked against the index where it holds them.
                 let mut by_base: BTreeMap<i64, &Bytes> = BTreeMap::new();
