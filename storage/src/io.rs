@@ -3,6 +3,9 @@
 //!
 //! Invariant: every write is `WRITE_ALIGN_BYTES`-aligned in position and length; reads may
 //! be unaligned (glommio widens them). Files live on the shard that opened them (`!Send`).
+//!
+//! While a simulated disk is entered on the thread (`io_sim`, the deterministic
+//! simulators), every function here goes to it instead: each begins with `sim()`.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -12,6 +15,12 @@ use bytes::Bytes;
 use glommio::io::{DmaFile, OpenOptions};
 
 use crate::error::StorageError;
+use crate::io_sim::{SimDisk, SimFile};
+
+/// The simulated disk entered on this thread, if any (never in production).
+fn sim() -> Option<SimDisk> {
+    SimDisk::current()
+}
 
 /// Alignment of every write: covers 512-byte and 4 KiB logical block devices.
 pub const WRITE_ALIGN_BYTES: u64 = 4096;
@@ -63,16 +72,42 @@ pub enum WriteSync {
 
 /// One open segment (or index) file.
 pub struct SegmentFile {
-    file: DmaFile,
+    file: Backend,
     path: PathBuf,
     sync: WriteSync,
+}
+
+enum Backend {
+    Dma(DmaFile),
+    Sim(SimFile),
 }
 
 fn open_flags(sync: WriteSync) -> libc::c_int {
     match sync {
         WriteSync::Fdatasync => 0,
+        // The simulator's planted bug: the file forgets O_DSYNC (write_durable still
+        // trusts it and skips the fdatasync).
+        WriteSync::EachWrite if crate::io_sim::planted("drop-dsync") => 0,
         WriteSync::EachWrite => libc::O_DSYNC,
     }
+}
+
+/// Opens a segment file on the simulated disk.
+fn sim_segment(
+    d: &SimDisk,
+    path: &Path,
+    sync: WriteSync,
+    create_new: bool,
+) -> Result<SegmentFile, StorageError> {
+    let dsync = open_flags(sync) & libc::O_DSYNC != 0;
+    let file = d
+        .open(path, create_new, create_new, dsync)
+        .map_err(|e| StorageError::io(path, e))?;
+    Ok(SegmentFile {
+        file: Backend::Sim(file),
+        path: path.to_path_buf(),
+        sync,
+    })
 }
 
 impl std::fmt::Debug for SegmentFile {
@@ -84,6 +119,9 @@ impl std::fmt::Debug for SegmentFile {
 impl SegmentFile {
     /// Creates a new file (fails if it exists), opened read-write.
     pub async fn create(path: &Path, sync: WriteSync) -> Result<SegmentFile, StorageError> {
+        if let Some(d) = sim() {
+            return sim_segment(&d, path, sync, true);
+        }
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -93,7 +131,7 @@ impl SegmentFile {
             .await
             .map_err(|e| StorageError::io(path, to_io(e)))?;
         Ok(SegmentFile {
-            file,
+            file: Backend::Dma(file),
             path: path.to_path_buf(),
             sync,
         })
@@ -101,6 +139,9 @@ impl SegmentFile {
 
     /// Opens an existing file read-write.
     pub async fn open(path: &Path, sync: WriteSync) -> Result<SegmentFile, StorageError> {
+        if let Some(d) = sim() {
+            return sim_segment(&d, path, sync, false);
+        }
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -109,7 +150,7 @@ impl SegmentFile {
             .await
             .map_err(|e| StorageError::io(path, to_io(e)))?;
         Ok(SegmentFile {
-            file,
+            file: Backend::Dma(file),
             path: path.to_path_buf(),
             sync,
         })
@@ -139,10 +180,17 @@ impl SegmentFile {
     ) -> Result<(), IoFault> {
         assert_eq!(pos % WRITE_ALIGN_BYTES, 0, "unaligned write position {pos}");
         assert_eq!(len as u64 % WRITE_ALIGN_BYTES, 0, "unaligned write length");
-        let mut buf = self.file.alloc_dma_buffer(len);
+        let file = match &self.file {
+            Backend::Dma(f) => f,
+            Backend::Sim(f) => {
+                let mut buf = vec![0; len];
+                fill(&mut buf);
+                return f.write(pos, &buf).map_err(classify);
+            }
+        };
+        let mut buf = file.alloc_dma_buffer(len);
         fill(buf.as_bytes_mut());
-        let written = self
-            .file
+        let written = file
             .write_at(buf, pos)
             .await
             .map_err(|e| classify(to_io(e)))?;
@@ -165,7 +213,10 @@ impl SegmentFile {
 
     /// `fdatasync`: everything written so far is durable once this returns `Ok`.
     pub async fn fdatasync(&self) -> Result<(), IoFault> {
-        self.file.fdatasync().await.map_err(|e| classify(to_io(e)))
+        match &self.file {
+            Backend::Dma(f) => f.fdatasync().await.map_err(|e| classify(to_io(e))),
+            Backend::Sim(f) => f.fdatasync().map_err(classify),
+        }
     }
 
     /// Reads up to `len` bytes at `pos` (fewer at end of file).
@@ -173,45 +224,56 @@ impl SegmentFile {
         if len == 0 {
             return Ok(Bytes::new());
         }
-        let r = self
-            .file
-            .read_at(pos, len)
-            .await
-            .map_err(|e| StorageError::io(&self.path, to_io(e)))?;
-        Ok(Bytes::copy_from_slice(&r))
+        let io_err = |e| StorageError::io(&self.path, e);
+        match &self.file {
+            Backend::Dma(f) => {
+                let r = f.read_at(pos, len).await.map_err(|e| io_err(to_io(e)))?;
+                Ok(Bytes::copy_from_slice(&r))
+            }
+            Backend::Sim(f) => Ok(Bytes::from(f.read(pos, len).map_err(io_err)?)),
+        }
     }
 
     /// Sets the file size.
     pub async fn truncate(&self, size_bytes: u64) -> Result<(), StorageError> {
-        self.file
-            .truncate(size_bytes)
-            .await
-            .map_err(|e| StorageError::io(&self.path, to_io(e)))
+        match &self.file {
+            Backend::Dma(f) => f.truncate(size_bytes).await.map_err(to_io),
+            Backend::Sim(f) => f.set_len(size_bytes),
+        }
+        .map_err(|e| StorageError::io(&self.path, e))
     }
 
     /// `fallocate`s the file to at least `size_bytes` (file size grows, contents read zero).
     pub async fn preallocate(&self, size_bytes: u64) -> Result<(), IoFault> {
-        self.file
-            .pre_allocate(size_bytes, false)
-            .await
-            .map_err(|e| classify(to_io(e)))
+        match &self.file {
+            Backend::Dma(f) => f.pre_allocate(size_bytes, false).await.map_err(to_io),
+            Backend::Sim(f) => match f.size_bytes() {
+                Ok(size) if size < size_bytes => f.set_len(size_bytes),
+                other => other.map(drop),
+            },
+        }
+        .map_err(classify)
     }
 
     /// Current file size.
     pub async fn size_bytes(&self) -> Result<u64, StorageError> {
-        self.file
-            .file_size()
-            .await
-            .map_err(|e| StorageError::io(&self.path, to_io(e)))
+        match &self.file {
+            Backend::Dma(f) => f.file_size().await.map_err(to_io),
+            Backend::Sim(f) => f.size_bytes(),
+        }
+        .map_err(|e| StorageError::io(&self.path, e))
     }
 
     /// Closes the file (outstanding `Rc` clones keep their descriptor until dropped).
     pub async fn close(self) -> Result<(), StorageError> {
         let path = self.path;
-        self.file
-            .close()
-            .await
-            .map_err(|e| StorageError::io(path, to_io(e)))
+        match self.file {
+            Backend::Dma(f) => f
+                .close()
+                .await
+                .map_err(|e| StorageError::io(path, to_io(e))),
+            Backend::Sim(_) => Ok(()),
+        }
     }
 }
 
@@ -223,17 +285,27 @@ pub type SharedFile = Rc<SegmentFile>;
 /// io_uring does not offer goes through here (the `tidy` test keeps `std::fs` and the
 /// `*_blocking` functions out of shard code, start-up aside).
 pub async fn off_shard<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
+    assert!(
+        sim().is_none(),
+        "an off-shard file operation is not routed to the simulated disk"
+    );
     glommio::executor().spawn_blocking(f).await
 }
 
 /// Reads a whole small file (an index) into memory; `None` when it does not exist.
 pub async fn read_small_file(path: &Path) -> Result<Option<Vec<u8>>, StorageError> {
+    if let Some(d) = sim() {
+        return sim_read_small_file(&d, path);
+    }
     let path = path.to_path_buf();
     off_shard(move || read_small_file_blocking(&path)).await
 }
 
 /// [`read_small_file`], blocking the calling thread (start-up, tools, tests).
 pub fn read_small_file_blocking(path: &Path) -> Result<Option<Vec<u8>>, StorageError> {
+    if let Some(d) = sim() {
+        return sim_read_small_file(&d, path);
+    }
     match std::fs::read(path) {
         Ok(b) => Ok(Some(b)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
@@ -241,10 +313,44 @@ pub fn read_small_file_blocking(path: &Path) -> Result<Option<Vec<u8>>, StorageE
     }
 }
 
+fn sim_read_small_file(d: &SimDisk, path: &Path) -> Result<Option<Vec<u8>>, StorageError> {
+    let read = || {
+        let f = d.open(path, false, false, false)?;
+        let len = usize::try_from(f.size_bytes()?).unwrap_or(usize::MAX);
+        f.read(0, len)
+    };
+    match read() {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(StorageError::io(path, e)),
+    }
+}
+
+/// The five steps of an atomic small-file write on the simulated disk, each a separate
+/// operation (a crash can fall between any two).
+fn sim_write_small_file_atomic(d: &SimDisk, path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
+    let tmp = path.with_extension("tmp");
+    let steps = || {
+        let f = d.open(&tmp, true, false, false)?;
+        f.set_len(0)?;
+        f.write(0, bytes)?;
+        f.fdatasync()?;
+        d.rename(&tmp, path)?;
+        match path.parent() {
+            Some(dir) => d.fsync_dir(dir),
+            None => Ok(()),
+        }
+    };
+    steps().map_err(|e| StorageError::io(path, e))
+}
+
 /// Writes a small file atomically: temp file, fsync, rename, fsync directory, blocking the
 /// calling thread (start-up, tools, tests); shard code uses `write_small_file_atomic_async`.
 pub fn write_small_file_atomic_blocking(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
     use std::io::Write;
+    if let Some(d) = sim() {
+        return sim_write_small_file_atomic(&d, path, bytes);
+    }
     let tmp = path.with_extension("tmp");
     let mut f = std::fs::File::create(&tmp).map_err(|e| StorageError::io(&tmp, e))?;
     f.write_all(bytes).map_err(|e| StorageError::io(&tmp, e))?;
@@ -260,6 +366,9 @@ pub fn write_small_file_atomic_blocking(path: &Path, bytes: &[u8]) -> Result<(),
 /// rename, directory fsync, each through io_uring. For state written on a hot path (a Raft
 /// group's term and vote, thousands of groups electing at once).
 pub async fn write_small_file_atomic_async(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
+    if let Some(d) = sim() {
+        return sim_write_small_file_atomic(&d, path, bytes);
+    }
     // glommio opens a directory relative to no directory (EBADF for a relative path).
     let path = &std::path::absolute(path).map_err(|e| StorageError::io(path, e))?;
     let tmp = path.with_extension("tmp");
@@ -294,6 +403,9 @@ pub async fn write_small_file_atomic_async(path: &Path, bytes: &[u8]) -> Result<
 /// the shard: the fsync goes through io_uring. A blocking `fsync_dir` on a shard stalls
 /// every partition and connection of it for the journal commit, milliseconds under load.
 pub async fn fsync_dir_async(dir: &Path) -> Result<(), StorageError> {
+    if let Some(d) = sim() {
+        return d.fsync_dir(dir).map_err(|e| StorageError::io(dir, e));
+    }
     // glommio opens a directory relative to no directory (EBADF for a relative path).
     let dir = &std::path::absolute(dir).map_err(|e| StorageError::io(dir, e))?;
     let io_err = |e: glommio::GlommioError<()>| StorageError::io(dir, to_io(e));
@@ -307,13 +419,28 @@ pub async fn fsync_dir_async(dir: &Path) -> Result<(), StorageError> {
 /// appends (one in flight), so an append that returned Ok is durable with all before it.
 pub struct AppendFile {
     path: std::path::PathBuf,
-    file: glommio::io::BufferedFile,
+    file: AppendBackend,
     len: std::cell::Cell<u64>,
+}
+
+enum AppendBackend {
+    Buffered(glommio::io::BufferedFile),
+    Sim(SimFile),
 }
 
 impl AppendFile {
     /// Opens (creating) `path` for appending at its current end.
     pub async fn open(path: &Path) -> Result<AppendFile, StorageError> {
+        if let Some(d) = sim() {
+            let io_err = |e| StorageError::io(path, e);
+            let file = d.open(path, true, false, false).map_err(io_err)?;
+            let len = file.size_bytes().map_err(io_err)?;
+            return Ok(AppendFile {
+                path: path.to_path_buf(),
+                file: AppendBackend::Sim(file),
+                len: std::cell::Cell::new(len),
+            });
+        }
         let path = std::path::absolute(path).map_err(|e| StorageError::io(path, e))?;
         let io_err = |e: glommio::GlommioError<()>| StorageError::io(&path, to_io(e));
         let file = glommio::io::OpenOptions::new()
@@ -326,7 +453,7 @@ impl AppendFile {
         let len = file.file_size().await.map_err(io_err)?;
         Ok(AppendFile {
             path,
-            file,
+            file: AppendBackend::Buffered(file),
             len: std::cell::Cell::new(len),
         })
     }
@@ -343,12 +470,22 @@ impl AppendFile {
 
     /// Writes `bytes` at the end, then fdatasyncs.
     pub async fn append_sync(&self, bytes: &[u8]) -> Result<(), StorageError> {
+        let file = match &self.file {
+            AppendBackend::Buffered(f) => f,
+            AppendBackend::Sim(f) => {
+                // A write, then an fdatasync: two operations a crash can fall between.
+                f.write(self.len.get(), bytes)
+                    .and_then(|()| f.fdatasync())
+                    .map_err(|e| StorageError::io(&self.path, e))?;
+                self.len.set(self.len.get() + bytes.len() as u64);
+                return Ok(());
+            }
+        };
         let io_err = |e: glommio::GlommioError<()>| StorageError::io(&self.path, to_io(e));
         let mut written = 0usize;
         while written < bytes.len() {
             let at = self.len.get() + written as u64;
-            let n = self
-                .file
+            let n = file
                 .write_at(bytes[written..].to_vec(), at)
                 .await
                 .map_err(io_err)?;
@@ -358,37 +495,49 @@ impl AppendFile {
             }
             written += n;
         }
-        self.file.fdatasync().await.map_err(io_err)?;
+        file.fdatasync().await.map_err(io_err)?;
         self.len.set(self.len.get() + bytes.len() as u64);
         Ok(())
     }
 
     /// Closes the file.
     pub async fn close(self) -> Result<(), StorageError> {
-        let path = self.path.clone();
-        self.file
-            .close()
-            .await
-            .map_err(|e| StorageError::io(&path, to_io(e)))
+        match self.file {
+            AppendBackend::Buffered(f) => f
+                .close()
+                .await
+                .map_err(|e| StorageError::io(&self.path, to_io(e))),
+            AppendBackend::Sim(_) => Ok(()),
+        }
     }
 }
 
 /// `fsync`s a directory so created, renamed and removed entries are durable, blocking the
 /// calling thread (start-up, tools, tests); shard code uses `fsync_dir_async`.
 pub fn fsync_dir_blocking(dir: &Path) -> Result<(), StorageError> {
+    if let Some(d) = sim() {
+        return d.fsync_dir(dir).map_err(|e| StorageError::io(dir, e));
+    }
     let d = std::fs::File::open(dir).map_err(|e| StorageError::io(dir, e))?;
     d.sync_all().map_err(|e| StorageError::io(dir, e))
 }
 
 /// Removes a file; a missing file is not an error.
 pub async fn remove_file(path: &Path) -> Result<(), StorageError> {
+    if sim().is_some() {
+        return remove_file_blocking(path);
+    }
     let path = path.to_path_buf();
     off_shard(move || remove_file_blocking(&path)).await
 }
 
 /// [`remove_file`], blocking the calling thread (start-up, tools, tests).
 pub fn remove_file_blocking(path: &Path) -> Result<(), StorageError> {
-    match std::fs::remove_file(path) {
+    let removed = match sim() {
+        Some(d) => d.remove_file(path),
+        None => std::fs::remove_file(path),
+    };
+    match removed {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(StorageError::io(path, e)),
@@ -399,13 +548,22 @@ pub fn remove_file_blocking(path: &Path) -> Result<(), StorageError> {
 /// fsynced, or a crash (power loss) could forget a new partition's directory, and with it
 /// data acknowledged as durable in files it holds.
 pub async fn create_dir_all(dir: &Path) -> Result<(), StorageError> {
+    if sim().is_some() {
+        return create_dir_all_blocking(dir);
+    }
     let dir = dir.to_path_buf();
     off_shard(move || create_dir_all_blocking(&dir)).await
 }
 
 /// [`create_dir_all`], blocking the calling thread (start-up, tools, tests).
 pub fn create_dir_all_blocking(dir: &Path) -> Result<(), StorageError> {
-    if dir.as_os_str().is_empty() || dir.is_dir() {
+    let simulated = sim();
+    let is_dir = |p: &Path| {
+        simulated
+            .as_ref()
+            .map_or_else(|| p.is_dir(), |d| d.is_dir(p))
+    };
+    if dir.as_os_str().is_empty() || is_dir(dir) {
         return Ok(());
     }
     let parent = dir
@@ -413,15 +571,22 @@ pub fn create_dir_all_blocking(dir: &Path) -> Result<(), StorageError> {
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     create_dir_all_blocking(parent)?;
-    match std::fs::create_dir(dir) {
+    let made = match &simulated {
+        Some(d) => d.mkdir(dir),
+        None => std::fs::create_dir(dir),
+    };
+    match made {
         Ok(()) => fsync_dir_blocking(parent),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && is_dir(dir) => Ok(()),
         Err(e) => Err(StorageError::io(dir, e)),
     }
 }
 
 /// The paths of `dir`'s entries, in no particular order.
 pub async fn list_dir(dir: &Path) -> Result<Vec<PathBuf>, StorageError> {
+    if let Some(d) = sim() {
+        return d.list_dir(dir).map_err(|e| StorageError::io(dir, e));
+    }
     let dir = dir.to_path_buf();
     off_shard(move || {
         let mut out = Vec::new();
@@ -435,17 +600,28 @@ pub async fn list_dir(dir: &Path) -> Result<Vec<PathBuf>, StorageError> {
 
 /// Removes `dir` and everything under it; a missing directory is not an error.
 pub async fn remove_dir_all(dir: &Path) -> Result<(), StorageError> {
-    let dir = dir.to_path_buf();
-    off_shard(move || match std::fs::remove_dir_all(&dir) {
+    let missing_is_fine = |dir: &Path, r: io::Result<()>| match r {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(StorageError::io(&dir, e)),
-    })
-    .await
+        Err(e) => Err(StorageError::io(dir, e)),
+    };
+    if let Some(d) = sim() {
+        return missing_is_fine(dir, d.remove_dir_all(dir));
+    }
+    let dir = dir.to_path_buf();
+    off_shard(move || missing_is_fine(&dir, std::fs::remove_dir_all(&dir))).await
 }
 
 /// Cuts the file at `path` to `len_bytes` and makes that durable (a torn tail dropped).
 pub async fn truncate_file(path: &Path, len_bytes: u64) -> Result<(), StorageError> {
+    if let Some(d) = sim() {
+        let cut = || {
+            let f = d.open(path, false, false, false)?;
+            f.set_len(len_bytes)?;
+            f.fdatasync()
+        };
+        return cut().map_err(|e| StorageError::io(path, e));
+    }
     let path = path.to_path_buf();
     off_shard(move || {
         let cut = || -> io::Result<()> {
@@ -460,12 +636,18 @@ pub async fn truncate_file(path: &Path, len_bytes: u64) -> Result<(), StorageErr
 
 /// Renames `from` to `to` (replacing `to` if it is a file or an empty directory).
 pub async fn rename(from: &Path, to: &Path) -> Result<(), StorageError> {
+    if let Some(d) = sim() {
+        return d.rename(from, to).map_err(|e| StorageError::io(from, e));
+    }
     let (from, to) = (from.to_path_buf(), to.to_path_buf());
     off_shard(move || std::fs::rename(&from, &to).map_err(|e| StorageError::io(&from, e))).await
 }
 
 /// [`probe_direct_io_blocking`] off the shard's thread.
 pub async fn probe_direct_io(dir: &Path) -> Result<(), StorageError> {
+    if sim().is_some() {
+        return Ok(());
+    }
     let dir = dir.to_path_buf();
     off_shard(move || probe_direct_io_blocking(&dir)).await
 }
@@ -474,6 +656,9 @@ pub async fn probe_direct_io(dir: &Path) -> Result<(), StorageError> {
 /// the filesystem type is checked as well as an actual O_DIRECT open and write.
 pub fn probe_direct_io_blocking(dir: &Path) -> Result<(), StorageError> {
     use std::os::unix::fs::OpenOptionsExt;
+    if sim().is_some() {
+        return Ok(());
+    }
     let no = |detail: String| StorageError::NoDirectIo {
         path: dir.to_path_buf(),
         detail,
@@ -512,6 +697,9 @@ pub struct FilesystemSpace {
 /// statvfs of `dir` (admin status: disk space left for the data directory), off the
 /// shard's thread.
 pub async fn filesystem_space(dir: &Path) -> Result<FilesystemSpace, StorageError> {
+    if sim().is_some() {
+        return filesystem_space_blocking(dir);
+    }
     let dir = dir.to_path_buf();
     off_shard(move || filesystem_space_blocking(&dir)).await
 }
@@ -519,6 +707,18 @@ pub async fn filesystem_space(dir: &Path) -> Result<FilesystemSpace, StorageErro
 /// [`filesystem_space`], blocking the calling thread.
 pub fn filesystem_space_blocking(dir: &Path) -> Result<FilesystemSpace, StorageError> {
     use std::os::unix::ffi::OsStrExt;
+    if let Some(d) = sim() {
+        let total_bytes = crate::io_sim::SIM_DISK_BYTES;
+        let full = d.faults().full;
+        return Ok(FilesystemSpace {
+            available_bytes: if full {
+                0
+            } else {
+                total_bytes.saturating_sub(d.used_bytes())
+            },
+            total_bytes,
+        });
+    }
     let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
         .map_err(|_| StorageError::Usage("data directory path contains a NUL byte"))?;
     // SAFETY: statvfs is plain data; zeroed is a valid value of it.
@@ -560,6 +760,9 @@ fn is_tmpfs(dir: &Path) -> Result<bool, StorageError> {
 /// disks). Opening a non-empty file first gives the probe a real read. Run on each
 /// executor thread before opening segments there.
 pub async fn prime_device_probe(dir: &Path) -> Result<(), StorageError> {
+    if sim().is_some() {
+        return Ok(());
+    }
     thread_local! {
         static PRIMED: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
     }

@@ -15,6 +15,7 @@ pub mod frame;
 pub mod fuzz;
 pub mod io;
 pub mod io_runtime;
+pub mod io_sim;
 pub mod log;
 pub mod log_flush;
 pub mod log_read;
