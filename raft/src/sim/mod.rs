@@ -19,9 +19,12 @@
 //! The liveness phase then also waits for every move to finish, and durability counts the
 //! smallest majority any configuration had.
 //!
+//! With a pipelined store (`SimStore::pipelined`; `MemOptions::pipelined` for the
+//! in-memory one) a node's turn is split around its disk work as the broker's is: the
+//! driver keeps stepping while each turn's writes take a simulated latency.
+//!
 //! Deliberately absent: log compaction and snapshots, read corruption and ENOSPC (the
-//! in-memory store has no such faults yet), and stores that persist while the driver
-//! keeps stepping (`DriverConfig::async_persist`).
+//! in-memory store has no such faults yet).
 
 mod checker;
 mod network;
@@ -32,7 +35,7 @@ use std::fmt;
 use std::time::Duration;
 
 pub use network::NetworkFaults;
-pub use store::SimStore;
+pub use store::{MemOptions, SimStore};
 
 use crate::mem_store::{MemLogStore, SyncBehaviour};
 use crate::types::GroupId;
@@ -126,11 +129,16 @@ impl fmt::Display for SimFailure {
     }
 }
 
-/// Runs one seed over the in-memory store (`MemLogStore` with `config.sync_behaviour`):
+/// Runs one seed over the in-memory store (`MemLogStore` with `config.sync_behaviour`,
+/// not pipelined):
 /// the fault phase, then the liveness phase and the final checks. A panic (an assertion in
 /// raft-rs or in our code) is reported as a failure of the seed.
 pub fn run(seed: u64, config: &SimConfig) -> Result<SimReport, SimFailure> {
-    run_with::<MemLogStore>(seed, config, &config.sync_behaviour)
+    let options = MemOptions {
+        sync_behaviour: config.sync_behaviour,
+        pipelined: false,
+    };
+    run_with::<MemLogStore>(seed, config, &options)
 }
 
 /// Runs one seed as `run` does, over the store `S` with `options`.
@@ -226,8 +234,11 @@ pub fn failover(seed: u64, hibernated: bool) -> Result<Duration, SimFailure> {
         network: NetworkFaults::reliable(),
         ..SimConfig::default()
     };
-    let behaviour = config.sync_behaviour;
-    let mut w = World::<MemLogStore>::new(seed, config, behaviour)?;
+    let options = MemOptions {
+        sync_behaviour: config.sync_behaviour,
+        pipelined: false,
+    };
+    let mut w = World::<MemLogStore>::new(seed, config, options)?;
     let g = GroupId(1);
     let ready_deadline = Duration::from_secs(10);
     // Run a while so the crash lands at a random point of the heartbeat cycle.

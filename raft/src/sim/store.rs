@@ -7,12 +7,18 @@
 //! A crash ends the incarnation: the stores and the `Node` are dropped, and the disk keeps
 //! only what was durable (plus, if the store models it, part of the unsynced tail).
 //!
+//! A pipelined store (`pipelined`) persists as the broker's does (`DriverConfig::
+//! async_persist`): after `MultiRaft::turn_begin` the world takes each dirty group's disk
+//! work (`take_job`), runs one turn's jobs together a simulated latency later (`run_jobs`),
+//! and at the node's next turn reports each result (`finish_job`, then
+//! `MultiRaft::persisted`). A crash drops the jobs not run yet.
+//!
 //! Invariant (every implementation): the stores' random draws come only from the `Prng`
 //! the world passes, so a run stays a pure function of its seed.
 //!
-//! Deliberately absent until the storage-backed store needs them: pipelined persistence
-//! (`DriverConfig::async_persist`), asynchronous reads, retention, disk faults other than a
-//! failed fdatasync, crash points, and removing a replica's data.
+//! Deliberately absent until the storage-backed store needs them: asynchronous reads
+//! (`MultiRaft::wanted_reads`), retention, disk faults other than a failed fdatasync, crash
+//! points, and removing a replica's data.
 
 use bytes::Bytes;
 use raft::eraftpb::Entry;
@@ -30,9 +36,15 @@ pub trait SimStore: LogStore + Sized {
     type Node;
     /// Settings of the whole run, such as planted bugs.
     type Options: Clone;
+    /// One group's disk work, taken after `turn_begin` (pipelined stores only).
+    type Job;
 
     /// The command after `STRAND_SIM_SEED=<seed>` that replays a failed seed.
     const REPLAY: &'static str;
+
+    /// Whether the world drives the stores pipelined (see the module doc); if not, it calls
+    /// `MultiRaft::turn` and each `sync` persists at once.
+    fn pipelined(options: &Self::Options) -> bool;
 
     /// A fresh disk for `node` holding every group of `groups` with an empty log whose
     /// first voters are `voters`; a node not among them joins each group as a learner.
@@ -82,6 +94,19 @@ pub trait SimStore: LogStore + Sized {
     /// Makes the next sync of `store` fail (an fdatasync error), so the group is fenced.
     fn fail_next_sync(disk: &mut Self::Disk, store: &mut Self);
 
+    /// Takes the disk work staged since the last job; `None` when nothing is staged.
+    fn take_job(&mut self) -> Option<Self::Job>;
+
+    /// Runs one turn's jobs on `disk`; returns each job's group and result, in any order.
+    fn run_jobs(
+        disk: &mut Self::Disk,
+        node: &mut Self::Node,
+        jobs: Vec<(GroupId, Self::Job)>,
+    ) -> Vec<(GroupId, Result<(), String>)>;
+
+    /// How this store's job ended; after an `Err` the store's next `sync` must fail.
+    fn finish_job(&mut self, result: Result<(), String>);
+
     /// The entry data the client proposes for `payload` claiming `records` records.
     fn wrap_payload(payload: Bytes, records: u32) -> Bytes;
 
@@ -93,16 +118,31 @@ pub trait SimStore: LogStore + Sized {
 /// Most unsynced entries a crash may leave behind (a partly written tail).
 const TORN_ENTRIES_MAX: u64 = 3;
 
+/// How the simulator runs `MemLogStore`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemOptions {
+    /// `LiesAboutSync` plants a bug the checker must catch.
+    pub sync_behaviour: SyncBehaviour,
+    /// Pipelined persistence (`SimStore::pipelined`): a group's job only marks the wait
+    /// for its disk work, and `sync` (at `MultiRaft::persisted`) persists.
+    pub pipelined: bool,
+}
+
 /// The in-memory store: its disk is the crashed groups' images. While a node runs, the
 /// images live in its stores (as their durable part) and the disk is empty.
 impl SimStore for MemLogStore {
     type Disk = std::collections::BTreeMap<GroupId, DurableImage>;
     type Node = ();
-    type Options = SyncBehaviour;
+    type Options = MemOptions;
+    type Job = ();
 
     const REPLAY: &'static str = "cargo test -p strand-raft --test sim";
 
-    fn format(node: NodeId, groups: &[GroupId], voters: &[u64], _: &SyncBehaviour) -> Self::Disk {
+    fn pipelined(options: &MemOptions) -> bool {
+        options.pipelined
+    }
+
+    fn format(node: NodeId, groups: &[GroupId], voters: &[u64], _: &MemOptions) -> Self::Disk {
         let image = if voters.contains(&node.0) {
             DurableImage::new(voters)
         } else {
@@ -111,7 +151,7 @@ impl SimStore for MemLogStore {
         groups.iter().map(|&g| (g, image.clone())).collect()
     }
 
-    fn boot(_: &mut Self::Disk, _: &SyncBehaviour) -> Result<(), String> {
+    fn boot(_: &mut Self::Disk, _: &MemOptions) -> Result<(), String> {
         Ok(())
     }
 
@@ -119,12 +159,12 @@ impl SimStore for MemLogStore {
         disk: &mut Self::Disk,
         _: &mut (),
         group: GroupId,
-        behaviour: &SyncBehaviour,
+        options: &MemOptions,
     ) -> Result<Self, String> {
         let image = disk
             .remove(&group)
             .ok_or_else(|| format!("no image of {group} on the disk"))?;
-        MemLogStore::recover(image, *behaviour).map_err(|e| e.to_string())
+        MemLogStore::recover(image, options.sync_behaviour).map_err(|e| e.to_string())
     }
 
     fn crash<'a>(
@@ -161,6 +201,22 @@ impl SimStore for MemLogStore {
     fn fail_next_sync(_: &mut Self::Disk, store: &mut Self) {
         store.fail_next_sync();
     }
+
+    // The world takes a job only from a group with unsynced changes.
+    fn take_job(&mut self) -> Option<()> {
+        Some(())
+    }
+
+    fn run_jobs(
+        _: &mut Self::Disk,
+        _: &mut (),
+        jobs: Vec<(GroupId, ())>,
+    ) -> Vec<(GroupId, Result<(), String>)> {
+        jobs.into_iter().map(|(g, ())| (g, Ok(()))).collect()
+    }
+
+    // A failure comes from `sync` itself (`fail_next_sync`).
+    fn finish_job(&mut self, _: Result<(), String>) {}
 
     fn wrap_payload(payload: Bytes, _: u32) -> Bytes {
         payload

@@ -8,7 +8,7 @@
 //! fixed order, and all maps are ordered.
 
 use std::cell::Cell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -43,6 +43,16 @@ const PARTITION_MS: (u64, u64) = (300, 4000);
 const RECORDS_PER_BATCH_MAX: u64 = 4;
 /// Gap between new move targets (`SimConfig::moves`), in milliseconds.
 const MOVE_GAP_MS: (u64, u64) = (300, 2500);
+/// How long a turn's disk work takes (a pipelined store), in microseconds: a write and an
+/// fdatasync on a fast SSD.
+const PERSIST_US: (u64, u64) = (100, 3000);
+/// Chance (per mille) that a turn's disk work is slow instead (`SLOW_PERSIST_US`): an
+/// fdatasync stuck behind the device's cache flush, which holds up that work's groups only.
+const SLOW_PERSIST_PER_MILLE: u32 = 50;
+const SLOW_PERSIST_US: (u64, u64) = (50_000, 400_000);
+/// When a pipelined node's driver has more work after a turn, the next turn comes this
+/// soon, in microseconds (the broker's loop runs again at once).
+const READY_AGAIN_US: (u64, u64) = (200, 1000);
 
 /// Simulated time, shared by the world and every driver.
 #[derive(Clone, Debug, Default)]
@@ -65,10 +75,9 @@ pub(crate) type Driver<S> = MultiRaft<S, SimTransport, SimClock>;
 
 pub(crate) struct SimNode<S: SimStore> {
     pub id: NodeId,
-    // Invariant: `driver` and `rt` are both present (the node is up) or both absent.
+    // Invariant: `driver` and `inc` are both present (the node is up) or both absent.
     pub driver: Option<Driver<S>>,
-    /// The running incarnation's shared state.
-    rt: Option<S::Node>,
+    inc: Option<Incarnation<S>>,
     /// What survives the node's crashes.
     disk: S::Disk,
     incarnation: u64,
@@ -77,11 +86,27 @@ pub(crate) struct SimNode<S: SimStore> {
     restart_at: Option<Duration>,
 }
 
+/// One turn's disk work: each dirty group's job.
+type JobBatch<S> = Vec<(GroupId, <S as SimStore>::Job)>;
+
+/// A running node's state beside its driver, dropped at a crash.
+struct Incarnation<S: SimStore> {
+    rt: S::Node,
+    /// Groups whose disk work runs (a pipelined store): they begin no `Ready` until the
+    /// work is reported done (`MultiRaft::turn_begin`).
+    persisting: BTreeSet<GroupId>,
+    /// Each turn's disk work, by when it ends (then a sequence number).
+    jobs: BTreeMap<(Duration, u64), JobBatch<S>>,
+    /// Results of finished disk work, reported to the stores at the next turn.
+    done: Vec<(GroupId, Result<(), String>)>,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Event {
     Deliver,
     Turn(usize),
     Restart(usize),
+    PersistDone(usize),
     Heal,
     Client,
     Fault,
@@ -98,6 +123,9 @@ pub(crate) struct World<S: SimStore> {
     pub seed: u64,
     config: SimConfig,
     options: S::Options,
+    /// `SimStore::pipelined`: turns are split around the disk work.
+    pipelined: bool,
+    next_job_seq: u64,
     pub clock: SimClock,
     pub rng: Prng,
     pub nodes: Vec<SimNode<S>>,
@@ -133,7 +161,7 @@ impl<S: SimStore> World<S> {
             nodes.push(SimNode {
                 id: NodeId(v),
                 driver: None,
-                rt: None,
+                inc: None,
                 disk,
                 incarnation: 0,
                 next_turn,
@@ -151,6 +179,8 @@ impl<S: SimStore> World<S> {
                 .faults
                 .then(|| Duration::from_millis(rng.range(FAULT_GAP_MS.0, FAULT_GAP_MS.1))),
             config,
+            pipelined: S::pipelined(&options),
+            next_job_seq: 0,
             options,
             clock,
             rng,
@@ -191,13 +221,19 @@ impl<S: SimStore> World<S> {
     fn start(&mut self, i: usize) -> Result<(), SimFailure> {
         let jitter_seed = self.rng.next_u64();
         let node = &mut self.nodes[i];
-        let config = DriverConfig::new(node.id, jitter_seed);
+        let mut config = DriverConfig::new(node.id, jitter_seed);
+        config.async_persist = self.pipelined;
         let mut driver = MultiRaft::new(config, self.clock.clone(), SimTransport::default());
         let opened = open_groups(node, &mut driver, &self.groups, &self.options);
         let rt = opened.map_err(|what| self.fail(what))?;
         let node = &mut self.nodes[i];
         node.driver = Some(driver);
-        node.rt = Some(rt);
+        node.inc = Some(Incarnation {
+            rt,
+            persisting: BTreeSet::new(),
+            jobs: BTreeMap::new(),
+            done: Vec::new(),
+        });
         node.incarnation += 1;
         node.next_turn = self.clock.now() + TURN_PERIOD;
         Ok(())
@@ -209,13 +245,15 @@ impl<S: SimStore> World<S> {
         let Some(driver) = node.driver.take() else {
             return Ok(());
         };
-        let rt = node
-            .rt
+        let inc = node
+            .inc
             .take()
             .expect("a node that is up has its incarnation");
+        // Disk work not run yet never happens (nothing waited on it was acknowledged).
+        drop(inc.jobs);
         S::crash(
             &mut node.disk,
-            rt,
+            inc.rt,
             &self.groups,
             |g| driver.store(g),
             &mut self.rng,
@@ -308,6 +346,8 @@ impl<S: SimStore> World<S> {
         for (i, n) in self.nodes.iter().enumerate() {
             consider(n.driver.as_ref().map(|_| n.next_turn), Event::Turn(i));
             consider(n.restart_at, Event::Restart(i));
+            let persist_done = n.inc.as_ref().and_then(|inc| inc.jobs.keys().next());
+            consider(persist_done.map(|&(at, _)| at), Event::PersistDone(i));
         }
         consider(self.heal_at, Event::Heal);
         consider(self.next_client, Event::Client);
@@ -333,6 +373,10 @@ impl<S: SimStore> World<S> {
                 self.nodes[i].restart_at = None;
                 self.crash(i)?;
                 self.start(i)?;
+                Some(i)
+            }
+            Event::PersistDone(i) => {
+                self.run_jobs(i);
                 Some(i)
             }
             Event::Heal => {
@@ -377,11 +421,52 @@ impl<S: SimStore> World<S> {
 
     /// A loop turn on node `i`, then its sends, its completions and the checks.
     fn turn(&mut self, i: usize) -> Result<(), SimFailure> {
-        let now = self.now();
-        let Some(driver) = self.nodes[i].driver.as_mut() else {
+        if self.nodes[i].driver.is_none() {
             return Ok(());
+        }
+        if self.pipelined {
+            self.finish_persisted(i);
+        }
+        self.step_moves(i);
+        if self.pipelined {
+            self.turn_pipelined(i);
+        } else if let Some(driver) = self.nodes[i].driver.as_mut() {
+            driver.turn();
+            for batch in driver.transport_mut().take() {
+                self.network.send(self.clock.now(), batch, &mut self.rng);
+            }
+        }
+        if let Some(driver) = self.nodes[i].driver.as_mut() {
+            driver.drain_completions(&mut self.completions);
+        }
+        // The applied entries enter the checker's truth before their acknowledgements.
+        self.check_node(i)?;
+        let incarnation = self.nodes[i].incarnation;
+        for c in std::mem::take(&mut self.completions) {
+            let Some(f) = self.in_flight.remove(&(i, incarnation, c.id)) else {
+                return Err(self.fail(format!("completion for an unknown proposal {:?}", c.id)));
+            };
+            if f.group != c.group {
+                return Err(self.fail("completion for the wrong group"));
+            }
+            if let Ok(base) = c.result {
+                self.mix(1, base.0 as u64);
+                self.checker
+                    .on_ack(c.group, &f.payload, base)
+                    .map_err(|e| self.fail(e))?;
+                if self.config.check_durable {
+                    self.check_acked_durable(&f.payload)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A leader on node `i` takes the next step of each move (the broker's move loop).
+    fn step_moves(&mut self, i: usize) {
+        let Some(driver) = self.nodes[i].driver.as_mut() else {
+            return;
         };
-        // A leader takes the next step of each move (the broker's move loop).
         let mut finished = Vec::new();
         for (&g, target) in &self.targets {
             if !driver.is_leader(g) {
@@ -404,32 +489,86 @@ impl<S: SimStore> World<S> {
             self.targets.remove(&g);
             self.moves_finished += 1;
         }
-        driver.turn();
+    }
+
+    /// The turn of a pipelined store, as the broker's `Replicator::turn` does it: begin
+    /// (the leaders' appends leave before their own fsync), take each dirty group's disk
+    /// work as one batch that ends a simulated latency later, end without waiting for it.
+    fn turn_pipelined(&mut self, i: usize) {
+        let now = self.now();
+        let node = &mut self.nodes[i];
+        let (Some(driver), Some(inc)) = (node.driver.as_mut(), node.inc.as_mut()) else {
+            return;
+        };
+        let dirty = driver.turn_begin(&inc.persisting);
         for batch in driver.transport_mut().take() {
             self.network.send(now, batch, &mut self.rng);
         }
-        driver.drain_completions(&mut self.completions);
-        // The applied entries enter the checker's truth before their acknowledgements.
-        self.check_node(i)?;
-        let incarnation = self.nodes[i].incarnation;
-        for c in std::mem::take(&mut self.completions) {
-            let Some(f) = self.in_flight.remove(&(i, incarnation, c.id)) else {
-                return Err(self.fail(format!("completion for an unknown proposal {:?}", c.id)));
+        // One write per store at a time: a group still persisting keeps what it staged.
+        let jobs: JobBatch<S> = dirty
+            .into_iter()
+            .filter(|g| !inc.persisting.contains(g))
+            .filter_map(|g| {
+                driver
+                    .store_mut(g)
+                    .and_then(|s| s.take_job())
+                    .map(|j| (g, j))
+            })
+            .collect();
+        if !jobs.is_empty() {
+            inc.persisting.extend(jobs.iter().map(|&(g, _)| g));
+            let us = if self.rng.chance(SLOW_PERSIST_PER_MILLE) {
+                SLOW_PERSIST_US
+            } else {
+                PERSIST_US
             };
-            if f.group != c.group {
-                return Err(self.fail("completion for the wrong group"));
-            }
-            if let Ok(base) = c.result {
-                self.mix(1, base.0 as u64);
-                self.checker
-                    .on_ack(c.group, &f.payload, base)
-                    .map_err(|e| self.fail(e))?;
-                if self.config.check_durable {
-                    self.check_acked_durable(&f.payload)?;
-                }
-            }
+            let at = now + Duration::from_micros(self.rng.range(us.0, us.1));
+            inc.jobs.insert((at, self.next_job_seq), jobs);
+            self.next_job_seq += 1;
         }
-        Ok(())
+        driver.turn_end(&inc.persisting);
+        for batch in driver.transport_mut().take() {
+            self.network.send(now, batch, &mut self.rng);
+        }
+        if driver.has_ready() {
+            let us = READY_AGAIN_US;
+            let soon = now + Duration::from_micros(self.rng.range(us.0, us.1));
+            node.next_turn = node.next_turn.min(soon);
+        }
+    }
+
+    /// Node `i`'s earliest batch of disk work ends: it runs on the node's disk.
+    fn run_jobs(&mut self, i: usize) {
+        let node = &mut self.nodes[i];
+        let Some(inc) = node.inc.as_mut() else {
+            return;
+        };
+        let Some((_, jobs)) = inc.jobs.pop_first() else {
+            return;
+        };
+        let results = S::run_jobs(&mut node.disk, &mut inc.rt, jobs);
+        inc.done.extend(results);
+    }
+
+    /// Reports node `i`'s finished disk work to the stores and the driver (the broker's
+    /// `finish_persisted`): those groups send what waited for it and may begin again.
+    fn finish_persisted(&mut self, i: usize) {
+        let node = &mut self.nodes[i];
+        let (Some(driver), Some(inc)) = (node.driver.as_mut(), node.inc.as_mut()) else {
+            return;
+        };
+        if inc.done.is_empty() {
+            return;
+        }
+        let mut groups = Vec::with_capacity(inc.done.len());
+        for (g, r) in std::mem::take(&mut inc.done) {
+            if let Some(s) = driver.store_mut(g) {
+                s.finish_job(r);
+            }
+            inc.persisting.remove(&g);
+            groups.push(g);
+        }
+        driver.persisted(&groups);
     }
 
     fn check_node(&mut self, i: usize) -> Result<(), SimFailure> {
@@ -517,6 +656,7 @@ fn event_code(e: Event) -> u64 {
         Event::Deliver => 1,
         Event::Turn(i) => 100 + i as u64,
         Event::Restart(i) => 200 + i as u64,
+        Event::PersistDone(i) => 300 + i as u64,
         Event::Heal => 3,
         Event::Client => 4,
         Event::Fault => 5,
