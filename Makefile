@@ -12,7 +12,7 @@ export STRAND_REQUIRE_CLIENTS := 1
 export STRAND_REQUIRE_ROOT_TESTS := 1
 endif
 
-.PHONY: build run run-cluster test compat compat-cluster diff bench bench-kafka bench-suite bench-cluster fmt lint deps soak fuzz gen clean install sim
+.PHONY: build run run-cluster test compat compat-cluster diff bench bench-kafka bench-suite bench-cluster fmt lint deps soak fuzz gen clean install sim sim-storage
 
 build:
 	$(CARGO) build --release --workspace
@@ -174,6 +174,14 @@ fuzz:
 sim:
 	STRAND_SIM_SEED=$(SEED) STRAND_SIM_SEEDS=$(SEEDS) STRAND_SIM_SEED_START=$(START) \
 	  $(CARGO) test -p strand-raft --test sim -- --nocapture
+
+## sim-storage: the simulator over the real storage path (broker store, storage engine,
+## simulated disk) and the storage crash simulation; SEED, SEEDS and START as for sim
+sim-storage:
+	STRAND_SIM_SEED=$(SEED) STRAND_SIM_SEEDS=$(SEEDS) STRAND_SIM_SEED_START=$(START) \
+	  $(CARGO) test -p strand-broker --test sim_storage -- --nocapture
+	STRAND_SIM_SEED=$(SEED) STRAND_SIM_SEEDS=$(SEEDS) \
+	  $(CARGO) test -p strand-storage --test crash_sim -- --nocapture
 
 clean:
 	$(CARGO) clean

@@ -455,6 +455,11 @@ impl SimDisk {
         st.crash_in_ops = None;
     }
 
+    /// Reseeds the disk's randomness (a world drawing each crash from its own generator).
+    pub fn reseed(&self, seed: u64) {
+        self.0.borrow_mut().rng = seed;
+    }
+
     /// Arms a crash at the `k`-th mutating operation from now (1 = the next one): that
     /// operation is the one torn, and it and every later one fail with EIO.
     pub fn crash_after_ops(&self, k: u64) {

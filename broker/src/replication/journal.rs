@@ -66,7 +66,7 @@ fn encode(out: &mut Vec<u8>, record: &Record) -> anyhow::Result<()> {
 }
 
 /// The states in `bytes` and the length of its intact prefix.
-fn decode(bytes: &[u8]) -> (HashMap<u64, StateFile>, usize) {
+pub(crate) fn decode(bytes: &[u8]) -> (HashMap<u64, StateFile>, usize) {
     let mut states = HashMap::new();
     let mut at = 0usize;
     while let Some(header) = bytes.get(at..at + RECORD_HEADER_BYTES) {

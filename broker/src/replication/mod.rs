@@ -19,7 +19,8 @@
 //!
 //! Files: `net` (the RPC transport), `balance` (preferred-leader balancing), `store` (a
 //! partition's Raft log over its storage log), `journal` (the shard's Raft state file),
-//! `isr` (Kafka's in-sync set), `ack_timer` (follower acknowledgement timing).
+//! `isr` (Kafka's in-sync set), `ack_timer` (follower acknowledgement timing), `upgrade`
+//! (a single node's log becoming a group's).
 //!
 //! May use: `common`, `runtime`, `partition`.
 
@@ -28,7 +29,10 @@ pub mod balance;
 pub mod isr;
 pub mod journal;
 pub mod net;
+#[cfg(feature = "sim")]
+pub mod sim;
 pub mod store;
+mod upgrade;
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeSet, HashMap};
@@ -447,6 +451,11 @@ impl Replicator {
             return Ok(());
         }
         let saved = self.journal.get(group);
+        if saved.is_none() {
+            // A single node's log may start past its first entry, where a snapshot would
+            // start a new replica: its log start goes into the log first.
+            upgrade::replicate_log_start(part.log()).await?;
+        }
         let store = RaftLogStore::open(part.clone(), voters, learners, saved).await?;
         let fresh =
             strand_raft::LogStore::index(&store).last_index().0 == 0 && raft_term(&store) == 0;
@@ -573,9 +582,10 @@ impl Replicator {
         }
     }
 
-    /// Moves the log start offset of each partition whose log start entry was applied (in
-    /// a task each: the offset's file is written off the driver's turn; a log writes its
-    /// start offsets one at a time and never moves it back).
+    /// Moves the log start offset of each partition whose log start entry (DeleteRecords, or
+    /// an upgraded log's start: `upgrade`) was applied (in a task each: the offset's file
+    /// is written off the driver's turn; a log writes its start offsets one at a time and
+    /// never moves it back).
     fn apply_log_starts(&self) {
         let starts = self.driver.borrow_mut().drain_log_starts();
         for (g, offset) in starts {
@@ -586,7 +596,7 @@ impl Replicator {
             // In memory now, within the turn; the file is written in a task.
             match part.log().advance_log_start(offset) {
                 Ok(start) => tracing::info!(topic = %part.topic, partition = part.index,
-                    log_start_offset = start.0, "log start offset moved (DeleteRecords)"),
+                    log_start_offset = start.0, "log start offset moved (a log start entry)"),
                 Err(e) => {
                     tracing::error!(topic = %part.topic, partition = part.index,
                         error = %e, "cannot move the log start offset");

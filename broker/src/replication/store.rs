@@ -92,6 +92,11 @@ pub(crate) struct Compacted {
 }
 
 impl Compacted {
+    /// The last index compacted away.
+    pub(crate) fn index(self) -> u64 {
+        self.index
+    }
+
     fn of(p: CompactionPoint) -> Self {
         Compacted {
             index: p.index.0,
@@ -425,11 +430,30 @@ impl RaftLogStore {
         self
     }
 
+    /// The commit index a state taken now may hold. The journal append of a job's state
+    /// runs beside the job's log writes, so a crash can keep the state without them: the
+    /// commit index must not cover an entry the log does not already hold durably with
+    /// its final content (one the job truncates, or a snapshot's reset replaces), or a
+    /// restart would apply an entry that was never committed (found by the simulator on
+    /// the real storage path, seed 5007). A lower commit index is relearned from the
+    /// leader.
+    fn persistable_commit(&self) -> u64 {
+        let point = self.index.compaction_point().index.0;
+        let mut held = self.part.log().durable().last_index.0;
+        if let Some(from) = self.staged_truncate {
+            held = held.min(from.0.saturating_sub(1));
+        }
+        if matches!(self.staged_start, Some(StartChange::Restore(_))) {
+            held = point;
+        }
+        self.hard.commit.min(held.max(point))
+    }
+
     fn state_file(&self) -> StateFile {
         StateFile {
             term: self.hard.term,
             vote: self.hard.vote,
-            commit: self.hard.commit,
+            commit: self.persistable_commit(),
             voters: self.conf.voters.clone(),
             learners: self.conf.learners.clone(),
             voters_outgoing: self.conf.voters_outgoing.clone(),
@@ -440,6 +464,19 @@ impl RaftLogStore {
                 .filter(|p| p.index.0 > 0)
                 .map(Compacted::of),
         }
+    }
+
+    /// The first index held in memory (every entry after the last applied one is): the
+    /// entries before it are applied and read from the log.
+    pub(crate) fn mem_first(&self) -> u64 {
+        self.mem
+            .front()
+            .map_or(self.index.last_index().0 + 1, |e| e.index)
+    }
+
+    /// The partition whose log this is.
+    pub(crate) fn partition(&self) -> &Rc<Partition> {
+        &self.part
     }
 
     /// Takes this turn's disk work (None when nothing is staged).
@@ -910,6 +947,44 @@ mod tests {
         .expect("executor");
     }
 
+    /// The journal append of a state runs beside its job's log writes, so the commit index
+    /// it persists covers only entries already durable: not the job's own appends, nor
+    /// what the job truncates (a crash keeping the state alone would apply them).
+    #[test]
+    fn a_persisted_commit_index_never_covers_entries_of_its_own_job() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("t-0");
+        strand_storage::io_runtime::block_on("raft-store-test", 1, async {
+            let mut s = open(&dir).await;
+            s.append(&[data_entry(1, 1, b"a"), data_entry(2, 1, b"b")])
+                .expect("append");
+            s.set_hard_state(&HardState {
+                term: 1,
+                vote: 1,
+                commit: 2,
+                ..HardState::default()
+            });
+            let mut job = s.take_job().expect("staged");
+            assert_eq!(job.take_state().map(|st| st.commit), Some(0));
+            let r = job.run(async { Ok(()) }).await;
+            s.finish_job(r);
+            s.append(&[data_entry(2, 2, b"c")]).expect("replace 2");
+            s.set_hard_state(&HardState {
+                term: 2,
+                vote: 1,
+                commit: 2,
+                ..HardState::default()
+            });
+            let mut job = s.take_job().expect("staged");
+            assert_eq!(
+                job.take_state().map(|st| st.commit),
+                Some(1),
+                "entry 2 is being replaced: only 1 is held"
+            );
+        })
+        .expect("executor");
+    }
+
     /// A joint configuration (a partition move) survives a reopen whole, and raft-rs
     /// resumes applying where the state was written, not at the commit index: a
     /// configuration entry committed but not applied then is applied after the restart.
@@ -925,6 +1000,12 @@ mod tests {
                 data_entry(3, 1, b"c"),
             ])
             .expect("append");
+            s.set_hard_state(&HardState {
+                term: 1,
+                vote: 1,
+                ..HardState::default()
+            });
+            persist(&mut s).await;
             s.applied_to(RaftIndex(1));
             s.set_hard_state(&HardState {
                 term: 1,

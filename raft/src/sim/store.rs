@@ -16,8 +16,7 @@
 //! Invariant (every implementation): the stores' random draws come only from the `Prng`
 //! the world passes, so a run stays a pure function of its seed.
 //!
-//! Deliberately absent until the storage-backed store needs them: asynchronous reads
-//! (`MultiRaft::wanted_reads`), retention, disk faults other than a failed fdatasync, crash
+//! Deliberately absent until the storage-backed store needs them: retention, disk faults other than a failed fdatasync, crash
 //! points, and removing a replica's data.
 
 use bytes::Bytes;
@@ -106,6 +105,14 @@ pub trait SimStore: LogStore + Sized {
 
     /// How this store's job ended; after an `Err` the store's next `sync` must fail.
     fn finish_job(&mut self, result: Result<(), String>);
+
+    /// Reads the entries of `ranges` from `disk` for raft-rs's asynchronous read path
+    /// (`MultiRaft::wanted_reads`), to be served by `entries` until `fetched_done`. A store
+    /// whose entries are all in memory never has reads wanted.
+    fn fetch(&mut self, _disk: &mut Self::Disk, _ranges: &[(RaftIndex, RaftIndex)]) {}
+
+    /// The driver took the fetched entries (`MultiRaft::entries_fetched` returned).
+    fn fetched_done(&mut self) {}
 
     /// The entry data the client proposes for `payload` claiming `records` records.
     fn wrap_payload(payload: Bytes, records: u32) -> Bytes;

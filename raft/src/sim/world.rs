@@ -527,6 +527,16 @@ impl<S: SimStore> World<S> {
             self.next_job_seq += 1;
         }
         driver.turn_end(&inc.persisting);
+        // Reads from disk complete at once (the broker's `start_reads` runs them as tasks).
+        for (g, ranges) in driver.wanted_reads() {
+            if let Some(s) = driver.store_mut(g) {
+                s.fetch(&mut node.disk, &ranges);
+            }
+            driver.entries_fetched(g);
+            if let Some(s) = driver.store_mut(g) {
+                s.fetched_done();
+            }
+        }
         for batch in driver.transport_mut().take() {
             self.network.send(now, batch, &mut self.rng);
         }
