@@ -466,6 +466,16 @@ impl SimDisk {
         self.0.borrow_mut().crash_in_ops = Some(k);
     }
 
+    /// Whether a crash point is armed and not reached yet.
+    pub fn armed(&self) -> bool {
+        self.0.borrow().crash_in_ops.is_some()
+    }
+
+    /// Disarms a crash point not reached yet.
+    pub fn disarm(&self) {
+        self.0.borrow_mut().crash_in_ops = None;
+    }
+
     /// Whether an armed crash point fired (the disk fails everything until [`Self::crash`]).
     pub fn crashed(&self) -> bool {
         self.0.borrow().crash_fired
@@ -536,6 +546,7 @@ impl SimDisk {
         let mut st = self.0.borrow_mut();
         st.check_alive()?;
         if st.crash_point() {
+            tracing::info!(op = st.ops, "simulated disk: crash point reached");
             let _ = apply(&mut st);
             st.crash();
             st.crash_fired = true;

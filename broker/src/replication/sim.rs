@@ -17,7 +17,7 @@ use std::rc::Rc;
 use bytes::Bytes;
 use raft::eraftpb::Entry;
 use strand_raft::seed::Prng;
-use strand_raft::sim::SimStore;
+use strand_raft::sim::{DiskFault, SimStore};
 use strand_raft::{GroupId, LogStore, NodeId, RaftIndex};
 use strand_storage::io_sim::{block_on, DiskFaults, DiskOptions, SimDisk};
 use strand_storage::{BatchCache, Clock, Log, LogConfig};
@@ -30,6 +30,8 @@ use crate::partition::Partition;
 const DATA_DIR: &str = "/data";
 /// Batch cache per node: small, so that reads miss and go to the disk.
 const SIM_CACHE_BYTES: usize = 64 * 1024;
+/// Reads failing while `DiskFault::ReadErrors` lasts, per thousand.
+const READ_ERROR_PER_MILLE: u32 = 200;
 /// Wall-clock milliseconds the logs see (time-based rolling and retention never fire).
 const SIM_WALL_MS: i64 = 1_700_000_000_000;
 
@@ -182,6 +184,10 @@ impl SimStore for RaftLogStore {
     }
 
     fn boot(disk: &mut BrokerDisk, _: &BrokerSimOptions) -> Result<BrokerNode, String> {
+        // A crash point that fired during the last recovery: the power comes back.
+        if disk.disk.crashed() {
+            disk.disk.crash();
+        }
         let _entered = disk.disk.enter();
         let journal = block_on(async {
             strand_storage::io::create_dir_all(Path::new(DATA_DIR)).await?;
@@ -343,6 +349,38 @@ impl SimStore for RaftLogStore {
 
     fn fetched_done(&mut self) {
         self.clear_fetched();
+    }
+
+    fn inject(disk: &mut BrokerDisk, fault: DiskFault) -> bool {
+        tracing::info!(node = disk.node.0, ?fault, "simulated disk fault injected");
+        let d = &disk.disk;
+        match fault {
+            DiskFault::CrashPoint(ops) => d.crash_after_ops(ops),
+            DiskFault::Full => d.set_faults(DiskFaults {
+                full: true,
+                ..d.faults()
+            }),
+            DiskFault::ReadErrors => d.set_faults(DiskFaults {
+                read_error_per_mille: READ_ERROR_PER_MILLE,
+                ..d.faults()
+            }),
+        }
+        true
+    }
+
+    fn crashed(disk: &BrokerDisk) -> bool {
+        disk.disk.crashed()
+    }
+
+    fn faulty(disk: &BrokerDisk) -> bool {
+        disk.disk.faults() != DiskFaults::default() || disk.disk.armed() || disk.disk.crashed()
+    }
+
+    fn heal(disk: &mut BrokerDisk, for_good: bool) {
+        disk.disk.set_faults(DiskFaults::default());
+        if for_good {
+            disk.disk.disarm();
+        }
     }
 
     /// A Kafka batch of `records` records, the first holding `payload`.

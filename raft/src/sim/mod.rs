@@ -35,7 +35,7 @@ use std::fmt;
 use std::time::Duration;
 
 pub use network::NetworkFaults;
-pub use store::{MemOptions, SimStore};
+pub use store::{DiskFault, MemOptions, SimStore};
 
 use crate::mem_store::{MemLogStore, SyncBehaviour};
 use crate::types::GroupId;
@@ -61,6 +61,9 @@ pub struct SimConfig {
     pub network: NetworkFaults,
     /// Whether faults are injected (crashes, partitions, sync failures).
     pub faults: bool,
+    /// Whether disk faults are injected too (`SimStore::inject`: crash points, a full disk,
+    /// read errors); for stores over a simulated disk.
+    pub disk_faults: bool,
     /// `LiesAboutSync` plants a bug the checker must catch (`run`'s `MemLogStore` only).
     pub sync_behaviour: SyncBehaviour,
     /// Whether acknowledgements and crashes check that committed entries are durable on a
@@ -80,6 +83,7 @@ impl Default for SimConfig {
             liveness_deadline: Duration::from_secs(30),
             network: NetworkFaults::lossy(),
             faults: true,
+            disk_faults: false,
             sync_behaviour: SyncBehaviour::Honest,
             check_durable: true,
         }

@@ -16,8 +16,9 @@
 //! Invariant (every implementation): the stores' random draws come only from the `Prng`
 //! the world passes, so a run stays a pure function of its seed.
 //!
-//! Deliberately absent until the storage-backed store needs them: retention, disk faults other than a failed fdatasync, crash
-//! points, and removing a replica's data.
+//! Disk faults beyond a failed fdatasync (`inject`: crash points, a full disk, read errors)
+//! are for stores over a simulated disk; the memory store models none. Deliberately absent
+//! until the storage-backed store needs them: retention and removing a replica's data.
 
 use bytes::Bytes;
 use raft::eraftpb::Entry;
@@ -26,6 +27,17 @@ use crate::log_store::LogStore;
 use crate::mem_store::{DurableImage, MemLogStore, SyncBehaviour};
 use crate::seed::Prng;
 use crate::types::{GroupId, NodeId, RaftIndex};
+
+/// A fault of a simulated disk (`SimConfig::disk_faults`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DiskFault {
+    /// A crash (power loss) at the n-th next mutating operation, which is torn.
+    CrashPoint(u64),
+    /// Writes that would grow a file fail with ENOSPC until healed.
+    Full,
+    /// Some reads fail with EIO until healed.
+    ReadErrors,
+}
 
 /// A log store the simulator can crash, restart and inspect. See the module doc.
 pub trait SimStore: LogStore + Sized {
@@ -113,6 +125,26 @@ pub trait SimStore: LogStore + Sized {
 
     /// The driver took the fetched entries (`MultiRaft::entries_fetched` returned).
     fn fetched_done(&mut self) {}
+
+    /// Injects `fault` into `disk`; false when the store models no such fault.
+    fn inject(_disk: &mut Self::Disk, _fault: DiskFault) -> bool {
+        false
+    }
+
+    /// Whether a crash point fired on `disk`: the node must crash now.
+    fn crashed(_disk: &Self::Disk) -> bool {
+        false
+    }
+
+    /// Whether a fault is injected in `disk` now (a recovery failing meanwhile is retried).
+    fn faulty(_disk: &Self::Disk) -> bool {
+        false
+    }
+
+    /// Ends the full disk and the read errors injected in `disk`; `for_good` (the end of
+    /// the fault phase) also disarms a crash point not reached yet, which otherwise stays
+    /// (it fires later, or the node's next crash disarms it).
+    fn heal(_disk: &mut Self::Disk, _for_good: bool) {}
 
     /// The entry data the client proposes for `payload` claiming `records` records.
     fn wrap_payload(payload: Bytes, records: u32) -> Bytes;

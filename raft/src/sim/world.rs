@@ -22,7 +22,7 @@ use crate::types::{GroupId, NodeId};
 
 use super::checker::{Checker, GroupView};
 use super::network::{Network, NetworkFaults, SimTransport};
-use super::store::SimStore;
+use super::store::{DiskFault, SimStore};
 use super::{SimConfig, SimFailure};
 
 /// How often an idle node runs a loop turn (the driver ticks every 100 ms within them).
@@ -37,6 +37,12 @@ const CLIENT_QUIET_MS: (u64, u64) = (1500, 4000);
 const FAULT_GAP_MS: (u64, u64) = (200, 1500);
 /// How long a crashed node stays down, in milliseconds.
 const DOWN_MS: (u64, u64) = (100, 3000);
+/// Chance (per mille) that a fault event also injects a disk fault (`SimConfig::disk_faults`).
+const DISK_FAULT_PER_MILLE: u32 = 300;
+/// How long a full disk or a run of read errors lasts, in milliseconds.
+const DISK_FAULT_MS: (u64, u64) = (300, 2000);
+/// A crash point falls on one of this many next mutating disk operations.
+const CRASH_POINT_OPS_MAX: u64 = 40;
 /// How long a partition lasts, in milliseconds.
 const PARTITION_MS: (u64, u64) = (300, 4000);
 /// Most records a simulated batch claims.
@@ -84,6 +90,8 @@ pub(crate) struct SimNode<S: SimStore> {
     next_turn: Duration,
     /// When the node (re)starts: restarted at once if it is up (an operator restart).
     restart_at: Option<Duration>,
+    /// When the disk's injected fault (full, read errors) ends.
+    disk_heal_at: Option<Duration>,
 }
 
 /// One turn's disk work: each dirty group's job.
@@ -107,6 +115,7 @@ enum Event {
     Turn(usize),
     Restart(usize),
     PersistDone(usize),
+    DiskHeal(usize),
     Heal,
     Client,
     Fault,
@@ -166,6 +175,7 @@ impl<S: SimStore> World<S> {
                 incarnation: 0,
                 next_turn,
                 restart_at: None,
+                disk_heal_at: None,
             });
         }
         let next_move = config_moves_at(&config, &mut rng);
@@ -348,6 +358,7 @@ impl<S: SimStore> World<S> {
             consider(n.restart_at, Event::Restart(i));
             let persist_done = n.inc.as_ref().and_then(|inc| inc.jobs.keys().next());
             consider(persist_done.map(|&(at, _)| at), Event::PersistDone(i));
+            consider(n.disk_heal_at, Event::DiskHeal(i));
         }
         consider(self.heal_at, Event::Heal);
         consider(self.next_client, Event::Client);
@@ -372,12 +383,17 @@ impl<S: SimStore> World<S> {
             Event::Restart(i) => {
                 self.nodes[i].restart_at = None;
                 self.crash(i)?;
-                self.start(i)?;
-                Some(i)
+                self.start_or_retry(i)?;
+                self.nodes[i].driver.is_some().then_some(i)
             }
             Event::PersistDone(i) => {
                 self.run_jobs(i);
-                Some(i)
+                (!self.crash_point_fired(i)?).then_some(i)
+            }
+            Event::DiskHeal(i) => {
+                self.nodes[i].disk_heal_at = None;
+                S::heal(&mut self.nodes[i].disk, false);
+                None
             }
             Event::Heal => {
                 self.heal_at = None;
@@ -400,8 +416,63 @@ impl<S: SimStore> World<S> {
         self.mix(at.as_micros() as u64, event_code(event));
         if let Some(i) = touched {
             self.turn(i)?;
+            self.crash_point_fired(i)?;
         }
         Ok(())
+    }
+
+    /// If a crash point fired on node `i`'s disk, the node crashes now (what the rest of
+    /// its turn would have done is lost) and restarts later; true when it did.
+    fn crash_point_fired(&mut self, i: usize) -> Result<bool, SimFailure> {
+        if self.nodes[i].driver.is_none() || !S::crashed(&self.nodes[i].disk) {
+            return Ok(false);
+        }
+        self.mix(5, i as u64);
+        self.crash(i)?;
+        let at = self.now() + self.ms(DOWN_MS);
+        self.nodes[i].restart_at = Some(at);
+        Ok(true)
+    }
+
+    /// Starts node `i`; while its disk has a fault injected, a failed recovery is retried
+    /// later (an operator restarting it again), otherwise it fails the seed.
+    fn start_or_retry(&mut self, i: usize) -> Result<(), SimFailure> {
+        if !S::faulty(&self.nodes[i].disk) {
+            return self.start(i);
+        }
+        if self.start(i).is_err() {
+            let at = self.now() + self.ms(DOWN_MS);
+            self.nodes[i].restart_at = Some(at);
+        }
+        Ok(())
+    }
+
+    /// Injects a disk fault on a random node (`SimConfig::disk_faults`): a crash point a few
+    /// operations ahead, or a window of a full disk or of read errors, after which an
+    /// operator restarts the node (its partitions were fenced).
+    fn disk_fault(&mut self) {
+        if !self.rng.chance(DISK_FAULT_PER_MILLE) {
+            return;
+        }
+        let i = self.rng.below(self.nodes.len() as u64) as usize;
+        let fault = match self.rng.below(3) {
+            0 => DiskFault::CrashPoint(self.rng.range(1, CRASH_POINT_OPS_MAX + 1)),
+            1 => DiskFault::Full,
+            _ => DiskFault::ReadErrors,
+        };
+        self.mix(6, i as u64);
+        if !S::inject(&mut self.nodes[i].disk, fault) {
+            return;
+        }
+        if matches!(fault, DiskFault::Full | DiskFault::ReadErrors) {
+            let heal = self.now() + self.ms(DISK_FAULT_MS);
+            let restart = heal + self.ms(DOWN_MS);
+            let node = &mut self.nodes[i];
+            node.disk_heal_at = Some(node.disk_heal_at.map_or(heal, |h| h.max(heal)));
+            if node.driver.is_some() {
+                node.restart_at = Some(node.restart_at.map_or(restart, |r| r.max(restart)));
+            }
+        }
     }
 
     fn mix(&mut self, a: u64, b: u64) {
@@ -667,6 +738,7 @@ fn event_code(e: Event) -> u64 {
         Event::Turn(i) => 100 + i as u64,
         Event::Restart(i) => 200 + i as u64,
         Event::PersistDone(i) => 300 + i as u64,
+        Event::DiskHeal(i) => 400 + i as u64,
         Event::Heal => 3,
         Event::Client => 4,
         Event::Fault => 5,
@@ -730,6 +802,9 @@ impl<S: SimStore> World<S> {
             }
             _ => self.network.heal(),
         }
+        if self.config.disk_faults {
+            self.disk_fault();
+        }
         Ok(())
     }
 
@@ -747,6 +822,8 @@ impl<S: SimStore> World<S> {
         self.network.heal();
         self.network.set_faults(NetworkFaults::reliable());
         for i in 0..self.nodes.len() {
+            self.nodes[i].disk_heal_at = None;
+            S::heal(&mut self.nodes[i].disk, true);
             let fenced = self.nodes[i]
                 .driver
                 .as_ref()
