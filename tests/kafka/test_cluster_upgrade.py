@@ -224,8 +224,10 @@ def test_an_upgraded_topic_moves_to_nodes_that_joined_later(ck):
 def test_an_upgraded_partition_whose_old_records_retention_deleted_moves_too(ck):
     """Retention deleted a single node's oldest segments before the upgrade (its log
     starts past offset 0 and no Raft state says at which term); the partition still moves
-    to two joined nodes: they start at its log start (a snapshot of that point) and hold
-    every later record at its offset."""
+    to two joined nodes: they start at its log start and hold every later record at its
+    offset. The stop may come between retention persisting the log start and deleting
+    the segments below it: the snapshot then starts below the log start, and the log
+    start entry the upgrade appends moves the new replicas' start to it."""
     from cluster_harness import Cluster
 
     kadmin = need_module("kafka.admin")
