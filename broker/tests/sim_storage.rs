@@ -18,7 +18,8 @@ use strand_raft::sim::{run_with, SimConfig, SimFailure, SimReport};
 /// Seeds per `make test` run.
 const SEEDS_DEFAULT: u64 = 2000;
 
-/// Even seeds: three nodes, fixed voters. Odd seeds: five nodes, three voters, moves.
+/// Even seeds: three nodes, fixed voters, retention compacting the logs (snapshots). Odd
+/// seeds: five nodes, three voters, moves. Both with disk faults.
 fn config(seed: u64) -> SimConfig {
     let moving = seed % 2 == 1;
     SimConfig {
@@ -29,6 +30,10 @@ fn config(seed: u64) -> SimConfig {
         fault_phase: Duration::from_secs(4),
         liveness_deadline: Duration::from_secs(20),
         disk_faults: true,
+        // Retention (and with it snapshots) on the three-node shape only: with moves, seed
+        // 1151 loses liveness after healing (the pre-votes of two replicas never reach the
+        // third); open, see raft/SIM-ON-STORAGE.md.
+        compaction: !moving,
         ..SimConfig::default()
     }
 }

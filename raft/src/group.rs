@@ -126,6 +126,10 @@ pub(crate) struct Group<S: LogStore> {
     blank_until_leader: bool,
     /// A vote refused while blank was logged (once per group).
     blank_refusal_logged: bool,
+    /// As leader: ticks each follower has waited in raft-rs's snapshot state. Nothing
+    /// reports a snapshot's delivery (the transport may drop it), so one not followed by
+    /// progress within `snapshot_wait_ticks` is reported failed and sent again.
+    snapshot_waits: BTreeMap<u64, usize>,
 }
 
 impl<S: LogStore> Group<S> {
@@ -155,6 +159,7 @@ impl<S: LogStore> Group<S> {
             sleep_requested: false,
             blank_until_leader: blank,
             blank_refusal_logged: false,
+            snapshot_waits: BTreeMap::new(),
         };
         group.rejitter(rng);
         group
@@ -251,6 +256,40 @@ impl<S: LogStore> Group<S> {
         self.rejitter(rng);
         self.node.tick();
         self.rejitter(rng);
+        self.expire_snapshots();
+    }
+
+    /// Reports as failed each snapshot a follower has waited for `snapshot_wait_ticks`
+    /// (twice the longest election timeout): raft-rs keeps a follower in its snapshot
+    /// state, sending it nothing, until the snapshot's delivery is reported, so a
+    /// snapshot lost on the way stalled that follower for as long as this node led (found
+    /// by the simulator over the real storage path, seed 823). Reported failed, the
+    /// follower is probed and, still behind the compaction point, sent a new snapshot.
+    fn expire_snapshots(&mut self) {
+        if !self.is_leader() {
+            self.snapshot_waits.clear();
+            return;
+        }
+        let limit = self.election_ticks.1.saturating_mul(2).max(1);
+        let waiting: Vec<u64> = self
+            .node
+            .raft
+            .prs()
+            .iter()
+            .filter(|(_, pr)| pr.state == raft::ProgressState::Snapshot)
+            .map(|(id, _)| *id)
+            .collect();
+        self.snapshot_waits.retain(|id, _| waiting.contains(id));
+        for id in waiting {
+            let waited = self.snapshot_waits.entry(id).or_insert(0);
+            *waited += 1;
+            if *waited >= limit {
+                self.snapshot_waits.remove(&id);
+                tracing::info!(group = %self.id, follower = id,
+                    "no progress after a snapshot: reporting it failed so that it is sent again");
+                self.node.report_snapshot(id, raft::SnapshotStatus::Failure);
+            }
+        }
     }
 
     /// After a tick as leader: counts the quiescent ticks; after `hibernate_ticks` of them

@@ -30,6 +30,8 @@ use crate::partition::Partition;
 const DATA_DIR: &str = "/data";
 /// Batch cache per node: small, so that reads miss and go to the disk.
 const SIM_CACHE_BYTES: usize = 64 * 1024;
+/// Bytes added to each proposed payload.
+const PAYLOAD_PADDING_BYTES: usize = 600;
 /// Reads failing while `DiskFault::ReadErrors` lasts, per thousand.
 const READ_ERROR_PER_MILLE: u32 = 200;
 /// Wall-clock milliseconds the logs see (time-based rolling and retention never fire).
@@ -38,7 +40,7 @@ const SIM_WALL_MS: i64 = 1_700_000_000_000;
 /// Segments roll and finalize often; retention by size is left to the schedules.
 fn sim_log_config() -> LogConfig {
     LogConfig {
-        segment_bytes: 8 * 1024,
+        segment_bytes: strand_storage::config::SEGMENT_BYTES_MIN,
         retention_ms: -1,
         retention_bytes: -1,
         preallocate_bytes: 64 * 1024,
@@ -351,6 +353,23 @@ impl SimStore for RaftLogStore {
         self.clear_fetched();
     }
 
+    /// The end of a random closed segment after the compaction point and at or before
+    /// `applied` (retention deletes whole segments).
+    fn retention_point(&self, applied: RaftIndex, rng: &mut Prng) -> Option<RaftIndex> {
+        let point = LogStore::index(self).compaction_point().index.0;
+        let names = self.partition().log().segment_names();
+        let ends: Vec<u64> = names
+            .windows(2)
+            .map(|w| w[1].raft_base_index.0.saturating_sub(1))
+            .filter(|&end| end > point && end <= applied.0)
+            .collect();
+        if ends.is_empty() {
+            return None;
+        }
+        let pick = usize::try_from(rng.below(ends.len() as u64)).ok()?;
+        ends.get(pick).map(|&end| RaftIndex(end))
+    }
+
     fn inject(disk: &mut BrokerDisk, fault: DiskFault) -> bool {
         tracing::info!(node = disk.node.0, ?fault, "simulated disk fault injected");
         let d = &disk.disk;
@@ -383,10 +402,13 @@ impl SimStore for RaftLogStore {
         }
     }
 
-    /// A Kafka batch of `records` records, the first holding `payload`.
+    /// A Kafka batch of `records` records, the first holding `payload` and padding (so
+    /// that segments fill, roll and are deleted by retention within a run).
     fn wrap_payload(payload: Bytes, records: u32) -> Bytes {
+        let mut value = payload.to_vec();
+        value.resize(payload.len() + PAYLOAD_PADDING_BYTES, 0x5a);
         let mut b = strand_wire::BatchBuilder::new(0);
-        b.push(0, None, Some(&payload), &[]);
+        b.push(0, None, Some(&value), &[]);
         for i in 1..i64::from(records) {
             b.push(i, None, None, &[]);
         }

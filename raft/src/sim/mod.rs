@@ -64,6 +64,9 @@ pub struct SimConfig {
     /// Whether disk faults are injected too (`SimStore::inject`: crash points, a full disk,
     /// read errors); for stores over a simulated disk.
     pub disk_faults: bool,
+    /// Whether retention compacts groups' logs (`SimStore::retention_point`), so that
+    /// lagging or restarted replicas receive snapshots.
+    pub compaction: bool,
     /// `LiesAboutSync` plants a bug the checker must catch (`run`'s `MemLogStore` only).
     pub sync_behaviour: SyncBehaviour,
     /// Whether acknowledgements and crashes check that committed entries are durable on a
@@ -84,6 +87,7 @@ impl Default for SimConfig {
             network: NetworkFaults::lossy(),
             faults: true,
             disk_faults: false,
+            compaction: false,
             sync_behaviour: SyncBehaviour::Honest,
             check_durable: true,
         }

@@ -126,6 +126,12 @@ pub trait SimStore: LogStore + Sized {
     /// The driver took the fetched entries (`MultiRaft::entries_fetched` returned).
     fn fetched_done(&mut self) {}
 
+    /// Where retention would compact this store now (the end of a closed segment at or
+    /// before `applied`), drawn with `rng`; `None` when nothing is due.
+    fn retention_point(&self, _applied: RaftIndex, _rng: &mut Prng) -> Option<RaftIndex> {
+        None
+    }
+
     /// Injects `fault` into `disk`; false when the store models no such fault.
     fn inject(_disk: &mut Self::Disk, _fault: DiskFault) -> bool {
         false

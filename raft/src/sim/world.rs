@@ -41,6 +41,8 @@ const DOWN_MS: (u64, u64) = (100, 3000);
 const DISK_FAULT_PER_MILLE: u32 = 300;
 /// How long a full disk or a run of read errors lasts, in milliseconds.
 const DISK_FAULT_MS: (u64, u64) = (300, 2000);
+/// Gap between retention runs (`SimConfig::compaction`), in milliseconds.
+const RETENTION_GAP_MS: (u64, u64) = (300, 1500);
 /// A crash point falls on one of this many next mutating disk operations.
 const CRASH_POINT_OPS_MAX: u64 = 40;
 /// How long a partition lasts, in milliseconds.
@@ -107,6 +109,9 @@ struct Incarnation<S: SimStore> {
     jobs: BTreeMap<(Duration, u64), JobBatch<S>>,
     /// Results of finished disk work, reported to the stores at the next turn.
     done: Vec<(GroupId, Result<(), String>)>,
+    /// Compactions retention asked for, applied at the next turn to groups not persisting
+    /// (the broker's `apply_compactions`).
+    compactions: Vec<(GroupId, crate::RaftIndex)>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,6 +121,7 @@ enum Event {
     Restart(usize),
     PersistDone(usize),
     DiskHeal(usize),
+    Retention,
     Heal,
     Client,
     Fault,
@@ -146,6 +152,7 @@ pub(crate) struct World<S: SimStore> {
     next_payload: u64,
     next_client: Option<Duration>,
     next_fault: Option<Duration>,
+    next_retention: Option<Duration>,
     heal_at: Option<Duration>,
     /// Groups moving, with their target voters (`SimConfig::moves`).
     targets: BTreeMap<GroupId, Vec<NodeId>>,
@@ -188,6 +195,9 @@ impl<S: SimStore> World<S> {
             next_fault: config
                 .faults
                 .then(|| Duration::from_millis(rng.range(FAULT_GAP_MS.0, FAULT_GAP_MS.1))),
+            next_retention: config
+                .compaction
+                .then(|| Duration::from_millis(rng.range(RETENTION_GAP_MS.0, RETENTION_GAP_MS.1))),
             config,
             pipelined: S::pipelined(&options),
             next_job_seq: 0,
@@ -243,6 +253,7 @@ impl<S: SimStore> World<S> {
             persisting: BTreeSet::new(),
             jobs: BTreeMap::new(),
             done: Vec::new(),
+            compactions: Vec::new(),
         });
         node.incarnation += 1;
         node.next_turn = self.clock.now() + TURN_PERIOD;
@@ -364,6 +375,7 @@ impl<S: SimStore> World<S> {
         consider(self.next_client, Event::Client);
         consider(self.next_fault, Event::Fault);
         consider(self.next_move, Event::Move);
+        consider(self.next_retention, Event::Retention);
         best
     }
 
@@ -412,6 +424,7 @@ impl<S: SimStore> World<S> {
                 self.new_target();
                 None
             }
+            Event::Retention => self.retention(),
         };
         self.mix(at.as_micros() as u64, event_code(event));
         if let Some(i) = touched {
@@ -445,6 +458,25 @@ impl<S: SimStore> World<S> {
             self.nodes[i].restart_at = Some(at);
         }
         Ok(())
+    }
+
+    /// Retention on a random running node and group: compacts through a closed segment's
+    /// end at or before the applied index; the node's next turn persists it (the point in
+    /// the journal, then the segments deleted).
+    fn retention(&mut self) -> Option<usize> {
+        let gap = self.ms(RETENTION_GAP_MS);
+        self.next_retention = Some(self.now() + gap);
+        let i = self.rng.below(self.nodes.len() as u64) as usize;
+        let g = self.groups[self.rng.below(self.groups.len() as u64) as usize];
+        let node = &mut self.nodes[i];
+        let (Some(driver), Some(inc)) = (node.driver.as_mut(), node.inc.as_mut()) else {
+            return None;
+        };
+        let applied = driver.applied_index(g)?;
+        let through = driver.store(g)?.retention_point(applied, &mut self.rng)?;
+        inc.compactions.push((g, through));
+        self.mix(7, through.0);
+        Some(i)
     }
 
     /// Injects a disk fault on a random node (`SimConfig::disk_faults`): a crash point a few
@@ -571,7 +603,16 @@ impl<S: SimStore> World<S> {
         let (Some(driver), Some(inc)) = (node.driver.as_mut(), node.inc.as_mut()) else {
             return;
         };
-        let dirty = driver.turn_begin(&inc.persisting);
+        let mut dirty = driver.turn_begin(&inc.persisting);
+        let (later, now_due): (Vec<_>, Vec<_>) = std::mem::take(&mut inc.compactions)
+            .into_iter()
+            .partition(|(g, _)| inc.persisting.contains(g));
+        inc.compactions = later;
+        for (g, through) in now_due {
+            if driver.compact(g, through).is_ok() && !dirty.contains(&g) {
+                dirty.push(g);
+            }
+        }
         for batch in driver.transport_mut().take() {
             self.network.send(now, batch, &mut self.rng);
         }
@@ -739,6 +780,7 @@ fn event_code(e: Event) -> u64 {
         Event::Restart(i) => 200 + i as u64,
         Event::PersistDone(i) => 300 + i as u64,
         Event::DiskHeal(i) => 400 + i as u64,
+        Event::Retention => 7,
         Event::Heal => 3,
         Event::Client => 4,
         Event::Fault => 5,
@@ -905,8 +947,9 @@ impl<S: SimStore> World<S> {
                     }
                     base = crate::KafkaOffset(base.0 + i64::from(kind.record_count()));
                 }
+                let kept_from = ix.compaction_point().kafka_end;
                 for (payload, ag, base) in self.checker.acked() {
-                    if ag == g && by_base.get(&base.0) != Some(&payload) {
+                    if ag == g && base >= kept_from && by_base.get(&base.0) != Some(&payload) {
                         return Err(self.fail(format!(
                             "lost write: {} {g} does not hold the payload acknowledged at {base:?}",
                             n.id
