@@ -311,7 +311,12 @@ def test_a_coordinator_restored_from_a_snapshot_keeps_the_groups_before_it(ck, c
     topic = "restored-groups"
     a = admin.AdminClient({"bootstrap.servers": cluster.bootstrap()})
     a.create_topics([admin.NewTopic(topic, num_partitions=1, replication_factor=3)])[topic].result(30)
-    offsets_meta = cluster.metadata(1).topics[OFFSETS_TOPIC]
+    # The internal topic is made by the controller after start-up: node 1's metadata may
+    # not list it (or its leaders) yet, as with Kafka, whose brokers make it on demand.
+    offsets_meta = wait_until(
+        lambda: (t := cluster.metadata(1).topics.get(OFFSETS_TOPIC))
+        and all(pm.leader is not None and pm.leader >= 0 for pm in t.values()) and t,
+        DEADLINE_S, f"node 1 to list {OFFSETS_TOPIC} with a leader for each partition")
     old = "g-old"
     p = offsets_partition(old, len(offsets_meta))
     filler = next(g for g in (f"g-filler-{i}" for i in range(100_000))
