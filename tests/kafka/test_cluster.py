@@ -646,6 +646,10 @@ def test_a_node_joins_through_the_seeds_and_takes_replicas(ck, cluster, topic):
     a = admin.AdminClient({"bootstrap.servers": n4.bootstrap})
     new = admin.NewTopic(topic, num_partitions=PARTITIONS, replication_factor=REPLICATION_FACTOR)
     a.create_topics([new])[topic].result(30)
+    # CreateTopics answered once the controller committed it; node 1 lists the topic once it
+    # applied it too (a Kafka client waits for its metadata the same way).
+    wait_until(lambda: len(cluster.metadata(1).topics.get(topic, {})) == PARTITIONS, 30,
+               f"node 1 to list the {PARTITIONS} partitions of {topic}")
     replicas = {p: replicas_of(cluster, topic, p, 1) for p in range(PARTITIONS)}
     assert any(4 in r for r in replicas.values()), f"no replica on the joined node: {replicas}"
     assert all(len(r) == REPLICATION_FACTOR for r in replicas.values()), replicas
@@ -885,6 +889,12 @@ def test_a_drained_node_holds_no_replicas_and_leaves(ck, cluster, topic):
     partition names it; the node can then leave. Where no node can take a replica (RF 3 on
     three nodes) it moves nothing and exits 3."""
     admin = need_module("confluent_kafka.admin")
+    # The replicas node 3 holds at first are those of __consumer_offsets, which the
+    # controller creates after start-up: wait until every node lists them.
+    wait_until(lambda: all(any(3 in pm.replicas for pm in
+                               cluster.metadata(n).topics.get("__consumer_offsets", {}).values())
+                           for n in NODE_IDS),
+               30, "every node listing replicas of __consumer_offsets on node 3")
     r = _strandctl(cluster, "cluster", "drain", "3")
     assert r.returncode == 3 and "no other node can take the replica" in r.stdout, (
         r.returncode, r.stdout, r.stderr)

@@ -751,15 +751,7 @@ impl Replicator {
         };
         let started_jobs = jobs.len();
         let mut jobs = jobs;
-        let states: Vec<_> = jobs
-            .iter_mut()
-            .filter_map(|(g, j)| j.take_state().map(|s| (*g, s)))
-            .collect();
-        let before: Vec<_> = jobs
-            .iter_mut()
-            .filter_map(|(_, j)| j.take_before_state())
-            .collect();
-        let state_written = self.write_states(states, before);
+        let state_written = write_states(&self.journal, &mut jobs);
         {
             let mut persisting = self.persisting.borrow_mut();
             for (g, job) in jobs {
@@ -794,33 +786,6 @@ impl Replicator {
                 );
             }
         }
-    }
-
-    /// One journal append for the states of this turn's jobs; each job waits for it.
-    /// Appends this turn's group states to the journal, after `before` (work the states
-    /// depend on: a restored snapshot's partition state) completed.
-    fn write_states(
-        &self,
-        states: Vec<(GroupId, crate::replication::store::StateFile)>,
-        before: Vec<futures::future::LocalBoxFuture<'static, ()>>,
-    ) -> StateWritten {
-        use futures::FutureExt;
-        if states.is_empty() && before.is_empty() {
-            return futures::future::ready(Ok(())).boxed_local().shared();
-        }
-        let journal = self.journal.clone();
-        async move {
-            futures::future::join_all(before).await;
-            if states.is_empty() {
-                return Ok(());
-            }
-            journal.append(states).await.map_err(|e| {
-                tracing::error!(error = %e, "raft journal append failed; its groups are fenced");
-                e.to_string()
-            })
-        }
-        .boxed_local()
-        .shared()
     }
 
     /// Finishes the groups whose disk work completed since the last turn.
@@ -1022,6 +987,40 @@ pub fn kafka_error(e: RaftError) -> KafkaError {
         RaftError::Store { source, .. } => KafkaError::Storage(source.to_string()),
         RaftError::Raft { reason, .. } => KafkaError::Storage(reason),
     }
+}
+
+/// One journal append for the states of a turn's `jobs` (taken from them), after the work
+/// those states depend on (a restored snapshot's partition state, also taken); each job
+/// waits for it. Shared by the replication loop and the simulator.
+pub(crate) fn write_states(
+    journal: &Rc<RaftJournal>,
+    jobs: &mut [(GroupId, crate::replication::store::PersistJob)],
+) -> StateWritten {
+    use futures::FutureExt;
+    let states: Vec<_> = jobs
+        .iter_mut()
+        .filter_map(|(g, j)| j.take_state().map(|s| (*g, s)))
+        .collect();
+    let before: Vec<_> = jobs
+        .iter_mut()
+        .filter_map(|(_, j)| j.take_before_state())
+        .collect();
+    if states.is_empty() && before.is_empty() {
+        return futures::future::ready(Ok(())).boxed_local().shared();
+    }
+    let journal = journal.clone();
+    async move {
+        futures::future::join_all(before).await;
+        if states.is_empty() {
+            return Ok(());
+        }
+        journal.append(states).await.map_err(|e| {
+            tracing::error!(error = %e, "raft journal append failed; its groups are fenced");
+            e.to_string()
+        })
+    }
+    .boxed_local()
+    .shared()
 }
 
 #[cfg(test)]

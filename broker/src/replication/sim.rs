@@ -298,28 +298,10 @@ impl SimStore for RaftLogStore {
         node: &mut BrokerNode,
         jobs: Vec<(GroupId, PersistJob)>,
     ) -> Vec<(GroupId, Result<(), String>)> {
-        use futures::FutureExt;
         let _entered = disk.disk.enter();
         let _span = tracing::info_span!("sim", node = disk.node.0).entered();
         let mut jobs = jobs;
-        let states: Vec<_> = jobs
-            .iter_mut()
-            .filter_map(|(g, j)| j.take_state().map(|s| (*g, s)))
-            .collect();
-        let before: Vec<_> = jobs
-            .iter_mut()
-            .filter_map(|(_, j)| j.take_before_state())
-            .collect();
-        let journal = node.journal.clone();
-        let state_written = async move {
-            futures::future::join_all(before).await;
-            if states.is_empty() {
-                return Ok(());
-            }
-            journal.append(states).await.map_err(|e| e.to_string())
-        }
-        .boxed_local()
-        .shared();
+        let state_written = super::write_states(&node.journal, &mut jobs);
         block_on(futures::future::join_all(jobs.into_iter().map(
             |(g, job)| {
                 let state_written = state_written.clone();

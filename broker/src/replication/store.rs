@@ -93,6 +93,7 @@ pub(crate) struct Compacted {
 
 impl Compacted {
     /// The last index compacted away.
+    #[cfg(feature = "sim")]
     pub(crate) fn index(self) -> u64 {
         self.index
     }
@@ -468,6 +469,7 @@ impl RaftLogStore {
 
     /// The first index held in memory (every entry after the last applied one is): the
     /// entries before it are applied and read from the log.
+    #[cfg(feature = "sim")]
     pub(crate) fn mem_first(&self) -> u64 {
         self.mem
             .front()
@@ -475,6 +477,7 @@ impl RaftLogStore {
     }
 
     /// The partition whose log this is.
+    #[cfg(feature = "sim")]
     pub(crate) fn partition(&self) -> &Rc<Partition> {
         &self.part
     }
