@@ -128,7 +128,8 @@ pub(crate) struct Group<S: LogStore> {
     blank_refusal_logged: bool,
     /// As leader: ticks each follower has waited in raft-rs's snapshot state. Nothing
     /// reports a snapshot's delivery (the transport may drop it), so one not followed by
-    /// progress within `snapshot_wait_ticks` is reported failed and sent again.
+    /// progress within twice the longest election timeout is reported failed and sent
+    /// again (`expire_snapshots`).
     snapshot_waits: BTreeMap<u64, usize>,
 }
 
@@ -259,8 +260,8 @@ impl<S: LogStore> Group<S> {
         self.expire_snapshots();
     }
 
-    /// Reports as failed each snapshot a follower has waited for `snapshot_wait_ticks`
-    /// (twice the longest election timeout): raft-rs keeps a follower in its snapshot
+    /// Reports as failed each snapshot a follower has waited for twice the longest
+    /// election timeout (in ticks): raft-rs keeps a follower in its snapshot
     /// state, sending it nothing, until the snapshot's delivery is reported, so a
     /// snapshot lost on the way stalled that follower for as long as this node led (found
     /// by the simulator over the real storage path, seed 823). Reported failed, the
