@@ -24,7 +24,7 @@
 //! is never touched again and acknowledges or votes for nothing; a proposal completes `Ok` only when its own entry (same index *and* term) is
 //! applied, i.e. committed by a majority that fsynced it; `applied` only grows.
 //! Election jitter comes from the driver's seeded `Prng`, never from raft-rs's own
-//! `thread_rng` draw, which `rejitter` overrides after every call that may reset it.
+//! `thread_rng` draw, which `observe_role` overrides after every call that may reset it.
 
 use std::collections::BTreeMap;
 
@@ -145,6 +145,9 @@ impl<S: LogStore> Group<S> {
         let applied = RaftIndex(node.raft.raft_log.applied);
         let blank =
             node.raft.term == 0 && node.raft.vote == 0 && node.raft.raft_log.last_index() == 0;
+        if blank {
+            tracing::debug!(group = %id, node = node.raft.id, "replica opened blank");
+        }
         let mut group = Self {
             id,
             node,
@@ -162,7 +165,7 @@ impl<S: LogStore> Group<S> {
             blank_refusal_logged: false,
             snapshot_waits: BTreeMap::new(),
         };
-        group.rejitter(rng);
+        group.observe_role(rng);
         group
     }
 
@@ -229,9 +232,14 @@ impl<S: LogStore> Group<S> {
         (applied_term == self.term()).then(|| self.applied_kafka_end())
     }
 
-    /// Redraws the election timeout from `rng` whenever raft-rs may have reset it.
-    fn rejitter(&mut self, rng: &mut Prng) {
+    /// After every raft-rs call that may change the term, the role or the leader: a known
+    /// leader (one reached this replica, or it was elected itself) ends blank mode (see the
+    /// module doc), and a new (term, role, leader) draws a new election timeout.
+    fn observe_role(&mut self, rng: &mut Prng) {
         let r = &self.node.raft;
+        if r.leader_id != raft::INVALID_ID {
+            self.blank_until_leader = false;
+        }
         let key = (r.term, r.state, r.leader_id);
         if self.jitter_key == Some(key) {
             return;
@@ -254,9 +262,9 @@ impl<S: LogStore> Group<S> {
         if self.fenced {
             return;
         }
-        self.rejitter(rng);
+        self.observe_role(rng);
         self.node.tick();
-        self.rejitter(rng);
+        self.observe_role(rng);
         self.expire_snapshots();
     }
 
@@ -490,7 +498,7 @@ impl<S: LogStore> Group<S> {
         if let Err(e) = self.node.step(message) {
             tracing::debug!(group = %self.id, error = %e, "raft step refused a message");
         }
-        self.rejitter(fx.rng);
+        self.observe_role(fx.rng);
         self.fail_pending_unless_leader(fx);
         Ok(())
     }
@@ -673,7 +681,7 @@ impl<S: LogStore> Group<S> {
         fx.outbox.push(self.id, light.take_messages());
         self.apply(light.take_committed_entries(), fx);
         self.node.advance_apply();
-        self.rejitter(fx.rng);
+        self.observe_role(fx.rng);
         self.fail_pending_unless_leader(fx);
     }
 
@@ -694,7 +702,7 @@ impl<S: LogStore> Group<S> {
         fx.outbox.push(self.id, persisted);
         self.node.on_persist_ready(number);
         self.node.advance_apply();
-        self.rejitter(fx.rng);
+        self.observe_role(fx.rng);
         self.fail_pending_unless_leader(fx);
     }
 
@@ -1099,8 +1107,11 @@ impl<S: LogStore> Group<S> {
                 .map_err(|_| malformed("undecodable ConfChange"))?;
             self.node.apply_conf_change(&cc)
         }
-        .map_err(|_| malformed("configuration change refused by raft-rs"))?;
-        self.store_mut().set_conf_state(&conf_state);
+        .map_err(|e| {
+            tracing::error!(group = %self.id, %index, error = %e, conf = ?self.store().conf_state(), "raft-rs refused a committed configuration change");
+            malformed("configuration change refused by raft-rs")
+        })?;
+        self.store_mut().set_conf_state(index, &conf_state);
         // A leader that applies its own removal (elected before it applied it) steps down
         // at once: raft-rs would keep it leading outside its configuration, drop every
         // proposal it makes, and panic on the next acknowledgement it counts.
@@ -1177,6 +1188,7 @@ impl<S: LogStore> Group<S> {
                     self.blank_refusal_logged = true;
                     tracing::warn!(
                         group = %self.id,
+                        node = self.node.raft.id,
                         candidate = message.from,
                         candidate_log_ends_at = message.index,
                         "this replica holds no Raft state (new, or its data directory was \

@@ -14,6 +14,7 @@
 //! never names glommio: the broker supplies the traits.
 
 pub mod clock;
+pub mod conf_history;
 pub mod entry;
 pub mod error;
 pub mod fuzz;
@@ -32,6 +33,7 @@ pub mod transport;
 pub mod types;
 
 pub use clock::Clock;
+pub use conf_history::ConfHistory;
 pub use error::{RaftError, StoreError};
 pub use group::{GroupView, MembershipStep};
 pub use log_index::{CompactionPoint, LogIndex};

@@ -10,6 +10,7 @@
 
 use raft::eraftpb::{ConfState, Entry, HardState};
 
+use crate::conf_history::ConfHistory;
 use crate::entry;
 use crate::error::StoreError;
 use crate::log_index::{CompactionPoint, LogIndex};
@@ -30,6 +31,7 @@ pub enum SyncBehaviour {
 pub struct DurableImage {
     hard_state: HardState,
     conf_state: ConfState,
+    confs: ConfHistory,
     point: CompactionPoint,
     entries: Vec<Entry>,
     /// The applied index when the state was last synced (`LogStore::persisted_applied`).
@@ -39,11 +41,16 @@ pub struct DurableImage {
 impl DurableImage {
     /// A fresh group's image: no entries, the given voters.
     pub fn new(voters: &[u64]) -> Self {
+        Self::with_conf(ConfState {
+            voters: voters.to_vec(),
+            ..ConfState::default()
+        })
+    }
+
+    fn with_conf(conf_state: ConfState) -> Self {
         Self {
-            conf_state: ConfState {
-                voters: voters.to_vec(),
-                ..ConfState::default()
-            },
+            confs: ConfHistory::at(conf_state.clone()),
+            conf_state,
             ..Self::default()
         }
     }
@@ -53,14 +60,11 @@ impl DurableImage {
     /// A new replica's image of a group whose first voters are `voters` (a partition move
     /// brings it in): it knows itself only as a learner, and learns the rest from the log.
     pub fn joining(voters: &[u64], me: u64) -> Self {
-        Self {
-            conf_state: ConfState {
-                voters: voters.iter().copied().filter(|&v| v != me).collect(),
-                learners: vec![me],
-                ..ConfState::default()
-            },
-            ..Self::default()
-        }
+        Self::with_conf(ConfState {
+            voters: voters.iter().copied().filter(|&v| v != me).collect(),
+            learners: vec![me],
+            ..ConfState::default()
+        })
     }
 
     /// Whether the image holds raft index `index` with `term` (a compacted index counts:
@@ -224,8 +228,13 @@ impl LogStore for MemLogStore {
         self.live.conf_state.clone()
     }
 
-    fn set_conf_state(&mut self, conf_state: &ConfState) {
+    fn set_conf_state(&mut self, index: RaftIndex, conf_state: &ConfState) {
         self.live.conf_state = conf_state.clone();
+        self.live.confs.record(index, conf_state);
+    }
+
+    fn conf_state_at_point(&self) -> Option<ConfState> {
+        self.live.confs.at_point().cloned()
     }
 
     fn sync(&mut self) -> Result<(), StoreError> {
@@ -246,6 +255,7 @@ impl LogStore for MemLogStore {
             self.durable.entries.extend_from_slice(unsynced);
             self.durable.hard_state = self.live.hard_state.clone();
             self.durable.conf_state = self.live.conf_state.clone();
+            self.durable.confs = self.live.confs.clone();
             self.durable.applied = self.live.applied;
         }
         self.dirty_from = self.live.entries.len();
@@ -279,6 +289,7 @@ impl LogStore for MemLogStore {
         }
         self.live.entries.drain(..drop.min(self.live.entries.len()));
         self.live.point = self.index.compaction_point();
+        self.live.confs.compact(through);
         // Positions moved: the next sync copies the whole image.
         self.dirty_from = 0;
         Ok(())
@@ -294,6 +305,7 @@ impl LogStore for MemLogStore {
         self.live.entries.clear();
         self.live.point = point;
         self.live.conf_state = conf_state.clone();
+        self.live.confs.restore(conf_state);
         self.dirty_from = 0;
         Ok(())
     }

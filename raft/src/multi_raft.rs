@@ -263,7 +263,7 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
 
     /// Starts (or restarts from its store) a group whose store holds its configuration (a
     /// new replica of a moved partition may know itself only as a learner).
-    pub fn add_group(&mut self, group: GroupId, store: S) -> Result<(), RaftError> {
+    pub fn add_group(&mut self, group: GroupId, mut store: S) -> Result<(), RaftError> {
         let conf = store.conf_state();
         if conf.voters.is_empty() && conf.learners.is_empty() {
             let reason = "the store holds no members".to_string();
@@ -279,6 +279,12 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
             .persisted_applied()
             .map_or(committed, |a| a.min(committed));
         let applied = store.index().compaction_point().index.max(committed);
+        let implied = crate::log_store::implied_commit(&store, applied);
+        let mut hard = store.hard_state();
+        if implied.0 > hard.commit {
+            hard.commit = implied.0;
+            store.set_hard_state(&hard);
+        }
         let raft_config = self.config.raft_config(group, applied);
         let logger = crate::log_bridge::logger(self.config.node, group);
         let node = RawNode::new(&raft_config, GroupStorage::new(store), &logger).map_err(|e| {

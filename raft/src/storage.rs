@@ -182,7 +182,7 @@ impl<S: LogStore> Storage for GroupStorage<S> {
         Ok(self.store.index().last_index().0)
     }
 
-    fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
+    fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<Snapshot> {
         let point = self.store.index().compaction_point();
         if request_index > point.index.0 {
             // Only the compaction point can be shipped; the broker compacts further later.
@@ -190,18 +190,33 @@ impl<S: LogStore> Storage for GroupStorage<S> {
                 raft::StorageError::SnapshotTemporarilyUnavailable,
             ));
         }
-        // The configuration shipped is the current one, not the one at the point: the
-        // receiver applies the configuration entries after the point on top of it. Simple
-        // changes applied twice change nothing, and entering then leaving a joint
-        // configuration from a simple one ends where the leader is; but entering one that
-        // is already joint is refused (the group would be fenced), so no snapshot leaves
-        // while the configuration is joint (a moment: the leader leaves it at once).
-        let conf_state = self.store.conf_state();
-        if !conf_state.voters_outgoing.is_empty() {
-            return Err(raft::Error::Store(
-                raft::StorageError::SnapshotTemporarilyUnavailable,
-            ));
-        }
+        // The configuration shipped is the one at the point: the receiver applies the
+        // configuration entries after the point on top of it. A store that does not know it
+        // (persisted before it kept its `ConfHistory`) ships the current one, which is
+        // right unless a configuration entry follows the point: simple changes applied
+        // twice change nothing, but a joint one entered twice or left twice is refused
+        // (the receiver's group would be fenced), so none leaves while it is joint.
+        let conf_state = match self.store.conf_state_at_point() {
+            // raft-rs refuses a snapshot whose configuration lacks its receiver: one added
+            // after the point is a learner in it until it applies the entry that added it
+            // (early, and harmless: a learner neither votes nor campaigns).
+            Some(mut at_point) => {
+                let members = at_point.voters.iter().chain(&at_point.learners);
+                if !members.chain(&at_point.voters_outgoing).any(|&n| n == to) {
+                    at_point.learners.push(to);
+                }
+                at_point
+            }
+            None => {
+                let current = self.store.conf_state();
+                if !current.voters_outgoing.is_empty() {
+                    return Err(raft::Error::Store(
+                        raft::StorageError::SnapshotTemporarilyUnavailable,
+                    ));
+                }
+                current
+            }
+        };
         let state = self.store.snapshot_state();
         let mut data = Vec::with_capacity(SNAPSHOT_DATA_BYTES + state.len());
         data.extend_from_slice(&point.kafka_end.0.to_be_bytes());
@@ -236,10 +251,10 @@ mod tests {
     use crate::mem_store::{DurableImage, MemLogStore, SyncBehaviour};
     use crate::types::RaftIndex;
 
-    /// No snapshot leaves while the configuration is joint (see `snapshot`); a simple one
-    /// ships the current configuration at the compaction point.
+    /// A snapshot ships the configuration at its point, joint or not, whatever the
+    /// configuration entries after the point made of it since (see `snapshot`).
     #[test]
-    fn no_snapshot_leaves_a_joint_configuration() {
+    fn a_snapshot_ships_the_configuration_at_its_point() {
         let mut s = MemLogStore::recover(DurableImage::new(&[1, 2, 3]), SyncBehaviour::Honest)
             .expect("an empty image recovers");
         let data = |index| Entry {
@@ -249,30 +264,40 @@ mod tests {
             context: entry::data_context(1).to_vec().into(),
             ..Entry::default()
         };
-        s.append(&[data(1), data(2), data(3)]).expect("append");
-        s.compact_through(RaftIndex(2)).expect("compact");
-        s.set_conf_state(&ConfState {
+        s.append(&[data(1), data(2), data(3), data(4), data(5)])
+            .expect("append");
+        let joint = ConfState {
             voters: vec![2, 3, 4],
             voters_outgoing: vec![1, 2, 3],
             auto_leave: true,
             ..ConfState::default()
-        });
-        let gs = GroupStorage::new(s);
-        assert!(matches!(
-            gs.snapshot(2, 4),
-            Err(raft::Error::Store(
-                raft::StorageError::SnapshotTemporarilyUnavailable
-            ))
-        ));
-        let mut gs = gs;
-        gs.store_mut().set_conf_state(&ConfState {
+        };
+        let moved = ConfState {
             voters: vec![2, 3, 4],
             ..ConfState::default()
-        });
-        let snap = gs.snapshot(2, 4).expect("a simple configuration");
-        assert_eq!(snap.get_metadata().index, 2);
-        assert_eq!(snap.get_metadata().get_conf_state().voters, vec![2, 3, 4]);
+        };
+        s.set_conf_state(RaftIndex(3), &joint);
+        s.set_conf_state(RaftIndex(4), &moved);
+        let mut gs = GroupStorage::new(s);
+        let shipped = |gs: &mut GroupStorage<MemLogStore>, through: u64| {
+            gs.store_mut()
+                .compact_through(RaftIndex(through))
+                .expect("compact");
+            let snap = gs.snapshot(through, 2).expect("a snapshot of the point");
+            assert_eq!(snap.get_metadata().index, through);
+            snap.get_metadata().get_conf_state().clone()
+        };
+        assert_eq!(shipped(&mut gs, 2).voters, vec![1, 2, 3]);
+        // Node 4 was added after the point: it is a learner in what it receives.
+        let to_4 = gs.snapshot(2, 4).expect("a snapshot of the point");
+        let conf = to_4.get_metadata().get_conf_state();
+        assert_eq!((&conf.voters, &conf.learners), (&vec![1, 2, 3], &vec![4]));
+        assert_eq!(shipped(&mut gs, 3), joint);
+        let snap_conf = shipped(&mut gs, 4);
+        assert_eq!(snap_conf, moved);
+        assert_eq!(gs.store().conf_state(), moved);
         // A store without state beside its log ships the point alone.
+        let snap = gs.snapshot(4, 2).expect("a snapshot of the point");
         assert_eq!(snap.data.len(), SNAPSHOT_DATA_BYTES);
         assert!(snapshot_state(&snap).is_empty());
     }

@@ -480,6 +480,37 @@ fn a_blank_replica_votes_for_no_stale_candidate_until_a_leader_reaches_it() {
     );
 }
 
+/// A replica that opened blank and then led the group itself (a new group's first leader)
+/// knows a leader: later it votes as any replica. Found by the storage simulator (seed
+/// 3029): the first leader of a group kept refusing votes to candidates ahead of it, and
+/// once the only other up-to-date voter was down the group never elected again.
+#[test]
+fn a_first_leader_that_opened_blank_votes_for_a_candidate_ahead_of_it() {
+    let mut c = Cluster::new();
+    c.propose(0, 1).expect("leader accepts");
+    c.settle();
+    // Node 1 is cut off; nodes 2 and 3 elect and commit an entry node 1 lacks.
+    c.down[0] = true;
+    c.ticks(3 * ELECTION_TICKS_MAX_DEFAULT);
+    let leader = (1..3)
+        .find(|&n| c.nodes[n].is_leader(G))
+        .expect("nodes 2 and 3 elect a leader");
+    c.propose(leader, 1).expect("leader accepts");
+    c.settle();
+    assert_eq!(c.nodes[leader].high_watermark(G), Some(KafkaOffset(2)));
+    // The new leader goes down before node 1 hears from it; node 1 comes back. The other
+    // follower holds the new entry and needs node 1's vote.
+    c.down[leader] = true;
+    c.down[0] = false;
+    let ahead = 3 - leader;
+    c.ticks(5 * ELECTION_TICKS_MAX_DEFAULT);
+    assert!(
+        c.nodes[ahead].is_leader(G),
+        "node {} (holding every committed entry) is elected with node 1's vote",
+        ahead + 1
+    );
+}
+
 #[test]
 fn malformed_peer_entries_are_dropped() {
     let mut c = Cluster::new();

@@ -1,6 +1,6 @@
 //! The deterministic simulator over many seeds (raft/src/sim). `STRAND_SIM_SEEDS=<n>` sets
 //! how many seeds run (from `STRAND_SIM_SEED_START`, default 0); `STRAND_SIM_SEED=<n>`
-//! replays one seed exactly.
+//! replays one seed exactly; `STRAND_SIM_LOG=info` prints its logs.
 
 use std::time::Instant;
 
@@ -20,7 +20,18 @@ fn env_u64(name: &str) -> Option<u64> {
     )
 }
 
+/// `STRAND_SIM_LOG=<filter>` prints the drivers' and raft-rs's logs (one seed at a time).
+fn init_log() {
+    if let Ok(filter) = std::env::var("STRAND_SIM_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_test_writer()
+            .try_init();
+    }
+}
+
 fn seeds() -> Vec<u64> {
+    init_log();
     if let Some(seed) = env_u64("STRAND_SIM_SEED") {
         return vec![seed];
     }

@@ -30,8 +30,8 @@ use raft::eraftpb::{ConfState, Entry, EntryType, HardState};
 use serde::{Deserialize, Serialize};
 use strand_raft::entry::{classify, data_context};
 use strand_raft::{
-    raft_term, CompactionPoint, KafkaOffset, LogIndex, LogStore, RaftIndex, RaftTerm, StoreError,
-    FIRST_TERM,
+    raft_term, CompactionPoint, ConfHistory, KafkaOffset, LogIndex, LogStore, RaftIndex, RaftTerm,
+    StoreError, FIRST_TERM,
 };
 use strand_storage::{AppendEntry, FrameHeader, FrameKind, LogFrame, StorageError};
 
@@ -81,6 +81,69 @@ pub(crate) struct StateFile {
     /// before any segment it covers is deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) compacted: Option<Compacted>,
+    /// The configuration history (`ConfHistory`): the configuration at the compaction
+    /// point (the one without an index) and after each configuration entry applied since.
+    /// Absent in a file of an older version: the configuration at the point is unknown.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) confs: Vec<ConfFile>,
+}
+
+/// A persisted configuration of the history (see `StateFile::confs`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub(crate) struct ConfFile {
+    /// The configuration entry that gave it; `None`: the configuration at the point.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    index: Option<u64>,
+    voters: Vec<u64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    learners: Vec<u64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    voters_outgoing: Vec<u64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    learners_next: Vec<u64>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    auto_leave: bool,
+}
+
+impl ConfFile {
+    fn of(index: Option<RaftIndex>, c: &ConfState) -> Self {
+        Self {
+            index: index.map(|i| i.0),
+            voters: c.voters.clone(),
+            learners: c.learners.clone(),
+            voters_outgoing: c.voters_outgoing.clone(),
+            learners_next: c.learners_next.clone(),
+            auto_leave: c.auto_leave,
+        }
+    }
+
+    fn conf(&self) -> ConfState {
+        ConfState {
+            voters: self.voters.clone(),
+            learners: self.learners.clone(),
+            voters_outgoing: self.voters_outgoing.clone(),
+            learners_next: self.learners_next.clone(),
+            auto_leave: self.auto_leave,
+            ..ConfState::default()
+        }
+    }
+
+    /// The history a state file holds.
+    fn history(files: &[ConfFile]) -> ConfHistory {
+        let at_point = files.iter().find(|f| f.index.is_none()).map(Self::conf);
+        let changes = files
+            .iter()
+            .filter_map(|f| Some((RaftIndex(f.index?), f.conf())))
+            .collect();
+        ConfHistory::from_parts(at_point, changes)
+    }
+
+    /// The state file form of `history`.
+    fn files(history: &ConfHistory) -> Vec<ConfFile> {
+        let at_point = history.at_point().map(|c| Self::of(None, c));
+        let changes = history.changes().iter().map(|(i, c)| Self::of(Some(*i), c));
+        at_point.into_iter().chain(changes).collect()
+    }
 }
 
 /// A persisted [`CompactionPoint`].
@@ -142,6 +205,7 @@ pub struct RaftLogStore {
     index: LogIndex,
     hard: HardState,
     conf: ConfState,
+    confs: ConfHistory,
     /// Term and vote as last written to the state file.
     written: (u64, u64),
     /// The applied index the state it opened from was written with (capped by commit).
@@ -269,6 +333,11 @@ impl RaftLogStore {
             Ok(None) => Ok(StateFile {
                 voters: voters.to_vec(),
                 learners: learners.to_vec(),
+                confs: vec![ConfFile {
+                    voters: voters.to_vec(),
+                    learners: learners.to_vec(),
+                    ..ConfFile::default()
+                }],
                 commit: if part.log().last_term().0 == 0 {
                     part.log().last_index().0
                 } else {
@@ -399,6 +468,12 @@ impl RaftLogStore {
             auto_leave: file.auto_leave,
             ..ConfState::default()
         };
+        let mut confs = ConfFile::history(&file.confs);
+        // A file of an older version: its configuration reflects the configuration entries
+        // through its applied index, so it is the one at the point if that is not past it.
+        if confs.at_point().is_none() && resume <= index.compaction_point().index.0 {
+            confs = ConfHistory::at(conf.clone());
+        }
         // A new group writes no state file: until its first vote the file would only repeat
         // the voters the metadata gives on every open (and creating thousands of
         // partitions would pay two fsyncs each).
@@ -407,6 +482,7 @@ impl RaftLogStore {
             index,
             hard,
             conf,
+            confs,
             written: (file.term, file.vote),
             resume: RaftIndex(resume),
             applied: resume,
@@ -464,6 +540,7 @@ impl RaftLogStore {
             compacted: Some(self.index.compaction_point())
                 .filter(|p| p.index.0 > 0)
                 .map(Compacted::of),
+            confs: ConfFile::files(&self.confs),
         }
     }
 
@@ -725,9 +802,14 @@ impl LogStore for RaftLogStore {
         self.conf.clone()
     }
 
-    fn set_conf_state(&mut self, conf_state: &ConfState) {
+    fn set_conf_state(&mut self, index: RaftIndex, conf_state: &ConfState) {
         self.conf = conf_state.clone();
+        self.confs.record(index, conf_state);
         self.state_dirty = true;
+    }
+
+    fn conf_state_at_point(&self) -> Option<ConfState> {
+        self.confs.at_point().cloned()
     }
 
     fn sync(&mut self) -> Result<(), StoreError> {
@@ -792,6 +874,7 @@ impl LogStore for RaftLogStore {
         self.mem.retain(|e| e.index > through.0);
         self.fetched.retain(|&i, _| i > through.0);
         let point = self.index.compaction_point();
+        self.confs.compact(point.index);
         // A restore not yet persisted stays one: its job resets the log and the state file
         // holds the newest point either way.
         if !matches!(self.staged_start, Some(StartChange::Restore(_))) {
@@ -823,6 +906,7 @@ impl LogStore for RaftLogStore {
         self.staged_truncate = None;
         self.fetched.clear();
         self.conf = conf_state.clone();
+        self.confs.restore(conf_state);
         self.hard.commit = self.hard.commit.max(point.index.0);
         self.staged_start = Some(StartChange::Restore(point));
         self.staged_shipped_state = Some(state);
@@ -1016,13 +1100,16 @@ mod tests {
                 commit: 3,
                 ..HardState::default()
             });
-            s.set_conf_state(&ConfState {
-                voters: vec![2, 3, 4],
-                voters_outgoing: vec![1, 2, 3],
-                learners_next: vec![1],
-                auto_leave: true,
-                ..ConfState::default()
-            });
+            s.set_conf_state(
+                RaftIndex(2),
+                &ConfState {
+                    voters: vec![2, 3, 4],
+                    voters_outgoing: vec![1, 2, 3],
+                    learners_next: vec![1],
+                    auto_leave: true,
+                    ..ConfState::default()
+                },
+            );
             persist(&mut s).await;
         })
         .expect("executor");
@@ -1034,6 +1121,12 @@ mod tests {
                 (vec![2, 3, 4], vec![1, 2, 3])
             );
             assert_eq!((c.learners_next, c.auto_leave), (vec![1], true));
+            // The configuration at the point (a snapshot ships it) is still the first one.
+            let at_point = s.conf_state_at_point().expect("known");
+            assert_eq!(
+                (at_point.voters, at_point.voters_outgoing),
+                (vec![1, 2, 3], vec![])
+            );
             assert_eq!(s.hard_state().commit, 3);
             assert_eq!(s.persisted_applied(), Some(RaftIndex(1)));
             // The entries after it wait in memory: applying them never waits for the disk.
@@ -1041,6 +1134,70 @@ mod tests {
                 s.entries(RaftIndex(2), RaftIndex(4), None).map(|e| e.len()),
                 Ok(2)
             );
+        })
+        .expect("executor");
+    }
+
+    /// The configuration history survives a reopen and folds into the configuration at
+    /// the point when retention compacts past a change; a state file of an older version
+    /// (no history) knows it only when its applied index is not past the point.
+    #[test]
+    fn the_configuration_at_the_point_survives_a_reopen() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("t-0");
+        let moved = ConfState {
+            voters: vec![2, 3, 4],
+            ..ConfState::default()
+        };
+        strand_storage::io_runtime::block_on("raft-store-test", 1, async {
+            let mut s = open(&dir).await;
+            let entries: Vec<Entry> = (1..=4).map(|i| data_entry(i, 1, b"x")).collect();
+            s.append(&entries).expect("append");
+            s.set_hard_state(&HardState {
+                term: 1,
+                vote: 1,
+                commit: 4,
+                ..HardState::default()
+            });
+            persist(&mut s).await;
+            s.set_conf_state(RaftIndex(3), &moved);
+            s.applied_to(RaftIndex(4));
+            s.compact_through(RaftIndex(2)).expect("compact");
+            persist(&mut s).await;
+        })
+        .expect("executor");
+        strand_storage::io_runtime::block_on("raft-store-test", 1, async {
+            let mut s = open(&dir).await;
+            assert_eq!(s.conf_state(), moved);
+            let at_point = s.conf_state_at_point().expect("known");
+            assert_eq!(at_point.voters, vec![1, 2, 3]);
+            s.compact_through(RaftIndex(3)).expect("compact");
+            assert_eq!(s.conf_state_at_point(), Some(moved.clone()));
+            persist(&mut s).await;
+        })
+        .expect("executor");
+        // An older version's file: no history, applied past the point.
+        let path = dir.join(STATE_FILE);
+        let mut file: StateFile =
+            serde_json::from_slice(&std::fs::read(&path).expect("state")).expect("json");
+        file.confs.clear();
+        file.applied = Some(4);
+        std::fs::write(&path, serde_json::to_vec(&file).expect("json")).expect("write");
+        strand_storage::io_runtime::block_on("raft-store-test", 1, async {
+            let s = open(&dir).await;
+            assert_eq!(s.conf_state(), moved);
+            assert_eq!(
+                s.conf_state_at_point(),
+                None,
+                "unknown: applied past the point"
+            );
+        })
+        .expect("executor");
+        file.applied = Some(3);
+        std::fs::write(&path, serde_json::to_vec(&file).expect("json")).expect("write");
+        strand_storage::io_runtime::block_on("raft-store-test", 1, async {
+            let s = open(&dir).await;
+            assert_eq!(s.conf_state_at_point(), Some(moved.clone()));
         })
         .expect("executor");
     }

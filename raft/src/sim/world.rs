@@ -247,6 +247,11 @@ impl<S: SimStore> World<S> {
         let opened = open_groups(node, &mut driver, &self.groups, &self.options);
         let rt = opened.map_err(|what| self.fail(what))?;
         let node = &mut self.nodes[i];
+        tracing::info!(
+            node = node.id.0,
+            at_ms = self.clock.now().as_millis() as u64,
+            "sim: node started"
+        );
         node.driver = Some(driver);
         node.inc = Some(Incarnation {
             rt,
@@ -266,6 +271,11 @@ impl<S: SimStore> World<S> {
         let Some(driver) = node.driver.take() else {
             return Ok(());
         };
+        tracing::info!(
+            node = node.id.0,
+            at_ms = self.clock.now().as_millis() as u64,
+            "sim: node crashed"
+        );
         let inc = node
             .inc
             .take()
@@ -447,6 +457,22 @@ impl<S: SimStore> World<S> {
         Ok(true)
     }
 
+    /// A group fenced on node `i` (a failed write: it stays fenced until the node restarts)
+    /// brings an operator restart, unless one is planned already. A fence can come after
+    /// `heal_all` (a write that was in flight when it ran) or from a fault injected while
+    /// the node was down.
+    fn restart_if_fenced(&mut self, i: usize) {
+        let node = &self.nodes[i];
+        let fenced = node
+            .driver
+            .as_ref()
+            .is_some_and(|d| self.groups.iter().any(|&g| d.is_fenced(g)));
+        if fenced && node.restart_at.is_none() {
+            let at = self.now() + self.ms(DOWN_MS);
+            self.nodes[i].restart_at = Some(at);
+        }
+    }
+
     /// Starts node `i`; while its disk has a fault injected, a failed recovery is retried
     /// later (an operator restarting it again), otherwise it fails the seed.
     fn start_or_retry(&mut self, i: usize) -> Result<(), SimFailure> {
@@ -542,6 +568,7 @@ impl<S: SimStore> World<S> {
         if let Some(driver) = self.nodes[i].driver.as_mut() {
             driver.drain_completions(&mut self.completions);
         }
+        self.restart_if_fenced(i);
         // The applied entries enter the checker's truth before their acknowledgements.
         self.check_node(i)?;
         let incarnation = self.nodes[i].incarnation;
@@ -857,6 +884,10 @@ impl<S: SimStore> World<S> {
     /// Ends the fault phase: the network heals and turns reliable, every node is (re)started
     /// (a fenced group restarts with its node), clients stop.
     pub fn heal_all(&mut self) -> Result<(), SimFailure> {
+        tracing::info!(
+            at_ms = self.now().as_millis() as u64,
+            "sim: fault phase over, healing"
+        );
         self.next_fault = None;
         self.next_move = None;
         self.next_client = None;
