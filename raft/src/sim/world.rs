@@ -869,12 +869,39 @@ impl<S: SimStore> World<S> {
                     self.nodes[i].restart_at.get_or_insert(at);
                 }
             }
+            80..90 => self.transfer_leadership(i),
             _ => self.network.heal(),
         }
         if self.config.disk_faults {
             self.disk_fault();
         }
         Ok(())
+    }
+
+    /// The broker's preferred-leader balancing: node `i`, if it leads a random group,
+    /// hands the leadership to another voter that is in sync (`balance_leaders`).
+    fn transfer_leadership(&mut self, i: usize) {
+        let g = self.groups[self.rng.below(self.groups.len() as u64) as usize];
+        let Some(driver) = self.nodes[i].driver.as_ref() else {
+            return;
+        };
+        let Some((voters, _)) = driver.members(g).filter(|_| driver.is_leader(g)) else {
+            return;
+        };
+        let others: Vec<u64> = voters
+            .into_iter()
+            .filter(|&v| v != self.nodes[i].id.0)
+            .collect();
+        if others.is_empty() {
+            return;
+        }
+        let to = NodeId(others[self.rng.below(others.len() as u64) as usize]);
+        self.mix(8, to.0);
+        if let Some(driver) = self.nodes[i].driver.as_mut() {
+            if driver.voter_in_sync(g, to) {
+                driver.transfer_leader(g, to);
+            }
+        }
     }
 
     fn ms(&mut self, range: (u64, u64)) -> Duration {
