@@ -194,7 +194,7 @@ pub fn render_metrics(shards: &[ShardSnapshot]) -> String {
     );
     per_shard(
         "strand_batch_cache_bytes",
-        "Bytes held by the batch cache",
+        "Heap bytes held by the batch cache (frames and their bookkeeping)",
         &mut reg,
         &|s| s.cache.used_bytes as u64,
         false,
