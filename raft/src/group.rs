@@ -15,8 +15,8 @@
 //!
 //! A replica that opened blank (no term, no vote, no entries: new, or its data directory
 //! lost everything) may have acknowledged entries before it lost them, and only a leader
-//! can tell. Until a leader is known (one reached it, or it was elected itself: a majority
-//! judged its log complete), it votes for no candidate whose log holds
+//! can tell. Until a leader is known (one reached it, or it was elected itself, after which
+//! refusing a candidate ahead of it protects nothing), it votes for no candidate whose log holds
 //! entries it lacks: otherwise a stale replica and a wiped one, a majority together, could
 //! elect the stale one and lose what the third (down) replica and the wiped one had
 //! committed. Candidates as blank as it (a new group's first election) get its vote.
