@@ -32,15 +32,12 @@ impl ConfHistory {
 
     /// A history read back from a store: `at_point` (`None` when unknown) and the changes
     /// since the point, in any order (sorted here; one per index, the last kept).
-    pub fn from_parts(
-        at_point: Option<ConfState>,
-        mut changes: Vec<(RaftIndex, ConfState)>,
-    ) -> Self {
-        changes.sort_by_key(|&(i, _)| i);
-        changes.reverse();
-        changes.dedup_by_key(|(i, _)| *i);
-        changes.reverse();
-        Self { at_point, changes }
+    pub fn from_parts(at_point: Option<ConfState>, changes: Vec<(RaftIndex, ConfState)>) -> Self {
+        let by_index: std::collections::BTreeMap<_, _> = changes.into_iter().collect();
+        Self {
+            at_point,
+            changes: by_index.into_iter().collect(),
+        }
     }
 
     /// The configuration at the compaction point, if known.
