@@ -14,6 +14,7 @@
 //! reader of its keys when it opens, so the record formats stay with their owners.
 
 pub mod checkpoint;
+pub mod codec;
 pub mod compacted;
 pub mod lookup;
 pub mod producer_state;
@@ -151,6 +152,10 @@ pub struct Partition {
     term: Cell<u64>,
     /// Cluster mode: idempotent-producer state is being rebuilt after a leader change.
     rebuilding: Cell<bool>,
+    /// Cluster mode: the number of the latest rebuild started. Only the latest installs
+    /// its state and ends `rebuilding`: an earlier one, still reading when leadership was
+    /// lost and gained again, read a log that other leaders have since added to.
+    rebuild_generation: Cell<u64>,
     /// Cluster mode: run when this node becomes the leader (the group coordinator reloads
     /// the groups of an offsets partition, which followers do not apply).
     on_leader_gain: RefCell<Option<Box<dyn Fn()>>>,
@@ -188,6 +193,7 @@ impl Partition {
             serving_watchers: RefCell::new(Vec::new()),
             term: Cell::new(0),
             rebuilding: Cell::new(false),
+            rebuild_generation: Cell::new(0),
             on_leader_gain: RefCell::new(None),
         }
     }
@@ -282,16 +288,24 @@ impl Partition {
         let leading = elected && hw.is_some();
         let was_elected = self.elected.replace(elected);
         let changed = leading != was || elected != was_elected;
-        self.term.set(term);
-        if leading && !was {
+        let was_term = self.term.replace(term);
+        // A new term is a new leadership even when no turn saw this node lose the last one.
+        if leading && (!was || term != was_term) {
             // Rebuild idempotence state from the log this node now leads: it appended
             // batches as a follower without recording their producers.
             self.rebuilding.set(true);
+            let generation = self.rebuild_generation.get() + 1;
+            self.rebuild_generation.set(generation);
             let me = self.clone();
             crate::runtime::task::spawn_local(async move {
-                if let Err(e) = me.rebuild_producer_state().await {
-                    tracing::warn!(topic = %me.topic, partition = me.index, error = %e,
-                        "rebuilding producer state after a leader change failed");
+                let replayed = me.replay_producer_state().await;
+                if me.rebuild_generation.get() != generation {
+                    return;
+                }
+                match replayed {
+                    Ok(states) => *me.producers.borrow_mut() = states,
+                    Err(e) => tracing::warn!(topic = %me.topic, partition = me.index,
+                        error = %e, "rebuilding producer state after a leader change failed"),
                 }
                 me.rebuilding.set(false);
                 me.wake_serving_watchers();
@@ -517,6 +531,14 @@ impl Partition {
     /// no duplicates. Reads at most about `CHECKPOINT_INTERVAL_BYTES` plus what is not
     /// committed yet.
     pub async fn rebuild_producer_state(&self) -> Result<(), StorageError> {
+        let states = self.replay_producer_state().await?;
+        *self.producers.borrow_mut() = states;
+        Ok(())
+    }
+
+    /// The idempotent-producer state of the checkpoint and the batch headers of the log
+    /// after it, through the log end when called (`rebuild_producer_state`).
+    async fn replay_producer_state(&self) -> Result<ProducerStates, StorageError> {
         let started = crate::common::clock::now();
         // The producers only: an offsets partition's records are the coordinator's.
         let mut live = {
@@ -530,11 +552,10 @@ impl Partition {
         let from = live.offset;
         let bytes = live.advance(&self.log, self.log.log_end_offset()).await?;
         self.metrics.state_replayed(bytes);
-        *self.producers.borrow_mut() = live.states;
         tracing::debug!(topic = %self.topic, partition = self.index, from = from.0,
             bytes, elapsed_us = (crate::common::clock::now() - started).as_micros() as u64,
             "producer state rebuilt");
-        Ok(())
+        Ok(live.states)
     }
 
     /// The checkpoint's compacted keyed records and the offset the log continues from
@@ -969,6 +990,40 @@ mod tests {
             let started = crate::common::clock::now();
             assert_eq!(part.wait_serving().await, Err(KafkaError::NotLeader));
             assert!(crate::common::clock::now() - started >= NEW_LEADER_WAIT);
+        })
+        .expect("runtime");
+    }
+
+    /// A leader of a new term rebuilds its producer state even when no role update saw
+    /// it lose the last term: batches another leader appended in between (here straight
+    /// to the log, as a follower appends them) are duplicates to it, not new batches.
+    #[test]
+    fn a_leader_of_a_new_term_rebuilds_its_producer_state() {
+        use std::time::Duration;
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("t-0");
+        strand_storage::io_runtime::block_on("partition-test", 1, async {
+            let part = open(&dir).await;
+            let hw = Some(strand_raft::KafkaOffset(0));
+            part.set_replica_role(true, 2, hw, None);
+            crate::runtime::task::timeout(Duration::from_secs(5), part.wait_serving())
+                .await
+                .expect("serves in term 2")
+                .expect("serving");
+            let entry = AppendEntry {
+                term: RaftTerm(3),
+                kind: FrameKind::Data,
+                body: batch(7, 0),
+            };
+            let appended = part.log().append_one(&entry).expect("appended");
+            part.set_replica_role(true, 4, hw, None);
+            crate::runtime::task::timeout(Duration::from_secs(5), part.wait_serving())
+                .await
+                .expect("serves in term 4")
+                .expect("serving");
+            let verdict = part.producers.borrow().check(7, 0, 0, 0);
+            let base_offset = appended.kafka_base_offset.0;
+            assert_eq!(verdict, Ok(Verdict::Duplicate { base_offset }));
         })
         .expect("runtime");
     }
