@@ -1,11 +1,18 @@
-//! Encoder of uncompressed Kafka RecordBatch v2 bytes, for producers (the native client,
-//! benchmarks, tests). The broker never re-encodes batches; it stores what producers send.
+//! Encoder of Kafka RecordBatch v2 bytes: for producers (the native client, benchmarks,
+//! tests), and for the broker's log cleaner, which rewrites stored batches with fewer
+//! records (`BatchHeader`, `empty_batch`). Otherwise the broker stores what producers send.
 //!
-//! Invariant: `build` returns a batch that [`crate::RecordBatch::validate`] accepts.
+//! Invariant: `build` returns a batch that [`crate::RecordBatch::validate`] accepts;
+//! `BatchHeader::encode` and `empty_batch` return batches that
+//! [`crate::RecordBatch::validate_stored`] accepts when their fields are consistent.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::record_batch::{Compression, BATCH_HEADER_BYTES, BATCH_LENGTH_FIELD_END, MAGIC_V2};
+use crate::record_batch::{
+    Attributes, Compression, RecordBatch, ATTRIBUTES_FIELD_START, BATCH_HEADER_BYTES,
+    BATCH_LENGTH_FIELD_END, CRC_FIELD_START, MAGIC_V2,
+};
+use crate::records::put_record;
 
 /// Builds one batch record by record.
 #[derive(Debug, Clone)]
@@ -17,25 +24,6 @@ pub struct BatchBuilder {
     producer_id: i64,
     producer_epoch: i16,
     base_sequence: i32,
-}
-
-fn put_varint(out: &mut BytesMut, v: i64) {
-    let mut z = ((v << 1) ^ (v >> 63)) as u64;
-    while z >= 0x80 {
-        out.put_u8((z as u8 & 0x7f) | 0x80);
-        z >>= 7;
-    }
-    out.put_u8(z as u8);
-}
-
-fn put_bytes(out: &mut BytesMut, b: Option<&[u8]>) {
-    match b {
-        Some(b) => {
-            put_varint(out, b.len() as i64);
-            out.put_slice(b);
-        }
-        None => put_varint(out, -1),
-    }
 }
 
 impl BatchBuilder {
@@ -83,19 +71,14 @@ impl BatchBuilder {
         value: Option<&[u8]>,
         headers: &[(&str, Option<&[u8]>)],
     ) {
-        let mut body = BytesMut::new();
-        body.put_i8(0);
-        put_varint(&mut body, timestamp_ms - self.base_timestamp_ms);
-        put_varint(&mut body, i64::from(self.count));
-        put_bytes(&mut body, key);
-        put_bytes(&mut body, value);
-        put_varint(&mut body, headers.len() as i64);
-        for (k, v) in headers {
-            put_bytes(&mut body, Some(k.as_bytes()));
-            put_bytes(&mut body, *v);
-        }
-        put_varint(&mut self.records, body.len() as i64);
-        self.records.put_slice(&body);
+        put_record(
+            &mut self.records,
+            timestamp_ms - self.base_timestamp_ms,
+            self.count,
+            key,
+            value,
+            headers.iter().map(|(k, v)| (k.as_bytes(), *v)),
+        );
         self.count += 1;
         self.max_timestamp_ms = self.max_timestamp_ms.max(timestamp_ms);
     }
@@ -114,40 +97,113 @@ impl BatchBuilder {
     /// `compression` by the caller (this crate has no codecs): `records` must be
     /// [`Self::records_bytes`] passed through that codec.
     pub fn build_with_records(&self, compression: Compression, records: &[u8]) -> Bytes {
-        let codec: i16 = match compression {
-            Compression::None => 0,
-            Compression::Gzip => 1,
-            Compression::Snappy => 2,
-            Compression::Lz4 => 3,
-            Compression::Zstd => 4,
-            Compression::Unknown(c) => i16::from(c),
-        };
+        BatchHeader {
+            base_offset: 0,
+            partition_leader_epoch: -1,
+            attributes: Attributes::from_raw(0).with_compression(compression),
+            last_offset_delta: self.count - 1,
+            first_timestamp_ms: self.base_timestamp_ms,
+            max_timestamp_ms: self.max_timestamp_ms,
+            producer_id: self.producer_id,
+            producer_epoch: self.producer_epoch,
+            base_sequence: self.base_sequence,
+            record_count: self.count,
+        }
+        .encode(records)
+    }
+}
+
+/// The fields of a batch header that are not computed from the rest (the length, magic
+/// and CRC are), for writing a batch: a producer's (`BatchBuilder`), or a stored batch
+/// the log cleaner rewrites with fewer records (`of` the original with some fields
+/// changed), keeping its base offset and `last_offset_delta` as Kafka's cleaner does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchHeader {
+    /// Kafka offset of the batch's first offset.
+    pub base_offset: i64,
+    /// Leader epoch that appended it.
+    pub partition_leader_epoch: i32,
+    /// Codec, timestamp type, transactional, control and delete-horizon bits.
+    pub attributes: Attributes,
+    /// Offsets the batch spans, minus one (more than `record_count - 1` once cleaned).
+    pub last_offset_delta: i32,
+    /// `baseTimestamp`: the first record's time, or the delete horizon when the
+    /// attributes say so.
+    pub first_timestamp_ms: i64,
+    /// Largest record timestamp.
+    pub max_timestamp_ms: i64,
+    /// Idempotent producer id, -1 for none.
+    pub producer_id: i64,
+    /// Its epoch, -1 for none.
+    pub producer_epoch: i16,
+    /// Sequence of the batch's first offset, -1 for none.
+    pub base_sequence: i32,
+    /// Records in the section.
+    pub record_count: i32,
+}
+
+impl BatchHeader {
+    /// The header fields of `batch`.
+    pub fn of(batch: &RecordBatch) -> BatchHeader {
+        BatchHeader {
+            base_offset: batch.base_offset(),
+            partition_leader_epoch: batch.partition_leader_epoch(),
+            attributes: batch.attributes(),
+            last_offset_delta: batch.last_offset_delta(),
+            first_timestamp_ms: batch.first_timestamp(),
+            max_timestamp_ms: batch.max_timestamp(),
+            producer_id: batch.producer_id(),
+            producer_epoch: batch.producer_epoch(),
+            base_sequence: batch.base_sequence(),
+            record_count: batch.record_count(),
+        }
+    }
+
+    /// The batch of this header and `records` (its records section, already compressed
+    /// with the attributes' codec), with its length and CRC32C.
+    pub fn encode(&self, records: &[u8]) -> Bytes {
         let size_bytes = BATCH_HEADER_BYTES + records.len();
         let mut b = BytesMut::with_capacity(size_bytes);
-        b.put_i64(0);
+        b.put_i64(self.base_offset);
         b.put_i32((size_bytes - BATCH_LENGTH_FIELD_END) as i32);
-        b.put_i32(-1);
+        b.put_i32(self.partition_leader_epoch);
         b.put_i8(MAGIC_V2);
         b.put_u32(0);
-        b.put_i16(codec);
-        b.put_i32(self.count - 1);
-        b.put_i64(self.base_timestamp_ms);
+        b.put_i16(self.attributes.raw());
+        b.put_i32(self.last_offset_delta);
+        b.put_i64(self.first_timestamp_ms);
         b.put_i64(self.max_timestamp_ms);
         b.put_i64(self.producer_id);
         b.put_i16(self.producer_epoch);
         b.put_i32(self.base_sequence);
-        b.put_i32(self.count);
+        b.put_i32(self.record_count);
         b.put_slice(records);
-        let crc = crc32c::crc32c(&b[21..]);
-        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        let crc = crc32c::crc32c(&b[ATTRIBUTES_FIELD_START..]);
+        b[CRC_FIELD_START..ATTRIBUTES_FIELD_START].copy_from_slice(&crc.to_be_bytes());
         b.freeze()
     }
+}
+
+/// A batch with no records in place of `batch`, as Kafka's cleaner writes one to keep a
+/// producer's last sequence (`MemoryRecords.writeEmptyHeader`): same offsets, producer
+/// fields, leader epoch, timestamp type and transactional and control bits; no codec; both
+/// timestamps the original's largest.
+pub fn empty_batch(batch: &RecordBatch) -> Bytes {
+    let a = batch.attributes();
+    let attributes = Attributes::from_raw(a.raw() & !Attributes::DELETE_HORIZON)
+        .with_compression(Compression::None);
+    BatchHeader {
+        attributes,
+        first_timestamp_ms: batch.max_timestamp(),
+        record_count: 0,
+        ..BatchHeader::of(batch)
+    }
+    .encode(&[])
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::RecordBatch;
 
     #[test]
     fn built_batches_validate() {
@@ -165,5 +221,54 @@ mod tests {
         assert_eq!(batch.record_count(), 5);
         assert_eq!(batch.last_offset_delta(), 4);
         assert_eq!(batch.max_timestamp(), 1_004);
+    }
+
+    #[test]
+    fn a_rebuilt_batch_keeps_its_offsets_and_producer() {
+        let mut bb = BatchBuilder::new(1_000).producer(7, 2, 40);
+        for i in 0..4 {
+            bb.push(1_000 + i, Some(b"k"), Some(b"v"), &[]);
+        }
+        let mut stored = bb.build().to_vec();
+        crate::record_batch::set_base_offset(&mut stored, 100).expect("header");
+        let orig = RecordBatch::parse(Bytes::from(stored)).expect("parses");
+        let records = crate::records::decode_records(
+            orig.as_bytes().slice(BATCH_HEADER_BYTES..),
+            orig.record_count(),
+        )
+        .expect("decodes");
+        let mut kept = BytesMut::new();
+        crate::records::encode_record(&mut kept, &records[2]);
+        let rebuilt = BatchHeader {
+            record_count: 1,
+            max_timestamp_ms: 1_002,
+            ..BatchHeader::of(&orig)
+        }
+        .encode(&kept);
+        let b = RecordBatch::parse(rebuilt).expect("parses");
+        b.validate_stored().expect("valid as stored");
+        assert!(b.validate().is_err(), "a producer may not send it");
+        assert_eq!(
+            (b.base_offset(), b.last_offset(), b.record_count()),
+            (100, 103, 1)
+        );
+        assert_eq!(
+            (b.producer_id(), b.producer_epoch(), b.base_sequence()),
+            (7, 2, 40)
+        );
+
+        let empty = RecordBatch::parse(empty_batch(&orig)).expect("parses");
+        empty.validate_stored().expect("valid as stored");
+        assert_eq!(empty.len_bytes(), BATCH_HEADER_BYTES);
+        assert_eq!(
+            (
+                empty.base_offset(),
+                empty.last_offset(),
+                empty.record_count()
+            ),
+            (100, 103, 0)
+        );
+        assert_eq!(empty.first_timestamp(), 1_003);
+        assert_eq!(BatchHeader::of(&empty).producer_id, 7);
     }
 }

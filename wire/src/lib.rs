@@ -7,9 +7,10 @@
 //! - [`batches`] / [`BatchIter`]: splits a Produce request's `records` field into batches
 //!   without copying.
 //! - [`BatchError`]: every way bytes can fail to be an acceptable batch, with the values seen.
-//! - [`BatchBuilder`]: encodes uncompressed batches for producers (client, bench, tests).
+//! - [`BatchBuilder`]: encodes uncompressed batches for producers (client, bench, tests);
+//!   [`BatchHeader`] and [`empty_batch`] write the batches the log cleaner keeps.
 //! - [`native`]: the native protocol's frame header and flatbuffers messages.
-//! - [`records`]: decodes the records of a batch for consumers.
+//! - [`records`]: decodes the records of a batch for consumers, and encodes them back.
 //! - [`partitioner`]: Kafka's murmur2 key partitioner, shared by every producer we ship.
 //! - [`fuzz`]: the bodies of the fuzz targets, shared by `cargo fuzz` and a stable-Rust
 //!   replay test.
@@ -32,7 +33,7 @@ pub mod positions;
 pub mod record_batch;
 pub mod records;
 
-pub use batch_builder::BatchBuilder;
+pub use batch_builder::{empty_batch, BatchBuilder, BatchHeader};
 pub use positions::{KafkaOffset, RaftIndex, RaftTerm};
 pub use record_batch::{
     batches, set_base_offset, set_partition_leader_epoch, Attributes, BatchError, BatchIter,

@@ -341,6 +341,30 @@ impl RecordBatch {
         }
     }
 
+    /// What a batch read back from the log must satisfy, where compaction may have removed
+    /// records (so [`RecordBatch::validate`] does not apply): magic 2, the CRC32C,
+    /// `0 <= recordCount <= lastOffsetDelta + 1`, and a known codec whose uncompressed
+    /// bytes can hold the count.
+    pub fn validate_stored(&self) -> Result<(), BatchError> {
+        let magic = self.magic();
+        if magic != MAGIC_V2 {
+            return Err(BatchError::BadMagic { magic });
+        }
+        let stored = self.crc();
+        let computed = self.compute_crc();
+        if stored != computed {
+            return Err(BatchError::CrcMismatch { stored, computed });
+        }
+        let (record_count, last_offset_delta) = (self.record_count(), self.last_offset_delta());
+        if record_count < 0 || i64::from(record_count) > i64::from(last_offset_delta) + 1 {
+            return Err(BatchError::OffsetDeltaMismatch {
+                last_offset_delta,
+                record_count,
+            });
+        }
+        self.validate_codec_and_count(record_count)
+    }
+
     /// [`RecordBatch::validate`] plus what Kafka checks only in batches a producer sends:
     /// `baseOffset` is 0, it is not a control batch, and an idempotent producer
     /// (`producerId >= 0`) sends a non-negative `baseSequence`.
@@ -561,6 +585,19 @@ impl Attributes {
     pub const fn has_delete_horizon(self) -> bool {
         self.0 & DELETE_HORIZON_BIT != 0
     }
+
+    /// The delete-horizon bit (KIP-534), for masks.
+    pub const DELETE_HORIZON: i16 = DELETE_HORIZON_BIT;
+
+    /// These attributes with the codec bits set to `compression`.
+    pub const fn with_compression(self, compression: Compression) -> Attributes {
+        Attributes((self.0 & !(COMPRESSION_MASK as i16)) | compression.code() as i16)
+    }
+
+    /// These attributes with the delete-horizon bit set.
+    pub const fn with_delete_horizon(self) -> Attributes {
+        Attributes(self.0 | DELETE_HORIZON_BIT)
+    }
 }
 
 /// Compression codec of a batch's records.
@@ -578,6 +615,20 @@ pub enum Compression {
     Zstd,
     /// Codecs 5-7, which Kafka does not define; [`RecordBatch::validate`] rejects them.
     Unknown(u8),
+}
+
+impl Compression {
+    /// The codec number in the attribute bits 0-2.
+    pub const fn code(self) -> u8 {
+        match self {
+            Compression::None => 0,
+            Compression::Gzip => 1,
+            Compression::Snappy => 2,
+            Compression::Lz4 => 3,
+            Compression::Zstd => 4,
+            Compression::Unknown(c) => c & COMPRESSION_MASK,
+        }
+    }
 }
 
 /// Meaning of a batch's record timestamps.
