@@ -16,6 +16,9 @@
 //! - `kafka_base`: first Kafka offset of a data/control frame; for other kinds, the log end
 //!   offset when the frame was written (so every frame maps to a Kafka offset position).
 //! - `offs`: Kafka offsets the frame occupies (`last_offset_delta + 1`; 0 for non-data).
+//! - A `Cleaned` frame (kind 6) is a bare header, no body, standing for a data batch whose
+//!   records compaction removed: it keeps the batch's offsets (`offs` > 0). Binaries older
+//!   than this kind refuse it (a one-way format change).
 //!
 //! Invariant: a decoded header has a valid CRC, a known kind and version, and a length
 //! within `FRAME_BYTES_MAX`; nothing is allocated from an unchecked length.
@@ -44,6 +47,9 @@ pub enum FrameKind {
     Control,
     /// A replicated DeleteRecords: the body is the new log start offset (8 bytes BE).
     LogStart,
+    /// A data batch whose records log compaction all removed: a header without a body
+    /// that keeps the entry's Raft index and term and its Kafka offsets (`log_clean`).
+    Cleaned,
 }
 
 impl FrameKind {
@@ -54,6 +60,7 @@ impl FrameKind {
             FrameKind::NoOp => 3,
             FrameKind::Control => 4,
             FrameKind::LogStart => 5,
+            FrameKind::Cleaned => 6,
         }
     }
 
@@ -64,6 +71,7 @@ impl FrameKind {
             3 => Some(FrameKind::NoOp),
             4 => Some(FrameKind::Control),
             5 => Some(FrameKind::LogStart),
+            6 => Some(FrameKind::Cleaned),
             _ => None,
         }
     }
@@ -71,6 +79,11 @@ impl FrameKind {
     /// Whether the body is a Kafka record batch that occupies Kafka offsets.
     pub fn has_kafka_batch(self) -> bool {
         matches!(self, FrameKind::Data | FrameKind::Control)
+    }
+
+    /// Whether the frame occupies Kafka offsets: a batch, or what compaction left of one.
+    pub fn occupies_offsets(self) -> bool {
+        self.has_kafka_batch() || self == FrameKind::Cleaned
     }
 }
 
@@ -186,9 +199,16 @@ pub fn decode_header(bytes: &[u8]) -> Result<FrameHeader, FrameError> {
     let kind = FrameKind::from_u8(b[12]).ok_or(FrameError::BadHeader("unknown frame kind"))?;
     let kafka_base_offset = KafkaOffset(u64_at(b, 32) as i64);
     let offset_count = u32_at(b, 40);
-    if kafka_base_offset.0 < 0 || (!kind.has_kafka_batch() && offset_count != 0) {
+    if kafka_base_offset.0 < 0 || (!kind.occupies_offsets() && offset_count != 0) {
         return Err(FrameError::BadHeader(
             "kafka offsets inconsistent with kind",
+        ));
+    }
+    if kind == FrameKind::Cleaned
+        && (frame_len_bytes as usize != FRAME_HEADER_BYTES || offset_count == 0)
+    {
+        return Err(FrameError::BadHeader(
+            "a cleaned frame is a bare header over at least one offset",
         ));
     }
     Ok(FrameHeader {

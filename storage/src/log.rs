@@ -81,6 +81,12 @@ pub(crate) struct State {
     pub(crate) busy: bool,
     pub(crate) fenced: Option<String>,
     pub(crate) stats: LogStats,
+    /// The segment (by first index) a compaction rewrite is replacing: retention leaves
+    /// it and the segments after it for a later round (`log_clean`).
+    pub(crate) cleaning: Option<RaftIndex>,
+    /// Segments replaced by compaction rewrites so far: a walk that sees it change goes
+    /// back to its segment's index, since file positions changed.
+    pub(crate) swaps: u64,
 }
 
 /// What is known durable.
@@ -143,6 +149,10 @@ pub struct Log {
     /// Held while the log start offset file is written: one write at a time (they share
     /// a temporary file), each writing the latest offset.
     pub(crate) log_start_write: futures::lock::Mutex<()>,
+    /// Held while segment files are unlinked (truncation, retention, reset) and while a
+    /// compaction rewrite renames its file over a segment, so an unlinked segment is
+    /// never brought back by a rename.
+    pub(crate) files_lock: futures::lock::Mutex<()>,
 }
 
 impl Drop for Log {
@@ -464,6 +474,11 @@ fn build_frame(
     index: RaftIndex,
     next_offset: KafkaOffset,
 ) -> Result<(Bytes, FrameHeader, Option<i64>), StorageError> {
+    if e.kind == FrameKind::Cleaned {
+        return Err(StorageError::Usage(
+            "only log compaction writes cleaned frames",
+        ));
+    }
     let frame_len = FRAME_HEADER_BYTES + e.body.len();
     if frame_len > FRAME_BYTES_MAX as usize {
         return Err(StorageError::Usage("entry larger than FRAME_BYTES_MAX"));

@@ -224,8 +224,22 @@ impl Log {
             return Ok(());
         };
         let mut want = READ_WINDOW_BYTES;
+        // A compaction rewrite moves frames within their segment: on one, the walk goes
+        // back to where it was by Raft index (which a rewrite keeps), skipping what it
+        // visited already.
+        let (mut swaps, mut resume, mut visited_below) =
+            (self.st.borrow().swaps, start, RaftIndex(0));
         loop {
             let window = self.read_span(key, pos.0, want).await?;
+            let now_swaps = self.st.borrow().swaps;
+            if now_swaps != swaps {
+                swaps = now_swaps;
+                let Some(at) = self.locate(resume) else {
+                    return Ok(());
+                };
+                (key, pos, want) = (at.0, at.1, READ_WINDOW_BYTES);
+                continue;
+            }
             if window.is_empty() {
                 match self.next_segment(key) {
                     Some(next) => (key, pos, want) = (next, FilePos(0), READ_WINDOW_BYTES),
@@ -238,8 +252,12 @@ impl Log {
                 match decode_frame(&window[at..]) {
                     Ok((h, body)) => {
                         let body = window.slice(at + body.start..at + body.end);
-                        if visit(&h, &body) == Walk::Stop {
-                            return Ok(());
+                        if h.index >= visited_below {
+                            if visit(&h, &body) == Walk::Stop {
+                                return Ok(());
+                            }
+                            visited_below = h.index.next();
+                            resume = Start::Index(visited_below);
                         }
                         at += h.frame_len_bytes as usize;
                     }

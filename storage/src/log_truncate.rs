@@ -111,9 +111,12 @@ impl Log {
         keep: Option<(RaftIndex, u64)>,
         cut: &FrameHeader,
     ) -> Result<(), StorageError> {
-        for path in &removed {
-            for ext in ["log", "index", "timeindex"] {
-                io::remove_file(&path.with_extension(ext)).await?;
+        {
+            let _files = self.files_lock.lock().await;
+            for path in &removed {
+                for ext in ["log", "index", "timeindex"] {
+                    io::remove_file(&path.with_extension(ext)).await?;
+                }
             }
         }
         io::fsync_dir_async(&self.dir).await?;
@@ -254,6 +257,7 @@ impl Log {
                 .iter()
                 .take_while(|s| {
                     s.tail.is_none()
+                        && st.cleaning != Some(s.meta.name.raft_base_index)
                         && s.meta.next_offset <= offset
                         && s.meta.last_index.is_none_or(|l| l <= through)
                 })
@@ -268,6 +272,7 @@ impl Log {
                 .truncate_below(self.cache_id, first.meta.name.raft_base_index);
         }
         let mut out = RetentionOutcome::default();
+        let _files = self.files_lock.lock().await;
         for (path, size) in &paths {
             for ext in ["log", "index", "timeindex"] {
                 io::remove_file(&path.with_extension(ext)).await?;
@@ -455,9 +460,12 @@ impl Log {
             &encode_log_start(next_offset),
         )
         .await?;
-        for path in &paths {
-            for ext in ["log", "index", "timeindex"] {
-                io::remove_file(&path.with_extension(ext)).await?;
+        {
+            let _files = self.files_lock.lock().await;
+            for path in &paths {
+                for ext in ["log", "index", "timeindex"] {
+                    io::remove_file(&path.with_extension(ext)).await?;
+                }
             }
         }
         io::fsync_dir_async(&self.dir).await?;

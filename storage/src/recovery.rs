@@ -123,6 +123,7 @@ impl Log {
             cache,
             cache_id,
             log_start_write: futures::lock::Mutex::new(()),
+            files_lock: futures::lock::Mutex::new(()),
             st: std::cell::RefCell::new(State {
                 segments,
                 log_start_offset,
@@ -134,6 +135,8 @@ impl Log {
                 busy: false,
                 fenced: None,
                 stats: LogStats::default(),
+                cleaning: None,
+                swaps: 0,
             }),
         })
     }
@@ -153,7 +156,9 @@ async fn list_segments(dir: &Path) -> Result<Vec<SegmentName>, StorageError> {
                 Some(n) => names.push(n),
                 None => tracing::warn!(path = %path.display(), "ignoring unrecognised .log file"),
             },
-            Some("tmp") => io::remove_file(&path).await?,
+            // A rewrite that did not reach its rename: the segment it was to replace is
+            // intact (log_clean).
+            Some("tmp" | "cleaned") => io::remove_file(&path).await?,
             _ => {}
         }
     }
@@ -310,7 +315,7 @@ async fn scan_segment(
                             bad: Some((frame_pos, reason)),
                         });
                     }
-                    let max_ts = max_timestamp(&h, &rest[body]);
+                    let max_ts = batch_max_timestamp(&h, &rest[body]);
                     meta.on_frame(FilePos(frame_pos), &h, max_ts);
                     e = Expect {
                         index: h.index.next(),
@@ -373,7 +378,7 @@ fn continues(e: &Expect, h: &FrameHeader, body: &[u8]) -> Result<(), String> {
 }
 
 /// The batch's max timestamp for data frames.
-fn max_timestamp(h: &FrameHeader, body: &[u8]) -> Option<i64> {
+pub(crate) fn batch_max_timestamp(h: &FrameHeader, body: &[u8]) -> Option<i64> {
     if !h.kind.has_kafka_batch() {
         return None;
     }

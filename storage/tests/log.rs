@@ -587,3 +587,185 @@ fn small_flushes_zero_the_space_ahead() {
         log.flush().await.expect("flush");
     });
 }
+
+/// Kafka base offset, last offset and record count of every batch read from `from`
+/// (stored batches, which compaction may have emptied or thinned).
+async fn stored_batches(log: &Log, from: i64) -> Vec<(i64, i64, i32)> {
+    let r = log
+        .read(KafkaOffset(from), log.log_end_offset(), usize::MAX, true)
+        .await
+        .expect("read");
+    r.batches
+        .into_iter()
+        .map(|b| {
+            let b = RecordBatch::parse(b).expect("batch parses");
+            b.validate_stored().expect("batch valid as stored");
+            (b.base_offset(), b.last_offset(), b.record_count())
+        })
+        .collect()
+}
+
+/// The first segment's batches rewritten: odd indexes become stubs, index 2 keeps only its
+/// last record, the rest stay.
+fn clean_first_segment(
+    h: &strand_storage::FrameHeader,
+    body: &Bytes,
+) -> strand_storage::FrameRewrite {
+    use strand_storage::FrameRewrite;
+    if h.kind != FrameKind::Data {
+        return FrameRewrite::Keep;
+    }
+    match h.index.0 {
+        2 => {
+            let orig = RecordBatch::parse(body.clone()).expect("parses");
+            let records = strand_wire::records::decode_records(
+                body.slice(strand_wire::BATCH_HEADER_BYTES..),
+                orig.record_count(),
+            )
+            .expect("decodes");
+            let mut kept = bytes::BytesMut::new();
+            strand_wire::records::encode_record(&mut kept, records.last().expect("a record"));
+            let header = strand_wire::BatchHeader {
+                record_count: 1,
+                ..strand_wire::BatchHeader::of(&orig)
+            };
+            FrameRewrite::Replace(header.encode(&kept))
+        }
+        i if i % 2 == 1 => FrameRewrite::Stub,
+        _ => FrameRewrite::Keep,
+    }
+}
+
+type FrameKey = (RaftIndex, RaftTerm, KafkaOffset, u32);
+
+fn frame_key(f: &strand_storage::LogFrame) -> FrameKey {
+    (
+        f.header.index,
+        f.header.term,
+        f.header.kafka_base_offset,
+        f.header.offset_count,
+    )
+}
+
+/// The log `clean_first_segment` left, whose first segment ends at index `last`.
+async fn check_cleaned(log: &Log, want: &[FrameKey], last: u64) {
+    let after = log
+        .read_entries(RaftIndex(1), RaftIndex(25), usize::MAX)
+        .await
+        .expect("entries");
+    assert_eq!(after.iter().map(frame_key).collect::<Vec<_>>(), want);
+    for f in &after {
+        let stub = f.header.index.0 <= last && f.header.index.0 % 2 == 1;
+        assert_eq!(f.header.kind == FrameKind::Cleaned, stub, "{:?}", f.header);
+    }
+    // Offsets 0..2 (index 1) are gone: a read from 0 or 1 starts at index 2's batch, which
+    // kept only its last record but spans its three offsets.
+    assert_eq!(stored_batches(log, 0).await[0], (3, 5, 1));
+    assert_eq!(stored_batches(log, 1).await[0], (3, 5, 1));
+    assert_eq!(
+        stored_batches(log, 6).await[0],
+        (9, 11, 3),
+        "index 3 is a stub"
+    );
+    let all = stored_batches(log, 0).await;
+    assert_eq!(all.last(), Some(&(69, 71, 3)));
+    assert_eq!(log.log_end_offset(), KafkaOffset(72));
+}
+
+/// A compaction rewrite of a closed segment keeps every Raft index, term and Kafka
+/// offset; reads from a removed offset return the next batch kept; the result survives
+/// a reopen with and without index files; a leftover `.cleaned` file goes at open.
+#[test]
+fn a_rewritten_segment_keeps_indexes_offsets_and_terms() {
+    let dir = tempfile::tempdir_in(".").expect("tempdir");
+    run(async {
+        let log = open(dir.path(), config(8192), 0).await.expect("open");
+        for i in 0..24 {
+            let term = 1 + i / 12;
+            log.append_one(&data(term, batch(3, i as i64, 300)))
+                .expect("append");
+        }
+        log.flush().await.expect("flush");
+        log.flush()
+            .await
+            .expect("flush finalizes the closed segments");
+        let before = log
+            .read_entries(RaftIndex(1), RaftIndex(25), usize::MAX)
+            .await
+            .expect("entries");
+        let first = log.segments_info().into_iter().next().expect("a segment");
+        assert!(first.rewritable, "a closed, flushed segment is rewritable");
+        let last = first.last_index.expect("not empty").0;
+        assert!(last >= 4, "the first segment holds several batches: {last}");
+        let out = log
+            .rewrite_segment(&first, &mut clean_first_segment)
+            .await
+            .expect("rewrite")
+            .expect("not raced");
+        assert_eq!(out.frames_replaced, 1);
+        assert_eq!(out.frames_stubbed, last.div_ceil(2));
+        assert!(out.bytes_after < out.bytes_before, "{out:?}");
+
+        let want: Vec<_> = before.iter().map(frame_key).collect();
+        check_cleaned(&log, &want, last).await;
+        drop(log);
+        let log = open(dir.path(), config(8192), 0).await.expect("reopen");
+        check_cleaned(&log, &want, last).await;
+        drop(log);
+        for e in std::fs::read_dir(dir.path()).expect("ls").flatten() {
+            if e.path()
+                .extension()
+                .is_some_and(|x| x == "index" || x == "timeindex")
+            {
+                std::fs::remove_file(e.path()).expect("rm index");
+            }
+        }
+        let stem = first.base_index;
+        let leftover = std::fs::read_dir(dir.path())
+            .expect("ls")
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|x| x == "log"))
+            .expect("a segment file")
+            .with_extension("cleaned");
+        std::fs::write(&leftover, b"a rewrite cut short").expect("leftover");
+        let log = open(dir.path(), config(8192), 0)
+            .await
+            .expect("reopen rebuilds indexes");
+        assert!(
+            !leftover.exists(),
+            "a leftover rewrite of {stem:?} is removed at open"
+        );
+        check_cleaned(&log, &want, last).await;
+    });
+}
+
+/// A rewrite planned on a segment that is gone by the time it starts does nothing, and an
+/// appended entry cannot be a cleaned frame.
+#[test]
+fn a_rewrite_of_a_replaced_log_does_nothing() {
+    let dir = tempfile::tempdir_in(".").expect("tempdir");
+    run(async {
+        let log = open(dir.path(), config(8192), 0).await.expect("open");
+        for i in 0..24 {
+            log.append_one(&data(1, batch(3, i, 300))).expect("append");
+        }
+        log.flush().await.expect("flush");
+        log.flush().await.expect("flush");
+        let first = log.segments_info().into_iter().next().expect("a segment");
+        log.reset(RaftIndex(100), KafkaOffset(500))
+            .await
+            .expect("reset");
+        let r = log
+            .rewrite_segment(&first, &mut |_, _| strand_storage::FrameRewrite::Stub)
+            .await
+            .expect("no error");
+        assert_eq!(r, None);
+        let stub = AppendEntry {
+            term: RaftTerm(1),
+            kind: FrameKind::Cleaned,
+            body: Bytes::new(),
+        };
+        assert!(matches!(log.append_one(&stub), Err(StorageError::Usage(_))));
+    });
+}

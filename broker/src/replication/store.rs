@@ -283,9 +283,35 @@ pub fn entry_of(h: &FrameHeader, body: &Bytes) -> Entry {
             e.set_entry_type(EntryType::EntryConfChangeV2);
             e.data = body.clone();
         }
+        // What compaction left of a data batch goes out as an empty batch over its offsets,
+        // which any follower stores as data.
+        FrameKind::Cleaned => {
+            e.data = cleaned_batch(h);
+            e.context = Bytes::copy_from_slice(&data_context(h.offset_count));
+        }
     }
     e
 }
+
+/// An empty batch (no records, no producer) over the offsets of a cleaned frame.
+fn cleaned_batch(h: &FrameHeader) -> Bytes {
+    strand_wire::BatchHeader {
+        base_offset: h.kafka_base_offset.0,
+        partition_leader_epoch: i32::try_from(h.term.0).unwrap_or(i32::MAX),
+        attributes: strand_wire::Attributes::from_raw(0),
+        last_offset_delta: i32::try_from(h.offset_count.saturating_sub(1)).unwrap_or(i32::MAX),
+        first_timestamp_ms: NO_TIMESTAMP,
+        max_timestamp_ms: NO_TIMESTAMP,
+        producer_id: -1,
+        producer_epoch: -1,
+        base_sequence: -1,
+        record_count: 0,
+    }
+    .encode(&[])
+}
+
+/// Kafka's "no timestamp".
+const NO_TIMESTAMP: i64 = -1;
 
 /// The frame kind an entry is stored as, and the Kafka offsets it occupies.
 fn frame_kind(e: &Entry) -> Result<(FrameKind, u32), StoreError> {
@@ -935,6 +961,34 @@ mod tests {
 
     async fn open(dir: &Path) -> RaftLogStore {
         open_with(dir, LogConfig::default()).await
+    }
+
+    /// A cleaned frame goes to followers as a data entry: an empty batch over its offsets
+    /// that raft-rs's classification and the follower's store accept.
+    #[test]
+    fn a_cleaned_frame_is_an_empty_data_entry() {
+        let h = FrameHeader {
+            frame_len_bytes: strand_storage::frame::FRAME_HEADER_BYTES as u32,
+            body_crc: 0,
+            kind: FrameKind::Cleaned,
+            term: strand_storage::RaftTerm(4),
+            index: strand_storage::RaftIndex(9),
+            kafka_base_offset: strand_storage::KafkaOffset(30),
+            offset_count: 5,
+        };
+        let e = entry_of(&h, &Bytes::new());
+        assert_eq!((e.index, e.term), (9, raft_term(h.term).0));
+        assert_eq!(
+            frame_kind(&e).expect("stored as data"),
+            (FrameKind::Data, 5)
+        );
+        let b = strand_wire::RecordBatch::parse(e.data.clone()).expect("a batch");
+        b.validate_stored().expect("valid as stored");
+        assert_eq!(
+            (b.base_offset(), b.last_offset(), b.record_count()),
+            (30, 34, 0)
+        );
+        assert_eq!((b.producer_id(), b.partition_leader_epoch()), (-1, 4));
     }
 
     async fn open_with(dir: &Path, lc: LogConfig) -> RaftLogStore {
