@@ -9,7 +9,9 @@
 
 use std::io::{Read, Write};
 
-use strand_wire::Compression;
+use bytes::Bytes;
+use strand_wire::records::{decode_records, Record};
+use strand_wire::{Compression, RecordBatch, BATCH_HEADER_BYTES};
 
 /// Largest records section the broker decompresses (a stored batch is at most 64 MiB
 /// compressed; a larger section is left as it is).
@@ -160,6 +162,18 @@ pub fn compress(codec: Compression, data: &[u8]) -> Result<Vec<u8>, CodecError> 
         }
         Compression::Unknown(c) => Err(CodecError::Unknown(c)),
     }
+}
+
+/// The records of a stored batch, decompressed (at most `DECOMPRESSED_BYTES_MAX`) and
+/// decoded.
+pub fn records_of(batch: &RecordBatch) -> Result<Vec<Record>, CodecError> {
+    let section = batch.as_bytes().slice(BATCH_HEADER_BYTES..);
+    let codec = batch.attributes().compression();
+    let plain = match codec {
+        Compression::None => section,
+        _ => Bytes::from(decompress(codec, &section, DECOMPRESSED_BYTES_MAX)?),
+    };
+    decode_records(plain, batch.record_count()).map_err(|e| corrupt(codec, e))
 }
 
 #[cfg(test)]

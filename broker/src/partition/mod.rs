@@ -14,6 +14,7 @@
 //! reader of its keys when it opens, so the record formats stay with their owners.
 
 pub mod checkpoint;
+pub mod cleaner;
 pub mod codec;
 pub mod compacted;
 pub mod lookup;

@@ -150,6 +150,20 @@ impl ProducerStates {
         }
     }
 
+    /// Each producer's last batch by base offset (settled batches only): the log cleaner
+    /// keeps those batches, emptied if need be, so sequence checks survive compaction.
+    pub fn last_batch_offsets(&self) -> HashMap<i64, i64> {
+        self.producers
+            .iter()
+            .filter_map(|(&id, p)| {
+                p.batches
+                    .back()
+                    .filter(|b| b.base_offset != PENDING_OFFSET)
+                    .map(|b| (id, b.base_offset))
+            })
+            .collect()
+    }
+
     /// Sets the base offset of a batch recorded as pending once it committed.
     pub fn settle(&mut self, producer_id: i64, first_seq: i32, base_offset: i64) {
         if let Some(b) = self
