@@ -182,11 +182,11 @@ impl Consumer {
                     continue;
                 };
                 let records = bytes::Bytes::from(p.records.unwrap_or_default());
-                let recs = crate::records::decode(&topic, p.partition, records, *pos)?;
-                if let Some(last) = recs.last() {
-                    *pos = last.offset + 1;
+                let decoded = crate::records::decode(&topic, p.partition, records, *pos)?;
+                if let Some(next) = decoded.next_offset {
+                    *pos = next;
                 }
-                out.extend(recs);
+                out.extend(decoded.records);
             }
         }
         Ok(out)

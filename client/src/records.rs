@@ -71,20 +71,37 @@ fn records_section(batch: &RecordBatch) -> Result<Bytes> {
     }
 }
 
+/// Records decoded from a fetch.
+#[derive(Debug, Default)]
+pub(crate) struct Decoded {
+    /// The records at or after the fetch offset.
+    pub records: Vec<ConsumedRecord>,
+    /// Where the next fetch starts: past the last batch, even one compaction emptied or
+    /// a control batch (`None`: no batch reached the fetch offset).
+    pub next_offset: Option<i64>,
+}
+
 /// Decodes the records at or after `from_offset` in the fetched `records`.
 pub(crate) fn decode(
     topic: &str,
     partition: i32,
     records: Bytes,
     from_offset: i64,
-) -> Result<Vec<ConsumedRecord>> {
-    let mut out = Vec::new();
+) -> Result<Decoded> {
+    let mut decoded = Decoded::default();
+    let out = &mut decoded.records;
     for batch in batches(records) {
         let batch = batch.map_err(|e| Error::Records(e.to_string()))?;
+        // As stored: log compaction may have removed records (a batch keeps its offsets,
+        // and may be left empty).
         batch
-            .validate()
+            .validate_stored()
             .map_err(|e| Error::Records(e.to_string()))?;
-        if batch.attributes().is_control() || batch.last_offset() < from_offset {
+        if batch.last_offset() < from_offset {
+            continue;
+        }
+        decoded.next_offset = Some(batch.last_offset() + 1);
+        if batch.attributes().is_control() {
             continue;
         }
         let section = records_section(&batch)?;
@@ -116,7 +133,7 @@ pub(crate) fn decode(
             });
         }
     }
-    Ok(out)
+    Ok(decoded)
 }
 
 #[cfg(test)]
@@ -142,7 +159,7 @@ mod tests {
     #[test]
     fn decodes_plain_and_zstd_and_skips_before_the_offset() {
         for zstd in [false, true] {
-            let recs = decode("t", 0, batch(10, 5, zstd), 12).unwrap();
+            let recs = decode("t", 0, batch(10, 5, zstd), 12).unwrap().records;
             assert_eq!(
                 recs.iter().map(|r| r.offset).collect::<Vec<_>>(),
                 [12, 13, 14]
@@ -151,6 +168,36 @@ mod tests {
             assert_eq!(recs[0].timestamp_ms, 1_002);
             assert_eq!(recs[0].headers, vec![("h".to_string(), None)]);
         }
+    }
+
+    /// Batches as log compaction leaves them: records removed (offset gaps inside a
+    /// batch) or none left; the records that remain keep their offsets.
+    #[test]
+    fn decodes_batches_compaction_thinned_or_emptied() {
+        let full = RecordBatch::parse(batch(10, 5, false)).unwrap();
+        let section = full.as_bytes().slice(BATCH_HEADER_BYTES..);
+        let recs = decode_records(section, 5).unwrap();
+        let mut kept = bytes::BytesMut::new();
+        strand_wire::records::encode_record(&mut kept, &recs[3]);
+        let header = strand_wire::BatchHeader {
+            record_count: 1,
+            ..strand_wire::BatchHeader::of(&full)
+        };
+        let mut fetched = header.encode(&kept).to_vec();
+        fetched.extend_from_slice(&strand_wire::empty_batch(
+            &RecordBatch::parse(batch(15, 2, false)).unwrap(),
+        ));
+        fetched.extend_from_slice(&batch(17, 1, false));
+        let got = decode("t", 0, Bytes::from(fetched), 10).unwrap();
+        let offsets: Vec<_> = got.records.iter().map(|r| r.offset).collect();
+        assert_eq!(offsets, [13, 17]);
+        assert_eq!(got.records[0].value.as_deref(), Some(&b"value-3"[..]));
+        assert_eq!(got.next_offset, Some(18));
+        // A fetch that returns only an emptied batch still moves the position past it.
+        let empty = strand_wire::empty_batch(&RecordBatch::parse(batch(15, 2, false)).unwrap());
+        let got = decode("t", 0, empty, 15).unwrap();
+        assert!(got.records.is_empty());
+        assert_eq!(got.next_offset, Some(17));
     }
 
     #[test]
