@@ -153,6 +153,8 @@ pub struct Partition {
     term: Cell<u64>,
     /// Cluster mode: idempotent-producer state is being rebuilt after a leader change.
     rebuilding: Cell<bool>,
+    /// Cluster mode: the Kafka end of what this replica applied (committed data).
+    applied_end: Cell<KafkaOffset>,
     /// Cluster mode: the number of the latest rebuild started. Only the latest installs
     /// its state and ends `rebuilding`: an earlier one, still reading when leadership was
     /// lost and gained again, read a log that other leaders have since added to.
@@ -195,6 +197,7 @@ impl Partition {
             term: Cell::new(0),
             rebuilding: Cell::new(false),
             rebuild_generation: Cell::new(0),
+            applied_end: Cell::new(KafkaOffset(0)),
             on_leader_gain: RefCell::new(None),
         }
     }
@@ -283,6 +286,7 @@ impl Partition {
         applied_end: Option<strand_raft::KafkaOffset>,
     ) {
         if let Some(end) = applied_end {
+            self.applied_end.set(KafkaOffset(end.0));
             self.maybe_checkpoint(KafkaOffset(end.0));
         }
         let was = self.leading.get();
@@ -597,6 +601,44 @@ impl Partition {
         let r = self.advance_checkpoint(committed_end).await;
         self.checkpointing.set(false);
         r
+    }
+
+    /// One log compaction pass (`cleaner::clean_once`) over the closed segments of
+    /// committed data (applied, on a replica) whose records are all older than
+    /// `min_lag_ms`. The partition-state checkpoint first moves past them, so the
+    /// producers and groups they built survive the cleaning; the pass stops if it cannot.
+    pub async fn compact(
+        &self,
+        map: &mut cleaner::OffsetMap,
+        now_ms: i64,
+        min_lag_ms: i64,
+        delete_retention_ms: i64,
+    ) -> Result<cleaner::CleanOutcome, StorageError> {
+        let committed = if self.replicated() {
+            self.applied_end.get()
+        } else {
+            self.high_watermark.get()
+        };
+        let young = now_ms.saturating_sub(min_lag_ms);
+        let lag_end = self
+            .log
+            .segments_info()
+            .into_iter()
+            .find(|s| s.max_timestamp_ms > young)
+            .map_or(KafkaOffset(i64::MAX), |s| s.base_offset);
+        let clean_end = committed.min(lag_end);
+        self.checkpoint_through(clean_end).await?;
+        let (clean_end, producer_last_batches) = {
+            let c = self.checkpoint.borrow();
+            (clean_end.min(c.offset), c.states.last_batch_offsets())
+        };
+        let ctx = cleaner::CleanContext {
+            now_ms,
+            delete_retention_ms,
+            producer_last_batches,
+            clean_end,
+        };
+        cleaner::clean_once(&self.log, map, &ctx).await
     }
 
     /// Moves the checkpoint past `end` before `what` deletes the records below it. A
@@ -1025,6 +1067,80 @@ mod tests {
             let verdict = part.producers.borrow().check(7, 0, 0, 0);
             let base_offset = appended.kafka_base_offset.0;
             assert_eq!(verdict, Ok(Verdict::Duplicate { base_offset }));
+        })
+        .expect("runtime");
+    }
+
+    /// A compaction pass keeps the latest value of each key at its offset and moves the
+    /// checkpoint first, so a retry of a producer's last batch is still answered as a
+    /// duplicate, before and after a reopen.
+    #[test]
+    fn compaction_keeps_the_latest_values_and_the_producer_state() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("t-0");
+        let lc = LogConfig {
+            segment_bytes: 8192,
+            ..LogConfig::default()
+        };
+        strand_storage::io_runtime::block_on("partition-test", 1, async {
+            let part = open_with(&dir, lc.clone(), None).await;
+            let mut offsets = Vec::new();
+            for seq in 0..40 {
+                let mut b = strand_wire::BatchBuilder::new(1).producer(1, 0, seq);
+                let key = format!("k{}", seq % 3);
+                b.push(1, Some(key.as_bytes()), Some(&[seq as u8; 500]), &[]);
+                offsets.push(
+                    part.produce(b.build(), true)
+                        .await
+                        .expect("produced")
+                        .base_offset
+                        .0,
+                );
+            }
+            let mut map = cleaner::OffsetMap::with_memory(1 << 16);
+            let out = part
+                .compact(&mut map, 10_000, 0, 1_000)
+                .await
+                .expect("compacted");
+            assert!(out.segments >= 2 && out.records_removed > 20, "{out:?}");
+            let r = part
+                .log()
+                .read(
+                    KafkaOffset(0),
+                    part.log().log_end_offset(),
+                    usize::MAX,
+                    true,
+                )
+                .await
+                .expect("read");
+            let mut left = Vec::new();
+            for b in r.batches {
+                let v = RecordBatch::parse(b).expect("parses");
+                for rec in codec::records_of(&v).expect("records") {
+                    left.push(v.base_offset() + i64::from(rec.offset_delta));
+                }
+            }
+            // Below the map's end each key keeps its latest record; past it all stay.
+            let below: Vec<i64> = offsets
+                .iter()
+                .copied()
+                .filter(|&o| o < out.map_end.0)
+                .collect();
+            let latest: Vec<i64> = below
+                .iter()
+                .copied()
+                .filter(|&o| !below.contains(&(o + 3)))
+                .collect();
+            let want: Vec<i64> = latest
+                .into_iter()
+                .chain(offsets.iter().copied().filter(|&o| o >= out.map_end.0))
+                .collect();
+            assert_eq!(left, want);
+            let last = [(1, 39, offsets[39])];
+            retries_are_duplicates(&part, &last).await;
+            drop(part);
+            let part = open_with(&dir, lc, None).await;
+            retries_are_duplicates(&part, &last).await;
         })
         .expect("runtime");
     }
