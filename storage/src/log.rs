@@ -447,6 +447,20 @@ impl Log {
         })
     }
 
+    /// Closes the active segment once it is older than `segment.ms` even without an
+    /// append, so a quiet partition's last records reach a closed segment that the next
+    /// flush finalizes (log compaction cleans only those). Returns whether it rolled.
+    pub fn roll_if_idle(&self) -> bool {
+        let mut guard = self.st.borrow_mut();
+        let st = &mut *guard;
+        if st.busy || st.fenced.is_some() {
+            return false;
+        }
+        let rolls = st.stats.rolls;
+        self.roll_if_needed(st, 0, self.clock.now_ms());
+        st.stats.rolls != rolls
+    }
+
     /// Closes the active segment when the next frame would overflow `segment.bytes` or the
     /// segment is older than `segment.ms`. A segment always keeps at least one frame.
     fn roll_if_needed(&self, st: &mut State, frame_len: u32, now_ms: i64) {

@@ -769,3 +769,45 @@ fn a_rewrite_of_a_replaced_log_does_nothing() {
         assert!(matches!(log.append_one(&stub), Err(StorageError::Usage(_))));
     });
 }
+
+/// A quiet partition's active segment closes once older than `segment.ms` without an
+/// append; the next flush finalizes it (rewritable), and appends go on in a new segment.
+#[test]
+fn an_idle_active_segment_rolls_after_segment_ms() {
+    let dir = tempfile::tempdir_in(".").expect("tempdir");
+    run(async {
+        let clock = Rc::new(FakeClock(Cell::new(1_000_000)));
+        let cfg = LogConfig {
+            segment_ms: 500,
+            ..config(1 << 20)
+        };
+        let log = Log::open(
+            dir.path(),
+            cfg.clone(),
+            clock.clone(),
+            Rc::new(BatchCache::new(0)),
+        )
+        .await
+        .expect("open");
+        log.append_one(&data(1, batch(3, 1, 10))).expect("append");
+        log.flush().await.expect("flush");
+        clock.0.set(1_000_499);
+        assert!(!log.roll_if_idle(), "younger than segment.ms");
+        clock.0.set(1_000_500);
+        assert!(log.roll_if_idle());
+        assert!(!log.roll_if_idle(), "rolled once");
+        log.flush().await.expect("flush finalizes");
+        let info = log.segments_info();
+        assert_eq!(info.len(), 1);
+        assert!(info[0].rewritable, "{info:?}");
+        let a = log.append_one(&data(1, batch(2, 2, 10))).expect("append");
+        assert_eq!(a.kafka_base_offset, KafkaOffset(3));
+        log.flush().await.expect("flush");
+        assert_eq!(log.segment_count(), 2);
+        drop(log);
+        let log = Log::open(dir.path(), cfg, clock, Rc::new(BatchCache::new(0)))
+            .await
+            .expect("reopen");
+        assert_eq!(offsets(&log, 0).await, vec![0, 3]);
+    });
+}
