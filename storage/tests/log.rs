@@ -811,3 +811,46 @@ fn an_idle_active_segment_rolls_after_segment_ms() {
         assert_eq!(offsets(&log, 0).await, vec![0, 3]);
     });
 }
+
+/// A rewrite that fails half-way (here a replacement batch that would move offsets)
+/// leaves the old segment as it was, no `.cleaned` file, and the log usable: the next
+/// rewrite of the same segment succeeds.
+#[test]
+fn a_failed_rewrite_changes_nothing() {
+    let dir = tempfile::tempdir_in(".").expect("tempdir");
+    run(async {
+        let log = open(dir.path(), config(8192), 0).await.expect("open");
+        for i in 0..24 {
+            log.append_one(&data(1, batch(3, i, 300))).expect("append");
+        }
+        log.flush().await.expect("flush");
+        log.flush().await.expect("finalize");
+        let before = stored_batches(&log, 0).await;
+        let first = log.segments_info().into_iter().next().expect("a segment");
+        let moved = batch(1, 1, 10);
+        let r = log
+            .rewrite_segment(&first, &mut |h, _| {
+                if h.index.0 == 3 {
+                    strand_storage::FrameRewrite::Replace(moved.clone())
+                } else {
+                    strand_storage::FrameRewrite::Keep
+                }
+            })
+            .await;
+        assert!(matches!(r, Err(StorageError::Usage(_))), "{r:?}");
+        assert_eq!(stored_batches(&log, 0).await, before);
+        let leftovers = std::fs::read_dir(dir.path())
+            .expect("ls")
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "cleaned"))
+            .count();
+        assert_eq!(leftovers, 0);
+        let out = log
+            .rewrite_segment(&first, &mut clean_first_segment)
+            .await
+            .expect("rewrite")
+            .expect("done");
+        assert!(out.frames_stubbed > 0);
+        assert_eq!(stored_batches(&log, 0).await[0], (3, 5, 1));
+    });
+}
