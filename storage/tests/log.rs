@@ -636,6 +636,22 @@ fn clean_first_segment(
     }
 }
 
+/// A log of 24 batches of 3 records (a new term every `term_every`) over several closed,
+/// finalized 8 KiB segments.
+async fn closed_segments(dir: &Path, term_every: u64) -> Log {
+    let log = open(dir, config(8192), 0).await.expect("open");
+    for i in 0..24u64 {
+        let term = 1 + i / term_every;
+        log.append_one(&data(term, batch(3, i as i64, 300)))
+            .expect("append");
+    }
+    log.flush().await.expect("flush");
+    log.flush()
+        .await
+        .expect("flush finalizes the closed segments");
+    log
+}
+
 type FrameKey = (RaftIndex, RaftTerm, KafkaOffset, u32);
 
 fn frame_key(f: &strand_storage::LogFrame) -> FrameKey {
@@ -679,16 +695,7 @@ async fn check_cleaned(log: &Log, want: &[FrameKey], last: u64) {
 fn a_rewritten_segment_keeps_indexes_offsets_and_terms() {
     let dir = tempfile::tempdir_in(".").expect("tempdir");
     run(async {
-        let log = open(dir.path(), config(8192), 0).await.expect("open");
-        for i in 0..24 {
-            let term = 1 + i / 12;
-            log.append_one(&data(term, batch(3, i as i64, 300)))
-                .expect("append");
-        }
-        log.flush().await.expect("flush");
-        log.flush()
-            .await
-            .expect("flush finalizes the closed segments");
+        let log = closed_segments(dir.path(), 12).await;
         let before = log
             .read_entries(RaftIndex(1), RaftIndex(25), usize::MAX)
             .await
@@ -746,12 +753,7 @@ fn a_rewritten_segment_keeps_indexes_offsets_and_terms() {
 fn a_rewrite_of_a_replaced_log_does_nothing() {
     let dir = tempfile::tempdir_in(".").expect("tempdir");
     run(async {
-        let log = open(dir.path(), config(8192), 0).await.expect("open");
-        for i in 0..24 {
-            log.append_one(&data(1, batch(3, i, 300))).expect("append");
-        }
-        log.flush().await.expect("flush");
-        log.flush().await.expect("flush");
+        let log = closed_segments(dir.path(), 1).await;
         let first = log.segments_info().into_iter().next().expect("a segment");
         log.reset(RaftIndex(100), KafkaOffset(500))
             .await
@@ -819,12 +821,7 @@ fn an_idle_active_segment_rolls_after_segment_ms() {
 fn a_failed_rewrite_changes_nothing() {
     let dir = tempfile::tempdir_in(".").expect("tempdir");
     run(async {
-        let log = open(dir.path(), config(8192), 0).await.expect("open");
-        for i in 0..24 {
-            log.append_one(&data(1, batch(3, i, 300))).expect("append");
-        }
-        log.flush().await.expect("flush");
-        log.flush().await.expect("finalize");
+        let log = closed_segments(dir.path(), 1).await;
         let before = stored_batches(&log, 0).await;
         let first = log.segments_info().into_iter().next().expect("a segment");
         let moved = batch(1, 1, 10);

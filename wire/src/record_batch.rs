@@ -291,15 +291,7 @@ impl RecordBatch {
     /// not decoded. Checks that depend on who sent the batch are in
     /// [`RecordBatch::validate_produce`].
     pub fn validate(&self) -> Result<(), BatchError> {
-        let magic = self.magic();
-        if magic != MAGIC_V2 {
-            return Err(BatchError::BadMagic { magic });
-        }
-        let stored = self.crc();
-        let computed = self.compute_crc();
-        if stored != computed {
-            return Err(BatchError::CrcMismatch { stored, computed });
-        }
+        self.validate_magic_and_crc()?;
         let record_count = self.record_count();
         if record_count < 1 {
             return Err(BatchError::RecordCount {
@@ -314,6 +306,19 @@ impl RecordBatch {
             });
         }
         self.validate_codec_and_count(record_count)
+    }
+
+    fn validate_magic_and_crc(&self) -> Result<(), BatchError> {
+        let magic = self.magic();
+        if magic != MAGIC_V2 {
+            return Err(BatchError::BadMagic { magic });
+        }
+        let stored = self.crc();
+        let computed = self.compute_crc();
+        if stored != computed {
+            return Err(BatchError::CrcMismatch { stored, computed });
+        }
+        Ok(())
     }
 
     fn validate_codec_and_count(&self, record_count: i32) -> Result<(), BatchError> {
@@ -346,15 +351,7 @@ impl RecordBatch {
     /// `0 <= recordCount <= lastOffsetDelta + 1`, and a known codec whose uncompressed
     /// bytes can hold the count.
     pub fn validate_stored(&self) -> Result<(), BatchError> {
-        let magic = self.magic();
-        if magic != MAGIC_V2 {
-            return Err(BatchError::BadMagic { magic });
-        }
-        let stored = self.crc();
-        let computed = self.compute_crc();
-        if stored != computed {
-            return Err(BatchError::CrcMismatch { stored, computed });
-        }
+        self.validate_magic_and_crc()?;
         let (record_count, last_offset_delta) = (self.record_count(), self.last_offset_delta());
         if record_count < 0 || i64::from(record_count) > i64::from(last_offset_delta) + 1 {
             return Err(BatchError::OffsetDeltaMismatch {
