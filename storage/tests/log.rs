@@ -65,16 +65,24 @@ fn run<T>(f: impl std::future::Future<Output = T>) -> T {
     block_on("storage-test", 2, f).expect("executor starts")
 }
 
-/// Base offsets of every batch read from `from`, and checks each batch is valid.
-async fn offsets(log: &Log, from: i64) -> Vec<i64> {
+/// Every batch read from `from` to the log end, parsed.
+async fn read_all(log: &Log, from: i64) -> Vec<RecordBatch> {
     let r = log
         .read(KafkaOffset(from), log.log_end_offset(), usize::MAX, true)
         .await
         .expect("read");
     r.batches
         .into_iter()
+        .map(|b| RecordBatch::parse(b).expect("batch parses"))
+        .collect()
+}
+
+/// Base offsets of every batch read from `from`, and checks each batch is valid.
+async fn offsets(log: &Log, from: i64) -> Vec<i64> {
+    let batches = read_all(log, from).await;
+    batches
+        .iter()
         .map(|b| {
-            let b = RecordBatch::parse(b).expect("batch parses");
             b.validate().expect("batch valid");
             b.base_offset()
         })
@@ -591,14 +599,10 @@ fn small_flushes_zero_the_space_ahead() {
 /// Kafka base offset, last offset and record count of every batch read from `from`
 /// (stored batches, which compaction may have emptied or thinned).
 async fn stored_batches(log: &Log, from: i64) -> Vec<(i64, i64, i32)> {
-    let r = log
-        .read(KafkaOffset(from), log.log_end_offset(), usize::MAX, true)
-        .await
-        .expect("read");
-    r.batches
-        .into_iter()
+    let batches = read_all(log, from).await;
+    batches
+        .iter()
         .map(|b| {
-            let b = RecordBatch::parse(b).expect("batch parses");
             b.validate_stored().expect("batch valid as stored");
             (b.base_offset(), b.last_offset(), b.record_count())
         })
