@@ -241,7 +241,7 @@ fn fetch_loop(
             .unwrap_or(i32::MAX)
             .clamp(1, FETCH_WAIT_MS)
             / leaders;
-        let mut records = Vec::new();
+        let (mut records, mut batch_ends) = (Vec::new(), Vec::new());
         for (leader, at) in by_leader {
             let client = match router.client(leader) {
                 Ok(c) => c,
@@ -251,20 +251,30 @@ fn fetch_loop(
                 }
                 Err(e) => return Err(e.into()),
             };
-            let (got, leader_moved) = fetch_once(client, &args.topic, &at, wait_ms.max(1))?;
-            records.extend(got);
-            if let Some(e) = leader_moved {
+            let got = fetch_once(client, &args.topic, &at, wait_ms.max(1))?;
+            records.extend(got.records);
+            batch_ends.extend(got.batch_ends);
+            if let Some(e) = got.moved {
                 moved.get_or_insert(e);
             }
         }
+        let mut all_printed = true;
         for r in records {
             if args.num.is_some_and(|n| consumed >= n) {
+                all_printed = false;
                 break;
             }
             writeln!(out, "{}", format_record(&r, args))?;
             next.insert((r.topic.clone(), r.partition), r.offset + 1);
             consumed += 1;
             last_record_at = Instant::now();
+        }
+        // Past batches without records to print (emptied by compaction, control batches).
+        if all_printed {
+            for (tp, end) in batch_ends {
+                let at = next.entry(tp).or_insert(end);
+                *at = (*at).max(end);
+            }
         }
         out.flush()?;
         if let Some(why) = moved {
@@ -274,15 +284,24 @@ fn fetch_loop(
     Ok(consumed)
 }
 
-/// One Fetch at the `next` offsets; returns the new records in offset order per partition,
-/// and the error of a partition this broker no longer leads (its records come later, from
-/// its new leader).
+/// What one Fetch brought.
+struct Fetched {
+    /// The new records, in offset order per partition.
+    records: Vec<Printed>,
+    /// Per partition, the offset after the last batch fetched (records or not).
+    batch_ends: Vec<(TopicPartition, i64)>,
+    /// The error of a partition this broker no longer leads (its records come later,
+    /// from its new leader).
+    moved: Option<KafkaError>,
+}
+
+/// One Fetch at the `next` offsets.
 fn fetch_once(
     client: &mut KafkaClient,
     topic: &str,
     next: &BTreeMap<TopicPartition, i64>,
     wait_ms: i32,
-) -> anyhow::Result<(Vec<Printed>, Option<KafkaError>)> {
+) -> anyhow::Result<Fetched> {
     let parts = next
         .iter()
         .map(|((_, p), o)| {
@@ -305,7 +324,7 @@ fn fetch_once(
             .with_partitions(parts)]);
     let resp = client.send(&req)?;
     check_code(resp.error_code, "fetch", None)?;
-    let mut printed = Vec::new();
+    let (mut printed, mut batch_ends) = (Vec::new(), Vec::new());
     let mut moved = None;
     for t in &resp.responses {
         for p in &t.partitions {
@@ -325,7 +344,11 @@ fn fetch_once(
                 .get(&(t.topic.to_string(), p.partition_index))
                 .copied()
                 .unwrap_or(0);
+            let tp = (t.topic.to_string(), p.partition_index);
             for batch in whole_batches(p.records.clone().unwrap_or_default()) {
+                if let Ok(view) = strand_wire::RecordBatch::parse(batch.clone()) {
+                    batch_ends.push((tp.clone(), view.last_offset() + 1));
+                }
                 let mut buf = batch;
                 let set = RecordBatchDecoder::decode(&mut buf).map_err(|e| {
                     anyhow::anyhow!(
@@ -344,7 +367,11 @@ fn fetch_once(
             }
         }
     }
-    Ok((printed, moved))
+    Ok(Fetched {
+        records: printed,
+        batch_ends,
+        moved,
+    })
 }
 
 #[cfg(test)]
@@ -399,6 +426,39 @@ mod tests {
             serde_json::json!({"topic": "t", "partition": 1, "offset": 7, "timestamp_ms": 1000,
                 "key": "k", "value": "v \"q\"", "headers": {"h": "1", "n": null}})
         );
+    }
+
+    /// kafka-protocol's decoder, which `fetch_once` uses, reads batches as compaction
+    /// leaves them: records removed (offset gaps) or none left.
+    #[test]
+    fn compacted_batches_decode() {
+        let mut b = strand_wire::BatchBuilder::new(0);
+        for v in [&b"a"[..], b"b", b"c"] {
+            b.push(0, Some(b"k"), Some(v), &[]);
+        }
+        let full = strand_wire::RecordBatch::parse(b.build()).expect("parses");
+        let records = strand_wire::records::decode_records(
+            full.as_bytes().slice(strand_wire::BATCH_HEADER_BYTES..),
+            3,
+        )
+        .expect("decodes");
+        let mut kept = bytes::BytesMut::new();
+        strand_wire::records::encode_record(&mut kept, &records[2]);
+        let thinned = strand_wire::BatchHeader {
+            record_count: 1,
+            ..strand_wire::BatchHeader::of(&full)
+        }
+        .encode(&kept);
+        let mut buf = thinned;
+        let set = RecordBatchDecoder::decode(&mut buf).expect("thinned batch decodes");
+        assert_eq!(set.records.len(), 1);
+        assert_eq!(
+            (set.records[0].offset, set.records[0].value.as_deref()),
+            (2, Some(&b"c"[..]))
+        );
+        let mut buf = strand_wire::empty_batch(&full);
+        let set = RecordBatchDecoder::decode(&mut buf).expect("empty batch decodes");
+        assert!(set.records.is_empty());
     }
 
     #[test]
