@@ -212,6 +212,7 @@ async fn shard_main(wired: ShardWiring, rx: mpsc::Receiver<Envelope>) -> anyhow:
         sleep(Duration::from_millis(1)).await;
     }
     spawn_local(retention_loop(shard.clone()));
+    spawn_local(cleaner_loop(shard.clone()));
     spawn_local(session_sweeper(shard.clone()));
     crate::gateway::native::net::listen(&shard)?;
     crate::gateway::kafka::net::serve(shard.clone(), stop_rx).await?;
@@ -354,6 +355,66 @@ async fn retention_loop(shard: Rc<Shard>) {
                     tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "retention failed")
                 }
             }
+        }
+    }
+}
+
+/// Memory of a shard's log-cleaner key map (Kafka's `log.cleaner.dedupe.buffer.size`,
+/// per shard): about 700,000 distinct keys per pass. Allocated at the shard's first pass.
+const CLEANER_MAP_BYTES: usize = 16 * 1024 * 1024;
+
+/// Compacts this shard's compacted partitions (`cleanup.policy` with `compact`): every
+/// `log_cleaner_backoff_ms` it rolls their idle active segments (`segment.ms`) and runs
+/// one pass on each partition that is due, the most urgent first.
+async fn cleaner_loop(shard: Rc<Shard>) {
+    let every = Duration::from_millis(shard.config.log_cleaner_backoff_ms);
+    let mut map: Option<crate::partition::cleaner::OffsetMap> = None;
+    while !shard.stopping() {
+        sleep(every).await;
+        let now_ms = crate::common::clock::wall_ms();
+        let parts: Vec<Rc<Partition>> = shard.partitions.borrow().values().cloned().collect();
+        let mut due: Vec<_> = parts
+            .into_iter()
+            .filter(|p| p.cleanup().compact)
+            .filter_map(|p| {
+                p.roll_if_idle();
+                p.compaction_due(now_ms).map(|d| (d, p))
+            })
+            .collect();
+        due.sort_by(|(a, _), (b, _)| {
+            b.must
+                .cmp(&a.must)
+                .then(b.dirty_ratio.total_cmp(&a.dirty_ratio))
+        });
+        for (_, p) in due {
+            if shard.stopping() {
+                break;
+            }
+            let map = map.get_or_insert_with(|| {
+                crate::partition::cleaner::OffsetMap::with_memory(CLEANER_MAP_BYTES)
+            });
+            clean_partition(&p, map).await;
+        }
+    }
+}
+
+/// One compaction pass over `p`, logged and counted.
+async fn clean_partition(p: &Partition, map: &mut crate::partition::cleaner::OffsetMap) {
+    match p.compact_now(map, crate::common::clock::wall_ms()).await {
+        Ok(out) => {
+            let freed = out.bytes_before.saturating_sub(out.bytes_after);
+            p.metrics()
+                .cleaner_pass(freed, out.records_removed, out.unreadable_batches);
+            if out.segments > 0 {
+                tracing::info!(topic = %p.topic, partition = p.index, segments = out.segments,
+                    bytes_before = out.bytes_before, bytes_after = out.bytes_after,
+                    records_removed = out.records_removed, cleaned_to = out.map_end.0,
+                    "log compacted");
+            }
+        }
+        Err(e) => {
+            p.metrics().cleaner_error();
+            tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "log compaction failed");
         }
     }
 }

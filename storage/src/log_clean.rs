@@ -325,6 +325,13 @@ impl Log {
         if new.meta.last_index != old.last_index || new.meta.next_offset != old.next_offset {
             return Err(StorageError::Usage("a rewrite must keep every entry"));
         }
+        if out.frames_replaced == 0 && out.frames_stubbed == 0 {
+            // Nothing changed: the old file stays, no swap and no cache drop.
+            new.file.close().await?;
+            io::remove_file(new_path).await?;
+            out.bytes_after = out.bytes_before;
+            return Ok(Some(out));
+        }
         let meta = new.finish().await?;
         out.bytes_after = meta.size_bytes;
         Ok(self

@@ -74,12 +74,22 @@ impl Log {
                 "truncation while a flush or truncation runs",
             ));
         }
-        st.busy = true;
         let k = st
             .segments
             .iter()
             .position(|s| s.meta.last_index.is_some_and(|l| l >= cut.index))
             .expect("the frame just read is in a segment");
+        // Compaction rewrites only committed entries, which Raft never truncates: a cut
+        // into or below the segment being rewritten is a bug, refused before any change.
+        if st.segments[k..]
+            .iter()
+            .any(|s| st.cleaning == Some(s.meta.name.raft_base_index))
+        {
+            return Err(StorageError::Usage(
+                "truncation into a segment being rewritten by compaction",
+            ));
+        }
+        st.busy = true;
         let whole = st.segments[k].meta.name.raft_base_index == cut.index;
         let split = if whole { k } else { k + 1 };
         let removed: Vec<PathBuf> = st

@@ -144,6 +144,13 @@ const KEYS: &[(&str, Kind)] = &[
         },
     ),
     (
+        "log_cleaner_backoff_ms",
+        Kind::Int {
+            min: 1,
+            max: i64::MAX,
+        },
+    ),
+    (
         "offsets_topic_num_partitions",
         Kind::Int {
             min: 1,

@@ -22,6 +22,8 @@ pub struct Scrape {
 
 type Labels = Vec<(&'static str, String)>;
 
+/// A per-shard counter read from a shard's snapshot.
+type ShardField = fn(&ShardSnapshot) -> u64;
 impl Scrape {
     /// Wraps copies of the shard snapshots.
     pub fn new(shards: &[ShardSnapshot]) -> Scrape {
@@ -173,9 +175,56 @@ impl Scrape {
         )
     }
 
+    /// One counter series per shard for each (name, help, field) row.
+    fn shard_counters(
+        &self,
+        enc: &mut DescriptorEncoder,
+        rows: &[(&str, &str, ShardField)],
+    ) -> std::fmt::Result {
+        for (name, help, f) in rows {
+            let series: Vec<(Labels, u64)> = self
+                .shards
+                .iter()
+                .map(|s| (Self::shard_label(s), f(s)))
+                .collect();
+            counters(enc, name, help, &series)?;
+        }
+        Ok(())
+    }
+
+    fn cleaner(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
+        let rows: [(&str, &str, ShardField); 5] = [
+            (
+                "strand_cleaner_passes",
+                "Log compaction passes over compacted partitions (cleanup.policy compact).",
+                |s| s.metrics.cleaner.passes,
+            ),
+            (
+                "strand_cleaner_bytes_removed",
+                "Segment bytes freed by log compaction.",
+                |s| s.metrics.cleaner.bytes_removed,
+            ),
+            (
+                "strand_cleaner_records_removed",
+                "Records removed by log compaction (older values of a key, expired tombstones).",
+                |s| s.metrics.cleaner.records_removed,
+            ),
+            (
+                "strand_cleaner_unreadable_batches",
+                "Batches log compaction kept whole because it could not read them.",
+                |s| s.metrics.cleaner.unreadable_batches,
+            ),
+            (
+                "strand_cleaner_errors",
+                "Log compaction passes that failed (the log is left as it was; see the log).",
+                |s| s.metrics.cleaner.errors,
+            ),
+        ];
+        self.shard_counters(enc, &rows)
+    }
+
     fn traffic(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
-        type Field = fn(&ShardSnapshot) -> u64;
-        let rows: [(&str, &str, Field); 8] = [
+        let rows: [(&str, &str, ShardField); 8] = [
             (
                 "strand_kafka_produce_bytes",
                 "Record batch bytes appended for producers.",
@@ -217,14 +266,7 @@ impl Scrape {
                 |s| s.metrics.state_replay_bytes,
             ),
         ];
-        for (name, help, f) in rows {
-            let series: Vec<(Labels, u64)> = self
-                .shards
-                .iter()
-                .map(|s| (Self::shard_label(s), f(s)))
-                .collect();
-            counters(enc, name, help, &series)?;
-        }
+        self.shard_counters(enc, &rows)?;
         let in_flight: Vec<(Labels, i64)> = self
             .shards
             .iter()
@@ -307,6 +349,7 @@ impl Collector for Scrape {
     fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
         self.latency(&mut enc)?;
         self.traffic(&mut enc)?;
+        self.cleaner(&mut enc)?;
         self.cluster(&mut enc)?;
         previous_exit(&mut enc, &crate::runtime::crash::previous_exit())
     }

@@ -7,14 +7,21 @@ use std::collections::BTreeMap;
 use strand_storage::LogConfig;
 
 use crate::common::config::Config;
+use crate::partition::cleaner::{
+    CleanupConfig, DELETE_RETENTION_MS_DEFAULT, MIN_CLEANABLE_DIRTY_RATIO_DEFAULT,
+};
 
 /// Kafka's DescribeConfigs config types.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
+    /// STRING (2).
+    String,
     /// INT (3).
     Int,
     /// LONG (5).
     Long,
+    /// DOUBLE (6).
+    Double,
     /// LIST (7).
     List,
 }
@@ -23,8 +30,10 @@ impl Kind {
     /// The wire value.
     pub fn code(self) -> i8 {
         match self {
+            Kind::String => 2,
             Kind::Int => 3,
             Kind::Long => 5,
+            Kind::Double => 6,
             Kind::List => 7,
         }
     }
@@ -45,12 +54,37 @@ pub const TOPIC_CONFIGS: &[Def] = &[
     Def {
         name: "cleanup.policy",
         kind: Kind::List,
-        doc: "delete (compaction is not implemented yet)",
+        doc: "delete (retention), compact (keep the latest record per key), or compact,delete",
+    },
+    Def {
+        name: "delete.retention.ms",
+        kind: Kind::Long,
+        doc: "how long a tombstone stays in a compacted topic after the cleaner first saw it",
+    },
+    Def {
+        name: "max.compaction.lag.ms",
+        kind: Kind::Long,
+        doc: "uncleaned records older than this make the partition due for compaction",
     },
     Def {
         name: "max.message.bytes",
         kind: Kind::Int,
         doc: "largest record batch accepted",
+    },
+    Def {
+        name: "message.timestamp.type",
+        kind: Kind::String,
+        doc: "CreateTime (the producer's timestamps; LogAppendTime is not supported)",
+    },
+    Def {
+        name: "min.cleanable.dirty.ratio",
+        kind: Kind::Double,
+        doc: "share of uncleaned bytes in the log that makes a compaction pass due",
+    },
+    Def {
+        name: "min.compaction.lag.ms",
+        kind: Kind::Long,
+        doc: "records younger than this are not compacted",
     },
     Def {
         name: "retention.bytes",
@@ -85,6 +119,11 @@ pub fn default_value(broker: &Config, name: &str) -> (String, bool) {
     let d = LogConfig::default();
     match name {
         "cleanup.policy" => ("delete".into(), false),
+        "delete.retention.ms" => (DELETE_RETENTION_MS_DEFAULT.to_string(), false),
+        "max.compaction.lag.ms" => (i64::MAX.to_string(), false),
+        "message.timestamp.type" => ("CreateTime".into(), false),
+        "min.cleanable.dirty.ratio" => (MIN_CLEANABLE_DIRTY_RATIO_DEFAULT.to_string(), false),
+        "min.compaction.lag.ms" => ("0".into(), false),
         "max.message.bytes" => (
             broker.message_max_bytes.to_string(),
             broker.message_max_bytes != crate::common::config::MESSAGE_MAX_BYTES_DEFAULT,
@@ -112,17 +151,86 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
         )),
     };
     match (d.name, d.kind) {
-        ("cleanup.policy", _) => match value.trim() {
-            "delete" => Ok(()),
-            other => Err(format!("cleanup.policy '{other}' is not supported (only delete; compaction is not implemented)")),
+        ("cleanup.policy", _) => parse_policy(value).map(|_| ()),
+        ("message.timestamp.type", _) => match value.trim() {
+            "CreateTime" => Ok(()),
+            "LogAppendTime" => {
+                Err("message.timestamp.type LogAppendTime is not supported; only CreateTime".into())
+            }
+            other => Err(format!(
+                "message.timestamp.type must be CreateTime or LogAppendTime, got '{other}'"
+            )),
         },
-        ("segment.bytes", _) => num(strand_storage::config::SEGMENT_BYTES_MIN as i64, i64::from(i32::MAX)),
+        ("min.cleanable.dirty.ratio", _) => match value.trim().parse::<f64>() {
+            Ok(v) if (0.0..=1.0).contains(&v) => Ok(()),
+            _ => Err(format!("{name} must be a number in 0..=1, got '{value}'")),
+        },
+        ("segment.bytes", _) => num(
+            strand_storage::config::SEGMENT_BYTES_MIN as i64,
+            i64::from(i32::MAX),
+        ),
         ("max.message.bytes", _) => num(0, strand_wire::BATCH_BYTES_MAX as i64),
-        ("segment.ms", _) => num(1, i64::MAX),
+        ("segment.ms" | "max.compaction.lag.ms", _) => num(1, i64::MAX),
+        ("delete.retention.ms" | "min.compaction.lag.ms", _) => num(0, i64::MAX),
         (_, Kind::Long) => num(-1, i64::MAX),
         (_, Kind::Int) => num(0, i64::from(i32::MAX)),
-        (_, Kind::List) => Ok(()),
+        (_, Kind::List | Kind::String | Kind::Double) => Ok(()),
     }
+}
+
+/// Checks what holds between a topic's configs (`all`: every override it would have):
+/// `max.compaction.lag.ms` is not below `min.compaction.lag.ms`, as Kafka requires.
+pub fn validate_set(all: &BTreeMap<String, String>) -> Result<(), String> {
+    let c = cleanup_config(all);
+    if c.max_compaction_lag_ms < c.min_compaction_lag_ms {
+        return Err(format!(
+            "max.compaction.lag.ms {} must not be below min.compaction.lag.ms {}",
+            c.max_compaction_lag_ms, c.min_compaction_lag_ms
+        ));
+    }
+    Ok(())
+}
+
+/// `cleanup.policy` as (compact, delete): a comma-separated list of `compact` and
+/// `delete`, each at most once, not empty.
+pub fn parse_policy(value: &str) -> Result<(bool, bool), String> {
+    let (mut compact, mut delete) = (false, false);
+    for item in value.split(',').map(str::trim) {
+        let seen = match item {
+            "compact" => std::mem::replace(&mut compact, true),
+            "delete" => std::mem::replace(&mut delete, true),
+            other => {
+                return Err(format!(
+                    "cleanup.policy '{other}' is not one of compact, delete"
+                ))
+            }
+        };
+        if seen {
+            return Err(format!("cleanup.policy lists {item} twice"));
+        }
+    }
+    Ok((compact, delete))
+}
+
+/// The cleanup settings of a topic with `overrides` (validated values; a value that
+/// does not parse keeps Kafka's default).
+pub fn cleanup_config(overrides: &BTreeMap<String, String>) -> CleanupConfig {
+    let mut c = CleanupConfig::default();
+    if let Some(Ok((compact, delete))) = overrides.get("cleanup.policy").map(|v| parse_policy(v)) {
+        c.compact = compact;
+        c.delete = delete;
+    }
+    let num = |k: &str| overrides.get(k).and_then(|v| v.trim().parse::<i64>().ok());
+    c.delete_retention_ms = num("delete.retention.ms").unwrap_or(c.delete_retention_ms);
+    c.min_compaction_lag_ms = num("min.compaction.lag.ms").unwrap_or(c.min_compaction_lag_ms);
+    c.max_compaction_lag_ms = num("max.compaction.lag.ms").unwrap_or(c.max_compaction_lag_ms);
+    if let Some(r) = overrides
+        .get("min.cleanable.dirty.ratio")
+        .and_then(|v| v.trim().parse::<f64>().ok())
+    {
+        c.min_cleanable_dirty_ratio = r;
+    }
+    c
 }
 
 /// The storage config and max batch size for a topic with `overrides`.
@@ -138,6 +246,12 @@ pub fn log_config(broker: &Config, overrides: &BTreeMap<String, String>) -> (Log
     }
     if let Some(v) = num("segment.ms") {
         lc.segment_ms = v;
+    }
+    // As Kafka: a compacted topic's active segment rolls by `max.compaction.lag.ms` at
+    // the latest, so its records become cleanable in time.
+    let cleanup = cleanup_config(overrides);
+    if cleanup.compact {
+        lc.segment_ms = lc.segment_ms.min(cleanup.max_compaction_lag_ms);
     }
     if let Some(v) = num("retention.ms") {
         lc.retention_ms = v;

@@ -18,6 +18,9 @@ const _: () = assert!(MESSAGE_MAX_BYTES_DEFAULT <= REQUEST_BYTES_MAX);
 pub const FETCH_MAX_BYTES_DEFAULT: usize = 55 * 1024 * 1024;
 /// Kafka's `log.retention.check.interval.ms` default (5 minutes).
 pub const RETENTION_CHECK_INTERVAL_MS_DEFAULT: u64 = 300_000;
+/// Kafka's `log.cleaner.backoff.ms` default: how long a shard's cleaner sleeps when no
+/// compacted partition is worth a pass.
+pub const LOG_CLEANER_BACKOFF_MS_DEFAULT: u64 = 15_000;
 
 /// Default native handshake port (ARCHITECTURE.md, Native protocol).
 pub const NATIVE_PORT_DEFAULT: u16 = 9093;
@@ -102,6 +105,10 @@ pub struct Flags {
     /// How often retention runs (`log.retention.check.interval.ms`).
     #[arg(long, env = "STRAND_RETENTION_CHECK_INTERVAL_MS")]
     pub retention_check_interval_ms: Option<u64>,
+    /// How long the log cleaner sleeps when nothing is worth compacting
+    /// (`log.cleaner.backoff.ms`).
+    #[arg(long, env = "STRAND_LOG_CLEANER_BACKOFF_MS")]
+    pub log_cleaner_backoff_ms: Option<u64>,
     /// Partitions of `__consumer_offsets` (`offsets.topic.num.partitions`), fixed at its
     /// creation.
     #[arg(long, env = "STRAND_OFFSETS_TOPIC_NUM_PARTITIONS")]
@@ -220,6 +227,7 @@ struct FileConfig {
     max_connections_per_ip: Option<usize>,
     topic_partitions_per_shard: Option<usize>,
     retention_check_interval_ms: Option<u64>,
+    log_cleaner_backoff_ms: Option<u64>,
     offsets_topic_num_partitions: Option<usize>,
     group_initial_rebalance_delay_ms: Option<u64>,
     log_level: Option<String>,
@@ -274,6 +282,8 @@ pub struct Config {
     pub topic_partitions_per_shard: usize,
     /// `log.retention.check.interval.ms`.
     pub retention_check_interval_ms: u64,
+    /// `log.cleaner.backoff.ms`.
+    pub log_cleaner_backoff_ms: u64,
     /// `offsets.topic.num.partitions`.
     pub offsets_topic_num_partitions: usize,
     /// `group.initial.rebalance.delay.ms`.
@@ -379,6 +389,10 @@ impl Config {
                 .retention_check_interval_ms
                 .or(file.retention_check_interval_ms)
                 .unwrap_or(RETENTION_CHECK_INTERVAL_MS_DEFAULT),
+            log_cleaner_backoff_ms: flags
+                .log_cleaner_backoff_ms
+                .or(file.log_cleaner_backoff_ms)
+                .unwrap_or(LOG_CLEANER_BACKOFF_MS_DEFAULT),
             offsets_topic_num_partitions: flags
                 .offsets_topic_num_partitions
                 .or(file.offsets_topic_num_partitions)
@@ -450,29 +464,39 @@ impl Config {
             }
         }
         crate::common::logging::parse_filter(&self.log_level).context("log_level")?;
-        if self.retention_check_interval_ms == 0 {
-            bail!("retention_check_interval_ms must be positive");
-        }
+        self.validate_limits()
+    }
+
+    /// The checks of sizes, counts and intervals.
+    fn validate_limits(&self) -> anyhow::Result<()> {
         if self.message_max_bytes == 0 || self.message_max_bytes > strand_wire::BATCH_BYTES_MAX {
             bail!(
                 "message_max_bytes must be in 1..={}",
                 strand_wire::BATCH_BYTES_MAX
             );
         }
-        if self.group_max_size == 0 {
-            bail!("group_max_size must be positive");
-        }
-        if self.groups_per_shard == 0 {
-            bail!("groups_per_shard must be positive");
+        for (name, n) in [
+            (
+                "retention_check_interval_ms",
+                self.retention_check_interval_ms,
+            ),
+            ("log_cleaner_backoff_ms", self.log_cleaner_backoff_ms),
+            ("group_max_size", self.group_max_size as u64),
+            ("groups_per_shard", self.groups_per_shard as u64),
+            (
+                "topic_partitions_per_shard",
+                self.topic_partitions_per_shard as u64,
+            ),
+        ] {
+            if n == 0 {
+                bail!("{name} must be positive");
+            }
         }
         if self.in_flight_bytes_per_shard < IN_FLIGHT_BYTES_PER_SHARD_MIN {
             bail!("in_flight_bytes_per_shard must be at least {IN_FLIGHT_BYTES_PER_SHARD_MIN}");
         }
         if self.max_connections == 0 || self.max_connections_per_ip == 0 {
             bail!("max_connections and max_connections_per_ip must be positive");
-        }
-        if self.topic_partitions_per_shard == 0 {
-            bail!("topic_partitions_per_shard must be positive");
         }
         if self.fetch_max_bytes == 0 || self.fetch_max_bytes > REQUEST_BYTES_MAX {
             bail!("fetch_max_bytes must be in 1..={REQUEST_BYTES_MAX}");

@@ -85,6 +85,8 @@ pub mod code {
     pub const MEMBER_ID_REQUIRED: i16 = E::MemberIdRequired.code();
     /// GROUP_SUBSCRIBED_TO_TOPIC.
     pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = E::GroupSubscribedToTopic.code();
+    /// POLICY_VIOLATION.
+    pub const POLICY_VIOLATION: i16 = E::PolicyViolation.code();
     /// INVALID_RECORD.
     pub const INVALID_RECORD: i16 = E::InvalidRecord.code();
     /// INCONSISTENT_CLUSTER_ID.
@@ -143,6 +145,9 @@ pub enum KafkaError {
     /// UNKNOWN_TOPIC_ID (100): a request named a topic by an id no topic has.
     #[error("unknown topic id")]
     UnknownTopicId,
+    /// POLICY_VIOLATION (44): e.g. DeleteRecords on a compact-only topic.
+    #[error("policy violation: {0}")]
+    PolicyViolation(String),
 }
 
 impl KafkaError {
@@ -164,6 +169,7 @@ impl KafkaError {
             KafkaError::UnsupportedCompression => code::UNSUPPORTED_COMPRESSION_TYPE,
             KafkaError::InvalidRecord(_) => code::INVALID_RECORD,
             KafkaError::UnknownTopicId => code::UNKNOWN_TOPIC_ID,
+            KafkaError::PolicyViolation(_) => code::POLICY_VIOLATION,
         }
     }
 

@@ -173,6 +173,22 @@ pub struct ShardMetrics {
     connections_accepted: Cell<u64>,
     connections_refused: Cell<u64>,
     state_replay_bytes: Cell<u64>,
+    cleaner: Cell<CleanerCounters>,
+}
+
+/// The log cleaner's counters on one shard.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CleanerCounters {
+    /// Compaction passes that ran.
+    pub passes: u64,
+    /// Segment bytes the passes freed.
+    pub bytes_removed: u64,
+    /// Records the passes removed.
+    pub records_removed: u64,
+    /// Batches kept whole because they could not be read.
+    pub unreadable_batches: u64,
+    /// Passes that failed (a storage error; the log is left as it was).
+    pub errors: u64,
 }
 
 /// Adds `n` to a shard-local counter (wrapping, as Prometheus counters may).
@@ -195,7 +211,26 @@ impl ShardMetrics {
             connections_accepted: Cell::new(0),
             connections_refused: Cell::new(0),
             state_replay_bytes: Cell::new(0),
+            cleaner: Cell::new(CleanerCounters::default()),
         }
+    }
+
+    /// A compaction pass ended: `bytes_removed` freed, `records_removed` records gone,
+    /// `unreadable` batches kept whole.
+    pub fn cleaner_pass(&self, bytes_removed: u64, records_removed: u64, unreadable: u64) {
+        let mut c = self.cleaner.get();
+        c.passes = c.passes.wrapping_add(1);
+        c.bytes_removed = c.bytes_removed.wrapping_add(bytes_removed);
+        c.records_removed = c.records_removed.wrapping_add(records_removed);
+        c.unreadable_batches = c.unreadable_batches.wrapping_add(unreadable);
+        self.cleaner.set(c);
+    }
+
+    /// A compaction pass failed.
+    pub fn cleaner_error(&self) {
+        let mut c = self.cleaner.get();
+        c.errors = c.errors.wrapping_add(1);
+        self.cleaner.set(c);
     }
 
     /// A request of the API at `api_index` took `d` (an unknown index is ignored).
@@ -268,6 +303,7 @@ impl ShardMetrics {
             connections_accepted: self.connections_accepted.get(),
             connections_refused: self.connections_refused.get(),
             state_replay_bytes: self.state_replay_bytes.get(),
+            cleaner: self.cleaner.get(),
         }
     }
 }
@@ -306,6 +342,8 @@ pub struct MetricsSnapshot {
     pub connections_refused: u64,
     /// Log bytes read to rebuild partition state after its checkpoint.
     pub state_replay_bytes: u64,
+    /// The log cleaner's counters.
+    pub cleaner: CleanerCounters,
 }
 
 /// One hosted partition at scrape time.

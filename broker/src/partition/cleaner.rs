@@ -134,6 +134,41 @@ impl OffsetMap {
     }
 }
 
+/// Kafka's `delete.retention.ms` default (one day).
+pub const DELETE_RETENTION_MS_DEFAULT: i64 = 86_400_000;
+/// Kafka's `min.cleanable.dirty.ratio` default.
+pub const MIN_CLEANABLE_DIRTY_RATIO_DEFAULT: f64 = 0.5;
+
+/// A topic's cleanup settings: `cleanup.policy` and the compaction configs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CleanupConfig {
+    /// `cleanup.policy` holds `compact`: the cleaner keeps the latest record per key.
+    pub compact: bool,
+    /// `cleanup.policy` holds `delete`: retention deletes old segments.
+    pub delete: bool,
+    /// `delete.retention.ms`: how long a tombstone stays after a pass first sees it.
+    pub delete_retention_ms: i64,
+    /// `min.cleanable.dirty.ratio`: the share of uncleaned bytes that makes a pass due.
+    pub min_cleanable_dirty_ratio: f64,
+    /// `min.compaction.lag.ms`: records younger than this are not cleaned.
+    pub min_compaction_lag_ms: i64,
+    /// `max.compaction.lag.ms`: uncleaned data older than this makes a pass due.
+    pub max_compaction_lag_ms: i64,
+}
+
+impl Default for CleanupConfig {
+    fn default() -> Self {
+        CleanupConfig {
+            compact: false,
+            delete: true,
+            delete_retention_ms: DELETE_RETENTION_MS_DEFAULT,
+            min_cleanable_dirty_ratio: MIN_CLEANABLE_DIRTY_RATIO_DEFAULT,
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: i64::MAX,
+        }
+    }
+}
+
 /// What one pass needs besides the log.
 pub struct CleanContext {
     /// Now, in ms since the epoch.
@@ -195,7 +230,8 @@ pub async fn clean_once(
         let mut decide = |h: &FrameHeader, body: &Bytes| {
             decide_frame(h, body, map, ctx, &mut out, last_data_offset)
         };
-        if let Some(r) = log.rewrite_segment(seg, &mut decide).await? {
+        let rewritten = log.rewrite_segment(seg, &mut decide).await?;
+        if let Some(r) = rewritten.filter(|r| r.frames_replaced + r.frames_stubbed > 0) {
             out.segments += 1;
             out.bytes_before += r.bytes_before;
             out.bytes_after += r.bytes_after;

@@ -17,6 +17,7 @@ pub mod checkpoint;
 pub mod cleaner;
 pub mod codec;
 pub mod compacted;
+pub mod compaction;
 pub mod lookup;
 pub mod producer_state;
 
@@ -162,6 +163,10 @@ pub struct Partition {
     /// Cluster mode: run when this node becomes the leader (the group coordinator reloads
     /// the groups of an offsets partition, which followers do not apply).
     on_leader_gain: RefCell<Option<Box<dyn Fn()>>>,
+    /// The topic's `cleanup.policy` and compaction settings.
+    cleanup: Cell<cleaner::CleanupConfig>,
+    /// How far this process compacted the log (`compaction`).
+    progress: Cell<compaction::CleanerProgress>,
 }
 
 impl Partition {
@@ -199,6 +204,8 @@ impl Partition {
             rebuild_generation: Cell::new(0),
             applied_end: Cell::new(KafkaOffset(0)),
             on_leader_gain: RefCell::new(None),
+            cleanup: Cell::new(cleaner::CleanupConfig::default()),
+            progress: Cell::new(compaction::CleanerProgress::default()),
         }
     }
 
@@ -222,6 +229,10 @@ impl Partition {
     /// that goes, so the producers and groups that data built outlive it (here, and on a
     /// follower that gets the compaction point as a snapshot with the checkpoint).
     pub async fn apply_retention(&self) -> anyhow::Result<strand_storage::RetentionOutcome> {
+        if !self.cleanup.get().delete {
+            // Compact-only: old segments are compacted, never deleted (as Kafka).
+            return Ok(strand_storage::RetentionOutcome::default());
+        }
         let replication = self.replication.borrow().clone();
         let rep = match replication {
             None => None,
@@ -389,6 +400,7 @@ impl Partition {
         let view = RecordBatch::parse(batch.clone()).map_err(KafkaError::from_batch)?;
         view.validate().map_err(KafkaError::from_batch)?;
         view.validate_produce().map_err(KafkaError::from_batch)?;
+        self.require_keys(&view)?;
         let ids = batch_ids(&view);
         let replication = self.replication.borrow().clone();
         if let Some((rep, group)) = replication {
@@ -614,11 +626,7 @@ impl Partition {
         min_lag_ms: i64,
         delete_retention_ms: i64,
     ) -> Result<cleaner::CleanOutcome, StorageError> {
-        let committed = if self.replicated() {
-            self.applied_end.get()
-        } else {
-            self.high_watermark.get()
-        };
+        let committed = self.committed_end();
         let young = now_ms.saturating_sub(min_lag_ms);
         let lag_end = self
             .log
@@ -1141,6 +1149,74 @@ mod tests {
             drop(part);
             let part = open_with(&dir, lc, None).await;
             retries_are_duplicates(&part, &last).await;
+        })
+        .expect("runtime");
+    }
+
+    /// A compacted partition refuses keyless records, is due for a pass once its closed
+    /// segments hold uncleaned data (not while they are younger than the minimum lag),
+    /// and is no longer due after the pass until a tombstone's horizon passes.
+    #[test]
+    fn a_compacted_partition_is_cleaned_when_due() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("t-0");
+        let lc = LogConfig {
+            segment_bytes: 4096,
+            ..LogConfig::default()
+        };
+        strand_storage::io_runtime::block_on("partition-test", 1, async {
+            let part = open_with(&dir, lc, None).await;
+            let mut c = cleaner::CleanupConfig {
+                compact: true,
+                delete: false,
+                delete_retention_ms: 60_000,
+                ..cleaner::CleanupConfig::default()
+            };
+            part.set_cleanup(c);
+            let mut keyless = strand_wire::BatchBuilder::new(1);
+            keyless.push(1, None, Some(b"v"), &[]);
+            let r = part.produce(keyless.build(), true).await;
+            assert!(matches!(r, Err(KafkaError::InvalidRecord(_))), "{r:?}");
+            let now_ms = crate::common::clock::wall_ms();
+            for i in 0..30 {
+                let mut b = strand_wire::BatchBuilder::new(1);
+                let bytes = [i as u8; 400];
+                let value = (i < 29).then_some(&bytes[..]);
+                b.push(now_ms, Some(format!("k{}", i % 2).as_bytes()), value, &[]);
+                part.produce(b.build(), true).await.expect("produced");
+            }
+            part.set_cleanup(cleaner::CleanupConfig {
+                min_compaction_lag_ms: 3_600_000,
+                ..c
+            });
+            assert_eq!(
+                part.compaction_due(now_ms + 1_000),
+                None,
+                "younger than the lag"
+            );
+            c.min_compaction_lag_ms = 0;
+            part.set_cleanup(c);
+            let due = part.compaction_due(now_ms + 1_000).expect("due");
+            assert_eq!(due.dirty_ratio, 1.0);
+            let mut map = cleaner::OffsetMap::with_memory(1 << 16);
+            let out = part
+                .compact_now(&mut map, now_ms + 1_000)
+                .await
+                .expect("pass");
+            assert!(out.records_removed > 10, "{out:?}");
+            assert_eq!(part.compaction_due(now_ms + 2_000), None, "nothing dirty");
+            assert!(part.last_clean_ms() > 0);
+            // A pass that kept a tombstone (k1's last record, if cleaned) is due again once
+            // its horizon passes.
+            if out.earliest_horizon_ms < i64::MAX {
+                let due = part
+                    .compaction_due(out.earliest_horizon_ms)
+                    .expect("horizon");
+                assert!(due.must);
+            }
+            c.compact = false;
+            part.set_cleanup(c);
+            assert_eq!(part.compaction_due(now_ms + 1_000_000_000), None);
         })
         .expect("runtime");
     }

@@ -236,6 +236,13 @@ impl Shard {
                     continue;
                 }
             };
+            if !part.cleanup().delete {
+                // As Kafka: a compact-only topic's records go only by compaction.
+                out.push(PartReply::err(KafkaError::PolicyViolation(format!(
+                    "records of partition {topic}-{p} can not be deleted due to the configured policy"
+                ))));
+                continue;
+            }
             let hw = part.high_watermark().0;
             let target = if offset.0 == -1 { hw } else { offset.0 };
             if target < 0 || target > hw {

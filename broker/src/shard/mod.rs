@@ -374,6 +374,7 @@ impl Shard {
             max_message,
             self.metrics.clone(),
         ));
+        part.set_cleanup(crate::cluster::topic_config::cleanup_config(configs));
         let offsets = topic == crate::group::OFFSETS_TOPIC;
         let keyed = offsets.then_some(crate::group::records::scope_of as KeyScope);
         part.load_producer_state(self.clustered(), keyed).await?;

@@ -65,6 +65,7 @@ impl Shard {
             if let Some(part) = self.partition(&topic, p) {
                 let (lc, max) = crate::cluster::topic_config::log_config(&self.config, &configs);
                 part.set_config(lc, max);
+                part.set_cleanup(crate::cluster::topic_config::cleanup_config(&configs));
                 if self.clustered() {
                     crate::cluster::refresh_partition(&**self, &meta, &part);
                 }

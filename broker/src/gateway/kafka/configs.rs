@@ -164,14 +164,67 @@ fn broker_configs(shard: &Shard) -> Vec<(&'static str, String, i8)> {
         ),
         ("broker.id", c.node_id.to_string(), 3),
         ("log.segment.bytes", c.segment_bytes.to_string(), 3),
+        // The cleaner's settings: topics without overrides get these (Kafka's defaults).
+        ("log.cleaner.enable", "true".to_string(), 1),
+        (
+            "log.cleaner.backoff.ms",
+            c.log_cleaner_backoff_ms.to_string(),
+            5,
+        ),
+        ("log.cleanup.policy", "delete".to_string(), 7),
+        (
+            "log.cleaner.delete.retention.ms",
+            crate::partition::cleaner::DELETE_RETENTION_MS_DEFAULT.to_string(),
+            5,
+        ),
+        (
+            "log.cleaner.min.cleanable.ratio",
+            crate::partition::cleaner::MIN_CLEANABLE_DIRTY_RATIO_DEFAULT.to_string(),
+            6,
+        ),
+        ("log.cleaner.min.compaction.lag.ms", "0".to_string(), 5),
+        ("log.cleaner.max.compaction.lag.ms", i64::MAX.to_string(), 5),
         ("fetch.max.bytes", c.fetch_max_bytes.to_string(), 3),
         ("message.max.bytes", c.message_max_bytes.to_string(), 3),
         ("num.partitions", c.num_partitions.to_string(), 3),
     ]
 }
 
-/// One resource's requested change: `(name, Some(value))` sets, `(name, None)` deletes.
-type Change = (String, Option<String>);
+/// What a request asks of one config.
+enum Op {
+    /// SET (and every AlterConfigs entry).
+    Set(String),
+    /// DELETE: back to the default.
+    Delete,
+    /// APPEND: add these items to a list config (those it lacks).
+    Append(String),
+    /// SUBTRACT: remove these items from a list config.
+    Subtract(String),
+}
+
+/// One resource's requested change of one config.
+type Change = (String, Op);
+
+/// The value a list config gets from APPEND or SUBTRACT of `items` (comma-separated) to
+/// or from `current`, as Kafka computes it (items already there are not added twice).
+fn list_op(current: &str, items: &str, append: bool) -> String {
+    let split = |v: &str| -> Vec<String> {
+        v.split(',')
+            .map(str::trim)
+            .filter(|i| !i.is_empty())
+            .map(String::from)
+            .collect()
+    };
+    let mut list = split(current);
+    for item in split(items) {
+        if append && !list.contains(&item) {
+            list.push(item);
+        } else if !append {
+            list.retain(|i| i != &item);
+        }
+    }
+    list.join(",")
+}
 
 /// A resource to alter: (resource type, name, its changes or why they are invalid,
 /// whether the changes replace every override).
@@ -209,32 +262,13 @@ async fn alter(
                 continue;
             }
         };
-        let mut set = BTreeMap::new();
-        let mut delete: Vec<String> = if replace {
-            topic.configs.keys().cloned().collect()
-        } else {
-            Vec::new()
-        };
-        let mut error = None;
-        for (k, v) in changes {
-            match v {
-                Some(v) => match topic_config::validate(&k, &v) {
-                    Ok(()) => {
-                        delete.retain(|d| d != &k);
-                        set.insert(k, v);
-                    }
-                    Err(m) => error = Some(m),
-                },
-                None if topic_config::def(&k).is_none() => {
-                    error = Some(format!("unknown or unsupported topic config {k}"))
-                }
-                None => delete.push(k),
+        let (set, delete) = match resolve(&shard.config, &topic.configs, changes, replace) {
+            Ok(c) => c,
+            Err(m) => {
+                out.push((code::INVALID_CONFIG, Some(m)));
+                continue;
             }
-        }
-        if let Some(m) = error {
-            out.push((code::INVALID_CONFIG, Some(m)));
-            continue;
-        }
+        };
         out.push((0, None));
         if !validate_only {
             slots.push(out.len() - 1);
@@ -251,8 +285,62 @@ async fn alter(
     out
 }
 
-/// IncrementalAlterConfigs (SET and DELETE; APPEND/SUBTRACT only apply to list configs
-/// with several values, which none of ours has).
+/// A topic's config changes as the overrides to set and the ones to delete, checked
+/// (each value, and what holds between them); `current` holds its overrides now, all of
+/// which `replace` drops unless set again (AlterConfigs). The error is INVALID_CONFIG's
+/// message.
+fn resolve(
+    config: &crate::common::config::Config,
+    current: &BTreeMap<String, String>,
+    changes: Vec<Change>,
+    replace: bool,
+) -> Result<(BTreeMap<String, String>, Vec<String>), String> {
+    let mut set = BTreeMap::new();
+    let mut delete: Vec<String> = if replace {
+        current.keys().cloned().collect()
+    } else {
+        Vec::new()
+    };
+    for (k, op) in changes {
+        let now = |set: &BTreeMap<String, String>| {
+            set.get(&k)
+                .or(current.get(&k))
+                .cloned()
+                .unwrap_or_else(|| topic_config::default_value(config, &k).0)
+        };
+        let is_list = topic_config::def(&k).is_some_and(|d| d.kind == topic_config::Kind::List);
+        let value = match op {
+            Op::Set(v) => Some(v),
+            Op::Delete => None,
+            Op::Append(_) | Op::Subtract(_) if !is_list => {
+                return Err(format!(
+                    "{k} is not a list config: APPEND and SUBTRACT do not apply"
+                ));
+            }
+            Op::Append(v) => Some(list_op(&now(&set), &v, true)),
+            Op::Subtract(v) => Some(list_op(&now(&set), &v, false)),
+        };
+        match value {
+            Some(v) => {
+                topic_config::validate(&k, &v)?;
+                delete.retain(|d| d != &k);
+                set.insert(k, v);
+            }
+            None if topic_config::def(&k).is_none() => {
+                return Err(format!("unknown or unsupported topic config {k}"));
+            }
+            None => delete.push(k),
+        }
+    }
+    let mut all = current.clone();
+    all.retain(|k, _| !delete.contains(k));
+    all.extend(set.iter().map(|(k, v)| (k.clone(), v.clone())));
+    topic_config::validate_set(&all)?;
+    Ok((set, delete))
+}
+
+/// IncrementalAlterConfigs: SET, DELETE, and APPEND/SUBTRACT on list configs
+/// (`cleanup.policy`).
 pub async fn incremental(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
     let req: IncrementalAlterConfigsRequest = ctx.decode(body)?;
     let resources = req
@@ -262,16 +350,18 @@ pub async fn incremental(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<By
             let changes = r
                 .configs
                 .iter()
-                .map(|c| match c.config_operation {
-                    0 => Ok((
-                        c.name.to_string(),
-                        Some(c.value.as_ref().map(|v| v.to_string()).unwrap_or_default()),
-                    )),
-                    1 => Ok((c.name.to_string(), None)),
-                    op => Err(format!(
-                        "config operation {op} is not supported for {}",
-                        c.name.as_str()
-                    )),
+                .map(|c| {
+                    let v = || c.value.as_ref().map(|v| v.to_string()).unwrap_or_default();
+                    match c.config_operation {
+                        0 => Ok((c.name.to_string(), Op::Set(v()))),
+                        1 => Ok((c.name.to_string(), Op::Delete)),
+                        2 => Ok((c.name.to_string(), Op::Append(v()))),
+                        3 => Ok((c.name.to_string(), Op::Subtract(v()))),
+                        op => Err(format!(
+                            "config operation {op} is not supported for {}",
+                            c.name.as_str()
+                        )),
+                    }
                 })
                 .collect();
             (r.resource_type, r.resource_name.to_string(), changes, false)
@@ -303,7 +393,13 @@ pub async fn replace(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes,
             let changes = r
                 .configs
                 .iter()
-                .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
+                .map(|c| {
+                    let op = match &c.value {
+                        Some(v) => Op::Set(v.to_string()),
+                        None => Op::Delete,
+                    };
+                    (c.name.to_string(), op)
+                })
                 .collect();
             (
                 r.resource_type,

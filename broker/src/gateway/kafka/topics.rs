@@ -259,6 +259,9 @@ pub async fn create(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
                 None => {}
             }
         }
+        if bad_config.is_none() {
+            bad_config = crate::cluster::topic_config::validate_set(&configs).err();
+        }
         // Bounds first: nothing is allocated for a partition count before it is checked.
         let rf_asked = match &manual {
             Ok(Some((_, lists))) => lists.first().map_or(1, |l| l.len() as i16),

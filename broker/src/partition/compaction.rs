@@ -1,0 +1,161 @@
+//! When and how a partition of a compacted topic (`cleanup.policy` with `compact`) is
+//! cleaned: its cleanup settings, the records it refuses, whether a pass is due, and the
+//! pass itself (`cleaner::clean_once` through `Partition::compact`).
+//!
+//! Invariants:
+//! - A pass is due, as in Kafka, when the uncleaned share of the cleanable bytes reaches
+//!   `min.cleanable.dirty.ratio`, when uncleaned data is older than
+//!   `max.compaction.lag.ms`, or when a kept tombstone's delete horizon has passed.
+//! - Offsets below `cleaned_to` were compacted by an earlier pass of this process (it
+//!   starts at the log start, so the first pass after a restart maps everything again:
+//!   cleaning twice is harmless).
+//! - A compacted topic refuses records without a key (INVALID_RECORD, as Kafka), so only a
+//!   topic made compacted later holds any, and the cleaner removes them.
+
+use strand_storage::{KafkaOffset, StorageError};
+use strand_wire::RecordBatch;
+
+use super::cleaner::{CleanOutcome, CleanupConfig, OffsetMap};
+use super::{codec, Partition};
+use crate::common::errors::KafkaError;
+
+/// Why a partition is worth a compaction pass now.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Due {
+    /// Uncleaned data is older than `max.compaction.lag.ms`, or a tombstone's horizon
+    /// passed: cleaned first, whatever the ratio.
+    pub must: bool,
+    /// Uncleaned bytes over all cleanable bytes (0..=1).
+    pub dirty_ratio: f64,
+}
+
+/// What this process knows of a partition's cleaning (not persisted).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct CleanerProgress {
+    /// Offsets below this were compacted (the next pass has dirty data only above it).
+    pub cleaned_to: KafkaOffset,
+    /// The earliest delete horizon of a tombstone kept by the last pass (`i64::MAX`:
+    /// none).
+    pub earliest_horizon_ms: i64,
+    /// When the last pass ended (ms since the epoch; -1: never).
+    pub last_clean_ms: i64,
+}
+
+impl Default for CleanerProgress {
+    fn default() -> Self {
+        CleanerProgress {
+            cleaned_to: KafkaOffset(0),
+            earliest_horizon_ms: i64::MAX,
+            last_clean_ms: -1,
+        }
+    }
+}
+
+impl Partition {
+    /// Applies the topic's cleanup settings.
+    pub fn set_cleanup(&self, c: CleanupConfig) {
+        self.cleanup.set(c);
+    }
+
+    /// The topic's cleanup settings.
+    pub fn cleanup(&self) -> CleanupConfig {
+        self.cleanup.get()
+    }
+
+    /// When the last compaction pass ended (ms since the epoch; -1: never, in this
+    /// process).
+    pub fn last_clean_ms(&self) -> i64 {
+        self.progress.get().last_clean_ms
+    }
+
+    /// A compacted topic takes only keyed records (Kafka: INVALID_RECORD). Decodes the
+    /// batch (decompressing it, bounded), so only compacted topics pay for it.
+    pub(super) fn require_keys(&self, view: &RecordBatch) -> Result<(), KafkaError> {
+        if !self.cleanup.get().compact || view.attributes().is_control() {
+            return Ok(());
+        }
+        let records = codec::records_of(view)
+            .map_err(|e| KafkaError::CorruptMessage(format!("cannot read the records: {e}")))?;
+        if records.iter().any(|r| r.key.is_none()) {
+            return Err(KafkaError::InvalidRecord(format!(
+                "compacted topic {} cannot accept a record without a key",
+                self.topic
+            )));
+        }
+        Ok(())
+    }
+
+    /// Whether a compaction pass is due at `now_ms` (see the module invariants); `None`
+    /// for a topic that is not compacted or has nothing cleanable.
+    pub fn compaction_due(&self, now_ms: i64) -> Option<Due> {
+        let c = self.cleanup.get();
+        if !c.compact {
+            return None;
+        }
+        let progress = self.progress.get();
+        let committed = self.committed_end();
+        let young = now_ms.saturating_sub(c.min_compaction_lag_ms);
+        let (mut clean, mut dirty, mut oldest_dirty_ms) = (0u64, 0u64, i64::MAX);
+        for s in self.log.segments_info().into_iter().take_while(|s| {
+            s.rewritable && s.next_offset <= committed && s.max_timestamp_ms <= young
+        }) {
+            if s.next_offset > progress.cleaned_to {
+                dirty += s.size_bytes;
+                oldest_dirty_ms = oldest_dirty_ms.min(s.created_ms);
+            } else {
+                clean += s.size_bytes;
+            }
+        }
+        if clean + dirty == 0 {
+            return None;
+        }
+        let dirty_ratio = dirty as f64 / (clean + dirty) as f64;
+        let overdue = dirty > 0 && now_ms.saturating_sub(oldest_dirty_ms) > c.max_compaction_lag_ms;
+        let horizon = progress.earliest_horizon_ms <= now_ms;
+        let by_ratio = dirty > 0 && dirty_ratio >= c.min_cleanable_dirty_ratio;
+        (overdue || horizon || by_ratio).then_some(Due {
+            must: overdue || horizon,
+            dirty_ratio,
+        })
+    }
+
+    /// One compaction pass with the topic's settings; remembers how far it cleaned and
+    /// the earliest tombstone horizon it kept.
+    pub async fn compact_now(
+        &self,
+        map: &mut OffsetMap,
+        now_ms: i64,
+    ) -> Result<CleanOutcome, StorageError> {
+        let c = self.cleanup.get();
+        let out = self
+            .compact(map, now_ms, c.min_compaction_lag_ms, c.delete_retention_ms)
+            .await?;
+        let mut p = self.progress.get();
+        p.cleaned_to = p.cleaned_to.max(out.map_end);
+        p.earliest_horizon_ms = out.earliest_horizon_ms;
+        p.last_clean_ms = crate::common::clock::wall_ms();
+        self.progress.set(p);
+        Ok(out)
+    }
+
+    /// Closes the active segment once it is older than `segment.ms` (a quiet compacted
+    /// partition's records become cleanable); on one node a flush then finalizes it.
+    /// Replicated logs are finalized by the replicator's next flush.
+    pub fn roll_if_idle(self: &std::rc::Rc<Self>) -> bool {
+        let rolled = self.log.roll_if_idle();
+        if rolled {
+            self.ensure_flushing();
+        }
+        rolled
+    }
+
+    /// The end of the committed data a pass may clean: what this replica applied, or on
+    /// one node the high watermark.
+    pub(super) fn committed_end(&self) -> KafkaOffset {
+        if self.replicated() {
+            self.applied_end.get()
+        } else {
+            self.high_watermark.get()
+        }
+    }
+}
