@@ -235,3 +235,21 @@ def test_delete_records_is_refused_on_a_compact_only_topic(ck, cbroker, topic):
         list(fut.values())[0].result(15)
     assert e.value.args[0].code() == ck.KafkaError.POLICY_VIOLATION
     assert [o for o, _, _ in read_all(ck, cbroker, topic)] == [0, 1]
+
+
+def test_a_batch_with_a_keyless_record_names_it(ck, cbroker, topic):
+    """Kafka refuses the whole batch and lists the records at fault (KIP-467, Produce v8+):
+    librdkafka fails those with INVALID_RECORD and the rest with _INVALID_DIFFERENT_RECORD."""
+    create(ck, cbroker, topic, {"cleanup.policy": "compact"})
+    p = ck.Producer({"bootstrap.servers": cbroker.bootstrap, "acks": "all",
+                     "enable.idempotence": False, "retries": 0, "linger.ms": 200})
+    errors = {}
+    for i in range(10):
+        p.produce(topic, key=None if i in (3, 7) else f"k{i}".encode(), value=b"v", partition=0,
+                  on_delivery=lambda err, msg, i=i: errors.__setitem__(i, err))
+    assert p.flush(20) == 0
+    codes = {i: e.code() if e is not None else None for i, e in errors.items()}
+    different = ck.KafkaError._INVALID_DIFFERENT_RECORD
+    assert codes == {i: ck.KafkaError.INVALID_RECORD if i in (3, 7) else different
+                     for i in range(10)}, codes
+    assert read_all(ck, cbroker, topic) == []

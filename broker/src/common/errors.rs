@@ -121,6 +121,15 @@ pub enum KafkaError {
     /// INVALID_RECORD (87).
     #[error("invalid record: {0}")]
     InvalidRecord(String),
+    /// INVALID_RECORD (87) naming the records at fault (KIP-467: Produce v8+ lists them,
+    /// by index in the batch with a message each, and a client fails only those).
+    #[error("{message}")]
+    RecordErrors {
+        /// The partition-level message.
+        message: String,
+        /// (index of the record in its batch, why it was refused).
+        records: Vec<(i32, String)>,
+    },
     /// UNSUPPORTED_COMPRESSION_TYPE (76).
     #[error("unsupported compression type")]
     UnsupportedCompression,
@@ -167,7 +176,7 @@ impl KafkaError {
             KafkaError::UnknownLeaderEpoch => code::UNKNOWN_LEADER_EPOCH,
             KafkaError::Storage(_) => code::KAFKA_STORAGE_ERROR,
             KafkaError::UnsupportedCompression => code::UNSUPPORTED_COMPRESSION_TYPE,
-            KafkaError::InvalidRecord(_) => code::INVALID_RECORD,
+            KafkaError::InvalidRecord(_) | KafkaError::RecordErrors { .. } => code::INVALID_RECORD,
             KafkaError::UnknownTopicId => code::UNKNOWN_TOPIC_ID,
             KafkaError::PolicyViolation(_) => code::POLICY_VIOLATION,
         }

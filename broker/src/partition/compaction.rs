@@ -76,13 +76,29 @@ impl Partition {
         }
         let records = codec::records_of(view)
             .map_err(|e| KafkaError::CorruptMessage(format!("cannot read the records: {e}")))?;
-        if records.iter().any(|r| r.key.is_none()) {
-            return Err(KafkaError::InvalidRecord(format!(
-                "compacted topic {} cannot accept a record without a key",
-                self.topic
-            )));
+        let why = format!(
+            "Compacted topic cannot accept message without key in topic partition {}-{}.",
+            self.topic, self.index
+        );
+        let keyless: Vec<(i32, String)> = (0i32..)
+            .zip(&records)
+            .filter(|(_, r)| r.key.is_none())
+            .map(|(i, _)| (i, why.clone()))
+            .collect();
+        if keyless.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        // Kafka's message for a batch refused for some of its records.
+        let message = format!(
+            "One or more records have been rejected due to {} record errors in total, and \
+             only showing the first three errors at most: {:?}",
+            keyless.len(),
+            keyless.iter().take(3).map(|(i, _)| i).collect::<Vec<_>>()
+        );
+        Err(KafkaError::RecordErrors {
+            message,
+            records: keyless,
+        })
     }
 
     /// Whether a compaction pass is due at `now_ms` (see the module invariants); `None`

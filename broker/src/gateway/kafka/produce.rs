@@ -4,7 +4,9 @@
 use std::rc::Rc;
 
 use bytes::Bytes;
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 
@@ -129,6 +131,20 @@ fn partition_response(
     if let Some(e) = r.error {
         out = out.with_error_code(e.code());
         if version >= 8 {
+            if let KafkaError::RecordErrors { records, .. } = &e {
+                out = out.with_record_errors(
+                    records
+                        .iter()
+                        .map(|(i, m)| {
+                            BatchIndexAndErrorMessage::default()
+                                .with_batch_index(*i)
+                                .with_batch_index_error_message(Some(StrBytes::from_string(
+                                    m.clone(),
+                                )))
+                        })
+                        .collect(),
+                );
+            }
             out = out.with_error_message(Some(StrBytes::from_string(e.to_string())));
         }
     }
