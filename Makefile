@@ -45,7 +45,10 @@ test:
 	@# The client tests mostly wait on brokers and clients: 4 processes (pytest-xdist) take
 	@# a quarter of the serial time on 2 cores. Each test owns its brokers, ports and dirs.
 	$(STAGE) kafka-clients env STRAND_BIN=$(CURDIR)/target/debug/strand tests/kafka/run.sh \
-	  -n $(TEST_WORKERS) --dist worksteal
+	  -n $(TEST_WORKERS) --dist worksteal -m "not apps"
+	@# Kafka Streams and Kafka Connect (JVMs that take a core each): apart, two at a time.
+	$(STAGE) kafka-apps env STRAND_BIN=$(CURDIR)/target/debug/strand tests/kafka/run.sh \
+	  -n 2 -m apps
 	$(STAGE) librdkafka env STRAND_BIN=$(CURDIR)/target/debug/strand COMPAT_SET=quick \
 	  tests/librdkafka/run.sh --jobs 2
 	$(STAGE) differential env STRAND_BIN=$(CURDIR)/target/debug/strand \

@@ -387,22 +387,35 @@ JAVA_CLIENTS = {
     "java3.9": KAFKA_TESTS_DIR / "java-lib",
     "java4.1": KAFKA_TESTS_DIR / "java4-lib",
 }
+# Class paths of the Java applications (Kafka Streams, Kafka Connect) beside the clients:
+# their folders, in order. Not in JAVA_CLIENTS, whose every entry the client tests run.
+JAVA_APPS = {
+    "java4.1-apps": (KAFKA_TESTS_DIR / "java4-lib", KAFKA_TESTS_DIR / "java4-apps-lib"),
+}
 JAVA_SOURCES = Path(__file__).resolve().parent / "java"
 
 
-def java_classpath(client: str, program: str) -> tuple[str, str]:
+def java_classpath(client: str, program: str | None) -> tuple[str, str]:
     """(java, classpath) to run `program` (tests/kafka/java/<program>.java) on the Java
-    client `client` (a key of JAVA_CLIENTS), compiling it first when its class is missing
-    or older than the source. Skips (fails under STRAND_REQUIRE_CLIENTS=1) when java or
-    the client's jars are missing."""
+    client `client` (a key of JAVA_CLIENTS or JAVA_APPS), compiling it first when its class
+    is missing or older than the source; `program=None` gives the jars alone (to run a
+    class of theirs). Skips (fails under STRAND_REQUIRE_CLIENTS=1) when java or the
+    client's jars are missing."""
     java, javac = shutil.which("java"), shutil.which("javac")
     need(java is not None and javac is not None,
          "java/javac not found (Debian: openjdk-17-jdk-headless)")
-    lib = JAVA_CLIENTS[client]
-    jars = sorted(lib.glob("*.jar"))
+    libs = JAVA_APPS.get(client) or (JAVA_CLIENTS[client],)
+    jars = []
+    for lib in libs:
+        found = sorted(lib.glob("*.jar"))
+        need(bool(found), f"no jars in {lib}: run tests/kafka/fetch_java_clients.sh")
+        jars += found
     need(any(j.name.startswith("kafka-clients") for j in jars),
-         f"kafka-clients is not in {lib}: run tests/kafka/fetch_java_clients.sh")
+         f"kafka-clients is not in {', '.join(map(str, libs))}: "
+         "run tests/kafka/fetch_java_clients.sh")
     cp = ":".join(str(j) for j in jars)
+    if program is None:
+        return java, cp
     src = JAVA_SOURCES / f"{program}.java"
     classes = KAFKA_TESTS_DIR / f"{client}-classes"
     cls = classes / f"{program}.class"

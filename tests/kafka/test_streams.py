@@ -1,0 +1,142 @@
+"""A Kafka Streams 4.x application against strand (log compaction, issue 21): a KTable
+count() per key, at-least-once, in an in-memory store, so every start restores the whole
+store from its changelog, a compacted topic Streams creates with `segment.ms` 500
+(`StreamsConfig.topicPrefix`). The program is tests/kafka/java/StreamsCheck.java.
+
+Run 1 counts N records and stops; strand compacts the changelog (checked by reading it: gaps,
+and the latest count of every key kept); run 2 restores from the compacted changelog and
+counts M more. The output topic's last count of every key must be its number of input
+records."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import uuid
+from collections import Counter
+
+import pytest
+
+from strand_harness import java_classpath, need_module, wait_until
+
+pytestmark = pytest.mark.apps
+
+CLEANER_ARGS = ["--log-cleaner-backoff-ms", "200"]
+KEYS = 20
+N = 2000  # run 1, in 4 bursts 600 ms apart: the changelog spans several segments
+M = 600  # run 2
+PARTITIONS = 2
+
+
+def read_partition(ck, bootstrap, topic, partition, timeout_s=20.0):
+    """Every record of one partition from its start: [(offset, key, value)]."""
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "strand-tests-unused",
+                     "enable.auto.commit": False, "enable.partition.eof": True})
+    c.assign([ck.TopicPartition(topic, partition, ck.OFFSET_BEGINNING)])
+    out = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            if m.error() is not None:
+                assert m.error().code() == ck.KafkaError._PARTITION_EOF, m.error()
+                return out
+            out.append((m.offset(), m.key(), m.value()))
+    finally:
+        c.close()
+    raise AssertionError(f"no end of {topic}-{partition} within {timeout_s}s; read {len(out)}")
+
+
+def end_offset(ck, bootstrap, topic, partition):
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "strand-tests-unused"})
+    try:
+        return c.get_watermark_offsets(ck.TopicPartition(topic, partition), timeout=10)[1]
+    finally:
+        c.close()
+
+
+def cleaner_passes(broker) -> int:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{broker.admin_port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return sum(int(float(line.split()[-1])) for line in text.splitlines()
+               if line.startswith("strand_cleaner_passes_total"))
+
+
+def test_streams_count_restores_from_a_compacted_changelog(strand, tmp_path):
+    ck = need_module("confluent_kafka")
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    java, cp = java_classpath("java4.1-apps", "StreamsCheck")
+    broker = strand(name="s", extra_args=CLEANER_ARGS)
+    run = uuid.uuid4().hex[:8]
+    app, source, sink = f"counts-{run}", f"words-{run}", f"word-counts-{run}"
+    changelog = f"{app}-counts-changelog"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for t, fut in admin.create_topics([NewTopic(source, PARTITIONS, 1),
+                                       NewTopic(sink, PARTITIONS, 1)]).items():
+        fut.result(15)
+
+    def streams_run(start: int, stop: int, bursts: int) -> dict:
+        cmd = [java, "-Xshare:auto", "-XX:TieredStopAtLevel=1", "-Xmx512m",
+               "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", cp, "StreamsCheck",
+               broker.bootstrap, app, source, sink, str(tmp_path / "state"), str(KEYS),
+               str(start), str(stop), str(bursts)]
+        t0 = time.monotonic()
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=100)
+        out = r.stdout.strip().splitlines()
+        assert r.returncode == 0 and out, (
+            f"StreamsCheck {start}..{stop} exit {r.returncode}\nstdout:\n{r.stdout[-3000:]}\n"
+            f"stderr:\n{r.stderr[-8000:]}")
+        print(f"StreamsCheck {start}..{stop}: {time.monotonic() - t0:.1f}s {out[-1]}")
+        return json.loads(out[-1])
+
+    def truth(upto: int) -> dict[bytes, int]:
+        return dict(Counter(f"k{i % KEYS}".encode() for i in range(upto)))
+
+    first = streams_run(0, N, 4)
+    assert first == {"restored": 0, "processed": N}
+
+    # One changelog record per input record (no record cache): N in all, until compacted.
+    assert sum(end_offset(ck, broker.bootstrap, changelog, p) for p in range(PARTITIONS)) == N
+    records: dict[int, list] = {}
+
+    def compacted():
+        for p in range(PARTITIONS):
+            records[p] = read_partition(ck, broker.bootstrap, changelog, p)
+        return all(len(records[p]) < end_offset(ck, broker.bootstrap, changelog, p)
+                   for p in range(PARTITIONS))
+
+    wait_until(compacted, 30, f"{changelog} to be compacted (records read: "
+               f"{ {p: len(r) for p, r in records.items()} })", 0.3)
+    assert cleaner_passes(broker) > 0
+    latest = {}
+    for p in range(PARTITIONS):
+        offsets = [o for o, _, _ in records[p]]
+        assert offsets == sorted(set(offsets)), f"partition {p}: offsets not increasing"
+        for _, k, v in records[p]:
+            assert v is not None and len(v) == 8, (k, v)
+            latest[k] = int.from_bytes(v, "big")
+    # Compaction kept the latest count of every key.
+    assert latest == truth(N)
+    kept = sum(len(r) for r in records.values())
+
+    second = streams_run(N, N + M, 2)
+    assert second["processed"] == M
+    # Run 2 restored every key from the compacted changelog (what was left of it, or less
+    # if the cleaner ran again in between).
+    assert KEYS <= second["restored"] <= kept < N, (second, kept)
+
+    inputs = Counter()
+    for p in range(PARTITIONS):
+        inputs.update(k for _, k, _ in read_partition(ck, broker.bootstrap, source, p))
+    assert dict(inputs) == truth(N + M)
+    last = {}
+    for p in range(PARTITIONS):
+        for _, k, v in read_partition(ck, broker.bootstrap, sink, p):
+            last[k] = int(v)
+    assert last == dict(inputs), "the last count of every key is its number of input records"
