@@ -68,6 +68,8 @@ pub struct TopicSpec {
     pub partitions: i32,
     /// -1: the broker's default.
     pub replication_factor: i16,
+    /// Topic configs of a created topic (e.g. `cleanup.policy` = `compact`).
+    pub configs: Vec<(String, String)>,
 }
 
 /// How a producer session sends.

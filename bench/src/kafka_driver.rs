@@ -145,7 +145,18 @@ impl KafkaDriver {
             .with_topics(vec![CreatableTopic::default()
                 .with_name(TopicName(StrBytes::from_string(topic.name.clone())))
                 .with_num_partitions(topic.partitions)
-                .with_replication_factor(replication)])
+                .with_replication_factor(replication)
+                .with_configs(
+                    topic
+                        .configs
+                        .iter()
+                        .map(|(k, v)| {
+                            kafka_protocol::messages::create_topics_request::CreatableTopicConfig::default()
+                                .with_name(StrBytes::from_string(k.clone()))
+                                .with_value(Some(StrBytes::from_string(v.clone())))
+                        })
+                        .collect(),
+                )])
             .with_timeout_ms(REQUEST_TIMEOUT_MS);
         let resp = conn.request(&req, version).await?;
         for t in &resp.topics {

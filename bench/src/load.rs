@@ -75,6 +75,13 @@ pub struct LoadSpec {
     pub replication_factor: i16,
     pub record_bytes: usize,
     pub keys: KeyDist,
+    /// With random keys: how many distinct keys (0: every key new); key n goes to
+    /// partition n % partitions, so a compacted topic has n's latest value in one place.
+    #[serde(default)]
+    pub key_space: u64,
+    /// Configs of the topic when the run creates it.
+    #[serde(default)]
+    pub topic_configs: Vec<(String, String)>,
     pub codec: Codec,
     pub acks: Acks,
     pub producers: usize,
@@ -241,6 +248,13 @@ impl Producer<'_> {
     fn push(&mut self, intended: Instant, now: Instant) -> i32 {
         let (partition, key) = match self.spec.keys {
             KeyDist::None => (self.sticky, None),
+            KeyDist::Random if self.spec.key_space > 0 => {
+                let n = self.rng.gen_range(0..self.spec.key_space);
+                let mut key = [0u8; 16];
+                key[..8].copy_from_slice(&n.to_be_bytes());
+                let partition = (n % u64::try_from(self.partitions.max(1)).unwrap_or(1)) as i32;
+                (partition, Some(Bytes::copy_from_slice(&key)))
+            }
             KeyDist::Random => {
                 let key: [u8; 16] = self.rng.gen();
                 (
@@ -786,6 +800,7 @@ pub async fn run(
         name: spec.topic.clone(),
         partitions: spec.partitions,
         replication_factor: spec.replication_factor,
+        configs: spec.topic_configs.clone(),
     };
     let partitions = driver.ensure_topic(&topic).await?;
     let opts = ProducerOpts {

@@ -186,6 +186,8 @@ pub(crate) fn spec(rate: f64, duration_s: f64, warmup_s: f64) -> LoadSpec {
         replication_factor: -1,
         record_bytes: 100,
         keys: KeyDist::None,
+        key_space: 0,
+        topic_configs: Vec::new(),
         codec: Codec::None,
         acks: Acks::Leader,
         producers: 1,

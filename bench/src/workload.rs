@@ -41,6 +41,14 @@ pub struct WorkloadArgs {
     pub record_bytes: usize,
     #[arg(long, value_enum, default_value = "none")]
     pub keys: KeyDist,
+    /// With `--keys random`: the number of distinct keys (0: every key new), e.g. to load
+    /// a compacted topic whose cleaner has work.
+    #[arg(long, default_value_t = 0)]
+    pub key_space: u64,
+    /// A config of the topic when the run creates it, `NAME=VALUE` (repeatable), e.g.
+    /// `--topic-config cleanup.policy=compact`.
+    #[arg(long = "topic-config", value_parser = parse_topic_config)]
+    pub topic_configs: Vec<(String, String)>,
     /// none | zstd | lz4.
     #[arg(long, default_value = "none", value_parser = parse_codec)]
     pub compression: Codec,
@@ -98,6 +106,13 @@ fn parse_codec(s: &str) -> Result<Codec, String> {
     }
 }
 
+fn parse_topic_config(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("{s}: expected NAME=VALUE")),
+    }
+}
+
 fn parse_acks(s: &str) -> Result<Acks, String> {
     match s {
         "0" => Ok(Acks::None),
@@ -128,6 +143,8 @@ impl WorkloadArgs {
             replication_factor: self.replication_factor,
             record_bytes: self.record_bytes,
             keys: self.keys,
+            key_space: self.key_space,
+            topic_configs: self.topic_configs.clone(),
             codec: self.compression,
             acks: self.acks,
             producers: self.producers.max(1),

@@ -214,6 +214,7 @@ async fn shard_main(wired: ShardWiring, rx: mpsc::Receiver<Envelope>) -> anyhow:
     spawn_local(retention_loop(shard.clone()));
     spawn_local(cleaner_loop(shard.clone()));
     spawn_local(session_sweeper(shard.clone()));
+    spawn_local(offsets_expiry(shard.clone()));
     crate::gateway::native::net::listen(&shard)?;
     crate::gateway::kafka::net::serve(shard.clone(), stop_rx).await?;
     let _ = done_rx.await;
@@ -311,22 +312,52 @@ fn api_names() -> Vec<&'static str> {
         .collect()
 }
 
-/// Creates `__consumer_offsets` at first start.
+/// `segment.bytes` of `__consumer_offsets` (Kafka's `offsets.topic.segment.bytes`): its
+/// segments roll, so the cleaner can compact them.
+const OFFSETS_TOPIC_SEGMENT_BYTES: u64 = 100 * 1024 * 1024;
+
+/// The configs of `__consumer_offsets`: compacted, as Kafka's (a group's offsets and
+/// metadata are keyed records; a tombstone deletes them).
+fn offsets_topic_configs() -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("cleanup.policy".to_string(), "compact".to_string()),
+        (
+            "segment.bytes".to_string(),
+            OFFSETS_TOPIC_SEGMENT_BYTES.to_string(),
+        ),
+    ])
+}
+
+/// Creates `__consumer_offsets` at first start; makes one created by an older version
+/// (time retention, no compaction) compacted.
 async fn ensure_offsets_topic(shard: &Rc<Shard>) {
+    use crate::cluster::metadata::Command;
     use crate::group::OFFSETS_TOPIC;
-    if shard.metadata().topics.contains_key(OFFSETS_TOPIC) {
-        return;
-    }
-    let n = shard.config.offsets_topic_num_partitions;
-    let cmd =
-        crate::gateway::kafka::topics::create_command(shard, OFFSETS_TOPIC, n, BTreeMap::new(), -1);
+    let existing = shard
+        .metadata()
+        .topics
+        .get(OFFSETS_TOPIC)
+        .map(|t| t.configs.clone());
+    let cmd = match existing {
+        Some(c) if c.contains_key("cleanup.policy") => return,
+        Some(_) => Command::AlterConfig {
+            name: OFFSETS_TOPIC.to_string(),
+            set: offsets_topic_configs(),
+            delete: Vec::new(),
+        },
+        None => {
+            let n = shard.config.offsets_topic_num_partitions;
+            let configs = offsets_topic_configs();
+            crate::gateway::kafka::topics::create_command(shard, OFFSETS_TOPIC, n, configs, -1)
+        }
+    };
     match crate::gateway::kafka::topics::commit(shard, vec![cmd])
         .await
         .pop()
     {
         // Another node created it, or this node's metadata was not applied yet at start.
         Some(Err(crate::cluster::metadata::MetaError::TopicExists(_))) | Some(Ok(())) | None => {}
-        Some(Err(e)) => tracing::error!(error = %e, "cannot create {OFFSETS_TOPIC}"),
+        Some(Err(e)) => tracing::error!(error = %e, "cannot create or configure {OFFSETS_TOPIC}"),
     }
 }
 
@@ -335,6 +366,18 @@ async fn session_sweeper(shard: Rc<Shard>) {
     while !shard.stopping() {
         sleep(crate::group::coordinator::SESSION_SWEEP).await;
         crate::group::coordinator::expire_sessions(&shard);
+    }
+}
+
+/// Expires the committed offsets of the groups this shard coordinates, every
+/// `offsets_retention_check_interval_ms` (KIP-211).
+async fn offsets_expiry(shard: Rc<Shard>) {
+    let every = Duration::from_millis(shard.config.offsets_retention_check_interval_ms);
+    let retention_ms = i64::try_from(shard.config.offsets_retention_ms).unwrap_or(i64::MAX);
+    while !shard.stopping() {
+        sleep(every).await;
+        let now_ms = crate::common::clock::wall_ms();
+        crate::group::coordinator::expire_offsets(&shard, now_ms, retention_ms).await;
     }
 }
 

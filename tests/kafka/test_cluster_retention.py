@@ -322,7 +322,9 @@ def test_a_coordinator_restored_from_a_snapshot_keeps_the_groups_before_it(ck, c
     filler = next(g for g in (f"g-filler-{i}" for i in range(100_000))
                   if offsets_partition(g, len(offsets_meta)) == p)
     small = [admin.ConfigEntry(k, str(v), incremental_operation=admin.AlterConfigOpType.SET)
-             for k, v in (("segment.bytes", SEGMENT_BYTES), ("retention.bytes", RETENTION_BYTES))]
+             for k, v in (("segment.bytes", SEGMENT_BYTES), ("retention.bytes", RETENTION_BYTES),
+                          # Compacted (as Kafka's): retention applies only with delete too.
+                          ("cleanup.policy", "compact,delete"))]
     resource = admin.ConfigResource(admin.ResourceType.TOPIC, OFFSETS_TOPIC,
                                     incremental_configs=small)
     for f in a.incremental_alter_configs([resource]).values():

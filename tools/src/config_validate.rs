@@ -151,6 +151,27 @@ const KEYS: &[(&str, Kind)] = &[
         },
     ),
     (
+        "offsets_retention_minutes",
+        Kind::Int {
+            min: 1,
+            max: i64::MAX,
+        },
+    ),
+    (
+        "offsets_retention_ms",
+        Kind::Int {
+            min: 1,
+            max: i64::MAX,
+        },
+    ),
+    (
+        "offsets_retention_check_interval_ms",
+        Kind::Int {
+            min: 1,
+            max: i64::MAX,
+        },
+    ),
+    (
         "offsets_topic_num_partitions",
         Kind::Int {
             min: 1,

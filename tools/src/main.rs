@@ -136,7 +136,7 @@ fn run(cli: &Cli) -> anyhow::Result<Outcome> {
     let timeout = Duration::from_millis(cli.request_timeout_ms.max(1));
     let connect = || KafkaClient::connect(&cli.brokers, timeout);
     match &cli.command {
-        Command::Topic(cmd) => print(&topic::run(&mut connect()?, cmd)?),
+        Command::Topic(cmd) => print(&topic::run(&mut connect()?, cmd, &cli.admin)?),
         Command::Group(cmd) => print(&group::run(&mut connect()?, cmd, timeout)?),
         Command::Produce(args) => {
             let mut client = connect()?;

@@ -298,12 +298,7 @@ fn produce_throughput(client: &mut KafkaClient, bytes: u64) -> anyhow::Result<Fi
         }
     }
     let elapsed = t.elapsed();
-    let deleted = crate::topic::run(
-        client,
-        &crate::cli::TopicCmd::Delete {
-            names: vec![topic.clone()],
-        },
-    );
+    let deleted = crate::topic::delete(client, std::slice::from_ref(&topic));
     result?;
     deleted?;
     Ok(Figure {

@@ -39,7 +39,9 @@ const OP_DELETE: i8 = 1;
 const SOURCE_TOPIC: i8 = 1;
 
 /// Runs a `topic` subcommand and returns what to print.
-pub fn run(client: &mut KafkaClient, cmd: &TopicCmd) -> Result<String, KafkaError> {
+/// Runs a topic command; `admin` is the admin HTTP address `describe` reads compaction
+/// progress from.
+pub fn run(client: &mut KafkaClient, cmd: &TopicCmd, admin: &str) -> Result<String, KafkaError> {
     match cmd {
         TopicCmd::Create {
             name,
@@ -48,7 +50,13 @@ pub fn run(client: &mut KafkaClient, cmd: &TopicCmd) -> Result<String, KafkaErro
             configs,
         } => create(client, name, *partitions, *replication_factor, configs),
         TopicCmd::List { internal } => list(client, *internal),
-        TopicCmd::Describe { name, all_configs } => describe(client, name, *all_configs),
+        TopicCmd::Describe { name, all_configs } => {
+            let mut out = describe(client, name, *all_configs)?;
+            if policy(client, name)?.contains("compact") {
+                out.push_str(&compaction(admin, name));
+            }
+            Ok(out)
+        }
         TopicCmd::Delete { names } => delete(client, names),
         TopicCmd::AlterConfig { name, set, delete } => alter_config(client, name, set, delete),
         TopicCmd::AddPartitions { name, total } => add_partitions(client, name, *total),
@@ -264,6 +272,57 @@ fn describe(client: &mut KafkaClient, name: &str, all_configs: bool) -> Result<S
     Ok(out)
 }
 
+/// The topic's `cleanup.policy`.
+fn policy(client: &mut KafkaClient, name: &str) -> Result<String, KafkaError> {
+    let req =
+        DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
+            .with_resource_type(RESOURCE_TOPIC)
+            .with_resource_name(str_bytes(name))
+            .with_configuration_keys(Some(vec![str_bytes("cleanup.policy")]))]);
+    let resp = client.send(&req)?;
+    Ok(resp
+        .results
+        .iter()
+        .flat_map(|r| &r.configs)
+        .find_map(|c| c.value.as_ref().map(|v| v.to_string()))
+        .unwrap_or_else(|| "delete".to_string()))
+}
+
+/// The compaction progress of the topic's partitions hosted by the node at `admin`
+/// (`/v1/status`), as a table; a note when the admin API cannot be read.
+fn compaction(admin: &str, name: &str) -> String {
+    let timeout = std::time::Duration::from_secs(5);
+    let status = match crate::admin_http::get(admin, "/v1/status", timeout) {
+        Ok(r) if r.status == 200 => r.body,
+        Ok(r) => return format!("\ncompaction: admin API {admin} answered {}\n", r.status),
+        Err(e) => return format!("\ncompaction: {e} (--admin names the node to ask)\n"),
+    };
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(&status) else {
+        return format!("\ncompaction: unreadable /v1/status from {admin}\n");
+    };
+    let mut table = Table::new(&["PARTITION", "DIRTY_RATIO", "DIRTY_BYTES", "LAST_CLEAN_MS"]);
+    let shards = v["shards"].as_array().cloned().unwrap_or_default();
+    for p in shards
+        .iter()
+        .flat_map(|s| s["partitions"].as_array().cloned().unwrap_or_default())
+    {
+        if p["topic"].as_str() != Some(name) || p["compaction"].is_null() {
+            continue;
+        }
+        let c = &p["compaction"];
+        table.row(vec![
+            p["partition"].to_string(),
+            format!("{:.3}", c["dirty_ratio"].as_f64().unwrap_or(0.0)),
+            c["dirty_bytes"].to_string(),
+            c["last_clean_ms"].to_string(),
+        ]);
+    }
+    if table.is_empty() {
+        return format!("\ncompaction: no partition of {name} on the node at {admin}\n");
+    }
+    format!("\ncompaction (node at {admin}):\n{}", table.render())
+}
+
 /// Kafka's name of a DescribeConfigs `config_source`.
 pub fn config_source_name(source: i8) -> &'static str {
     match source {
@@ -279,7 +338,8 @@ pub fn config_source_name(source: i8) -> &'static str {
     }
 }
 
-fn delete(client: &mut KafkaClient, names: &[String]) -> Result<String, KafkaError> {
+/// Deletes the topics `names`.
+pub fn delete(client: &mut KafkaClient, names: &[String]) -> Result<String, KafkaError> {
     let req = DeleteTopicsRequest::default()
         .with_topic_names(names.iter().map(|n| topic_name(n)).collect())
         .with_timeout_ms(ADMIN_TIMEOUT_MS);

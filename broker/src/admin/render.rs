@@ -70,11 +70,11 @@ fn counters(
     Ok(())
 }
 
-fn gauges(
+fn gauges<V: prometheus_client::encoding::EncodeGaugeValue>(
     enc: &mut DescriptorEncoder,
     name: &str,
     help: &str,
-    series: &[(Labels, i64)],
+    series: &[(Labels, V)],
 ) -> std::fmt::Result {
     let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
     for (labels, v) in series {
@@ -220,7 +220,45 @@ impl Scrape {
                 |s| s.metrics.cleaner.errors,
             ),
         ];
-        self.shard_counters(enc, &rows)
+        self.shard_counters(enc, &rows)?;
+        let compacted: Vec<_> = self
+            .shards
+            .iter()
+            .flat_map(|s| &s.detail.partitions)
+            .filter_map(|p| p.dirty.map(|d| (p, d)))
+            .collect();
+        let labels = |p: &crate::common::metrics::PartitionSnapshot| -> Labels {
+            vec![
+                ("topic", p.topic.clone()),
+                ("partition", p.partition.to_string()),
+            ]
+        };
+        let ratio: Vec<(Labels, f64)> = compacted.iter().map(|(p, d)| (labels(p), d.1)).collect();
+        gauges(
+            enc,
+            "strand_partition_dirty_ratio",
+            "Compacted partitions: share of the cleanable bytes (closed, committed, past \
+             min.compaction.lag.ms) not compacted yet.",
+            &ratio,
+        )?;
+        let last: Vec<(Labels, f64)> = compacted
+            .iter()
+            .filter(|(p, _)| p.last_clean_ms >= 0)
+            .map(|(p, _)| (labels(p), p.last_clean_ms as f64 / 1000.0))
+            .collect();
+        gauges(
+            enc,
+            "strand_partition_last_clean_timestamp_seconds",
+            "Compacted partitions: when the last compaction pass of this process ended.",
+            &last,
+        )?;
+        let backlog = compacted.iter().map(|(_, d)| d.0).sum::<u64>();
+        gauges(
+            enc,
+            "strand_cleaner_backlog_bytes",
+            "Cleanable bytes of compacted partitions not compacted yet (node-wide).",
+            &[(Vec::new(), i64::try_from(backlog).unwrap_or(i64::MAX))],
+        )
     }
 
     fn traffic(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {

@@ -117,6 +117,24 @@ pub struct StatusInput<'a> {
     pub space: Result<strand_storage::io::FilesystemSpace, String>,
 }
 
+/// One partition of `/v1/status`; `compaction` only for a compacted topic's.
+fn partition_row(p: &crate::common::metrics::PartitionSnapshot, leader: Option<i32>) -> Value {
+    let mut row = json!({
+        "topic": p.topic,
+        "partition": p.partition,
+        "leader": leader,
+        "high_watermark": p.high_watermark,
+        "log_end_offset": p.log_end_offset,
+        "size_bytes": p.size_bytes,
+        "fenced": p.fenced,
+    });
+    if let Some((dirty_bytes, ratio)) = p.dirty {
+        row["compaction"] = json!({"dirty_bytes": dirty_bytes,
+            "dirty_ratio": ratio, "last_clean_ms": p.last_clean_ms});
+    }
+    row
+}
+
 /// Renders `/v1/status` as JSON.
 pub fn render_status(input: &StatusInput, shards: &[ShardSnapshot]) -> String {
     let node_id = input.config.node_id;
@@ -137,15 +155,7 @@ pub fn render_status(input: &StatusInput, shards: &[ShardSnapshot]) -> String {
                     let leader = (!p.fenced).then_some(node_id);
                     leaders.push(json!({"topic": p.topic, "partition": p.partition,
                         "leader": leader, "shard": s.shard}));
-                    json!({
-                        "topic": p.topic,
-                        "partition": p.partition,
-                        "leader": leader,
-                        "high_watermark": p.high_watermark,
-                        "log_end_offset": p.log_end_offset,
-                        "size_bytes": p.size_bytes,
-                        "fenced": p.fenced,
-                    })
+                    partition_row(p, leader)
                 })
                 .collect();
             json!({

@@ -21,6 +21,10 @@ pub const RETENTION_CHECK_INTERVAL_MS_DEFAULT: u64 = 300_000;
 /// Kafka's `log.cleaner.backoff.ms` default: how long a shard's cleaner sleeps when no
 /// compacted partition is worth a pass.
 pub const LOG_CLEANER_BACKOFF_MS_DEFAULT: u64 = 15_000;
+/// Kafka's `offsets.retention.minutes` default (7 days).
+pub const OFFSETS_RETENTION_MINUTES_DEFAULT: u64 = 10_080;
+/// Kafka's `offsets.retention.check.interval.ms` default (10 minutes).
+pub const OFFSETS_RETENTION_CHECK_INTERVAL_MS_DEFAULT: u64 = 600_000;
 
 /// Default native handshake port (ARCHITECTURE.md, Native protocol).
 pub const NATIVE_PORT_DEFAULT: u16 = 9093;
@@ -109,6 +113,18 @@ pub struct Flags {
     /// (`log.cleaner.backoff.ms`).
     #[arg(long, env = "STRAND_LOG_CLEANER_BACKOFF_MS")]
     pub log_cleaner_backoff_ms: Option<u64>,
+    /// How long committed offsets of an empty group (or, without group management, since
+    /// their commit) are kept (`offsets.retention.minutes`).
+    #[arg(long, env = "STRAND_OFFSETS_RETENTION_MINUTES")]
+    pub offsets_retention_minutes: Option<u64>,
+    /// `offsets_retention_minutes` in milliseconds; wins when both are set (for tests and
+    /// short-lived development clusters).
+    #[arg(long, env = "STRAND_OFFSETS_RETENTION_MS")]
+    pub offsets_retention_ms: Option<u64>,
+    /// How often committed offsets are checked for expiry
+    /// (`offsets.retention.check.interval.ms`).
+    #[arg(long, env = "STRAND_OFFSETS_RETENTION_CHECK_INTERVAL_MS")]
+    pub offsets_retention_check_interval_ms: Option<u64>,
     /// Partitions of `__consumer_offsets` (`offsets.topic.num.partitions`), fixed at its
     /// creation.
     #[arg(long, env = "STRAND_OFFSETS_TOPIC_NUM_PARTITIONS")]
@@ -228,6 +244,9 @@ struct FileConfig {
     topic_partitions_per_shard: Option<usize>,
     retention_check_interval_ms: Option<u64>,
     log_cleaner_backoff_ms: Option<u64>,
+    offsets_retention_minutes: Option<u64>,
+    offsets_retention_ms: Option<u64>,
+    offsets_retention_check_interval_ms: Option<u64>,
     offsets_topic_num_partitions: Option<usize>,
     group_initial_rebalance_delay_ms: Option<u64>,
     log_level: Option<String>,
@@ -284,6 +303,10 @@ pub struct Config {
     pub retention_check_interval_ms: u64,
     /// `log.cleaner.backoff.ms`.
     pub log_cleaner_backoff_ms: u64,
+    /// `offsets.retention.minutes`, in milliseconds.
+    pub offsets_retention_ms: u64,
+    /// `offsets.retention.check.interval.ms`.
+    pub offsets_retention_check_interval_ms: u64,
     /// `offsets.topic.num.partitions`.
     pub offsets_topic_num_partitions: usize,
     /// `group.initial.rebalance.delay.ms`.
@@ -393,6 +416,20 @@ impl Config {
                 .log_cleaner_backoff_ms
                 .or(file.log_cleaner_backoff_ms)
                 .unwrap_or(LOG_CLEANER_BACKOFF_MS_DEFAULT),
+            offsets_retention_ms: flags
+                .offsets_retention_ms
+                .or(file.offsets_retention_ms)
+                .unwrap_or_else(|| {
+                    flags
+                        .offsets_retention_minutes
+                        .or(file.offsets_retention_minutes)
+                        .unwrap_or(OFFSETS_RETENTION_MINUTES_DEFAULT)
+                        .saturating_mul(60_000)
+                }),
+            offsets_retention_check_interval_ms: flags
+                .offsets_retention_check_interval_ms
+                .or(file.offsets_retention_check_interval_ms)
+                .unwrap_or(OFFSETS_RETENTION_CHECK_INTERVAL_MS_DEFAULT),
             offsets_topic_num_partitions: flags
                 .offsets_topic_num_partitions
                 .or(file.offsets_topic_num_partitions)
@@ -481,6 +518,11 @@ impl Config {
                 self.retention_check_interval_ms,
             ),
             ("log_cleaner_backoff_ms", self.log_cleaner_backoff_ms),
+            ("offsets_retention_ms", self.offsets_retention_ms),
+            (
+                "offsets_retention_check_interval_ms",
+                self.offsets_retention_check_interval_ms,
+            ),
             ("group_max_size", self.group_max_size as u64),
             ("groups_per_shard", self.groups_per_shard as u64),
             (

@@ -361,6 +361,11 @@ pub struct PartitionSnapshot {
     pub size_bytes: u64,
     /// Its log refuses I/O after an fdatasync failure (ARCHITECTURE.md, Bad input).
     pub fenced: bool,
+    /// A compacted topic's partition: its cleanable bytes not compacted yet and their share
+    /// of the cleanable bytes; `None` for other topics.
+    pub dirty: Option<(u64, f64)>,
+    /// When the last compaction pass of this process ended (ms since the epoch; -1: none).
+    pub last_clean_ms: i64,
 }
 
 /// One committed offset of a group coordinated on a shard.

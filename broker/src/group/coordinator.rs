@@ -518,6 +518,107 @@ pub fn expire_sessions<H: GroupHost>(host: &Rc<H>) {
     }
 }
 
+/// One group's expiry: its id, the (topic, partition) offsets that expire, and whether
+/// its group record is deleted too.
+type ExpiryPlan = (String, Vec<(String, i32)>, bool);
+
+/// Expires committed offsets as Kafka does (KIP-211, `offsets.retention.minutes` =
+/// `retention_ms`): every offset of a group with a protocol type once it has been Empty
+/// that long; each offset of a group without one (commits outside group management) that
+/// long after its commit; and in a Stable consumer group the offsets of topics no member
+/// subscribes to any more (KIP-496), that long after their commit. Tombstones go to the
+/// log first (offset keys before the group's own, which log compaction relies on); a
+/// group left Empty with no offsets is deleted, as Kafka deletes it.
+pub async fn expire_offsets<H: GroupHost>(host: &Rc<H>, now_ms: i64, retention_ms: i64) {
+    let plans: Vec<ExpiryPlan> = {
+        let mut groups = host.groups().borrow_mut();
+        groups
+            .values_mut()
+            .filter_map(|g| {
+                let expired = expired_offsets(g, now_ms, retention_ms);
+                let drop_group = g.state == GroupState::Empty
+                    && g.members.is_empty()
+                    && g.pending.is_empty()
+                    && expired.len() == g.offsets.len();
+                (!expired.is_empty())
+                    .then(|| (g.id.clone(), expired, drop_group && g.generation > 0))
+            })
+            .collect()
+    };
+    for (group, parts, drop_group) in plans {
+        let mut recs: Vec<(Vec<u8>, Option<Vec<u8>>)> = parts
+            .iter()
+            .map(|(t, p)| offset_tombstone(&group, t, *p))
+            .collect();
+        if drop_group {
+            recs.push((
+                records::key_bytes(&Key::Group {
+                    group: group.clone(),
+                }),
+                None,
+            ));
+        }
+        let base = match persist_group_records(&**host, &group, recs).await {
+            Ok(base) => base,
+            Err(e) => {
+                tracing::warn!(%group, code = e, "expiring committed offsets failed; retried at the next check");
+                continue;
+            }
+        };
+        let mut groups = host.groups().borrow_mut();
+        let Some(g) = groups.get_mut(&group) else {
+            continue;
+        };
+        for (log_offset, (t, p)) in (base..).zip(&parts) {
+            g.apply_offset_record((t.clone(), *p), log_offset, None);
+        }
+        tracing::info!(%group, offsets = parts.len(), "committed offsets expired");
+        let gone = g.state == GroupState::Empty && g.members.is_empty() && g.offsets.is_empty();
+        if gone && (drop_group || g.generation == 0) {
+            groups.remove(&group);
+        }
+    }
+}
+
+/// The offsets of `g` that expire at `now_ms` (see `expire_offsets`); notes when an Empty
+/// group was first seen Empty.
+fn expired_offsets(g: &mut Group, now_ms: i64, retention_ms: i64) -> Vec<(String, i32)> {
+    let old = |c: &Committed| c.commit_timestamp_ms.saturating_add(retention_ms) <= now_ms;
+    match g.state {
+        GroupState::Empty => {
+            let since = *g.empty_since_ms.get_or_insert(now_ms);
+            if g.protocol_type.is_some() {
+                if since.saturating_add(retention_ms) > now_ms {
+                    return Vec::new();
+                }
+                return g.offsets.keys().cloned().collect();
+            }
+            g.offsets
+                .iter()
+                .filter(|(_, c)| old(c))
+                .map(|(k, _)| k.clone())
+                .collect()
+        }
+        GroupState::Stable if g.protocol_type.as_deref() == Some("consumer") => {
+            g.empty_since_ms = None;
+            let subscribed = subscribed_topics(g);
+            if subscribed.is_empty() {
+                // No subscription read: nothing is known to be unsubscribed.
+                return Vec::new();
+            }
+            g.offsets
+                .iter()
+                .filter(|((t, _), c)| !subscribed.contains(t) && old(c))
+                .map(|(k, _)| k.clone())
+                .collect()
+        }
+        _ => {
+            g.empty_since_ms = None;
+            Vec::new()
+        }
+    }
+}
+
 /// OffsetCommit for one group: per (topic, partition), an error code.
 pub async fn offset_commit<H: GroupHost>(
     host: &Rc<H>,
@@ -563,6 +664,7 @@ pub async fn offset_commit<H: GroupHost>(
                 offset: c.offset,
                 leader_epoch: c.leader_epoch,
                 metadata: c.metadata.clone(),
+                commit_timestamp_ms: Some(c.commit_timestamp_ms),
             };
             (records::key_bytes(&key), Some(records::value_bytes(&value)))
         })
@@ -749,6 +851,7 @@ fn complete_join(g: &mut Group) {
     g.join_not_before = None;
     if g.members.is_empty() {
         g.state = GroupState::Empty;
+        g.empty_since_ms = Some(crate::common::clock::wall_ms());
         g.protocol = None;
         g.leader = None;
         return;

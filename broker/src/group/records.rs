@@ -41,6 +41,9 @@ pub struct OffsetValue {
     pub leader_epoch: i32,
     /// Metadata.
     pub metadata: String,
+    /// When it was committed (ms since the epoch; absent in records of older versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit_timestamp_ms: Option<i64>,
 }
 
 /// A member as persisted.
@@ -77,6 +80,10 @@ pub struct GroupValue {
     pub leader: Option<String>,
     /// Members.
     pub members: Vec<MemberValue>,
+    /// Since when an Empty group has been empty (ms since the epoch; absent when it has
+    /// members, and in records of older versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_timestamp_ms: Option<i64>,
 }
 
 /// Encodes a key.
@@ -96,6 +103,7 @@ pub fn group_value(g: &Group) -> GroupValue {
         protocol_type: g.protocol_type.clone(),
         protocol: g.protocol.clone(),
         leader: g.leader.clone(),
+        state_timestamp_ms: g.empty_since_ms.filter(|_| g.members.is_empty()),
         members: g
             .members
             .values()
@@ -138,6 +146,11 @@ pub fn apply(groups: &mut HashMap<String, Group>, key: &[u8], value: Option<&[u8
                     offset: v.offset,
                     leader_epoch: v.leader_epoch,
                     metadata: v.metadata,
+                    // An older record's offset counts as committed when loaded: an upgrade
+                    // never expires everything at once.
+                    commit_timestamp_ms: v
+                        .commit_timestamp_ms
+                        .unwrap_or_else(crate::common::clock::wall_ms),
                 };
                 g.offsets.insert((topic, partition), c);
             }
@@ -183,6 +196,14 @@ pub fn replay_compacted(compacted: &Compacted, groups: &mut HashMap<String, Grou
 
 fn restore(g: &mut Group, v: GroupValue) {
     let now = crate::common::clock::now();
+    g.empty_since_ms = if v.members.is_empty() {
+        Some(
+            v.state_timestamp_ms
+                .unwrap_or_else(crate::common::clock::wall_ms),
+        )
+    } else {
+        None
+    };
     g.generation = v.generation;
     g.protocol_type = v.protocol_type;
     g.protocol = v.protocol;
@@ -233,6 +254,7 @@ mod tests {
             offset,
             leader_epoch: 0,
             metadata: String::new(),
+            commit_timestamp_ms: None,
         };
         (key_bytes(&k), Some(value_bytes(&v)))
     }
@@ -247,6 +269,7 @@ mod tests {
             protocol: None,
             leader: None,
             members: Vec::new(),
+            state_timestamp_ms: None,
         };
         (k, (!deleted).then(|| value_bytes(&v)))
     }

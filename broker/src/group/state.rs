@@ -103,6 +103,10 @@ pub struct Committed {
     pub leader_epoch: i32,
     /// Metadata string.
     pub metadata: String,
+    /// When it was committed (ms since the epoch; for records written before commit
+    /// times were kept, when it was loaded): each offset of a group without a protocol
+    /// type expires `offsets.retention.minutes` after it (KIP-211).
+    pub commit_timestamp_ms: i64,
 }
 
 /// A member id handed out with MEMBER_ID_REQUIRED and not yet used.
@@ -147,6 +151,10 @@ pub struct Group {
     pub rebalance_deadline: Option<Instant>,
     /// Earliest time the current join phase may complete (initial rebalance delay).
     pub join_not_before: Option<Instant>,
+    /// Since when the group has been Empty (ms since the epoch; `None` when it is not, or
+    /// not yet seen Empty by the offset expiry): its offsets expire
+    /// `offsets.retention.minutes` after it (KIP-211).
+    pub empty_since_ms: Option<i64>,
 }
 
 impl Group {
@@ -192,6 +200,7 @@ impl Group {
             offset_versions: HashMap::new(),
             rebalance_deadline: None,
             join_not_before: None,
+            empty_since_ms: None,
         }
     }
 
@@ -387,6 +396,7 @@ mod tests {
 
     fn committed(offset: i64) -> Committed {
         Committed {
+            commit_timestamp_ms: 0,
             offset,
             leader_epoch: -1,
             metadata: String::new(),

@@ -29,6 +29,28 @@ pub struct Due {
     pub dirty_ratio: f64,
 }
 
+/// The cleanable part of a compacted partition's log: closed, durable segments of
+/// committed data older than `min.compaction.lag.ms`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cleanable {
+    /// Bytes a pass already compacted.
+    pub clean_bytes: u64,
+    /// Bytes not compacted yet.
+    pub dirty_bytes: u64,
+    /// When the oldest segment with dirty data was created (`i64::MAX`: none).
+    pub oldest_dirty_ms: i64,
+}
+
+impl Cleanable {
+    /// Dirty bytes over cleanable bytes (0 when nothing is cleanable).
+    pub fn dirty_ratio(&self) -> f64 {
+        match self.clean_bytes + self.dirty_bytes {
+            0 => 0.0,
+            total => self.dirty_bytes as f64 / total as f64,
+        }
+    }
+}
+
 /// What this process knows of a partition's cleaning (not persisted).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct CleanerProgress {
@@ -105,34 +127,45 @@ impl Partition {
     /// for a topic that is not compacted or has nothing cleanable.
     pub fn compaction_due(&self, now_ms: i64) -> Option<Due> {
         let c = self.cleanup.get();
-        if !c.compact {
+        let cleanable = self.cleanable(now_ms)?;
+        let (dirty, dirty_ratio) = (cleanable.dirty_bytes, cleanable.dirty_ratio());
+        if cleanable.clean_bytes + dirty == 0 {
             return None;
         }
-        let progress = self.progress.get();
-        let committed = self.committed_end();
-        let young = now_ms.saturating_sub(c.min_compaction_lag_ms);
-        let (mut clean, mut dirty, mut oldest_dirty_ms) = (0u64, 0u64, i64::MAX);
-        for s in self.log.segments_info().into_iter().take_while(|s| {
-            s.rewritable && s.next_offset <= committed && s.max_timestamp_ms <= young
-        }) {
-            if s.next_offset > progress.cleaned_to {
-                dirty += s.size_bytes;
-                oldest_dirty_ms = oldest_dirty_ms.min(s.created_ms);
-            } else {
-                clean += s.size_bytes;
-            }
-        }
-        if clean + dirty == 0 {
-            return None;
-        }
-        let dirty_ratio = dirty as f64 / (clean + dirty) as f64;
-        let overdue = dirty > 0 && now_ms.saturating_sub(oldest_dirty_ms) > c.max_compaction_lag_ms;
-        let horizon = progress.earliest_horizon_ms <= now_ms;
+        let overdue =
+            dirty > 0 && now_ms.saturating_sub(cleanable.oldest_dirty_ms) > c.max_compaction_lag_ms;
+        let horizon = self.progress.get().earliest_horizon_ms <= now_ms;
         let by_ratio = dirty > 0 && dirty_ratio >= c.min_cleanable_dirty_ratio;
         (overdue || horizon || by_ratio).then_some(Due {
             must: overdue || horizon,
             dirty_ratio,
         })
+    }
+
+    /// The cleanable part of the log at `now_ms`; `None` unless the topic is compacted.
+    pub fn cleanable(&self, now_ms: i64) -> Option<Cleanable> {
+        let c = self.cleanup.get();
+        if !c.compact {
+            return None;
+        }
+        let cleaned_to = self.progress.get().cleaned_to;
+        let committed = self.committed_end();
+        let young = now_ms.saturating_sub(c.min_compaction_lag_ms);
+        let mut out = Cleanable {
+            oldest_dirty_ms: i64::MAX,
+            ..Cleanable::default()
+        };
+        for s in self.log.segments_info().into_iter().take_while(|s| {
+            s.rewritable && s.next_offset <= committed && s.max_timestamp_ms <= young
+        }) {
+            if s.next_offset > cleaned_to {
+                out.dirty_bytes += s.size_bytes;
+                out.oldest_dirty_ms = out.oldest_dirty_ms.min(s.created_ms);
+            } else {
+                out.clean_bytes += s.size_bytes;
+            }
+        }
+        Some(out)
     }
 
     /// One compaction pass with the topic's settings; remembers how far it cleaned and

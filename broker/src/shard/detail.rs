@@ -7,21 +7,32 @@ use crate::cluster::ClusterHost;
 /// Replicas of every partition without a cluster (ARCHITECTURE.md, Replication).
 const REPLICAS_PER_PARTITION: u64 = 1;
 
+/// What `/metrics` and `/v1/status` show of one partition.
+fn snapshot(
+    p: &crate::partition::Partition,
+    now_ms: i64,
+) -> crate::common::metrics::PartitionSnapshot {
+    crate::common::metrics::PartitionSnapshot {
+        topic: p.topic.clone(),
+        partition: p.index,
+        high_watermark: p.high_watermark().0,
+        log_end_offset: p.log().log_end_offset().0,
+        size_bytes: p.log().size_bytes(),
+        fenced: p.log().fenced().is_some(),
+        dirty: p
+            .cleanable(now_ms)
+            .map(|c| (c.dirty_bytes, c.dirty_ratio())),
+        last_clean_ms: p.last_clean_ms(),
+    }
+}
+
 /// Collects the detail of `shard` (runs on that shard).
 pub fn detail(shard: &Shard) -> crate::common::metrics::ShardDetail {
     let meta = shard.metadata();
     let parts = shard.partitions.borrow();
-    let partitions: Vec<crate::common::metrics::PartitionSnapshot> = parts
-        .values()
-        .map(|p| crate::common::metrics::PartitionSnapshot {
-            topic: p.topic.clone(),
-            partition: p.index,
-            high_watermark: p.high_watermark().0,
-            log_end_offset: p.log().log_end_offset().0,
-            size_bytes: p.log().size_bytes(),
-            fenced: p.log().fenced().is_some(),
-        })
-        .collect();
+    let now_ms = crate::common::clock::wall_ms();
+    let partitions: Vec<crate::common::metrics::PartitionSnapshot> =
+        parts.values().map(|p| snapshot(p, now_ms)).collect();
     let mut leaderless = 0;
     let mut under_replicated = 0;
     let rpc_dropped_frames = shard.replicator().map_or(0, |r| r.rpc_dropped_frames());

@@ -315,6 +315,7 @@ async fn commit(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, Fram
                         .as_ref()
                         .map(|m| m.to_string())
                         .unwrap_or_default(),
+                    commit_timestamp_ms: crate::common::clock::wall_ms(),
                 };
                 (t.name.0.to_string(), p.partition_index, c)
             })

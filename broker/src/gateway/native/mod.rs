@@ -421,6 +421,7 @@ async fn commit_offsets(shard: &Rc<Shard>, r: CommitOffsetsRequestT) -> BodyT {
                 offset: o.offset,
                 leader_epoch: -1,
                 metadata: o.metadata.unwrap_or_default(),
+                commit_timestamp_ms: crate::common::clock::wall_ms(),
             };
             (o.topic.unwrap_or_default(), o.partition, committed)
         })
