@@ -57,6 +57,33 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def read_partition(ck, bootstrap: str, topic: str, partition: int = 0, start: int = 0,
+                   timeout_s: float = 20.0) -> list[tuple[int, bytes | None, bytes | None]]:
+    """Every record of one partition from offset `start` to its end, with confluent-kafka
+    (`ck`): [(offset, key, value)]. Fails on a fetch error or when the end is not reached
+    in `timeout_s`."""
+    # An out-of-range fetch fails the read instead of jumping to the end.
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "strand-tests-unused",
+                     "enable.auto.commit": False, "enable.partition.eof": True,
+                     "auto.offset.reset": "error"})
+    c.assign([ck.TopicPartition(topic, partition, start)])
+    out = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            if m.error() is not None:
+                assert m.error().code() == ck.KafkaError._PARTITION_EOF, m.error()
+                return out
+            out.append((m.offset(), m.key(), m.value()))
+    finally:
+        c.close()
+    raise AssertionError(f"no end of {topic}-{partition} via {bootstrap} within {timeout_s}s; "
+                         f"read {len(out)}: {out[-3:]}")
+
+
 def wait_until(cond, timeout: float, what: str, interval: float = 0.02):
     """Polls `cond()` until it returns a truthy value or `timeout` seconds pass."""
     deadline = time.monotonic() + timeout

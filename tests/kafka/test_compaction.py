@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from strand_harness import need_module, wait_until
+from strand_harness import need_module, read_partition, wait_until
 
 # The cleaner looks every 200 ms (default 15 s), so a test waits about a second.
 CLEANER_ARGS = ["--log-cleaner-backoff-ms", "200"]
@@ -59,29 +59,9 @@ def produce(ck, broker, topic, records, **extra):
     return [offsets[i] for i in range(len(records))]
 
 
-def read_all(ck, broker, topic, start=0, timeout_s=20.0):
+def read_all(ck, broker, topic, start=0):
     """Every record from `start` to the end of the partition: [(offset, key, value)]."""
-    c = ck.Consumer({
-        "bootstrap.servers": broker.bootstrap,
-        "group.id": "strand-tests-unused",
-        "enable.auto.commit": False,
-        "enable.partition.eof": True,
-    })
-    c.assign([ck.TopicPartition(topic, 0, start)])
-    out = []
-    deadline = time.monotonic() + timeout_s
-    try:
-        while time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            if m.error() is not None:
-                assert m.error().code() == ck.KafkaError._PARTITION_EOF, m.error()
-                return out
-            out.append((m.offset(), m.key(), m.value()))
-    finally:
-        c.close()
-    raise AssertionError(f"no end of partition within {timeout_s}s; read {out}")
+    return read_partition(ck, broker.bootstrap, topic, 0, start)
 
 
 def wait_for(ck, broker, topic, want, timeout_s=30.0):

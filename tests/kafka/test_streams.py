@@ -18,7 +18,7 @@ from collections import Counter
 
 import pytest
 
-from strand_harness import java_classpath, need_module, wait_until
+from strand_harness import java_classpath, need_module, read_partition, wait_until
 
 pytestmark = pytest.mark.apps
 
@@ -27,27 +27,6 @@ KEYS = 20
 N = 2000  # run 1, in 4 bursts 600 ms apart: the changelog spans several segments
 M = 600  # run 2
 PARTITIONS = 2
-
-
-def read_partition(ck, bootstrap, topic, partition, timeout_s=20.0):
-    """Every record of one partition from its start: [(offset, key, value)]."""
-    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "strand-tests-unused",
-                     "enable.auto.commit": False, "enable.partition.eof": True})
-    c.assign([ck.TopicPartition(topic, partition, ck.OFFSET_BEGINNING)])
-    out = []
-    deadline = time.monotonic() + timeout_s
-    try:
-        while time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            if m.error() is not None:
-                assert m.error().code() == ck.KafkaError._PARTITION_EOF, m.error()
-                return out
-            out.append((m.offset(), m.key(), m.value()))
-    finally:
-        c.close()
-    raise AssertionError(f"no end of {topic}-{partition} within {timeout_s}s; read {len(out)}")
 
 
 def end_offset(ck, bootstrap, topic, partition):

@@ -41,13 +41,7 @@ const KILL_SALT: u64 = 0x636c_6561;
 fn kill9_during_compaction_never_loses_a_latest_value() {
     let seed = seed::test_seed("crash_compaction");
     let iterations = seed::env_u64("STRAND_SOAK_ITERATIONS", ITERATIONS_DEFAULT);
-    let options = Options {
-        extra_args: ["--log-cleaner-backoff-ms", "20"]
-            .map(String::from)
-            .to_vec(),
-        ..Options::default()
-    };
-    let mut broker = Broker::start(env!("CARGO_TARGET_TMPDIR").as_ref(), options);
+    let mut broker = Broker::start(env!("CARGO_TARGET_TMPDIR").as_ref(), options());
     create_compacted_topic(&mut broker.connect());
     let mut rng = Rng::new(mix(seed.value, KILL_SALT));
     // key -> latest acknowledged sequence number.
@@ -91,6 +85,16 @@ fn kill9_during_compaction_never_loses_a_latest_value() {
     eprintln!("{passes} compaction passes over {iterations} kills");
     assert!(passes > 0.0, "the cleaner never ran before a kill");
     broker.stop();
+}
+
+/// One shard, the cleaner looking every 20 ms.
+fn options() -> Options {
+    Options {
+        extra_args: ["--log-cleaner-backoff-ms", "20"]
+            .map(String::from)
+            .to_vec(),
+        ..Options::default()
+    }
 }
 
 fn key(k: u64) -> Vec<u8> {
@@ -202,13 +206,7 @@ fn fetch(c: &mut Client, offset: i64) -> Bytes {
 /// cleaner keeps each producer's last batch (ARCHITECTURE.md, Produce).
 #[test]
 fn idempotent_retries_survive_compaction_and_kill9() {
-    let options = Options {
-        extra_args: ["--log-cleaner-backoff-ms", "20"]
-            .map(String::from)
-            .to_vec(),
-        ..Options::default()
-    };
-    let mut broker = Broker::start(env!("CARGO_TARGET_TMPDIR").as_ref(), options);
+    let mut broker = Broker::start(env!("CARGO_TARGET_TMPDIR").as_ref(), options());
     let mut c = broker.connect();
     create_compacted_topic(&mut c);
     let resp = c.request(
