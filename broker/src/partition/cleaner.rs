@@ -180,6 +180,10 @@ pub struct CleanContext {
     /// Offsets from here on are not touched (the caller's bound: committed, applied,
     /// below the partition-state checkpoint, past `min.compaction.lag.ms`).
     pub clean_end: KafkaOffset,
+    /// Keys are mapped from here (an earlier pass's map end: the data below holds one
+    /// record per key already, and a key the map lacks keeps its record), so a pass
+    /// neither maps the compacted part again nor stops where a full map stopped before.
+    pub map_from: KafkaOffset,
 }
 
 /// What one pass did.
@@ -223,7 +227,8 @@ pub async fn clean_once(
         return Ok(out);
     };
     map.clear();
-    out.map_end = build_map(log, map, first.base_offset, last.next_offset, &mut out).await?;
+    let from = first.base_offset.max(ctx.map_from);
+    out.map_end = build_map(log, map, from, last.next_offset, &mut out).await?;
     let last_data_offset = last_data_batch(log).await?;
     let map_end = out.map_end;
     for seg in segments.iter().take_while(|s| s.base_offset < map_end) {
@@ -524,6 +529,7 @@ mod tests {
             delete_retention_ms: RETENTION_MS,
             producer_last_batches: producers,
             clean_end: log.log_end_offset(),
+            map_from: KafkaOffset(0),
         }
     }
 
@@ -680,6 +686,67 @@ mod tests {
                 FrameKind::Cleaned,
                 "producer 7's first batch"
             );
+        });
+        ran.expect("runtime");
+    }
+
+    /// With a map too small for the log, each pass maps from where the last one stopped,
+    /// so passes go on until every key keeps one record.
+    #[test]
+    fn passes_continue_where_a_full_map_stopped() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let ran = strand_storage::io_runtime::block_on("cleaner-test", 1, async {
+            let log = open(tmp.path()).await;
+            for round in 0..2 {
+                for k in 0..40 {
+                    let key = format!("k{k}");
+                    let seq = round * 40 + k;
+                    append(
+                        &log,
+                        batch(&[(Some(&key), Some("v"))], Compression::None, 9, seq),
+                    );
+                }
+            }
+            append(
+                &log,
+                batch(&[(Some("end"), Some("v"))], Compression::None, 9, 80),
+            );
+            log.flush().await.expect("flush");
+            log.flush().await.expect("finalize");
+            let mut map = OffsetMap::with_memory(16 * SLOT_BYTES);
+            let mut c = ctx(&log, NOW_MS, HashMap::new());
+            let mut ends: Vec<i64> = Vec::new();
+            for _ in 0..10 {
+                let out = clean_once(&log, &mut map, &c).await.expect("clean");
+                if ends.last() == Some(&out.map_end.0) {
+                    break; // every closed segment is mapped
+                }
+                ends.push(out.map_end.0);
+                c.map_from = out.map_end;
+            }
+            assert!(
+                ends.len() > 2,
+                "passes went past the first full map: {ends:?}"
+            );
+            let end = *ends.last().expect("a pass");
+            let r = log
+                .read(KafkaOffset(0), KafkaOffset(end), usize::MAX, true)
+                .await
+                .expect("read");
+            let mut keys = Vec::new();
+            for b in r.batches {
+                let v = RecordBatch::parse(b).expect("parses");
+                for rec in codec::records_of(&v).expect("records") {
+                    if v.base_offset() + i64::from(rec.offset_delta) < end {
+                        keys.push(rec.key.expect("keyed"));
+                    }
+                }
+            }
+            let n = keys.len();
+            keys.sort();
+            keys.dedup();
+            assert_eq!(n, keys.len(), "one record per key below {end}: {ends:?}");
+            assert_eq!(n, 40, "each of the 40 keys below {end}");
         });
         ran.expect("runtime");
     }

@@ -645,6 +645,7 @@ impl Partition {
             delete_retention_ms,
             producer_last_batches,
             clean_end,
+            map_from: self.progress.get().cleaned_to,
         };
         cleaner::clean_once(&self.log, map, &ctx).await
     }
