@@ -104,7 +104,7 @@ fetch_pinned() {
   for entry in "$@"; do
     read -r path sum <<<"$entry"
     jar="$dest/$(basename "$path")"
-    curl -sSfL --retry 3 -o "$jar" "$MAVEN_CENTRAL/$path"
+    curl -sSfL --retry 5 --retry-all-errors --retry-delay 2 -o "$jar" "$MAVEN_CENTRAL/$path"
     echo "$sum  $jar" | sha256sum --check --quiet || { rm -f "$jar"; exit 1; }
   done
   echo "$what in $dest"
