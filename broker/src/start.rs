@@ -16,7 +16,7 @@ use anyhow::{bail, Context};
 use futures::channel::{mpsc, oneshot};
 use futures::StreamExt;
 use glommio::{ExecutorJoinHandle, LocalExecutorBuilder, Placement};
-use strand_storage::LogConfig;
+use strand_storage::{IoBudget, LogConfig};
 
 use crate::cluster::metastore::MetaStore;
 use crate::common::config::Config;
@@ -122,6 +122,7 @@ fn spawn_shard(
     LocalExecutorBuilder::new(Placement::Fixed(cpu))
         .name(&format!("shard-{id}"))
         .io_memory(io_memory_bytes)
+        .preempt_timer(crate::runtime::task::TASK_QUOTA)
         .spawn(move || async move {
             let flags = wired.alive.clone();
             let r = shard_main(wired, rx).await;
@@ -212,7 +213,7 @@ async fn shard_main(wired: ShardWiring, rx: mpsc::Receiver<Envelope>) -> anyhow:
         sleep(Duration::from_millis(1)).await;
     }
     spawn_local(retention_loop(shard.clone()));
-    spawn_local(cleaner_loop(shard.clone()));
+    crate::runtime::task::spawn_background("log-cleaner", cleaner_loop(shard.clone()));
     spawn_local(session_sweeper(shard.clone()));
     spawn_local(offsets_expiry(shard.clone()));
     crate::gateway::native::net::listen(&shard)?;
@@ -408,10 +409,12 @@ const CLEANER_MAP_BYTES: usize = 16 * 1024 * 1024;
 
 /// Compacts this shard's compacted partitions (`cleanup.policy` with `compact`): every
 /// `log_cleaner_backoff_ms` it rolls their idle active segments (`segment.ms`) and runs
-/// one pass on each partition that is due, the most urgent first.
+/// one pass on each partition that is due, the most urgent first. Runs in the shard's
+/// background task queue, its I/O within `log_cleaner_io_max_bytes_per_second`.
 async fn cleaner_loop(shard: Rc<Shard>) {
     let every = Duration::from_millis(shard.config.log_cleaner_backoff_ms);
     let mut map: Option<crate::partition::cleaner::OffsetMap> = None;
+    let mut budget = IoBudget::new(shard.config.log_cleaner_io_max_bytes_per_second);
     while !shard.stopping() {
         sleep(every).await;
         let now_ms = crate::common::clock::wall_ms();
@@ -436,14 +439,33 @@ async fn cleaner_loop(shard: Rc<Shard>) {
             let map = map.get_or_insert_with(|| {
                 crate::partition::cleaner::OffsetMap::with_memory(CLEANER_MAP_BYTES)
             });
-            clean_partition(&p, map).await;
+            clean_partition(&p, map, &mut budget).await;
         }
     }
 }
 
 /// One compaction pass over `p`, logged and counted.
-async fn clean_partition(p: &Partition, map: &mut crate::partition::cleaner::OffsetMap) {
-    match p.compact_now(map, crate::common::clock::wall_ms()).await {
+async fn clean_partition(
+    p: &Partition,
+    map: &mut crate::partition::cleaner::OffsetMap,
+    budget: &mut IoBudget,
+) {
+    let (read, written, throttled) = (
+        budget.read_bytes(),
+        budget.written_bytes(),
+        budget.throttled(),
+    );
+    let started = crate::common::clock::now();
+    let r = p
+        .compact_now(map, budget, crate::common::clock::wall_ms())
+        .await;
+    p.metrics().cleaner_work(
+        budget.read_bytes() - read,
+        budget.written_bytes() - written,
+        started.elapsed(),
+        budget.throttled() - throttled,
+    );
+    match r {
         Ok(out) => {
             let freed = out.bytes_before.saturating_sub(out.bytes_after);
             p.metrics()

@@ -9,7 +9,9 @@
 //! This crate never touches the network, never decodes records (only batch headers), and
 //! never picks Kafka offsets or Raft indexes out of order. glommio appears only in `io*`.
 
+pub mod budget;
 pub mod cache;
+pub mod clock;
 pub mod config;
 pub mod error;
 pub mod frame;
@@ -26,6 +28,7 @@ pub mod recovery;
 pub mod segment;
 pub mod types;
 
+pub use budget::IoBudget;
 pub use cache::{BatchCache, CacheStats, BATCH_CACHE_BYTES_DEFAULT};
 pub use config::{Clock, LogConfig, SystemClock, ZERO_AHEAD_MIN_SEGMENT_BYTES};
 pub use error::StorageError;

@@ -24,6 +24,7 @@ use std::rc::Rc;
 use bytes::Bytes;
 use strand_wire::RecordBatch;
 
+use crate::budget::IoBudget;
 use crate::error::StorageError;
 use crate::frame::{decode_frame, encode_frame, FrameError, FrameHeader, FrameKind};
 use crate::io::{self, align_up, SegmentFile, SharedFile, WriteSync};
@@ -95,7 +96,23 @@ struct NewSegment {
 }
 
 impl NewSegment {
-    async fn push(&mut self, h: &FrameHeader, body: &[u8]) -> Result<(), StorageError> {
+    /// An empty new file at `path` for a rewrite of the segment `old`.
+    async fn create(path: &Path, old: &SegmentMeta) -> Result<NewSegment, StorageError> {
+        Ok(NewSegment {
+            path: path.to_path_buf(),
+            file: SegmentFile::create(path, WriteSync::Fdatasync).await?,
+            meta: SegmentMeta::new(old.name, old.created_ms),
+            pending: Vec::new(),
+            written: 0,
+        })
+    }
+
+    async fn push(
+        &mut self,
+        h: &FrameHeader,
+        body: &[u8],
+        budget: &mut IoBudget,
+    ) -> Result<(), StorageError> {
         let at = FilePos(self.meta.size_bytes);
         let mut frame = Vec::with_capacity(h.frame_len_bytes as usize);
         let new = encode_frame(
@@ -113,7 +130,7 @@ impl NewSegment {
         if self.pending.len() >= REWRITE_CHUNK_BYTES {
             let aligned = (self.pending.len() as u64 / io::WRITE_ALIGN_BYTES
                 * io::WRITE_ALIGN_BYTES) as usize;
-            self.write(aligned).await?;
+            self.write(aligned, budget).await?;
         }
         Ok(())
     }
@@ -125,13 +142,14 @@ impl NewSegment {
         body: &Bytes,
         rewrite: FrameRewrite,
         out: &mut RewriteOutcome,
+        budget: &mut IoBudget,
     ) -> Result<(), StorageError> {
         match rewrite {
-            FrameRewrite::Keep => self.push(h, body).await,
+            FrameRewrite::Keep => self.push(h, body, budget).await,
             FrameRewrite::Replace(b) => {
                 check_replacement(h, &b)?;
                 out.frames_replaced += 1;
-                self.push(h, &b).await
+                self.push(h, &b, budget).await
             }
             FrameRewrite::Stub if h.kind == FrameKind::Data => {
                 out.frames_stubbed += 1;
@@ -139,28 +157,29 @@ impl NewSegment {
                     kind: FrameKind::Cleaned,
                     ..*h
                 };
-                self.push(&stub, &[]).await
+                self.push(&stub, &[], budget).await
             }
             FrameRewrite::Stub => Err(StorageError::Usage("only data frames become stubs")),
         }
     }
 
-    async fn write(&mut self, len: usize) -> Result<(), StorageError> {
+    async fn write(&mut self, len: usize, budget: &mut IoBudget) -> Result<(), StorageError> {
         self.file
             .write_aligned(self.written, &self.pending[..len])
             .await
             .map_err(|f| fault(&self.path, f))?;
         self.pending.drain(..len);
         self.written += len as u64;
+        budget.wrote(len as u64).await;
         Ok(())
     }
 
     /// Writes what is buffered, cuts the file to its frames and makes it durable.
-    async fn finish(mut self) -> Result<SegmentMeta, StorageError> {
+    async fn finish(mut self, budget: &mut IoBudget) -> Result<SegmentMeta, StorageError> {
         let logical = self.written + self.pending.len() as u64;
         let padded = usize::try_from(align_up(self.pending.len() as u64)).unwrap_or(usize::MAX);
         self.pending.resize(padded, 0);
-        self.write(padded).await?;
+        self.write(padded, budget).await?;
         self.file.truncate(logical).await?;
         self.file
             .fdatasync()
@@ -168,6 +187,81 @@ impl NewSegment {
             .map_err(|f| fault(&self.path, f))?;
         self.file.close().await?;
         Ok(self.meta)
+    }
+}
+
+/// Reads a segment file's frames in order, in windows of `READ_WINDOW_BYTES` (or one
+/// frame, when a frame is larger), up to `end_bytes`.
+struct FrameReader<'a> {
+    file: &'a SharedFile,
+    path: &'a Path,
+    end_bytes: u64,
+    /// File position of `window`.
+    window_pos: u64,
+    window: Bytes,
+    /// Next frame's start in `window`.
+    at: usize,
+}
+
+impl<'a> FrameReader<'a> {
+    fn new(file: &'a SharedFile, path: &'a Path, end_bytes: u64) -> FrameReader<'a> {
+        FrameReader {
+            file,
+            path,
+            end_bytes,
+            window_pos: 0,
+            window: Bytes::new(),
+            at: 0,
+        }
+    }
+
+    /// File position of the next frame.
+    fn position(&self) -> u64 {
+        self.window_pos + self.at as u64
+    }
+
+    /// The next frame and its body, `None` at `end_bytes`; reads are charged to `budget`.
+    async fn next(
+        &mut self,
+        budget: &mut IoBudget,
+    ) -> Result<Option<(FrameHeader, Bytes)>, StorageError> {
+        let mut want = READ_WINDOW_BYTES;
+        loop {
+            let corrupt = |reason: String| StorageError::Corrupt {
+                path: self.path.to_path_buf(),
+                pos: FilePos(self.position()),
+                reason,
+            };
+            if self.at < self.window.len() {
+                match decode_frame(&self.window[self.at..]) {
+                    Ok((h, range)) => {
+                        let body = self
+                            .window
+                            .slice(self.at + range.start..self.at + range.end);
+                        self.at += h.frame_len_bytes as usize;
+                        return Ok(Some((h, body)));
+                    }
+                    Err(FrameError::Truncated { needed, .. }) => {
+                        if self.position() + needed as u64 > self.end_bytes {
+                            return Err(corrupt("a frame runs past the segment's end".into()));
+                        }
+                        want = want.max(needed as u64);
+                    }
+                    Err(e) => return Err(corrupt(e.to_string())),
+                }
+            }
+            let start = self.position();
+            if start >= self.end_bytes {
+                return Ok(None);
+            }
+            let len = want.min(self.end_bytes - start);
+            self.window = self
+                .file
+                .read(start, usize::try_from(len).unwrap_or(usize::MAX))
+                .await?;
+            (self.window_pos, self.at) = (start, 0);
+            budget.read(len).await;
+        }
     }
 }
 
@@ -216,13 +310,15 @@ impl Log {
             .collect()
     }
 
-    /// Rewrites segment `seg` frame by frame as `decide` says (see the module doc).
+    /// Rewrites segment `seg` frame by frame as `decide` says (see the module doc),
+    /// charging its reads and writes to `budget`.
     /// `Ok(None)` when the segment is not rewritable or changed before the swap (nothing
     /// done); an error leaves the old segment in place and the log usable.
     pub async fn rewrite_segment(
         &self,
         seg: &SegmentInfo,
         decide: &mut dyn FnMut(&FrameHeader, &Bytes) -> FrameRewrite,
+        budget: &mut IoBudget,
     ) -> Result<Option<RewriteOutcome>, StorageError> {
         let Some(old_file) = seg.file.clone().filter(|_| seg.rewritable) else {
             return Ok(None);
@@ -245,7 +341,7 @@ impl Log {
         let path = segment_path(&self.dir, &name.name);
         let new_path = path.with_extension(CLEANED_EXTENSION);
         let r = self
-            .rewrite_and_swap(seg, &old_file, name, &path, &new_path, decide)
+            .rewrite_and_swap(seg, &old_file, name, (&path, &new_path), decide, budget)
             .await;
         self.st.borrow_mut().cleaning = None;
         if r.is_err() {
@@ -274,65 +370,43 @@ impl Log {
         seg: &SegmentInfo,
         old_file: &SharedFile,
         old: SegmentMeta,
-        path: &Path,
-        new_path: &Path,
+        paths: (&Path, &Path),
         decide: &mut dyn FnMut(&FrameHeader, &Bytes) -> FrameRewrite,
+        budget: &mut IoBudget,
     ) -> Result<Option<RewriteOutcome>, StorageError> {
+        let (path, new_path) = paths;
         let mut out = RewriteOutcome {
             bytes_before: old.size_bytes,
             ..RewriteOutcome::default()
         };
         let _ = io::remove_file(new_path).await;
-        let mut new = NewSegment {
-            path: new_path.to_path_buf(),
-            file: SegmentFile::create(new_path, WriteSync::Fdatasync).await?,
-            meta: SegmentMeta::new(old.name, old.created_ms),
-            pending: Vec::new(),
-            written: 0,
-        };
-        let mut pos = 0u64;
-        let mut want = READ_WINDOW_BYTES;
-        while pos < old.size_bytes {
-            let len = usize::try_from(want.min(old.size_bytes - pos)).unwrap_or(usize::MAX);
-            let window = old_file.read(pos, len).await?;
-            let mut at = 0usize;
-            while at < window.len() {
-                match decode_frame(&window[at..]) {
-                    Ok((h, range)) => {
-                        let body = window.slice(at + range.start..at + range.end);
-                        new.apply(&h, &body, decide(&h, &body), &mut out).await?;
-                        at += h.frame_len_bytes as usize;
-                    }
-                    Err(FrameError::Truncated { needed, .. }) if at == 0 => {
-                        want = (needed as u64).max(want + 1);
-                        break;
-                    }
-                    Err(FrameError::Truncated { .. }) => break,
-                    Err(e) => {
-                        return Err(StorageError::Corrupt {
-                            path: path.to_path_buf(),
-                            pos: FilePos(pos + at as u64),
-                            reason: e.to_string(),
-                        })
-                    }
+        let mut frames = FrameReader::new(old_file, path, old.size_bytes);
+        // The new file is made at the first frame that changes: a segment with nothing to
+        // remove costs a read only.
+        let mut new: Option<NewSegment> = None;
+        while let Some((h, body)) = frames.next(budget).await? {
+            let rewrite = decide(&h, &body);
+            if new.is_none() && rewrite != FrameRewrite::Keep {
+                let mut n = NewSegment::create(new_path, &old).await?;
+                let upto = frames.position() - u64::from(h.frame_len_bytes);
+                let mut prefix = FrameReader::new(old_file, path, upto);
+                while let Some((ph, pbody)) = prefix.next(budget).await? {
+                    n.push(&ph, &pbody, budget).await?;
                 }
+                new = Some(n);
             }
-            if at > 0 {
-                want = READ_WINDOW_BYTES;
+            if let Some(n) = new.as_mut() {
+                n.apply(&h, &body, rewrite, &mut out, budget).await?;
             }
-            pos += at as u64;
         }
+        let Some(new) = new else {
+            out.bytes_after = out.bytes_before;
+            return Ok(Some(out));
+        };
         if new.meta.last_index != old.last_index || new.meta.next_offset != old.next_offset {
             return Err(StorageError::Usage("a rewrite must keep every entry"));
         }
-        if out.frames_replaced == 0 && out.frames_stubbed == 0 {
-            // Nothing changed: the old file stays, no swap and no cache drop.
-            new.file.close().await?;
-            io::remove_file(new_path).await?;
-            out.bytes_after = out.bytes_before;
-            return Ok(Some(out));
-        }
-        let meta = new.finish().await?;
+        let meta = new.finish(budget).await?;
         out.bytes_after = meta.size_bytes;
         Ok(self
             .swap(seg, old_file, meta, path, new_path)
@@ -340,7 +414,6 @@ impl Log {
             .map(|()| out))
     }
 
-    /// Puts the synced new file in place of the segment (module doc, last invariant).
     async fn swap(
         &self,
         seg: &SegmentInfo,

@@ -7,8 +7,8 @@ use std::rc::Rc;
 use bytes::Bytes;
 use strand_storage::io_runtime::block_on;
 use strand_storage::{
-    AppendEntry, BatchCache, Clock, FrameKind, KafkaOffset, Log, LogConfig, RaftIndex, RaftTerm,
-    StorageError,
+    AppendEntry, BatchCache, Clock, FrameKind, IoBudget, KafkaOffset, Log, LogConfig, RaftIndex,
+    RaftTerm, StorageError,
 };
 use strand_wire::{BatchBuilder, RecordBatch};
 
@@ -709,7 +709,7 @@ fn a_rewritten_segment_keeps_indexes_offsets_and_terms() {
         let last = first.last_index.expect("not empty").0;
         assert!(last >= 4, "the first segment holds several batches: {last}");
         let out = log
-            .rewrite_segment(&first, &mut clean_first_segment)
+            .rewrite_segment(&first, &mut clean_first_segment, &mut IoBudget::unlimited())
             .await
             .expect("rewrite")
             .expect("not raced");
@@ -751,6 +751,76 @@ fn a_rewritten_segment_keeps_indexes_offsets_and_terms() {
     });
 }
 
+/// A rewrite with nothing to change only reads the segment (no new file is written); one
+/// that changes only the last frame writes the frames before it unchanged.
+#[test]
+fn a_rewrite_writes_only_when_a_frame_changes() {
+    let dir = tempfile::tempdir_in(".").expect("tempdir");
+    run(async {
+        let log = closed_segments(dir.path(), 12).await;
+        let before = log
+            .read_entries(RaftIndex(1), RaftIndex(25), usize::MAX)
+            .await
+            .expect("entries");
+        let first = log.segments_info().into_iter().next().expect("a segment");
+        let last = first.last_index.expect("not empty").0;
+        let mut budget = IoBudget::unlimited();
+        let out = log
+            .rewrite_segment(
+                &first,
+                &mut |_, _| strand_storage::FrameRewrite::Keep,
+                &mut budget,
+            )
+            .await
+            .expect("rewrite")
+            .expect("not raced");
+        assert_eq!(out.bytes_after, out.bytes_before);
+        assert_eq!(
+            budget.written_bytes(),
+            0,
+            "nothing changed, nothing written"
+        );
+        assert!(budget.read_bytes() >= first.size_bytes, "{budget:?}");
+
+        let mut budget = IoBudget::unlimited();
+        let out = log
+            .rewrite_segment(
+                &first,
+                &mut |h, _| {
+                    if h.index.0 == last && h.kind == FrameKind::Data {
+                        strand_storage::FrameRewrite::Stub
+                    } else {
+                        strand_storage::FrameRewrite::Keep
+                    }
+                },
+                &mut budget,
+            )
+            .await
+            .expect("rewrite")
+            .expect("not raced");
+        assert_eq!((out.frames_stubbed, out.frames_replaced), (1, 0));
+        assert!(
+            budget.written_bytes() >= out.bytes_after,
+            "{budget:?} {out:?}"
+        );
+        let after = log
+            .read_entries(RaftIndex(1), RaftIndex(25), usize::MAX)
+            .await
+            .expect("entries");
+        assert_eq!(
+            after.iter().map(frame_key).collect::<Vec<_>>(),
+            before.iter().map(frame_key).collect::<Vec<_>>()
+        );
+        for (a, b) in after.iter().zip(&before) {
+            if a.header.index.0 == last {
+                assert_eq!(a.header.kind, FrameKind::Cleaned);
+            } else {
+                assert_eq!((a.header.kind, &a.body), (b.header.kind, &b.body));
+            }
+        }
+    });
+}
+
 /// A rewrite planned on a segment that is gone by the time it starts does nothing, and an
 /// appended entry cannot be a cleaned frame.
 #[test]
@@ -763,7 +833,11 @@ fn a_rewrite_of_a_replaced_log_does_nothing() {
             .await
             .expect("reset");
         let r = log
-            .rewrite_segment(&first, &mut |_, _| strand_storage::FrameRewrite::Stub)
+            .rewrite_segment(
+                &first,
+                &mut |_, _| strand_storage::FrameRewrite::Stub,
+                &mut IoBudget::unlimited(),
+            )
             .await
             .expect("no error");
         assert_eq!(r, None);
@@ -830,13 +904,17 @@ fn a_failed_rewrite_changes_nothing() {
         let first = log.segments_info().into_iter().next().expect("a segment");
         let moved = batch(1, 1, 10);
         let r = log
-            .rewrite_segment(&first, &mut |h, _| {
-                if h.index.0 == 3 {
-                    strand_storage::FrameRewrite::Replace(moved.clone())
-                } else {
-                    strand_storage::FrameRewrite::Keep
-                }
-            })
+            .rewrite_segment(
+                &first,
+                &mut |h, _| {
+                    if h.index.0 == 3 {
+                        strand_storage::FrameRewrite::Replace(moved.clone())
+                    } else {
+                        strand_storage::FrameRewrite::Keep
+                    }
+                },
+                &mut IoBudget::unlimited(),
+            )
             .await;
         assert!(matches!(r, Err(StorageError::Usage(_))), "{r:?}");
         assert_eq!(stored_batches(&log, 0).await, before);
@@ -847,7 +925,7 @@ fn a_failed_rewrite_changes_nothing() {
             .count();
         assert_eq!(leftovers, 0);
         let out = log
-            .rewrite_segment(&first, &mut clean_first_segment)
+            .rewrite_segment(&first, &mut clean_first_segment, &mut IoBudget::unlimited())
             .await
             .expect("rewrite")
             .expect("done");

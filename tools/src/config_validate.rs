@@ -151,6 +151,13 @@ const KEYS: &[(&str, Kind)] = &[
         },
     ),
     (
+        "log_cleaner_io_max_bytes_per_second",
+        Kind::Int {
+            min: 1,
+            max: i64::MAX,
+        },
+    ),
+    (
         "offsets_retention_minutes",
         Kind::Int {
             min: 1,

@@ -56,16 +56,16 @@ fn histograms(
     Ok(())
 }
 
-fn counters(
+fn counters<V: prometheus_client::encoding::EncodeCounterValue>(
     enc: &mut DescriptorEncoder,
     name: &str,
     help: &str,
-    series: &[(Labels, u64)],
+    series: &[(Labels, V)],
 ) -> std::fmt::Result {
     let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
     for (labels, v) in series {
         m.encode_family(labels)?
-            .encode_counter::<NoLabelSet, u64, u64>(v, None)?;
+            .encode_counter::<NoLabelSet, V, u64>(v, None)?;
     }
     Ok(())
 }
@@ -192,8 +192,34 @@ impl Scrape {
         Ok(())
     }
 
+    /// The cleaner's time counters, in seconds: bytes over pass seconds is its throughput.
+    fn cleaner_seconds(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
+        let rows: [(&str, &str, ShardField); 2] = [
+            (
+                "strand_cleaner_pass_seconds",
+                "Wall time in log compaction passes (waiting on the disk and yielding to \
+                 requests included).",
+                |s| s.metrics.cleaner.pass_us,
+            ),
+            (
+                "strand_cleaner_throttled_seconds",
+                "Time log compaction slept to keep to log.cleaner.io.max.bytes.per.second.",
+                |s| s.metrics.cleaner.throttled_us,
+            ),
+        ];
+        for (name, help, f) in rows {
+            let series: Vec<(Labels, f64)> = self
+                .shards
+                .iter()
+                .map(|s| (Self::shard_label(s), f(s) as f64 / 1e6))
+                .collect();
+            counters(enc, name, help, &series)?;
+        }
+        Ok(())
+    }
+
     fn cleaner(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
-        let rows: [(&str, &str, ShardField); 5] = [
+        let rows: [(&str, &str, ShardField); 7] = [
             (
                 "strand_cleaner_passes",
                 "Log compaction passes over compacted partitions (cleanup.policy compact).",
@@ -219,8 +245,25 @@ impl Scrape {
                 "Log compaction passes that failed (the log is left as it was; see the log).",
                 |s| s.metrics.cleaner.errors,
             ),
+            (
+                "strand_cleaner_bytes_read",
+                "Bytes log compaction read (mapping keys, rewriting segments).",
+                |s| s.metrics.cleaner.bytes_read,
+            ),
+            (
+                "strand_cleaner_bytes_written",
+                "Bytes log compaction wrote (new segment files; a segment with nothing to \
+                 remove is only read).",
+                |s| s.metrics.cleaner.bytes_written,
+            ),
         ];
         self.shard_counters(enc, &rows)?;
+        self.cleaner_seconds(enc)?;
+        self.cleaner_partitions(enc)
+    }
+
+    /// Per-partition dirty ratio and last clean time, and the node-wide backlog.
+    fn cleaner_partitions(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
         let compacted: Vec<_> = self
             .shards
             .iter()

@@ -113,6 +113,10 @@ pub struct Flags {
     /// (`log.cleaner.backoff.ms`).
     #[arg(long, env = "STRAND_LOG_CLEANER_BACKOFF_MS")]
     pub log_cleaner_backoff_ms: Option<u64>,
+    /// The most bytes per second a shard's log cleaner reads plus writes (unlimited when
+    /// unset; `log.cleaner.io.max.bytes.per.second`, per shard).
+    #[arg(long, env = "STRAND_LOG_CLEANER_IO_MAX_BYTES_PER_SECOND")]
+    pub log_cleaner_io_max_bytes_per_second: Option<u64>,
     /// How long committed offsets of an empty group (or, without group management, since
     /// their commit) are kept (`offsets.retention.minutes`).
     #[arg(long, env = "STRAND_OFFSETS_RETENTION_MINUTES")]
@@ -244,6 +248,7 @@ struct FileConfig {
     topic_partitions_per_shard: Option<usize>,
     retention_check_interval_ms: Option<u64>,
     log_cleaner_backoff_ms: Option<u64>,
+    log_cleaner_io_max_bytes_per_second: Option<u64>,
     offsets_retention_minutes: Option<u64>,
     offsets_retention_ms: Option<u64>,
     offsets_retention_check_interval_ms: Option<u64>,
@@ -303,6 +308,8 @@ pub struct Config {
     pub retention_check_interval_ms: u64,
     /// `log.cleaner.backoff.ms`.
     pub log_cleaner_backoff_ms: u64,
+    /// `log.cleaner.io.max.bytes.per.second` (per shard; `None`: unlimited).
+    pub log_cleaner_io_max_bytes_per_second: Option<u64>,
     /// `offsets.retention.minutes`, in milliseconds.
     pub offsets_retention_ms: u64,
     /// `offsets.retention.check.interval.ms`.
@@ -416,6 +423,9 @@ impl Config {
                 .log_cleaner_backoff_ms
                 .or(file.log_cleaner_backoff_ms)
                 .unwrap_or(LOG_CLEANER_BACKOFF_MS_DEFAULT),
+            log_cleaner_io_max_bytes_per_second: flags
+                .log_cleaner_io_max_bytes_per_second
+                .or(file.log_cleaner_io_max_bytes_per_second),
             offsets_retention_ms: flags
                 .offsets_retention_ms
                 .or(file.offsets_retention_ms)
@@ -518,6 +528,10 @@ impl Config {
                 self.retention_check_interval_ms,
             ),
             ("log_cleaner_backoff_ms", self.log_cleaner_backoff_ms),
+            (
+                "log_cleaner_io_max_bytes_per_second",
+                self.log_cleaner_io_max_bytes_per_second.unwrap_or(1),
+            ),
             ("offsets_retention_ms", self.offsets_retention_ms),
             (
                 "offsets_retention_check_interval_ms",

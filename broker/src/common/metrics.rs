@@ -189,6 +189,14 @@ pub struct CleanerCounters {
     pub unreadable_batches: u64,
     /// Passes that failed (a storage error; the log is left as it was).
     pub errors: u64,
+    /// Bytes the passes read (mapping keys and rewriting segments).
+    pub bytes_read: u64,
+    /// Bytes the passes wrote (new segment files).
+    pub bytes_written: u64,
+    /// Wall time in passes, µs (waiting on the disk and yielding to requests included).
+    pub pass_us: u64,
+    /// Time the passes slept to keep to `log.cleaner.io.max.bytes.per.second`, µs.
+    pub throttled_us: u64,
 }
 
 /// Adds `n` to a shard-local counter (wrapping, as Prometheus counters may).
@@ -223,6 +231,24 @@ impl ShardMetrics {
         c.bytes_removed = c.bytes_removed.wrapping_add(bytes_removed);
         c.records_removed = c.records_removed.wrapping_add(records_removed);
         c.unreadable_batches = c.unreadable_batches.wrapping_add(unreadable);
+        self.cleaner.set(c);
+    }
+
+    /// A compaction pass read `read_bytes`, wrote `written_bytes`, took `pass` of which it
+    /// slept `throttled` to keep to its I/O rate.
+    pub fn cleaner_work(
+        &self,
+        read_bytes: u64,
+        written_bytes: u64,
+        pass: Duration,
+        throttled: Duration,
+    ) {
+        let mut c = self.cleaner.get();
+        let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        c.bytes_read = c.bytes_read.wrapping_add(read_bytes);
+        c.bytes_written = c.bytes_written.wrapping_add(written_bytes);
+        c.pass_us = c.pass_us.wrapping_add(us(pass));
+        c.throttled_us = c.throttled_us.wrapping_add(us(throttled));
         self.cleaner.set(c);
     }
 

@@ -18,7 +18,9 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 
 use bytes::{Bytes, BytesMut};
-use strand_storage::{FrameHeader, FrameKind, FrameRewrite, KafkaOffset, Log, StorageError};
+use strand_storage::{
+    FrameHeader, FrameKind, FrameRewrite, IoBudget, KafkaOffset, Log, StorageError,
+};
 use strand_wire::records::{encode_record, Record};
 use strand_wire::{empty_batch, BatchHeader, RecordBatch, TimestampType};
 
@@ -212,6 +214,7 @@ pub struct CleanOutcome {
 pub async fn clean_once(
     log: &Log,
     map: &mut OffsetMap,
+    budget: &mut IoBudget,
     ctx: &CleanContext,
 ) -> Result<CleanOutcome, StorageError> {
     let segments: Vec<_> = log
@@ -228,20 +231,19 @@ pub async fn clean_once(
     };
     map.clear();
     let from = first.base_offset.max(ctx.map_from);
-    out.map_end = build_map(log, map, from, last.next_offset, &mut out).await?;
+    out.map_end = build_map(log, (map, budget), from, last.next_offset, &mut out).await?;
     let last_data_offset = last_data_batch(log).await?;
     let map_end = out.map_end;
     for seg in segments.iter().take_while(|s| s.base_offset < map_end) {
         let mut decide = |h: &FrameHeader, body: &Bytes| {
             decide_frame(h, body, map, ctx, &mut out, last_data_offset)
         };
-        let rewritten = log.rewrite_segment(seg, &mut decide).await?;
+        let rewritten = log.rewrite_segment(seg, &mut decide, budget).await?;
         if let Some(r) = rewritten.filter(|r| r.frames_replaced + r.frames_stubbed > 0) {
             out.segments += 1;
             out.bytes_before += r.bytes_before;
             out.bytes_after += r.bytes_after;
         }
-        strand_storage::io_runtime::yield_now().await;
     }
     Ok(out)
 }
@@ -250,7 +252,7 @@ pub async fn clean_once(
 /// it filled up, else `end`).
 async fn build_map(
     log: &Log,
-    map: &mut OffsetMap,
+    (map, budget): (&mut OffsetMap, &mut IoBudget),
     from: KafkaOffset,
     end: KafkaOffset,
     out: &mut CleanOutcome,
@@ -261,6 +263,7 @@ async fn build_map(
         if r.batches.is_empty() {
             break;
         }
+        let read_bytes = r.batches.iter().map(|b| b.len() as u64).sum::<u64>();
         for b in r.batches {
             let Ok(view) = RecordBatch::parse(b) else {
                 out.unreadable_batches += 1;
@@ -283,7 +286,7 @@ async fn build_map(
             }
         }
         next = r.next_offset;
-        strand_storage::io_runtime::yield_now().await;
+        budget.read(read_bytes).await;
     }
     Ok(end)
 }
@@ -589,9 +592,14 @@ mod tests {
                 log.flush().await.expect("finalize");
                 let before = records(&log).await;
                 let mut map = OffsetMap::with_memory(1 << 16);
-                let out = clean_once(&log, &mut map, &ctx(&log, NOW_MS, HashMap::new()))
-                    .await
-                    .expect("clean");
+                let out = clean_once(
+                    &log,
+                    &mut map,
+                    &mut IoBudget::unlimited(),
+                    &ctx(&log, NOW_MS, HashMap::new()),
+                )
+                .await
+                .expect("clean");
                 assert!(
                     out.segments >= 1 && out.records_removed > 0,
                     "{codec:?}: {out:?}"
@@ -621,6 +629,7 @@ mod tests {
                 let out = clean_once(
                     &log,
                     &mut map,
+                    &mut IoBudget::unlimited(),
                     &ctx(&log, NOW_MS + RETENTION_MS, HashMap::new()),
                 )
                 .await
@@ -659,9 +668,14 @@ mod tests {
             log.flush().await.expect("finalize");
             let producers = HashMap::from([(7, last_of_7), (8, 21)]);
             let mut map = OffsetMap::with_memory(1 << 16);
-            let out = clean_once(&log, &mut map, &ctx(&log, NOW_MS, producers))
-                .await
-                .expect("clean");
+            let out = clean_once(
+                &log,
+                &mut map,
+                &mut IoBudget::unlimited(),
+                &ctx(&log, NOW_MS, producers),
+            )
+            .await
+            .expect("clean");
             assert!(out.segments >= 1);
             let r = log
                 .read(KafkaOffset(first), log.log_end_offset(), usize::MAX, true)
@@ -717,7 +731,9 @@ mod tests {
             let mut c = ctx(&log, NOW_MS, HashMap::new());
             let mut ends: Vec<i64> = Vec::new();
             for _ in 0..10 {
-                let out = clean_once(&log, &mut map, &c).await.expect("clean");
+                let out = clean_once(&log, &mut map, &mut IoBudget::unlimited(), &c)
+                    .await
+                    .expect("clean");
                 if ends.last() == Some(&out.map_end.0) {
                     break; // every closed segment is mapped
                 }

@@ -12,7 +12,7 @@
 //! - A compacted topic refuses records without a key (INVALID_RECORD, as Kafka), so only a
 //!   topic made compacted later holds any, and the cleaner removes them.
 
-use strand_storage::{KafkaOffset, StorageError};
+use strand_storage::{IoBudget, KafkaOffset, StorageError};
 use strand_wire::RecordBatch;
 
 use super::cleaner::{CleanOutcome, CleanupConfig, OffsetMap};
@@ -173,11 +173,18 @@ impl Partition {
     pub async fn compact_now(
         &self,
         map: &mut OffsetMap,
+        budget: &mut IoBudget,
         now_ms: i64,
     ) -> Result<CleanOutcome, StorageError> {
         let c = self.cleanup.get();
         let out = self
-            .compact(map, now_ms, c.min_compaction_lag_ms, c.delete_retention_ms)
+            .compact(
+                map,
+                budget,
+                now_ms,
+                c.min_compaction_lag_ms,
+                c.delete_retention_ms,
+            )
             .await?;
         let mut p = self.progress.get();
         p.cleaned_to = p.cleaned_to.max(out.map_end);

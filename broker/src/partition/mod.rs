@@ -622,6 +622,7 @@ impl Partition {
     pub async fn compact(
         &self,
         map: &mut cleaner::OffsetMap,
+        budget: &mut strand_storage::IoBudget,
         now_ms: i64,
         min_lag_ms: i64,
         delete_retention_ms: i64,
@@ -647,7 +648,7 @@ impl Partition {
             clean_end,
             map_from: self.progress.get().cleaned_to,
         };
-        cleaner::clean_once(&self.log, map, &ctx).await
+        cleaner::clean_once(&self.log, map, budget, &ctx).await
     }
 
     /// Moves the checkpoint past `end` before `what` deletes the records below it. A
@@ -1080,6 +1081,28 @@ mod tests {
         .expect("runtime");
     }
 
+    /// The offsets of every record the partition's log still holds.
+    async fn offsets_left(part: &Partition) -> Vec<i64> {
+        let r = part
+            .log()
+            .read(
+                KafkaOffset(0),
+                part.log().log_end_offset(),
+                usize::MAX,
+                true,
+            )
+            .await
+            .expect("read");
+        let mut left = Vec::new();
+        for b in r.batches {
+            let v = RecordBatch::parse(b).expect("parses");
+            for rec in codec::records_of(&v).expect("records") {
+                left.push(v.base_offset() + i64::from(rec.offset_delta));
+            }
+        }
+        left
+    }
+
     /// A compaction pass keeps the latest value of each key at its offset and moves the
     /// checkpoint first, so a retry of a producer's last batch is still answered as a
     /// duplicate, before and after a reopen.
@@ -1108,27 +1131,17 @@ mod tests {
             }
             let mut map = cleaner::OffsetMap::with_memory(1 << 16);
             let out = part
-                .compact(&mut map, 10_000, 0, 1_000)
+                .compact(
+                    &mut map,
+                    &mut strand_storage::IoBudget::unlimited(),
+                    10_000,
+                    0,
+                    1_000,
+                )
                 .await
                 .expect("compacted");
             assert!(out.segments >= 2 && out.records_removed > 20, "{out:?}");
-            let r = part
-                .log()
-                .read(
-                    KafkaOffset(0),
-                    part.log().log_end_offset(),
-                    usize::MAX,
-                    true,
-                )
-                .await
-                .expect("read");
-            let mut left = Vec::new();
-            for b in r.batches {
-                let v = RecordBatch::parse(b).expect("parses");
-                for rec in codec::records_of(&v).expect("records") {
-                    left.push(v.base_offset() + i64::from(rec.offset_delta));
-                }
-            }
+            let left = offsets_left(&part).await;
             // Below the map's end each key keeps its latest record; past it all stay.
             let below: Vec<i64> = offsets
                 .iter()
@@ -1204,7 +1217,7 @@ mod tests {
             assert_eq!(due.dirty_ratio, 1.0);
             let mut map = cleaner::OffsetMap::with_memory(1 << 16);
             let out = part
-                .compact_now(&mut map, now_ms + 1_000)
+                .compact_now(&mut map, &mut strand_storage::IoBudget::unlimited(), now_ms + 1_000)
                 .await
                 .expect("pass");
             assert!(out.records_removed > 10, "{out:?}");

@@ -171,6 +171,15 @@ fn broker_configs(shard: &Shard) -> Vec<(&'static str, String, i8)> {
             c.log_cleaner_backoff_ms.to_string(),
             5,
         ),
+        (
+            "log.cleaner.io.max.bytes.per.second",
+            // Kafka's default is Double.MaxValue: no cap.
+            c.log_cleaner_io_max_bytes_per_second.map_or_else(
+                || "1.7976931348623157E308".to_string(),
+                |v| format!("{v}.0"),
+            ),
+            6,
+        ),
         ("log.cleanup.policy", "delete".to_string(), 7),
         (
             "log.cleaner.delete.retention.ms",
