@@ -119,10 +119,12 @@ fn spawn_shard(
     exited: std::sync::mpsc::Sender<Option<usize>>,
 ) -> anyhow::Result<ExecutorJoinHandle<anyhow::Result<()>>> {
     let id = wired.id;
+    let stall_report_ms = wired.config.stall_report_ms;
     LocalExecutorBuilder::new(Placement::Fixed(cpu))
         .name(&format!("shard-{id}"))
         .io_memory(io_memory_bytes)
         .preempt_timer(crate::runtime::task::TASK_QUOTA)
+        .detect_stalls(crate::runtime::stall::reporter(stall_report_ms))
         .spawn(move || async move {
             let flags = wired.alive.clone();
             let r = shard_main(wired, rx).await;
@@ -409,7 +411,8 @@ const CLEANER_MAP_BYTES: usize = 16 * 1024 * 1024;
 
 /// Compacts this shard's compacted partitions (`cleanup.policy` with `compact`): every
 /// `log_cleaner_backoff_ms` it rolls their idle active segments (`segment.ms`) and runs
-/// one pass on each partition that is due, the most urgent first. Runs in the shard's
+/// one pass on each partition that is due, the most urgent first. Each round it also
+/// closes the dropped segment files of every partition that readers held until then. Runs in the shard's
 /// background task queue, its I/O within `log_cleaner_io_max_bytes_per_second`.
 async fn cleaner_loop(shard: Rc<Shard>) {
     let every = Duration::from_millis(shard.config.log_cleaner_backoff_ms);
@@ -419,6 +422,10 @@ async fn cleaner_loop(shard: Rc<Shard>) {
         sleep(every).await;
         let now_ms = crate::common::clock::wall_ms();
         let parts: Vec<Rc<Partition>> = shard.partitions.borrow().values().cloned().collect();
+        // Files of dropped segments whose last reader has finished since they were dropped.
+        for p in &parts {
+            p.log().reap_retired().await;
+        }
         let mut due: Vec<_> = parts
             .into_iter()
             .filter(|p| p.cleanup().compact)
@@ -459,6 +466,8 @@ async fn clean_partition(
     let r = p
         .compact_now(map, budget, crate::common::clock::wall_ms())
         .await;
+    // The pass held the replaced files until now: close them off the shard.
+    p.log().reap_retired().await;
     p.metrics().cleaner_work(
         budget.read_bytes() - read,
         budget.written_bytes() - written,

@@ -87,6 +87,18 @@ pub(crate) struct State {
     /// Segments replaced by compaction rewrites so far: a walk that sees it change goes
     /// back to its segment's index, since file positions changed.
     pub(crate) swaps: u64,
+    /// Files of segments the log dropped, waiting for their readers to finish so that
+    /// their last close runs off the shard (`io::RetiredFile`; `Log::reap_retired`).
+    pub(crate) retired: Vec<crate::io::RetiredFile>,
+}
+
+impl State {
+    /// Drops `seg` from the log's view, keeping its file for `Log::reap_retired`.
+    pub(crate) fn retire(&mut self, seg: Segment) {
+        if let Some(f) = seg.file {
+            self.retired.push(crate::io::RetiredFile::new(f));
+        }
+    }
 }
 
 /// What is known durable.
@@ -165,6 +177,26 @@ impl Log {
     /// The partition directory.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Closes the files of dropped segments that no read holds any more, their last
+    /// descriptor on the blocking thread pool (`io::RetiredFile`). Returns how many wait
+    /// on reads still in flight. Run after every drop of segments and periodically.
+    pub async fn reap_retired(&self) -> usize {
+        let unused: Vec<_> = {
+            let mut st = self.st.borrow_mut();
+            let (unused, busy) = std::mem::take(&mut st.retired)
+                .into_iter()
+                .partition(|f| f.unused());
+            st.retired = busy;
+            unused
+        };
+        for f in unused {
+            if let Err(f) = f.close().await {
+                self.st.borrow_mut().retired.push(f);
+            }
+        }
+        self.st.borrow().retired.len()
     }
 
     /// The configuration in force.

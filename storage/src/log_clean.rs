@@ -450,8 +450,11 @@ impl Log {
                 return Ok(None);
             };
             s.meta = meta;
-            s.file = Some(file);
+            let old = s.file.replace(file);
             st.swaps += 1;
+            if let Some(old) = old {
+                st.retired.push(crate::io::RetiredFile::new(old));
+            }
         }
         if let Some(last) = last_index {
             self.cache.truncate_below(self.cache_id, last.next());
@@ -466,6 +469,7 @@ impl Log {
                 "index files of a rewritten segment not written; rebuilt at the next open");
         }
         tracing::info!(path = %path.display(), "segment rewritten by compaction");
+        self.reap_retired().await;
         Ok(Some(()))
     }
 }

@@ -92,11 +92,14 @@ impl Log {
         st.busy = true;
         let whole = st.segments[k].meta.name.raft_base_index == cut.index;
         let split = if whole { k } else { k + 1 };
-        let removed: Vec<PathBuf> = st
-            .segments
-            .drain(split..)
-            .rev()
-            .map(|s| s.path(&self.dir))
+        let dropped: Vec<_> = st.segments.drain(split..).rev().collect();
+        let removed: Vec<PathBuf> = dropped
+            .into_iter()
+            .map(|s| {
+                let path = s.path(&self.dir);
+                st.retire(s);
+                path
+            })
             .collect();
         let keep = (!whole).then(|| {
             let seg = &mut st.segments[k];
@@ -130,6 +133,7 @@ impl Log {
             }
         }
         io::fsync_dir_async(&self.dir).await?;
+        self.reap_retired().await;
         let Some((key, scan_from)) = keep else {
             return Ok(());
         };
@@ -272,9 +276,14 @@ impl Log {
                         && s.meta.last_index.is_none_or(|l| l <= through)
                 })
                 .count();
-            st.segments
-                .drain(..k)
-                .map(|s| (s.path(&self.dir), s.meta.size_bytes))
+            let dropped: Vec<_> = st.segments.drain(..k).collect();
+            dropped
+                .into_iter()
+                .map(|s| {
+                    let path = (s.path(&self.dir), s.meta.size_bytes);
+                    st.retire(s);
+                    path
+                })
                 .collect::<Vec<_>>()
         };
         if let Some(first) = self.st.borrow().segments.first() {
@@ -295,6 +304,7 @@ impl Log {
             tracing::info!(dir = %self.dir.display(), segments = out.segments_deleted,
                 bytes = out.bytes_deleted, "segments deleted");
         }
+        self.reap_retired().await;
         Ok(out)
     }
 
@@ -448,11 +458,14 @@ impl Log {
                     "reset while a flush or truncation runs",
                 ));
             }
-            let paths: Vec<PathBuf> = st
-                .segments
-                .drain(..)
-                .rev()
-                .map(|s| s.path(&self.dir))
+            let dropped: Vec<_> = st.segments.drain(..).rev().collect();
+            let paths: Vec<PathBuf> = dropped
+                .into_iter()
+                .map(|s| {
+                    let path = s.path(&self.dir);
+                    st.retire(s);
+                    path
+                })
                 .collect();
             st.next_index = next_index;
             st.log_start_offset = next_offset;
@@ -479,6 +492,7 @@ impl Log {
             }
         }
         io::fsync_dir_async(&self.dir).await?;
+        self.reap_retired().await;
         tracing::info!(dir = %self.dir.display(), %next_index, %next_offset, segments = paths.len(),
             "log replaced by an empty one (snapshot installed)");
         Ok(())

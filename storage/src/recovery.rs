@@ -137,6 +137,7 @@ impl Log {
                 stats: LogStats::default(),
                 cleaning: None,
                 swaps: 0,
+                retired: Vec::new(),
             }),
         })
     }

@@ -933,3 +933,59 @@ fn a_failed_rewrite_changes_nothing() {
         assert_eq!(stored_batches(&log, 0).await[0], (3, 5, 1));
     });
 }
+
+/// Descriptors of this process open on deleted files under `dir`.
+fn deleted_files_open(dir: &Path) -> usize {
+    let dir = dir.canonicalize().expect("dir");
+    std::fs::read_dir("/proc/self/fd")
+        .expect("fds")
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|t| t.starts_with(&dir) && t.to_string_lossy().ends_with("(deleted)"))
+        .count()
+}
+
+/// The file of a segment compaction replaced or retention deleted stays open while a
+/// reader holds it, and is closed (every descriptor, the last off the shard) by the first
+/// reap after the reader is done.
+#[test]
+fn a_dropped_segment_file_is_closed_once_its_readers_are_done() {
+    let dir = tempfile::tempdir_in(".").expect("tempdir");
+    run(async {
+        let log = closed_segments(dir.path(), 12).await;
+        let mut segs = log.segments_info().into_iter();
+        let (first, second) = (segs.next().expect("first"), segs.next().expect("second"));
+        drop(segs);
+        let last = first.last_index.expect("not empty").0;
+        log.rewrite_segment(
+            &first,
+            &mut |h, _| {
+                if h.index.0 == last && h.kind == FrameKind::Data {
+                    strand_storage::FrameRewrite::Stub
+                } else {
+                    strand_storage::FrameRewrite::Keep
+                }
+            },
+            &mut IoBudget::unlimited(),
+        )
+        .await
+        .expect("rewrite")
+        .expect("not raced");
+        assert_eq!(log.reap_retired().await, 1, "the plan still holds the file");
+        // The replaced file is renamed over: only the held descriptors keep it (2: the
+        // shard's and the duplicate for the last close).
+        assert_eq!(deleted_files_open(dir.path()), 2);
+        drop(first);
+        assert_eq!(log.reap_retired().await, 0);
+        assert_eq!(deleted_files_open(dir.path()), 0);
+
+        log.truncate_prefix(second.next_offset)
+            .await
+            .expect("prefix deleted");
+        assert!(log.log_start_offset() >= second.next_offset);
+        assert_eq!(log.reap_retired().await, 1, "`second` holds its file");
+        assert_eq!(deleted_files_open(dir.path()), 2);
+        drop(second);
+        assert_eq!(log.reap_retired().await, 0);
+        assert_eq!(deleted_files_open(dir.path()), 0);
+    });
+}

@@ -158,6 +158,13 @@ const KEYS: &[(&str, Kind)] = &[
         },
     ),
     (
+        "stall_report_ms",
+        Kind::Int {
+            min: 1,
+            max: i64::MAX,
+        },
+    ),
+    (
         "offsets_retention_minutes",
         Kind::Int {
             min: 1,

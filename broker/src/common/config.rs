@@ -117,6 +117,10 @@ pub struct Flags {
     /// unset; `log.cleaner.io.max.bytes.per.second`, per shard).
     #[arg(long, env = "STRAND_LOG_CLEANER_IO_MAX_BYTES_PER_SECOND")]
     pub log_cleaner_io_max_bytes_per_second: Option<u64>,
+    /// Log a warning with the shard's backtrace when one of its task queues keeps the CPU
+    /// this many milliseconds past its quota (a stalled shard); off when unset.
+    #[arg(long, env = "STRAND_STALL_REPORT_MS")]
+    pub stall_report_ms: Option<u64>,
     /// How long committed offsets of an empty group (or, without group management, since
     /// their commit) are kept (`offsets.retention.minutes`).
     #[arg(long, env = "STRAND_OFFSETS_RETENTION_MINUTES")]
@@ -249,6 +253,7 @@ struct FileConfig {
     retention_check_interval_ms: Option<u64>,
     log_cleaner_backoff_ms: Option<u64>,
     log_cleaner_io_max_bytes_per_second: Option<u64>,
+    stall_report_ms: Option<u64>,
     offsets_retention_minutes: Option<u64>,
     offsets_retention_ms: Option<u64>,
     offsets_retention_check_interval_ms: Option<u64>,
@@ -310,6 +315,8 @@ pub struct Config {
     pub log_cleaner_backoff_ms: u64,
     /// `log.cleaner.io.max.bytes.per.second` (per shard; `None`: unlimited).
     pub log_cleaner_io_max_bytes_per_second: Option<u64>,
+    /// Overrun past the task quota reported as a shard stall (`None`: not watched).
+    pub stall_report_ms: Option<u64>,
     /// `offsets.retention.minutes`, in milliseconds.
     pub offsets_retention_ms: u64,
     /// `offsets.retention.check.interval.ms`.
@@ -426,6 +433,7 @@ impl Config {
             log_cleaner_io_max_bytes_per_second: flags
                 .log_cleaner_io_max_bytes_per_second
                 .or(file.log_cleaner_io_max_bytes_per_second),
+            stall_report_ms: flags.stall_report_ms.or(file.stall_report_ms),
             offsets_retention_ms: flags
                 .offsets_retention_ms
                 .or(file.offsets_retention_ms)
@@ -532,6 +540,7 @@ impl Config {
                 "log_cleaner_io_max_bytes_per_second",
                 self.log_cleaner_io_max_bytes_per_second.unwrap_or(1),
             ),
+            ("stall_report_ms", self.stall_report_ms.unwrap_or(1)),
             ("offsets_retention_ms", self.offsets_retention_ms),
             (
                 "offsets_retention_check_interval_ms",

@@ -10,4 +10,5 @@ pub mod crash;
 pub mod preflight;
 pub mod probe;
 pub mod signals;
+pub mod stall;
 pub mod task;

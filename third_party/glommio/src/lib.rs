@@ -451,7 +451,8 @@ pub use crate::{
     executor::{
         allocate_dma_buffer, allocate_dma_buffer_global, executor, spawn_local, spawn_local_into,
         spawn_scoped_local, spawn_scoped_local_into,
-        stall::{DefaultStallDetectionHandler, StallDetectionHandler},
+        // strand patch: `StallDetection` too, so a handler outside the crate can name it.
+        stall::{DefaultStallDetectionHandler, StallDetection, StallDetectionHandler},
         yield_if_needed, CpuSet, ExecutorJoinHandle, ExecutorProxy, ExecutorStats, LocalExecutor,
         LocalExecutorBuilder, LocalExecutorPoolBuilder, Placement, PoolPlacement,
         PoolThreadHandles, ScopedTask, Task, TaskQueueHandle, TaskQueueStats,

@@ -16,6 +16,8 @@ use std::{
     time::{Duration, Instant},
 };
 
+/// A stall: the executor, the task queue, its overrun and the backtrace of the shard thread
+/// (strand patch: documented now that `lib.rs` re-exports it).
 pub struct StallDetection<'a> {
     executor: usize,
     queue_handle: TaskQueueHandle,
