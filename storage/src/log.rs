@@ -99,6 +99,19 @@ impl State {
             self.retired.push(crate::io::RetiredFile::new(f));
         }
     }
+
+    /// Retires `dropped` (segments taken out of `segments`); returns their paths in `dir`
+    /// and sizes, in the order given, for the caller to unlink.
+    pub(crate) fn retire_all(&mut self, dropped: Vec<Segment>, dir: &Path) -> Vec<(PathBuf, u64)> {
+        dropped
+            .into_iter()
+            .map(|s| {
+                let path = (s.path(dir), s.meta.size_bytes);
+                self.retire(s);
+                path
+            })
+            .collect()
+    }
 }
 
 /// What is known durable.

@@ -93,13 +93,10 @@ impl Log {
         let whole = st.segments[k].meta.name.raft_base_index == cut.index;
         let split = if whole { k } else { k + 1 };
         let dropped: Vec<_> = st.segments.drain(split..).rev().collect();
-        let removed: Vec<PathBuf> = dropped
+        let removed: Vec<PathBuf> = st
+            .retire_all(dropped, &self.dir)
             .into_iter()
-            .map(|s| {
-                let path = s.path(&self.dir);
-                st.retire(s);
-                path
-            })
+            .map(|(p, _)| p)
             .collect();
         let keep = (!whole).then(|| {
             let seg = &mut st.segments[k];
@@ -277,14 +274,7 @@ impl Log {
                 })
                 .count();
             let dropped: Vec<_> = st.segments.drain(..k).collect();
-            dropped
-                .into_iter()
-                .map(|s| {
-                    let path = (s.path(&self.dir), s.meta.size_bytes);
-                    st.retire(s);
-                    path
-                })
-                .collect::<Vec<_>>()
+            st.retire_all(dropped, &self.dir)
         };
         if let Some(first) = self.st.borrow().segments.first() {
             self.cache
@@ -459,13 +449,10 @@ impl Log {
                 ));
             }
             let dropped: Vec<_> = st.segments.drain(..).rev().collect();
-            let paths: Vec<PathBuf> = dropped
+            let paths: Vec<PathBuf> = st
+                .retire_all(dropped, &self.dir)
                 .into_iter()
-                .map(|s| {
-                    let path = s.path(&self.dir);
-                    st.retire(s);
-                    path
-                })
+                .map(|(p, _)| p)
                 .collect();
             st.next_index = next_index;
             st.log_start_offset = next_offset;
