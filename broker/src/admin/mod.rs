@@ -81,6 +81,13 @@ pub fn render_metrics(shards: &[ShardSnapshot]) -> String {
         true,
     );
     per_shard(
+        "strand_runtime_reactor_wakes_recovered",
+        "Reactor sleeps (whole process, on shard 0) that ran out their 10 ms bound and found work ready: wake-ups lost and recovered",
+        &mut reg,
+        &|s| s.reactor_wakes_recovered,
+        true,
+    );
+    per_shard(
         "strand_shard_backpressure_events",
         "Times reading stopped at the in-flight byte bound",
         &mut reg,

@@ -454,6 +454,9 @@ pub struct ShardSnapshot {
     pub native_cross_shard_hops: u64,
     /// Waits found done by a timed poll, their wake lost.
     pub wakes_recovered: u64,
+    /// Reactor wake-ups lost and recovered by the bounded sleep, for the whole process:
+    /// shard 0's snapshot carries it, the others 0 (so the sum over shards is right).
+    pub reactor_wakes_recovered: u64,
     /// Open native connections.
     pub native_connections: u64,
     /// Requests per API name.

@@ -27,6 +27,14 @@ impl StallDetectionHandler for StallReporter {
     }
 }
 
+/// Reactor sleeps, on every shard of the process, that ran out their bound (10 ms, the
+/// patched glommio's `MAX_SLEEP`) and then found work ready: wake-ups the reactor lost
+/// (a blocking-pool result, a foreign wake or a timer) that the bound recovered. Without
+/// the bound such a loss left a shard asleep for good (seen at start-up, issue 21 note).
+pub fn reactor_wakes_recovered() -> u64 {
+    glommio::recovered_wakeups()
+}
+
 /// The handler for an executor: a reporter of overruns longer than `threshold_ms`, or none.
 pub fn reporter(threshold_ms: Option<u64>) -> Option<Box<dyn StallDetectionHandler>> {
     threshold_ms.map(|ms| {

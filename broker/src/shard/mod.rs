@@ -494,6 +494,11 @@ impl Shard {
             native_moved: stats.native_moved,
             native_cross_shard_hops: stats.native_cross_shard_hops,
             wakes_recovered: stats.wakes_recovered,
+            reactor_wakes_recovered: if self.id == 0 {
+                crate::runtime::stall::reactor_wakes_recovered()
+            } else {
+                0
+            },
             native_connections: self.native_connections.get(),
             connections: self.connections.get(),
             requests,

@@ -461,6 +461,20 @@ pub use crate::{
     sys::hardware_topology::CpuLocation,
 };
 pub use enclose::enclose;
+
+/// strand patch: how many times, in this process, a reactor's sleep ran out its bounded
+/// time (10 ms) and then found work ready: wake-ups that were lost and recovered.
+pub fn recovered_wakeups() -> u64 {
+    crate::sys::RECOVERED_WAKEUPS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// strand patch, for tests: the next cross-thread notification of a sleeping executor (a
+/// foreign wake, a blocking-pool result) is dropped, as a lost wake-up would be; the
+/// executor then finds the work when its bounded sleep runs out.
+#[doc(hidden)]
+pub fn lose_next_notify() {
+    crate::sys::SleepNotifier::lose_next_notify();
+}
 pub use scopeguard::defer;
 use sketches_ddsketch::DDSketch;
 use std::{

@@ -60,6 +60,30 @@ impl<'ring> CompletionQueue<'ring> {
         self.wait_inner(count).map(|_| ())
     }
 
+    /// strand patch: like [`wait`](Self::wait), but returns after `timeout` at the latest;
+    /// `Ok(false)` when it returned because the timeout passed.
+    pub fn wait_timeout(&mut self, count: u32, timeout: std::time::Duration) -> io::Result<bool> {
+        let mut ts = uring_sys::__kernel_timespec {
+            tv_sec: timeout.as_secs() as i64,
+            tv_nsec: timeout.subsec_nanos() as libc::c_longlong,
+        };
+        let mut cqe = MaybeUninit::uninit();
+        let res = unsafe {
+            uring_sys::io_uring_wait_cqes(
+                self.ring.as_ptr(),
+                cqe.as_mut_ptr(),
+                count as _,
+                &mut ts,
+                ptr::null(),
+            )
+        };
+        match resultify(res) {
+            Ok(_) => Ok(true),
+            Err(e) if e.raw_os_error() == Some(libc::ETIME) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     #[inline(always)]
     fn wait_inner(&mut self, count: u32) -> io::Result<&mut uring_sys::io_uring_cqe> {
         unsafe {

@@ -254,6 +254,10 @@ impl fmt::Debug for OsError {
     }
 }
 
+/// strand patch: set by `SleepNotifier::lose_next_notify` (tests only): the next
+/// notification is dropped, as a lost wake-up would be.
+static LOSE_NEXT_NOTIFY: AtomicBool = AtomicBool::new(false);
+
 #[derive(Debug)]
 pub(crate) struct SleepNotifier {
     id: usize,
@@ -306,6 +310,10 @@ impl SleepNotifier {
     }
 
     pub(crate) fn notify(&self, force: bool) {
+        // strand patch: the test hook `lose_next_notify` drops this notification.
+        if LOSE_NEXT_NOTIFY.load(Ordering::Relaxed) && LOSE_NEXT_NOTIFY.swap(false, Ordering::AcqRel) {
+            return;
+        }
         if self
             .should_notify
             .compare_exchange(true, false, Ordering::Relaxed, Ordering::Relaxed)
@@ -318,6 +326,12 @@ impl SleepNotifier {
 
     /// strand patch: like `queue_waker`, but a waker the destination can no longer take
     /// (its executor is gone) is returned to the caller rather than dropped here.
+    /// strand patch: makes the next notification of any executor of the process be lost,
+    /// for tests of the bounded sleep (`uring::MAX_SLEEP`).
+    pub(crate) fn lose_next_notify() {
+        LOSE_NEXT_NOTIFY.store(true, Ordering::Release);
+    }
+
     pub(crate) fn queue_waker_or_return(&self, waker: Waker, force_notify: bool) -> Result<(), Waker> {
         if let Err(e) = self.waker_sender.send(waker) {
             debug!(

@@ -893,7 +893,21 @@ struct SleepableRing {
     task_queue_stats: AHashMap<TaskQueueHandle, RingIoStats>,
     source_map: Rc<RefCell<SourceMap>>,
     in_kernel: usize,
+    /// strand patch: the last `sleep` ended because `MAX_SLEEP` passed, not by a CQE.
+    slept_out: bool,
 }
+
+/// strand patch: the longest a reactor sleeps without a completion. A wake-up that is lost
+/// (a blocking-pool result, a foreign waker or a timer whose notification never reaches
+/// the sleeping ring) then costs at most this long instead of hanging the executor for
+/// good: Strand saw a shard asleep for good at start-up, with work ready, about once in
+/// a few hundred starts under load.
+pub(crate) const MAX_SLEEP: Duration = Duration::from_millis(10);
+
+/// strand patch: sleeps that ended at `MAX_SLEEP` and then found work ready, i.e. wake-ups
+/// that were lost and recovered; all executors of the process.
+pub(crate) static RECOVERED_WAKEUPS: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(0);
 
 impl SleepableRing {
     fn new(
@@ -913,6 +927,7 @@ impl SleepableRing {
             task_queue_stats: AHashMap::new(),
             source_map,
             in_kernel: 0,
+            slept_out: false,
         })
     }
 
@@ -1045,6 +1060,7 @@ impl SleepableRing {
     }
 
     fn sleep(&mut self, link: &Source) -> io::Result<usize> {
+        self.slept_out = false;
         assert_eq!(
             self.waiting_kernel_submission(),
             0,
@@ -1086,11 +1102,15 @@ impl SleepableRing {
                 unsafe { crate::uring_sys::io_uring_prep_nop(sqe_ptr) };
                 Err(io::Error::from_raw_os_error(libc::EBUSY))
             } else {
-                // The rings are linked. Goodnight!
+                // The rings are linked. Goodnight! (strand patch: for at most MAX_SLEEP.)
+                let slept_out = &mut self.slept_out;
                 self.ring
                     .cq()
-                    .wait(1)
-                    .map(|_| 1)
+                    .wait_timeout(1, MAX_SLEEP)
+                    .map(|woken| {
+                        *slept_out = !woken;
+                        1
+                    })
                     .or_else(Reactor::busy_ok)
                     .or_else(Reactor::again_ok)
                     .or_else(Reactor::intr_ok)
@@ -1870,9 +1890,17 @@ impl Reactor {
                     self.link_rings_and_sleep(&mut main_ring)
                         .expect("some error");
                     // May have new cancellations related to the link ring fd.
+                    let mut found = 0;
                     flush_cancellations!(into &mut 0; lat_ring, poll_ring, main_ring);
                     flush_rings!(lat_ring, poll_ring, main_ring)?;
-                    consume_rings!(into &mut 0; lat_ring, poll_ring, main_ring);
+                    consume_rings!(into &mut found; lat_ring, poll_ring, main_ring);
+                    // strand patch: a sleep that ran out and finds work was a lost wake-up.
+                    if main_ring.slept_out {
+                        found += process_remote_channels() + self.flush_syscall_thread();
+                        if found > 0 {
+                            RECOVERED_WAKEUPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
                 }
                 // Woke up, so no need to notify us anymore.
                 self.notifier.wake_up();
