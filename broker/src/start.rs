@@ -412,12 +412,17 @@ const CLEANER_MAP_BYTES: usize = 16 * 1024 * 1024;
 /// Compacts this shard's compacted partitions (`cleanup.policy` with `compact`): every
 /// `log_cleaner_backoff_ms` it rolls their idle active segments (`segment.ms`) and runs
 /// one pass on each partition that is due, the most urgent first. Each round it also
-/// closes the dropped segment files of every partition that readers held until then. Runs in the shard's
-/// background task queue, its I/O within `log_cleaner_io_max_bytes_per_second`.
+/// closes the dropped segment files of every partition that readers held until then. Runs
+/// in the shard's background task queue, its I/O within
+/// `log_cleaner_io_max_bytes_per_second` and after producers' flushes (`IoBudget`); its
+/// byte counters move as it reads and writes.
 async fn cleaner_loop(shard: Rc<Shard>) {
     let every = Duration::from_millis(shard.config.log_cleaner_backoff_ms);
     let mut map: Option<crate::partition::cleaner::OffsetMap> = None;
-    let mut budget = IoBudget::new(shard.config.log_cleaner_io_max_bytes_per_second);
+    let metrics = shard.metrics.clone();
+    let mut budget = IoBudget::new(shard.config.log_cleaner_io_max_bytes_per_second).with_progress(
+        Box::new(move |read, written| metrics.cleaner_io(read, written)),
+    );
     while !shard.stopping() {
         sleep(every).await;
         let now_ms = crate::common::clock::wall_ms();
@@ -457,11 +462,7 @@ async fn clean_partition(
     map: &mut crate::partition::cleaner::OffsetMap,
     budget: &mut IoBudget,
 ) {
-    let (read, written, throttled) = (
-        budget.read_bytes(),
-        budget.written_bytes(),
-        budget.throttled(),
-    );
+    let waited = budget.throttled() + budget.deferred();
     let started = crate::common::clock::now();
     let r = p
         .compact_now(map, budget, crate::common::clock::wall_ms())
@@ -469,10 +470,8 @@ async fn clean_partition(
     // The pass held the replaced files until now: close them off the shard.
     p.log().reap_retired().await;
     p.metrics().cleaner_work(
-        budget.read_bytes() - read,
-        budget.written_bytes() - written,
         started.elapsed(),
-        budget.throttled() - throttled,
+        budget.throttled() + budget.deferred() - waited,
     );
     match r {
         Ok(out) => {

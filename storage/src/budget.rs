@@ -8,9 +8,16 @@
 //!   every `WINDOW`, so an idle stretch earns no burst larger than one window's bytes.
 //! - Every charge is a `yield_if_needed` point: the task leaves the CPU when the shard's
 //!   task quota has run out.
+//! - Foreground durable writes go first: while one is in flight on the shard (a
+//!   producer's flush, marked by a `ForegroundWrite`), the task waits before its next read
+//!   or write, for at most `DEFER_MAX` per charge, so it still progresses under a steady
+//!   stream of flushes. A read in the device queue delays a flush behind it (measured on
+//!   the development VM: a sequential O_DIRECT reader of 256 KiB blocks doubled a 4 KiB
+//!   write+fdatasync's p50; issue 21 note).
 //! - On the simulated disk nothing sleeps or yields (simulated time has no timer); the
 //!   byte counts still hold.
 
+use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 use crate::clock::monotonic_now;
@@ -20,8 +27,46 @@ use crate::io_sim::SimDisk;
 /// Length of a rate window.
 const WINDOW: Duration = Duration::from_secs(1);
 
-/// See the module doc.
+/// How often a deferred task looks again whether the foreground writes are done.
+const DEFER_POLL: Duration = Duration::from_micros(50);
+
+/// The longest one charge defers to foreground writes.
+const DEFER_MAX: Duration = Duration::from_millis(5);
+
+thread_local! {
+    /// Foreground durable writes in flight on this thread (a shard).
+    static FOREGROUND_WRITES: Cell<u32> = const { Cell::new(0) };
+}
+
+/// A foreground durable write in flight on this shard, for as long as it lives: background
+/// I/O (`IoBudget`) waits for it before issuing more.
 #[derive(Debug)]
+pub struct ForegroundWrite(());
+
+impl ForegroundWrite {
+    /// Marks one more foreground write in flight.
+    pub fn begin() -> ForegroundWrite {
+        FOREGROUND_WRITES.with(|c| c.set(c.get().saturating_add(1)));
+        ForegroundWrite(())
+    }
+
+    /// Whether a foreground write is in flight on this shard.
+    pub fn any() -> bool {
+        FOREGROUND_WRITES.with(|c| c.get() > 0)
+    }
+}
+
+impl Drop for ForegroundWrite {
+    fn drop(&mut self) {
+        FOREGROUND_WRITES.with(|c| c.set(c.get().saturating_sub(1)));
+    }
+}
+
+/// Told the bytes of each charge as it happens (read, written), e.g. to keep metrics live
+/// during a long pass.
+pub type ProgressSink = Box<dyn FnMut(u64, u64)>;
+
+/// See the module doc.
 pub struct IoBudget {
     max_bytes_per_s: Option<u64>,
     window_start: Instant,
@@ -29,6 +74,18 @@ pub struct IoBudget {
     read_bytes: u64,
     written_bytes: u64,
     throttled: Duration,
+    deferred: Duration,
+    progress: Option<ProgressSink>,
+}
+
+impl std::fmt::Debug for IoBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IoBudget")
+            .field("max_bytes_per_s", &self.max_bytes_per_s)
+            .field("read_bytes", &self.read_bytes)
+            .field("written_bytes", &self.written_bytes)
+            .finish_non_exhaustive()
+    }
 }
 
 impl IoBudget {
@@ -41,7 +98,16 @@ impl IoBudget {
             read_bytes: 0,
             written_bytes: 0,
             throttled: Duration::ZERO,
+            deferred: Duration::ZERO,
+            progress: None,
         }
+    }
+
+    /// Tells `sink` the bytes of every charge as it happens.
+    #[must_use]
+    pub fn with_progress(mut self, sink: ProgressSink) -> IoBudget {
+        self.progress = Some(sink);
+        self
     }
 
     /// No cap on the rate (still yields).
@@ -52,12 +118,18 @@ impl IoBudget {
     /// The task read `bytes`.
     pub async fn read(&mut self, bytes: u64) {
         self.read_bytes = self.read_bytes.saturating_add(bytes);
+        if let Some(p) = self.progress.as_mut() {
+            p(bytes, 0);
+        }
         self.charge(bytes).await;
     }
 
     /// The task wrote `bytes`.
     pub async fn wrote(&mut self, bytes: u64) {
         self.written_bytes = self.written_bytes.saturating_add(bytes);
+        if let Some(p) = self.progress.as_mut() {
+            p(0, bytes);
+        }
         self.charge(bytes).await;
     }
 
@@ -74,6 +146,11 @@ impl IoBudget {
     /// Time slept to keep to the rate so far.
     pub fn throttled(&self) -> Duration {
         self.throttled
+    }
+
+    /// Time waited for foreground writes so far.
+    pub fn deferred(&self) -> Duration {
+        self.deferred
     }
 
     /// How long to wait after `window_bytes` bytes `elapsed` into the window at `rate`.
@@ -99,6 +176,12 @@ impl IoBudget {
             self.window_bytes = 0;
         }
         io_runtime::yield_now().await;
+        let mut waited = Duration::ZERO;
+        while ForegroundWrite::any() && waited < DEFER_MAX {
+            io_runtime::sleep(DEFER_POLL).await;
+            waited += DEFER_POLL;
+        }
+        self.deferred += waited;
     }
 }
 
@@ -143,5 +226,41 @@ mod tests {
         // be the bug, sleeping more is the machine).
         assert!(took.0 >= Duration::from_millis(390), "{took:?}");
         assert!(took.1 >= Duration::from_millis(390), "{took:?}");
+    }
+
+    #[test]
+    fn lets_foreground_writes_go_first_for_a_bounded_time() {
+        let (alone, beside) = io_runtime::block_on("budget-defer-test", 1, async {
+            let mut b = IoBudget::unlimited();
+            b.read(1).await;
+            let alone = b.deferred();
+            // A flush in flight for the whole charge: the budget waits, but only DEFER_MAX.
+            let flush = ForegroundWrite::begin();
+            assert!(ForegroundWrite::any());
+            b.read(1).await;
+            drop(flush);
+            assert!(!ForegroundWrite::any());
+            (alone, b.deferred())
+        })
+        .expect("executor");
+        assert_eq!(alone, Duration::ZERO);
+        assert!(beside >= DEFER_MAX, "{beside:?}");
+    }
+
+    #[test]
+    fn tells_its_progress_as_it_goes() {
+        let seen = std::rc::Rc::new(Cell::new((0u64, 0u64)));
+        let s = seen.clone();
+        io_runtime::block_on("budget-progress-test", 1, async move {
+            let mut b = IoBudget::unlimited().with_progress(Box::new(move |r, w| {
+                let (r0, w0) = s.get();
+                s.set((r0 + r, w0 + w));
+            }));
+            b.read(10).await;
+            b.wrote(3).await;
+            b.read(5).await;
+        })
+        .expect("executor");
+        assert_eq!(seen.get(), (15, 3));
     }
 }

@@ -28,7 +28,7 @@ pub mod recovery;
 pub mod segment;
 pub mod types;
 
-pub use budget::IoBudget;
+pub use budget::{ForegroundWrite, IoBudget};
 pub use cache::{BatchCache, CacheStats, BATCH_CACHE_BYTES_DEFAULT};
 pub use config::{Clock, LogConfig, SystemClock, ZERO_AHEAD_MIN_SEGMENT_BYTES};
 pub use error::StorageError;

@@ -29,13 +29,17 @@ use crate::error::StorageError;
 use crate::frame::{decode_frame, encode_frame, FrameError, FrameHeader, FrameKind};
 use crate::io::{self, align_up, SegmentFile, SharedFile, WriteSync};
 use crate::log::{segment_path, Log};
-use crate::log_read::READ_WINDOW_BYTES;
 use crate::recovery::batch_max_timestamp;
 use crate::segment::SegmentMeta;
 use crate::types::{FilePos, KafkaOffset, RaftIndex};
 
-/// Bytes of new segment written per write call.
-const REWRITE_CHUNK_BYTES: usize = 1024 * 1024;
+/// Bytes of new segment written per write call, and read per read call (a frame larger
+/// than this is read whole). Small, because a request in the device queue delays a
+/// producer's flush behind it about in proportion to its size (on the development VM a
+/// sequential reader's 4 KiB write+fdatasync p50: 0.28 ms alone, 0.48 ms beside 64 KiB
+/// reads, 0.58 ms beside 256 KiB, 1.38 ms beside 1 MiB), while the cleaner, bound by its
+/// CPU at about 350 MiB/s, loses nothing: 64 KiB reads one at a time still give 500 MB/s.
+const CLEAN_IO_BYTES: usize = 64 * 1024;
 /// Extension of a segment being rewritten.
 const CLEANED_EXTENSION: &str = "cleaned";
 
@@ -127,7 +131,7 @@ impl NewSegment {
         self.meta
             .on_frame(at, &new, batch_max_timestamp(&new, body));
         self.pending.extend_from_slice(&frame);
-        if self.pending.len() >= REWRITE_CHUNK_BYTES {
+        if self.pending.len() >= CLEAN_IO_BYTES {
             let aligned = (self.pending.len() as u64 / io::WRITE_ALIGN_BYTES
                 * io::WRITE_ALIGN_BYTES) as usize;
             self.write(aligned, budget).await?;
@@ -190,7 +194,7 @@ impl NewSegment {
     }
 }
 
-/// Reads a segment file's frames in order, in windows of `READ_WINDOW_BYTES` (or one
+/// Reads a segment file's frames in order, in windows of `CLEAN_IO_BYTES` (or one
 /// frame, when a frame is larger), up to `end_bytes`.
 struct FrameReader<'a> {
     file: &'a SharedFile,
@@ -225,7 +229,7 @@ impl<'a> FrameReader<'a> {
         &mut self,
         budget: &mut IoBudget,
     ) -> Result<Option<(FrameHeader, Bytes)>, StorageError> {
-        let mut want = READ_WINDOW_BYTES;
+        let mut want = CLEAN_IO_BYTES as u64;
         loop {
             let corrupt = |reason: String| StorageError::Corrupt {
                 path: self.path.to_path_buf(),

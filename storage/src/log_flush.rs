@@ -328,6 +328,7 @@ async fn run_op(
         if op.data.is_empty() {
             return Ok(false);
         }
+        let _first = crate::budget::ForegroundWrite::begin();
         file.write_durable(op.pos, &op.data).await.map(|()| true)
     };
     // Zeros only into space this op's preallocation (if it had one) reserved: they must

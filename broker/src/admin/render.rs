@@ -203,7 +203,8 @@ impl Scrape {
             ),
             (
                 "strand_cleaner_throttled_seconds",
-                "Time log compaction slept to keep to log.cleaner.io.max.bytes.per.second.",
+                "Time log compaction waited: to keep to log.cleaner.io.max.bytes.per.second, \
+                 and for producers' flushes to finish before its next read or write.",
                 |s| s.metrics.cleaner.throttled_us,
             ),
         ];

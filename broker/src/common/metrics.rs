@@ -234,19 +234,19 @@ impl ShardMetrics {
         self.cleaner.set(c);
     }
 
-    /// A compaction pass read `read_bytes`, wrote `written_bytes`, took `pass` of which it
-    /// slept `throttled` to keep to its I/O rate.
-    pub fn cleaner_work(
-        &self,
-        read_bytes: u64,
-        written_bytes: u64,
-        pass: Duration,
-        throttled: Duration,
-    ) {
+    /// Log compaction read `read_bytes` and wrote `written_bytes` (counted as it goes).
+    pub fn cleaner_io(&self, read_bytes: u64, written_bytes: u64) {
         let mut c = self.cleaner.get();
-        let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
         c.bytes_read = c.bytes_read.wrapping_add(read_bytes);
         c.bytes_written = c.bytes_written.wrapping_add(written_bytes);
+        self.cleaner.set(c);
+    }
+
+    /// A compaction pass took `pass`, of which it waited `throttled` (its I/O rate, and
+    /// producers' flushes it let go first).
+    pub fn cleaner_work(&self, pass: Duration, throttled: Duration) {
+        let mut c = self.cleaner.get();
+        let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
         c.pass_us = c.pass_us.wrapping_add(us(pass));
         c.throttled_us = c.throttled_us.wrapping_add(us(throttled));
         self.cleaner.set(c);
