@@ -21,7 +21,7 @@
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use strand_wire::RecordBatch;
 
 use crate::budget::IoBudget;
@@ -258,13 +258,36 @@ impl<'a> FrameReader<'a> {
             if start >= self.end_bytes {
                 return Ok(None);
             }
-            let len = want.min(self.end_bytes - start);
-            self.window = self
+            // The start of a frame the window cut is kept, not read again: only what
+            // follows it is read (at least `CLEAN_IO_BYTES`, or the rest of a larger frame).
+            let have = self.window.len().saturating_sub(self.at);
+            let from = start + have as u64;
+            let len = want
+                .saturating_sub(have as u64)
+                .max(CLEAN_IO_BYTES as u64)
+                .min(self.end_bytes.saturating_sub(from));
+            if len == 0 {
+                return Err(corrupt("a frame runs past the segment's end".into()));
+            }
+            let read = self
                 .file
-                .read(start, usize::try_from(len).unwrap_or(usize::MAX))
+                .read(from, usize::try_from(len).unwrap_or(usize::MAX))
                 .await?;
-            (self.window_pos, self.at) = (start, 0);
             budget.read(len).await;
+            if read.is_empty() {
+                return Err(corrupt(
+                    "the file ends before the segment's recorded end".into(),
+                ));
+            }
+            self.window = if have == 0 {
+                read
+            } else {
+                let mut joined = BytesMut::with_capacity(have + read.len());
+                joined.extend_from_slice(&self.window[self.at..]);
+                joined.extend_from_slice(&read);
+                joined.freeze()
+            };
+            (self.window_pos, self.at) = (start, 0);
         }
     }
 }
