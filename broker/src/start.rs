@@ -414,15 +414,18 @@ const CLEANER_MAP_BYTES: usize = 16 * 1024 * 1024;
 /// one pass on each partition that is due, the most urgent first. Each round it also
 /// closes the dropped segment files of every partition that readers held until then. Runs
 /// in the shard's background task queue, its I/O within
-/// `log_cleaner_io_max_bytes_per_second` and after producers' flushes (`IoBudget`); its
-/// byte counters move as it reads and writes.
+/// `log_cleaner_io_max_bytes_per_second` (and `log_cleaner_io_busy_max_bytes_per_second`
+/// while producers write) and after producers' flushes (`IoBudget`); its byte counters move
+/// as it reads and writes.
 async fn cleaner_loop(shard: Rc<Shard>) {
     let every = Duration::from_millis(shard.config.log_cleaner_backoff_ms);
     let mut map: Option<crate::partition::cleaner::OffsetMap> = None;
     let metrics = shard.metrics.clone();
-    let mut budget = IoBudget::new(shard.config.log_cleaner_io_max_bytes_per_second).with_progress(
-        Box::new(move |read, written| metrics.cleaner_io(read, written)),
-    );
+    let mut budget = IoBudget::new(shard.config.log_cleaner_io_max_bytes_per_second)
+        .with_busy_cap(Some(shard.config.log_cleaner_io_busy_max_bytes_per_second))
+        .with_progress(Box::new(move |read, written| {
+            metrics.cleaner_io(read, written)
+        }));
     while !shard.stopping() {
         sleep(every).await;
         let now_ms = crate::common::clock::wall_ms();

@@ -14,6 +14,12 @@
 //!   stream of flushes. A read in the device queue delays a flush behind it (measured on
 //!   the development VM: a sequential O_DIRECT reader of 256 KiB blocks doubled a 4 KiB
 //!   write+fdatasync's p50; issue 21 note).
+//! - While the shard is busy (a foreground write began less than `BUSY_AFTER_FOREGROUND`
+//!   ago) the rate is also at most the busy cap: waiting for in-flight flushes cannot stop
+//!   a flush that starts behind a read already issued, so what keeps producers' tails is
+//!   how much of the time the task has I/O in the device at all. An idle shard cleans at
+//!   the full rate. A change between busy and idle starts a new window, so bytes moved at
+//!   the idle rate are not paid for at the busy one.
 //! - On the simulated disk nothing sleeps or yields (simulated time has no timer); the
 //!   byte counts still hold.
 
@@ -33,9 +39,14 @@ const DEFER_POLL: Duration = Duration::from_micros(50);
 /// The longest one charge defers to foreground writes.
 const DEFER_MAX: Duration = Duration::from_millis(5);
 
+/// How long after the start of a foreground write the shard counts as busy.
+pub const BUSY_AFTER_FOREGROUND: Duration = Duration::from_secs(1);
+
 thread_local! {
     /// Foreground durable writes in flight on this thread (a shard).
     static FOREGROUND_WRITES: Cell<u32> = const { Cell::new(0) };
+    /// When the latest foreground write on this thread began.
+    static LAST_FOREGROUND: Cell<Option<Instant>> = const { Cell::new(None) };
 }
 
 /// A foreground durable write in flight on this shard, for as long as it lives: background
@@ -47,12 +58,21 @@ impl ForegroundWrite {
     /// Marks one more foreground write in flight.
     pub fn begin() -> ForegroundWrite {
         FOREGROUND_WRITES.with(|c| c.set(c.get().saturating_add(1)));
+        LAST_FOREGROUND.with(|c| c.set(Some(monotonic_now())));
         ForegroundWrite(())
     }
 
     /// Whether a foreground write is in flight on this shard.
     pub fn any() -> bool {
         FOREGROUND_WRITES.with(|c| c.get() > 0)
+    }
+
+    /// Whether a foreground write is in flight or began within `BUSY_AFTER_FOREGROUND`.
+    pub fn recent() -> bool {
+        Self::any()
+            || LAST_FOREGROUND
+                .with(Cell::get)
+                .is_some_and(|t| t.elapsed() < BUSY_AFTER_FOREGROUND)
     }
 }
 
@@ -69,6 +89,8 @@ pub type ProgressSink = Box<dyn FnMut(u64, u64)>;
 /// See the module doc.
 pub struct IoBudget {
     max_bytes_per_s: Option<u64>,
+    busy_max_bytes_per_s: Option<u64>,
+    window_busy: bool,
     window_start: Instant,
     window_bytes: u64,
     read_bytes: u64,
@@ -82,6 +104,7 @@ impl std::fmt::Debug for IoBudget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("IoBudget")
             .field("max_bytes_per_s", &self.max_bytes_per_s)
+            .field("busy_max_bytes_per_s", &self.busy_max_bytes_per_s)
             .field("read_bytes", &self.read_bytes)
             .field("written_bytes", &self.written_bytes)
             .finish_non_exhaustive()
@@ -93,6 +116,8 @@ impl IoBudget {
     pub fn new(max_bytes_per_s: Option<u64>) -> IoBudget {
         IoBudget {
             max_bytes_per_s: max_bytes_per_s.filter(|r| *r > 0),
+            busy_max_bytes_per_s: None,
+            window_busy: false,
             window_start: monotonic_now(),
             window_bytes: 0,
             read_bytes: 0,
@@ -101,6 +126,14 @@ impl IoBudget {
             deferred: Duration::ZERO,
             progress: None,
         }
+    }
+
+    /// While the shard is busy with foreground writes, at most `busy_max_bytes_per_s`
+    /// (`None` or 0: only the overall cap).
+    #[must_use]
+    pub fn with_busy_cap(mut self, busy_max_bytes_per_s: Option<u64>) -> IoBudget {
+        self.busy_max_bytes_per_s = busy_max_bytes_per_s.filter(|r| *r > 0);
+        self
     }
 
     /// Tells `sink` the bytes of every charge as it happens.
@@ -117,20 +150,12 @@ impl IoBudget {
 
     /// The task read `bytes`.
     pub async fn read(&mut self, bytes: u64) {
-        self.read_bytes = self.read_bytes.saturating_add(bytes);
-        if let Some(p) = self.progress.as_mut() {
-            p(bytes, 0);
-        }
-        self.charge(bytes).await;
+        self.charge(bytes, 0).await;
     }
 
     /// The task wrote `bytes`.
     pub async fn wrote(&mut self, bytes: u64) {
-        self.written_bytes = self.written_bytes.saturating_add(bytes);
-        if let Some(p) = self.progress.as_mut() {
-            p(0, bytes);
-        }
-        self.charge(bytes).await;
+        self.charge(0, bytes).await;
     }
 
     /// Bytes read so far.
@@ -159,12 +184,35 @@ impl IoBudget {
         due.saturating_sub(elapsed)
     }
 
-    async fn charge(&mut self, bytes: u64) {
+    /// The rate that applies now, and whether the shard is busy.
+    fn rate_now(&self) -> (Option<u64>, bool) {
+        let busy = self.busy_max_bytes_per_s.is_some() && ForegroundWrite::recent();
+        let rate = match (self.max_bytes_per_s, self.busy_max_bytes_per_s) {
+            (Some(max), Some(b)) if busy => Some(max.min(b)),
+            (None, b) if busy => b,
+            (max, _) => max,
+        };
+        (rate, busy)
+    }
+
+    async fn charge(&mut self, read: u64, written: u64) {
+        self.read_bytes = self.read_bytes.saturating_add(read);
+        self.written_bytes = self.written_bytes.saturating_add(written);
+        if let Some(p) = self.progress.as_mut() {
+            p(read, written);
+        }
         if SimDisk::current().is_some() {
             return;
         }
+        let bytes = read.saturating_add(written);
+        let (rate, busy) = self.rate_now();
+        if busy != self.window_busy {
+            self.window_busy = busy;
+            self.window_start = monotonic_now();
+            self.window_bytes = 0;
+        }
         self.window_bytes = self.window_bytes.saturating_add(bytes);
-        if let Some(rate) = self.max_bytes_per_s {
+        if let Some(rate) = rate {
             let wait = Self::wait_for(self.window_bytes, self.window_start.elapsed(), rate);
             if !wait.is_zero() {
                 io_runtime::sleep(wait).await;
@@ -176,12 +224,13 @@ impl IoBudget {
             self.window_bytes = 0;
         }
         io_runtime::yield_now().await;
-        let mut waited = Duration::ZERO;
-        while ForegroundWrite::any() && waited < DEFER_MAX {
-            io_runtime::sleep(DEFER_POLL).await;
-            waited += DEFER_POLL;
+        if ForegroundWrite::any() {
+            let started = monotonic_now();
+            while ForegroundWrite::any() && started.elapsed() < DEFER_MAX {
+                io_runtime::sleep(DEFER_POLL).await;
+            }
+            self.deferred += started.elapsed();
         }
-        self.deferred += waited;
     }
 }
 
@@ -245,6 +294,33 @@ mod tests {
         .expect("executor");
         assert_eq!(alone, Duration::ZERO);
         assert!(beside >= DEFER_MAX, "{beside:?}");
+    }
+
+    #[test]
+    fn the_busy_cap_applies_only_after_a_recent_foreground_write() {
+        let (idle, busy, rates) = io_runtime::block_on("budget-busy-test", 1, async {
+            let mut b = IoBudget::unlimited().with_busy_cap(Some(1_000_000));
+            assert_eq!(b.rate_now(), (None, false));
+            for _ in 0..4 {
+                b.read(100_000).await;
+            }
+            let idle = b.throttled();
+            drop(ForegroundWrite::begin());
+            assert!(ForegroundWrite::recent());
+            assert_eq!(b.rate_now(), (Some(1_000_000), true));
+            for _ in 0..4 {
+                b.read(100_000).await;
+            }
+            // The lower of the two caps holds while busy; the overall cap alone otherwise.
+            let both = IoBudget::new(Some(500_000)).with_busy_cap(Some(1_000_000));
+            let only_max = IoBudget::new(Some(500_000));
+            (idle, b.throttled(), (both.rate_now(), only_max.rate_now()))
+        })
+        .expect("executor");
+        assert_eq!(idle, Duration::ZERO);
+        // 400 kB at 1 MB/s once busy: 400 ms of sleep.
+        assert!(busy >= Duration::from_millis(390), "{busy:?}");
+        assert_eq!(rates, ((Some(500_000), true), (Some(500_000), false)));
     }
 
     #[test]

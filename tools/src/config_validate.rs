@@ -158,6 +158,13 @@ const KEYS: &[(&str, Kind)] = &[
         },
     ),
     (
+        "log_cleaner_io_busy_max_bytes_per_second",
+        Kind::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+    ),
+    (
         "stall_report_ms",
         Kind::Int {
             min: 1,

@@ -21,6 +21,11 @@ pub const RETENTION_CHECK_INTERVAL_MS_DEFAULT: u64 = 300_000;
 /// Kafka's `log.cleaner.backoff.ms` default: how long a shard's cleaner sleeps when no
 /// compacted partition is worth a pass.
 pub const LOG_CLEANER_BACKOFF_MS_DEFAULT: u64 = 15_000;
+/// Strand's cap on a shard's log cleaner I/O while its producers are writing (a producer's
+/// flush within the last second), read plus written: 32 MiB/s. Measured on the
+/// development VM (issue 21 note, `bench/cleaner-impact.sh`): unlimited, the cleaner had a
+/// read in the disk's queue most of the time and produce p99 was 1.9x that without it.
+pub const LOG_CLEANER_IO_BUSY_MAX_BYTES_PER_SECOND_DEFAULT: u64 = 32 * 1024 * 1024;
 /// Kafka's `offsets.retention.minutes` default (7 days).
 pub const OFFSETS_RETENTION_MINUTES_DEFAULT: u64 = 10_080;
 /// Kafka's `offsets.retention.check.interval.ms` default (10 minutes).
@@ -117,6 +122,11 @@ pub struct Flags {
     /// unset; `log.cleaner.io.max.bytes.per.second`, per shard).
     #[arg(long, env = "STRAND_LOG_CLEANER_IO_MAX_BYTES_PER_SECOND")]
     pub log_cleaner_io_max_bytes_per_second: Option<u64>,
+    /// The most bytes per second a shard's log cleaner reads plus writes while producers
+    /// write on that shard (a flush within the last second); 0: no such cap. Strand's own
+    /// setting; an idle shard cleans at `log_cleaner_io_max_bytes_per_second`.
+    #[arg(long, env = "STRAND_LOG_CLEANER_IO_BUSY_MAX_BYTES_PER_SECOND")]
+    pub log_cleaner_io_busy_max_bytes_per_second: Option<u64>,
     /// Log a warning with the shard's backtrace when one of its task queues keeps the CPU
     /// this many milliseconds past its quota (a stalled shard); off when unset.
     #[arg(long, env = "STRAND_STALL_REPORT_MS")]
@@ -253,6 +263,7 @@ struct FileConfig {
     retention_check_interval_ms: Option<u64>,
     log_cleaner_backoff_ms: Option<u64>,
     log_cleaner_io_max_bytes_per_second: Option<u64>,
+    log_cleaner_io_busy_max_bytes_per_second: Option<u64>,
     stall_report_ms: Option<u64>,
     offsets_retention_minutes: Option<u64>,
     offsets_retention_ms: Option<u64>,
@@ -315,6 +326,8 @@ pub struct Config {
     pub log_cleaner_backoff_ms: u64,
     /// `log.cleaner.io.max.bytes.per.second` (per shard; `None`: unlimited).
     pub log_cleaner_io_max_bytes_per_second: Option<u64>,
+    /// The cleaner's cap while producers write on its shard (0: none).
+    pub log_cleaner_io_busy_max_bytes_per_second: u64,
     /// Overrun past the task quota reported as a shard stall (`None`: not watched).
     pub stall_report_ms: Option<u64>,
     /// `offsets.retention.minutes`, in milliseconds.
@@ -433,6 +446,10 @@ impl Config {
             log_cleaner_io_max_bytes_per_second: flags
                 .log_cleaner_io_max_bytes_per_second
                 .or(file.log_cleaner_io_max_bytes_per_second),
+            log_cleaner_io_busy_max_bytes_per_second: flags
+                .log_cleaner_io_busy_max_bytes_per_second
+                .or(file.log_cleaner_io_busy_max_bytes_per_second)
+                .unwrap_or(LOG_CLEANER_IO_BUSY_MAX_BYTES_PER_SECOND_DEFAULT),
             stall_report_ms: flags.stall_report_ms.or(file.stall_report_ms),
             offsets_retention_ms: flags
                 .offsets_retention_ms
