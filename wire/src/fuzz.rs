@@ -75,6 +75,7 @@ fn exercise(batch: &RecordBatch) {
 
     let verdict = batch.validate();
     black_box(batch.validate_produce().is_ok());
+    black_box(crate::control::Marker::of(batch).ok());
     if verdict.is_ok() {
         assert_eq!(batch.crc(), batch.compute_crc());
         assert!(batch.record_count() >= 1);

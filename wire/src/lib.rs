@@ -11,6 +11,7 @@
 //!   [`BatchHeader`] and [`empty_batch`] write the batches the log cleaner keeps.
 //! - [`native`]: the native protocol's frame header and flatbuffers messages.
 //! - [`records`]: decodes the records of a batch for consumers, and encodes them back.
+//! - [`control`]: transaction markers (commit/abort control batches), written and read.
 //! - [`partitioner`]: Kafka's murmur2 key partitioner, shared by every producer we ship.
 //! - [`fuzz`]: the bodies of the fuzz targets, shared by `cargo fuzz` and a stable-Rust
 //!   replay test.
@@ -26,6 +27,7 @@
 extern crate alloc;
 
 pub mod batch_builder;
+pub mod control;
 pub mod fuzz;
 pub mod native;
 pub mod partitioner;
@@ -34,6 +36,7 @@ pub mod record_batch;
 pub mod records;
 
 pub use batch_builder::{empty_batch, BatchBuilder, BatchHeader};
+pub use control::{marker_batch, ControlError, Marker, MarkerKind};
 pub use positions::{KafkaOffset, RaftIndex, RaftTerm};
 pub use record_batch::{
     batches, set_base_offset, set_partition_leader_epoch, Attributes, BatchError, BatchIter,

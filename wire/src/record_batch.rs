@@ -586,6 +586,12 @@ impl Attributes {
     /// The delete-horizon bit (KIP-534), for masks.
     pub const DELETE_HORIZON: i16 = DELETE_HORIZON_BIT;
 
+    /// The transactional bit, for building attributes.
+    pub const TRANSACTIONAL: i16 = TRANSACTIONAL_BIT;
+
+    /// The control bit, for building attributes.
+    pub const CONTROL: i16 = CONTROL_BIT;
+
     /// These attributes with the codec bits set to `compression`.
     pub const fn with_compression(self, compression: Compression) -> Attributes {
         Attributes((self.0 & !(COMPRESSION_MASK as i16)) | compression.code() as i16)

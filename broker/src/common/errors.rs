@@ -69,6 +69,8 @@ pub mod code {
     pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = E::OutOfOrderSequenceNumber.code();
     /// INVALID_PRODUCER_EPOCH.
     pub const INVALID_PRODUCER_EPOCH: i16 = E::InvalidProducerEpoch.code();
+    /// INVALID_TXN_STATE.
+    pub const INVALID_TXN_STATE: i16 = E::InvalidTxnState.code();
     /// KAFKA_STORAGE_ERROR.
     pub const KAFKA_STORAGE_ERROR: i16 = E::KafkaStorageError.code();
     /// NON_EMPTY_GROUP.
@@ -142,6 +144,10 @@ pub enum KafkaError {
     /// INVALID_PRODUCER_EPOCH (47).
     #[error("invalid producer epoch")]
     InvalidProducerEpoch,
+    /// INVALID_TXN_STATE (48): e.g. a transactional append to a partition that is in no
+    /// transaction.
+    #[error("the producer attempted a transactional operation in an invalid state")]
+    InvalidTxnState,
     /// FENCED_LEADER_EPOCH (74).
     #[error("fenced leader epoch")]
     FencedLeaderEpoch,
@@ -172,6 +178,7 @@ impl KafkaError {
             KafkaError::InvalidRequest(_) => code::INVALID_REQUEST,
             KafkaError::OutOfOrderSequence => code::OUT_OF_ORDER_SEQUENCE_NUMBER,
             KafkaError::InvalidProducerEpoch => code::INVALID_PRODUCER_EPOCH,
+            KafkaError::InvalidTxnState => code::INVALID_TXN_STATE,
             KafkaError::FencedLeaderEpoch => code::FENCED_LEADER_EPOCH,
             KafkaError::UnknownLeaderEpoch => code::UNKNOWN_LEADER_EPOCH,
             KafkaError::Storage(_) => code::KAFKA_STORAGE_ERROR,

@@ -1,4 +1,5 @@
-//! Checkpoints of the state a partition rebuilds from its log: its idempotent producers and,
+//! Checkpoints of the state a partition rebuilds from its log: its idempotent producers, its
+//! transactions (open and aborted, `txn_index`) and,
 //! for a `__consumer_offsets` partition, its records as compaction would keep them (the
 //! groups' committed offsets and metadata). Opening a partition or gaining its leadership
 //! replays only the log after the newest checkpoint instead of the whole log (Kafka keeps
@@ -20,6 +21,7 @@ use strand_wire::RecordBatch;
 use crate::partition::compacted::{Compacted, CompactedDecodeError, KeyScope};
 use crate::partition::lookup::for_each_keyed_record;
 use crate::partition::producer_state::{batch_ids, ProducerStates, StateDecodeError};
+use crate::partition::txn_index::{TxnDecodeError, TxnIndex};
 
 /// File name of the checkpoint in a partition's directory.
 pub const CHECKPOINT_FILE: &str = "partition-state.checkpoint";
@@ -30,8 +32,10 @@ pub const CHECKPOINT_INTERVAL_BYTES: u64 = 16 << 20;
 const REPLAY_READ_BYTES: usize = 1 << 20;
 /// First bytes of a checkpoint file.
 const MAGIC: [u8; 4] = *b"SPST";
-/// Format version written.
-const VERSION: u8 = 1;
+/// Format version written: 2 added the transaction index after the producers.
+const VERSION: u8 = 2;
+/// The oldest version read (no transaction index: none was kept).
+const VERSION_MIN: u8 = 1;
 /// Magic, version and offset.
 const HEADER_BYTES: usize = 4 + 1 + 8;
 /// CRC-32C trailer.
@@ -44,6 +48,8 @@ pub struct Checkpoint {
     pub offset: KafkaOffset,
     /// The idempotent producers.
     pub states: ProducerStates,
+    /// The open and aborted transactions.
+    pub txns: TxnIndex,
     /// An offsets partition's records, compacted (`None` for any other partition).
     pub records: Option<Compacted>,
 }
@@ -72,6 +78,9 @@ pub enum CheckpointError {
     /// The records inside are malformed.
     #[error(transparent)]
     Records(#[from] CompactedDecodeError),
+    /// The transaction index inside is malformed.
+    #[error(transparent)]
+    Txns(#[from] TxnDecodeError),
     /// The records flag is neither 0 nor 1.
     #[error("checkpoint records flag {0}")]
     RecordsFlag(u8),
@@ -90,18 +99,20 @@ impl Checkpoint {
         Checkpoint {
             offset,
             states: ProducerStates::default(),
+            txns: TxnIndex::default(),
             records: keyed.map(Compacted::new),
         }
     }
 
-    /// The file's bytes: magic, version, offset, the producer state, a records flag (0 or 1)
-    /// and the records, CRC-32C of all before it.
+    /// The file's bytes: magic, version, offset, the producer state, the transaction index,
+    /// a records flag (0 or 1) and the records, CRC-32C of all before it.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(HEADER_BYTES + TRAILER_BYTES + 64);
         out.extend_from_slice(&MAGIC);
         out.push(VERSION);
         out.extend_from_slice(&self.offset.0.to_be_bytes());
         self.states.encode(&mut out);
+        self.txns.encode(&mut out);
         match &self.records {
             None => out.push(0),
             Some(r) => {
@@ -127,8 +138,9 @@ impl Checkpoint {
         if crc32c::crc32c(body).to_be_bytes() != crc {
             return Err(CheckpointError::Crc);
         }
-        if body[4] != VERSION {
-            return Err(CheckpointError::Version(body[4]));
+        let version = body[4];
+        if !(VERSION_MIN..=VERSION).contains(&version) {
+            return Err(CheckpointError::Version(version));
         }
         let mut offset = [0u8; 8];
         offset.copy_from_slice(&body[5..HEADER_BYTES]);
@@ -137,6 +149,10 @@ impl Checkpoint {
             return Err(CheckpointError::Offset(offset));
         }
         let (states, rest) = ProducerStates::decode(&body[HEADER_BYTES..])?;
+        let (txns, rest) = match version {
+            1 => (TxnIndex::default(), rest),
+            _ => TxnIndex::decode(rest)?,
+        };
         let (records, rest) = match (rest.split_first(), keyed) {
             (Some((0, rest)), None) => (None, rest),
             (Some((1, rest)), Some(scope_of)) => {
@@ -153,6 +169,7 @@ impl Checkpoint {
         Ok(Checkpoint {
             offset: KafkaOffset(offset),
             states,
+            txns,
             records,
         })
     }
@@ -212,7 +229,8 @@ impl Checkpoint {
     /// replay starts at the log start and the state keeps what it knew. Returns the bytes
     /// read.
     pub async fn advance(&mut self, log: &Log, end: KafkaOffset) -> Result<u64, StorageError> {
-        let (states, records) = (&mut self.states, &mut self.records);
+        self.txns.trim_below(log.log_start_offset().0);
+        let (states, txns, records) = (&mut self.states, &mut self.txns, &mut self.records);
         let (next, bytes) = replay_batches(log, self.offset, end, |b| {
             let Ok(view) = RecordBatch::parse(b) else {
                 return;
@@ -220,6 +238,7 @@ impl Checkpoint {
             if let Some((pid, epoch, first, last)) = batch_ids(&view) {
                 states.record(pid, epoch, first, last, view.base_offset());
             }
+            txns.apply(&view, view.base_offset());
             if let Some(records) = records.as_mut() {
                 for_each_keyed_record(view.into_bytes(), |k, v| records.apply(k, v));
             }
@@ -262,6 +281,7 @@ pub async fn replay_batches(
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use strand_wire::{marker_batch, Marker, MarkerKind};
 
     /// Every key its own scope.
     fn whole_key_scope(key: &[u8]) -> Option<(String, bool)> {
@@ -275,11 +295,73 @@ mod tests {
         states.record(9, 3, i32::MAX - 1, 0, 110);
         let mut records = Compacted::new(whole_key_scope);
         records.apply(b"g", Some(b"{}"));
+        let mut txns = TxnIndex::default();
+        for (pid, offset, kind) in [
+            (7, 100, None),
+            (9, 101, None),
+            (9, 103, Some(MarkerKind::Abort)),
+        ] {
+            let b = txn_batch(pid, offset, kind);
+            txns.apply(&b, b.base_offset());
+        }
+        txns.settle(112);
         Checkpoint {
             offset: KafkaOffset(112),
             states,
+            txns,
             records: Some(records),
         }
+    }
+
+    /// A transactional batch of `pid` at `offset`: data, or the marker of `kind`.
+    fn txn_batch(pid: i64, offset: i64, kind: Option<MarkerKind>) -> RecordBatch {
+        let bytes = match kind {
+            Some(kind) => marker_batch(
+                pid,
+                0,
+                Marker {
+                    kind,
+                    coordinator_epoch: 0,
+                },
+                0,
+            ),
+            None => {
+                let mut b = strand_wire::BatchBuilder::new(0).producer(pid, 0, 0);
+                b.push(0, Some(b"k"), Some(b"v"), &[]);
+                let plain = RecordBatch::parse(b.build()).expect("batch");
+                strand_wire::BatchHeader {
+                    attributes: strand_wire::Attributes::from_raw(
+                        strand_wire::Attributes::TRANSACTIONAL,
+                    ),
+                    ..strand_wire::BatchHeader::of(&plain)
+                }
+                .encode(&plain.as_bytes()[strand_wire::BATCH_HEADER_BYTES..])
+            }
+        };
+        let mut raw = bytes.to_vec();
+        strand_wire::set_base_offset(&mut raw, offset).expect("header");
+        RecordBatch::parse(bytes::Bytes::from(raw)).expect("batch")
+    }
+
+    #[test]
+    fn a_version_1_checkpoint_reads_with_no_transactions() {
+        let mut c = sample();
+        c.txns = TxnIndex::default();
+        let mut bytes = c.encode();
+        // Version 1: the same bytes without the (empty) transaction index.
+        let at = HEADER_BYTES + {
+            let mut p = Vec::new();
+            c.states.encode(&mut p);
+            p.len()
+        };
+        bytes.drain(at..at + 8);
+        bytes[4] = 1;
+        let n = bytes.len() - TRAILER_BYTES;
+        let crc = crc32c::crc32c(&bytes[..n]);
+        bytes[n..].copy_from_slice(&crc.to_be_bytes());
+        let back = Checkpoint::decode(&bytes, Some(whole_key_scope)).expect("version 1 reads");
+        assert_eq!((back.offset, back.txns), (c.offset, TxnIndex::default()));
+        assert_eq!(back.records, c.records);
     }
 
     #[test]
@@ -290,6 +372,7 @@ mod tests {
             let back = Checkpoint::decode(&bytes, keyed).expect("decodes");
             assert_eq!(back.offset, c.offset);
             assert_eq!(back.records, c.records);
+            assert_eq!(back.txns, c.txns);
             assert_eq!(back.encode(), bytes);
         }
         let back = Checkpoint::decode(&sample().encode(), Some(whole_key_scope)).expect("decodes");
@@ -359,7 +442,7 @@ mod tests {
             for (pid, epoch, seq, base) in batches {
                 states.record(pid, epoch, seq, seq + 1, base);
             }
-            let c = Checkpoint { offset: KafkaOffset(offset), states, records: None };
+            let c = Checkpoint { offset: KafkaOffset(offset), states, txns: TxnIndex::default(), records: None };
             let bytes = c.encode();
             let back = Checkpoint::decode(&bytes, None).map(|b| b.encode());
             prop_assert_eq!(back, Ok(bytes));

@@ -20,6 +20,7 @@ pub mod compacted;
 pub mod compaction;
 pub mod lookup;
 pub mod producer_state;
+pub mod txn_index;
 
 use std::cell::{Cell, RefCell};
 use std::rc::{Rc, Weak};
@@ -36,6 +37,7 @@ use crate::common::metrics::{ProduceStage, ShardMetrics};
 use crate::partition::checkpoint::{Checkpoint, CheckpointError, CHECKPOINT_INTERVAL_BYTES};
 use crate::partition::compacted::{Compacted, KeyScope};
 use crate::partition::producer_state::{batch_ids, ProducerStates, Verdict, PENDING_OFFSET};
+use crate::partition::txn_index::{AbortedTxn, TxnIndex};
 use strand_raft::{Ack, GroupId};
 
 /// Durability waiters and append watchers are bounded by the requests in flight, which
@@ -126,6 +128,8 @@ pub struct Partition {
     append_watchers: RefCell<Vec<oneshot::Sender<()>>>,
     max_message_bytes: Cell<usize>,
     producers: RefCell<ProducerStates>,
+    /// The transactions of the log as appended (leader state, rebuilt with `producers`).
+    txns: RefCell<TxnIndex>,
     /// Partition state (producers; an offsets partition's records) of the committed log
     /// below the checkpoint's offset: what opening the partition, gaining its leadership
     /// or loading its groups starts from (`checkpoint`).
@@ -189,6 +193,7 @@ impl Partition {
             append_watchers: RefCell::new(Vec::new()),
             max_message_bytes: Cell::new(max_message_bytes),
             producers: RefCell::new(ProducerStates::default()),
+            txns: RefCell::new(TxnIndex::default()),
             checkpoint: RefCell::new(Checkpoint::default()),
             keyed: Cell::new(None),
             checkpointing: Cell::new(false),
@@ -319,7 +324,11 @@ impl Partition {
                     return;
                 }
                 match replayed {
-                    Ok(states) => *me.producers.borrow_mut() = states,
+                    Ok((states, mut txns)) => {
+                        txns.settle(me.high_watermark.get().0);
+                        *me.producers.borrow_mut() = states;
+                        *me.txns.borrow_mut() = txns;
+                    }
                     Err(e) => tracing::warn!(topic = %me.topic, partition = me.index,
                         error = %e, "rebuilding producer state after a leader change failed"),
                 }
@@ -338,6 +347,7 @@ impl Partition {
             let hw = KafkaOffset(hw.0);
             if hw != self.high_watermark.get() {
                 self.high_watermark.set(hw);
+                self.txns.borrow_mut().settle(hw.0);
                 for w in self.append_watchers.borrow_mut().drain(..) {
                     let _ = w.send(());
                 }
@@ -400,12 +410,47 @@ impl Partition {
         let view = RecordBatch::parse(batch.clone()).map_err(KafkaError::from_batch)?;
         view.validate().map_err(KafkaError::from_batch)?;
         view.validate_produce().map_err(KafkaError::from_batch)?;
+        if view.attributes().is_transactional() {
+            // No transaction coordinator adds partitions to transactions yet, so this
+            // partition is in none (KIP-890: such an append is refused, never left
+            // hanging; Kafka's InvalidTxnStateException).
+            return Err(KafkaError::InvalidTxnState);
+        }
         self.require_keys(&view)?;
-        let ids = batch_ids(&view);
+        self.append_batch(batch, &view, acks_all, started).await
+    }
+
+    /// Appends the marker that ends producer `producer_id`'s transaction (what a
+    /// transaction coordinator's WriteTxnMarkers asks of a partition leader) and waits
+    /// until it is durable. Returns its offset.
+    pub async fn append_marker(
+        self: &Rc<Self>,
+        producer_id: i64,
+        producer_epoch: i16,
+        marker: strand_wire::Marker,
+    ) -> Result<KafkaOffset, KafkaError> {
+        let started = crate::common::clock::now();
+        let ts = crate::common::clock::wall_ms();
+        let batch = strand_wire::marker_batch(producer_id, producer_epoch, marker, ts);
+        let view = RecordBatch::parse(batch.clone()).map_err(KafkaError::from_batch)?;
+        let p = self.append_batch(batch, &view, true, started).await?;
+        Ok(p.base_offset)
+    }
+
+    /// Appends a checked batch (a producer's, or a marker); with `acks_all`, waits until
+    /// durable.
+    async fn append_batch(
+        self: &Rc<Self>,
+        batch: Bytes,
+        view: &RecordBatch,
+        acks_all: bool,
+        started: std::time::Instant,
+    ) -> Result<Produced, KafkaError> {
+        let ids = batch_ids(view);
         let replication = self.replication.borrow().clone();
         if let Some((rep, group)) = replication {
             return self
-                .produce_replicated(rep, group, batch, &view, ids, acks_all)
+                .produce_replicated(rep, group, batch, view, ids, acks_all)
                 .await;
         }
         if let Some((pid, epoch, first, last)) = ids {
@@ -444,6 +489,9 @@ impl Partition {
                 appended.kafka_base_offset.0,
             );
         }
+        self.txns
+            .borrow_mut()
+            .apply(view, appended.kafka_base_offset.0);
         let durable = acks_all.then(|| self.wait_durable(appended.index));
         self.ensure_flushing();
         if let Some(rx) = durable {
@@ -498,7 +546,15 @@ impl Partition {
         }
         let records = u32::try_from(view.record_count()).unwrap_or(0).max(1);
         let batch_bytes = batch.len();
-        let ack = if acks_all { Ack::Commit } else { Ack::Append };
+        // A transactional batch enters the transaction index when this leader appends it,
+        // before it can commit: the LSO must hold at its first offset from the moment the
+        // high watermark could pass it.
+        let transactional = view.attributes().is_transactional();
+        let ack = if acks_all && !transactional {
+            Ack::Commit
+        } else {
+            Ack::Append
+        };
         let r = rep.propose(group, batch, records, ack).await;
         let base = match r {
             Ok(base) => KafkaOffset(base.0),
@@ -514,6 +570,13 @@ impl Partition {
             .produce_stage(ProduceStage::Flush, crate::common::clock::now() - started);
         if let Some((pid, _, first, _)) = ids {
             self.producers.borrow_mut().settle(pid, first, base.0);
+        }
+        if transactional {
+            self.txns.borrow_mut().apply(view, base.0);
+            if acks_all {
+                let last = base.0 + i64::from(view.last_offset_delta());
+                self.wait_committed(KafkaOffset(last)).await;
+            }
         }
         Ok(Produced { base_offset: base })
     }
@@ -548,14 +611,17 @@ impl Partition {
     /// no duplicates. Reads at most about `CHECKPOINT_INTERVAL_BYTES` plus what is not
     /// committed yet.
     pub async fn rebuild_producer_state(&self) -> Result<(), StorageError> {
-        let states = self.replay_producer_state().await?;
+        let (states, mut txns) = self.replay_producer_state().await?;
+        txns.settle(self.high_watermark.get().0);
         *self.producers.borrow_mut() = states;
+        *self.txns.borrow_mut() = txns;
         Ok(())
     }
 
-    /// The idempotent-producer state of the checkpoint and the batch headers of the log
-    /// after it, through the log end when called (`rebuild_producer_state`).
-    async fn replay_producer_state(&self) -> Result<ProducerStates, StorageError> {
+    /// The idempotent-producer state and the transactions of the checkpoint and the batch
+    /// headers of the log after it, through the log end when called
+    /// (`rebuild_producer_state`).
+    async fn replay_producer_state(&self) -> Result<(ProducerStates, TxnIndex), StorageError> {
         let started = crate::common::clock::now();
         // The producers only: an offsets partition's records are the coordinator's.
         let mut live = {
@@ -563,6 +629,7 @@ impl Partition {
             Checkpoint {
                 offset: c.offset,
                 states: c.states.clone(),
+                txns: c.txns.clone(),
                 records: None,
             }
         };
@@ -572,7 +639,7 @@ impl Partition {
         tracing::debug!(topic = %self.topic, partition = self.index, from = from.0,
             bytes, elapsed_us = (crate::common::clock::now() - started).as_micros() as u64,
             "producer state rebuilt");
-        Ok(live.states)
+        Ok((live.states, live.txns))
     }
 
     /// The checkpoint's compacted keyed records and the offset the log continues from
@@ -679,6 +746,7 @@ impl Partition {
         }
         let mut next = self.checkpoint.borrow().clone();
         next.advance(&self.log, committed_end).await?;
+        next.txns.settle(next.offset.0);
         *self.checkpoint.borrow_mut() = next.clone();
         next.save(self.log.dir()).await
     }
@@ -810,6 +878,7 @@ impl Partition {
     fn on_durable(&self, index: RaftIndex, next_offset: KafkaOffset) {
         if next_offset > self.high_watermark.get() {
             self.high_watermark.set(next_offset);
+            self.txns.borrow_mut().settle(next_offset.0);
             for w in self.append_watchers.borrow_mut().drain(..) {
                 let _ = w.send(());
             }
@@ -832,34 +901,55 @@ impl Partition {
         }
     }
 
-    /// Reads whole batches from `offset` up to the high watermark, concatenated.
+    /// The last stable offset: the high watermark, or the first offset of the earliest
+    /// transaction whose outcome is not committed (`txn_index`).
+    pub fn last_stable_offset(&self) -> KafkaOffset {
+        let hw = self.high_watermark.get();
+        KafkaOffset(self.txns.borrow().last_stable_offset(hw.0))
+    }
+
+    /// Reads whole batches from `offset` up to the high watermark (`read_committed`: the
+    /// last stable offset), concatenated; read_committed also gets the aborted
+    /// transactions of the range read (`None` otherwise).
     pub async fn fetch(
         &self,
         offset: KafkaOffset,
         max_bytes: usize,
         min_one: bool,
-    ) -> Result<Bytes, KafkaError> {
+        read_committed: bool,
+    ) -> Result<(Bytes, Option<Vec<AbortedTxn>>), KafkaError> {
         if !self.serving() {
             return Err(KafkaError::NotLeader);
         }
-        let hw = self.high_watermark.get();
-        if offset == hw {
-            return Ok(Bytes::new());
+        let end = if read_committed {
+            self.last_stable_offset()
+        } else {
+            self.high_watermark.get()
+        };
+        let nothing = || Ok((Bytes::new(), read_committed.then(Vec::new)));
+        if offset == end {
+            return nothing();
         }
-        if offset > hw && offset <= self.log.log_end_offset() {
-            // Appended but not yet committed: nothing to return yet, not out of range.
-            return Ok(Bytes::new());
+        if offset > end && offset <= self.log.log_end_offset() {
+            // Appended but not yet committed (or stable): nothing to return yet, not out
+            // of range.
+            return nothing();
         }
-        let r = self.log.read(offset, hw, max_bytes, min_one).await;
+        let r = self.log.read(offset, end, max_bytes, min_one).await;
         let r = r.map_err(|e| self.storage_error(e))?;
+        let aborted = read_committed.then(|| {
+            self.txns
+                .borrow()
+                .aborted_between(offset.0, r.next_offset.0)
+        });
         if r.batches.len() == 1 {
-            return Ok(r.batches.into_iter().next().unwrap_or_default());
+            return Ok((r.batches.into_iter().next().unwrap_or_default(), aborted));
         }
         let mut out = bytes::BytesMut::with_capacity(r.bytes);
         for b in &r.batches {
             out.extend_from_slice(b);
         }
-        Ok(out.freeze())
+        Ok((out.freeze(), aborted))
     }
 
     /// The Kafka error for a storage failure of this partition; one that reaches the
@@ -1282,6 +1372,111 @@ mod tests {
                 "the empty one at log start"
             );
             retries_are_duplicates(&part, &last[1..]).await;
+        })
+        .expect("runtime");
+    }
+
+    /// A transactional batch of producer `pid`.
+    fn txn_batch(pid: i64) -> Bytes {
+        let plain = RecordBatch::parse(batch(pid, 0)).expect("batch");
+        strand_wire::BatchHeader {
+            attributes: strand_wire::Attributes::from_raw(strand_wire::Attributes::TRANSACTIONAL),
+            ..strand_wire::BatchHeader::of(&plain)
+        }
+        .encode(&plain.as_bytes()[strand_wire::BATCH_HEADER_BYTES..])
+    }
+
+    /// Appends `txn_batch(pid)` as the transaction path will (no coordinator accepts one
+    /// from a client yet, so `produce` refuses it).
+    async fn append_txn_data(part: &Rc<Partition>, pid: i64) -> i64 {
+        let b = txn_batch(pid);
+        let view = RecordBatch::parse(b.clone()).expect("batch");
+        let p = part
+            .append_batch(b, &view, true, crate::common::clock::now())
+            .await
+            .expect("appended");
+        p.base_offset.0
+    }
+
+    /// Offsets of the batches in fetched bytes.
+    fn fetched_offsets(bytes: Bytes) -> Vec<i64> {
+        strand_wire::batches(bytes)
+            .map(|b| b.expect("batch").base_offset())
+            .collect()
+    }
+
+    /// The LSO holds at an open transaction's first offset; read_committed reads stop
+    /// there and, once an abort marker is durable, get the aborted transaction with the
+    /// data; read_uncommitted reads get everything and no list (null); a reopen rebuilds
+    /// the same from the log; a client's transactional batch is refused.
+    #[test]
+    fn transactions_hold_the_last_stable_offset_and_aborts_are_listed() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("t-0");
+        strand_storage::io_runtime::block_on("partition-test", 1, async {
+            let part = open(&dir).await;
+            assert_eq!(produce(&part, 1, 0).await, 0);
+            assert_eq!(append_txn_data(&part, 5).await, 1);
+            assert_eq!(produce(&part, 1, 1).await, 2);
+            assert_eq!(part.high_watermark().0, 3);
+            assert_eq!(part.last_stable_offset().0, 1);
+            let (bytes, aborted) = part
+                .fetch(KafkaOffset(0), 1 << 30, true, true)
+                .await
+                .expect("fetch");
+            assert_eq!((fetched_offsets(bytes), aborted), (vec![0], Some(vec![])));
+            let (bytes, aborted) = part
+                .fetch(KafkaOffset(1), 1 << 30, true, true)
+                .await
+                .expect("fetch");
+            assert_eq!(
+                (bytes.len(), aborted),
+                (0, Some(vec![])),
+                "nothing stable at 1"
+            );
+            let (bytes, aborted) = part
+                .fetch(KafkaOffset(0), 1 << 30, true, false)
+                .await
+                .expect("fetch");
+            assert_eq!((fetched_offsets(bytes), aborted), (vec![0, 1, 2], None));
+
+            let marker = strand_wire::Marker {
+                kind: strand_wire::MarkerKind::Abort,
+                coordinator_epoch: 0,
+            };
+            assert_eq!(part.append_marker(5, 0, marker).await.expect("marker").0, 3);
+            let expect = |part: Rc<Partition>| async move {
+                assert_eq!(part.last_stable_offset().0, 4);
+                let (bytes, aborted) = part
+                    .fetch(KafkaOffset(0), 1 << 30, true, true)
+                    .await
+                    .expect("fetch");
+                let txn = AbortedTxn {
+                    producer_id: 5,
+                    first_offset: 1,
+                    last_offset: 3,
+                };
+                assert_eq!(
+                    (fetched_offsets(bytes), aborted),
+                    (vec![0, 1, 2, 3], Some(vec![txn]))
+                );
+                let (_, aborted) = part
+                    .fetch(KafkaOffset(4), 1 << 30, true, true)
+                    .await
+                    .expect("fetch");
+                assert_eq!(aborted, Some(vec![]));
+            };
+            expect(part.clone()).await;
+            drop(part);
+            let part = open(&dir).await;
+            expect(part.clone()).await;
+
+            assert_eq!(
+                part.produce(txn_batch(7), true)
+                    .await
+                    .map(|p| p.base_offset),
+                Err(KafkaError::InvalidTxnState)
+            );
         })
         .expect("runtime");
     }

@@ -85,10 +85,11 @@ pub struct ProducerStates {
 }
 
 /// Idempotence fields of a batch: (producer id, epoch, first sequence, last sequence);
-/// `None` for a batch without a producer id.
+/// `None` for a batch without a producer id, and for a control batch (a transaction
+/// marker has no sequence: Kafka checks only its epoch).
 pub fn batch_ids(view: &strand_wire::RecordBatch) -> Option<(i64, i16, i32, i32)> {
     let pid = view.producer_id();
-    if pid < 0 {
+    if pid < 0 || view.attributes().is_control() {
         return None;
     }
     let first = view.base_sequence();

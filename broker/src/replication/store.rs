@@ -1446,6 +1446,7 @@ mod tests {
             let shipped = crate::partition::checkpoint::Checkpoint {
                 offset: strand_storage::KafkaOffset(95),
                 states,
+                txns: Default::default(),
                 records: None,
             };
             s.restore(point, &conf, Bytes::from(shipped.encode()))

@@ -141,6 +141,7 @@ impl Shard {
             let part = match self.serving(&p.topic, p.partition) {
                 Ok(part) => part,
                 Err(e) => {
+                    // Kafka sends a null aborted list with an error from its read path.
                     out.push(FetchResult {
                         error: Some(e),
                         ..Default::default()
@@ -151,13 +152,14 @@ impl Shard {
             let budget = p.max_bytes.min(max_bytes.saturating_sub(used));
             let min_one = first_batch_whole && used == 0;
             let r = if budget == 0 && !min_one {
-                Ok(Bytes::new())
+                Ok((Bytes::new(), p.read_committed.then(Vec::new)))
             } else {
-                part.fetch(p.offset, budget, min_one).await
+                part.fetch(p.offset, budget, min_one, p.read_committed)
+                    .await
             };
-            let (error, records) = match r {
-                Ok(b) => (None, b),
-                Err(e) => (Some(e), Bytes::new()),
+            let (error, records, aborted) = match r {
+                Ok((b, aborted)) => (None, b, aborted),
+                Err(e) => (Some(e), Bytes::new(), None),
             };
             used += records.len();
             self.metrics.fetched(&records);
@@ -165,7 +167,9 @@ impl Shard {
                 error,
                 high_watermark: part.high_watermark(),
                 log_start_offset: part.log().log_start_offset(),
+                last_stable_offset: part.last_stable_offset(),
                 records,
+                aborted,
             });
         }
         out
@@ -209,6 +213,7 @@ impl Shard {
             let epoch = part.leader_epoch();
             let r = match p.timestamp {
                 -2 => Ok((-1, part.log().log_start_offset().0)),
+                -1 if p.read_committed => Ok((-1, part.last_stable_offset().0)),
                 -1 => Ok((-1, part.high_watermark().0)),
                 crate::partition::lookup::MAX_TIMESTAMP => {
                     crate::partition::lookup::offset_of_max_timestamp(&part).await

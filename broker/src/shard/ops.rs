@@ -53,6 +53,9 @@ pub struct FetchPart {
     pub offset: KafkaOffset,
     /// `partition_max_bytes`.
     pub max_bytes: usize,
+    /// `isolation_level` 1: read only up to the last stable offset, and return the
+    /// aborted transactions of the range read.
+    pub read_committed: bool,
 }
 
 /// Outcome for one partition of a fetch.
@@ -64,8 +67,13 @@ pub struct FetchResult {
     pub high_watermark: KafkaOffset,
     /// Log start offset.
     pub log_start_offset: KafkaOffset,
+    /// Last stable offset.
+    pub last_stable_offset: KafkaOffset,
     /// Whole batches, concatenated.
     pub records: Bytes,
+    /// read_committed: the aborted transactions of the range read (`None`: read
+    /// uncommitted, where Kafka sends null).
+    pub aborted: Option<Vec<crate::partition::txn_index::AbortedTxn>>,
 }
 
 /// One partition of a ListOffsets.
@@ -77,6 +85,8 @@ pub struct ListOffsetsPart {
     pub partition: i32,
     /// -2 earliest, -1 latest, -3 max timestamp, else a timestamp.
     pub timestamp: i64,
+    /// `isolation_level` 1: latest is the last stable offset.
+    pub read_committed: bool,
 }
 
 /// A single-group Kafka request as it crosses to the group's coordinator shard: the

@@ -10,8 +10,10 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::{FetchRequest, FetchResponse};
+use kafka_protocol::messages::fetch_response::{
+    AbortedTransaction, FetchableTopicResponse, PartitionData,
+};
+use kafka_protocol::messages::{FetchRequest, FetchResponse, ProducerId};
 
 use super::{Ctx, FramingError};
 use strand_storage::KafkaOffset;
@@ -26,6 +28,8 @@ use crate::shard::Shard;
 pub const MAX_WAIT_MS_MAX: u64 = 30_000;
 /// The first Fetch version that names topics by id (KIP-516) instead of by name.
 pub const TOPIC_IDS_VERSION: i16 = 13;
+/// The first Fetch version with `isolation_level` (and the LSO and aborted transactions).
+const ISOLATION_VERSION: i16 = 4;
 
 /// Fetch: plans the read per shard, reads until `min_bytes` are there, an error shows or
 /// `max_wait_ms` passes (waiting for appends in between), then answers. The records it
@@ -110,6 +114,10 @@ fn plan(
                 error: Some(unknown.clone()),
                 high_watermark: KafkaOffset(-1),
                 log_start_offset: KafkaOffset(-1),
+                last_stable_offset: KafkaOffset(-1),
+                // Kafka sends an empty list (not null) for a partition it does not know
+                // (null for an error of its read path, e.g. OFFSET_OUT_OF_RANGE).
+                aborted: Some(Vec::new()),
                 ..Default::default()
             });
             let Some(topic) = topic else { continue };
@@ -119,6 +127,7 @@ fn plan(
                     partition: p.partition,
                     offset: KafkaOffset(p.fetch_offset),
                     max_bytes: usize::try_from(p.partition_max_bytes).unwrap_or(0),
+                    read_committed: version >= ISOLATION_VERSION && req.isolation_level == 1,
                 };
                 split.push(s, (ti, pi), part);
             }
@@ -253,10 +262,20 @@ async fn wait_for_appends(
 }
 
 fn partition_data(index: i32, r: FetchResult, version: i16) -> PartitionData {
+    let aborted = r.aborted.map(|list| {
+        list.into_iter()
+            .map(|t| {
+                AbortedTransaction::default()
+                    .with_producer_id(ProducerId(t.producer_id))
+                    .with_first_offset(t.first_offset)
+            })
+            .collect()
+    });
     let mut d = PartitionData::default()
         .with_partition_index(index)
         .with_high_watermark(r.high_watermark.0)
-        .with_last_stable_offset(r.high_watermark.0)
+        .with_last_stable_offset(r.last_stable_offset.0)
+        .with_aborted_transactions(aborted)
         .with_log_start_offset(if version >= 5 {
             r.log_start_offset.0
         } else {

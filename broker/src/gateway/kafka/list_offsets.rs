@@ -1,4 +1,5 @@
-//! ListOffsets: earliest (-2) = log start offset, latest (-1) = high watermark, a
+//! ListOffsets: earliest (-2) = log start offset, latest (-1) = high watermark (last stable
+//! offset with isolation_level 1, read_committed), a
 //! timestamp = the first record with timestamp >= it (-1 when none), max timestamp (-3).
 
 use std::rc::Rc;
@@ -35,6 +36,7 @@ pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
                     topic: t.name.0.as_str().to_string(),
                     partition: p.partition_index,
                     timestamp: p.timestamp,
+                    read_committed: req.isolation_level == 1,
                 };
                 split.push(s, (ti, pi), part);
             }

@@ -275,6 +275,7 @@ async fn fetch(shard: &Rc<Shard>, r: FetchRequestT, held: &Held) -> BodyT {
                 partition: p.partition,
                 offset: strand_storage::KafkaOffset(p.offset),
                 max_bytes: usize::try_from(p.max_bytes).unwrap_or(0),
+                read_committed: false,
             });
         }
     }
@@ -373,6 +374,7 @@ async fn list_offsets(shard: &Rc<Shard>, r: ListOffsetsRequestT) -> BodyT {
                 topic,
                 partition: p.partition,
                 timestamp: p.timestamp_ms,
+                read_committed: false,
             });
         }
     }
