@@ -1,7 +1,7 @@
 //! Bodies of the fuzz targets in `broker/fuzz/fuzz_targets/`, one public function per
 //! target: the decoders of what the broker reads back from its own disk or takes from a
 //! peer outside the Kafka protocol (the partition-state checkpoint, the controller's
-//! metadata commands, the admin HTTP requests).
+//! metadata commands, the admin HTTP requests, the `__transaction_state` records).
 //!
 //! They live in the library so that `cargo fuzz` (nightly) and the stable replay in
 //! `broker/tests/fuzz_corpus_replay.rs` run the same code. Each takes arbitrary bytes and
@@ -44,6 +44,32 @@ pub fn checkpoint(data: &[u8]) {
                     black_box(e.to_string());
                 }
             }
+        }
+    }
+}
+
+/// Fuzz target `txn_records`: decodes `data` as a `__transaction_state` record key and as
+/// a record value.
+///
+/// Panics if a key that decodes does not encode back to its bytes, or a value that decodes
+/// does not decode again to the same metadata once encoded (its partitions are a set:
+/// their order and repeats in the input are not kept).
+pub fn txn_records(data: &[u8]) {
+    use crate::txn::records::{decode_key, decode_value, encode_key, encode_value};
+    match decode_key(data) {
+        Ok(id) => assert_eq!(encode_key(&id), data, "key round trip"),
+        Err(e) => {
+            black_box(e.to_string());
+        }
+    }
+    match decode_value("fuzz", data) {
+        Ok(m) => assert_eq!(
+            decode_value("fuzz", &encode_value(&m)).as_ref(),
+            Ok(&m),
+            "value round trip"
+        ),
+        Err(e) => {
+            black_box(e.to_string());
         }
     }
 }

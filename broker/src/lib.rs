@@ -13,3 +13,4 @@ pub mod replication;
 pub mod runtime;
 pub mod shard;
 pub mod start;
+pub mod txn;

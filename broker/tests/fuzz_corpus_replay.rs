@@ -41,7 +41,33 @@ fn checkpoint_seeds() -> Seeds {
     bad_crc[last] ^= 1;
     // Without its CRC: the target appends the right one and decodes past it.
     let body = plain[..plain.len() - 4].to_vec();
+    // A checkpoint with an open and an aborted transaction (issue 22's index).
+    let mut txns = strand_broker::partition::checkpoint::Checkpoint::empty(KafkaOffset(9), None);
+    let marker = strand_wire::Marker {
+        kind: strand_wire::MarkerKind::Abort,
+        coordinator_epoch: 0,
+    };
+    for (pid, offset, is_marker) in [(3, 4, false), (5, 5, false), (5, 8, true)] {
+        let b = if is_marker {
+            strand_wire::marker_batch(pid, 0, marker, 0)
+        } else {
+            let mut b = strand_wire::BatchBuilder::new(0).producer(pid, 0, 0);
+            b.push(0, None, Some(b"v"), &[]);
+            let plain = strand_wire::RecordBatch::parse(b.build()).expect("batch");
+            strand_wire::BatchHeader {
+                attributes: strand_wire::Attributes::from_raw(
+                    strand_wire::Attributes::TRANSACTIONAL,
+                ),
+                ..strand_wire::BatchHeader::of(&plain)
+            }
+            .encode(&plain.as_bytes()[strand_wire::BATCH_HEADER_BYTES..])
+        };
+        let view = strand_wire::RecordBatch::parse(b).expect("batch");
+        txns.txns.apply(&view, offset);
+    }
+    txns.txns.settle(9);
     vec![
+        ("with-txns", txns.encode()),
         ("empty-plain", plain),
         ("empty-offsets", offsets),
         ("bad-crc", bad_crc),
@@ -135,6 +161,22 @@ fn meta_seeds() -> Seeds {
     ]
 }
 
+fn txn_seeds() -> Seeds {
+    use strand_broker::txn::metadata::{TxnMetadata, TxnState};
+    use strand_broker::txn::records::{encode_key, encode_value};
+    let mut m = TxnMetadata::new("orders-tx", 4_000, 60_000, 1_700_000_000_000);
+    m.state = TxnState::Ongoing;
+    m.start_ms = 1_700_000_000_000;
+    m.partitions.insert(("orders".into(), 0));
+    m.partitions.insert(("orders".into(), 3));
+    m.partitions.insert(("__consumer_offsets".into(), 12));
+    vec![
+        ("key", encode_key("orders-tx")),
+        ("value-ongoing", encode_value(&m)),
+        ("value-empty", encode_value(&TxnMetadata::new("t", 1, 1, 0))),
+    ]
+}
+
 fn admin_seeds() -> Seeds {
     let put = "PUT /v1/log-level HTTP/1.1\r\nContent-Length: 5\r\n\r\ndebug";
     vec![
@@ -162,6 +204,7 @@ fn targets() -> Vec<(&'static str, Target, Seeds)> {
         ("checkpoint", fuzz::checkpoint as Target, checkpoint_seeds()),
         ("meta_commands", fuzz::meta_commands, meta_seeds()),
         ("admin_http", fuzz::admin_http, admin_seeds()),
+        ("txn_records", fuzz::txn_records, txn_seeds()),
     ]
 }
 

@@ -216,7 +216,7 @@ const BROKER_LAYERS: &[&[&str]] = &[
     &["partition"],
     &["replication"],
     &["cluster"],
-    &["group"],
+    &["group", "txn"],
     &["shard"],
     &["gateway", "admin"],
 ];

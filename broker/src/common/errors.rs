@@ -71,6 +71,14 @@ pub mod code {
     pub const INVALID_PRODUCER_EPOCH: i16 = E::InvalidProducerEpoch.code();
     /// INVALID_TXN_STATE.
     pub const INVALID_TXN_STATE: i16 = E::InvalidTxnState.code();
+    /// CONCURRENT_TRANSACTIONS.
+    pub const CONCURRENT_TRANSACTIONS: i16 = E::ConcurrentTransactions.code();
+    /// INVALID_PRODUCER_ID_MAPPING.
+    pub const INVALID_PRODUCER_ID_MAPPING: i16 = E::InvalidProducerIdMapping.code();
+    /// PRODUCER_FENCED.
+    pub const PRODUCER_FENCED: i16 = E::ProducerFenced.code();
+    /// INVALID_TRANSACTION_TIMEOUT.
+    pub const INVALID_TRANSACTION_TIMEOUT: i16 = E::InvalidTransactionTimeout.code();
     /// KAFKA_STORAGE_ERROR.
     pub const KAFKA_STORAGE_ERROR: i16 = E::KafkaStorageError.code();
     /// NON_EMPTY_GROUP.
