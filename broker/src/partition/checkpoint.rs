@@ -238,6 +238,9 @@ impl Checkpoint {
             if let Some((pid, epoch, first, last)) = batch_ids(&view) {
                 states.record(pid, epoch, first, last, view.base_offset());
             }
+            if view.attributes().is_control() && view.producer_id() >= 0 {
+                states.record_marker(view.producer_id(), view.producer_epoch());
+            }
             txns.apply(&view, view.base_offset());
             if let Some(records) = records.as_mut() {
                 for_each_keyed_record(view.into_bytes(), |k, v| records.apply(k, v));

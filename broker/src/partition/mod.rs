@@ -433,6 +433,9 @@ impl Partition {
         let ts = crate::common::clock::wall_ms();
         let batch = strand_wire::marker_batch(producer_id, producer_epoch, marker, ts);
         let view = RecordBatch::parse(batch.clone()).map_err(KafkaError::from_batch)?;
+        self.producers
+            .borrow()
+            .check_marker(producer_id, producer_epoch)?;
         let p = self.append_batch(batch, &view, true, started).await?;
         Ok(p.base_offset)
     }
@@ -488,6 +491,11 @@ impl Partition {
                 last,
                 appended.kafka_base_offset.0,
             );
+        }
+        if view.attributes().is_control() {
+            self.producers
+                .borrow_mut()
+                .record_marker(view.producer_id(), view.producer_epoch());
         }
         self.txns
             .borrow_mut()
@@ -572,6 +580,11 @@ impl Partition {
             self.producers.borrow_mut().settle(pid, first, base.0);
         }
         if transactional {
+            if view.attributes().is_control() {
+                self.producers
+                    .borrow_mut()
+                    .record_marker(view.producer_id(), view.producer_epoch());
+            }
             self.txns.borrow_mut().apply(view, base.0);
             if acks_all {
                 let last = base.0 + i64::from(view.last_offset_delta());
@@ -1476,6 +1489,34 @@ mod tests {
                     .await
                     .map(|p| p.base_offset),
                 Err(KafkaError::InvalidTxnState)
+            );
+        })
+        .expect("runtime");
+    }
+
+    /// A marker at a newer epoch fences the producer's older one, also after a reopen (the
+    /// replay applies markers); a marker at an older epoch is refused.
+    #[test]
+    fn a_marker_fences_older_epochs_across_a_reopen() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("t-0");
+        strand_storage::io_runtime::block_on("partition-test", 1, async {
+            let part = open(&dir).await;
+            assert_eq!(produce(&part, 1, 0).await, 0);
+            let fence = strand_wire::Marker {
+                kind: strand_wire::MarkerKind::Abort,
+                coordinator_epoch: 0,
+            };
+            part.append_marker(1, 1, fence).await.expect("marker");
+            assert_eq!(
+                part.append_marker(1, 0, fence).await,
+                Err(KafkaError::InvalidProducerEpoch)
+            );
+            drop(part);
+            let part = open(&dir).await;
+            assert_eq!(
+                part.produce(batch(1, 1), true).await.map(|p| p.base_offset),
+                Err(KafkaError::InvalidProducerEpoch)
             );
         })
         .expect("runtime");

@@ -35,6 +35,9 @@ struct Producer {
     epoch: i16,
     batches: VecDeque<Batch>,
     last_write: u64,
+    /// A transaction marker set this epoch and no batch followed yet: the next batch
+    /// must start at sequence 0 (Kafka's check for a producer with no sequence yet).
+    awaiting_first: bool,
 }
 
 /// Encoded bytes of a producer without batches (id, epoch, batch count).
@@ -146,9 +149,49 @@ impl ProducerStates {
         }
         match p.batches.back() {
             Some(last) if first_seq == next_seq(last.last_seq) => Ok(Verdict::Append),
+            None if p.awaiting_first && first_seq != 0 => Err(KafkaError::OutOfOrderSequence),
             None => Ok(Verdict::Append),
             Some(_) => Err(KafkaError::OutOfOrderSequence),
         }
+    }
+
+    /// Checks a transaction marker of `producer_id` at `epoch` (Kafka's
+    /// `appendEndTxnMarker`): refused when the producer is known at a newer epoch, as a
+    /// marker of a fenced producer or a stale coordinator.
+    pub fn check_marker(&self, producer_id: i64, epoch: i16) -> Result<(), KafkaError> {
+        match self.producers.get(&producer_id) {
+            Some(p) if epoch < p.epoch => Err(KafkaError::InvalidProducerEpoch),
+            _ => Ok(()),
+        }
+    }
+
+    /// Records a transaction marker of `producer_id` at `epoch`: a newer epoch fences the
+    /// older one (its batches are forgotten; the producer's next batch at the new epoch
+    /// starts at sequence 0), and an unknown producer is remembered at that epoch.
+    pub fn record_marker(&mut self, producer_id: i64, epoch: i16) {
+        self.clock += 1;
+        let clock = self.clock;
+        if !self.producers.contains_key(&producer_id)
+            && self.producers.len() >= PRODUCERS_PER_PARTITION_MAX
+        {
+            if let Some((_, oldest)) = self.by_age.pop_first() {
+                self.producers.remove(&oldest);
+            }
+        }
+        let p = self.producers.entry(producer_id).or_insert(Producer {
+            epoch,
+            batches: VecDeque::new(),
+            last_write: clock,
+            awaiting_first: true,
+        });
+        if epoch > p.epoch {
+            p.epoch = epoch;
+            p.batches.clear();
+            p.awaiting_first = true;
+        }
+        self.by_age.remove(&p.last_write);
+        self.by_age.insert(clock, producer_id);
+        p.last_write = clock;
     }
 
     /// Each producer's last batch by base offset (settled batches only): the log cleaner
@@ -234,10 +277,14 @@ impl ProducerStates {
                 batches.push_back(b);
             }
             states.clock += 1;
+            // A checkpoint holds committed batches only, so a producer without any was
+            // set by a transaction marker.
+            let awaiting_first = batches.is_empty();
             let p = Producer {
                 epoch,
                 batches,
                 last_write: states.clock,
+                awaiting_first,
             };
             if states.producers.insert(id, p).is_some() {
                 return Err(StateDecodeError::Producer(id));
@@ -269,11 +316,13 @@ impl ProducerStates {
             epoch,
             batches: VecDeque::new(),
             last_write: clock,
+            awaiting_first: false,
         });
         if epoch != p.epoch {
             p.epoch = epoch;
             p.batches.clear();
         }
+        p.awaiting_first = false;
         if p.batches.len() == BATCHES_PER_PRODUCER {
             p.batches.pop_front();
         }
@@ -291,6 +340,32 @@ impl ProducerStates {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_marker_with_a_newer_epoch_fences_the_older_one() {
+        let mut s = ProducerStates::default();
+        s.record(7, 0, 0, 4, 100);
+        assert_eq!(s.check_marker(7, 0), Ok(()));
+        s.record_marker(7, 1);
+        assert_eq!(s.check(7, 0, 5, 9), Err(KafkaError::InvalidProducerEpoch));
+        assert_eq!(s.check(7, 1, 5, 9), Err(KafkaError::OutOfOrderSequence));
+        assert_eq!(
+            s.check(7, 1, 0, 0),
+            Ok(Verdict::Append),
+            "sequence 0 at the new epoch"
+        );
+        assert_eq!(s.check_marker(7, 0), Err(KafkaError::InvalidProducerEpoch));
+        // An unknown producer is remembered at the marker's epoch.
+        s.record_marker(9, 3);
+        assert_eq!(s.check(9, 2, 0, 0), Err(KafkaError::InvalidProducerEpoch));
+        let mut bytes = Vec::new();
+        s.encode(&mut bytes);
+        let (back, _) = ProducerStates::decode(&bytes).expect("decodes");
+        assert_eq!(
+            back.check(9, 2, 0, 0),
+            Err(KafkaError::InvalidProducerEpoch)
+        );
+    }
 
     #[test]
     fn sequences_duplicates_and_epochs() {
