@@ -761,6 +761,10 @@ impl Partition {
         next.advance(&self.log, committed_end).await?;
         next.txns.settle(next.offset.0);
         *self.checkpoint.borrow_mut() = next.clone();
+        // Aborted transactions wholly below the log start can no longer be fetched.
+        self.txns
+            .borrow_mut()
+            .trim_below(self.log.log_start_offset().0);
         next.save(self.log.dir()).await
     }
 
