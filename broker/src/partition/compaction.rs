@@ -206,12 +206,16 @@ impl Partition {
     }
 
     /// The end of the committed data a pass may clean: what this replica applied, or on
-    /// one node the high watermark.
+    /// one node the last stable offset (as Kafka's cleaner stops at the first unstable
+    /// offset: a record of an open transaction, which may yet abort, must not supersede an
+    /// older value). A Raft replica is bounded by what it applied only: followers keep no
+    /// transaction index yet (issue 22), which is harmless while clients cannot open
+    /// transactions.
     pub(super) fn committed_end(&self) -> KafkaOffset {
         if self.replicated() {
             self.applied_end.get()
         } else {
-            self.high_watermark.get()
+            self.last_stable_offset()
         }
     }
 }

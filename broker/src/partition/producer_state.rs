@@ -169,6 +169,20 @@ impl ProducerStates {
     /// older one (its batches are forgotten; the producer's next batch at the new epoch
     /// starts at sequence 0), and an unknown producer is remembered at that epoch.
     pub fn record_marker(&mut self, producer_id: i64, epoch: i16) {
+        let known = self.producers.contains_key(&producer_id);
+        let p = self.touch(producer_id, epoch);
+        if !known || epoch > p.epoch {
+            p.awaiting_first = true;
+        }
+        if epoch > p.epoch {
+            p.epoch = epoch;
+            p.batches.clear();
+        }
+    }
+
+    /// The entry of `producer_id` (a new one at `epoch` when unknown, after forgetting the
+    /// least recently written at the cap), marked as the most recently written.
+    fn touch(&mut self, producer_id: i64, epoch: i16) -> &mut Producer {
         self.clock += 1;
         let clock = self.clock;
         if !self.producers.contains_key(&producer_id)
@@ -182,16 +196,12 @@ impl ProducerStates {
             epoch,
             batches: VecDeque::new(),
             last_write: clock,
-            awaiting_first: true,
+            awaiting_first: false,
         });
-        if epoch > p.epoch {
-            p.epoch = epoch;
-            p.batches.clear();
-            p.awaiting_first = true;
-        }
         self.by_age.remove(&p.last_write);
         self.by_age.insert(clock, producer_id);
         p.last_write = clock;
+        p
     }
 
     /// Each producer's last batch by base offset (settled batches only): the log cleaner
@@ -303,21 +313,7 @@ impl ProducerStates {
         last_seq: i32,
         base_offset: i64,
     ) {
-        self.clock += 1;
-        let clock = self.clock;
-        if !self.producers.contains_key(&producer_id)
-            && self.producers.len() >= PRODUCERS_PER_PARTITION_MAX
-        {
-            if let Some((_, oldest)) = self.by_age.pop_first() {
-                self.producers.remove(&oldest);
-            }
-        }
-        let p = self.producers.entry(producer_id).or_insert(Producer {
-            epoch,
-            batches: VecDeque::new(),
-            last_write: clock,
-            awaiting_first: false,
-        });
+        let p = self.touch(producer_id, epoch);
         if epoch != p.epoch {
             p.epoch = epoch;
             p.batches.clear();
@@ -331,9 +327,6 @@ impl ProducerStates {
             last_seq,
             base_offset,
         });
-        self.by_age.remove(&p.last_write);
-        self.by_age.insert(clock, producer_id);
-        p.last_write = clock;
     }
 }
 

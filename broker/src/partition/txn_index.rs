@@ -18,6 +18,8 @@ use std::collections::{BTreeMap, VecDeque};
 
 use strand_wire::{Marker, MarkerKind, RecordBatch};
 
+use crate::common::cursor::Cursor;
+
 /// Bytes of one open transaction when encoded: producer id and first offset.
 const OPEN_BYTES: usize = 16;
 /// Bytes of one aborted transaction when encoded: producer id, first and last offset.
@@ -166,23 +168,23 @@ impl TxnIndex {
 
     /// Reads what `encode` wrote; returns the index and the bytes after it.
     pub fn decode(bytes: &[u8]) -> Result<(TxnIndex, &[u8]), TxnDecodeError> {
-        let mut r = Reader(bytes);
+        let mut r = Cursor::new(bytes);
         let mut idx = TxnIndex::default();
-        let n = r.count(OPEN_BYTES)?;
+        let n = count(&mut r, OPEN_BYTES)?;
         for _ in 0..n {
-            let (pid, first) = (r.i64()?, r.i64()?);
+            let (pid, first) = (i64_of(&mut r)?, i64_of(&mut r)?);
             if pid < 0 || first < 0 {
                 return Err(TxnDecodeError::Range);
             }
             idx.open.insert(pid, first);
         }
-        let n = r.count(ABORTED_BYTES)?;
+        let n = count(&mut r, ABORTED_BYTES)?;
         idx.aborted.reserve(n);
         for _ in 0..n {
             let t = AbortedTxn {
-                producer_id: r.i64()?,
-                first_offset: r.i64()?,
-                last_offset: r.i64()?,
+                producer_id: i64_of(&mut r)?,
+                first_offset: i64_of(&mut r)?,
+                last_offset: i64_of(&mut r)?,
             };
             let ordered = idx
                 .aborted
@@ -194,35 +196,24 @@ impl TxnIndex {
             }
             idx.aborted.push_back(t);
         }
-        Ok((idx, r.0))
+        Ok((idx, r.rest()))
     }
 }
 
-/// A cursor over encoded bytes.
-struct Reader<'a>(&'a [u8]);
+fn i64_of(r: &mut Cursor<'_>) -> Result<i64, TxnDecodeError> {
+    r.i64().ok_or(TxnDecodeError::Truncated)
+}
 
-impl Reader<'_> {
-    fn take<const N: usize>(&mut self) -> Result<[u8; N], TxnDecodeError> {
-        let (head, rest) = self
-            .0
-            .split_first_chunk::<N>()
-            .ok_or(TxnDecodeError::Truncated)?;
-        self.0 = rest;
-        Ok(*head)
+/// A u32 count of entries of `entry_bytes` each, checked against the bytes left.
+fn count(r: &mut Cursor<'_>, entry_bytes: usize) -> Result<usize, TxnDecodeError> {
+    let n = r
+        .take::<4>()
+        .map(u32::from_be_bytes)
+        .ok_or(TxnDecodeError::Truncated)?;
+    if !r.fits(i64::from(n), entry_bytes) {
+        return Err(TxnDecodeError::Count(n as usize));
     }
-
-    fn i64(&mut self) -> Result<i64, TxnDecodeError> {
-        self.take::<8>().map(i64::from_be_bytes)
-    }
-
-    /// A count of entries of `entry_bytes` each, checked against the bytes left.
-    fn count(&mut self, entry_bytes: usize) -> Result<usize, TxnDecodeError> {
-        let n = self.take::<4>().map(u32::from_be_bytes)? as usize;
-        if n.saturating_mul(entry_bytes) > self.0.len() {
-            return Err(TxnDecodeError::Count(n));
-        }
-        Ok(n)
-    }
+    Ok(n as usize)
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@
 use std::collections::BTreeSet;
 
 use super::metadata::{TxnMetadata, TxnState};
+use crate::common::cursor::Cursor;
 
 /// The key and value versions written.
 const VERSION: i16 = 0;
@@ -116,53 +117,42 @@ pub fn encode_value(m: &TxnMetadata) -> Vec<u8> {
     out
 }
 
-/// A cursor over a record's bytes.
-struct Reader<'a>(&'a [u8]);
+/// The fields of a record, each `Truncated` past the end.
+struct Reader<'a>(Cursor<'a>);
 
 impl Reader<'_> {
-    fn take<const N: usize>(&mut self) -> Result<[u8; N], TxnRecordError> {
-        let (head, rest) = self
-            .0
-            .split_first_chunk::<N>()
-            .ok_or(TxnRecordError::Truncated)?;
-        self.0 = rest;
-        Ok(*head)
-    }
-
     fn i8(&mut self) -> Result<i8, TxnRecordError> {
-        self.take::<1>().map(i8::from_be_bytes)
+        self.0.i8().ok_or(TxnRecordError::Truncated)
     }
 
     fn i16(&mut self) -> Result<i16, TxnRecordError> {
-        self.take::<2>().map(i16::from_be_bytes)
+        self.0.i16().ok_or(TxnRecordError::Truncated)
     }
 
     fn i32(&mut self) -> Result<i32, TxnRecordError> {
-        self.take::<4>().map(i32::from_be_bytes)
+        self.0.i32().ok_or(TxnRecordError::Truncated)
     }
 
     fn i64(&mut self) -> Result<i64, TxnRecordError> {
-        self.take::<8>().map(i64::from_be_bytes)
+        self.0.i64().ok_or(TxnRecordError::Truncated)
     }
 
     fn string(&mut self) -> Result<String, TxnRecordError> {
         let len = self.i16()?;
-        let n = usize::try_from(len)
+        let s = usize::try_from(len)
             .ok()
-            .filter(|n| *n <= self.0.len())
+            .and_then(|n| self.0.slice(n))
             .ok_or(TxnRecordError::Length(i64::from(len)))?;
-        let (s, rest) = self.0.split_at(n);
-        self.0 = rest;
         String::from_utf8(s.to_vec()).map_err(|_| TxnRecordError::Utf8)
     }
 
     /// A count of items of at least `min_bytes` each, checked against the bytes left.
     fn count(&mut self, min_bytes: usize) -> Result<usize, TxnRecordError> {
         let n = self.i32()?;
-        usize::try_from(n)
-            .ok()
-            .filter(|c| c.saturating_mul(min_bytes) <= self.0.len())
-            .ok_or(TxnRecordError::Length(i64::from(n)))
+        if !self.0.fits(i64::from(n), min_bytes) {
+            return Err(TxnRecordError::Length(i64::from(n)));
+        }
+        Ok(n as usize)
     }
 
     fn version(&mut self) -> Result<(), TxnRecordError> {
@@ -173,7 +163,7 @@ impl Reader<'_> {
     }
 
     fn end(self) -> Result<(), TxnRecordError> {
-        match self.0.len() {
+        match self.0.rest().len() {
             0 => Ok(()),
             n => Err(TxnRecordError::Trailing(n)),
         }
@@ -182,7 +172,7 @@ impl Reader<'_> {
 
 /// The transactional id of a record key.
 pub fn decode_key(bytes: &[u8]) -> Result<String, TxnRecordError> {
-    let mut r = Reader(bytes);
+    let mut r = Reader(Cursor::new(bytes));
     r.version()?;
     let id = r.string()?;
     r.end()?;
@@ -191,7 +181,7 @@ pub fn decode_key(bytes: &[u8]) -> Result<String, TxnRecordError> {
 
 /// The metadata of `transactional_id` in a record value.
 pub fn decode_value(transactional_id: &str, bytes: &[u8]) -> Result<TxnMetadata, TxnRecordError> {
-    let mut r = Reader(bytes);
+    let mut r = Reader(Cursor::new(bytes));
     r.version()?;
     let producer_id = r.i64()?;
     let producer_epoch = r.i16()?;
