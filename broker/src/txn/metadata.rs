@@ -186,6 +186,18 @@ impl TxnMetadata {
         next
     }
 
+    /// This metadata with the epoch bumped within the same producer id, to fence the
+    /// producer of an open transaction with its abort markers (with no epoch left, the
+    /// current one: Kafka does the same).
+    fn fencing(&self) -> TxnMetadata {
+        let mut next = self.clone();
+        if self.producer_epoch < EPOCH_MAX {
+            next.last_producer_epoch = self.producer_epoch;
+            next.producer_epoch = self.producer_epoch + 1;
+        }
+        next
+    }
+
     /// InitProducerId for this existing id: `expected` is the producer id and epoch the
     /// request names (KIP-360; `None` for -1/-1), `new_pid` allocates a producer id when
     /// the epoch is exhausted.
@@ -228,13 +240,8 @@ impl TxnMetadata {
             }
             TxnState::Ongoing => {
                 // The open transaction's markers carry the bumped epoch, so the old
-                // producer's further writes are fenced at every partition (with no epoch
-                // left, the current one: Kafka does the same).
-                let mut next = self.clone();
-                if self.producer_epoch < EPOCH_MAX {
-                    next.last_producer_epoch = self.producer_epoch;
-                    next.producer_epoch = self.producer_epoch + 1;
-                }
+                // producer's further writes are fenced at every partition.
+                let mut next = self.fencing();
                 next.state = TxnState::PrepareEpochFence;
                 next.last_update_ms = now_ms;
                 Ok(InitOutcome::AbortFirst(next))
@@ -341,12 +348,7 @@ impl TxnMetadata {
     /// The abort of a timed-out transaction: the epoch is bumped first (Kafka fences the
     /// producer that let it time out), then PrepareAbort.
     pub fn abort_timed_out(&self, now_ms: i64) -> TxnMetadata {
-        let mut next = self.clone();
-        // With no epoch left to fence with, the abort keeps the current one (as Kafka).
-        if self.producer_epoch < EPOCH_MAX {
-            next.last_producer_epoch = self.producer_epoch;
-            next.producer_epoch = self.producer_epoch + 1;
-        }
+        let mut next = self.fencing();
         next.state = TxnState::PrepareAbort;
         next.last_update_ms = now_ms;
         next
