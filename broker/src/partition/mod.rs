@@ -492,14 +492,7 @@ impl Partition {
                 appended.kafka_base_offset.0,
             );
         }
-        if view.attributes().is_control() {
-            self.producers
-                .borrow_mut()
-                .record_marker(view.producer_id(), view.producer_epoch());
-        }
-        self.txns
-            .borrow_mut()
-            .apply(view, appended.kafka_base_offset.0);
+        self.note_transactional(view, appended.kafka_base_offset);
         let durable = acks_all.then(|| self.wait_durable(appended.index));
         self.ensure_flushing();
         if let Some(rx) = durable {
@@ -512,6 +505,18 @@ impl Partition {
         Ok(Produced {
             base_offset: appended.kafka_base_offset,
         })
+    }
+
+    /// Takes an appended batch at `base` into the transaction index, and a marker's epoch
+    /// into the producer state (a newer one fences the older); a plain batch changes
+    /// neither.
+    fn note_transactional(&self, view: &RecordBatch, base: KafkaOffset) {
+        if view.attributes().is_control() {
+            self.producers
+                .borrow_mut()
+                .record_marker(view.producer_id(), view.producer_epoch());
+        }
+        self.txns.borrow_mut().apply(view, base.0);
     }
 
     /// Cluster mode: proposes the batch to the partition's Raft group and answers once a
@@ -580,12 +585,7 @@ impl Partition {
             self.producers.borrow_mut().settle(pid, first, base.0);
         }
         if transactional {
-            if view.attributes().is_control() {
-                self.producers
-                    .borrow_mut()
-                    .record_marker(view.producer_id(), view.producer_epoch());
-            }
-            self.txns.borrow_mut().apply(view, base.0);
+            self.note_transactional(view, base);
             if acks_all {
                 let last = base.0 + i64::from(view.last_offset_delta());
                 self.wait_committed(KafkaOffset(last)).await;
