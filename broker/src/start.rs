@@ -218,6 +218,7 @@ async fn shard_main(wired: ShardWiring, rx: mpsc::Receiver<Envelope>) -> anyhow:
     crate::runtime::task::spawn_background("log-cleaner", cleaner_loop(shard.clone()));
     spawn_local(session_sweeper(shard.clone()));
     spawn_local(offsets_expiry(shard.clone()));
+    spawn_local(txn_sweeper(shard.clone()));
     crate::gateway::native::net::listen(&shard)?;
     crate::gateway::kafka::net::serve(shard.clone(), stop_rx).await?;
     let _ = done_rx.await;
@@ -369,6 +370,24 @@ async fn session_sweeper(shard: Rc<Shard>) {
     while !shard.stopping() {
         sleep(crate::group::coordinator::SESSION_SWEEP).await;
         crate::group::coordinator::expire_sessions(&shard);
+    }
+}
+
+/// Completes the Prepare* transactions of ids this shard loaded (a previous coordinator's
+/// unfinished ones), and aborts transactions that outlived their timeout every
+/// `transaction_abort_check_interval_ms`.
+async fn txn_sweeper(shard: Rc<Shard>) {
+    let every = Duration::from_millis(shard.config.transaction_abort_check_interval_ms);
+    let mut next_abort_check = crate::common::clock::now() + every;
+    while !shard.stopping() {
+        sleep(crate::shard::txns::TXN_RESUME_CHECK).await;
+        if shard.txns_resume.replace(false) {
+            crate::txn::coordinator::resume_completions(&shard);
+        }
+        if crate::common::clock::now() >= next_abort_check {
+            next_abort_check = crate::common::clock::now() + every;
+            crate::txn::coordinator::abort_timed_out(&shard);
+        }
     }
 }
 

@@ -216,7 +216,8 @@ const BROKER_LAYERS: &[&[&str]] = &[
     &["partition"],
     &["replication"],
     &["cluster"],
-    &["group", "txn"],
+    &["group"],
+    &["txn"],
     &["shard"],
     &["gateway", "admin"],
 ];

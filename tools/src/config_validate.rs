@@ -193,6 +193,27 @@ const KEYS: &[(&str, Kind)] = &[
         },
     ),
     (
+        "transaction_state_num_partitions",
+        Kind::Int {
+            min: 1,
+            max: OFFSETS_TOPIC_PARTITIONS_MAX,
+        },
+    ),
+    (
+        "transaction_max_timeout_ms",
+        Kind::Int {
+            min: 1,
+            max: i32::MAX as i64,
+        },
+    ),
+    (
+        "transaction_abort_check_interval_ms",
+        Kind::Int {
+            min: 1,
+            max: i64::MAX,
+        },
+    ),
+    (
         "offsets_topic_num_partitions",
         Kind::Int {
             min: 1,

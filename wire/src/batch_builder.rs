@@ -24,6 +24,7 @@ pub struct BatchBuilder {
     producer_id: i64,
     producer_epoch: i16,
     base_sequence: i32,
+    transactional: bool,
 }
 
 impl BatchBuilder {
@@ -37,6 +38,7 @@ impl BatchBuilder {
             producer_id: -1,
             producer_epoch: -1,
             base_sequence: -1,
+            transactional: false,
         }
     }
 
@@ -45,6 +47,12 @@ impl BatchBuilder {
         self.producer_id = producer_id;
         self.producer_epoch = producer_epoch;
         self.base_sequence = base_sequence;
+        self
+    }
+
+    /// Marks the batch as part of its producer's transaction (set with [`Self::producer`]).
+    pub fn transactional(mut self) -> Self {
+        self.transactional = true;
         self
     }
 
@@ -100,7 +108,12 @@ impl BatchBuilder {
         BatchHeader {
             base_offset: 0,
             partition_leader_epoch: -1,
-            attributes: Attributes::from_raw(0).with_compression(compression),
+            attributes: Attributes::from_raw(if self.transactional {
+                Attributes::TRANSACTIONAL
+            } else {
+                0
+            })
+            .with_compression(compression),
             last_offset_delta: self.count - 1,
             first_timestamp_ms: self.base_timestamp_ms,
             max_timestamp_ms: self.max_timestamp_ms,

@@ -31,6 +31,14 @@ pub const OFFSETS_RETENTION_MINUTES_DEFAULT: u64 = 10_080;
 /// Kafka's `offsets.retention.check.interval.ms` default (10 minutes).
 pub const OFFSETS_RETENTION_CHECK_INTERVAL_MS_DEFAULT: u64 = 600_000;
 
+/// Kafka's `transaction.state.log.num.partitions` default.
+pub const TRANSACTION_STATE_NUM_PARTITIONS_DEFAULT: usize = 50;
+/// Kafka's `transaction.max.timeout.ms` default: longer `transaction.timeout.ms` values
+/// are refused with INVALID_TRANSACTION_TIMEOUT.
+pub const TRANSACTION_MAX_TIMEOUT_MS_DEFAULT: u64 = 900_000;
+/// Kafka's `transaction.abort.timed.out.transaction.cleanup.interval.ms` default.
+pub const TRANSACTION_ABORT_CHECK_INTERVAL_MS_DEFAULT: u64 = 10_000;
+
 /// Default native handshake port (ARCHITECTURE.md, Native protocol).
 pub const NATIVE_PORT_DEFAULT: u16 = 9093;
 /// Default first per-shard native port: shard s listens on 9094 + s.
@@ -147,6 +155,17 @@ pub struct Flags {
     /// creation.
     #[arg(long, env = "STRAND_OFFSETS_TOPIC_NUM_PARTITIONS")]
     pub offsets_topic_num_partitions: Option<usize>,
+    /// Partitions of `__transaction_state` (`transaction.state.log.num.partitions`), fixed
+    /// at its creation (when the first transactional producer looks up its coordinator).
+    #[arg(long, env = "STRAND_TRANSACTION_STATE_NUM_PARTITIONS")]
+    pub transaction_state_num_partitions: Option<usize>,
+    /// Longest `transaction.timeout.ms` a producer may ask for (`transaction.max.timeout.ms`).
+    #[arg(long, env = "STRAND_TRANSACTION_MAX_TIMEOUT_MS")]
+    pub transaction_max_timeout_ms: Option<u64>,
+    /// How often the coordinator aborts transactions that outlived their timeout
+    /// (`transaction.abort.timed.out.transaction.cleanup.interval.ms`).
+    #[arg(long, env = "STRAND_TRANSACTION_ABORT_CHECK_INTERVAL_MS")]
+    pub transaction_abort_check_interval_ms: Option<u64>,
     /// How long a new group waits for more members before its first rebalance completes
     /// (`group.initial.rebalance.delay.ms`).
     #[arg(long, env = "STRAND_GROUP_INITIAL_REBALANCE_DELAY_MS")]
@@ -177,6 +196,8 @@ pub struct Flags {
 
 /// Internal topic holding the groups' committed offsets and metadata (Kafka's name).
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+/// Internal topic holding the transaction coordinators' state (Kafka's name).
+pub const TXN_STATE_TOPIC: &str = "__transaction_state";
 /// Most partitions one topic may have (a bound on what a request can make us allocate).
 pub const PARTITIONS_PER_TOPIC_MAX: i32 = 10_000;
 /// Default `topic_partitions_per_shard` (Redpanda's name and default): partition replicas
@@ -269,6 +290,9 @@ struct FileConfig {
     offsets_retention_ms: Option<u64>,
     offsets_retention_check_interval_ms: Option<u64>,
     offsets_topic_num_partitions: Option<usize>,
+    transaction_state_num_partitions: Option<usize>,
+    transaction_max_timeout_ms: Option<u64>,
+    transaction_abort_check_interval_ms: Option<u64>,
     group_initial_rebalance_delay_ms: Option<u64>,
     log_level: Option<String>,
     log_format: Option<crate::common::logging::LogFormat>,
@@ -336,6 +360,12 @@ pub struct Config {
     pub offsets_retention_check_interval_ms: u64,
     /// `offsets.topic.num.partitions`.
     pub offsets_topic_num_partitions: usize,
+    /// `transaction.state.log.num.partitions`.
+    pub transaction_state_num_partitions: usize,
+    /// `transaction.max.timeout.ms`.
+    pub transaction_max_timeout_ms: u64,
+    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`.
+    pub transaction_abort_check_interval_ms: u64,
     /// `group.initial.rebalance.delay.ms`.
     pub group_initial_rebalance_delay_ms: u64,
     /// Log level filter at start.
@@ -469,6 +499,18 @@ impl Config {
                 .offsets_topic_num_partitions
                 .or(file.offsets_topic_num_partitions)
                 .unwrap_or(50),
+            transaction_state_num_partitions: flags
+                .transaction_state_num_partitions
+                .or(file.transaction_state_num_partitions)
+                .unwrap_or(TRANSACTION_STATE_NUM_PARTITIONS_DEFAULT),
+            transaction_max_timeout_ms: flags
+                .transaction_max_timeout_ms
+                .or(file.transaction_max_timeout_ms)
+                .unwrap_or(TRANSACTION_MAX_TIMEOUT_MS_DEFAULT),
+            transaction_abort_check_interval_ms: flags
+                .transaction_abort_check_interval_ms
+                .or(file.transaction_abort_check_interval_ms)
+                .unwrap_or(TRANSACTION_ABORT_CHECK_INTERVAL_MS_DEFAULT),
             group_initial_rebalance_delay_ms: flags
                 .group_initial_rebalance_delay_ms
                 .or(file.group_initial_rebalance_delay_ms)
@@ -526,6 +568,12 @@ impl Config {
         if !(1..=1000).contains(&self.offsets_topic_num_partitions) {
             bail!("offsets_topic_num_partitions must be in 1..=1000");
         }
+        if !(1..=1000).contains(&self.transaction_state_num_partitions) {
+            bail!("transaction_state_num_partitions must be in 1..=1000");
+        }
+        if !(1..=i32::MAX as u64).contains(&self.transaction_max_timeout_ms) {
+            bail!("transaction_max_timeout_ms must be in 1..={}", i32::MAX);
+        }
         if self.group_initial_rebalance_delay_ms > 300_000 {
             bail!("group_initial_rebalance_delay_ms must be at most 300000");
         }
@@ -562,6 +610,10 @@ impl Config {
             (
                 "offsets_retention_check_interval_ms",
                 self.offsets_retention_check_interval_ms,
+            ),
+            (
+                "transaction_abort_check_interval_ms",
+                self.transaction_abort_check_interval_ms,
             ),
             ("group_max_size", self.group_max_size as u64),
             ("groups_per_shard", self.groups_per_shard as u64),

@@ -75,6 +75,12 @@ pub mod code {
     pub const CONCURRENT_TRANSACTIONS: i16 = E::ConcurrentTransactions.code();
     /// INVALID_PRODUCER_ID_MAPPING.
     pub const INVALID_PRODUCER_ID_MAPPING: i16 = E::InvalidProducerIdMapping.code();
+    /// OPERATION_NOT_ATTEMPTED.
+    pub const OPERATION_NOT_ATTEMPTED: i16 = E::OperationNotAttempted.code();
+    /// UNSTABLE_OFFSET_COMMIT.
+    pub const UNSTABLE_OFFSET_COMMIT: i16 = E::UnstableOffsetCommit.code();
+    /// TRANSACTIONAL_ID_NOT_FOUND.
+    pub const TRANSACTIONAL_ID_NOT_FOUND: i16 = E::TransactionalIdNotFound.code();
     /// PRODUCER_FENCED.
     pub const PRODUCER_FENCED: i16 = E::ProducerFenced.code();
     /// INVALID_TRANSACTION_TIMEOUT.
@@ -171,6 +177,10 @@ pub enum KafkaError {
     /// POLICY_VIOLATION (44): e.g. DeleteRecords on a compact-only topic.
     #[error("policy violation: {0}")]
     PolicyViolation(String),
+    /// A transactional batch the transaction coordinator did not verify (KIP-890): the
+    /// coordinator's code (INVALID_TXN_STATE, INVALID_PRODUCER_EPOCH, NOT_COORDINATOR…).
+    #[error("transaction verification failed with error code {0}")]
+    TxnVerification(i16),
 }
 
 impl KafkaError {
@@ -194,6 +204,7 @@ impl KafkaError {
             KafkaError::InvalidRecord(_) | KafkaError::RecordErrors { .. } => code::INVALID_RECORD,
             KafkaError::UnknownTopicId => code::UNKNOWN_TOPIC_ID,
             KafkaError::PolicyViolation(_) => code::POLICY_VIOLATION,
+            KafkaError::TxnVerification(c) => *c,
         }
     }
 

@@ -287,7 +287,7 @@ async fn drive_rebalance<H: GroupHost>(host: Rc<H>, group: String) {
                 }),
                 Some(records::value_bytes(&v)),
             );
-            if let Err(e) = persist_group_records(&*host, &group, vec![rec]).await {
+            if let Err(e) = persist_group_records(&*host, &group, vec![rec], None).await {
                 tracing::warn!(%group, code = e, "persisting empty group failed");
             }
         }
@@ -349,7 +349,7 @@ pub async fn group_sync<H: GroupHost>(
             }),
             Some(records::value_bytes(&value)),
         );
-        let result = persist_group_records(&**host, group, vec![rec]).await;
+        let result = persist_group_records(&**host, group, vec![rec], None).await;
         let mut groups = host.groups().borrow_mut();
         if let Some(g) = groups
             .get_mut(group)
@@ -413,8 +413,13 @@ pub async fn group_leave<H: GroupHost>(
         let key = records::key_bytes(&Key::Group {
             group: group.to_string(),
         });
-        if let Err(e) =
-            persist_group_records(&**host, group, vec![(key, Some(records::value_bytes(&v)))]).await
+        if let Err(e) = persist_group_records(
+            &**host,
+            group,
+            vec![(key, Some(records::value_bytes(&v)))],
+            None,
+        )
+        .await
         {
             tracing::warn!(%group, code = e, "persisting empty group failed");
         }
@@ -558,7 +563,7 @@ pub async fn expire_offsets<H: GroupHost>(host: &Rc<H>, now_ms: i64, retention_m
                 None,
             ));
         }
-        let base = match persist_group_records(&**host, &group, recs).await {
+        let base = match persist_group_records(&**host, &group, recs, None).await {
             Ok(base) => base,
             Err(e) => {
                 tracing::warn!(%group, code = e, "expiring committed offsets failed; retried at the next check");
@@ -627,8 +632,50 @@ pub async fn offset_commit<H: GroupHost>(
     generation: i32,
     offsets: Vec<(String, i32, Committed)>,
 ) -> Vec<i16> {
-    let meta = host.metadata();
     let group_code = commit_group_code(host, group, (member_id, instance_id), generation);
+    write_offsets(host, group, group_code, offsets, None).await
+}
+
+/// TxnOffsetCommit for one group: the offsets are written in producer `producer`'s (id,
+/// epoch) transaction and take effect at its commit marker. The group checks are Kafka's
+/// (KIP-447): a named member must be in the group and a generation (≥ 0) current; a
+/// producer that names neither (the pre-KIP-447 API) commits to any group.
+pub async fn txn_offset_commit<H: GroupHost>(
+    host: &Rc<H>,
+    group: &str,
+    producer: (i64, i16),
+    (member_id, generation): (&str, i32),
+    offsets: Vec<(String, i32, Committed)>,
+) -> Vec<i16> {
+    let group_code = {
+        let groups = host.groups().borrow();
+        let g = groups.get(group);
+        if group.len() > GROUP_ID_BYTES_MAX {
+            code::INVALID_GROUP_ID
+        } else if !member_id.is_empty() && !g.is_some_and(|g| g.members.contains_key(member_id)) {
+            code::UNKNOWN_MEMBER_ID
+        } else if generation >= 0 && g.map_or(0, |g| g.generation) != generation {
+            code::ILLEGAL_GENERATION
+        } else if g.is_none() && groups.len() >= host.groups_max() {
+            refused_new_group(group, groups.len());
+            code::COORDINATOR_NOT_AVAILABLE
+        } else {
+            code::NONE
+        }
+    };
+    write_offsets(host, group, group_code, offsets, Some(producer)).await
+}
+
+/// Writes the offsets a commit checked as `group_code` allows; per (topic, partition), an
+/// error code. Plain commits apply at once, a transaction's (`producer`) are staged.
+async fn write_offsets<H: GroupHost>(
+    host: &Rc<H>,
+    group: &str,
+    group_code: i16,
+    offsets: Vec<(String, i32, Committed)>,
+    producer: Option<(i64, i16)>,
+) -> Vec<i16> {
+    let meta = host.metadata();
     let mut codes: Vec<i16> = offsets
         .iter()
         .map(|(t, p, c)| {
@@ -669,14 +716,18 @@ pub async fn offset_commit<H: GroupHost>(
             (records::key_bytes(&key), Some(records::value_bytes(&value)))
         })
         .collect();
-    match persist_group_records(&**host, group, recs).await {
+    match persist_group_records(&**host, group, recs, producer).await {
         Ok(base) => {
             let mut groups = host.groups().borrow_mut();
             let g = groups
                 .entry(group.to_string())
                 .or_insert_with(|| Group::new(group));
             for (log_offset, (t, p, c)) in (base..).zip(accepted) {
-                g.apply_offset_record((t.clone(), *p), log_offset, Some(c.clone()));
+                let key = (t.clone(), *p);
+                match producer {
+                    Some((pid, _)) => g.stage_txn_offset(pid, key, log_offset, c.clone()),
+                    None => g.apply_offset_record(key, log_offset, Some(c.clone())),
+                }
             }
         }
         Err(e) => {
@@ -734,7 +785,7 @@ pub async fn delete_group<H: GroupHost>(host: &Rc<H>, group: &str) -> i16 {
         ));
         recs
     };
-    match persist_group_records(&**host, group, recs).await {
+    match persist_group_records(&**host, group, recs, None).await {
         Ok(_) => {
             host.groups().borrow_mut().remove(group);
             code::NONE
@@ -774,7 +825,7 @@ pub async fn offset_delete<H: GroupHost>(
         (codes, recs)
     };
     if !recs.is_empty() {
-        let base = persist_group_records(&**host, group, recs).await?;
+        let base = persist_group_records(&**host, group, recs, None).await?;
         let mut groups = host.groups().borrow_mut();
         if let Some(g) = groups.get_mut(group) {
             let deleted = parts.iter().zip(&codes).filter(|(_, c)| **c == code::NONE);
@@ -787,11 +838,13 @@ pub async fn offset_delete<H: GroupHost>(
 }
 
 /// Writes records to the group's offsets partition and waits until durable; the offset
-/// of the first (the others follow it, in order).
+/// of the first (the others follow it, in order). With `producer`, the batch is part of
+/// that producer's (id, epoch) transaction (TxnOffsetCommit).
 async fn persist_group_records<H: GroupHost>(
     host: &H,
     group: &str,
     recs: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    producer: Option<(i64, i16)>,
 ) -> Result<i64, i16> {
     let meta = host.metadata();
     let n = meta.topics.get(OFFSETS_TOPIC).map_or(0, |t| t.shards.len());
@@ -802,16 +855,20 @@ async fn persist_group_records<H: GroupHost>(
     };
     let now = crate::common::clock::wall_ms();
     let mut b = BatchBuilder::new(now);
+    if let Some((pid, epoch)) = producer {
+        b = b.producer(pid, epoch, -1).transactional();
+    }
     for (k, v) in &recs {
         b.push(now, Some(k), v.as_deref(), &[]);
     }
-    part.produce(b.build(), true)
-        .await
-        .map(|produced| produced.base_offset.0)
-        .map_err(|e| {
-            tracing::warn!(%group, error = %e, "writing __consumer_offsets failed");
-            code::COORDINATOR_NOT_AVAILABLE
-        })
+    let written = match producer {
+        Some(_) => part.append_coordinator_batch(b.build()).await,
+        None => part.produce(b.build(), true).await.map(|p| p.base_offset),
+    };
+    written.map(|o| o.0).map_err(|e| {
+        tracing::warn!(%group, error = %e, "writing __consumer_offsets failed");
+        code::COORDINATOR_NOT_AVAILABLE
+    })
 }
 /// The tombstone of `group`'s committed offset of `topic`/`partition`.
 fn offset_tombstone(group: &str, topic: &str, partition: i32) -> (Vec<u8>, Option<Vec<u8>>) {
@@ -917,9 +974,62 @@ fn subscribed_topics(g: &Group) -> Vec<String> {
     out
 }
 
-/// Rebuilds the groups of one offsets partition from its records.
-pub fn replay_batch(groups: &mut std::collections::HashMap<String, Group>, batch: Bytes) {
-    crate::partition::lookup::for_each_keyed_record(batch, |k, v| records::apply(groups, k, v));
+/// Rebuilds the groups of offsets partition `index` (of `partitions`) from one of its
+/// batches: a plain batch applies, a transactional one is staged under its producer, and
+/// a transaction marker applies or drops what its producer staged in this partition's
+/// groups.
+pub fn replay_batch(
+    groups: &mut std::collections::HashMap<String, Group>,
+    (index, partitions): (i32, usize),
+    batch: Bytes,
+) {
+    let Ok(view) = strand_wire::RecordBatch::parse(batch.clone()) else {
+        tracing::warn!("skipping an unreadable batch in a replay");
+        return;
+    };
+    let a = view.attributes();
+    let pid = view.producer_id();
+    if a.is_control() {
+        if let Ok(m) = strand_wire::Marker::of(&view) {
+            end_txn_offsets(
+                groups,
+                (index, partitions),
+                pid,
+                m.kind == strand_wire::MarkerKind::Commit,
+            );
+        }
+        return;
+    }
+    if !a.is_transactional() {
+        crate::partition::lookup::for_each_keyed_record(batch, |k, v| records::apply(groups, k, v));
+        return;
+    }
+    let mut log_offset = view.base_offset();
+    crate::partition::lookup::for_each_keyed_record(batch, |k, v| {
+        if let Some((group, key, c)) = records::offset_record(k, v) {
+            groups
+                .entry(group.clone())
+                .or_insert_with(|| Group::new(&group))
+                .stage_txn_offset(pid, key, log_offset, c);
+        }
+        log_offset += 1;
+    });
+}
+
+/// Producer `producer_id`'s transaction marker in offsets partition `index` (of
+/// `partitions`): the offsets it staged in that partition's groups are committed or
+/// dropped.
+pub fn end_txn_offsets(
+    groups: &mut std::collections::HashMap<String, Group>,
+    (index, partitions): (i32, usize),
+    producer_id: i64,
+    commit: bool,
+) {
+    for g in groups.values_mut() {
+        if g.pending_txn.contains_key(&producer_id) && partition_for(&g.id, partitions) == index {
+            g.end_txn_offsets(producer_id, commit);
+        }
+    }
 }
 
 /// Requested offsets of one group: `None` = every committed partition.

@@ -176,6 +176,32 @@ pub fn apply(groups: &mut HashMap<String, Group>, key: &[u8], value: Option<&[u8
     }
 }
 
+/// The group, partition and offset an offset-commit record sets; `None` for any other
+/// record (group metadata, a tombstone, an unreadable one).
+pub fn offset_record(
+    key: &[u8],
+    value: Option<&[u8]>,
+) -> Option<(String, (String, i32), Committed)> {
+    let Key::Offset {
+        group,
+        topic,
+        partition,
+    } = serde_json::from_slice::<Key>(key).ok()?
+    else {
+        return None;
+    };
+    let v = serde_json::from_slice::<OffsetValue>(value?).ok()?;
+    let c = Committed {
+        offset: v.offset,
+        leader_epoch: v.leader_epoch,
+        metadata: v.metadata,
+        commit_timestamp_ms: v
+            .commit_timestamp_ms
+            .unwrap_or_else(crate::common::clock::wall_ms),
+    };
+    Some((group, (topic, partition), c))
+}
+
 /// The scope of an `__consumer_offsets` key for the partition's compacted checkpoint
 /// (`partition::compacted`): its group, and whether it is the group's own key (whose
 /// tombstone deletes the group, offsets included, as `apply` does). `None` for an

@@ -109,6 +109,10 @@ pub struct Committed {
     pub commit_timestamp_ms: i64,
 }
 
+/// An offset committed in an open transaction: (topic, partition), the
+/// `__consumer_offsets` offset of its record, and the offset committed.
+pub type StagedOffset = ((String, i32), i64, Committed);
+
 /// A member id handed out with MEMBER_ID_REQUIRED and not yet used.
 #[derive(Debug, Clone, Copy)]
 pub struct Pending {
@@ -155,6 +159,10 @@ pub struct Group {
     /// not yet seen Empty by the offset expiry): its offsets expire
     /// `offsets.retention.minutes` after it (KIP-211).
     pub empty_since_ms: Option<i64>,
+    /// Offsets committed in open transactions (TxnOffsetCommit), by producer id: each
+    /// (topic, partition), the `__consumer_offsets` offset of its record, and the offset.
+    /// Applied when the producer's commit marker is written, dropped at its abort marker.
+    pub pending_txn: HashMap<i64, Vec<StagedOffset>>,
 }
 
 impl Group {
@@ -201,7 +209,44 @@ impl Group {
             rebalance_deadline: None,
             join_not_before: None,
             empty_since_ms: None,
+            pending_txn: HashMap::new(),
         }
+    }
+
+    /// Holds an offset committed in producer `producer_id`'s open transaction (its record
+    /// at `log_offset`) until the transaction ends.
+    pub fn stage_txn_offset(
+        &mut self,
+        producer_id: i64,
+        key: (String, i32),
+        log_offset: i64,
+        committed: Committed,
+    ) {
+        self.pending_txn
+            .entry(producer_id)
+            .or_default()
+            .push((key, log_offset, committed));
+    }
+
+    /// Ends producer `producer_id`'s transaction: its staged offsets become committed
+    /// (`commit`) or are dropped.
+    pub fn end_txn_offsets(&mut self, producer_id: i64, commit: bool) {
+        let Some(staged) = self.pending_txn.remove(&producer_id) else {
+            return;
+        };
+        if commit {
+            for (key, log_offset, c) in staged {
+                self.apply_offset_record(key, log_offset, Some(c));
+            }
+        }
+    }
+
+    /// Whether an open transaction holds an offset of `key` (OffsetFetch with
+    /// `require_stable` answers UNSTABLE_OFFSET_COMMIT for it).
+    pub fn unstable(&self, key: &(String, i32)) -> bool {
+        self.pending_txn
+            .values()
+            .any(|staged| staged.iter().any(|(k, _, _)| k == key))
     }
 
     /// Nobody is in the group or waiting to be, it never formed (generation 0: no group
@@ -213,6 +258,7 @@ impl Group {
             && self.pending.is_empty()
             && self.offsets.is_empty()
             && self.offset_versions.is_empty()
+            && self.pending_txn.is_empty()
     }
 
     /// The protocol every member supports with the most votes (each member votes for its

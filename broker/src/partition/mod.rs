@@ -397,11 +397,33 @@ impl Partition {
         Ok(end.map(|(t, o)| (strand_raft::raft_term(t).0, o)))
     }
 
-    /// Validates and appends one producer batch; with `acks_all`, waits until durable.
+    /// Validates and appends one producer batch; with `acks_all`, waits until durable. A
+    /// transactional batch is refused (INVALID_TRANSACTION_STATE): only
+    /// [`Self::produce_transactional`] takes one.
     pub async fn produce(
         self: &Rc<Self>,
         batch: Bytes,
         acks_all: bool,
+    ) -> Result<Produced, KafkaError> {
+        self.produce_checked(batch, acks_all, false).await
+    }
+
+    /// [`Self::produce`] for a batch that may be transactional: the caller verified with
+    /// the transaction's coordinator that this partition is in its producer's open
+    /// transaction (KIP-890 part 1, so no transaction is left hanging).
+    pub async fn produce_transactional(
+        self: &Rc<Self>,
+        batch: Bytes,
+        acks_all: bool,
+    ) -> Result<Produced, KafkaError> {
+        self.produce_checked(batch, acks_all, true).await
+    }
+
+    async fn produce_checked(
+        self: &Rc<Self>,
+        batch: Bytes,
+        acks_all: bool,
+        verified: bool,
     ) -> Result<Produced, KafkaError> {
         let started = crate::common::clock::now();
         if batch.len() > self.max_message_bytes.get() {
@@ -410,14 +432,29 @@ impl Partition {
         let view = RecordBatch::parse(batch.clone()).map_err(KafkaError::from_batch)?;
         view.validate().map_err(KafkaError::from_batch)?;
         view.validate_produce().map_err(KafkaError::from_batch)?;
-        if view.attributes().is_transactional() {
-            // No transaction coordinator adds partitions to transactions yet, so this
-            // partition is in none (KIP-890: such an append is refused, never left
-            // hanging; Kafka's InvalidTxnStateException).
+        if view.attributes().is_transactional() && !verified {
+            // Not verified with a coordinator: this partition is in no transaction of the
+            // producer's (KIP-890: refused, never left hanging; Kafka's
+            // InvalidTxnStateException).
             return Err(KafkaError::InvalidTxnState);
         }
         self.require_keys(&view)?;
-        self.append_batch(batch, &view, acks_all, started).await
+        let ids = batch_ids(&view);
+        self.append_batch(batch, &view, ids, acks_all, started)
+            .await
+    }
+
+    /// Appends a transactional batch a coordinator built (TxnOffsetCommit's offsets in
+    /// `__consumer_offsets`) and waits until durable. Its sequence is not checked: as in
+    /// Kafka, a coordinator's append has none. Returns its base offset.
+    pub async fn append_coordinator_batch(
+        self: &Rc<Self>,
+        batch: Bytes,
+    ) -> Result<KafkaOffset, KafkaError> {
+        let started = crate::common::clock::now();
+        let view = RecordBatch::parse(batch.clone()).map_err(KafkaError::from_batch)?;
+        let p = self.append_batch(batch, &view, None, true, started).await?;
+        Ok(p.base_offset)
     }
 
     /// Appends the marker that ends producer `producer_id`'s transaction (what a
@@ -436,20 +473,20 @@ impl Partition {
         self.producers
             .borrow()
             .check_marker(producer_id, producer_epoch)?;
-        let p = self.append_batch(batch, &view, true, started).await?;
+        let p = self.append_batch(batch, &view, None, true, started).await?;
         Ok(p.base_offset)
     }
 
-    /// Appends a checked batch (a producer's, or a marker); with `acks_all`, waits until
-    /// durable.
+    /// Appends a checked batch (a producer's with its idempotence fields `ids`, a marker,
+    /// or a coordinator's); with `acks_all`, waits until durable.
     async fn append_batch(
         self: &Rc<Self>,
         batch: Bytes,
         view: &RecordBatch,
+        ids: Option<(i64, i16, i32, i32)>,
         acks_all: bool,
         started: std::time::Instant,
     ) -> Result<Produced, KafkaError> {
-        let ids = batch_ids(view);
         let replication = self.replication.borrow().clone();
         if let Some((rep, group)) = replication {
             return self
@@ -1403,13 +1440,10 @@ mod tests {
         .encode(&plain.as_bytes()[strand_wire::BATCH_HEADER_BYTES..])
     }
 
-    /// Appends `txn_batch(pid)` as the transaction path will (no coordinator accepts one
-    /// from a client yet, so `produce` refuses it).
+    /// Appends `txn_batch(pid)` as a Produce the coordinator verified does.
     async fn append_txn_data(part: &Rc<Partition>, pid: i64) -> i64 {
-        let b = txn_batch(pid);
-        let view = RecordBatch::parse(b.clone()).expect("batch");
         let p = part
-            .append_batch(b, &view, true, crate::common::clock::now())
+            .produce_transactional(txn_batch(pid), true)
             .await
             .expect("appended");
         p.base_offset.0

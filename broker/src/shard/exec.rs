@@ -40,6 +40,42 @@ impl Shard {
             }
             Op::MetaCommands(cmds) => Reply::Meta(self.meta_commands(cmds).await),
             Op::Group(req) => Reply::Encoded(self.run_group_request(req).await),
+            op @ (Op::DescribeGroups(_)
+            | Op::ListGroups
+            | Op::DeleteGroups(_)
+            | Op::CommitOffsets { .. }
+            | Op::OffsetFetch(_)) => self.execute_group_op(op).await,
+            Op::Stats => Reply::Stats(Box::new(self.snapshot())),
+            Op::Leaders(changes) => {
+                self.note_leaders(changes);
+                Reply::Done
+            }
+            Op::RemoteLeaders(changes) => {
+                self.note_remote_leaders(changes);
+                Reply::Done
+            }
+            Op::AllocateProducerId => Reply::ProducerId(self.allocate_producer_id().await),
+            Op::WriteMarkers(m) => Reply::Codes(self.write_markers_local(m).await),
+            Op::VerifyTxn(check) => {
+                self.wait_txn_loaded(&check.transactional_id).await;
+                Reply::Codes(vec![self.verify_txn(&check)])
+            }
+            Op::ControllerView => Reply::View(self.replicator().and_then(|r| r.controller_view())),
+            Op::AdmitConnection(ip) => Reply::Admission(self.admission.borrow_mut().admit(ip)),
+            Op::ReleaseConnection(ip) => {
+                self.admission.borrow_mut().release(ip);
+                Reply::Done
+            }
+            Op::Shutdown => {
+                self.shutdown().await;
+                Reply::Done
+            }
+        }
+    }
+
+    /// Executes an op of the groups this shard coordinates.
+    async fn execute_group_op(self: &Rc<Self>, op: Op) -> Reply {
+        match op {
             Op::DescribeGroups(ids) => {
                 self.wait_all_groups_loaded().await;
                 Reply::Described(self.describe_groups_local(ids))
@@ -70,26 +106,7 @@ impl Shard {
                 self.wait_all_groups_loaded().await;
                 Reply::Offsets(self.offset_fetch_local(reqs))
             }
-            Op::Stats => Reply::Stats(Box::new(self.snapshot())),
-            Op::Leaders(changes) => {
-                self.note_leaders(changes);
-                Reply::Done
-            }
-            Op::RemoteLeaders(changes) => {
-                self.note_remote_leaders(changes);
-                Reply::Done
-            }
-            Op::AllocateProducerId => Reply::ProducerId(self.allocate_producer_id().await),
-            Op::ControllerView => Reply::View(self.replicator().and_then(|r| r.controller_view())),
-            Op::AdmitConnection(ip) => Reply::Admission(self.admission.borrow_mut().admit(ip)),
-            Op::ReleaseConnection(ip) => {
-                self.admission.borrow_mut().release(ip);
-                Reply::Done
-            }
-            Op::Shutdown => {
-                self.shutdown().await;
-                Reply::Done
-            }
+            _ => Reply::Done,
         }
     }
 
@@ -111,7 +128,11 @@ impl Shard {
                         }
                     }
                 };
-                let r = part.produce(p.batch, acks_all).await;
+                let r = if p.txn_verified {
+                    part.produce_transactional(p.batch, acks_all).await
+                } else {
+                    part.produce(p.batch, acks_all).await
+                };
                 let log_start_offset = part.log().log_start_offset();
                 match r {
                     Ok(done) => ProduceResult {
@@ -421,7 +442,7 @@ impl Shard {
     /// The partition if this node serves it to clients. Cluster mode: a partition hosted
     /// elsewhere, or here but led by another node, is NOT_LEADER_OR_FOLLOWER (clients
     /// refresh metadata and retry); without a cluster only unknown partitions fail.
-    fn serving(&self, topic: &str, p: i32) -> Result<Rc<Partition>, KafkaError> {
+    pub(crate) fn serving(&self, topic: &str, p: i32) -> Result<Rc<Partition>, KafkaError> {
         match self.partition(topic, p) {
             Some(part) if part.serving() => Ok(part),
             Some(_) => Err(KafkaError::NotLeader),

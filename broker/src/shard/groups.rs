@@ -119,6 +119,11 @@ impl Shard {
         part: &Partition,
         end: strand_storage::KafkaOffset,
     ) -> anyhow::Result<()> {
+        let partitions = self
+            .metadata()
+            .topics
+            .get(crate::group::OFFSETS_TOPIC)
+            .map_or(1, |t| t.shards.len());
         // The checkpoint's compacted records, then the log after it.
         let (from, records) = part.compacted_checkpoint();
         let from = match records {
@@ -129,7 +134,11 @@ impl Shard {
             None => part.log().log_start_offset(),
         };
         let (_, bytes) = crate::partition::checkpoint::replay_batches(part.log(), from, end, |b| {
-            crate::group::coordinator::replay_batch(&mut self.groups.borrow_mut(), b)
+            crate::group::coordinator::replay_batch(
+                &mut self.groups.borrow_mut(),
+                (part.index, partitions),
+                b,
+            )
         })
         .await?;
         part.metrics().state_replayed(bytes);

@@ -19,6 +19,7 @@ pub mod groups;
 pub mod ops;
 pub mod placement;
 pub mod queue;
+pub mod txns;
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
@@ -120,6 +121,15 @@ pub struct Shard {
     /// Cluster mode: offsets partitions whose groups are being replayed after this node
     /// became their leader (their coordinator answers COORDINATOR_LOAD_IN_PROGRESS).
     pub(crate) groups_loading: RefCell<std::collections::BTreeSet<i32>>,
+    /// Transactional ids coordinated by this shard.
+    pub(crate) txns: RefCell<HashMap<String, crate::txn::metadata::TxnMetadata>>,
+    /// Transactional ids with a change in progress (`txn::coordinator::Busy`).
+    pub(crate) txns_busy: RefCell<std::collections::HashSet<String>>,
+    /// Cluster mode: `__transaction_state` partitions being replayed after this node
+    /// became their leader.
+    pub(crate) txns_loading: RefCell<std::collections::BTreeSet<i32>>,
+    /// Transactional ids were loaded: the sweeper completes their Prepare* transactions.
+    pub(crate) txns_resume: Cell<bool>,
     cache: Rc<BatchCache>,
     metastore: RefCell<Option<MetaStore>>,
     stats: Cell<ShardStats>,
@@ -197,6 +207,10 @@ impl Shard {
             partitions: RefCell::new(HashMap::new()),
             groups: RefCell::new(HashMap::new()),
             groups_loading: RefCell::new(std::collections::BTreeSet::new()),
+            txns: RefCell::new(HashMap::new()),
+            txns_busy: RefCell::new(std::collections::HashSet::new()),
+            txns_loading: RefCell::new(std::collections::BTreeSet::new()),
+            txns_resume: Cell::new(false),
             requests: RefCell::new(vec![0; api_names.len()]),
             applying_metadata: Cell::new(false),
             connections: Cell::new(0),
@@ -376,10 +390,20 @@ impl Shard {
         ));
         part.set_cleanup(crate::cluster::topic_config::cleanup_config(configs));
         let offsets = topic == crate::group::OFFSETS_TOPIC;
-        let keyed = offsets.then_some(crate::group::records::scope_of as KeyScope);
+        let txn_state = topic == crate::txn::coordinator::TXN_STATE_TOPIC;
+        let keyed = if offsets {
+            Some(crate::group::records::scope_of as KeyScope)
+        } else if txn_state {
+            Some(crate::txn::records::scope_of as KeyScope)
+        } else {
+            None
+        };
         part.load_producer_state(self.clustered(), keyed).await?;
         if offsets {
             self.load_groups(&part).await?;
+        }
+        if txn_state {
+            self.load_txns(&part).await?;
         }
         self.partitions
             .borrow_mut()
@@ -610,6 +634,16 @@ impl crate::cluster::ClusterHost for Shard {
     }
 
     fn on_leader_gain(self: &Rc<Self>, part: &Rc<Partition>) -> Option<Box<dyn Fn()>> {
+        if part.topic == crate::txn::coordinator::TXN_STATE_TOPIC {
+            let (weak, p) = (Rc::downgrade(self), part.clone());
+            return Some(Box::new(move || {
+                if let Some(s) = weak.upgrade() {
+                    s.txns_loading.borrow_mut().insert(p.index);
+                    let p = p.clone();
+                    crate::runtime::task::spawn_local(async move { s.reload_txns(&p).await });
+                }
+            }));
+        }
         if part.topic != crate::group::OFFSETS_TOPIC {
             return None;
         }

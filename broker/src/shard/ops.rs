@@ -29,6 +29,9 @@ pub struct ProducePart {
     pub partition: i32,
     /// The producer's batch bytes.
     pub batch: Bytes,
+    /// The transaction coordinator confirmed that this partition is in the producer's open
+    /// transaction (KIP-890): a transactional batch is taken only then.
+    pub txn_verified: bool,
 }
 
 /// Outcome for one partition of a produce.
@@ -118,6 +121,20 @@ pub struct FetchLimit {
     pub first_batch_whole: bool,
 }
 
+/// What a partition leader asks a transactional id's coordinator before it takes a
+/// transactional batch (KIP-890 part 1).
+#[derive(Debug, Clone)]
+pub struct TxnCheck {
+    /// Transactional id.
+    pub transactional_id: String,
+    /// Producer id.
+    pub producer_id: i64,
+    /// Producer epoch.
+    pub producer_epoch: i16,
+    /// (topic, partition) the producer writes to.
+    pub partitions: Vec<(String, i32)>,
+}
+
 /// Work sent to a shard.
 #[derive(Debug)]
 pub enum Op {
@@ -175,6 +192,11 @@ pub enum Op {
     Stats,
     /// Hand out a new producer id (shard 0 only).
     AllocateProducerId,
+    /// Write a transaction's markers to partitions this shard leads (codes in order).
+    WriteMarkers(crate::cluster::markers::Markers),
+    /// KIP-890 verification at the coordinator shard of a transactional id: whether the
+    /// producer's open transaction includes these partitions (one code).
+    VerifyTxn(TxnCheck),
     /// Cluster mode, shard 0: the controller group as this node sees it.
     ControllerView,
     /// Shard 0: count a new Kafka connection from this address, or refuse it

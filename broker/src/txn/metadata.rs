@@ -19,10 +19,6 @@ use std::collections::BTreeSet;
 
 use crate::common::errors::code;
 
-/// Kafka's `transaction.max.timeout.ms` default: longer `transaction.timeout.ms` values
-/// are refused with INVALID_TRANSACTION_TIMEOUT.
-pub const TRANSACTION_MAX_TIMEOUT_MS_DEFAULT: i32 = 900_000;
-
 /// The highest epoch a producer id is used with (Kafka: `Short.MaxValue - 1`).
 const EPOCH_MAX: i16 = i16::MAX - 1;
 
@@ -161,6 +157,11 @@ impl TxnMetadata {
             start_ms: -1,
             last_update_ms: now_ms,
         }
+    }
+
+    /// Whether the next epoch bump needs a new producer id (the epoch is exhausted).
+    pub fn epoch_exhausted(&self) -> bool {
+        self.producer_epoch >= EPOCH_MAX
     }
 
     /// Checks a requested `transaction.timeout.ms` against `max_ms`.
@@ -534,7 +535,7 @@ mod tests {
 
     #[test]
     fn timeouts_above_the_maximum_are_refused() {
-        let max = TRANSACTION_MAX_TIMEOUT_MS_DEFAULT;
+        let max = crate::common::config::TRANSACTION_MAX_TIMEOUT_MS_DEFAULT as i32;
         assert_eq!(TxnMetadata::check_timeout(max, max), Ok(()));
         assert_eq!(
             TxnMetadata::check_timeout(max + 1, max),

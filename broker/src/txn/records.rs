@@ -212,6 +212,40 @@ pub fn decode_value(transactional_id: &str, bytes: &[u8]) -> Result<TxnMetadata,
     })
 }
 
+/// The compaction scope of a `__transaction_state` key: its transactional id, whose own
+/// key it is (`partition::compacted::KeyScope`).
+pub fn scope_of(key: &[u8]) -> Option<(String, bool)> {
+    decode_key(key).ok().map(|id| (id, true))
+}
+
+/// Applies one `__transaction_state` record to `txns` (a tombstone removes the id); an
+/// unreadable record is skipped with a warning.
+pub fn apply(
+    txns: &mut std::collections::HashMap<String, TxnMetadata>,
+    key: &[u8],
+    value: Option<&[u8]>,
+) {
+    let id = match decode_key(key) {
+        Ok(id) => id,
+        Err(e) => {
+            tracing::warn!(error = %e, "skipping an unreadable __transaction_state key");
+            return;
+        }
+    };
+    match value.map(|v| decode_value(&id, v)) {
+        Some(Ok(m)) => {
+            txns.insert(id, m);
+        }
+        Some(Err(e)) => {
+            tracing::warn!(transactional_id = %id, error = %e,
+                "skipping an unreadable __transaction_state value");
+        }
+        None => {
+            txns.remove(&id);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

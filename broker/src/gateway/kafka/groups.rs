@@ -71,8 +71,9 @@ pub async fn route(
     }
 }
 
-/// Runs a single-group request that reached its coordinator shard (installed in every
-/// [`Shard`] at start-up as its group request handler).
+/// Runs a single-group request, or a transaction coordinator's request, that reached its
+/// coordinator shard (installed in every [`Shard`] at start-up as its group request
+/// handler).
 pub fn on_coordinator(
     shard: &Rc<Shard>,
     req: GroupRequest,
@@ -86,6 +87,11 @@ pub fn on_coordinator(
             client_id: req.client_id,
             client_host: req.client_host,
         };
+        if super::txn::is_coordinator_api(key) {
+            return super::txn::on_coordinator(shard, &ctx, req.body)
+                .await
+                .map_err(|e| e.to_string());
+        }
         let group = group_of(&ctx, &req.body).map_err(|e| e.to_string())?;
         shard.wait_group_loaded(&group).await;
         execute(shard, &ctx, &group, req.body)
@@ -104,6 +110,11 @@ pub fn group_of(ctx: &Ctx, body: &Bytes) -> Result<String, FramingError> {
         ApiKey::LeaveGroup => ctx.decode::<LeaveGroupRequest>(b)?.group_id.0.to_string(),
         ApiKey::OffsetCommit => ctx.decode::<OffsetCommitRequest>(b)?.group_id.0.to_string(),
         ApiKey::OffsetDelete => ctx.decode::<OffsetDeleteRequest>(b)?.group_id.0.to_string(),
+        ApiKey::TxnOffsetCommit => ctx
+            .decode::<TxnOffsetCommitRequest>(b)?
+            .group_id
+            .0
+            .to_string(),
         _ => return Err(FramingError::UnsupportedApi(ctx.key as i16)),
     })
 }
@@ -157,6 +168,7 @@ pub async fn execute(
         ApiKey::LeaveGroup => leave(shard, ctx, body).await,
         ApiKey::OffsetCommit => commit(shard, ctx, body).await,
         ApiKey::OffsetDelete => offset_delete(shard, ctx, body).await,
+        ApiKey::TxnOffsetCommit => super::txn::offset_commit(shard, ctx, body).await,
         _ => Err(FramingError::UnsupportedApi(ctx.key as i16)),
     }
 }
@@ -185,6 +197,7 @@ fn refused(ctx: &Ctx, body: Bytes, error: i16) -> Result<Bytes, FramingError> {
             let r: OffsetCommitRequest = ctx.decode(body)?;
             ctx.respond(&commit_answer(&r, std::iter::repeat(error)))
         }
+        ApiKey::TxnOffsetCommit => super::txn::offset_commit_refused(ctx, body, error),
         _ => Err(FramingError::UnsupportedApi(ctx.key as i16)),
     }
 }
@@ -371,15 +384,30 @@ async fn offset_delete(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Byte
     ctx.respond(&resp)
 }
 
-/// FindCoordinator: this node coordinates every group; transactions are not implemented.
-pub fn find_coordinator(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
+/// FindCoordinator: for a group (key type 0) the node leading its `__consumer_offsets`
+/// partition, for a transactional id (key type 1) the node leading its
+/// `__transaction_state` partition; that topic is created by the first such lookup, as
+/// Kafka does. Any other key type is INVALID_REQUEST.
+pub async fn find_coordinator(
+    shard: &Rc<Shard>,
+    ctx: &Ctx,
+    body: Bytes,
+) -> Result<Bytes, FramingError> {
     let r: FindCoordinatorRequest = ctx.decode(body)?;
+    let topic = match r.key_type {
+        0 => Some(OFFSETS_TOPIC),
+        1 => Some(crate::txn::coordinator::TXN_STATE_TOPIC),
+        _ => None,
+    };
+    if r.key_type == 1 {
+        super::txn::ensure_txn_topic(shard).await;
+    }
     let c = &shard.config;
     let meta = shard.metadata();
-    let ready = meta.topics.contains_key(OFFSETS_TOPIC);
-    // Cluster mode: the coordinator is the node leading the group's offsets partition.
+    let ready = topic.is_some_and(|t| meta.topics.contains_key(t));
+    // Cluster mode: the coordinator is the node leading the key's partition.
     let leader_of = |key: &StrBytes| -> Option<(i32, String, i32)> {
-        let t = meta.topics.get(OFFSETS_TOPIC)?;
+        let t = meta.topics.get(topic?)?;
         let p = partition_for(key.as_str(), t.shards.len());
         let (leader, _) = shard.leader_of_group(t.group_of(p));
         let n = meta.nodes.get(&leader)?;
@@ -388,12 +416,12 @@ pub fn find_coordinator(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Byt
     let answer = |key: StrBytes| {
         let clustered = shard.clustered().then(|| leader_of(&key));
         let base = Coordinator::default().with_key(key);
-        if r.key_type == 1 {
+        if topic.is_none() {
             base.with_node_id(BrokerId(-1))
                 .with_host(s(""))
                 .with_port(-1)
                 .with_error_code(code::INVALID_REQUEST)
-                .with_error_message(Some(s("transactions are not supported by this broker")))
+                .with_error_message(Some(s(format!("unknown key type {}", r.key_type))))
         } else if !ready || clustered.as_ref().is_some_and(Option::is_none) {
             base.with_node_id(BrokerId(-1))
                 .with_host(s(""))

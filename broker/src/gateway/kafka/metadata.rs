@@ -126,7 +126,10 @@ fn topic_metadata(
             } else {
                 i32::MIN
             })
-            .with_is_internal(name == crate::group::OFFSETS_TOPIC)
+            .with_is_internal(
+                name == crate::group::OFFSETS_TOPIC
+                    || name == crate::txn::coordinator::TXN_STATE_TOPIC,
+            )
             .with_topic_id(if ctx.version >= 10 {
                 uuid::Uuid::from_u128(t.id)
             } else {

@@ -21,6 +21,7 @@ pub mod quorum;
 pub mod reassign;
 pub mod records;
 pub mod topics;
+pub mod txn;
 
 use std::rc::Rc;
 
@@ -47,6 +48,11 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DescribeCluster, 0, 1),
     (ApiKey::InitProducerId, 0, 4),
+    (ApiKey::AddPartitionsToTxn, 0, 3),
+    (ApiKey::AddOffsetsToTxn, 0, 3),
+    (ApiKey::EndTxn, 0, 3),
+    (ApiKey::TxnOffsetCommit, 0, 3),
+    (ApiKey::WriteTxnMarkers, 1, 1),
     (ApiKey::FindCoordinator, 0, 4),
     (ApiKey::JoinGroup, 0, 7),
     (ApiKey::SyncGroup, 0, 5),
@@ -112,6 +118,11 @@ pub fn api_name(key: ApiKey) -> &'static str {
         ApiKey::IncrementalAlterConfigs => "incremental_alter_configs",
         ApiKey::DescribeCluster => "describe_cluster",
         ApiKey::InitProducerId => "init_producer_id",
+        ApiKey::AddPartitionsToTxn => "add_partitions_to_txn",
+        ApiKey::AddOffsetsToTxn => "add_offsets_to_txn",
+        ApiKey::EndTxn => "end_txn",
+        ApiKey::TxnOffsetCommit => "txn_offset_commit",
+        ApiKey::WriteTxnMarkers => "write_txn_markers",
         ApiKey::FindCoordinator => "find_coordinator",
         ApiKey::JoinGroup => "join_group",
         ApiKey::SyncGroup => "sync_group",
@@ -195,12 +206,13 @@ pub async fn handle(
         ApiKey::DescribeConfigs => configs::describe(shard, &ctx, buf).await.map(Some),
         ApiKey::AlterConfigs => configs::replace(shard, &ctx, buf).await.map(Some),
         ApiKey::IncrementalAlterConfigs => configs::incremental(shard, &ctx, buf).await.map(Some),
-        ApiKey::FindCoordinator => groups::find_coordinator(shard, &ctx, buf).map(Some),
+        ApiKey::FindCoordinator => groups::find_coordinator(shard, &ctx, buf).await.map(Some),
         ApiKey::JoinGroup
         | ApiKey::SyncGroup
         | ApiKey::Heartbeat
         | ApiKey::LeaveGroup
         | ApiKey::OffsetCommit
+        | ApiKey::TxnOffsetCommit
         | ApiKey::OffsetDelete => {
             let group = groups::group_of(&ctx, &buf)?;
             groups::route(shard, &ctx, &group, buf).await.map(Some)
@@ -210,6 +222,11 @@ pub async fn handle(
         ApiKey::DescribeGroups => groups::describe(shard, &ctx, buf).await.map(Some),
         ApiKey::DeleteGroups => groups::delete(shard, &ctx, buf).await.map(Some),
         ApiKey::InitProducerId => producer::init(shard, &ctx, buf).await.map(Some),
+        ApiKey::AddPartitionsToTxn | ApiKey::AddOffsetsToTxn | ApiKey::EndTxn => {
+            let id = txn::transactional_id_of(&ctx, &buf)?;
+            txn::route(shard, &ctx, &id, buf).await.map(Some)
+        }
+        ApiKey::WriteTxnMarkers => txn::write_markers(shard, &ctx, buf).await.map(Some),
         ApiKey::DescribeCluster => cluster::describe(shard, &ctx, buf).await.map(Some),
         ApiKey::UnregisterBroker => cluster::unregister(shard, &ctx, buf).await.map(Some),
         ApiKey::DescribeQuorum => quorum::describe(shard, &ctx, buf).await.map(Some),

@@ -1,6 +1,6 @@
 //! InitProducerId for idempotent producers: a producer id never handed out before (ids
-//! are reserved in blocks in the metadata log), epoch 0. Transactions are not implemented:
-//! a transactional id is refused, and the transaction APIs are not advertised.
+//! are reserved in blocks in the metadata log), epoch 0. With a transactional id the
+//! request goes to that id's transaction coordinator (`txn`).
 
 use std::rc::Rc;
 
@@ -8,18 +8,17 @@ use bytes::Bytes;
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 
 use super::{Ctx, FramingError};
-use crate::common::errors::code;
 use crate::shard::ops::{Op, Reply};
 use crate::shard::Shard;
 
 /// InitProducerId.
 pub async fn init(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
-    let req: InitProducerIdRequest = ctx.decode(body)?;
+    let req: InitProducerIdRequest = ctx.decode(body.clone())?;
     let resp = InitProducerIdResponse::default()
         .with_producer_id(ProducerId(-1))
         .with_producer_epoch(-1);
-    if req.transactional_id.is_some() {
-        return ctx.respond(&resp.with_error_code(code::INVALID_REQUEST));
+    if let Some(id) = req.transactional_id.as_ref() {
+        return super::txn::route(shard, ctx, &id.0, body).await;
     }
     let resp = match shard.call(0, Op::AllocateProducerId).await {
         Reply::ProducerId(Ok(id)) => resp.with_producer_id(ProducerId(id)).with_producer_epoch(0),

@@ -1,0 +1,570 @@
+//! Transaction APIs: InitProducerId with a transactional id, AddPartitionsToTxn (v0–3),
+//! AddOffsetsToTxn, EndTxn (run on the id's coordinator shard, `txn::coordinator`),
+//! TxnOffsetCommit (on the group's coordinator shard), WriteTxnMarkers (a coordinator on
+//! another node asking this one's partition leaders), and the KIP-890 verification of a
+//! transactional Produce. `__transaction_state` is created by the first FindCoordinator
+//! for a transactional id.
+//!
+//! Invariant: a request for one transactional id is executed only on the shard that owns
+//! its `__transaction_state` partition, once that partition is loaded there.
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use bytes::Bytes;
+use kafka_protocol::messages::add_partitions_to_txn_response::{
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
+};
+use kafka_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::write_txn_markers_response::{
+    WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
+};
+use kafka_protocol::messages::*;
+
+use super::{Ctx, FramingError};
+use crate::cluster::markers::Markers;
+use crate::cluster::ClusterHost;
+use crate::common::errors::{code, KafkaError};
+use crate::group::state::Committed;
+use crate::shard::ops::{
+    GroupRequest, Op, ProducePart, ProduceResult, Reply, ShardSplit, Slot, TxnCheck,
+};
+use crate::shard::Shard;
+use crate::txn::coordinator::{self, AddError, TXN_STATE_TOPIC};
+
+/// `segment.bytes` of `__transaction_state` (Kafka's
+/// `transaction.state.log.segment.bytes`).
+const TXN_STATE_SEGMENT_BYTES: u64 = 100 * 1024 * 1024;
+
+/// Whether `key` is a request the transaction coordinator of one id executes.
+pub fn is_coordinator_api(key: ApiKey) -> bool {
+    matches!(
+        key,
+        ApiKey::InitProducerId
+            | ApiKey::AddPartitionsToTxn
+            | ApiKey::AddOffsetsToTxn
+            | ApiKey::EndTxn
+    )
+}
+
+/// Creates `__transaction_state` (compacted, `transaction_state_num_partitions`
+/// partitions, the default replication factor) unless it exists.
+pub async fn ensure_txn_topic(shard: &Rc<Shard>) {
+    if shard.metadata().topics.contains_key(TXN_STATE_TOPIC) {
+        return;
+    }
+    let configs = BTreeMap::from([
+        ("cleanup.policy".to_string(), "compact".to_string()),
+        (
+            "segment.bytes".to_string(),
+            TXN_STATE_SEGMENT_BYTES.to_string(),
+        ),
+    ]);
+    let n = shard.config.transaction_state_num_partitions;
+    let cmd = super::topics::create_command(shard, TXN_STATE_TOPIC, n, configs, -1);
+    match super::topics::commit(shard, vec![cmd]).await.pop() {
+        Some(Err(crate::cluster::metadata::MetaError::TopicExists(_))) | Some(Ok(())) | None => {}
+        Some(Err(e)) => tracing::warn!(error = %e, "cannot create {TXN_STATE_TOPIC}"),
+    }
+}
+
+/// The shard of this node that owns `id`'s `__transaction_state` partition.
+fn coordinator_shard(shard: &Shard, id: &str) -> Option<usize> {
+    let meta = shard.metadata();
+    let t = meta.topics.get(TXN_STATE_TOPIC)?;
+    meta.shard_of(
+        TXN_STATE_TOPIC,
+        coordinator::partition_for(id, t.shards.len()),
+    )
+}
+
+/// The transactional id of a coordinator request (decoded on the connection's shard).
+pub fn transactional_id_of(ctx: &Ctx, body: &Bytes) -> Result<String, FramingError> {
+    let b = body.clone();
+    Ok(match ctx.key {
+        ApiKey::InitProducerId => ctx
+            .decode::<InitProducerIdRequest>(b)?
+            .transactional_id
+            .map(|t| t.0.to_string())
+            .unwrap_or_default(),
+        ApiKey::AddPartitionsToTxn => ctx
+            .decode::<AddPartitionsToTxnRequest>(b)?
+            .v3_and_below_transactional_id
+            .0
+            .to_string(),
+        ApiKey::AddOffsetsToTxn => ctx
+            .decode::<AddOffsetsToTxnRequest>(b)?
+            .transactional_id
+            .0
+            .to_string(),
+        ApiKey::EndTxn => ctx
+            .decode::<EndTxnRequest>(b)?
+            .transactional_id
+            .0
+            .to_string(),
+        _ => return Err(FramingError::UnsupportedApi(ctx.key as i16)),
+    })
+}
+
+/// Runs a transaction coordinator request on the shard owning its id; without
+/// `__transaction_state` (no FindCoordinator for a transactional id yet) it is answered
+/// NOT_COORDINATOR, which sends the client to FindCoordinator.
+pub async fn route(
+    shard: &Rc<Shard>,
+    ctx: &Ctx,
+    id: &str,
+    body: Bytes,
+) -> Result<Bytes, FramingError> {
+    let Some(target) = coordinator_shard(shard, id) else {
+        return refused(ctx, body, code::NOT_COORDINATOR);
+    };
+    let op = Op::Group(GroupRequest {
+        key: ctx.key as i16,
+        version: ctx.version,
+        correlation_id: ctx.correlation_id,
+        client_id: ctx.client_id.clone(),
+        client_host: ctx.client_host.clone(),
+        body,
+    });
+    match shard.call(target, op).await {
+        Reply::Encoded(Ok(b)) => Ok(b),
+        Reply::Encoded(Err(e)) => Err(FramingError::Malformed(e)),
+        _ => Err(FramingError::Malformed(
+            "coordinator shard unavailable".into(),
+        )),
+    }
+}
+
+/// Executes a coordinator request that reached the shard owning its id.
+pub async fn on_coordinator(
+    shard: &Rc<Shard>,
+    ctx: &Ctx,
+    body: Bytes,
+) -> Result<Bytes, FramingError> {
+    let id = transactional_id_of(ctx, &body)?;
+    shard.wait_txn_loaded(&id).await;
+    match ctx.key {
+        ApiKey::InitProducerId => init_producer_id(shard, ctx, &id, body).await,
+        ApiKey::AddPartitionsToTxn => add_partitions(shard, ctx, &id, body).await,
+        ApiKey::AddOffsetsToTxn => add_offsets(shard, ctx, &id, body).await,
+        ApiKey::EndTxn => end_txn(shard, ctx, &id, body).await,
+        _ => Err(FramingError::UnsupportedApi(ctx.key as i16)),
+    }
+}
+
+/// PRODUCER_FENCED as the request's version knows it: versions before `since` get
+/// INVALID_PRODUCER_EPOCH (Kafka's answer to clients that predate KIP-588).
+fn fenced_as(c: i16, version: i16, since: i16) -> i16 {
+    if c == code::PRODUCER_FENCED && version < since {
+        code::INVALID_PRODUCER_EPOCH
+    } else {
+        c
+    }
+}
+
+/// The answer to a coordinator request refused with `error` before it ran.
+fn refused(ctx: &Ctx, body: Bytes, error: i16) -> Result<Bytes, FramingError> {
+    match ctx.key {
+        ApiKey::InitProducerId => ctx.respond(
+            &InitProducerIdResponse::default()
+                .with_error_code(error)
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1),
+        ),
+        ApiKey::AddPartitionsToTxn => {
+            let r: AddPartitionsToTxnRequest = ctx.decode(body)?;
+            ctx.respond(&add_partitions_answer(&r, std::iter::repeat(error)))
+        }
+        ApiKey::AddOffsetsToTxn => {
+            ctx.respond(&AddOffsetsToTxnResponse::default().with_error_code(error))
+        }
+        ApiKey::EndTxn => ctx.respond(&EndTxnResponse::default().with_error_code(error)),
+        _ => Err(FramingError::UnsupportedApi(ctx.key as i16)),
+    }
+}
+
+async fn init_producer_id(
+    shard: &Rc<Shard>,
+    ctx: &Ctx,
+    id: &str,
+    body: Bytes,
+) -> Result<Bytes, FramingError> {
+    let r: InitProducerIdRequest = ctx.decode(body)?;
+    let expected = (r.producer_id.0 >= 0).then_some((r.producer_id.0, r.producer_epoch));
+    let resp = InitProducerIdResponse::default();
+    let resp =
+        match coordinator::init_producer_id(shard, id, r.transaction_timeout_ms, expected).await {
+            Ok((pid, epoch)) => resp
+                .with_producer_id(ProducerId(pid))
+                .with_producer_epoch(epoch),
+            Err(c) => resp
+                .with_error_code(fenced_as(c, ctx.version, 4))
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1),
+        };
+    ctx.respond(&resp)
+}
+
+/// The AddPartitionsToTxn (v0–3) response echoing the request's partitions with `codes`.
+fn add_partitions_answer(
+    r: &AddPartitionsToTxnRequest,
+    mut codes: impl Iterator<Item = i16>,
+) -> AddPartitionsToTxnResponse {
+    let topics = r
+        .v3_and_below_topics
+        .iter()
+        .map(|t| {
+            let parts = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    AddPartitionsToTxnPartitionResult::default()
+                        .with_partition_index(*p)
+                        .with_partition_error_code(codes.next().unwrap_or(code::NONE))
+                })
+                .collect();
+            AddPartitionsToTxnTopicResult::default()
+                .with_name(t.name.clone())
+                .with_results_by_partition(parts)
+        })
+        .collect();
+    AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(topics)
+}
+
+async fn add_partitions(
+    shard: &Rc<Shard>,
+    ctx: &Ctx,
+    id: &str,
+    body: Bytes,
+) -> Result<Bytes, FramingError> {
+    let r: AddPartitionsToTxnRequest = ctx.decode(body)?;
+    let partitions: Vec<(String, i32)> = r
+        .v3_and_below_topics
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(|p| (t.name.0.to_string(), *p)))
+        .collect();
+    let result = coordinator::add_partitions(
+        shard,
+        id,
+        r.v3_and_below_producer_id.0,
+        r.v3_and_below_producer_epoch,
+        &partitions,
+    )
+    .await;
+    let resp = match result {
+        Ok(()) => add_partitions_answer(&r, std::iter::repeat(code::NONE)),
+        Err(AddError::All(c)) => {
+            add_partitions_answer(&r, std::iter::repeat(fenced_as(c, ctx.version, 2)))
+        }
+        Err(AddError::Each(codes)) => add_partitions_answer(&r, codes.into_iter()),
+    };
+    ctx.respond(&resp)
+}
+
+async fn add_offsets(
+    shard: &Rc<Shard>,
+    ctx: &Ctx,
+    id: &str,
+    body: Bytes,
+) -> Result<Bytes, FramingError> {
+    let r: AddOffsetsToTxnRequest = ctx.decode(body)?;
+    let meta = shard.metadata();
+    let Some(n) = meta
+        .topics
+        .get(crate::group::OFFSETS_TOPIC)
+        .map(|t| t.shards.len())
+    else {
+        return ctx.respond(
+            &AddOffsetsToTxnResponse::default().with_error_code(code::COORDINATOR_NOT_AVAILABLE),
+        );
+    };
+    let p = crate::group::partition_for(&r.group_id.0, n);
+    let partitions = [(crate::group::OFFSETS_TOPIC.to_string(), p)];
+    let c = match coordinator::add_partitions(
+        shard,
+        id,
+        r.producer_id.0,
+        r.producer_epoch,
+        &partitions,
+    )
+    .await
+    {
+        Ok(()) => code::NONE,
+        Err(AddError::All(c)) => fenced_as(c, ctx.version, 2),
+        Err(AddError::Each(codes)) => codes
+            .first()
+            .copied()
+            .unwrap_or(code::COORDINATOR_NOT_AVAILABLE),
+    };
+    ctx.respond(&AddOffsetsToTxnResponse::default().with_error_code(c))
+}
+
+async fn end_txn(
+    shard: &Rc<Shard>,
+    ctx: &Ctx,
+    id: &str,
+    body: Bytes,
+) -> Result<Bytes, FramingError> {
+    let r: EndTxnRequest = ctx.decode(body)?;
+    let c = match coordinator::end_txn(shard, id, r.producer_id.0, r.producer_epoch, r.committed)
+        .await
+    {
+        Ok(()) => code::NONE,
+        Err(c) => fenced_as(c, ctx.version, 2),
+    };
+    ctx.respond(&EndTxnResponse::default().with_error_code(c))
+}
+
+/// Asks the coordinator of `id` whether producer `producer_id` at `epoch` has an open
+/// transaction with every partition of `partitions` (KIP-890 part 1). The coordinator is
+/// a shard of this node; one on another node is not asked yet (a cluster's partition
+/// leader takes the batch unverified, as before KIP-890).
+pub async fn verify(
+    shard: &Rc<Shard>,
+    id: &str,
+    producer_id: i64,
+    epoch: i16,
+    partitions: Vec<(String, i32)>,
+) -> Result<(), i16> {
+    let Some(target) = coordinator_shard(shard, id) else {
+        return Err(code::INVALID_TXN_STATE);
+    };
+    if shard.clustered() {
+        let meta = shard.metadata();
+        let leader = meta.topics.get(TXN_STATE_TOPIC).map(|t| {
+            let p = coordinator::partition_for(id, t.shards.len());
+            shard.leader_of_group(t.group_of(p)).0
+        });
+        if leader != Some(shard.config.node_id) {
+            return Ok(());
+        }
+    }
+    let op = Op::VerifyTxn(TxnCheck {
+        transactional_id: id.to_string(),
+        producer_id,
+        producer_epoch: epoch,
+        partitions,
+    });
+    match shard.call(target, op).await {
+        Reply::Codes(c) if c.first() == Some(&code::NONE) => Ok(()),
+        Reply::Codes(c) => Err(c.first().copied().unwrap_or(code::INVALID_TXN_STATE)),
+        _ => Err(code::COORDINATOR_NOT_AVAILABLE),
+    }
+}
+
+/// A transactional Produce: verifies its transactional batches with the coordinator;
+/// verified parts are marked so, refused ones are answered here and dropped from `split`.
+pub async fn verify_produce(
+    shard: &Rc<Shard>,
+    id: &TransactionalId,
+    split: ShardSplit<ProducePart>,
+    results: &mut [Vec<Option<ProduceResult>>],
+) -> ShardSplit<ProducePart> {
+    let mut parts: Vec<(usize, Slot, ProducePart)> = Vec::new();
+    for (s, ps, slots) in split.into_groups() {
+        parts.extend(slots.into_iter().zip(ps).map(|(slot, p)| (s, slot, p)));
+    }
+    let mut producer = None;
+    let mut asked = Vec::new();
+    for (_, _, p) in &parts {
+        if let Ok(view) = strand_wire::RecordBatch::parse(p.batch.clone()) {
+            if view.attributes().is_transactional() {
+                producer = Some((view.producer_id(), view.producer_epoch()));
+                asked.push((p.topic.clone(), p.partition));
+            }
+        }
+    }
+    let verdict = match producer {
+        Some((pid, epoch)) => verify(shard, id.0.as_str(), pid, epoch, asked).await,
+        None => Ok(()),
+    };
+    let mut out = ShardSplit::new(shard.count);
+    for (s, (ti, pi), mut p) in parts {
+        match verdict {
+            Ok(()) => {
+                p.txn_verified = true;
+                out.push(s, (ti, pi), p);
+            }
+            Err(c) => {
+                results[ti][pi] = Some(ProduceResult {
+                    error: Some(KafkaError::TxnVerification(c)),
+                    base_offset: strand_storage::KafkaOffset(-1),
+                    log_start_offset: strand_storage::KafkaOffset(-1),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The offsets of a TxnOffsetCommit, in request order.
+fn txn_offsets(r: &TxnOffsetCommitRequest) -> Vec<(String, i32, Committed)> {
+    r.topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(|p| {
+                let c = Committed {
+                    offset: p.committed_offset,
+                    leader_epoch: p.committed_leader_epoch,
+                    metadata: p
+                        .committed_metadata
+                        .as_ref()
+                        .map(|m| m.to_string())
+                        .unwrap_or_default(),
+                    commit_timestamp_ms: crate::common::clock::wall_ms(),
+                };
+                (t.name.0.to_string(), p.partition_index, c)
+            })
+        })
+        .collect()
+}
+
+/// The TxnOffsetCommit response echoing the request's partitions with `codes`.
+fn offset_commit_answer(
+    r: &TxnOffsetCommitRequest,
+    mut codes: impl Iterator<Item = i16>,
+) -> TxnOffsetCommitResponse {
+    let topics = r
+        .topics
+        .iter()
+        .map(|t| {
+            let parts = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    TxnOffsetCommitResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(codes.next().unwrap_or(code::NONE))
+                })
+                .collect();
+            TxnOffsetCommitResponseTopic::default()
+                .with_name(t.name.clone())
+                .with_partitions(parts)
+        })
+        .collect();
+    TxnOffsetCommitResponse::default().with_topics(topics)
+}
+
+/// TxnOffsetCommit refused before it ran (the group's coordinator is elsewhere).
+pub fn offset_commit_refused(ctx: &Ctx, body: Bytes, error: i16) -> Result<Bytes, FramingError> {
+    let r: TxnOffsetCommitRequest = ctx.decode(body)?;
+    ctx.respond(&offset_commit_answer(&r, std::iter::repeat(error)))
+}
+
+/// TxnOffsetCommit on the group's coordinator shard: verified with the transaction's
+/// coordinator (the group's offsets partition must be in the transaction, added by
+/// AddOffsetsToTxn), then staged in the group until the transaction's marker.
+pub async fn offset_commit(
+    shard: &Rc<Shard>,
+    ctx: &Ctx,
+    body: Bytes,
+) -> Result<Bytes, FramingError> {
+    let r: TxnOffsetCommitRequest = ctx.decode(body)?;
+    let meta = shard.metadata();
+    let n = meta
+        .topics
+        .get(crate::group::OFFSETS_TOPIC)
+        .map_or(1, |t| t.shards.len());
+    let offsets_partition = (
+        crate::group::OFFSETS_TOPIC.to_string(),
+        crate::group::partition_for(&r.group_id.0, n),
+    );
+    let verified = verify(
+        shard,
+        &r.transactional_id.0,
+        r.producer_id.0,
+        r.producer_epoch,
+        vec![offsets_partition],
+    )
+    .await;
+    if let Err(c) = verified {
+        let c = fenced_as(c, ctx.version, 3);
+        return ctx.respond(&offset_commit_answer(&r, std::iter::repeat(c)));
+    }
+    let codes = crate::group::coordinator::txn_offset_commit(
+        shard,
+        &r.group_id.0,
+        (r.producer_id.0, r.producer_epoch),
+        (&r.member_id, r.generation_id),
+        txn_offsets(&r),
+    )
+    .await;
+    ctx.respond(&offset_commit_answer(&r, codes.into_iter()))
+}
+
+/// WriteTxnMarkers: a coordinator (on another node) asks this node's partition leaders to
+/// write markers; a code per partition.
+pub async fn write_markers(
+    shard: &Rc<Shard>,
+    ctx: &Ctx,
+    body: Bytes,
+) -> Result<Bytes, FramingError> {
+    let r: WriteTxnMarkersRequest = ctx.decode(body)?;
+    let meta = shard.metadata();
+    let mut results = Vec::with_capacity(r.markers.len());
+    for m in &r.markers {
+        let partitions: Vec<(String, i32)> = m
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partition_indexes
+                    .iter()
+                    .map(|p| (t.name.0.to_string(), *p))
+            })
+            .collect();
+        let mut codes = vec![code::UNKNOWN_TOPIC_OR_PARTITION; partitions.len()];
+        let mut by_shard: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        for (i, (t, p)) in partitions.iter().enumerate() {
+            if let Some(s) = meta.shard_of(t, *p) {
+                by_shard.entry(s).or_default().push(i);
+            }
+        }
+        let calls = by_shard.into_iter().map(|(s, slots)| {
+            let markers = Markers {
+                producer_id: m.producer_id.0,
+                producer_epoch: m.producer_epoch,
+                commit: m.transaction_result,
+                coordinator_epoch: m.coordinator_epoch,
+                partitions: slots.iter().map(|&i| partitions[i].clone()).collect(),
+            };
+            async move {
+                match shard.call(s, Op::WriteMarkers(markers)).await {
+                    Reply::Codes(c) => (slots, c),
+                    _ => (slots, Vec::new()),
+                }
+            }
+        });
+        for (slots, c) in futures::future::join_all(calls).await {
+            for (k, i) in slots.into_iter().enumerate() {
+                codes[i] = c.get(k).copied().unwrap_or(code::REQUEST_TIMED_OUT);
+            }
+        }
+        let mut codes = codes.into_iter();
+        let topics = m
+            .topics
+            .iter()
+            .map(|t| {
+                let parts = t
+                    .partition_indexes
+                    .iter()
+                    .map(|p| {
+                        WritableTxnMarkerPartitionResult::default()
+                            .with_partition_index(*p)
+                            .with_error_code(codes.next().unwrap_or(code::NONE))
+                    })
+                    .collect();
+                WritableTxnMarkerTopicResult::default()
+                    .with_name(t.name.clone())
+                    .with_partitions(parts)
+            })
+            .collect();
+        results.push(
+            WritableTxnMarkerResult::default()
+                .with_producer_id(m.producer_id)
+                .with_topics(topics),
+        );
+    }
+    ctx.respond(&WriteTxnMarkersResponse::default().with_markers(results))
+}

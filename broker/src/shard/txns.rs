@@ -1,0 +1,295 @@
+//! The transactional ids a shard coordinates: loading them from its `__transaction_state`
+//! partitions (the checkpoint, then the log after it), reloading them when this node
+//! becomes a partition's leader, whether this shard coordinates an id now, and writing a
+//! transaction's markers at each partition's leader (a shard of this node, or another
+//! node through its Kafka listener's WriteTxnMarkers). The requests themselves are the
+//! gateway's and the transaction coordinator's (`txn::coordinator`).
+//!
+//! Invariant: a coordinator never answers from ids that are not loaded yet, and a loaded
+//! Prepare* transaction is completed (`txns_resume`, picked up by the shard's
+//! transaction sweeper).
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use futures::future::LocalBoxFuture;
+
+use super::ops::{Op, Reply};
+use super::{Shard, GROUP_LOAD_WAIT};
+use crate::cluster::ClusterHost;
+use crate::common::errors::code;
+use crate::partition::Partition;
+use crate::runtime::task::sleep;
+use crate::txn::coordinator::{Markers, TXN_STATE_TOPIC};
+
+/// How often the sweeper looks for loaded transactions to complete.
+pub const TXN_RESUME_CHECK: Duration = Duration::from_millis(100);
+
+impl crate::txn::coordinator::TxnHost for Shard {
+    fn txns(
+        &self,
+    ) -> &std::cell::RefCell<std::collections::HashMap<String, crate::txn::metadata::TxnMetadata>>
+    {
+        &self.txns
+    }
+
+    fn txns_busy(&self) -> &std::cell::RefCell<std::collections::HashSet<String>> {
+        &self.txns_busy
+    }
+
+    fn txn_max_timeout_ms(&self) -> i32 {
+        i32::try_from(self.config.transaction_max_timeout_ms).unwrap_or(i32::MAX)
+    }
+
+    fn metadata(&self) -> std::sync::Arc<crate::cluster::metadata::Metadata> {
+        Shard::metadata(self)
+    }
+
+    fn partition(&self, topic: &str, index: i32) -> Option<Rc<Partition>> {
+        self.partitions
+            .borrow()
+            .get(&(topic.to_string(), index))
+            .cloned()
+    }
+
+    fn txn_coordinator_check(&self, transactional_id: &str) -> Result<(), i16> {
+        self.coordinator_check_in(TXN_STATE_TOPIC, transactional_id, &self.txns_loading)
+    }
+
+    fn new_producer_id(self: &Rc<Self>) -> LocalBoxFuture<'_, Result<i64, i16>> {
+        Box::pin(async move {
+            match self.call(0, Op::AllocateProducerId).await {
+                Reply::ProducerId(Ok(id)) => Ok(id),
+                Reply::ProducerId(Err(e)) => Err(e.kafka_code()),
+                _ => Err(code::COORDINATOR_NOT_AVAILABLE),
+            }
+        })
+    }
+
+    fn write_markers(self: &Rc<Self>, markers: Markers) -> LocalBoxFuture<'_, Vec<i16>> {
+        Box::pin(self.write_markers_anywhere(markers))
+    }
+}
+
+impl Shard {
+    /// Whether this shard coordinates `key` (a group or transactional id) of the internal
+    /// `topic` now. Without replication it does once the partition is open here; in a
+    /// cluster only while this node leads the partition (NOT_COORDINATOR otherwise) and
+    /// has replayed it (COORDINATOR_LOAD_IN_PROGRESS, while in `loading`).
+    pub(crate) fn coordinator_check_in(
+        &self,
+        topic: &str,
+        key: &str,
+        loading: &std::cell::RefCell<std::collections::BTreeSet<i32>>,
+    ) -> Result<(), i16> {
+        let meta = self.metadata();
+        let Some(t) = meta.topics.get(topic) else {
+            return Err(code::COORDINATOR_NOT_AVAILABLE);
+        };
+        let p = crate::group::partition_for(key, t.shards.len());
+        match self.partitions.borrow().get(&(topic.to_string(), p)) {
+            Some(part) if part.serving() => {
+                if loading.borrow().contains(&p) {
+                    Err(code::COORDINATOR_LOAD_IN_PROGRESS)
+                } else {
+                    Ok(())
+                }
+            }
+            Some(_) => Err(code::NOT_COORDINATOR),
+            None if self.clustered() => Err(code::NOT_COORDINATOR),
+            None => Err(code::COORDINATOR_LOAD_IN_PROGRESS),
+        }
+    }
+
+    /// Rebuilds the transactional ids of a `__transaction_state` partition from its
+    /// records (when it opens), and asks the sweeper to complete loaded Prepare* ones.
+    pub(super) async fn load_txns(&self, part: &Partition) -> anyhow::Result<()> {
+        self.replay_txns(part, part.high_watermark()).await
+    }
+
+    async fn replay_txns(
+        &self,
+        part: &Partition,
+        end: strand_storage::KafkaOffset,
+    ) -> anyhow::Result<()> {
+        let (from, records) = part.compacted_checkpoint();
+        let from = match records {
+            Some(records) => {
+                let mut txns = self.txns.borrow_mut();
+                for (k, v) in records.records() {
+                    crate::txn::records::apply(&mut txns, k, Some(v));
+                }
+                from
+            }
+            None => part.log().log_start_offset(),
+        };
+        let (_, bytes) = crate::partition::checkpoint::replay_batches(part.log(), from, end, |b| {
+            crate::txn::coordinator::replay_batch(&mut self.txns.borrow_mut(), b)
+        })
+        .await?;
+        part.metrics().state_replayed(bytes);
+        self.txns_resume.set(true);
+        Ok(())
+    }
+
+    /// Cluster mode, on becoming the leader of a `__transaction_state` partition: forgets
+    /// what this node held of its ids as a follower and replays the log. The caller marked
+    /// the partition loading (`txns_loading`); it is unmarked once replayed.
+    pub(crate) async fn reload_txns(&self, part: &Partition) {
+        let partitions = self
+            .metadata()
+            .topics
+            .get(TXN_STATE_TOPIC)
+            .map_or(1, |t| t.shards.len());
+        self.txns
+            .borrow_mut()
+            .retain(|id, _| crate::group::partition_for(id, partitions) != part.index);
+        if let Err(e) = self.replay_txns(part, part.log().log_end_offset()).await {
+            tracing::error!(partition = part.index, error = %format!("{e:#}"),
+                "reloading transactional ids after a coordinator change failed");
+        }
+        self.txns_loading.borrow_mut().remove(&part.index);
+    }
+
+    /// Waits (bounded) until the `__transaction_state` partition of `id` is open on this
+    /// shard (after a restart, or right after the topic was created).
+    pub async fn wait_txn_loaded(&self, id: &str) {
+        let deadline = crate::common::clock::now() + GROUP_LOAD_WAIT;
+        while crate::common::clock::now() < deadline && !self.stopping() {
+            let meta = self.metadata();
+            let settled = meta.version > 0 && !self.applying_metadata.get();
+            if let Some(t) = meta.topics.get(TXN_STATE_TOPIC).filter(|_| settled) {
+                let p = crate::group::partition_for(id, t.shards.len());
+                if self
+                    .partitions
+                    .borrow()
+                    .contains_key(&(TXN_STATE_TOPIC.to_string(), p))
+                {
+                    return;
+                }
+            }
+            sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Writes `markers` at each partition's leader: shards of this node directly, other
+    /// nodes through WriteTxnMarkers. An error code per partition, in order.
+    async fn write_markers_anywhere(self: &Rc<Self>, markers: Markers) -> Vec<i16> {
+        let meta = self.metadata();
+        let mut codes = vec![code::NONE; markers.partitions.len()];
+        // Per target: this node's shard, or another node; the slots of its partitions.
+        let mut local: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+        let mut remote: std::collections::BTreeMap<i32, Vec<usize>> = Default::default();
+        for (i, (t, p)) in markers.partitions.iter().enumerate() {
+            let (Some(topic), Some(shard)) = (meta.topics.get(t), meta.shard_of(t, *p)) else {
+                codes[i] = code::UNKNOWN_TOPIC_OR_PARTITION;
+                continue;
+            };
+            let leader = if self.clustered() {
+                self.leader_of_group(topic.group_of(*p)).0
+            } else {
+                self.config.node_id
+            };
+            if leader == self.config.node_id {
+                local.entry(shard).or_default().push(i);
+            } else if leader < 0 {
+                codes[i] = code::NOT_LEADER_OR_FOLLOWER;
+            } else {
+                remote.entry(leader).or_default().push(i);
+            }
+        }
+        let pick = |slots: &[usize]| Markers {
+            partitions: slots
+                .iter()
+                .map(|&i| markers.partitions[i].clone())
+                .collect(),
+            ..markers.clone()
+        };
+        let local_calls = local.into_iter().map(|(shard, slots)| {
+            let m = pick(&slots);
+            async move {
+                match self.call(shard, Op::WriteMarkers(m)).await {
+                    Reply::Codes(c) => (slots, c),
+                    _ => (slots, Vec::new()),
+                }
+            }
+        });
+        let remote_calls = remote.into_iter().map(|(node, slots)| {
+            let m = pick(&slots);
+            let meta = meta.clone();
+            async move {
+                let c = match meta.nodes.get(&node) {
+                    Some(n) => crate::cluster::markers::send(&n.host, n.kafka_port, &m).await,
+                    None => Vec::new(),
+                };
+                (slots, c)
+            }
+        });
+        let (l, r) = futures::future::join(
+            futures::future::join_all(local_calls),
+            futures::future::join_all(remote_calls),
+        )
+        .await;
+        for (slots, c) in l.into_iter().chain(r) {
+            for (k, i) in slots.into_iter().enumerate() {
+                codes[i] = c.get(k).copied().unwrap_or(code::REQUEST_TIMED_OUT);
+            }
+        }
+        codes
+    }
+
+    /// KIP-890 verification on the coordinator shard of the id: the code for a Produce or
+    /// TxnOffsetCommit (NONE: verified).
+    pub(crate) fn verify_txn(&self, c: &super::ops::TxnCheck) -> i16 {
+        let (id, pid, epoch) = (&c.transactional_id, c.producer_id, c.producer_epoch);
+        crate::txn::coordinator::verify(self, id, pid, epoch, &c.partitions)
+            .err()
+            .unwrap_or(code::NONE)
+    }
+
+    /// Writes `markers` to partitions this shard leads (Op::WriteMarkers); an offsets
+    /// partition's marker also commits or drops the producer's staged group offsets.
+    pub(crate) async fn write_markers_local(self: &Rc<Self>, markers: Markers) -> Vec<i16> {
+        let kind = if markers.commit {
+            strand_wire::MarkerKind::Commit
+        } else {
+            strand_wire::MarkerKind::Abort
+        };
+        let marker = strand_wire::Marker {
+            kind,
+            coordinator_epoch: markers.coordinator_epoch,
+        };
+        let writes = markers.partitions.iter().map(|(t, p)| {
+            let part = self.serving(t, *p);
+            async move {
+                let part = part.map_err(|e| e.code())?;
+                part.append_marker(markers.producer_id, markers.producer_epoch, marker)
+                    .await
+                    .map_err(|e| e.code())?;
+                Ok::<_, i16>(part)
+            }
+        });
+        let done = futures::future::join_all(writes).await;
+        let offsets_partitions = self
+            .metadata()
+            .topics
+            .get(crate::group::OFFSETS_TOPIC)
+            .map_or(1, |t| t.shards.len());
+        done.into_iter()
+            .map(|r| match r {
+                Ok(part) => {
+                    if part.topic == crate::group::OFFSETS_TOPIC {
+                        crate::group::coordinator::end_txn_offsets(
+                            &mut self.groups.borrow_mut(),
+                            (part.index, offsets_partitions),
+                            markers.producer_id,
+                            markers.commit,
+                        );
+                    }
+                    code::NONE
+                }
+                Err(c) => c,
+            })
+            .collect()
+    }
+}
