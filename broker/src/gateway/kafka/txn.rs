@@ -110,13 +110,18 @@ pub fn transactional_id_of(ctx: &Ctx, body: &Bytes) -> Result<String, FramingErr
 
 /// Runs a transaction coordinator request on the shard owning its id; without
 /// `__transaction_state` (no FindCoordinator for a transactional id yet) it is answered
-/// NOT_COORDINATOR, which sends the client to FindCoordinator.
+/// NOT_COORDINATOR, which sends the client to FindCoordinator; an empty id is
+/// INVALID_REQUEST.
 pub async fn route(
     shard: &Rc<Shard>,
     ctx: &Ctx,
     id: &str,
     body: Bytes,
 ) -> Result<Bytes, FramingError> {
+    if id.is_empty() {
+        // Kafka: an empty transactional id is INVALID_REQUEST for every coordinator API.
+        return refused(ctx, body, code::INVALID_REQUEST);
+    }
     let Some(target) = coordinator_shard(shard, id) else {
         return refused(ctx, body, code::NOT_COORDINATOR);
     };

