@@ -8,8 +8,11 @@ coordinator; and a consume-transform-produce loop keeps exactly-once across kill
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -149,27 +152,39 @@ def test_send_offsets_to_transaction_commits_with_it(ck, ck_admin, broker, topic
     create_topics(ck_admin, broker, [topic], 1)
     group = "g-" + topic
     p = txn_producer(ck, broker, "tid-" + topic)
-    c = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
-                     "enable.auto.commit": False})
-    meta = c.consumer_group_metadata()
     tp = ck.TopicPartition
 
-    def committed():
-        return c.committed([tp(topic, 0)], timeout=10)[0].offset
+    def member(isolation):
+        return ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                            "enable.auto.commit": False, "isolation.level": isolation})
+
+    c = member("read_uncommitted")
+    stable = member("read_committed")
+    meta = c.consumer_group_metadata()
+
+    def committed(consumer=c, timeout=10):
+        return consumer.committed([tp(topic, 0)], timeout=timeout)[0].offset
 
     p.begin_transaction()
     p.produce(topic, value=b"x", partition=0)
     p.send_offsets_to_transaction([tp(topic, 0, 5)], meta, 30)
-    # Pending until the transaction ends.
+    # Pending until the transaction ends: not committed yet, and unstable to a
+    # read_committed consumer (KIP-447: it asks with require_stable and is answered
+    # UNSTABLE_OFFSET_COMMIT, which it retries until its timeout).
     assert committed() < 0
+    with pytest.raises(ck.KafkaException):
+        committed(stable, timeout=2)
     p.abort_transaction(30)
     assert committed() < 0, "an aborted transaction's offsets are dropped"
+    assert committed(stable) < 0
     p.begin_transaction()
     p.produce(topic, value=b"y", partition=0)
     p.send_offsets_to_transaction([tp(topic, 0, 7)], meta, 30)
     p.commit_transaction(30)
     assert committed() == 7
+    assert committed(stable) == 7
     c.close()
+    stable.close()
 
 
 def test_a_new_producer_fences_the_old_one(ck, ck_admin, broker, topic):
@@ -217,3 +232,82 @@ def test_a_transaction_timeout_above_the_maximum_is_refused(ck, broker, topic):
     with pytest.raises(ck.KafkaException) as e:
         p.init_transactions(20)
     assert e.value.args[0].code() == ck.KafkaError.INVALID_TRANSACTION_TIMEOUT, e.value
+
+
+def committed_total(ck, bootstrap, group, topic, partitions):
+    """The sum of `group`'s committed offsets of `topic` (read_uncommitted: no waiting
+    for open transactions); -1 when the broker does not answer."""
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                     "isolation.level": "read_uncommitted"})
+    try:
+        got = c.committed([ck.TopicPartition(topic, q) for q in range(partitions)], timeout=10)
+        return sum(max(tp.offset, 0) for tp in got)
+    except ck.KafkaException:
+        return -1
+    finally:
+        c.close()
+
+
+def test_consume_transform_produce_is_exactly_once_across_kill9(ck, ck_admin, strand, topic):
+    """Every input appears in the output exactly once while the broker is killed -9 three
+    times and the application once. The worker (eos_worker.py) is its own process; one that
+    makes no progress for `stuck_s` is killed and replaced, as a supervisor would
+    (librdkafka 2.x can hang in send_offsets_to_transaction after its group coordinator
+    restarts, ignoring its timeout: confluentinc/librdkafka#5456, #5511)."""
+    stuck_s = 15
+    b = strand(smp=2)
+    source, sink, group = topic + "-in", topic + "-out", "g-" + topic
+    create_topics(ck_admin, b, [source, sink], 2)
+    n = 3000
+    p = ck.Producer({"bootstrap.servers": b.bootstrap, "enable.idempotence": True})
+    for i in range(n):
+        p.produce(source, value=str(i).encode(), partition=i % 2)
+    assert p.flush(30) == 0
+
+    log = b.root / "eos-worker.log"
+    args = [sys.executable, str(Path(__file__).with_name("eos_worker.py")), b.bootstrap,
+            source, sink, group, "tid-" + topic]
+
+    def start_worker():
+        with open(log, "a") as out:
+            return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+
+    w = start_worker()
+    workers_started, broker_kills, app_kills = 1, 0, 0
+    progress, last_change = 0, time.monotonic()
+    deadline = time.monotonic() + 240
+    try:
+        while progress < n:
+            assert time.monotonic() < deadline, (
+                f"{progress} of {n} inputs committed by the deadline; worker log:\n"
+                + log.read_text()[-3000:])
+            now = committed_total(ck, b.bootstrap, group, source, 2)
+            if now != progress:
+                progress, last_change = now, time.monotonic()
+            if broker_kills < 3 and progress >= (broker_kills + 1) * n // 5:
+                b.kill9_and_restart(same_port=True)
+                broker_kills += 1
+                last_change = time.monotonic()
+            elif (app_kills == 0 and progress >= 4 * n // 5) or \
+                    time.monotonic() - last_change > stuck_s:
+                app_kills += progress >= 4 * n // 5
+                w.kill()
+                w.wait()
+                w = start_worker()
+                workers_started += 1
+                last_change = time.monotonic()
+            time.sleep(0.2)
+    finally:
+        w.kill()
+        w.wait()
+    print(f"{broker_kills} broker kills, {workers_started} worker processes")
+    out = read_all(ck, b, [(sink, 0), (sink, 1)], "read_committed", idle_s=2.0, deadline_s=60)
+    got = [v for (_, _, _, v) in out]
+    counts: dict[str, int] = {}
+    for v in got:
+        counts[v] = counts.get(v, 0) + 1
+    dupes = sorted(v for v, k in counts.items() if k > 1)
+    missing = sorted(set(f"out-{i}" for i in range(n)) - set(counts))
+    assert not dupes, f"{len(dupes)} outputs written twice, e.g. {dupes[:5]}"
+    assert not missing, f"{len(missing)} inputs never transformed, e.g. {missing[:5]}"
+    assert len(got) == n

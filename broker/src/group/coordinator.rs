@@ -1034,37 +1034,56 @@ pub fn end_txn_offsets(
 
 /// Requested offsets of one group: `None` = every committed partition.
 pub type WantedOffsets = Option<Vec<(String, Vec<i32>)>>;
-/// Answer for one group: per topic, per partition, the committed offset if any.
-pub type GroupOffsets = Vec<(String, Vec<(i32, Option<Committed>)>)>;
+/// Answer for one group: per topic, per partition, the committed offset if any and an
+/// error code (UNSTABLE_OFFSET_COMMIT, with `require_stable`, while a transaction holds an
+/// offset of the partition).
+pub type GroupOffsets = Vec<(String, Vec<(i32, Option<Committed>, i16)>)>;
 
-/// Parses a group's offsets from the requested list, answering -1 where none.
-pub fn fetch_offsets(g: Option<&Group>, wanted: Option<Vec<(String, Vec<i32>)>>) -> GroupOffsets {
+/// Parses a group's offsets from the requested list, answering -1 where none; with
+/// `require_stable`, a requested partition an open transaction committed an offset of
+/// gets UNSTABLE_OFFSET_COMMIT (KIP-447), as from Kafka.
+pub fn fetch_offsets(
+    g: Option<&Group>,
+    wanted: Option<Vec<(String, Vec<i32>)>>,
+    require_stable: bool,
+) -> GroupOffsets {
     match wanted {
         Some(ts) => ts
             .into_iter()
             .map(|(t, ps)| {
                 let parts = ps
                     .into_iter()
-                    .map(|p| (p, g.and_then(|g| g.offsets.get(&(t.clone(), p)).cloned())))
+                    .map(|p| {
+                        let key = (t.clone(), p);
+                        if require_stable && g.is_some_and(|g| g.unstable(&key)) {
+                            return (p, None, code::UNSTABLE_OFFSET_COMMIT);
+                        }
+                        (p, g.and_then(|g| g.offsets.get(&key).cloned()), code::NONE)
+                    })
                     .collect();
                 (t, parts)
             })
             .collect(),
         None => {
-            let mut by_topic: std::collections::BTreeMap<String, Vec<(i32, Option<Committed>)>> =
-                Default::default();
+            let mut by_topic: std::collections::BTreeMap<
+                String,
+                Vec<(i32, Option<Committed>, i16)>,
+            > = Default::default();
             if let Some(g) = g {
                 for ((t, p), c) in &g.offsets {
-                    by_topic
-                        .entry(t.clone())
-                        .or_default()
-                        .push((*p, Some(c.clone())));
+                    let unstable = require_stable && g.unstable(&(t.clone(), *p));
+                    let entry = if unstable {
+                        (*p, None, code::UNSTABLE_OFFSET_COMMIT)
+                    } else {
+                        (*p, Some(c.clone()), code::NONE)
+                    };
+                    by_topic.entry(t.clone()).or_default().push(entry);
                 }
             }
             by_topic
                 .into_iter()
                 .map(|(t, mut ps)| {
-                    ps.sort_by_key(|(p, _)| *p);
+                    ps.sort_by_key(|(p, _, _)| *p);
                     (t, ps)
                 })
                 .collect()

@@ -44,7 +44,7 @@ impl Shard {
             | Op::ListGroups
             | Op::DeleteGroups(_)
             | Op::CommitOffsets { .. }
-            | Op::OffsetFetch(_)) => self.execute_group_op(op).await,
+            | Op::OffsetFetch(..)) => self.execute_group_op(op).await,
             Op::Stats => Reply::Stats(Box::new(self.snapshot())),
             Op::Leaders(changes) => {
                 self.note_leaders(changes);
@@ -102,9 +102,9 @@ impl Shard {
                         .await,
                 )
             }
-            Op::OffsetFetch(reqs) => {
+            Op::OffsetFetch(reqs, require_stable) => {
                 self.wait_all_groups_loaded().await;
-                Reply::Offsets(self.offset_fetch_local(reqs))
+                Reply::Offsets(self.offset_fetch_local(reqs, require_stable))
             }
             _ => Reply::Done,
         }

@@ -103,27 +103,29 @@ impl Shard {
         self.groups
             .borrow_mut()
             .retain(|g, _| crate::group::partition_for(g, partitions) != part.index);
-        if let Err(e) = self.replay_groups(part, part.log().log_end_offset()).await {
+        let end = part.log().log_end_offset();
+        if let Err(e) = self.replay_groups(part, end, partitions).await {
             tracing::error!(partition = part.index, error = %format!("{e:#}"),
                 "reloading consumer groups after a coordinator change failed");
         }
     }
 
-    /// Rebuilds the groups of an offsets partition from its records.
-    pub(super) async fn load_groups(&self, part: &Partition) -> anyhow::Result<()> {
-        self.replay_groups(part, part.high_watermark()).await
+    /// Rebuilds the groups of an offsets partition (of `partitions`) from its records.
+    pub(super) async fn load_groups(
+        &self,
+        part: &Partition,
+        partitions: usize,
+    ) -> anyhow::Result<()> {
+        self.replay_groups(part, part.high_watermark(), partitions)
+            .await
     }
 
     async fn replay_groups(
         &self,
         part: &Partition,
         end: strand_storage::KafkaOffset,
+        partitions: usize,
     ) -> anyhow::Result<()> {
-        let partitions = self
-            .metadata()
-            .topics
-            .get(crate::group::OFFSETS_TOPIC)
-            .map_or(1, |t| t.shards.len());
         // The checkpoint's compacted records, then the log after it.
         let (from, records) = part.compacted_checkpoint();
         let from = match records {
@@ -245,16 +247,18 @@ impl Shard {
             .collect()
     }
 
-    /// Offsets of groups held by this shard, or why it does not coordinate a group now.
+    /// Offsets of groups held by this shard, or why it does not coordinate a group now
+    /// (`require_stable`: see `fetch_offsets`).
     pub fn offset_fetch_local(
         &self,
         reqs: Vec<(String, WantedOffsets)>,
+        require_stable: bool,
     ) -> Vec<Result<GroupOffsets, i16>> {
         let groups = self.groups.borrow();
         reqs.into_iter()
             .map(|(g, wanted)| {
                 self.coordinator_check(&g)?;
-                Ok(fetch_offsets(groups.get(&g), wanted))
+                Ok(fetch_offsets(groups.get(&g), wanted, require_stable))
             })
             .collect()
     }

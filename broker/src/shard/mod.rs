@@ -372,8 +372,10 @@ impl Shard {
         self.partitions.borrow_mut().remove(&(topic.to_string(), p))
     }
 
+    /// Opens partition `p` of `topic` as `meta` (the snapshot being applied) places it.
     pub(crate) async fn open_partition(
         &self,
+        meta: &Metadata,
         topic: &str,
         p: i32,
         configs: &BTreeMap<String, String>,
@@ -400,7 +402,8 @@ impl Shard {
         };
         part.load_producer_state(self.clustered(), keyed).await?;
         if offsets {
-            self.load_groups(&part).await?;
+            let partitions = meta.topics.get(topic).map_or(1, |t| t.shards.len());
+            self.load_groups(&part, partitions).await?;
         }
         if txn_state {
             self.load_txns(&part).await?;

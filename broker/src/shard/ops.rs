@@ -182,7 +182,12 @@ pub enum Op {
         offsets: Vec<(String, i32, crate::group::state::Committed)>,
     },
     /// Committed offsets of these groups (all coordinated here).
-    OffsetFetch(Vec<(String, crate::group::coordinator::WantedOffsets)>),
+    /// With `require_stable` (the bool), a partition an open transaction holds an offset
+    /// of gets UNSTABLE_OFFSET_COMMIT.
+    OffsetFetch(
+        Vec<(String, crate::group::coordinator::WantedOffsets)>,
+        bool,
+    ),
     /// Leader changes of Raft groups (group, leader node or -1, epoch), from a shard's
     /// replicator to every shard.
     Leaders(Vec<crate::replication::LeaderChange>),

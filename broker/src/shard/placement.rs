@@ -71,7 +71,7 @@ impl Shard {
                 }
                 continue;
             }
-            if let Err(e) = self.open_partition(&topic, p, &configs).await {
+            if let Err(e) = self.open_partition(&meta, &topic, p, &configs).await {
                 tracing::error!(%topic, partition = p, error = %e, "cannot open partition");
                 continue;
             }

@@ -604,7 +604,8 @@ pub async fn offset_fetch(
         vec![Err(code::COORDINATOR_NOT_AVAILABLE); ids.len()];
     for (target, (_, idx)) in by_shard(shard, &ids) {
         let reqs = idx.iter().map(|&i| wanted[i].clone()).collect();
-        if let Reply::Offsets(os) = shard.call(target, Op::OffsetFetch(reqs)).await {
+        let op = Op::OffsetFetch(reqs, ctx.version >= 7 && r.require_stable);
+        if let Reply::Offsets(os) = shard.call(target, op).await {
             for (i, o) in idx.into_iter().zip(os) {
                 answers[i] = o;
             }
@@ -629,10 +630,11 @@ pub async fn offset_fetch(
                         .map(|(t, ps)| {
                             let parts = ps
                                 .iter()
-                                .map(|(p, c)| {
+                                .map(|(p, c, error)| {
                                     let (o, e, m) = committed(c);
                                     OffsetFetchResponsePartitions::default()
                                         .with_partition_index(*p)
+                                        .with_error_code(*error)
                                         .with_committed_offset(o)
                                         .with_committed_leader_epoch(e)
                                         .with_metadata(Some(s(m)))
@@ -658,10 +660,11 @@ pub async fn offset_fetch(
             .map(|(t, ps)| {
                 let parts = ps
                     .iter()
-                    .map(|(p, c)| {
+                    .map(|(p, c, error)| {
                         let (o, e, m) = committed(c);
                         OffsetFetchResponsePartition::default()
                             .with_partition_index(*p)
+                            .with_error_code(*error)
                             .with_committed_offset(o)
                             .with_committed_leader_epoch(if ctx.version >= 5 { e } else { -1 })
                             .with_metadata(Some(s(m)))

@@ -482,7 +482,7 @@ async fn fetch_offsets(shard: &Rc<Shard>, r: FetchOffsetsRequestT) -> BodyT {
     }
     let wanted = (!wanted.is_empty()).then_some(wanted);
     match shard
-        .call(target, Op::OffsetFetch(vec![(group, wanted)]))
+        .call(target, Op::OffsetFetch(vec![(group, wanted)], false))
         .await
     {
         Reply::Offsets(mut groups) if !groups.is_empty() => {
@@ -498,7 +498,7 @@ async fn fetch_offsets(shard: &Rc<Shard>, r: FetchOffsetsRequestT) -> BodyT {
             let offsets = offsets
                 .into_iter()
                 .flat_map(|(topic, ps)| {
-                    ps.into_iter().map(move |(partition, c)| GroupOffsetT {
+                    ps.into_iter().map(move |(partition, c, _)| GroupOffsetT {
                         topic: Some(topic.clone()),
                         partition,
                         offset: c.as_ref().map_or(-1, |c| c.offset),
