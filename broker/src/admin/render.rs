@@ -263,6 +263,74 @@ impl Scrape {
         self.cleaner_partitions(enc)
     }
 
+    /// Transactions: ids by state and the oldest open one (coordinator side), and per
+    /// partition the open transactions and how far the last stable offset is behind the
+    /// high watermark (what read_committed consumers wait for).
+    fn transactions(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
+        let mut by_state: BTreeMap<&str, u64> = BTreeMap::new();
+        for s in &self.shards {
+            for (state, n) in &s.detail.transactions_by_state {
+                *by_state.entry(state).or_default() += n;
+            }
+        }
+        let states: Vec<(Labels, u64)> = by_state
+            .into_iter()
+            .map(|(st, n)| (vec![("state", st.to_string())], n))
+            .collect();
+        gauges(
+            enc,
+            "strand_transactions",
+            "Transactional ids this node coordinates, by state (Kafka's state names).",
+            &states,
+        )?;
+        let oldest = self
+            .shards
+            .iter()
+            .map(|s| s.detail.oldest_transaction_ms)
+            .max()
+            .unwrap_or(0);
+        gauges(
+            enc,
+            "strand_transaction_oldest_open_seconds",
+            "Age of the oldest open (Ongoing) transaction this node coordinates; 0: none.",
+            &[(Vec::new(), oldest as f64 / 1000.0)],
+        )?;
+        let parts: Vec<&crate::common::metrics::PartitionSnapshot> = self
+            .shards
+            .iter()
+            .flat_map(|s| &s.detail.partitions)
+            .filter(|p| p.open_transactions > 0 || p.last_stable_offset < p.high_watermark)
+            .collect();
+        let labels = |p: &crate::common::metrics::PartitionSnapshot| -> Labels {
+            vec![
+                ("topic", p.topic.clone()),
+                ("partition", p.partition.to_string()),
+            ]
+        };
+        let open: Vec<(Labels, u64)> = parts
+            .iter()
+            .map(|p| (labels(p), p.open_transactions))
+            .collect();
+        gauges(
+            enc,
+            "strand_partition_open_transactions",
+            "Transactions open in a partition (listed only while one is, or the last stable \
+             offset is behind).",
+            &open,
+        )?;
+        let lag: Vec<(Labels, i64)> = parts
+            .iter()
+            .map(|p| (labels(p), p.high_watermark - p.last_stable_offset))
+            .collect();
+        gauges(
+            enc,
+            "strand_partition_lso_lag_records",
+            "High watermark minus last stable offset: records read_committed consumers wait \
+             for until open transactions end.",
+            &lag,
+        )
+    }
+
     /// Per-partition dirty ratio and last clean time, and the node-wide backlog.
     fn cleaner_partitions(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
         let compacted: Vec<_> = self
@@ -380,6 +448,7 @@ impl Scrape {
             "Partitions placed on this node with no serving leader (not open, or log fenced).",
             &one(leaderless),
         )?;
+        self.transactions(enc)?;
         let fenced = self.shards.iter().map(|s| s.detail.fenced_groups).sum();
         gauges(
             enc,

@@ -1,17 +1,17 @@
-//! Transaction markers between nodes: a coordinator asks the leader of a partition on
-//! another node to write a producer's commit or abort marker with Kafka's own
-//! broker-to-broker request, WriteTxnMarkers (v1), sent to that node's Kafka listener.
+//! Transactions between nodes, with Kafka's own broker-to-broker requests sent to the
+//! other node's Kafka listener: a coordinator asks the leader of a partition to write a
+//! producer's commit or abort marker (WriteTxnMarkers v1), and a partition leader asks a
+//! transaction's coordinator whether a producer's open transaction has the partition
+//! before it takes the producer's first transactional batch (AddPartitionsToTxn v4 with
+//! `verify_only`, KIP-890 part 1).
 //!
 //! Invariant: every answer is a code per partition asked, in order; a connection, send or
 //! read that fails or takes longer than `MARKER_RPC_TIMEOUT` answers
-//! REQUEST_TIMED_OUT for all of them (the coordinator retries), and a response is read
-//! only up to `MARKER_RESPONSE_BYTES_MAX`.
+//! REQUEST_TIMED_OUT for all of them (the coordinator retries).
 
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use futures::{AsyncReadExt, AsyncWriteExt};
-use glommio::net::TcpStream;
 use kafka_protocol::messages::write_txn_markers_request::{
     WritableTxnMarker, WritableTxnMarkerTopic,
 };
@@ -25,8 +25,6 @@ use crate::common::errors::code;
 
 /// Longest a marker request to another node may take, connection included.
 pub const MARKER_RPC_TIMEOUT: Duration = Duration::from_secs(10);
-/// Largest WriteTxnMarkers response read from a peer.
-pub const MARKER_RESPONSE_BYTES_MAX: usize = 1024 * 1024;
 /// The WriteTxnMarkers version sent.
 const VERSION: i16 = 1;
 
@@ -119,20 +117,102 @@ pub fn decode_response(markers: &Markers, mut body: Bytes) -> anyhow::Result<Vec
 }
 
 async fn exchange(host: &str, port: u16, markers: &Markers) -> anyhow::Result<Vec<i16>> {
-    let mut stream = TcpStream::connect(format!("{host}:{port}"))
-        .await
-        .map_err(|e| anyhow::anyhow!("connecting: {e}"))?;
-    let _ = stream.set_nodelay(true);
-    stream.write_all(&encode_request(markers, 1)?).await?;
-    let mut size = [0u8; 4];
-    stream.read_exact(&mut size).await?;
-    let size = usize::try_from(i32::from_be_bytes(size))?;
-    if size > MARKER_RESPONSE_BYTES_MAX {
-        anyhow::bail!("WriteTxnMarkers response of {size} bytes");
+    let body = super::net::round_trip(host, port, encode_request(markers, 1)?).await?;
+    decode_response(markers, body)
+}
+
+/// The AddPartitionsToTxn version a partition leader sends to verify.
+const VERIFY_VERSION: i16 = 4;
+
+/// Asks the coordinator listening on `host`:`port` whether producer (id, epoch) has an
+/// open transaction of `transactional_id` with every partition of `partitions`; the first
+/// error otherwise (REQUEST_TIMED_OUT when the coordinator cannot be asked).
+pub async fn verify(
+    host: &str,
+    port: u16,
+    transactional_id: &str,
+    (producer_id, epoch): (i64, i16),
+    partitions: &[(String, i32)],
+) -> Result<(), i16> {
+    let ask = async {
+        let req = encode_verify(transactional_id, (producer_id, epoch), partitions, 1)?;
+        let body = super::net::round_trip(host, port, req).await?;
+        decode_verify(body)
+    };
+    match crate::runtime::task::timeout(MARKER_RPC_TIMEOUT, ask).await {
+        Some(Ok(c)) if c == code::NONE => Ok(()),
+        Some(Ok(c)) => Err(c),
+        Some(Err(e)) => {
+            tracing::debug!(%host, port, error = %e, "verifying a transaction with its coordinator failed");
+            Err(code::REQUEST_TIMED_OUT)
+        }
+        None => Err(code::REQUEST_TIMED_OUT),
     }
-    let mut body = vec![0u8; size];
-    stream.read_exact(&mut body).await?;
-    decode_response(markers, Bytes::from(body))
+}
+
+/// AddPartitionsToTxn v4, verify_only, size prefix included.
+pub fn encode_verify(
+    transactional_id: &str,
+    (producer_id, epoch): (i64, i16),
+    partitions: &[(String, i32)],
+    correlation_id: i32,
+) -> anyhow::Result<Bytes> {
+    use kafka_protocol::messages::add_partitions_to_txn_request::{
+        AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
+    };
+    use kafka_protocol::messages::{AddPartitionsToTxnRequest, TransactionalId};
+    let mut topics: Vec<AddPartitionsToTxnTopic> = Vec::new();
+    for (t, p) in partitions {
+        match topics.last_mut() {
+            Some(last) if last.name.0.as_str() == t => last.partitions.push(*p),
+            _ => topics.push(
+                AddPartitionsToTxnTopic::default()
+                    .with_name(TopicName(StrBytes::from_string(t.clone())))
+                    .with_partitions(vec![*p]),
+            ),
+        }
+    }
+    let req = AddPartitionsToTxnRequest::default().with_transactions(vec![
+        AddPartitionsToTxnTransaction::default()
+            .with_transactional_id(TransactionalId(StrBytes::from_string(
+                transactional_id.to_string(),
+            )))
+            .with_producer_id(ProducerId(producer_id))
+            .with_producer_epoch(epoch)
+            .with_verify_only(true)
+            .with_topics(topics),
+    ]);
+    let header = RequestHeader::default()
+        .with_request_api_key(ApiKey::AddPartitionsToTxn as i16)
+        .with_request_api_version(VERIFY_VERSION)
+        .with_correlation_id(correlation_id)
+        .with_client_id(Some(StrBytes::from_static_str("strand-partition-leader")));
+    let hv = ApiKey::AddPartitionsToTxn.request_header_version(VERIFY_VERSION);
+    let size = header.compute_size(hv)? + req.compute_size(VERIFY_VERSION)?;
+    let mut out = BytesMut::with_capacity(4 + size);
+    out.put_i32(i32::try_from(size)?);
+    header.encode(&mut out, hv)?;
+    req.encode(&mut out, VERIFY_VERSION)?;
+    Ok(out.freeze())
+}
+
+/// The first error of a verify answer (NONE when every partition is verified).
+pub fn decode_verify(mut body: Bytes) -> anyhow::Result<i16> {
+    use kafka_protocol::messages::AddPartitionsToTxnResponse;
+    let hv = ApiKey::AddPartitionsToTxn.response_header_version(VERIFY_VERSION);
+    ResponseHeader::decode(&mut body, hv)?;
+    let resp = AddPartitionsToTxnResponse::decode(&mut body, VERIFY_VERSION)?;
+    if resp.error_code != code::NONE {
+        return Ok(resp.error_code);
+    }
+    let first = resp
+        .results_by_transaction
+        .iter()
+        .flat_map(|t| t.topic_results.iter())
+        .flat_map(|t| t.results_by_partition.iter())
+        .map(|p| p.partition_error_code)
+        .find(|c| *c != code::NONE);
+    Ok(first.unwrap_or(code::NONE))
 }
 
 #[cfg(test)]

@@ -13,8 +13,8 @@
 //! Files: `metadata` (the state machine of cluster commands), `metastore` (the single-node
 //! metadata log), `join` (joining through the seeds), `reassign` (partition moves),
 //! `adopt` (the one-time upgrade of a single-node data directory), `topic_config` (topic
-//! configs and their storage mapping), `markers` (transaction markers sent to another
-//! node's partition leaders).
+//! configs and their storage mapping), `markers` (transaction markers and verifications
+//! between nodes) over `net` (one request to another node's Kafka listener).
 //!
 //! May use: `common`, `runtime`, `partition`, `replication`. The controller runs over the
 //! shard it is on through [`ClusterHost`], which the shard implements.
@@ -24,6 +24,7 @@ pub mod join;
 pub mod markers;
 pub mod metadata;
 pub mod metastore;
+pub mod net;
 pub mod reassign;
 pub mod topic_config;
 

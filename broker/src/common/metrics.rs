@@ -392,6 +392,11 @@ pub struct PartitionSnapshot {
     pub dirty: Option<(u64, f64)>,
     /// When the last compaction pass of this process ended (ms since the epoch; -1: none).
     pub last_clean_ms: i64,
+    /// Last stable offset: read_committed consumers read below it (the high watermark
+    /// unless a transaction is open).
+    pub last_stable_offset: i64,
+    /// Transactions open in this partition (their markers not written yet).
+    pub open_transactions: u64,
 }
 
 /// One committed offset of a group coordinated on a shard.
@@ -431,6 +436,10 @@ pub struct ShardDetail {
     pub raft_append_acks: HistogramSnapshot,
     /// Cluster mode: Raft groups fenced on this shard (see `Replicator::fenced_groups`).
     pub fenced_groups: u64,
+    /// Transactional ids this shard coordinates, by state name.
+    pub transactions_by_state: Vec<(&'static str, u64)>,
+    /// Age of the oldest open transaction this shard coordinates (ms; 0: none).
+    pub oldest_transaction_ms: u64,
 }
 
 /// Counters of one shard at scrape time.

@@ -1006,12 +1006,7 @@ pub fn replay_batch(
     }
     let mut log_offset = view.base_offset();
     crate::partition::lookup::for_each_keyed_record(batch, |k, v| {
-        if let Some((group, key, c)) = records::offset_record(k, v) {
-            groups
-                .entry(group.clone())
-                .or_insert_with(|| Group::new(&group))
-                .stage_txn_offset(pid, key, log_offset, c);
-        }
+        records::stage(groups, pid, log_offset, k, v);
         log_offset += 1;
     });
 }

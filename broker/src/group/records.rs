@@ -213,6 +213,23 @@ pub fn scope_of(key: &[u8]) -> Option<(String, bool)> {
     }
 }
 
+/// Stages an offset-commit record at `log_offset` of producer `producer_id`'s open
+/// transaction in its group (other records of a transaction are not kept).
+pub fn stage(
+    groups: &mut HashMap<String, Group>,
+    producer_id: i64,
+    log_offset: i64,
+    key: &[u8],
+    value: Option<&[u8]>,
+) {
+    if let Some((group, key, c)) = offset_record(key, value) {
+        groups
+            .entry(group.clone())
+            .or_insert_with(|| Group::new(&group))
+            .stage_txn_offset(producer_id, key, log_offset, c);
+    }
+}
+
 /// Applies every record of an offsets partition's compacted checkpoint to `groups`.
 pub fn replay_compacted(compacted: &Compacted, groups: &mut HashMap<String, Group>) {
     for (k, v) in compacted.records() {

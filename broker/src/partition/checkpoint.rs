@@ -18,7 +18,7 @@ use std::path::Path;
 use strand_storage::{KafkaOffset, Log, StorageError};
 use strand_wire::RecordBatch;
 
-use crate::partition::compacted::{Compacted, CompactedDecodeError, KeyScope};
+use crate::partition::compacted::{Compacted, CompactedDecodeError, KeyScope, PendingTxnRecords};
 use crate::partition::lookup::for_each_keyed_record;
 use crate::partition::producer_state::{batch_ids, ProducerStates, StateDecodeError};
 use crate::partition::txn_index::{TxnDecodeError, TxnIndex};
@@ -32,8 +32,9 @@ pub const CHECKPOINT_INTERVAL_BYTES: u64 = 16 << 20;
 const REPLAY_READ_BYTES: usize = 1 << 20;
 /// First bytes of a checkpoint file.
 const MAGIC: [u8; 4] = *b"SPST";
-/// Format version written: 2 added the transaction index after the producers.
-const VERSION: u8 = 2;
+/// Format version written: 2 added the transaction index after the producers, 3 the
+/// records of open transactions after the compacted records.
+const VERSION: u8 = 3;
 /// The oldest version read (no transaction index: none was kept).
 const VERSION_MIN: u8 = 1;
 /// Magic, version and offset.
@@ -52,6 +53,8 @@ pub struct Checkpoint {
     pub txns: TxnIndex,
     /// An offsets partition's records, compacted (`None` for any other partition).
     pub records: Option<Compacted>,
+    /// An offsets partition's records of open transactions (empty for any other).
+    pub pending: PendingTxnRecords,
 }
 
 /// Why a checkpoint file was refused.
@@ -101,6 +104,7 @@ impl Checkpoint {
             states: ProducerStates::default(),
             txns: TxnIndex::default(),
             records: keyed.map(Compacted::new),
+            pending: PendingTxnRecords::default(),
         }
     }
 
@@ -118,6 +122,7 @@ impl Checkpoint {
             Some(r) => {
                 out.push(1);
                 r.encode(&mut out);
+                self.pending.encode(&mut out);
             }
         }
         let crc = crc32c::crc32c(&out);
@@ -153,11 +158,15 @@ impl Checkpoint {
             1 => (TxnIndex::default(), rest),
             _ => TxnIndex::decode(rest)?,
         };
-        let (records, rest) = match (rest.split_first(), keyed) {
-            (Some((0, rest)), None) => (None, rest),
+        let (records, pending, rest) = match (rest.split_first(), keyed) {
+            (Some((0, rest)), None) => (None, PendingTxnRecords::default(), rest),
             (Some((1, rest)), Some(scope_of)) => {
                 let (r, rest) = Compacted::decode(rest, scope_of)?;
-                (Some(r), rest)
+                let (pending, rest) = match version {
+                    1 | 2 => (PendingTxnRecords::default(), rest),
+                    _ => PendingTxnRecords::decode(rest)?,
+                };
+                (Some(r), pending, rest)
             }
             (Some((&flag, _)), _) if flag <= 1 => return Err(CheckpointError::Kind(flag == 1)),
             (Some((&flag, _)), _) => return Err(CheckpointError::RecordsFlag(flag)),
@@ -171,6 +180,7 @@ impl Checkpoint {
             states,
             txns,
             records,
+            pending,
         })
     }
 
@@ -230,7 +240,8 @@ impl Checkpoint {
     /// read.
     pub async fn advance(&mut self, log: &Log, end: KafkaOffset) -> Result<u64, StorageError> {
         self.txns.trim_below(log.log_start_offset().0);
-        let (states, txns, records) = (&mut self.states, &mut self.txns, &mut self.records);
+        let (states, txns) = (&mut self.states, &mut self.txns);
+        let (records, pending) = (&mut self.records, &mut self.pending);
         let (next, bytes) = replay_batches(log, self.offset, end, |b| {
             let Ok(view) = RecordBatch::parse(b) else {
                 return;
@@ -243,7 +254,7 @@ impl Checkpoint {
             }
             txns.apply(&view, view.base_offset());
             if let Some(records) = records.as_mut() {
-                for_each_keyed_record(view.into_bytes(), |k, v| records.apply(k, v));
+                keep_records(records, pending, view);
             }
         })
         .await?;
@@ -251,6 +262,29 @@ impl Checkpoint {
             self.offset = next;
         }
         Ok(bytes)
+    }
+}
+
+/// Takes a batch into a keyed partition's compacted records: a plain batch's records at
+/// once, a transaction's when its producer's commit marker comes (an abort drops them).
+fn keep_records(records: &mut Compacted, pending: &mut PendingTxnRecords, view: RecordBatch) {
+    let a = view.attributes();
+    let pid = view.producer_id();
+    if a.is_control() {
+        if let Ok(m) = strand_wire::Marker::of(&view) {
+            let commit = m.kind == strand_wire::MarkerKind::Commit;
+            for (_, k, v) in pending.end(pid, commit) {
+                records.apply(&k, v.as_deref());
+            }
+        }
+    } else if a.is_transactional() {
+        let mut offset = view.base_offset();
+        for_each_keyed_record(view.into_bytes(), |k, v| {
+            pending.stage(pid, offset, k, v);
+            offset += 1;
+        });
+    } else {
+        for_each_keyed_record(view.into_bytes(), |k, v| records.apply(k, v));
     }
 }
 
@@ -291,6 +325,77 @@ mod tests {
         Some((String::from_utf8_lossy(key).into_owned(), true))
     }
 
+    /// A keyed batch at `base`: one record `key`=`value`, of producer `pid`'s
+    /// transaction when `pid` is set.
+    fn keyed_batch(base: i64, key: &[u8], value: &[u8], pid: Option<i64>) -> RecordBatch {
+        let mut b = strand_wire::BatchBuilder::new(1);
+        if let Some(pid) = pid {
+            b = b.producer(pid, 0, 0).transactional();
+        }
+        b.push(1, Some(key), Some(value), &[]);
+        let view = RecordBatch::parse(b.build()).expect("batch");
+        let bytes = strand_wire::BatchHeader {
+            base_offset: base,
+            ..strand_wire::BatchHeader::of(&view)
+        }
+        .encode(&view.as_bytes()[strand_wire::BATCH_HEADER_BYTES..]);
+        RecordBatch::parse(bytes).expect("batch")
+    }
+
+    #[test]
+    fn a_transactions_keyed_records_count_at_its_commit_and_never_after_an_abort() {
+        let mut records = Compacted::new(whole_key_scope);
+        let mut pending = PendingTxnRecords::default();
+        keep_records(
+            &mut records,
+            &mut pending,
+            keyed_batch(0, b"a", b"plain", None),
+        );
+        keep_records(
+            &mut records,
+            &mut pending,
+            keyed_batch(1, b"a", b"txn-5", Some(5)),
+        );
+        keep_records(
+            &mut records,
+            &mut pending,
+            keyed_batch(2, b"b", b"txn-6", Some(6)),
+        );
+        let held: Vec<(&[u8], &[u8])> = records.records().collect();
+        assert_eq!(
+            held,
+            vec![(&b"a"[..], &b"plain"[..])],
+            "open transactions wait"
+        );
+        // A checkpoint taken now keeps them, and reads them back.
+        let c = Checkpoint {
+            offset: KafkaOffset(3),
+            states: ProducerStates::default(),
+            txns: TxnIndex::default(),
+            records: Some(records.clone()),
+            pending: pending.clone(),
+        };
+        let back = Checkpoint::decode(&c.encode(), Some(whole_key_scope)).expect("decodes");
+        assert_eq!(back.pending, pending);
+        let marker = |pid, kind| {
+            RecordBatch::parse(marker_batch(
+                pid,
+                0,
+                Marker {
+                    kind,
+                    coordinator_epoch: 0,
+                },
+                1,
+            ))
+            .expect("marker")
+        };
+        keep_records(&mut records, &mut pending, marker(6, MarkerKind::Abort));
+        keep_records(&mut records, &mut pending, marker(5, MarkerKind::Commit));
+        let held: Vec<(&[u8], &[u8])> = records.records().collect();
+        assert_eq!(held, vec![(&b"a"[..], &b"txn-5"[..])]);
+        assert_eq!(pending.iter().count(), 0);
+    }
+
     fn sample() -> Checkpoint {
         let mut states = ProducerStates::default();
         states.record(7, 0, 0, 4, 100);
@@ -313,6 +418,7 @@ mod tests {
             states,
             txns,
             records: Some(records),
+            pending: PendingTxnRecords::default(),
         }
     }
 
@@ -351,13 +457,16 @@ mod tests {
         let mut c = sample();
         c.txns = TxnIndex::default();
         let mut bytes = c.encode();
-        // Version 1: the same bytes without the (empty) transaction index.
+        // Version 1: the same bytes without the (empty) transaction index...
         let at = HEADER_BYTES + {
             let mut p = Vec::new();
             c.states.encode(&mut p);
             p.len()
         };
         bytes.drain(at..at + 8);
+        // ... and without the (empty) records of open transactions before the trailer.
+        let n = bytes.len() - TRAILER_BYTES;
+        bytes.drain(n - 4..n);
         bytes[4] = 1;
         let n = bytes.len() - TRAILER_BYTES;
         let crc = crc32c::crc32c(&bytes[..n]);
@@ -445,7 +554,7 @@ mod tests {
             for (pid, epoch, seq, base) in batches {
                 states.record(pid, epoch, seq, seq + 1, base);
             }
-            let c = Checkpoint { offset: KafkaOffset(offset), states, txns: TxnIndex::default(), records: None };
+            let c = Checkpoint { offset: KafkaOffset(offset), states, txns: TxnIndex::default(), records: None, pending: PendingTxnRecords::default() };
             let bytes = c.encode();
             let back = Checkpoint::decode(&bytes, None).map(|b| b.encode());
             prop_assert_eq!(back, Ok(bytes));

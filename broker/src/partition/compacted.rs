@@ -4,6 +4,9 @@
 //! replay does). What a key's scope is comes from the partition's owner as a [`KeyScope`]
 //! (the group layer's, for an offsets partition), so this module reads no record format.
 //!
+//! Records of open transactions wait beside them (`PendingTxnRecords`) until their
+//! producer's marker.
+//!
 //! Invariant: replaying the held records (`records`) in any order yields what replaying
 //! the records they were built from in log order does, for a replay that keeps the last
 //! value of a key and drops a scope at its own key's tombstone. A scope's tombstone costs
@@ -145,6 +148,117 @@ impl Compacted {
     }
 }
 
+/// Keyed records of open transactions (an offsets partition's TxnOffsetCommit records),
+/// held until their producer's marker: a commit applies them to the compacted records in
+/// their order, an abort drops them. Each is (log offset, key, value).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PendingTxnRecords {
+    by_producer: BTreeMap<i64, Vec<PendingRecord>>,
+}
+
+/// One record of an open transaction: its log offset, key and value (`None`: tombstone).
+pub type PendingRecord = (i64, Vec<u8>, Option<Vec<u8>>);
+
+impl PendingTxnRecords {
+    /// Holds a record of producer `producer_id`'s open transaction.
+    pub fn stage(&mut self, producer_id: i64, log_offset: i64, key: &[u8], value: Option<&[u8]>) {
+        self.by_producer.entry(producer_id).or_default().push((
+            log_offset,
+            key.to_vec(),
+            value.map(<[u8]>::to_vec),
+        ));
+    }
+
+    /// Producer `producer_id`'s marker: its records, to apply (`commit`) or dropped.
+    pub fn end(&mut self, producer_id: i64, commit: bool) -> Vec<PendingRecord> {
+        let held = self.by_producer.remove(&producer_id).unwrap_or_default();
+        if commit {
+            held
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Every held record with its producer id, producer by producer, in log order.
+    pub fn iter(&self) -> impl Iterator<Item = (i64, &PendingRecord)> {
+        self.by_producer
+            .iter()
+            .flat_map(|(pid, recs)| recs.iter().map(move |r| (*pid, r)))
+    }
+
+    /// Appends the records to `out`: a producer count, then per producer its id, a record
+    /// count and each record's offset, key length and key, and value length (u32::MAX for
+    /// a tombstone) and value (big-endian).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(self.by_producer.len() as u32).to_be_bytes());
+        for (pid, recs) in &self.by_producer {
+            out.extend_from_slice(&pid.to_be_bytes());
+            out.extend_from_slice(&(recs.len() as u32).to_be_bytes());
+            for (offset, k, v) in recs {
+                out.extend_from_slice(&offset.to_be_bytes());
+                out.extend_from_slice(&(k.len() as u32).to_be_bytes());
+                out.extend_from_slice(k);
+                match v {
+                    Some(v) => {
+                        out.extend_from_slice(&(v.len() as u32).to_be_bytes());
+                        out.extend_from_slice(v);
+                    }
+                    None => out.extend_from_slice(&u32::MAX.to_be_bytes()),
+                }
+            }
+        }
+    }
+
+    /// Reads what `encode` wrote, checking each count and length against the bytes left;
+    /// returns the bytes after it.
+    pub fn decode(mut buf: &[u8]) -> Result<(PendingTxnRecords, &[u8]), CompactedDecodeError> {
+        fn take<'a, const N: usize>(
+            buf: &mut &'a [u8],
+        ) -> Result<&'a [u8; N], CompactedDecodeError> {
+            let (head, rest) = buf
+                .split_first_chunk::<N>()
+                .ok_or(CompactedDecodeError::Length)?;
+            *buf = rest;
+            Ok(head)
+        }
+        fn bytes<'a>(buf: &mut &'a [u8], len: usize) -> Result<&'a [u8], CompactedDecodeError> {
+            let (b, rest) = buf
+                .split_at_checked(len)
+                .ok_or(CompactedDecodeError::Length)?;
+            *buf = rest;
+            Ok(b)
+        }
+        let producers = u32::from_be_bytes(*take::<4>(&mut buf)?) as usize;
+        // A producer takes at least its id and count; a record its offset and two lengths.
+        if producers > buf.len() / 12 {
+            return Err(CompactedDecodeError::Length);
+        }
+        let mut out = PendingTxnRecords::default();
+        for _ in 0..producers {
+            let pid = i64::from_be_bytes(*take::<8>(&mut buf)?);
+            let count = u32::from_be_bytes(*take::<4>(&mut buf)?) as usize;
+            if count > buf.len() / 16 {
+                return Err(CompactedDecodeError::Length);
+            }
+            let mut recs = Vec::with_capacity(count);
+            for _ in 0..count {
+                let offset = i64::from_be_bytes(*take::<8>(&mut buf)?);
+                let klen = u32::from_be_bytes(*take::<4>(&mut buf)?) as usize;
+                let k = bytes(&mut buf, klen)?.to_vec();
+                let v = match u32::from_be_bytes(*take::<4>(&mut buf)?) {
+                    u32::MAX => None,
+                    vlen => Some(bytes(&mut buf, vlen as usize)?.to_vec()),
+                };
+                recs.push((offset, k, v));
+            }
+            if out.by_producer.insert(pid, recs).is_some() {
+                return Err(CompactedDecodeError::Duplicate);
+            }
+        }
+        Ok((out, buf))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -191,6 +305,34 @@ mod tests {
             key,
             proptest::option::of(proptest::collection::vec(any::<u8>(), 0..6)),
         )
+    }
+
+    #[test]
+    fn pending_records_apply_at_commit_drop_at_abort_and_round_trip() {
+        let mut p = PendingTxnRecords::default();
+        p.stage(7, 10, b"s/a", Some(b"1"));
+        p.stage(8, 11, b"s/b", Some(b"2"));
+        p.stage(7, 12, b"s/a", None);
+        let mut bytes = Vec::new();
+        p.encode(&mut bytes);
+        bytes.push(9);
+        let (back, rest) = PendingTxnRecords::decode(&bytes).expect("decodes");
+        assert_eq!((back, rest), (p.clone(), &[9u8][..]));
+        for cut in 0..bytes.len() - 1 {
+            assert!(
+                PendingTxnRecords::decode(&bytes[..cut]).is_err(),
+                "cut {cut}"
+            );
+        }
+        assert_eq!(
+            p.end(7, true),
+            vec![
+                (10, b"s/a".to_vec(), Some(b"1".to_vec())),
+                (12, b"s/a".to_vec(), None)
+            ]
+        );
+        assert_eq!(p.end(8, false), Vec::new());
+        assert_eq!(p.iter().count(), 0);
     }
 
     proptest! {

@@ -35,7 +35,7 @@ use crate::common::errors::KafkaError;
 use crate::common::logging::{RateLimit, STORAGE_ERROR_LOG_INTERVAL};
 use crate::common::metrics::{ProduceStage, ShardMetrics};
 use crate::partition::checkpoint::{Checkpoint, CheckpointError, CHECKPOINT_INTERVAL_BYTES};
-use crate::partition::compacted::{Compacted, KeyScope};
+use crate::partition::compacted::{Compacted, KeyScope, PendingRecord, PendingTxnRecords};
 use crate::partition::producer_state::{batch_ids, ProducerStates, Verdict, PENDING_OFFSET};
 use crate::partition::txn_index::{AbortedTxn, TxnIndex};
 use strand_raft::{Ack, GroupId};
@@ -681,6 +681,7 @@ impl Partition {
                 states: c.states.clone(),
                 txns: c.txns.clone(),
                 records: None,
+                pending: PendingTxnRecords::default(),
             }
         };
         let from = live.offset;
@@ -698,6 +699,40 @@ impl Partition {
     pub fn compacted_checkpoint(&self) -> (KafkaOffset, Option<Compacted>) {
         let c = self.checkpoint.borrow();
         (c.offset, c.records.clone())
+    }
+
+    /// Transactions open here (first batch appended, marker not yet).
+    pub fn open_transactions(&self) -> u64 {
+        self.txns.borrow().open().count() as u64
+    }
+
+    /// Whether producer `producer_id` has an open transaction here (its first batch was
+    /// appended and no marker yet): its coordinator verified this partition then.
+    pub fn has_open_txn(&self, producer_id: i64) -> bool {
+        self.txns.borrow().open().any(|(pid, _)| pid == producer_id)
+    }
+
+    /// DescribeProducers: every remembered producer, with the first offset of its open
+    /// transaction (-1 for none).
+    pub fn producers(&self) -> Vec<(crate::partition::producer_state::ProducerView, i64)> {
+        let open: std::collections::HashMap<i64, i64> = self.txns.borrow().open().collect();
+        self.producers
+            .borrow()
+            .views()
+            .into_iter()
+            .map(|v| (v, open.get(&v.producer_id).copied().unwrap_or(-1)))
+            .collect()
+    }
+
+    /// The checkpoint's keyed records of transactions open at its offset, by producer id
+    /// (an offsets partition's TxnOffsetCommits: its groups stage them on a replay).
+    pub fn pending_checkpoint_records(&self) -> Vec<(i64, PendingRecord)> {
+        self.checkpoint
+            .borrow()
+            .pending
+            .iter()
+            .map(|(pid, r)| (pid, r.clone()))
+            .collect()
     }
 
     /// Moves the checkpoint up to `committed_end` in the background once

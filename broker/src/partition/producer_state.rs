@@ -114,7 +114,33 @@ fn next_seq(seq: i32) -> i32 {
     }
 }
 
+/// What DescribeProducers shows of one producer of a partition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProducerView {
+    /// Producer id.
+    pub producer_id: i64,
+    /// Its epoch.
+    pub epoch: i16,
+    /// The last sequence of its newest remembered batch (-1: none since a marker).
+    pub last_sequence: i32,
+}
+
 impl ProducerStates {
+    /// Every remembered producer, by id.
+    pub fn views(&self) -> Vec<ProducerView> {
+        let mut out: Vec<ProducerView> = self
+            .producers
+            .iter()
+            .map(|(id, p)| ProducerView {
+                producer_id: *id,
+                epoch: p.epoch,
+                last_sequence: p.batches.back().map_or(-1, |b| b.last_seq),
+            })
+            .collect();
+        out.sort_by_key(|v| v.producer_id);
+        out
+    }
+
     /// Decides whether a batch from `producer_id`/`epoch` with sequences
     /// `first_seq..=last_seq` is appended, answered as a duplicate, or refused.
     pub fn check(

@@ -1448,6 +1448,7 @@ mod tests {
                 states,
                 txns: Default::default(),
                 records: None,
+                pending: Default::default(),
             };
             s.restore(point, &conf, Bytes::from(shipped.encode()))
                 .expect("restore");

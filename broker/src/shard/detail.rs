@@ -23,6 +23,8 @@ fn snapshot(
             .cleanable(now_ms)
             .map(|c| (c.dirty_bytes, c.dirty_ratio())),
         last_clean_ms: p.last_clean_ms(),
+        last_stable_offset: p.last_stable_offset().0,
+        open_transactions: p.open_transactions(),
     }
 }
 
@@ -80,7 +82,10 @@ pub fn detail(shard: &Shard) -> crate::common::metrics::ShardDetail {
             })
         })
         .collect();
+    let (transactions_by_state, oldest_transaction_ms) = transactions(shard, now_ms);
     crate::common::metrics::ShardDetail {
+        transactions_by_state,
+        oldest_transaction_ms,
         in_flight_bytes: shard.in_flight_bytes_used(),
         partitions,
         committed,
@@ -91,4 +96,18 @@ pub fn detail(shard: &Shard) -> crate::common::metrics::ShardDetail {
         raft_append_acks,
         fenced_groups: shard.replicator().map_or(0, |r| r.fenced_groups()),
     }
+}
+
+/// The transactional ids `shard` coordinates now, counted by state, and the age of its
+/// oldest open transaction (ms).
+fn transactions(shard: &Shard, now_ms: i64) -> (Vec<(&'static str, u64)>, u64) {
+    let mut by_state: std::collections::BTreeMap<&'static str, u64> = Default::default();
+    let mut oldest_ms = 0u64;
+    for m in shard.txns.borrow().values() {
+        *by_state.entry(m.state.name()).or_default() += 1;
+        if m.state == crate::txn::metadata::TxnState::Ongoing && m.start_ms >= 0 {
+            oldest_ms = oldest_ms.max(u64::try_from(now_ms - m.start_ms).unwrap_or(0));
+        }
+    }
+    (by_state.into_iter().collect(), oldest_ms)
 }

@@ -56,6 +56,22 @@ impl Shard {
             }
             Op::AllocateProducerId => Reply::ProducerId(self.allocate_producer_id().await),
             Op::WriteMarkers(m) => Reply::Codes(self.write_markers_local(m).await),
+            op @ (Op::DescribeTxns(_) | Op::ListTxns(_) | Op::DescribeProducers(_)) => {
+                self.describe_txn_op(op).await
+            }
+            Op::AddTxnPartitions(c) => {
+                self.wait_txn_loaded(&c.transactional_id).await;
+                let (id, pid, epoch) = (&c.transactional_id, c.producer_id, c.producer_epoch);
+                let r =
+                    crate::txn::coordinator::add_partitions(self, id, pid, epoch, &c.partitions);
+                Reply::Codes(match r.await {
+                    Ok(()) => vec![0; c.partitions.len()],
+                    Err(crate::txn::coordinator::AddError::All(code)) => {
+                        vec![code; c.partitions.len()]
+                    }
+                    Err(crate::txn::coordinator::AddError::Each(codes)) => codes,
+                })
+            }
             Op::VerifyTxn(check) => {
                 self.wait_txn_loaded(&check.transactional_id).await;
                 Reply::Codes(vec![self.verify_txn(&check)])
@@ -128,10 +144,14 @@ impl Shard {
                         }
                     }
                 };
-                let r = if p.txn_verified {
-                    part.produce_transactional(p.batch, acks_all).await
-                } else {
-                    part.produce(p.batch, acks_all).await
+                let r = match p.transactional_id.as_deref() {
+                    Some(id) if transactional(&p.batch) => {
+                        match self.verify_txn_append(&part, id, &p.batch).await {
+                            Ok(()) => part.produce_transactional(p.batch, acks_all).await,
+                            Err(c) => Err(KafkaError::TxnVerification(c)),
+                        }
+                    }
+                    _ => part.produce(p.batch, acks_all).await,
                 };
                 let log_start_offset = part.log().log_start_offset();
                 match r {
@@ -465,4 +485,10 @@ impl Shard {
             .get(&(topic.to_string(), p))
             .cloned()
     }
+}
+
+/// Whether a produced batch claims to be part of a transaction (a malformed one is not:
+/// the partition's checks refuse it).
+fn transactional(batch: &bytes::Bytes) -> bool {
+    strand_wire::RecordBatch::parse(batch.clone()).is_ok_and(|v| v.attributes().is_transactional())
 }

@@ -126,11 +126,16 @@ impl Shard {
         end: strand_storage::KafkaOffset,
         partitions: usize,
     ) -> anyhow::Result<()> {
-        // The checkpoint's compacted records, then the log after it.
+        // The checkpoint's compacted records and the transactions open at its offset, then
+        // the log after it.
         let (from, records) = part.compacted_checkpoint();
         let from = match records {
             Some(records) => {
-                crate::group::records::replay_compacted(&records, &mut self.groups.borrow_mut());
+                let mut groups = self.groups.borrow_mut();
+                crate::group::records::replay_compacted(&records, &mut groups);
+                for (pid, (offset, k, v)) in part.pending_checkpoint_records() {
+                    crate::group::records::stage(&mut groups, pid, offset, &k, v.as_deref());
+                }
                 from
             }
             None => part.log().log_start_offset(),

@@ -29,9 +29,9 @@ pub struct ProducePart {
     pub partition: i32,
     /// The producer's batch bytes.
     pub batch: Bytes,
-    /// The transaction coordinator confirmed that this partition is in the producer's open
-    /// transaction (KIP-890): a transactional batch is taken only then.
-    pub txn_verified: bool,
+    /// The request's transactional id: a transactional batch is taken only once its
+    /// coordinator confirms this partition is in the producer's open transaction (KIP-890).
+    pub transactional_id: Option<String>,
 }
 
 /// Outcome for one partition of a produce.
@@ -135,6 +135,17 @@ pub struct TxnCheck {
     pub partitions: Vec<(String, i32)>,
 }
 
+/// ListTransactions' filters (empty lists: no filter).
+#[derive(Debug, Clone, Default)]
+pub struct TxnFilter {
+    /// State names (Kafka's, e.g. "Ongoing").
+    pub states: Vec<String>,
+    /// Producer ids.
+    pub producer_ids: Vec<i64>,
+    /// Only transactions open at least this long (ms; negative: no filter).
+    pub min_duration_ms: i64,
+}
+
 /// Work sent to a shard.
 #[derive(Debug)]
 pub enum Op {
@@ -199,6 +210,15 @@ pub enum Op {
     AllocateProducerId,
     /// Write a transaction's markers to partitions this shard leads (codes in order).
     WriteMarkers(crate::cluster::markers::Markers),
+    /// AddPartitionsToTxn v4 (a broker's batched form, not verify-only) on the id's
+    /// coordinator shard: a code per partition.
+    AddTxnPartitions(TxnCheck),
+    /// DescribeTransactions of these ids (all coordinated by this shard's partitions).
+    DescribeTxns(Vec<String>),
+    /// ListTransactions: the ids this shard coordinates that pass the filter.
+    ListTxns(TxnFilter),
+    /// DescribeProducers of these partitions (all on this shard).
+    DescribeProducers(Vec<(String, i32)>),
     /// KIP-890 verification at the coordinator shard of a transactional id: whether the
     /// producer's open transaction includes these partitions (one code).
     VerifyTxn(TxnCheck),
@@ -234,6 +254,12 @@ pub enum Reply {
     Listed(Vec<kafka_protocol::messages::list_groups_response::ListedGroup>),
     /// Error codes, in order.
     Codes(Vec<i16>),
+    /// DescribeTransactions answers, in order.
+    TxnStates(Vec<kafka_protocol::messages::describe_transactions_response::TransactionState>),
+    /// ListTransactions answers.
+    TxnList(Vec<kafka_protocol::messages::list_transactions_response::TransactionState>),
+    /// DescribeProducers answers, in order.
+    Producers(Vec<kafka_protocol::messages::describe_producers_response::PartitionResponse>),
     /// Offsets per group, in order.
     Offsets(Vec<Result<crate::group::coordinator::GroupOffsets, i16>>),
     /// A shard's counters.

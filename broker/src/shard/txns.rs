@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use futures::future::LocalBoxFuture;
 
-use super::ops::{Op, Reply};
+use super::ops::{Op, Reply, TxnCheck};
 use super::{Shard, GROUP_LOAD_WAIT};
 use crate::cluster::ClusterHost;
 use crate::common::errors::code;
@@ -291,5 +291,192 @@ impl Shard {
                 Err(c) => c,
             })
             .collect()
+    }
+
+    /// KIP-890 part 1 for a transactional batch of transactional id `id` to `part`: the
+    /// producer's first batch of a transaction here is verified with the coordinator (the
+    /// later ones find its transaction open in the partition's index).
+    pub(crate) async fn verify_txn_append(
+        self: &Rc<Self>,
+        part: &Partition,
+        id: &str,
+        batch: &bytes::Bytes,
+    ) -> Result<(), i16> {
+        let view =
+            strand_wire::RecordBatch::parse(batch.clone()).map_err(|_| code::CORRUPT_MESSAGE)?;
+        if part.has_open_txn(view.producer_id()) {
+            return Ok(());
+        }
+        self.verify_with_coordinator(TxnCheck {
+            transactional_id: id.to_string(),
+            producer_id: view.producer_id(),
+            producer_epoch: view.producer_epoch(),
+            partitions: vec![(part.topic.clone(), part.index)],
+        })
+        .await
+    }
+
+    /// Asks the coordinator of the check's transactional id (a shard of this node, or
+    /// another node through AddPartitionsToTxn v4 with verify_only) whether the producer's
+    /// open transaction has every partition named.
+    pub async fn verify_with_coordinator(self: &Rc<Self>, check: TxnCheck) -> Result<(), i16> {
+        let meta = self.metadata();
+        let Some(t) = meta.topics.get(TXN_STATE_TOPIC) else {
+            return Err(code::INVALID_TXN_STATE);
+        };
+        let p = crate::group::partition_for(&check.transactional_id, t.shards.len());
+        let leader = if self.clustered() {
+            self.leader_of_group(t.group_of(p)).0
+        } else {
+            self.config.node_id
+        };
+        if leader != self.config.node_id {
+            let Some(n) = meta.nodes.get(&leader) else {
+                return Err(code::COORDINATOR_NOT_AVAILABLE);
+            };
+            let producer = (check.producer_id, check.producer_epoch);
+            let (id, parts) = (&check.transactional_id, &check.partitions);
+            return crate::cluster::markers::verify(&n.host, n.kafka_port, id, producer, parts)
+                .await;
+        }
+        let Some(target) = meta.shard_of(TXN_STATE_TOPIC, p) else {
+            return Err(code::COORDINATOR_NOT_AVAILABLE);
+        };
+        match self.call(target, Op::VerifyTxn(check)).await {
+            Reply::Codes(c) if c.first() == Some(&code::NONE) => Ok(()),
+            Reply::Codes(c) => Err(c.first().copied().unwrap_or(code::INVALID_TXN_STATE)),
+            _ => Err(code::COORDINATOR_NOT_AVAILABLE),
+        }
+    }
+
+    /// Runs a describe or list op of transactions or producers.
+    pub(crate) async fn describe_txn_op(&self, op: Op) -> Reply {
+        match op {
+            Op::DescribeTxns(ids) => {
+                for id in &ids {
+                    self.wait_txn_loaded(id).await;
+                }
+                Reply::TxnStates(ids.iter().map(|id| self.describe_txn(id)).collect())
+            }
+            Op::ListTxns(filter) => Reply::TxnList(self.list_txns(&filter)),
+            Op::DescribeProducers(parts) => Reply::Producers(
+                parts
+                    .iter()
+                    .map(|(t, p)| self.describe_producers(t, *p))
+                    .collect(),
+            ),
+            _ => Reply::Done,
+        }
+    }
+
+    /// DescribeTransactions of one id.
+    fn describe_txn(
+        &self,
+        id: &str,
+    ) -> kafka_protocol::messages::describe_transactions_response::TransactionState {
+        use kafka_protocol::messages::describe_transactions_response::{
+            TopicData, TransactionState,
+        };
+        use kafka_protocol::messages::{ProducerId, TopicName, TransactionalId};
+        let base = TransactionState::default()
+            .with_transactional_id(TransactionalId(super::groups::s(id)))
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1)
+            .with_transaction_start_time_ms(-1);
+        if let Err(c) = crate::txn::coordinator::TxnHost::txn_coordinator_check(self, id) {
+            return base.with_error_code(c);
+        }
+        let txns = self.txns.borrow();
+        let Some(m) = txns.get(id) else {
+            return base.with_error_code(code::TRANSACTIONAL_ID_NOT_FOUND);
+        };
+        let mut topics: Vec<TopicData> = Vec::new();
+        for (t, p) in &m.partitions {
+            match topics.last_mut() {
+                Some(last) if last.topic.0.as_str() == t => last.partitions.push(*p),
+                _ => topics.push(
+                    TopicData::default()
+                        .with_topic(TopicName(super::groups::s(t.clone())))
+                        .with_partitions(vec![*p]),
+                ),
+            }
+        }
+        base.with_transaction_state(super::groups::s(m.state.name()))
+            .with_transaction_timeout_ms(m.timeout_ms)
+            .with_transaction_start_time_ms(m.start_ms)
+            .with_producer_id(ProducerId(m.producer_id))
+            .with_producer_epoch(m.producer_epoch)
+            .with_topics(topics)
+    }
+
+    /// ListTransactions: the ids this shard coordinates now that pass `filter`.
+    fn list_txns(
+        &self,
+        filter: &super::ops::TxnFilter,
+    ) -> Vec<kafka_protocol::messages::list_transactions_response::TransactionState> {
+        use kafka_protocol::messages::list_transactions_response::TransactionState;
+        use kafka_protocol::messages::{ProducerId, TransactionalId};
+        let now_ms = crate::common::clock::wall_ms();
+        let mut out: Vec<TransactionState> = self
+            .txns
+            .borrow()
+            .values()
+            .filter(|m| {
+                crate::txn::coordinator::TxnHost::txn_coordinator_check(self, &m.transactional_id)
+                    .is_ok()
+            })
+            .filter(|m| {
+                filter.states.is_empty() || filter.states.iter().any(|s| s == m.state.name())
+            })
+            .filter(|m| {
+                filter.producer_ids.is_empty() || filter.producer_ids.contains(&m.producer_id)
+            })
+            .filter(|m| {
+                filter.min_duration_ms < 0
+                    || (m.start_ms >= 0
+                        && now_ms.saturating_sub(m.start_ms) >= filter.min_duration_ms)
+            })
+            .map(|m| {
+                TransactionState::default()
+                    .with_transactional_id(TransactionalId(super::groups::s(
+                        m.transactional_id.clone(),
+                    )))
+                    .with_producer_id(ProducerId(m.producer_id))
+                    .with_transaction_state(super::groups::s(m.state.name()))
+            })
+            .collect();
+        out.sort_by(|a, b| a.transactional_id.0.cmp(&b.transactional_id.0));
+        out
+    }
+
+    /// DescribeProducers of one partition this shard holds.
+    fn describe_producers(
+        &self,
+        topic: &str,
+        p: i32,
+    ) -> kafka_protocol::messages::describe_producers_response::PartitionResponse {
+        use kafka_protocol::messages::describe_producers_response::{
+            PartitionResponse, ProducerState,
+        };
+        use kafka_protocol::messages::ProducerId;
+        let base = PartitionResponse::default().with_partition_index(p);
+        let part = match self.serving(topic, p) {
+            Ok(part) => part,
+            Err(e) => return base.with_error_code(e.code()),
+        };
+        let producers = part
+            .producers()
+            .into_iter()
+            .map(|(v, txn_start)| {
+                ProducerState::default()
+                    .with_producer_id(ProducerId(v.producer_id))
+                    .with_producer_epoch(i32::from(v.epoch))
+                    .with_last_sequence(v.last_sequence)
+                    .with_last_timestamp(-1)
+                    .with_coordinator_epoch(-1)
+                    .with_current_txn_start_offset(txn_start)
+            })
+            .collect();
+        base.with_active_producers(producers)
     }
 }

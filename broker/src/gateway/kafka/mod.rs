@@ -48,11 +48,14 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DescribeCluster, 0, 1),
     (ApiKey::InitProducerId, 0, 4),
-    (ApiKey::AddPartitionsToTxn, 0, 3),
+    (ApiKey::AddPartitionsToTxn, 0, 4),
     (ApiKey::AddOffsetsToTxn, 0, 3),
     (ApiKey::EndTxn, 0, 3),
     (ApiKey::TxnOffsetCommit, 0, 3),
     (ApiKey::WriteTxnMarkers, 1, 1),
+    (ApiKey::DescribeTransactions, 0, 0),
+    (ApiKey::ListTransactions, 0, 1),
+    (ApiKey::DescribeProducers, 0, 0),
     (ApiKey::FindCoordinator, 0, 4),
     (ApiKey::JoinGroup, 0, 7),
     (ApiKey::SyncGroup, 0, 5),
@@ -123,6 +126,9 @@ pub fn api_name(key: ApiKey) -> &'static str {
         ApiKey::EndTxn => "end_txn",
         ApiKey::TxnOffsetCommit => "txn_offset_commit",
         ApiKey::WriteTxnMarkers => "write_txn_markers",
+        ApiKey::DescribeTransactions => "describe_transactions",
+        ApiKey::ListTransactions => "list_transactions",
+        ApiKey::DescribeProducers => "describe_producers",
         ApiKey::FindCoordinator => "find_coordinator",
         ApiKey::JoinGroup => "join_group",
         ApiKey::SyncGroup => "sync_group",
@@ -222,11 +228,19 @@ pub async fn handle(
         ApiKey::DescribeGroups => groups::describe(shard, &ctx, buf).await.map(Some),
         ApiKey::DeleteGroups => groups::delete(shard, &ctx, buf).await.map(Some),
         ApiKey::InitProducerId => producer::init(shard, &ctx, buf).await.map(Some),
+        ApiKey::AddPartitionsToTxn if version >= 4 => txn::add_partitions_batched(shard, &ctx, buf)
+            .await
+            .map(Some),
         ApiKey::AddPartitionsToTxn | ApiKey::AddOffsetsToTxn | ApiKey::EndTxn => {
             let id = txn::transactional_id_of(&ctx, &buf)?;
             txn::route(shard, &ctx, &id, buf).await.map(Some)
         }
         ApiKey::WriteTxnMarkers => txn::write_markers(shard, &ctx, buf).await.map(Some),
+        ApiKey::DescribeTransactions => {
+            txn::describe_transactions(shard, &ctx, buf).await.map(Some)
+        }
+        ApiKey::ListTransactions => txn::list_transactions(shard, &ctx, buf).await.map(Some),
+        ApiKey::DescribeProducers => txn::describe_producers(shard, &ctx, buf).await.map(Some),
         ApiKey::DescribeCluster => cluster::describe(shard, &ctx, buf).await.map(Some),
         ApiKey::UnregisterBroker => cluster::unregister(shard, &ctx, buf).await.map(Some),
         ApiKey::DescribeQuorum => quorum::describe(shard, &ctx, buf).await.map(Some),

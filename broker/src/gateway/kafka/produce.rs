@@ -56,7 +56,7 @@ pub async fn handle(
                         topic: topic.to_string(),
                         partition: p.index,
                         batch: records,
-                        txn_verified: false,
+                        transactional_id: req.transactional_id.as_ref().map(|t| t.0.to_string()),
                     };
                     split.push(s, (ti, pi), part);
                 }
@@ -65,10 +65,6 @@ pub async fn handle(
         results.push(row);
     }
     let acks_all = req.acks == -1;
-    if let Some(id) = req.transactional_id.as_ref() {
-        // KIP-890: the coordinator confirms every partition is in the open transaction.
-        split = super::txn::verify_produce(shard, id, split, &mut results).await;
-    }
     let calls = split.into_groups().map(|(s, parts, slots)| async move {
         match shard.call(s, Op::Produce { parts, acks_all }).await {
             Reply::Produce(r) => (slots, r),

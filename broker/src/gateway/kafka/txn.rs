@@ -1,8 +1,9 @@
 //! Transaction APIs: InitProducerId with a transactional id, AddPartitionsToTxn (v0–3),
 //! AddOffsetsToTxn, EndTxn (run on the id's coordinator shard, `txn::coordinator`),
 //! TxnOffsetCommit (on the group's coordinator shard), WriteTxnMarkers (a coordinator on
-//! another node asking this one's partition leaders), and the KIP-890 verification of a
-//! transactional Produce. `__transaction_state` is created by the first FindCoordinator
+//! another node asking this one's partition leaders), the KIP-890 verification of a
+//! transactional Produce, and the admin APIs DescribeTransactions, ListTransactions and
+//! DescribeProducers (what `kafka-transactions.sh` uses). `__transaction_state` is created by the first FindCoordinator
 //! for a transactional id.
 //!
 //! Invariant: a request for one transactional id is executed only on the shard that owns
@@ -25,12 +26,9 @@ use kafka_protocol::messages::*;
 
 use super::{Ctx, FramingError};
 use crate::cluster::markers::Markers;
-use crate::cluster::ClusterHost;
-use crate::common::errors::{code, KafkaError};
+use crate::common::errors::code;
 use crate::group::state::Committed;
-use crate::shard::ops::{
-    GroupRequest, Op, ProducePart, ProduceResult, Reply, ShardSplit, Slot, TxnCheck,
-};
+use crate::shard::ops::{GroupRequest, Op, Reply, TxnCheck};
 use crate::shard::Shard;
 use crate::txn::coordinator::{self, AddError, TXN_STATE_TOPIC};
 
@@ -322,88 +320,6 @@ async fn end_txn(
     ctx.respond(&EndTxnResponse::default().with_error_code(c))
 }
 
-/// Asks the coordinator of `id` whether producer `producer_id` at `epoch` has an open
-/// transaction with every partition of `partitions` (KIP-890 part 1). The coordinator is
-/// a shard of this node; one on another node is not asked yet (a cluster's partition
-/// leader takes the batch unverified, as before KIP-890).
-pub async fn verify(
-    shard: &Rc<Shard>,
-    id: &str,
-    producer_id: i64,
-    epoch: i16,
-    partitions: Vec<(String, i32)>,
-) -> Result<(), i16> {
-    let Some(target) = coordinator_shard(shard, id) else {
-        return Err(code::INVALID_TXN_STATE);
-    };
-    if shard.clustered() {
-        let meta = shard.metadata();
-        let leader = meta.topics.get(TXN_STATE_TOPIC).map(|t| {
-            let p = coordinator::partition_for(id, t.shards.len());
-            shard.leader_of_group(t.group_of(p)).0
-        });
-        if leader != Some(shard.config.node_id) {
-            return Ok(());
-        }
-    }
-    let op = Op::VerifyTxn(TxnCheck {
-        transactional_id: id.to_string(),
-        producer_id,
-        producer_epoch: epoch,
-        partitions,
-    });
-    match shard.call(target, op).await {
-        Reply::Codes(c) if c.first() == Some(&code::NONE) => Ok(()),
-        Reply::Codes(c) => Err(c.first().copied().unwrap_or(code::INVALID_TXN_STATE)),
-        _ => Err(code::COORDINATOR_NOT_AVAILABLE),
-    }
-}
-
-/// A transactional Produce: verifies its transactional batches with the coordinator;
-/// verified parts are marked so, refused ones are answered here and dropped from `split`.
-pub async fn verify_produce(
-    shard: &Rc<Shard>,
-    id: &TransactionalId,
-    split: ShardSplit<ProducePart>,
-    results: &mut [Vec<Option<ProduceResult>>],
-) -> ShardSplit<ProducePart> {
-    let mut parts: Vec<(usize, Slot, ProducePart)> = Vec::new();
-    for (s, ps, slots) in split.into_groups() {
-        parts.extend(slots.into_iter().zip(ps).map(|(slot, p)| (s, slot, p)));
-    }
-    let mut producer = None;
-    let mut asked = Vec::new();
-    for (_, _, p) in &parts {
-        if let Ok(view) = strand_wire::RecordBatch::parse(p.batch.clone()) {
-            if view.attributes().is_transactional() {
-                producer = Some((view.producer_id(), view.producer_epoch()));
-                asked.push((p.topic.clone(), p.partition));
-            }
-        }
-    }
-    let verdict = match producer {
-        Some((pid, epoch)) => verify(shard, id.0.as_str(), pid, epoch, asked).await,
-        None => Ok(()),
-    };
-    let mut out = ShardSplit::new(shard.count);
-    for (s, (ti, pi), mut p) in parts {
-        match verdict {
-            Ok(()) => {
-                p.txn_verified = true;
-                out.push(s, (ti, pi), p);
-            }
-            Err(c) => {
-                results[ti][pi] = Some(ProduceResult {
-                    error: Some(KafkaError::TxnVerification(c)),
-                    base_offset: strand_storage::KafkaOffset(-1),
-                    log_start_offset: strand_storage::KafkaOffset(-1),
-                });
-            }
-        }
-    }
-    out
-}
-
 /// The offsets of a TxnOffsetCommit, in request order.
 fn txn_offsets(r: &TxnOffsetCommitRequest) -> Vec<(String, i32, Committed)> {
     r.topics
@@ -476,14 +392,13 @@ pub async fn offset_commit(
         crate::group::OFFSETS_TOPIC.to_string(),
         crate::group::partition_for(&r.group_id.0, n),
     );
-    let verified = verify(
-        shard,
-        &r.transactional_id.0,
-        r.producer_id.0,
-        r.producer_epoch,
-        vec![offsets_partition],
-    )
-    .await;
+    let check = TxnCheck {
+        transactional_id: r.transactional_id.0.to_string(),
+        producer_id: r.producer_id.0,
+        producer_epoch: r.producer_epoch,
+        partitions: vec![offsets_partition],
+    };
+    let verified = shard.verify_with_coordinator(check).await;
     if let Err(c) = verified {
         let c = fenced_as(c, ctx.version, 3);
         return ctx.respond(&offset_commit_answer(&r, std::iter::repeat(c)));
@@ -572,4 +487,210 @@ pub async fn write_markers(
         );
     }
     ctx.respond(&WriteTxnMarkersResponse::default().with_markers(results))
+}
+
+/// DescribeTransactions: each id answered by the shard coordinating it.
+pub async fn describe_transactions(
+    shard: &Rc<Shard>,
+    ctx: &Ctx,
+    body: Bytes,
+) -> Result<Bytes, FramingError> {
+    use kafka_protocol::messages::describe_transactions_response::TransactionState;
+    let r: DescribeTransactionsRequest = ctx.decode(body)?;
+    let mut out: Vec<TransactionState> = r
+        .transactional_ids
+        .iter()
+        .map(|id| {
+            TransactionState::default()
+                .with_transactional_id(id.clone())
+                .with_error_code(code::COORDINATOR_NOT_AVAILABLE)
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1)
+                .with_transaction_start_time_ms(-1)
+        })
+        .collect();
+    let mut by_shard: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for (i, id) in r.transactional_ids.iter().enumerate() {
+        if let Some(s) = coordinator_shard(shard, &id.0) {
+            by_shard.entry(s).or_default().push(i);
+        }
+    }
+    for (s, slots) in by_shard {
+        let ids = slots
+            .iter()
+            .map(|&i| r.transactional_ids[i].0.to_string())
+            .collect();
+        if let Reply::TxnStates(states) = shard.call(s, Op::DescribeTxns(ids)).await {
+            for (i, st) in slots.into_iter().zip(states) {
+                out[i] = st;
+            }
+        }
+    }
+    ctx.respond(&DescribeTransactionsResponse::default().with_transaction_states(out))
+}
+
+/// Kafka's transaction state names (ListTransactions' filter).
+const STATE_NAMES: [&str; 8] = [
+    "Empty",
+    "Ongoing",
+    "PrepareCommit",
+    "PrepareAbort",
+    "CompleteCommit",
+    "CompleteAbort",
+    "Dead",
+    "PrepareEpochFence",
+];
+
+/// ListTransactions (v0–1): the ids this node coordinates, from every shard.
+pub async fn list_transactions(
+    shard: &Rc<Shard>,
+    ctx: &Ctx,
+    body: Bytes,
+) -> Result<Bytes, FramingError> {
+    let r: ListTransactionsRequest = ctx.decode(body)?;
+    let states: Vec<String> = r.state_filters.iter().map(|s| s.to_string()).collect();
+    let unknown: Vec<_> = r
+        .state_filters
+        .iter()
+        .filter(|s| !STATE_NAMES.contains(&s.as_str()))
+        .cloned()
+        .collect();
+    let filter = crate::shard::ops::TxnFilter {
+        states,
+        producer_ids: r.producer_id_filters.iter().map(|p| p.0).collect(),
+        min_duration_ms: if ctx.version >= 1 {
+            r.duration_filter
+        } else {
+            -1
+        },
+    };
+    let calls = (0..shard.count).map(|s| shard.call(s, Op::ListTxns(filter.clone())));
+    let mut listed = Vec::new();
+    for reply in futures::future::join_all(calls).await {
+        if let Reply::TxnList(l) = reply {
+            listed.extend(l);
+        }
+    }
+    ctx.respond(
+        &ListTransactionsResponse::default()
+            .with_unknown_state_filters(unknown)
+            .with_transaction_states(listed),
+    )
+}
+
+/// DescribeProducers: each partition answered by the shard holding it.
+pub async fn describe_producers(
+    shard: &Rc<Shard>,
+    ctx: &Ctx,
+    body: Bytes,
+) -> Result<Bytes, FramingError> {
+    use kafka_protocol::messages::describe_producers_response::{PartitionResponse, TopicResponse};
+    let r: DescribeProducersRequest = ctx.decode(body)?;
+    let meta = shard.metadata();
+    let mut out: Vec<Vec<PartitionResponse>> = Vec::with_capacity(r.topics.len());
+    let mut by_shard: BTreeMap<usize, Vec<(usize, usize)>> = BTreeMap::new();
+    for (ti, t) in r.topics.iter().enumerate() {
+        let mut row = Vec::with_capacity(t.partition_indexes.len());
+        for (pi, p) in t.partition_indexes.iter().enumerate() {
+            row.push(
+                PartitionResponse::default()
+                    .with_partition_index(*p)
+                    .with_error_code(code::UNKNOWN_TOPIC_OR_PARTITION),
+            );
+            if let Some(s) = meta.shard_of(&t.name.0, *p) {
+                by_shard.entry(s).or_default().push((ti, pi));
+            }
+        }
+        out.push(row);
+    }
+    for (s, slots) in by_shard {
+        let parts = slots
+            .iter()
+            .map(|&(ti, pi)| {
+                (
+                    r.topics[ti].name.0.to_string(),
+                    r.topics[ti].partition_indexes[pi],
+                )
+            })
+            .collect();
+        if let Reply::Producers(answers) = shard.call(s, Op::DescribeProducers(parts)).await {
+            for ((ti, pi), a) in slots.into_iter().zip(answers) {
+                out[ti][pi] = a;
+            }
+        }
+    }
+    let topics = r
+        .topics
+        .iter()
+        .zip(out)
+        .map(|(t, ps)| {
+            TopicResponse::default()
+                .with_name(t.name.clone())
+                .with_partitions(ps)
+        })
+        .collect();
+    ctx.respond(&DescribeProducersResponse::default().with_topics(topics))
+}
+
+/// AddPartitionsToTxn v4, the batched form brokers send: per transaction, verify only
+/// (KIP-890 part 1: a partition leader asks before a producer's first transactional
+/// batch) or add, on the shard coordinating its id here (NOT_COORDINATOR when this node
+/// does not; the request is never passed on).
+pub async fn add_partitions_batched(
+    shard: &Rc<Shard>,
+    ctx: &Ctx,
+    body: Bytes,
+) -> Result<Bytes, FramingError> {
+    use kafka_protocol::messages::add_partitions_to_txn_response::AddPartitionsToTxnResult;
+    let r: AddPartitionsToTxnRequest = ctx.decode(body)?;
+    let mut results = Vec::with_capacity(r.transactions.len());
+    for t in &r.transactions {
+        let partitions: Vec<(String, i32)> = t
+            .topics
+            .iter()
+            .flat_map(|tp| tp.partitions.iter().map(|p| (tp.name.0.to_string(), *p)))
+            .collect();
+        let check = TxnCheck {
+            transactional_id: t.transactional_id.0.to_string(),
+            producer_id: t.producer_id.0,
+            producer_epoch: t.producer_epoch,
+            partitions: partitions.clone(),
+        };
+        let codes = match coordinator_shard(shard, &t.transactional_id.0) {
+            None => vec![code::NOT_COORDINATOR; partitions.len()],
+            Some(target) if t.verify_only => match shard.call(target, Op::VerifyTxn(check)).await {
+                Reply::Codes(c) => vec![c.first().copied().unwrap_or(code::NONE); partitions.len()],
+                _ => vec![code::COORDINATOR_NOT_AVAILABLE; partitions.len()],
+            },
+            Some(target) => match shard.call(target, Op::AddTxnPartitions(check)).await {
+                Reply::Codes(c) => c,
+                _ => vec![code::COORDINATOR_NOT_AVAILABLE; partitions.len()],
+            },
+        };
+        let mut codes = codes.into_iter();
+        let topics = t
+            .topics
+            .iter()
+            .map(|tp| {
+                let parts = tp
+                    .partitions
+                    .iter()
+                    .map(|p| {
+                        AddPartitionsToTxnPartitionResult::default()
+                            .with_partition_index(*p)
+                            .with_partition_error_code(codes.next().unwrap_or(code::NONE))
+                    })
+                    .collect();
+                AddPartitionsToTxnTopicResult::default()
+                    .with_name(tp.name.clone())
+                    .with_results_by_partition(parts)
+            })
+            .collect();
+        results.push(
+            AddPartitionsToTxnResult::default()
+                .with_transactional_id(t.transactional_id.clone())
+                .with_topic_results(topics),
+        );
+    }
+    ctx.respond(&AddPartitionsToTxnResponse::default().with_results_by_transaction(results))
 }

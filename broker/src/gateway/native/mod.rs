@@ -196,7 +196,7 @@ async fn produce(shard: &Rc<Shard>, r: ProduceRequestT) -> Option<BodyT> {
                 topic,
                 partition: p.partition,
                 batch,
-                txn_verified: false,
+                transactional_id: None,
             });
         }
     }

@@ -1,0 +1,141 @@
+"""Transactions on a three-node cluster (replication factor 3): the coordinator of a
+transactional id (the leader of its `__transaction_state` partition), the partition
+leaders and the group coordinator are on different nodes, so markers go to other nodes
+with WriteTxnMarkers and partition leaders verify a producer's first transactional batch
+with AddPartitionsToTxn v4 (KIP-890 part 1). Exactly-once consume-transform-produce holds
+across kill -9 of the coordinator's node and of a partition leader."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from strand_harness import need_module
+from test_cluster import owned_cluster
+from test_transactions import committed_total, create_topics, read_all, values
+
+TXN_PARTITIONS = 4
+
+
+@pytest.fixture
+def ck():
+    return need_module("confluent_kafka")
+
+
+@pytest.fixture
+def ck_admin():
+    return need_module("confluent_kafka.admin")
+
+
+class _Bootstrap:
+    def __init__(self, bootstrap):
+        self.bootstrap = bootstrap
+
+
+def txn_partition(tid: str) -> int:
+    """Kafka's placement of a transactional id (ASCII here): Java's String.hashCode, its
+    sign bit cleared, modulo the partition count."""
+    h = 0
+    for c in tid:
+        h = (31 * h + ord(c)) & 0xFFFFFFFF
+    return (h & 0x7FFFFFFF) % TXN_PARTITIONS
+
+
+@pytest.fixture
+def three(request):
+    with owned_cluster(request, extra_args=[
+        "--transaction-state-num-partitions", str(TXN_PARTITIONS),
+        "--group-initial-rebalance-delay-ms", "0",
+    ]) as c:
+        yield c
+
+
+def test_commit_and_abort_across_nodes(ck, ck_admin, three, topic):
+    b = _Bootstrap(three.bootstrap())
+    create_topics(ck_admin, b, [topic], 3)
+    p = ck.Producer({"bootstrap.servers": b.bootstrap, "transactional.id": "tid-" + topic})
+    p.init_transactions(60)
+    for n in range(6):
+        p.begin_transaction()
+        for part in range(3):
+            p.produce(topic, value=f"{n}-{part}".encode(), partition=part)
+        if n % 2:
+            p.flush(60)  # written, then aborted (an abort drops what was not sent)
+            p.abort_transaction(60)
+        else:
+            p.commit_transaction(60)
+    leaders = {three.leader_of(topic, q) for q in range(3)}
+    coordinator = three.leader_of("__transaction_state", txn_partition("tid-" + topic))
+    print(f"partition leaders {sorted(leaders)}, coordinator {coordinator}")
+    parts = [(topic, q) for q in range(3)]
+    got = values(read_all(ck, b, parts, "read_committed", deadline_s=60))
+    assert got == sorted(f"{n}-{q}" for n in (0, 2, 4) for q in range(3))
+    everything = values(read_all(ck, b, parts, "read_uncommitted", deadline_s=60))
+    assert len(everything) == 18
+
+
+def test_exactly_once_across_kill9_of_the_coordinator_and_a_leader(ck, ck_admin, three, topic):
+    b = _Bootstrap(three.bootstrap())
+    source, sink, group, tid = topic + "-in", topic + "-out", "g-" + topic, "tid-" + topic
+    create_topics(ck_admin, b, [source, sink], 2)
+    n = 2000
+    p = ck.Producer({"bootstrap.servers": b.bootstrap, "enable.idempotence": True})
+    for i in range(n):
+        p.produce(source, value=str(i).encode(), partition=i % 2)
+    assert p.flush(60) == 0
+
+    log = three.root / "eos-worker.log"
+    args = [sys.executable, str(Path(__file__).with_name("eos_worker.py")), b.bootstrap,
+            source, sink, group, tid]
+
+    def start_worker():
+        with open(log, "a") as out:
+            return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+
+    def victims():
+        coordinator = three.leader_of("__transaction_state", txn_partition(tid))
+        leader = three.leader_of(sink, 0)
+        return [coordinator, leader]
+
+    w = start_worker()
+    kills, progress, last_change = [], 0, time.monotonic()
+    deadline = time.monotonic() + 300
+    try:
+        while progress < n:
+            assert time.monotonic() < deadline, (
+                f"{progress} of {n} inputs committed by the deadline; worker log:\n"
+                + log.read_text()[-3000:])
+            now = committed_total(ck, b.bootstrap, group, source, 2)
+            if now != progress:
+                progress, last_change = now, time.monotonic()
+            if len(kills) < 2 and progress >= (len(kills) + 1) * n // 4:
+                node = victims()[len(kills)]
+                if node is not None:
+                    three.kill9(node)
+                    three.restart(node)
+                    kills.append(node)
+                    last_change = time.monotonic()
+            elif time.monotonic() - last_change > 20:
+                # A hung librdkafka call (confluentinc/librdkafka#5456): replace the worker.
+                w.kill()
+                w.wait()
+                w = start_worker()
+                last_change = time.monotonic()
+            time.sleep(0.2)
+    finally:
+        w.kill()
+        w.wait()
+    assert len(kills) == 2, f"killed {kills}"
+    out = read_all(ck, b, [(sink, 0), (sink, 1)], "read_committed", idle_s=3.0, deadline_s=90)
+    got = [v for (_, _, _, v) in out]
+    counts: dict[str, int] = {}
+    for v in got:
+        counts[v] = counts.get(v, 0) + 1
+    dupes = sorted(v for v, k in counts.items() if k > 1)
+    missing = sorted(set(f"out-{i}" for i in range(n)) - set(counts))
+    assert not dupes, f"{len(dupes)} outputs written twice, e.g. {dupes[:5]}"
+    assert not missing, f"{len(missing)} inputs never transformed, e.g. {missing[:5]}"
