@@ -36,6 +36,18 @@ fn checkpoint_seeds() -> Seeds {
         Some(strand_broker::group::records::scope_of),
     )
     .encode();
+    // An offsets partition's checkpoint holding a TxnOffsetCommit of an open transaction.
+    let mut pending = Checkpoint::empty(
+        KafkaOffset(12),
+        Some(strand_broker::group::records::scope_of),
+    );
+    pending.pending.stage(
+        9,
+        10,
+        br#"{"k":"Offset","group":"g","topic":"t","partition":0}"#,
+        Some(br#"{"offset":5,"leader_epoch":-1,"metadata":""}"#),
+    );
+    let pending = pending.encode();
     let mut bad_crc = plain.clone();
     let last = bad_crc.len() - 1;
     bad_crc[last] ^= 1;
@@ -70,6 +82,7 @@ fn checkpoint_seeds() -> Seeds {
         ("with-txns", txns.encode()),
         ("empty-plain", plain),
         ("empty-offsets", offsets),
+        ("offsets-pending-txn", pending),
         ("bad-crc", bad_crc),
         ("no-crc", body),
         ("truncated", b"SPST\x01".to_vec()),

@@ -311,3 +311,34 @@ def test_consume_transform_produce_is_exactly_once_across_kill9(ck, ck_admin, st
     assert not dupes, f"{len(dupes)} outputs written twice, e.g. {dupes[:5]}"
     assert not missing, f"{len(missing)} inputs never transformed, e.g. {missing[:5]}"
     assert len(got) == n
+
+
+def test_strandctl_shows_and_aborts_an_open_transaction(ck, ck_admin, broker, topic):
+    """`strandctl transactions list|describe|producers|abort` (kafka-transactions.sh's
+    commands): an open transaction is listed and described at its coordinator, its
+    partition names its producer and first offset, and `abort` at that offset ends it as a
+    hanging transaction would be ended: read_committed consumers move past it."""
+    from test_strandctl import ctl, strandctl_bin
+    if not strandctl_bin().exists():
+        pytest.skip(f"strandctl not found at {strandctl_bin()}")
+    create_topics(ck_admin, broker, [topic], 1)
+    tid = "tid-" + topic
+    p = txn_producer(ck, broker, tid)
+    p.begin_transaction()
+    p.produce(topic, value=b"stuck", partition=0)
+    p.flush(30)
+    listed = ctl(broker, "transactions", "list").stdout
+    assert any(line.split()[:1] == [tid] and line.split()[-1] == "Ongoing"
+               for line in listed.splitlines()), listed
+    described = ctl(broker, "transactions", "describe", tid).stdout
+    assert "Ongoing" in described and f"{topic}-0" in described, described
+    producers = ctl(broker, "transactions", "producers", topic, "0").stdout
+    rows = [line.split() for line in producers.splitlines()[1:]]
+    assert [r[3] for r in rows] == ["0"], producers
+    ctl(broker, "transactions", "abort", topic, "0", "--start-offset", "5", expect_rc=4)
+    ctl(broker, "transactions", "abort", topic, "0", "--start-offset", "0")
+    c = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g-" + topic,
+                     "isolation.level": "read_committed"})
+    assert c.get_watermark_offsets(ck.TopicPartition(topic, 0), timeout=10) == (0, 2)
+    c.close()
+    assert values(read_all(ck, broker, [(topic, 0)], "read_committed", idle_s=1.0)) == []

@@ -59,6 +59,10 @@ pub enum Command {
     /// List, describe, delete consumer groups and reset their offsets.
     #[command(subcommand, after_help = EXIT_CODES_HELP)]
     Group(GroupCmd),
+    /// List and describe transactions, the producers of a partition, and abort a hanging
+    /// transaction (like `kafka-transactions.sh`).
+    #[command(subcommand, after_help = EXIT_CODES_HELP)]
+    Transactions(TransactionsCmd),
     /// Produce records read from stdin, one per line.
     #[command(after_help = EXIT_CODES_HELP)]
     Produce(ProduceArgs),
@@ -159,6 +163,36 @@ pub enum TopicCmd {
     },
     /// List the partition moves in progress (ListPartitionReassignments).
     Moves,
+}
+
+/// `transactions ...`
+#[derive(Subcommand, Debug)]
+pub enum TransactionsCmd {
+    /// Transactional ids and their state, from every broker's coordinator.
+    List,
+    /// One transactional id: producer id and epoch, state, timeout, start, partitions.
+    Describe {
+        /// Transactional id.
+        transactional_id: String,
+    },
+    /// The producers of a partition, with the start offset of each one's open transaction.
+    Producers {
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: i32,
+    },
+    /// Abort a hanging transaction: the one open in the partition from START_OFFSET (see
+    /// `producers`), whose producer and coordinator no longer end it.
+    Abort {
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: i32,
+        /// First offset of the transaction (TXN_START_OFFSET of `producers`).
+        #[arg(long)]
+        start_offset: i64,
+    },
 }
 
 /// `group ...`

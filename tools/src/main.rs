@@ -26,6 +26,7 @@ mod produce;
 mod route;
 mod self_test;
 mod topic;
+mod transactions;
 mod tune;
 
 use std::io::Write;
@@ -138,6 +139,7 @@ fn run(cli: &Cli) -> anyhow::Result<Outcome> {
     match &cli.command {
         Command::Topic(cmd) => print(&topic::run(&mut connect()?, cmd, &cli.admin)?),
         Command::Group(cmd) => print(&group::run(&mut connect()?, cmd, timeout)?),
+        Command::Transactions(cmd) => print(&transactions::run(&mut connect()?, cmd, timeout)?),
         Command::Produce(args) => {
             let mut client = connect()?;
             print(&produce::run(

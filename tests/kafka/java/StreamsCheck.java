@@ -12,7 +12,8 @@
 // Exits 1 with the problem on stderr when a deadline passes or the application fails.
 //
 // Usage: java ... StreamsCheck <bootstrap> <app-id> <input> <output> <state-dir> <keys>
-//                              <from> <to> <bursts>
+//                              <from> <to> <bursts> [<processing.guarantee>]
+// (the guarantee defaults to at_least_once; exactly_once_v2 runs it with transactions).
 
 import java.time.Duration;
 import java.util.ArrayList;
@@ -68,13 +69,13 @@ public final class StreamsCheck {
         int from = Integer.parseInt(args[6]);
         int to = Integer.parseInt(args[7]);
         int bursts = Integer.parseInt(args[8]);
+        String guarantee = args.length > 9 ? args[9] : StreamsConfig.AT_LEAST_ONCE;
 
         Properties p = new Properties();
         p.put(StreamsConfig.APPLICATION_ID_CONFIG, appId);
         p.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         p.put(StreamsConfig.STATE_DIR_CONFIG, stateDir);
-        // strand has no transactions: at-least-once (the default, named).
-        p.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.AT_LEAST_ONCE);
+        p.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, guarantee);
         // The classic rebalance protocol (strand has no KIP-848/KIP-1071 groups).
         p.put(StreamsConfig.GROUP_PROTOCOL_CONFIG, "classic");
         // Every update goes to the changelog and the output (no record cache).
