@@ -3,7 +3,8 @@ transactional id (the leader of its `__transaction_state` partition), the partit
 leaders and the group coordinator are on different nodes, so markers go to other nodes
 with WriteTxnMarkers and partition leaders verify a producer's first transactional batch
 with AddPartitionsToTxn v4 (KIP-890 part 1). Exactly-once consume-transform-produce holds
-across kill -9 of the coordinator's node and of a partition leader."""
+across kill -9 of the coordinator's node and of a partition leader, and a commit whose
+coordinator dies mid-commit ends all or nothing, completed by the next coordinator."""
 
 from __future__ import annotations
 
@@ -139,3 +140,59 @@ def test_exactly_once_across_kill9_of_the_coordinator_and_a_leader(ck, ck_admin,
     missing = sorted(set(f"out-{i}" for i in range(n)) - set(counts))
     assert not dupes, f"{len(dupes)} outputs written twice, e.g. {dupes[:5]}"
     assert not missing, f"{len(missing)} inputs never transformed, e.g. {missing[:5]}"
+
+
+def test_a_commit_survives_its_coordinator_failing_mid_commit(ck, ck_admin, three, topic):
+    """The coordinator's node is killed -9 while a commit is in flight (EndTxn sent, its
+    markers being written): the transaction ends all or nothing, and is completed by the
+    next coordinator (which finds it prepared in `__transaction_state` and writes its
+    markers again), so read_committed consumers are not held back by it."""
+    import threading
+
+    b = _Bootstrap(three.bootstrap())
+    create_topics(ck_admin, b, [topic], 3)
+    tid = "tid-" + topic
+    p = ck.Producer({"bootstrap.servers": b.bootstrap, "transactional.id": tid,
+                     "transaction.timeout.ms": 60000})
+    p.init_transactions(60)
+    p.begin_transaction()
+    for part in range(3):
+        for i in range(20):
+            p.produce(topic, value=f"{part}-{i}".encode(), partition=part)
+    p.flush(60)
+    coordinator = three.leader_of("__transaction_state", txn_partition(tid))
+    assert coordinator is not None
+    outcome: list[str] = []
+
+    def commit():
+        try:
+            p.commit_transaction(90)
+            outcome.append("commit")
+        except ck.KafkaException as e:
+            outcome.append(f"error {e}")
+
+    t = threading.Thread(target=commit, daemon=True)
+    t.start()
+    three.kill9(coordinator)
+    t.join(120)
+    three.restart(coordinator)
+    parts = [(topic, q) for q in range(3)]
+
+    def settled():
+        c = ck.Consumer({"bootstrap.servers": b.bootstrap, "group.id": "g-" + topic,
+                         "isolation.level": "read_committed"})
+        try:
+            lso = [c.get_watermark_offsets(ck.TopicPartition(topic, q), timeout=10)[1]
+                   for q in range(3)]
+        finally:
+            c.close()
+        # 20 records and one marker per partition once the transaction has ended.
+        return lso == [21, 21, 21]
+
+    from strand_harness import wait_until
+    wait_until(settled, 90, "the transaction to end in every partition", 0.5)
+    got = values(read_all(ck, b, parts, "read_committed", deadline_s=60))
+    assert got in ([], sorted(f"{q}-{i}" for q in range(3) for i in range(20))), got[:5]
+    if outcome == ["commit"]:
+        assert len(got) == 60, "a commit the client saw succeed is visible"
+    print(f"outcome {outcome}, {len(got)} records visible")
