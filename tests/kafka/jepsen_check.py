@@ -1,7 +1,8 @@
 """A history checker for Kafka-style append workloads, in Jepsen's vocabulary.
 
 Pure Python, no broker: the cluster tests (test_cluster.py) record a history and hand it
-here; test_jepsen_check.py checks the checker on crafted histories.
+here; test_jepsen_check.py checks the checker on crafted histories. Transactions have their
+own checker beside this one, jepsen_txn_check.py.
 
 Input
 - writes: every attempted write, one unique value each, with its outcome as the client saw
