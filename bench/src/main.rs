@@ -17,6 +17,7 @@ mod plot;
 mod result;
 mod stats;
 mod suite;
+mod txn;
 mod workload;
 
 #[cfg(test)]
@@ -54,6 +55,9 @@ enum Command {
     /// The standard matrix (1 and 16 partitions, acks 1 and all; saturation, then 50% and
     /// 90% of it), optionally against a peer broker too; writes report.md with plots.
     Suite(suite::SuiteArgs),
+    /// Transactions of N records (commit latency, records/s) against the same records from
+    /// an idempotent producer.
+    Txn(txn::TxnArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -74,5 +78,6 @@ fn main() -> anyhow::Result<()> {
         Command::E2e(args) => workload::run(args, load::Mode::E2e),
         Command::Compare(args) => compare::run(args),
         Command::Suite(args) => suite::run(args),
+        Command::Txn(args) => txn::run(args),
     }
 }
