@@ -74,6 +74,37 @@ pub fn txn_records(data: &[u8]) {
     }
 }
 
+/// Fuzz target `txn_peer_answers`: decodes `data` as the answers a node reads from
+/// another node's Kafka listener for transactions: a WriteTxnMarkers response (for a
+/// fixed request of three partitions) and an AddPartitionsToTxn v4 verify response.
+///
+/// Panics if a markers answer does not have exactly one code per partition asked.
+pub fn txn_peer_answers(data: &[u8]) {
+    use crate::cluster::markers::{decode_response, decode_verify, Markers};
+    let asked = Markers {
+        producer_id: 7,
+        producer_epoch: 1,
+        commit: true,
+        coordinator_epoch: 0,
+        partitions: vec![("a".into(), 0), ("a".into(), 1), ("b".into(), 0)],
+    };
+    let body = bytes::Bytes::copy_from_slice(data);
+    match decode_response(&asked, body.clone()) {
+        Ok(codes) => assert_eq!(codes.len(), asked.partitions.len(), "a code per partition"),
+        Err(e) => {
+            black_box(e.to_string());
+        }
+    }
+    match decode_verify(body) {
+        Ok(code) => {
+            black_box(code);
+        }
+        Err(e) => {
+            black_box(e.to_string());
+        }
+    }
+}
+
 /// Most commands one input applies (each line one JSON command).
 const COMMANDS_PER_INPUT_MAX: usize = 64;
 

@@ -190,6 +190,57 @@ fn txn_seeds() -> Seeds {
     ]
 }
 
+/// A WriteTxnMarkers v1 response and an AddPartitionsToTxn v4 response, each as a peer
+/// sends it (header and body, after the size prefix).
+fn txn_peer_seeds() -> Seeds {
+    use kafka_protocol::messages::add_partitions_to_txn_response::{
+        AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResult, AddPartitionsToTxnTopicResult,
+    };
+    use kafka_protocol::messages::write_txn_markers_response::{
+        WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
+    };
+    use kafka_protocol::messages::{
+        AddPartitionsToTxnResponse, ApiKey, ProducerId, ResponseHeader, TopicName, TransactionalId,
+        WriteTxnMarkersResponse,
+    };
+    use kafka_protocol::protocol::{Encodable, StrBytes};
+    fn encode<T: Encodable>(api: ApiKey, version: i16, body: &T) -> Vec<u8> {
+        let mut out = bytes::BytesMut::new();
+        ResponseHeader::default()
+            .with_correlation_id(1)
+            .encode(&mut out, api.response_header_version(version))
+            .expect("header");
+        body.encode(&mut out, version).expect("body");
+        out.to_vec()
+    }
+    let markers =
+        WriteTxnMarkersResponse::default().with_markers(vec![WritableTxnMarkerResult::default()
+            .with_producer_id(ProducerId(7))
+            .with_topics(vec![WritableTxnMarkerTopicResult::default()
+                .with_name(TopicName(StrBytes::from_static_str("a")))
+                .with_partitions(vec![
+                    WritableTxnMarkerPartitionResult::default().with_partition_index(0),
+                    WritableTxnMarkerPartitionResult::default()
+                        .with_partition_index(1)
+                        .with_error_code(6),
+                ])])]);
+    let verify = AddPartitionsToTxnResponse::default().with_results_by_transaction(vec![
+        AddPartitionsToTxnResult::default()
+            .with_transactional_id(TransactionalId(StrBytes::from_static_str("t")))
+            .with_topic_results(vec![AddPartitionsToTxnTopicResult::default()
+                .with_name(TopicName(StrBytes::from_static_str("a")))
+                .with_results_by_partition(vec![
+                    AddPartitionsToTxnPartitionResult::default()
+                        .with_partition_index(0)
+                        .with_partition_error_code(48),
+                ])]),
+    ]);
+    vec![
+        ("markers", encode(ApiKey::WriteTxnMarkers, 1, &markers)),
+        ("verify", encode(ApiKey::AddPartitionsToTxn, 4, &verify)),
+    ]
+}
+
 fn admin_seeds() -> Seeds {
     let put = "PUT /v1/log-level HTTP/1.1\r\nContent-Length: 5\r\n\r\ndebug";
     vec![
@@ -218,6 +269,7 @@ fn targets() -> Vec<(&'static str, Target, Seeds)> {
         ("meta_commands", fuzz::meta_commands, meta_seeds()),
         ("admin_http", fuzz::admin_http, admin_seeds()),
         ("txn_records", fuzz::txn_records, txn_seeds()),
+        ("txn_peer_answers", fuzz::txn_peer_answers, txn_peer_seeds()),
     ]
 }
 
