@@ -86,9 +86,21 @@ def produce(ck, bootstrap: str, start: int, count: int, topic: str = TOPIC) -> d
 
 
 def watermarks(ck, bootstrap: str, topic: str = TOPIC) -> tuple[int, int]:
+    """Partition 0's watermarks. Right after a failover a client may still ask the old
+    leader (its metadata is a moment old) and get NOT_LEADER_FOR_PARTITION or
+    LEADER_NOT_AVAILABLE: like a client, it refreshes and asks again, for up to 10 s."""
     c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "strand-tests-unused"})
+    moved = (ck.KafkaError.NOT_LEADER_FOR_PARTITION, ck.KafkaError.LEADER_NOT_AVAILABLE)
+    deadline = time.monotonic() + 10
     try:
-        return c.get_watermark_offsets(ck.TopicPartition(topic, 0), timeout=5, cached=False)
+        while True:
+            try:
+                return c.get_watermark_offsets(ck.TopicPartition(topic, 0), timeout=5,
+                                               cached=False)
+            except ck.KafkaException as e:
+                if e.args[0].code() not in moved or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
     finally:
         c.close()
 

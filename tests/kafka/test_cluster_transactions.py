@@ -17,7 +17,13 @@ import pytest
 
 from strand_harness import need_module
 from test_cluster import owned_cluster
-from test_transactions import committed_total, create_topics, read_all, values
+from test_transactions import (
+    assert_exactly_once,
+    committed_total,
+    create_topics,
+    read_all,
+    values,
+)
 
 TXN_PARTITIONS = 4
 
@@ -131,15 +137,7 @@ def test_exactly_once_across_kill9_of_the_coordinator_and_a_leader(ck, ck_admin,
         w.kill()
         w.wait()
     assert len(kills) == 2, f"killed {kills}"
-    out = read_all(ck, b, [(sink, 0), (sink, 1)], "read_committed", idle_s=3.0, deadline_s=90)
-    got = [v for (_, _, _, v) in out]
-    counts: dict[str, int] = {}
-    for v in got:
-        counts[v] = counts.get(v, 0) + 1
-    dupes = sorted(v for v, k in counts.items() if k > 1)
-    missing = sorted(set(f"out-{i}" for i in range(n)) - set(counts))
-    assert not dupes, f"{len(dupes)} outputs written twice, e.g. {dupes[:5]}"
-    assert not missing, f"{len(missing)} inputs never transformed, e.g. {missing[:5]}"
+    assert_exactly_once(ck, b, sink, n, idle_s=3.0)
 
 
 def test_a_commit_survives_its_coordinator_failing_mid_commit(ck, ck_admin, three, topic):

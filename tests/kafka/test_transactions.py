@@ -301,7 +301,13 @@ def test_consume_transform_produce_is_exactly_once_across_kill9(ck, ck_admin, st
         w.kill()
         w.wait()
     print(f"{broker_kills} broker kills, {workers_started} worker processes")
-    out = read_all(ck, b, [(sink, 0), (sink, 1)], "read_committed", idle_s=2.0, deadline_s=60)
+    assert_exactly_once(ck, b, sink, n)
+
+
+def assert_exactly_once(ck, broker, sink, n, idle_s=2.0):
+    """The sink of eos_worker.py, read committed, holds "out-<i>" once for each input i."""
+    out = read_all(ck, broker, [(sink, 0), (sink, 1)], "read_committed", idle_s=idle_s,
+                   deadline_s=90)
     got = [v for (_, _, _, v) in out]
     counts: dict[str, int] = {}
     for v in got:

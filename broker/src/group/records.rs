@@ -142,17 +142,7 @@ pub fn apply(groups: &mut HashMap<String, Group>, key: &[u8], value: Option<&[u8
                 let g = groups
                     .entry(group.clone())
                     .or_insert_with(|| Group::new(&group));
-                let c = Committed {
-                    offset: v.offset,
-                    leader_epoch: v.leader_epoch,
-                    metadata: v.metadata,
-                    // An older record's offset counts as committed when loaded: an upgrade
-                    // never expires everything at once.
-                    commit_timestamp_ms: v
-                        .commit_timestamp_ms
-                        .unwrap_or_else(crate::common::clock::wall_ms),
-                };
-                g.offsets.insert((topic, partition), c);
+                g.offsets.insert((topic, partition), committed_of(v));
             }
             Some(Err(_)) => tracing::warn!(%group, "skipping unreadable offset record"),
             None => {
@@ -191,15 +181,20 @@ pub fn offset_record(
         return None;
     };
     let v = serde_json::from_slice::<OffsetValue>(value?).ok()?;
-    let c = Committed {
+    Some((group, (topic, partition), committed_of(v)))
+}
+
+/// The committed offset an offset record holds. An older record's offset (no commit time)
+/// counts as committed when loaded: an upgrade never expires everything at once.
+fn committed_of(v: OffsetValue) -> Committed {
+    Committed {
         offset: v.offset,
         leader_epoch: v.leader_epoch,
         metadata: v.metadata,
         commit_timestamp_ms: v
             .commit_timestamp_ms
             .unwrap_or_else(crate::common::clock::wall_ms),
-    };
-    Some((group, (topic, partition), c))
+    }
 }
 
 /// The scope of an `__consumer_offsets` key for the partition's compacted checkpoint

@@ -213,10 +213,18 @@ async fn init_producer_id(
 /// The AddPartitionsToTxn (v0–3) response echoing the request's partitions with `codes`.
 fn add_partitions_answer(
     r: &AddPartitionsToTxnRequest,
-    mut codes: impl Iterator<Item = i16>,
+    codes: impl Iterator<Item = i16>,
 ) -> AddPartitionsToTxnResponse {
-    let topics = r
-        .v3_and_below_topics
+    AddPartitionsToTxnResponse::default()
+        .with_results_by_topic_v3_and_below(topic_results(&r.v3_and_below_topics, codes))
+}
+
+/// Per topic of `topics`, its partitions with `codes`, in order.
+fn topic_results(
+    topics: &[kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic],
+    mut codes: impl Iterator<Item = i16>,
+) -> Vec<AddPartitionsToTxnTopicResult> {
+    topics
         .iter()
         .map(|t| {
             let parts = t
@@ -232,8 +240,7 @@ fn add_partitions_answer(
                 .with_name(t.name.clone())
                 .with_results_by_partition(parts)
         })
-        .collect();
-    AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(topics)
+        .collect()
 }
 
 async fn add_partitions(
@@ -667,25 +674,7 @@ pub async fn add_partitions_batched(
                 _ => vec![code::COORDINATOR_NOT_AVAILABLE; partitions.len()],
             },
         };
-        let mut codes = codes.into_iter();
-        let topics = t
-            .topics
-            .iter()
-            .map(|tp| {
-                let parts = tp
-                    .partitions
-                    .iter()
-                    .map(|p| {
-                        AddPartitionsToTxnPartitionResult::default()
-                            .with_partition_index(*p)
-                            .with_partition_error_code(codes.next().unwrap_or(code::NONE))
-                    })
-                    .collect();
-                AddPartitionsToTxnTopicResult::default()
-                    .with_name(tp.name.clone())
-                    .with_results_by_partition(parts)
-            })
-            .collect();
+        let topics = topic_results(&t.topics, codes.into_iter());
         results.push(
             AddPartitionsToTxnResult::default()
                 .with_transactional_id(t.transactional_id.clone())
