@@ -105,6 +105,24 @@ def test_commit_is_visible_and_abort_is_not(ck, ck_admin, broker, topic):
     # Each transaction's marker takes one offset per partition and is never returned.
     offsets0 = [o for (_, part, o, _) in everything if part == 0]
     assert offsets0 == [0, 1, 2, 4, 5, 6, 8], offsets0
+    # The coordinator counted them (the module's broker is shared: at least these).
+    ended = transactions_ended(broker)
+    assert ended["commit"] >= 2 and ended["abort"] >= 1, ended
+
+
+def transactions_ended(broker) -> dict[str, int]:
+    """strand_transaction_duration_seconds_count summed by outcome, from /metrics."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{broker.admin_port}/metrics",
+                                timeout=5) as r:
+        text = r.read().decode()
+    ended = {"commit": 0, "abort": 0}
+    for line in text.splitlines():
+        if line.startswith("strand_transaction_duration_seconds_count"):
+            outcome = line.split('outcome="')[1].split('"')[0]
+            ended[outcome] += int(float(line.split()[-1]))
+    return ended
 
 
 def test_an_open_transaction_holds_read_committed_consumers_back(ck, ck_admin, broker, topic):

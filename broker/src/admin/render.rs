@@ -126,6 +126,7 @@ impl Scrape {
         let mut append = Vec::new();
         let mut flush = Vec::new();
         let mut acks = Vec::new();
+        let mut txns = Vec::new();
         for s in &self.shards {
             for (api, h) in s.metrics.requests.iter().filter(|(_, h)| h.count() > 0) {
                 req.push((
@@ -140,6 +141,13 @@ impl Scrape {
             append.push((Self::shard_label(s), &s.metrics.storage_append));
             flush.push((Self::shard_label(s), &s.metrics.storage_flush));
             acks.push((Self::shard_label(s), &s.detail.raft_append_acks));
+            for (outcome, h) in s.metrics.transactions.iter().filter(|(_, h)| h.count() > 0) {
+                let labels = vec![
+                    ("shard", s.shard.to_string()),
+                    ("outcome", outcome.to_string()),
+                ];
+                txns.push((labels, h));
+            }
         }
         histograms(
             enc,
@@ -165,6 +173,13 @@ impl Scrape {
             "strand_storage_flush_seconds",
             "Partition log flush latency: write and fdatasync.",
             &flush,
+        )?;
+        histograms(
+            enc,
+            "strand_transaction_duration_seconds",
+            "Transactions this node coordinated, by outcome: first partition added to the \
+             outcome complete (every marker written).",
+            &txns,
         )?;
         histograms(
             enc,

@@ -174,6 +174,9 @@ pub struct ShardMetrics {
     connections_refused: Cell<u64>,
     state_replay_bytes: Cell<u64>,
     cleaner: Cell<CleanerCounters>,
+    /// Transactions this shard coordinated to their end, first partition added to
+    /// Complete*: [committed, aborted].
+    transactions: [Histogram; 2],
 }
 
 /// The log cleaner's counters on one shard.
@@ -212,6 +215,7 @@ impl ShardMetrics {
             produce_stages: std::array::from_fn(|_| Histogram::default()),
             storage_append: Histogram::default(),
             storage_flush: Histogram::default(),
+            transactions: Default::default(),
             produce_bytes: Cell::new(0),
             produce_records: Cell::new(0),
             fetch_bytes: Cell::new(0),
@@ -276,6 +280,11 @@ impl ShardMetrics {
         self.storage_append.observe(d);
     }
 
+    /// A transaction this shard coordinated ended (committed or aborted) after `d`.
+    pub fn transaction_ended(&self, committed: bool, d: Duration) {
+        self.transactions[usize::from(!committed)].observe(d);
+    }
+
     /// One flush (write + fdatasync) took `d`.
     pub fn storage_flush(&self, d: Duration) {
         self.storage_flush.observe(d);
@@ -330,6 +339,10 @@ impl ShardMetrics {
             connections_refused: self.connections_refused.get(),
             state_replay_bytes: self.state_replay_bytes.get(),
             cleaner: self.cleaner.get(),
+            transactions: [
+                ("commit", self.transactions[0].snapshot()),
+                ("abort", self.transactions[1].snapshot()),
+            ],
         }
     }
 }
@@ -370,6 +383,8 @@ pub struct MetricsSnapshot {
     pub state_replay_bytes: u64,
     /// The log cleaner's counters.
     pub cleaner: CleanerCounters,
+    /// Durations of the transactions this shard coordinated, by outcome.
+    pub transactions: [(&'static str, HistogramSnapshot); 2],
 }
 
 /// One hosted partition at scrape time.

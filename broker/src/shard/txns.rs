@@ -69,6 +69,10 @@ impl crate::txn::coordinator::TxnHost for Shard {
     fn write_markers(self: &Rc<Self>, markers: Markers) -> LocalBoxFuture<'_, Vec<i16>> {
         Box::pin(self.write_markers_anywhere(markers))
     }
+
+    fn txn_ended(&self, committed: bool, duration: Duration) {
+        self.metrics.transaction_ended(committed, duration);
+    }
 }
 
 impl Shard {

@@ -63,6 +63,8 @@ pub trait TxnHost: 'static {
     fn new_producer_id(self: &Rc<Self>) -> LocalBoxFuture<'_, Result<i64, i16>>;
     /// Writes `markers` at each partition's leader; an error code per partition, in order.
     fn write_markers(self: &Rc<Self>, markers: Markers) -> LocalBoxFuture<'_, Vec<i16>>;
+    /// A transaction ended (committed or aborted) `duration` after it began.
+    fn txn_ended(&self, committed: bool, duration: Duration);
 }
 
 /// A transactional id marked busy; unmarked when dropped.
@@ -319,13 +321,27 @@ pub async fn complete<H: TxnHost>(host: &Rc<H>, busy: Busy<H>) {
         sleep(backoff).await;
         backoff = (backoff * 2).min(RETRY_BACKOFF_MAX);
     }
+    persist_completion(host, &id, &m).await;
+}
+
+/// Persists the Complete* metadata of `m` (retrying until it is durable, or until this
+/// node stops coordinating `id`) and counts the transaction's duration.
+async fn persist_completion<H: TxnHost>(host: &Rc<H>, id: &str, m: &TxnMetadata) {
     let mut backoff = RETRY_BACKOFF_MIN;
     loop {
-        let done = m.complete(crate::common::clock::wall_ms());
+        let now_ms = crate::common::clock::wall_ms();
+        let done = m.complete(now_ms);
         if persist(host.as_ref(), &done).await.is_ok() {
+            if m.start_ms >= 0 {
+                let ms = u64::try_from(now_ms.saturating_sub(m.start_ms)).unwrap_or(0);
+                host.txn_ended(
+                    m.state == TxnState::PrepareCommit,
+                    Duration::from_millis(ms),
+                );
+            }
             return;
         }
-        if host.txn_coordinator_check(&id).is_err() {
+        if host.txn_coordinator_check(id).is_err() {
             return;
         }
         sleep(backoff).await;
