@@ -409,6 +409,26 @@ impl KafkaProducer {
     }
 }
 
+/// The producer fields of an encoded batch.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ProducerFields {
+    pub id: i64,
+    pub epoch: i16,
+    /// The first record's sequence (-1: not idempotent).
+    pub base_sequence: i32,
+    pub transactional: bool,
+}
+
+impl ProducerFields {
+    /// A plain producer: no id, no sequences.
+    pub const NONE: ProducerFields = ProducerFields {
+        id: -1,
+        epoch: -1,
+        base_sequence: -1,
+        transactional: false,
+    };
+}
+
 /// One partition's records as a Kafka RecordBatch v2 (kafka-protocol's encoder), the same
 /// bytes whichever protocol carries them, so both protocols are loaded alike.
 pub(crate) fn encode_batch(
@@ -416,28 +436,40 @@ pub(crate) fn encode_batch(
     codec: Codec,
     buf: &mut BytesMut,
 ) -> Result<Bytes, DriverError> {
+    let records = batch
+        .records
+        .iter()
+        .map(|r| (r.key.clone(), r.value.clone()));
+    encode_records(records, codec, ProducerFields::NONE, buf)
+}
+
+/// (key, value) records as one RecordBatch v2 of `producer`.
+pub(crate) fn encode_records(
+    records: impl Iterator<Item = (Option<Bytes>, Bytes)>,
+    codec: Codec,
+    producer: ProducerFields,
+    buf: &mut BytesMut,
+) -> Result<Bytes, DriverError> {
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-    let records: Vec<Record> = batch
-        .records
-        .iter()
+    let records: Vec<Record> = records
         .enumerate()
-        .map(|(i, r)| Record {
-            transactional: false,
+        .map(|(i, (key, value))| Record {
+            transactional: producer.transactional,
             control: false,
             delete_horizon: false,
             partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
+            producer_id: producer.id,
+            producer_epoch: producer.epoch,
             timestamp_type: TimestampType::Creation,
             offset: i as i64,
-            // The encoder starts a new batch where offset - sequence changes; the
-            // batch's base sequence stays -1 (no idempotence).
-            sequence: (i as i32).wrapping_sub(1),
+            // The encoder starts a new batch where offset - sequence changes, so the
+            // sequence moves with the offset (base -1: no idempotence).
+            sequence: producer.base_sequence.wrapping_add(i as i32),
             timestamp: now_ms,
-            key: r.key.clone(),
-            value: Some(r.value.clone()),
+            key,
+            value: Some(value),
             headers: Default::default(),
         })
         .collect();

@@ -20,13 +20,10 @@ use kafka_protocol::messages::{
     ProduceRequest, ProducerId, TopicName, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
 
-use crate::driver::{Driver, DriverError, TopicSpec};
+use crate::driver::{Codec, Driver, DriverError, TopicSpec};
 use crate::kafka_conn::Conn;
-use crate::kafka_driver::KafkaDriver;
+use crate::kafka_driver::{encode_records, KafkaDriver, ProducerFields};
 use crate::physics::PhysicsReport;
 use crate::stats::{Latency, Percentiles};
 
@@ -191,13 +188,14 @@ async fn produce_loop(
         let per = args.records_per_txn.div_ceil(partitions.len());
         let mut data = Vec::with_capacity(partitions.len());
         for (k, &p) in partitions.iter().enumerate() {
-            let batch = encode(
-                &value,
-                per,
-                (pid, epoch, sequences[k]),
-                tid.is_some(),
-                &mut buf,
-            )?;
+            let producer = ProducerFields {
+                id: pid,
+                epoch,
+                base_sequence: sequences[k],
+                transactional: tid.is_some(),
+            };
+            let records = std::iter::repeat_n((None, value.clone()), per);
+            let batch = encode_records(records, Codec::None, producer, &mut buf)?;
             sequences[k] = sequences[k].wrapping_add(per as i32);
             data.push(
                 PartitionProduceData::default()
@@ -327,42 +325,4 @@ async fn end_txn(conn: &Conn, id: &str, (pid, epoch): (i64, i16)) -> Result<(), 
         .with_committed(true);
     let resp = conn.request(&req, END_TXN_VERSION).await?;
     check("EndTxn", resp.error_code)
-}
-
-/// `n` records of `value` as one batch of producer (id, epoch) from `base_sequence`.
-fn encode(
-    value: &Bytes,
-    n: usize,
-    (pid, epoch, base_sequence): (i64, i16, i32),
-    transactional: bool,
-    buf: &mut BytesMut,
-) -> Result<Bytes, DriverError> {
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-    let records: Vec<Record> = (0..n)
-        .map(|i| Record {
-            transactional,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: pid,
-            producer_epoch: epoch,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            sequence: base_sequence.wrapping_add(i as i32),
-            timestamp: now_ms,
-            key: None,
-            value: Some(value.clone()),
-            headers: Default::default(),
-        })
-        .collect();
-    buf.clear();
-    let options = RecordEncodeOptions {
-        version: 2,
-        compression: Compression::None,
-    };
-    RecordBatchEncoder::encode(buf, &records, &options)
-        .map_err(|e| DriverError::Protocol(format!("encoding record batch: {e}")))?;
-    Ok(buf.split().freeze())
 }

@@ -56,26 +56,11 @@ impl Shard {
             }
             Op::AllocateProducerId => Reply::ProducerId(self.allocate_producer_id().await),
             Op::WriteMarkers(m) => Reply::Codes(self.write_markers_local(m).await),
-            op @ (Op::DescribeTxns(_) | Op::ListTxns(_) | Op::DescribeProducers(_)) => {
-                self.describe_txn_op(op).await
-            }
-            Op::AddTxnPartitions(c) => {
-                self.wait_txn_loaded(&c.transactional_id).await;
-                let (id, pid, epoch) = (&c.transactional_id, c.producer_id, c.producer_epoch);
-                let r =
-                    crate::txn::coordinator::add_partitions(self, id, pid, epoch, &c.partitions);
-                Reply::Codes(match r.await {
-                    Ok(()) => vec![0; c.partitions.len()],
-                    Err(crate::txn::coordinator::AddError::All(code)) => {
-                        vec![code; c.partitions.len()]
-                    }
-                    Err(crate::txn::coordinator::AddError::Each(codes)) => codes,
-                })
-            }
-            Op::VerifyTxn(check) => {
-                self.wait_txn_loaded(&check.transactional_id).await;
-                Reply::Codes(vec![self.verify_txn(&check)])
-            }
+            op @ (Op::DescribeTxns(_)
+            | Op::ListTxns(_)
+            | Op::DescribeProducers(_)
+            | Op::AddTxnPartitions(_)
+            | Op::VerifyTxn(_)) => self.execute_txn_op(op).await,
             Op::ControllerView => Reply::View(self.replicator().and_then(|r| r.controller_view())),
             Op::AdmitConnection(ip) => Reply::Admission(self.admission.borrow_mut().admit(ip)),
             Op::ReleaseConnection(ip) => {
@@ -112,7 +97,7 @@ impl Shard {
                 Reply::Codes(codes)
             }
             Op::CommitOffsets { group, offsets } => {
-                self.wait_group_loaded(&group).await;
+                self.wait_loaded(crate::group::OFFSETS_TOPIC, &group).await;
                 Reply::Codes(
                     crate::group::coordinator::offset_commit(self, &group, ("", None), -1, offsets)
                         .await,

@@ -65,33 +65,10 @@ impl Shard {
         self.groups_loading.borrow_mut().remove(&part.index);
     }
 
-    /// Whether this shard coordinates `group` now. Without replication it always does; in
-    /// a cluster only while this node leads the group's `__consumer_offsets` partition
-    /// (NOT_COORDINATOR otherwise: a follower's groups are stale, and one that lost the
-    /// leadership must not keep answering heartbeats beside the new coordinator) and has
-    /// replayed its records (COORDINATOR_LOAD_IN_PROGRESS meanwhile). Clients look the
-    /// coordinator up again on either.
+    /// Whether this shard coordinates `group` now (`coordinator_check_in` of
+    /// `__consumer_offsets`).
     pub fn coordinator_check(&self, group: &str) -> Result<(), i16> {
-        use crate::group::coordinator::code;
-        if !self.clustered() {
-            return Ok(());
-        }
-        let meta = self.metadata();
-        let Some(t) = meta.topics.get(crate::group::OFFSETS_TOPIC) else {
-            return Err(code::COORDINATOR_NOT_AVAILABLE);
-        };
-        let p = crate::group::partition_for(group, t.shards.len());
-        let key = (crate::group::OFFSETS_TOPIC.to_string(), p);
-        match self.partitions.borrow().get(&key) {
-            Some(part) if part.serving() => {
-                if self.groups_loading.borrow().contains(&p) {
-                    Err(code::COORDINATOR_LOAD_IN_PROGRESS)
-                } else {
-                    Ok(())
-                }
-            }
-            _ => Err(code::NOT_COORDINATOR),
-        }
+        self.coordinator_check_in(crate::group::OFFSETS_TOPIC, group, &self.groups_loading)
     }
 
     async fn replay_after_leader_gain(&self, part: &Partition) {
@@ -150,29 +127,6 @@ impl Shard {
         .await?;
         part.metrics().state_replayed(bytes);
         Ok(())
-    }
-
-    /// Waits (bounded) until the `__consumer_offsets` partition of `group` is open and
-    /// replayed on this shard, so a coordinator never answers from unloaded state after a
-    /// restart (Kafka answers COORDINATOR_LOAD_IN_PROGRESS; waiting is invisible to clients).
-    pub async fn wait_group_loaded(&self, group: &str) {
-        let deadline = crate::common::clock::now() + GROUP_LOAD_WAIT;
-        while crate::common::clock::now() < deadline && !self.stopping() {
-            let meta = self.metadata();
-            let settled = meta.version > 0 && !self.applying_metadata.get();
-            if let Some(t) = meta
-                .topics
-                .get(crate::group::OFFSETS_TOPIC)
-                .filter(|_| settled)
-            {
-                let p = crate::group::partition_for(group, t.shards.len());
-                let key = (crate::group::OFFSETS_TOPIC.to_string(), p);
-                if self.partitions.borrow().contains_key(&key) {
-                    return;
-                }
-            }
-            sleep(Duration::from_millis(10)).await;
-        }
     }
 
     /// Waits (bounded) until every `__consumer_offsets` partition this shard owns is loaded.

@@ -13,6 +13,7 @@
 
 pub mod admission;
 pub mod budget;
+pub mod coordinated;
 pub mod detail;
 pub mod exec;
 pub mod groups;

@@ -306,6 +306,25 @@ pub struct Envelope {
 /// Where a part's answer goes in the response: (topic index, partition index).
 pub type Slot = (usize, usize);
 
+/// Puts each shard's `Reply::Codes` into `codes` at its slots' partition index; a part
+/// its shard left unanswered gets REQUEST_TIMED_OUT.
+pub fn spread_codes(codes: &mut [i16], replies: Vec<(Vec<Slot>, Reply)>) {
+    for (slots, reply) in replies {
+        let answered = match reply {
+            Reply::Codes(c) => c,
+            _ => Vec::new(),
+        };
+        for (k, (_, i)) in slots.into_iter().enumerate() {
+            if let Some(c) = codes.get_mut(i) {
+                *c = answered
+                    .get(k)
+                    .copied()
+                    .unwrap_or(crate::common::errors::code::REQUEST_TIMED_OUT);
+            }
+        }
+    }
+}
+
 /// A request's parts grouped by owning shard, each remembering its response slot: the
 /// request is split once per shard and the replies merged by slot.
 pub struct ShardSplit<T> {
@@ -343,6 +362,20 @@ impl<T> ShardSplit<T> {
     /// The slots for `shard`, in the order of its parts.
     pub fn slots(&self, shard: usize) -> &[Slot] {
         self.per_shard.get(shard).map_or(&[], |p| &p.1)
+    }
+
+    /// Sends every involved shard one `op(its parts)`, all at once: each reply with the
+    /// slots of the parts it answers, in their order.
+    pub async fn call_each(
+        self,
+        shard: &std::rc::Rc<super::Shard>,
+        op: impl Fn(Vec<T>) -> Op,
+    ) -> Vec<(Vec<Slot>, Reply)> {
+        let calls = self.into_groups().map(|(s, parts, slots)| {
+            let o = op(parts);
+            async move { (slots, shard.call(s, o).await) }
+        });
+        futures::future::join_all(calls).await
     }
 
     /// Consumes the split: (shard, parts, slots) for every involved shard.

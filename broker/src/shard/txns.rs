@@ -14,12 +14,11 @@ use std::time::Duration;
 
 use futures::future::LocalBoxFuture;
 
-use super::ops::{Op, Reply, TxnCheck};
-use super::{Shard, GROUP_LOAD_WAIT};
+use super::ops::{spread_codes, Op, Reply, ShardSplit, TxnCheck};
+use super::Shard;
 use crate::cluster::ClusterHost;
 use crate::common::errors::code;
 use crate::partition::Partition;
-use crate::runtime::task::sleep;
 use crate::txn::coordinator::{Markers, TXN_STATE_TOPIC};
 
 /// How often the sweeper looks for loaded transactions to complete.
@@ -76,35 +75,6 @@ impl crate::txn::coordinator::TxnHost for Shard {
 }
 
 impl Shard {
-    /// Whether this shard coordinates `key` (a group or transactional id) of the internal
-    /// `topic` now. Without replication it does once the partition is open here; in a
-    /// cluster only while this node leads the partition (NOT_COORDINATOR otherwise) and
-    /// has replayed it (COORDINATOR_LOAD_IN_PROGRESS, while in `loading`).
-    pub(crate) fn coordinator_check_in(
-        &self,
-        topic: &str,
-        key: &str,
-        loading: &std::cell::RefCell<std::collections::BTreeSet<i32>>,
-    ) -> Result<(), i16> {
-        let meta = self.metadata();
-        let Some(t) = meta.topics.get(topic) else {
-            return Err(code::COORDINATOR_NOT_AVAILABLE);
-        };
-        let p = crate::group::partition_for(key, t.shards.len());
-        match self.partitions.borrow().get(&(topic.to_string(), p)) {
-            Some(part) if part.serving() => {
-                if loading.borrow().contains(&p) {
-                    Err(code::COORDINATOR_LOAD_IN_PROGRESS)
-                } else {
-                    Ok(())
-                }
-            }
-            Some(_) => Err(code::NOT_COORDINATOR),
-            None if self.clustered() => Err(code::NOT_COORDINATOR),
-            None => Err(code::COORDINATOR_LOAD_IN_PROGRESS),
-        }
-    }
-
     /// Rebuilds the transactional ids of a `__transaction_state` partition from its
     /// records (when it opens), and asks the sweeper to complete loaded Prepare* ones.
     pub(super) async fn load_txns(&self, part: &Partition) -> anyhow::Result<()> {
@@ -155,34 +125,13 @@ impl Shard {
         self.txns_loading.borrow_mut().remove(&part.index);
     }
 
-    /// Waits (bounded) until the `__transaction_state` partition of `id` is open on this
-    /// shard (after a restart, or right after the topic was created).
-    pub async fn wait_txn_loaded(&self, id: &str) {
-        let deadline = crate::common::clock::now() + GROUP_LOAD_WAIT;
-        while crate::common::clock::now() < deadline && !self.stopping() {
-            let meta = self.metadata();
-            let settled = meta.version > 0 && !self.applying_metadata.get();
-            if let Some(t) = meta.topics.get(TXN_STATE_TOPIC).filter(|_| settled) {
-                let p = crate::group::partition_for(id, t.shards.len());
-                if self
-                    .partitions
-                    .borrow()
-                    .contains_key(&(TXN_STATE_TOPIC.to_string(), p))
-                {
-                    return;
-                }
-            }
-            sleep(Duration::from_millis(10)).await;
-        }
-    }
-
     /// Writes `markers` at each partition's leader: shards of this node directly, other
     /// nodes through WriteTxnMarkers. An error code per partition, in order.
     async fn write_markers_anywhere(self: &Rc<Self>, markers: Markers) -> Vec<i16> {
         let meta = self.metadata();
         let mut codes = vec![code::NONE; markers.partitions.len()];
         // Per target: this node's shard, or another node; the slots of its partitions.
-        let mut local: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+        let mut local = ShardSplit::new(self.count);
         let mut remote: std::collections::BTreeMap<i32, Vec<usize>> = Default::default();
         for (i, (t, p)) in markers.partitions.iter().enumerate() {
             let (Some(topic), Some(shard)) = (meta.topics.get(t), meta.shard_of(t, *p)) else {
@@ -195,7 +144,7 @@ impl Shard {
                 self.config.node_id
             };
             if leader == self.config.node_id {
-                local.entry(shard).or_default().push(i);
+                local.push(shard, (0, i), (t.clone(), *p));
             } else if leader < 0 {
                 codes[i] = code::NOT_LEADER_OR_FOLLOWER;
             } else {
@@ -209,15 +158,6 @@ impl Shard {
                 .collect(),
             ..markers.clone()
         };
-        let local_calls = local.into_iter().map(|(shard, slots)| {
-            let m = pick(&slots);
-            async move {
-                match self.call(shard, Op::WriteMarkers(m)).await {
-                    Reply::Codes(c) => (slots, c),
-                    _ => (slots, Vec::new()),
-                }
-            }
-        });
         let remote_calls = remote.into_iter().map(|(node, slots)| {
             let m = pick(&slots);
             let meta = meta.clone();
@@ -226,19 +166,23 @@ impl Shard {
                     Some(n) => crate::cluster::markers::send(&n.host, n.kafka_port, &m).await,
                     None => Vec::new(),
                 };
-                (slots, c)
+                let slots = slots.into_iter().map(|i| (0, i)).collect::<Vec<_>>();
+                (slots, Reply::Codes(c))
             }
         });
+        let local_markers = |partitions| {
+            Op::WriteMarkers(Markers {
+                partitions,
+                ..markers.clone()
+            })
+        };
         let (l, r) = futures::future::join(
-            futures::future::join_all(local_calls),
+            local.call_each(self, local_markers),
             futures::future::join_all(remote_calls),
         )
         .await;
-        for (slots, c) in l.into_iter().chain(r) {
-            for (k, i) in slots.into_iter().enumerate() {
-                codes[i] = c.get(k).copied().unwrap_or(code::REQUEST_TIMED_OUT);
-            }
-        }
+        spread_codes(&mut codes, l);
+        spread_codes(&mut codes, r);
         codes
     }
 
@@ -353,12 +297,31 @@ impl Shard {
         }
     }
 
-    /// Runs a describe or list op of transactions or producers.
-    pub(crate) async fn describe_txn_op(&self, op: Op) -> Reply {
+    /// Runs an op of the transactional ids this shard coordinates, or a describe or list
+    /// op of transactions or producers.
+    pub(crate) async fn execute_txn_op(self: &Rc<Self>, op: Op) -> Reply {
         match op {
+            Op::AddTxnPartitions(c) => {
+                self.wait_loaded(TXN_STATE_TOPIC, &c.transactional_id).await;
+                let (id, pid, epoch) = (&c.transactional_id, c.producer_id, c.producer_epoch);
+                let r =
+                    crate::txn::coordinator::add_partitions(self, id, pid, epoch, &c.partitions);
+                Reply::Codes(match r.await {
+                    Ok(()) => vec![0; c.partitions.len()],
+                    Err(crate::txn::coordinator::AddError::All(code)) => {
+                        vec![code; c.partitions.len()]
+                    }
+                    Err(crate::txn::coordinator::AddError::Each(codes)) => codes,
+                })
+            }
+            Op::VerifyTxn(check) => {
+                self.wait_loaded(TXN_STATE_TOPIC, &check.transactional_id)
+                    .await;
+                Reply::Codes(vec![self.verify_txn(&check)])
+            }
             Op::DescribeTxns(ids) => {
                 for id in &ids {
-                    self.wait_txn_loaded(id).await;
+                    self.wait_loaded(TXN_STATE_TOPIC, id).await;
                 }
                 Reply::TxnStates(ids.iter().map(|id| self.describe_txn(id)).collect())
             }

@@ -37,9 +37,7 @@ use crate::shard::Shard;
 
 /// The shard coordinating `group`, if the offsets topic exists.
 pub fn coordinator_shard(shard: &Shard, group: &str) -> Option<usize> {
-    let meta = shard.metadata();
-    let t = meta.topics.get(OFFSETS_TOPIC)?;
-    meta.shard_of(OFFSETS_TOPIC, partition_for(group, t.shards.len()))
+    shard.coordinator_shard(OFFSETS_TOPIC, group)
 }
 
 /// Runs a single-group request on its coordinator shard.
@@ -93,7 +91,7 @@ pub fn on_coordinator(
                 .map_err(|e| e.to_string());
         }
         let group = group_of(&ctx, &req.body).map_err(|e| e.to_string())?;
-        shard.wait_group_loaded(&group).await;
+        shard.wait_loaded(OFFSETS_TOPIC, &group).await;
         execute(shard, &ctx, &group, req.body)
             .await
             .map_err(|e| e.to_string())

@@ -28,7 +28,7 @@ use super::{Ctx, FramingError};
 use crate::cluster::markers::Markers;
 use crate::common::errors::code;
 use crate::group::state::Committed;
-use crate::shard::ops::{GroupRequest, Op, Reply, TxnCheck};
+use crate::shard::ops::{spread_codes, GroupRequest, Op, Reply, ShardSplit, TxnCheck};
 use crate::shard::Shard;
 use crate::txn::coordinator::{self, AddError, TXN_STATE_TOPIC};
 
@@ -70,12 +70,7 @@ pub async fn ensure_txn_topic(shard: &Rc<Shard>) {
 
 /// The shard of this node that owns `id`'s `__transaction_state` partition.
 fn coordinator_shard(shard: &Shard, id: &str) -> Option<usize> {
-    let meta = shard.metadata();
-    let t = meta.topics.get(TXN_STATE_TOPIC)?;
-    meta.shard_of(
-        TXN_STATE_TOPIC,
-        coordinator::partition_for(id, t.shards.len()),
-    )
+    shard.coordinator_shard(TXN_STATE_TOPIC, id)
 }
 
 /// The transactional id of a coordinator request (decoded on the connection's shard).
@@ -147,7 +142,7 @@ pub async fn on_coordinator(
     body: Bytes,
 ) -> Result<Bytes, FramingError> {
     let id = transactional_id_of(ctx, &body)?;
-    shard.wait_txn_loaded(&id).await;
+    shard.wait_loaded(TXN_STATE_TOPIC, &id).await;
     match ctx.key {
         ApiKey::InitProducerId => init_producer_id(shard, ctx, &id, body).await,
         ApiKey::AddPartitionsToTxn => add_partitions(shard, ctx, &id, body).await,
@@ -442,32 +437,24 @@ pub async fn write_markers(
             })
             .collect();
         let mut codes = vec![code::UNKNOWN_TOPIC_OR_PARTITION; partitions.len()];
-        let mut by_shard: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        let mut split = ShardSplit::new(shard.count);
         for (i, (t, p)) in partitions.iter().enumerate() {
             if let Some(s) = meta.shard_of(t, *p) {
-                by_shard.entry(s).or_default().push(i);
+                split.push(s, (0, i), (t.clone(), *p));
             }
         }
-        let calls = by_shard.into_iter().map(|(s, slots)| {
-            let markers = Markers {
-                producer_id: m.producer_id.0,
-                producer_epoch: m.producer_epoch,
-                commit: m.transaction_result,
-                coordinator_epoch: m.coordinator_epoch,
-                partitions: slots.iter().map(|&i| partitions[i].clone()).collect(),
-            };
-            async move {
-                match shard.call(s, Op::WriteMarkers(markers)).await {
-                    Reply::Codes(c) => (slots, c),
-                    _ => (slots, Vec::new()),
-                }
-            }
-        });
-        for (slots, c) in futures::future::join_all(calls).await {
-            for (k, i) in slots.into_iter().enumerate() {
-                codes[i] = c.get(k).copied().unwrap_or(code::REQUEST_TIMED_OUT);
-            }
-        }
+        let replies = split
+            .call_each(shard, |parts| {
+                Op::WriteMarkers(Markers {
+                    producer_id: m.producer_id.0,
+                    producer_epoch: m.producer_epoch,
+                    commit: m.transaction_result,
+                    coordinator_epoch: m.coordinator_epoch,
+                    partitions: parts,
+                })
+            })
+            .await;
+        spread_codes(&mut codes, replies);
         let mut codes = codes.into_iter();
         let topics = m
             .topics
@@ -516,19 +503,15 @@ pub async fn describe_transactions(
                 .with_transaction_start_time_ms(-1)
         })
         .collect();
-    let mut by_shard: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    let mut split = ShardSplit::new(shard.count);
     for (i, id) in r.transactional_ids.iter().enumerate() {
         if let Some(s) = coordinator_shard(shard, &id.0) {
-            by_shard.entry(s).or_default().push(i);
+            split.push(s, (0, i), id.0.to_string());
         }
     }
-    for (s, slots) in by_shard {
-        let ids = slots
-            .iter()
-            .map(|&i| r.transactional_ids[i].0.to_string())
-            .collect();
-        if let Reply::TxnStates(states) = shard.call(s, Op::DescribeTxns(ids)).await {
-            for (i, st) in slots.into_iter().zip(states) {
+    for (slots, reply) in split.call_each(shard, Op::DescribeTxns).await {
+        if let Reply::TxnStates(states) = reply {
+            for ((_, i), st) in slots.into_iter().zip(states) {
                 out[i] = st;
             }
         }
@@ -595,7 +578,7 @@ pub async fn describe_producers(
     let r: DescribeProducersRequest = ctx.decode(body)?;
     let meta = shard.metadata();
     let mut out: Vec<Vec<PartitionResponse>> = Vec::with_capacity(r.topics.len());
-    let mut by_shard: BTreeMap<usize, Vec<(usize, usize)>> = BTreeMap::new();
+    let mut split = ShardSplit::new(shard.count);
     for (ti, t) in r.topics.iter().enumerate() {
         let mut row = Vec::with_capacity(t.partition_indexes.len());
         for (pi, p) in t.partition_indexes.iter().enumerate() {
@@ -605,22 +588,13 @@ pub async fn describe_producers(
                     .with_error_code(code::UNKNOWN_TOPIC_OR_PARTITION),
             );
             if let Some(s) = meta.shard_of(&t.name.0, *p) {
-                by_shard.entry(s).or_default().push((ti, pi));
+                split.push(s, (ti, pi), (t.name.0.to_string(), *p));
             }
         }
         out.push(row);
     }
-    for (s, slots) in by_shard {
-        let parts = slots
-            .iter()
-            .map(|&(ti, pi)| {
-                (
-                    r.topics[ti].name.0.to_string(),
-                    r.topics[ti].partition_indexes[pi],
-                )
-            })
-            .collect();
-        if let Reply::Producers(answers) = shard.call(s, Op::DescribeProducers(parts)).await {
+    for (slots, reply) in split.call_each(shard, Op::DescribeProducers).await {
+        if let Reply::Producers(answers) = reply {
             for ((ti, pi), a) in slots.into_iter().zip(answers) {
                 out[ti][pi] = a;
             }
