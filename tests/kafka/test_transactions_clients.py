@@ -77,3 +77,27 @@ def test_multi_topic_transactions_are_atomic(txn_check, broker, topic):
 def test_offsets_sent_to_a_transaction_commit_with_it(txn_check, broker, topic):
     out = run(txn_check, broker, "offsets", topic, "g-" + topic)
     assert out == {"after_abort": None, "after_commit": 7}
+
+
+# Clients that use transaction version 2 (KIP-890 part 2) once the broker finalizes it:
+# their EndTxn (v5) bumps the producer epoch at every transaction's end. Java 3.9 and
+# kafkajs predate it and keep the epoch InitProducerId gave them.
+TV2_CLIENTS = {"java4.1"}
+
+
+def test_transaction_version_2_clients_bump_the_epoch_at_every_transaction(
+        txn_check, broker, topic, request):
+    """The `atomic` scenario runs 11 transactions (6 committed, 5 aborted) of one
+    transactional id. With transaction version 2 each one ends at a new epoch (Kafka 4.x
+    does the same), so the id's coordinator shows epoch 11; a version 1 client stays at
+    epoch 0 — and both read back exactly the committed transactions."""
+    from test_strandctl import ctl, strandctl_bin
+    need(strandctl_bin().exists(), f"strandctl not found at {strandctl_bin()}")
+    a, b = topic + "-a", topic + "-b"
+    run(txn_check, broker, "atomic", a, b)
+    described = ctl(broker, "transactions", "describe", "tid-" + a).stdout
+    header, row = (line.split() for line in described.splitlines()[:2])
+    got = dict(zip(header, row))
+    client = request.node.callspec.params["txn_check"]
+    assert got["PRODUCER_EPOCH"] == ("11" if client in TV2_CLIENTS else "0"), described
+    assert got["STATE"] == "CompleteCommit", described

@@ -125,17 +125,20 @@ async fn exchange(host: &str, port: u16, markers: &Markers) -> anyhow::Result<Ve
 const VERIFY_VERSION: i16 = 4;
 
 /// Asks the coordinator listening on `host`:`port` whether producer (id, epoch) has an
-/// open transaction of `transactional_id` with every partition of `partitions`; the first
-/// error otherwise (REQUEST_TIMED_OUT when the coordinator cannot be asked).
+/// open transaction of `transactional_id` with every partition of `partitions` (`add`: to
+/// add them); the first error otherwise (REQUEST_TIMED_OUT when the coordinator cannot be
+/// asked).
 pub async fn verify(
     host: &str,
     port: u16,
     transactional_id: &str,
     (producer_id, epoch): (i64, i16),
     partitions: &[(String, i32)],
+    add: bool,
 ) -> Result<(), i16> {
     let ask = async {
-        let req = encode_verify(transactional_id, (producer_id, epoch), partitions, 1)?;
+        let producer = (producer_id, epoch);
+        let req = encode_verify(transactional_id, producer, partitions, add, 1)?;
         let body = super::net::round_trip(host, port, req).await?;
         decode_verify(body)
     };
@@ -150,11 +153,12 @@ pub async fn verify(
     }
 }
 
-/// AddPartitionsToTxn v4, verify_only, size prefix included.
+/// AddPartitionsToTxn v4, verify_only unless `add`, size prefix included.
 pub fn encode_verify(
     transactional_id: &str,
     (producer_id, epoch): (i64, i16),
     partitions: &[(String, i32)],
+    add: bool,
     correlation_id: i32,
 ) -> anyhow::Result<Bytes> {
     use kafka_protocol::messages::add_partitions_to_txn_request::{
@@ -179,7 +183,7 @@ pub fn encode_verify(
             )))
             .with_producer_id(ProducerId(producer_id))
             .with_producer_epoch(epoch)
-            .with_verify_only(true)
+            .with_verify_only(!add)
             .with_topics(topics),
     ]);
     let header = RequestHeader::default()

@@ -31,6 +31,8 @@ pub mod code {
     pub const NOT_LEADER_OR_FOLLOWER: i16 = E::NotLeaderOrFollower.code();
     /// REQUEST_TIMED_OUT.
     pub const REQUEST_TIMED_OUT: i16 = E::RequestTimedOut.code();
+    /// NOT_ENOUGH_REPLICAS.
+    pub const NOT_ENOUGH_REPLICAS: i16 = E::NotEnoughReplicas.code();
     /// MESSAGE_TOO_LARGE.
     pub const MESSAGE_TOO_LARGE: i16 = E::MessageTooLarge.code();
     /// OFFSET_METADATA_TOO_LARGE.

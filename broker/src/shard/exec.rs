@@ -131,7 +131,10 @@ impl Shard {
                 };
                 let r = match p.transactional_id.as_deref() {
                     Some(id) if transactional(&p.batch) => {
-                        match self.verify_txn_append(&part, id, &p.batch).await {
+                        match self
+                            .verify_txn_append(&part, id, &p.batch, p.add_to_txn)
+                            .await
+                        {
                             Ok(()) => part.produce_transactional(p.batch, acks_all).await,
                             Err(c) => Err(KafkaError::TxnVerification(c)),
                         }

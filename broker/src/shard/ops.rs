@@ -32,6 +32,9 @@ pub struct ProducePart {
     /// The request's transactional id: a transactional batch is taken only once its
     /// coordinator confirms this partition is in the producer's open transaction (KIP-890).
     pub transactional_id: Option<String>,
+    /// Transaction version 2 (Produce v12+): the coordinator adds the partition to the
+    /// open transaction instead of only confirming it is in.
+    pub add_to_txn: bool,
 }
 
 /// Outcome for one partition of a produce.

@@ -21,6 +21,30 @@ use crate::common::errors::code;
 use crate::partition::Partition;
 use crate::txn::coordinator::{Markers, TXN_STATE_TOPIC};
 
+/// Transaction version 2: how long a partition leader asks the coordinator again to add
+/// its partition while the producer's previous transaction completes (Kafka's
+/// `add.partitions.to.txn.retry.backoff.max.ms`).
+const TXN_ADD_RETRY_MAX: Duration = Duration::from_millis(100);
+/// The wait between those asks (`add.partitions.to.txn.retry.backoff.ms`).
+const TXN_ADD_RETRY_BACKOFF: Duration = Duration::from_millis(20);
+
+/// The error a Produce gets for a coordinator's answer to its verification or add
+/// (Kafka's `AddPartitionsToTxnManager`): a fenced producer is INVALID_PRODUCER_EPOCH, a
+/// coordinator that cannot answer NOT_ENOUGH_REPLICAS (retriable for every client), and
+/// CONCURRENT_TRANSACTIONS passes only to transaction version 2 producers (`add`).
+fn produce_txn_error(c: i16, add: bool) -> i16 {
+    match c {
+        code::PRODUCER_FENCED => code::INVALID_PRODUCER_EPOCH,
+        code::CONCURRENT_TRANSACTIONS if add => c,
+        code::CONCURRENT_TRANSACTIONS
+        | code::NOT_COORDINATOR
+        | code::COORDINATOR_LOAD_IN_PROGRESS
+        | code::COORDINATOR_NOT_AVAILABLE
+        | code::REQUEST_TIMED_OUT => code::NOT_ENOUGH_REPLICAS,
+        other => other,
+    }
+}
+
 /// How often the sweeper looks for loaded transactions to complete.
 pub const TXN_RESUME_CHECK: Duration = Duration::from_millis(100);
 
@@ -241,33 +265,50 @@ impl Shard {
             .collect()
     }
 
-    /// KIP-890 part 1 for a transactional batch of transactional id `id` to `part`: the
-    /// producer's first batch of a transaction here is verified with the coordinator (the
-    /// later ones find its transaction open in the partition's index).
+    /// KIP-890 for a transactional batch of producer `id` on `part`: unless the producer
+    /// has a transaction open here already, its coordinator confirms the partition is in
+    /// the transaction (`add`: transaction version 2, adds it, asking again while the
+    /// previous transaction completes, for up to TXN_ADD_RETRY_MAX). The error is the one
+    /// Kafka gives a Produce.
     pub(crate) async fn verify_txn_append(
         self: &Rc<Self>,
         part: &Partition,
         id: &str,
         batch: &bytes::Bytes,
+        add: bool,
     ) -> Result<(), i16> {
         let view =
             strand_wire::RecordBatch::parse(batch.clone()).map_err(|_| code::CORRUPT_MESSAGE)?;
         if part.has_open_txn(view.producer_id()) {
             return Ok(());
         }
-        self.verify_with_coordinator(TxnCheck {
+        let check = TxnCheck {
             transactional_id: id.to_string(),
             producer_id: view.producer_id(),
             producer_epoch: view.producer_epoch(),
             partitions: vec![(part.topic.clone(), part.index)],
-        })
-        .await
+        };
+        let deadline = crate::common::clock::now() + TXN_ADD_RETRY_MAX;
+        loop {
+            match self.verify_with_coordinator(check.clone(), add).await {
+                Err(code::CONCURRENT_TRANSACTIONS)
+                    if add && crate::common::clock::now() < deadline =>
+                {
+                    crate::runtime::task::sleep(TXN_ADD_RETRY_BACKOFF).await;
+                }
+                r => return r.map_err(|c| produce_txn_error(c, add)),
+            }
+        }
     }
 
     /// Asks the coordinator of the check's transactional id (a shard of this node, or
-    /// another node through AddPartitionsToTxn v4 with verify_only) whether the producer's
-    /// open transaction has every partition named.
-    pub async fn verify_with_coordinator(self: &Rc<Self>, check: TxnCheck) -> Result<(), i16> {
+    /// another node through AddPartitionsToTxn v4) whether the producer's open transaction
+    /// has every partition named, or (`add`) to add them.
+    pub async fn verify_with_coordinator(
+        self: &Rc<Self>,
+        check: TxnCheck,
+        add: bool,
+    ) -> Result<(), i16> {
         let meta = self.metadata();
         let Some(t) = meta.topics.get(TXN_STATE_TOPIC) else {
             return Err(code::INVALID_TXN_STATE);
@@ -284,15 +325,30 @@ impl Shard {
             };
             let producer = (check.producer_id, check.producer_epoch);
             let (id, parts) = (&check.transactional_id, &check.partitions);
-            return crate::cluster::markers::verify(&n.host, n.kafka_port, id, producer, parts)
-                .await;
+            return crate::cluster::markers::verify(
+                &n.host,
+                n.kafka_port,
+                id,
+                producer,
+                parts,
+                add,
+            )
+            .await;
         }
         let Some(target) = meta.shard_of(TXN_STATE_TOPIC, p) else {
             return Err(code::COORDINATOR_NOT_AVAILABLE);
         };
-        match self.call(target, Op::VerifyTxn(check)).await {
-            Reply::Codes(c) if c.first() == Some(&code::NONE) => Ok(()),
-            Reply::Codes(c) => Err(c.first().copied().unwrap_or(code::INVALID_TXN_STATE)),
+        let op = if add {
+            Op::AddTxnPartitions(check)
+        } else {
+            Op::VerifyTxn(check)
+        };
+        match self.call(target, op).await {
+            Reply::Codes(c) => match c.iter().copied().find(|&c| c != code::NONE) {
+                None if !c.is_empty() => Ok(()),
+                None => Err(code::INVALID_TXN_STATE),
+                Some(e) => Err(e),
+            },
             _ => Err(code::COORDINATOR_NOT_AVAILABLE),
         }
     }

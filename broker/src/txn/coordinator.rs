@@ -1,5 +1,5 @@
 //! The transaction coordinator's requests (Kafka's `TransactionCoordinator`, transaction
-//! protocol version 1): InitProducerId with a transactional id, AddPartitionsToTxn,
+//! protocol versions 1 and 2): InitProducerId with a transactional id, AddPartitionsToTxn,
 //! AddOffsetsToTxn (an add of the group's `__consumer_offsets` partition), EndTxn, the
 //! verification a partition leader asks before it takes a transactional batch (KIP-890
 //! part 1), and the abort of transactions that outlived their timeout. It runs on the
@@ -11,7 +11,7 @@
 //!   coordinator installs it and before it answers (`persist`).
 //! - One change per transactional id at a time: a request finding the id `busy` (a change
 //!   being persisted, or markers being written) is answered CONCURRENT_TRANSACTIONS, which
-//!   clients retry.
+//!   clients retry (an add waits up to ADD_BUSY_WAIT first).
 //! - A Prepare* state is always driven to its Complete* state by `complete`: it writes
 //!   the markers of every partition of the transaction until each one is written (or the
 //!   node stops coordinating the id; the next coordinator finishes it after its load).
@@ -39,6 +39,11 @@ pub use crate::common::config::TXN_STATE_TOPIC;
 const RETRY_BACKOFF_MIN: Duration = Duration::from_millis(50);
 /// Longest wait between such retries.
 const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// How long an add waits for another change of its id to end before it is answered
+/// CONCURRENT_TRANSACTIONS.
+const ADD_BUSY_WAIT: Duration = Duration::from_millis(50);
+/// How often such a wait looks again.
+const BUSY_POLL: Duration = Duration::from_micros(200);
 /// How long EndTxn waits for the markers before it answers anyway (the outcome is
 /// durable once Prepare* is: the markers follow, and a client retrying EndTxn is answered
 /// CONCURRENT_TRANSACTIONS until they are written).
@@ -83,6 +88,25 @@ impl<H: TxnHost> Busy<H> {
             host: host.clone(),
             id: id.to_string(),
         })
+    }
+}
+
+impl<H: TxnHost> Busy<H> {
+    /// Marks `id` busy once it is not (the change in progress ends), waiting up to `max`:
+    /// a partition leader's add for each partition of a transaction's first batches
+    /// (transaction version 2) arrive together, and each is persisted in turn instead of
+    /// sending all but one back to retry.
+    pub async fn wait_take(host: &Rc<H>, id: &str, max: Duration) -> Option<Busy<H>> {
+        let deadline = crate::common::clock::now() + max;
+        loop {
+            if let Some(b) = Busy::take(host, id) {
+                return Some(b);
+            }
+            if crate::common::clock::now() >= deadline {
+                return None;
+            }
+            sleep(BUSY_POLL).await;
+        }
     }
 }
 
@@ -215,7 +239,9 @@ pub async fn add_partitions<H: TxnHost>(
                 .collect(),
         ));
     }
-    let _busy = Busy::take(host, id).ok_or(AddError::All(code::CONCURRENT_TRANSACTIONS))?;
+    let _busy = Busy::wait_take(host, id, ADD_BUSY_WAIT)
+        .await
+        .ok_or(AddError::All(code::CONCURRENT_TRANSACTIONS))?;
     let m = current(host.as_ref(), id).map_err(AddError::All)?;
     let now = crate::common::clock::wall_ms();
     match m.add_partitions(producer_id, epoch, partitions, now) {
@@ -235,25 +261,35 @@ pub enum AddError {
 }
 
 /// EndTxn: persists the outcome (Prepare*), then writes the markers and Complete*; answers
-/// once complete, or after `END_TXN_WAIT` (the outcome is durable either way).
+/// once complete, or after `END_TXN_WAIT` (the outcome is durable either way). `v2`:
+/// transaction version 2 (EndTxn v5+), whose Prepare* bumps the epoch. Returns the
+/// producer id and epoch the producer goes on with (what EndTxn v5 answers).
 pub async fn end_txn<H: TxnHost>(
     host: &Rc<H>,
     id: &str,
-    producer_id: i64,
-    epoch: i16,
+    (producer_id, epoch): (i64, i16),
     commit: bool,
-) -> Result<(), i16> {
+    v2: bool,
+) -> Result<(i64, i16), i16> {
     host.txn_coordinator_check(id)?;
     let busy = Busy::take(host, id).ok_or(code::CONCURRENT_TRANSACTIONS)?;
     let m = current(host.as_ref(), id)?;
     let now = crate::common::clock::wall_ms();
-    match m
-        .end_txn(producer_id, epoch, commit, now)
-        .map_err(|e| e.code())?
-    {
-        EndOutcome::AlreadyDone => Ok(()),
+    let outcome = if v2 {
+        let fresh = if m.epoch_exhausted() && m.producer_id == producer_id {
+            Some(host.new_producer_id().await?)
+        } else {
+            None
+        };
+        m.end_txn_v2((producer_id, epoch), commit, now, fresh)
+    } else {
+        m.end_txn(producer_id, epoch, commit, now)
+    };
+    match outcome.map_err(|e| e.code())? {
+        EndOutcome::AlreadyDone => Ok((m.producer_id, m.producer_epoch)),
         EndOutcome::Prepare(next) => {
             persist(host.as_ref(), &next).await?;
+            let done = next.complete(now);
             let (tx, rx) = futures::channel::oneshot::channel::<()>();
             let host = host.clone();
             crate::runtime::task::spawn_local(async move {
@@ -261,7 +297,7 @@ pub async fn end_txn<H: TxnHost>(
                 let _ = tx.send(());
             });
             let _ = crate::runtime::task::timeout(END_TXN_WAIT, rx).await;
-            Ok(())
+            Ok((done.producer_id, done.producer_epoch))
         }
     }
 }

@@ -13,7 +13,11 @@
 //!   every request that would change it gets CONCURRENT_TRANSACTIONS (retriable), except a
 //!   retry of the same EndTxn, which is answered as done once complete.
 //! - Epochs stay below `i16::MAX`: the bump that would reach it takes a new producer id at
-//!   epoch 0 instead.
+//!   epoch 0 instead (transaction version 2: its markers are written at `i16::MAX` with
+//!   the old id, and the completion moves to the new id).
+//! - Transaction version 2 (KIP-890 part 2, EndTxn v5+): every EndTxn bumps the epoch in
+//!   its Prepare* record, so the markers fence the transaction's late writes; the client
+//!   gets the new epoch in the answer, and a retry (the epoch one below) is recognised.
 
 use std::collections::BTreeSet;
 
@@ -121,6 +125,12 @@ pub struct TxnMetadata {
     pub start_ms: i64,
     /// When this metadata last changed.
     pub last_update_ms: i64,
+    /// Transaction version 2: the producer id an EndTxn at the last epoch allocated, taken
+    /// when the transaction completes (-1 for none).
+    pub next_producer_id: i64,
+    /// The producer id before the last such rotation (-1 for none): a retried EndTxn of
+    /// the old producer names it.
+    pub prev_producer_id: i64,
 }
 
 /// What InitProducerId does to an existing id.
@@ -156,6 +166,8 @@ impl TxnMetadata {
             partitions: BTreeSet::new(),
             start_ms: -1,
             last_update_ms: now_ms,
+            next_producer_id: -1,
+            prev_producer_id: -1,
         }
     }
 
@@ -327,9 +339,89 @@ impl TxnMetadata {
         }
     }
 
+    /// EndTxn of transaction version 2 (v5+): the Prepare* record bumps the epoch (with
+    /// `fresh_pid`, allocated by the caller when `epoch_exhausted`, as the next producer
+    /// id); an abort with nothing open bumps it too; a retry of an EndTxn that already
+    /// bumped (its epoch one below, or the old id after a rotation) is answered as done
+    /// (Kafka's `TransactionCoordinator.endTransaction` table).
+    pub fn end_txn_v2(
+        &self,
+        (producer_id, epoch): (i64, i16),
+        commit: bool,
+        now_ms: i64,
+        fresh_pid: Option<i64>,
+    ) -> Result<EndOutcome, TxnError> {
+        let retry_overflow = producer_id == self.prev_producer_id
+            && producer_id != self.producer_id
+            && epoch == EPOCH_MAX
+            && self.producer_epoch == 0;
+        if producer_id != self.producer_id && !retry_overflow {
+            return Err(TxnError::InvalidProducerIdMapping);
+        }
+        let retry = retry_overflow || epoch.checked_add(1) == Some(self.producer_epoch);
+        let current = !retry_overflow && epoch == self.producer_epoch;
+        let prepare = |state: TxnState| {
+            let mut next = self.clone();
+            if state == TxnState::PrepareAbort && self.state != TxnState::Ongoing {
+                next.partitions.clear();
+                next.start_ms = now_ms;
+            }
+            next.state = state;
+            next.last_producer_epoch = self.producer_epoch;
+            next.producer_epoch = self.producer_epoch.saturating_add(1);
+            if self.epoch_exhausted() {
+                next.next_producer_id = fresh_pid.unwrap_or(-1);
+            }
+            next.last_update_ms = now_ms;
+            EndOutcome::Prepare(next)
+        };
+        let outcome = if commit {
+            TxnState::PrepareCommit
+        } else {
+            TxnState::PrepareAbort
+        };
+        match self.state {
+            TxnState::Ongoing if current => Ok(prepare(outcome)),
+            TxnState::PrepareCommit | TxnState::PrepareAbort if retry => {
+                if self.state == outcome {
+                    Err(TxnError::ConcurrentTransactions)
+                } else {
+                    Err(TxnError::InvalidTxnState)
+                }
+            }
+            TxnState::PrepareEpochFence => Err(TxnError::ConcurrentTransactions),
+            TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort if current => {
+                if commit {
+                    Err(TxnError::InvalidTxnState)
+                } else {
+                    Ok(prepare(TxnState::PrepareAbort))
+                }
+            }
+            TxnState::CompleteCommit | TxnState::CompleteAbort if retry => {
+                let done = (self.state == TxnState::CompleteCommit) == commit;
+                if done {
+                    Ok(EndOutcome::AlreadyDone)
+                } else {
+                    Err(TxnError::InvalidTxnState)
+                }
+            }
+            TxnState::Dead => Err(TxnError::InvalidTxnState),
+            _ => Err(TxnError::ProducerFenced),
+        }
+    }
+
     /// The Complete* metadata after every marker of a Prepare* one is written.
     pub fn complete(&self, now_ms: i64) -> TxnMetadata {
         let mut next = self.clone();
+        if self.next_producer_id >= 0 {
+            // Transaction version 2 at the last epoch: the next transaction is the new
+            // producer id's, from epoch 0.
+            next.prev_producer_id = self.producer_id;
+            next.producer_id = self.next_producer_id;
+            next.producer_epoch = 0;
+            next.last_producer_epoch = -1;
+            next.next_producer_id = -1;
+        }
         next.state = match self.state {
             TxnState::PrepareCommit => TxnState::CompleteCommit,
             _ => TxnState::CompleteAbort,
@@ -429,6 +521,114 @@ mod tests {
             (n.state, n.start_ms, n.partitions.len()),
             (TxnState::Ongoing, 40, 1)
         );
+    }
+
+    #[test]
+    fn version_2_bumps_the_epoch_at_every_end_and_knows_a_retry() {
+        let m = TxnMetadata::new("t", 7, 60_000, 0);
+        let open = m
+            .add_partitions(7, 0, &parts(&[("a", 0)]), 1)
+            .expect("add")
+            .expect("changed");
+        let p = prepared(open.end_txn_v2((7, 0), true, 2, None));
+        assert_eq!(
+            (p.state, p.producer_epoch, p.last_producer_epoch),
+            (TxnState::PrepareCommit, 1, 0),
+            "the markers carry the bumped epoch"
+        );
+        assert_eq!(
+            p.end_txn_v2((7, 0), true, 3, None),
+            Err(TxnError::ConcurrentTransactions),
+            "a retry while the markers are written"
+        );
+        assert_eq!(
+            p.end_txn_v2((7, 0), false, 3, None),
+            Err(TxnError::InvalidTxnState)
+        );
+        let c = p.complete(4);
+        assert_eq!((c.state, c.producer_epoch), (TxnState::CompleteCommit, 1));
+        assert_eq!(
+            c.end_txn_v2((7, 0), true, 5, None),
+            Ok(EndOutcome::AlreadyDone),
+            "a retry after completion"
+        );
+        assert_eq!(
+            c.end_txn_v2((7, 0), false, 5, None),
+            Err(TxnError::InvalidTxnState)
+        );
+        assert_eq!(
+            c.end_txn_v2((7, 1), true, 5, None),
+            Err(TxnError::InvalidTxnState),
+            "nothing open to commit"
+        );
+        assert_eq!(
+            c.end_txn_v2((7, 2), true, 5, None),
+            Err(TxnError::ProducerFenced)
+        );
+        assert_eq!(
+            c.end_txn_v2((8, 1), true, 5, None),
+            Err(TxnError::InvalidProducerIdMapping)
+        );
+        // An abort with nothing open bumps the epoch too, with no markers to write.
+        let a = prepared(c.end_txn_v2((7, 1), false, 6, None));
+        assert_eq!(
+            (a.state, a.producer_epoch, a.partitions.len()),
+            (TxnState::PrepareAbort, 2, 0)
+        );
+        let a = a.complete(7);
+        assert_eq!(
+            a.end_txn_v2((7, 1), false, 8, None),
+            Ok(EndOutcome::AlreadyDone)
+        );
+        // The next transaction is added at the new epoch; the old one is fenced.
+        assert_eq!(
+            a.add_partitions(7, 1, &parts(&[("a", 0)]), 9),
+            Err(TxnError::ProducerFenced)
+        );
+        assert!(a.add_partitions(7, 2, &parts(&[("a", 0)]), 9).is_ok());
+        // From Empty: a retry is fenced (there was no EndTxn to retry).
+        let e = TxnMetadata::new("t", 7, 60_000, 0);
+        let e = ready(e.init_producer_id(60_000, None, 1, no_pid));
+        assert_eq!(
+            e.end_txn_v2((7, 0), false, 2, None),
+            Err(TxnError::ProducerFenced)
+        );
+    }
+
+    #[test]
+    fn version_2_moves_to_a_new_producer_id_at_the_last_epoch() {
+        let mut m = TxnMetadata::new("t", 7, 60_000, 0);
+        m.producer_epoch = EPOCH_MAX;
+        let open = m
+            .add_partitions(7, EPOCH_MAX, &parts(&[("a", 0)]), 1)
+            .expect("add")
+            .expect("changed");
+        let p = prepared(open.end_txn_v2((7, EPOCH_MAX), true, 2, Some(99)));
+        assert_eq!(
+            (p.producer_id, p.producer_epoch, p.next_producer_id),
+            (7, i16::MAX, 99),
+            "the markers are the old id's, at the highest epoch"
+        );
+        let c = p.complete(3);
+        assert_eq!(
+            (
+                c.producer_id,
+                c.producer_epoch,
+                c.prev_producer_id,
+                c.next_producer_id
+            ),
+            (99, 0, 7, -1)
+        );
+        assert_eq!(
+            c.end_txn_v2((7, EPOCH_MAX), true, 4, None),
+            Ok(EndOutcome::AlreadyDone),
+            "the old producer's retry"
+        );
+        assert_eq!(
+            c.end_txn_v2((7, EPOCH_MAX), false, 4, None),
+            Err(TxnError::InvalidTxnState)
+        );
+        assert!(c.add_partitions(99, 0, &parts(&[("a", 0)]), 5).is_ok());
     }
 
     #[test]

@@ -5,10 +5,12 @@
 //! coordinator that takes over answers a retried InitProducerId as the old one would.
 //!
 //! Key: `version: int16 = 0`, `transactional_id: string (int16 length)`.
-//! Value: `version: int16 = 0`, `producer_id: int64`, `producer_epoch: int16`,
+//! Value: `version: int16 = 1`, `producer_id: int64`, `producer_epoch: int16`,
 //! `timeout_ms: int32`, `state: int8`, partitions: `int32` count of (`topic: string`,
 //! `int32` count of `int32`), `last_update_ms: int64`, `start_ms: int64`,
-//! `last_producer_epoch: int16`.
+//! `last_producer_epoch: int16`, then (version 1) `next_producer_id: int64`,
+//! `prev_producer_id: int64` (Kafka's tagged fields 1 and 0 of `TransactionLogValue` v1).
+//! Version 0 values (without the last two) are still read.
 //!
 //! Invariant: `decode_*` never panics and checks every count and length against the bytes
 //! left before allocating; `encode_value` then `decode_value` gives back the metadata.
@@ -18,8 +20,11 @@ use std::collections::BTreeSet;
 use super::metadata::{TxnMetadata, TxnState};
 use crate::common::cursor::Cursor;
 
-/// The key and value versions written.
+/// The key version.
 const VERSION: i16 = 0;
+/// The value version written: 1 appends `next_producer_id` and `prev_producer_id`
+/// (transaction version 2's producer id rotation) to version 0.
+const VALUE_VERSION: i16 = 1;
 
 /// Why a `__transaction_state` record does not decode.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -90,8 +95,8 @@ pub fn encode_key(transactional_id: &str) -> Vec<u8> {
 
 /// The record value of `m`.
 pub fn encode_value(m: &TxnMetadata) -> Vec<u8> {
-    let mut out = Vec::with_capacity(64);
-    out.extend_from_slice(&VERSION.to_be_bytes());
+    let mut out = Vec::with_capacity(80);
+    out.extend_from_slice(&VALUE_VERSION.to_be_bytes());
     out.extend_from_slice(&m.producer_id.to_be_bytes());
     out.extend_from_slice(&m.producer_epoch.to_be_bytes());
     out.extend_from_slice(&m.timeout_ms.to_be_bytes());
@@ -114,6 +119,8 @@ pub fn encode_value(m: &TxnMetadata) -> Vec<u8> {
     out.extend_from_slice(&m.last_update_ms.to_be_bytes());
     out.extend_from_slice(&m.start_ms.to_be_bytes());
     out.extend_from_slice(&m.last_producer_epoch.to_be_bytes());
+    out.extend_from_slice(&m.next_producer_id.to_be_bytes());
+    out.extend_from_slice(&m.prev_producer_id.to_be_bytes());
     out
 }
 
@@ -182,7 +189,10 @@ pub fn decode_key(bytes: &[u8]) -> Result<String, TxnRecordError> {
 /// The metadata of `transactional_id` in a record value.
 pub fn decode_value(transactional_id: &str, bytes: &[u8]) -> Result<TxnMetadata, TxnRecordError> {
     let mut r = Reader(Cursor::new(bytes));
-    r.version()?;
+    let version = r.i16()?;
+    if !(0..=VALUE_VERSION).contains(&version) {
+        return Err(TxnRecordError::Version(version));
+    }
     let producer_id = r.i64()?;
     let producer_epoch = r.i16()?;
     let timeout_ms = r.i32()?;
@@ -198,6 +208,11 @@ pub fn decode_value(transactional_id: &str, bytes: &[u8]) -> Result<TxnMetadata,
     let last_update_ms = r.i64()?;
     let start_ms = r.i64()?;
     let last_producer_epoch = r.i16()?;
+    let (next_producer_id, prev_producer_id) = if version >= 1 {
+        (r.i64()?, r.i64()?)
+    } else {
+        (-1, -1)
+    };
     r.end()?;
     Ok(TxnMetadata {
         transactional_id: transactional_id.to_string(),
@@ -209,6 +224,8 @@ pub fn decode_value(transactional_id: &str, bytes: &[u8]) -> Result<TxnMetadata,
         partitions,
         start_ms,
         last_update_ms,
+        next_producer_id,
+        prev_producer_id,
     })
 }
 
@@ -274,18 +291,28 @@ mod tests {
     }
 
     #[test]
-    fn the_value_is_kafkas_v0_layout_then_the_last_epoch() {
-        let m = sample();
+    fn the_value_is_kafkas_v0_layout_then_the_last_epoch_and_the_rotation_ids() {
+        let mut m = sample();
+        m.next_producer_id = 9_000;
         let v = encode_value(&m);
-        // version, producer id, epoch, timeout, state (PrepareCommit = 2).
-        assert_eq!(&v[..2], &[0, 0]);
+        // version 1, producer id, epoch, timeout, state (PrepareCommit = 2).
+        assert_eq!(&v[..2], &[0, 1]);
         assert_eq!(&v[2..10], &4_000i64.to_be_bytes());
         assert_eq!(&v[10..12], &3i16.to_be_bytes());
         assert_eq!(&v[12..16], &60_000i32.to_be_bytes());
         assert_eq!(v[16], 2);
         // Two topics: "a" with partitions 0 and 2, "b" with 1.
         assert_eq!(&v[17..21], &2i32.to_be_bytes());
-        assert_eq!(&v[v.len() - 2..], &2i16.to_be_bytes());
+        let tail = v.len() - 18;
+        assert_eq!(&v[tail..tail + 2], &2i16.to_be_bytes());
+        assert_eq!(&v[tail + 2..tail + 10], &9_000i64.to_be_bytes());
+        assert_eq!(&v[tail + 10..], &(-1i64).to_be_bytes());
+        // A version 0 value (written before the rotation ids) reads with none.
+        let mut v0 = v[..tail + 2].to_vec();
+        v0[..2].copy_from_slice(&0i16.to_be_bytes());
+        let back = decode_value(&m.transactional_id, &v0).expect("v0");
+        assert_eq!((back.next_producer_id, back.prev_producer_id), (-1, -1));
+        assert_eq!(back.producer_epoch, m.producer_epoch);
     }
 
     #[test]
@@ -323,7 +350,7 @@ mod tests {
         fn any_metadata_round_trips(
             pid in 0i64.., epoch in 0i16.., last in -1i16.., timeout in 1i32..,
             state in 0i8..8, parts in proptest::collection::btree_set(("[a-z]{1,5}", 0i32..100), 0..10),
-            start in -1i64.., update in 0i64..,
+            start in -1i64.., update in 0i64.., next in -1i64.., prev in -1i64..,
         ) {
             let m = TxnMetadata {
                 transactional_id: "x".into(),
@@ -335,6 +362,8 @@ mod tests {
                 partitions: parts,
                 start_ms: start,
                 last_update_ms: update,
+                next_producer_id: next,
+                prev_producer_id: prev,
             };
             prop_assert_eq!(decode_value("x", &encode_value(&m)), Ok(m));
         }

@@ -1,12 +1,29 @@
-//! ApiVersions: advertises exactly [`super::SUPPORTED`].
+//! ApiVersions: advertises exactly [`super::SUPPORTED`], and the features this build
+//! finalizes ([`FINALIZED`]: transaction version 2, which Java 4.x and franz-go producers
+//! use once they see it).
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::api_versions_response::{
+    ApiVersion, FinalizedFeatureKey, SupportedFeatureKey,
+};
 use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
-use kafka_protocol::protocol::Encodable;
+use kafka_protocol::protocol::{Encodable, StrBytes};
 
 use super::{Ctx, FramingError, SUPPORTED};
 use crate::common::errors::code;
+
+/// The features every Strand node finalizes, with their level: `transaction.version` 2
+/// (KIP-890 part 2: Produce v12 adds its partition to the transaction, EndTxn v5 bumps the
+/// epoch). Fixed by the build, so the same on every node of a cluster of one build.
+pub const FINALIZED: &[(&str, i16)] = &[("transaction.version", 2)];
+/// The epoch of [`FINALIZED`]: raise it whenever a level there changes (a client keeps the
+/// features of the highest epoch it saw; -1 would make it ignore them).
+pub const FINALIZED_FEATURES_EPOCH: i64 = 1;
+/// The features supported, with their (min, max) levels.
+const SUPPORTED_FEATURES: &[(&str, i16, i16)] = &[("transaction.version", 0, 2)];
+/// The first ApiVersions version shown supported features whose minimum is 0 (older
+/// clients took a minimum of 0 for "unsupported": KAFKA-17011).
+const ZERO_MIN_FEATURES_SINCE: i16 = 4;
 
 fn body(error_code: i16) -> ApiVersionsResponse {
     let keys = SUPPORTED
@@ -23,10 +40,35 @@ fn body(error_code: i16) -> ApiVersionsResponse {
         .with_api_keys(keys)
 }
 
-/// Answers a supported-version ApiVersions.
+/// Answers a supported-version ApiVersions (the features are tagged fields, written from
+/// v3 on).
 pub fn handle(ctx: &Ctx, req: Bytes) -> Result<Bytes, FramingError> {
     let _req: ApiVersionsRequest = ctx.decode(req)?;
-    ctx.respond(&body(0))
+    let supported = SUPPORTED_FEATURES
+        .iter()
+        .filter(|(_, min, _)| *min > 0 || ctx.version >= ZERO_MIN_FEATURES_SINCE)
+        .map(|&(name, min, max)| {
+            SupportedFeatureKey::default()
+                .with_name(StrBytes::from_static_str(name))
+                .with_min_version(min)
+                .with_max_version(max)
+        })
+        .collect();
+    let finalized = FINALIZED
+        .iter()
+        .map(|&(name, level)| {
+            FinalizedFeatureKey::default()
+                .with_name(StrBytes::from_static_str(name))
+                .with_max_version_level(level)
+                .with_min_version_level(level)
+        })
+        .collect();
+    ctx.respond(
+        &body(0)
+            .with_supported_features(supported)
+            .with_finalized_features_epoch(FINALIZED_FEATURES_EPOCH)
+            .with_finalized_features(finalized),
+    )
 }
 
 /// Answers an ApiVersions at a version we do not know: error 35 and a v0-shaped body.

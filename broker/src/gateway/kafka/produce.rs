@@ -18,6 +18,10 @@ use crate::common::errors::KafkaError;
 use crate::shard::ops::{Op, ProducePart, ProduceResult, Reply, ShardSplit};
 use crate::shard::Shard;
 
+/// The first Produce version whose transactional batch adds its partition to the
+/// transaction (transaction version 2, KIP-890 part 2).
+pub const PRODUCE_ADDS_TO_TXN: i16 = 12;
+
 /// Produce; `None` for acks=0 (no response at all).
 #[expect(
     clippy::too_many_lines,
@@ -57,6 +61,7 @@ pub async fn handle(
                         partition: p.index,
                         batch: records,
                         transactional_id: req.transactional_id.as_ref().map(|t| t.0.to_string()),
+                        add_to_txn: ctx.version >= PRODUCE_ADDS_TO_TXN,
                     };
                     split.push(s, (ti, pi), part);
                 }

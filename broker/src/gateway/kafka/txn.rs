@@ -152,6 +152,14 @@ pub async fn on_coordinator(
     }
 }
 
+/// The first EndTxn version of transaction version 2 (KIP-890 part 2: the epoch bumps
+/// at every transaction's end, and the answer carries it).
+const END_TXN_V2: i16 = 5;
+
+/// The first TxnOffsetCommit version of transaction version 2 (it adds the group's
+/// offsets partition to the transaction itself).
+const TXN_OFFSET_COMMIT_V2: i16 = 5;
+
 /// PRODUCER_FENCED as the request's version knows it: versions before `since` get
 /// INVALID_PRODUCER_EPOCH (Kafka's answer to clients that predate KIP-588).
 fn fenced_as(c: i16, version: i16, since: i16) -> i16 {
@@ -178,7 +186,12 @@ fn refused(ctx: &Ctx, body: Bytes, error: i16) -> Result<Bytes, FramingError> {
         ApiKey::AddOffsetsToTxn => {
             ctx.respond(&AddOffsetsToTxnResponse::default().with_error_code(error))
         }
-        ApiKey::EndTxn => ctx.respond(&EndTxnResponse::default().with_error_code(error)),
+        ApiKey::EndTxn => ctx.respond(
+            &EndTxnResponse::default()
+                .with_error_code(error)
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1),
+        ),
         _ => Err(FramingError::UnsupportedApi(ctx.key as i16)),
     }
 }
@@ -313,13 +326,19 @@ async fn end_txn(
     body: Bytes,
 ) -> Result<Bytes, FramingError> {
     let r: EndTxnRequest = ctx.decode(body)?;
-    let c = match coordinator::end_txn(shard, id, r.producer_id.0, r.producer_epoch, r.committed)
-        .await
-    {
-        Ok(()) => code::NONE,
-        Err(c) => fenced_as(c, ctx.version, 2),
+    let producer = (r.producer_id.0, r.producer_epoch);
+    let v2 = ctx.version >= END_TXN_V2;
+    let resp = match coordinator::end_txn(shard, id, producer, r.committed, v2).await {
+        Ok((pid, epoch)) if v2 => EndTxnResponse::default()
+            .with_producer_id(ProducerId(pid))
+            .with_producer_epoch(epoch),
+        Ok(_) => EndTxnResponse::default(),
+        Err(c) => EndTxnResponse::default()
+            .with_error_code(fenced_as(c, ctx.version, 2))
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1),
     };
-    ctx.respond(&EndTxnResponse::default().with_error_code(c))
+    ctx.respond(&resp)
 }
 
 /// The offsets of a TxnOffsetCommit, in request order.
@@ -400,7 +419,11 @@ pub async fn offset_commit(
         producer_epoch: r.producer_epoch,
         partitions: vec![offsets_partition],
     };
-    let verified = shard.verify_with_coordinator(check).await;
+    // Transaction version 2 (v5+): the offsets partition is added here, as a Produce v12
+    // adds its partition; before, AddOffsetsToTxn added it and this only verifies.
+    let verified = shard
+        .verify_with_coordinator(check, ctx.version >= TXN_OFFSET_COMMIT_V2)
+        .await;
     if let Err(c) = verified {
         let c = fenced_as(c, ctx.version, 3);
         return ctx.respond(&offset_commit_answer(&r, std::iter::repeat(c)));

@@ -197,6 +197,7 @@ async fn produce(shard: &Rc<Shard>, r: ProduceRequestT) -> Option<BodyT> {
                 partition: p.partition,
                 batch,
                 transactional_id: None,
+                add_to_txn: false,
             });
         }
     }
