@@ -706,10 +706,13 @@ impl Partition {
         self.txns.borrow().open().count() as u64
     }
 
-    /// Whether producer `producer_id` has an open transaction here (its first batch was
-    /// appended and no marker yet): its coordinator verified this partition then.
-    pub fn has_open_txn(&self, producer_id: i64) -> bool {
+    /// Whether producer `producer_id` has an open transaction here at `epoch` (its first
+    /// batch was appended and no marker yet): its coordinator verified this partition then.
+    /// A batch at another epoch asks the coordinator again (transaction version 2 bumps the
+    /// epoch at every transaction's end: its next transaction is not this one).
+    pub fn has_open_txn(&self, producer_id: i64, epoch: i16) -> bool {
         self.txns.borrow().open().any(|(pid, _)| pid == producer_id)
+            && self.producers.borrow().epoch_of(producer_id) == Some(epoch)
     }
 
     /// DescribeProducers: every remembered producer, with the first offset of its open

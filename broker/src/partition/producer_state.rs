@@ -181,6 +181,11 @@ impl ProducerStates {
         }
     }
 
+    /// The epoch `producer_id` last wrote at, if remembered.
+    pub fn epoch_of(&self, producer_id: i64) -> Option<i16> {
+        self.producers.get(&producer_id).map(|p| p.epoch)
+    }
+
     /// Checks a transaction marker of `producer_id` at `epoch` (Kafka's
     /// `appendEndTxnMarker`): refused when the producer is known at a newer epoch, as a
     /// marker of a fenced producer or a stale coordinator.

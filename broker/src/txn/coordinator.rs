@@ -8,7 +8,8 @@
 //!
 //! Invariants:
 //! - Every transition is a record in `__transaction_state`, durable (acks=all) before the
-//!   coordinator installs it and before it answers (`persist`).
+//!   coordinator installs it and before it answers (`persist`), except Complete*, which is
+//!   installed once appended (`persist_completion`: losing it only repeats the markers).
 //! - One change per transactional id at a time: a request finding the id `busy` (a change
 //!   being persisted, or markers being written) is answered CONCURRENT_TRANSACTIONS, which
 //!   clients retry (an add waits up to ADD_BUSY_WAIT first).
@@ -124,6 +125,12 @@ pub fn partition_for(transactional_id: &str, partitions: usize) -> i32 {
 /// Writes `m` to its id's `__transaction_state` partition, waits until durable, then
 /// installs it.
 async fn persist<H: TxnHost>(host: &H, m: &TxnMetadata) -> Result<(), i16> {
+    write_state(host, m, true).await
+}
+
+/// Writes `m` to its id's `__transaction_state` partition and installs it; `durable`:
+/// once durable (acks=all), else once appended on this node (acks=1).
+async fn write_state<H: TxnHost>(host: &H, m: &TxnMetadata, durable: bool) -> Result<(), i16> {
     let meta = host.metadata();
     let n = meta
         .topics
@@ -138,7 +145,7 @@ async fn persist<H: TxnHost>(host: &H, m: &TxnMetadata) -> Result<(), i16> {
     let key = super::records::encode_key(&m.transactional_id);
     let value = super::records::encode_value(m);
     b.push(now, Some(&key), Some(&value), &[]);
-    if let Err(e) = part.produce(b.build(), true).await {
+    if let Err(e) = part.produce(b.build(), durable).await {
         tracing::warn!(transactional_id = %m.transactional_id, error = %e,
             "writing __transaction_state failed");
         return Err(code::COORDINATOR_NOT_AVAILABLE);
@@ -360,14 +367,17 @@ pub async fn complete<H: TxnHost>(host: &Rc<H>, busy: Busy<H>) {
     persist_completion(host, &id, &m).await;
 }
 
-/// Persists the Complete* metadata of `m` (retrying until it is durable, or until this
-/// node stops coordinating `id`) and counts the transaction's duration.
+/// Writes the Complete* metadata of `m` (retrying until it is appended, or until this node
+/// stops coordinating `id`) and counts the transaction's duration. It is installed once
+/// appended, without waiting until durable: the outcome was durable with Prepare* and
+/// every marker is written, so losing this record only has the next coordinator write the
+/// markers again; the id's next transition, durable, takes it along (one flush for both).
 async fn persist_completion<H: TxnHost>(host: &Rc<H>, id: &str, m: &TxnMetadata) {
     let mut backoff = RETRY_BACKOFF_MIN;
     loop {
         let now_ms = crate::common::clock::wall_ms();
         let done = m.complete(now_ms);
-        if persist(host.as_ref(), &done).await.is_ok() {
+        if write_state(host.as_ref(), &done, false).await.is_ok() {
             if m.start_ms >= 0 {
                 let ms = u64::try_from(now_ms.saturating_sub(m.start_ms)).unwrap_or(0);
                 host.txn_ended(
