@@ -27,8 +27,13 @@ use crate::kafka_driver::{encode_records, KafkaDriver, ProducerFields};
 use crate::physics::PhysicsReport;
 use crate::stats::{Latency, Percentiles};
 
-/// Versions sent (every transactional Kafka broker serves them).
+/// Versions sent under transaction protocol version 1 (every transactional Kafka broker
+/// serves them).
 const PRODUCE_VERSION: i16 = 9;
+/// Versions of transaction protocol version 2 (KIP-890 part 2, Kafka 4.x): the Produce
+/// adds its partitions to the transaction, the EndTxn answers the next epoch.
+const PRODUCE_V2_VERSION: i16 = 12;
+const END_TXN_V2_VERSION: i16 = 5;
 const INIT_PRODUCER_ID_VERSION: i16 = 4;
 const ADD_PARTITIONS_VERSION: i16 = 3;
 const END_TXN_VERSION: i16 = 3;
@@ -65,6 +70,11 @@ pub struct TxnArgs {
     /// Physics to divide by (a `strand-bench physics --out` file).
     #[arg(long)]
     pub physics: Option<PathBuf>,
+    /// Transaction protocol version: 1 (AddPartitionsToTxn before the Produce: librdkafka,
+    /// kafkajs, Java 3.x) or 2 (the Produce adds them, every EndTxn bumps the epoch: Java
+    /// 4.x against a broker that finalizes `transaction.version` 2).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
+    pub protocol: u8,
 }
 
 /// One phase's figures.
@@ -84,8 +94,14 @@ pub fn run(args: TxnArgs) -> anyhow::Result<()> {
         .build()?;
     let (txn, idem) = rt.block_on(measure(&args))?;
     println!(
-        "{} records/transaction x {} B, {} partitions, {} producer(s), {:.0} s per phase",
-        args.records_per_txn, args.record_bytes, args.partitions, args.producers, args.duration_s
+        "{} records/transaction x {} B, {} partitions, {} producer(s), {:.0} s per phase, \
+         transaction protocol version {}",
+        args.records_per_txn,
+        args.record_bytes,
+        args.partitions,
+        args.producers,
+        args.duration_s,
+        args.protocol
     );
     let row = |name: &str, p: &PhaseReport| {
         println!(
@@ -173,7 +189,8 @@ async fn produce_loop(
         None => None,
     };
     let coord = coordinator.as_ref().unwrap_or(&conn);
-    let (pid, epoch) = init_producer_id(coord, tid.as_deref()).await?;
+    let (mut pid, mut epoch) = init_producer_id(coord, tid.as_deref()).await?;
+    let v2 = args.protocol == 2;
     let partitions: Vec<i32> = (0..args.partitions).collect();
     let value = Bytes::from(vec![b'x'; args.record_bytes]);
     let mut sequences = vec![0i32; partitions.len()];
@@ -182,38 +199,23 @@ async fn produce_loop(
     let mut buf = BytesMut::new();
     while Instant::now() < end {
         let started = Instant::now();
-        if let Some(id) = &tid {
+        if let Some(id) = tid.as_ref().filter(|_| !v2) {
             retrying(|| add_partitions(coord, id, (pid, epoch), &args.topic, &partitions)).await?;
         }
         let per = args.records_per_txn.div_ceil(partitions.len());
-        let mut data = Vec::with_capacity(partitions.len());
-        for (k, &p) in partitions.iter().enumerate() {
-            let producer = ProducerFields {
-                id: pid,
-                epoch,
-                base_sequence: sequences[k],
-                transactional: tid.is_some(),
-            };
-            let records = std::iter::repeat_n((None, value.clone()), per);
-            let batch = encode_records(records, Codec::None, producer, &mut buf)?;
-            sequences[k] = sequences[k].wrapping_add(per as i32);
-            data.push(
-                PartitionProduceData::default()
-                    .with_index(p)
-                    .with_records(Some(batch)),
-            );
-        }
-        let req = ProduceRequest::default()
-            .with_transactional_id(
-                tid.clone()
-                    .map(|t| TransactionalId(StrBytes::from_string(t))),
-            )
-            .with_acks(-1)
-            .with_timeout_ms(REQUEST_TIMEOUT_MS)
-            .with_topic_data(vec![TopicProduceData::default()
-                .with_name(TopicName(StrBytes::from_string(args.topic.clone())))
-                .with_partition_data(data)]);
-        let resp = conn.request(&req, PRODUCE_VERSION).await?;
+        let req = produce_request(
+            args,
+            tid.as_deref(),
+            (pid, epoch),
+            &mut sequences,
+            (&value, &mut buf),
+        )?;
+        let version = if v2 && tid.is_some() {
+            PRODUCE_V2_VERSION
+        } else {
+            PRODUCE_VERSION
+        };
+        let resp = conn.request(&req, version).await?;
         for t in &resp.responses {
             for p in &t.partition_responses {
                 check("Produce", p.error_code)?;
@@ -221,13 +223,55 @@ async fn produce_loop(
         }
         if let Some(id) = &tid {
             let t0 = Instant::now();
-            retrying(|| end_txn(coord, id, (pid, epoch))).await?;
+            let next = retrying(|| end_txn(coord, id, (pid, epoch), v2)).await?;
             commit.record(t0.elapsed());
+            if v2 && next != (pid, epoch) {
+                // The next transaction is the new epoch's (or producer id's): its
+                // sequences start again at 0.
+                (pid, epoch) = next;
+                sequences.iter_mut().for_each(|s| *s = 0);
+            }
         }
         round.record(started.elapsed());
         records += (per * partitions.len()) as u64;
     }
     Ok((round, commit, records))
+}
+
+/// One Produce with a batch of `records_per_txn / partitions` records per partition,
+/// transactional when `tid` is set; advances `sequences` (one per partition).
+fn produce_request(
+    args: &TxnArgs,
+    tid: Option<&str>,
+    (pid, epoch): (i64, i16),
+    sequences: &mut [i32],
+    (value, buf): (&Bytes, &mut BytesMut),
+) -> Result<ProduceRequest, DriverError> {
+    let per = args.records_per_txn.div_ceil(sequences.len().max(1));
+    let mut data = Vec::with_capacity(sequences.len());
+    for (p, seq) in sequences.iter_mut().enumerate() {
+        let producer = ProducerFields {
+            id: pid,
+            epoch,
+            base_sequence: *seq,
+            transactional: tid.is_some(),
+        };
+        let records = std::iter::repeat_n((None, value.clone()), per);
+        let batch = encode_records(records, Codec::None, producer, buf)?;
+        *seq = seq.wrapping_add(per as i32);
+        data.push(
+            PartitionProduceData::default()
+                .with_index(p as i32)
+                .with_records(Some(batch)),
+        );
+    }
+    Ok(ProduceRequest::default()
+        .with_transactional_id(tid.map(|t| TransactionalId(StrBytes::from_string(t.to_string()))))
+        .with_acks(-1)
+        .with_timeout_ms(REQUEST_TIMEOUT_MS)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_string(args.topic.clone())))
+            .with_partition_data(data)]))
 }
 
 fn check(api: &'static str, code: i16) -> Result<(), DriverError> {
@@ -242,10 +286,10 @@ fn check(api: &'static str, code: i16) -> Result<(), DriverError> {
 }
 
 /// Retries `f` while the coordinator answers a retriable error, up to `RETRY_DEADLINE`.
-async fn retrying<F, Fut>(mut f: F) -> Result<(), DriverError>
+async fn retrying<T, F, Fut>(mut f: F) -> Result<T, DriverError>
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<(), DriverError>>,
+    Fut: std::future::Future<Output = Result<T, DriverError>>,
 {
     let deadline = Instant::now() + RETRY_DEADLINE;
     loop {
@@ -317,12 +361,28 @@ async fn add_partitions(
     Ok(())
 }
 
-async fn end_txn(conn: &Conn, id: &str, (pid, epoch): (i64, i16)) -> Result<(), DriverError> {
+/// Commits; the producer id and epoch of the next transaction (bumped under version 2).
+async fn end_txn(
+    conn: &Conn,
+    id: &str,
+    (pid, epoch): (i64, i16),
+    v2: bool,
+) -> Result<(i64, i16), DriverError> {
     let req = EndTxnRequest::default()
         .with_transactional_id(TransactionalId(StrBytes::from_string(id.to_string())))
         .with_producer_id(ProducerId(pid))
         .with_producer_epoch(epoch)
         .with_committed(true);
-    let resp = conn.request(&req, END_TXN_VERSION).await?;
-    check("EndTxn", resp.error_code)
+    let version = if v2 {
+        END_TXN_V2_VERSION
+    } else {
+        END_TXN_VERSION
+    };
+    let resp = conn.request(&req, version).await?;
+    check("EndTxn", resp.error_code)?;
+    Ok(if v2 {
+        (resp.producer_id.0, resp.producer_epoch)
+    } else {
+        (pid, epoch)
+    })
 }

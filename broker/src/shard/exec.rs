@@ -116,6 +116,10 @@ impl Shard {
         parts: Vec<ProducePart>,
         acks_all: bool,
     ) -> Vec<ProduceResult> {
+        // Transaction version 2: the partitions starting the producer's transaction here
+        // are added in one ask (not one per partition, each waiting for the last).
+        let added = self.add_to_txn_at_once(&parts).await;
+        let added = &added;
         let futs = parts.into_iter().map(|p| {
             let part = self.serving(&p.topic, p.partition);
             async move {
@@ -131,10 +135,14 @@ impl Shard {
                 };
                 let r = match p.transactional_id.as_deref() {
                     Some(id) if transactional(&p.batch) => {
-                        match self
-                            .verify_txn_append(&part, id, &p.batch, p.add_to_txn)
-                            .await
-                        {
+                        let verified = match added {
+                            Some((tps, r)) if tps.contains(&(p.topic.clone(), p.partition)) => *r,
+                            _ => {
+                                self.verify_txn_append(&part, id, &p.batch, p.add_to_txn)
+                                    .await
+                            }
+                        };
+                        match verified {
                             Ok(()) => part.produce_transactional(p.batch, acks_all).await,
                             Err(c) => Err(KafkaError::TxnVerification(c)),
                         }

@@ -279,7 +279,7 @@ impl Shard {
     ) -> Result<(), i16> {
         let view =
             strand_wire::RecordBatch::parse(batch.clone()).map_err(|_| code::CORRUPT_MESSAGE)?;
-        if part.has_open_txn(view.producer_id()) {
+        if part.has_open_txn(view.producer_id(), view.producer_epoch()) {
             return Ok(());
         }
         let check = TxnCheck {
@@ -288,6 +288,49 @@ impl Shard {
             producer_epoch: view.producer_epoch(),
             partitions: vec![(part.topic.clone(), part.index)],
         };
+        self.ask_for_produce(check, add).await
+    }
+
+    /// Transaction version 2, for a Produce's parts on this shard: adds at once every
+    /// partition whose transactional batch starts the producer's transaction here (the
+    /// first producer's: a request carries one). The partitions asked for and the answer
+    /// (`verify_txn_append`'s), or `None` when none needs adding.
+    pub(crate) async fn add_to_txn_at_once(
+        self: &Rc<Self>,
+        parts: &[super::ops::ProducePart],
+    ) -> Option<(Vec<(String, i32)>, Result<(), i16>)> {
+        let mut check: Option<TxnCheck> = None;
+        for p in parts.iter().filter(|p| p.add_to_txn) {
+            let (Some(id), Ok(part)) = (&p.transactional_id, self.serving(&p.topic, p.partition))
+            else {
+                continue;
+            };
+            let Ok(view) = strand_wire::RecordBatch::parse(p.batch.clone()) else {
+                continue;
+            };
+            let (pid, epoch) = (view.producer_id(), view.producer_epoch());
+            if !view.attributes().is_transactional() || part.has_open_txn(pid, epoch) {
+                continue;
+            }
+            let c = check.get_or_insert_with(|| TxnCheck {
+                transactional_id: id.clone(),
+                producer_id: pid,
+                producer_epoch: epoch,
+                partitions: Vec::new(),
+            });
+            if (c.producer_id, c.producer_epoch) == (pid, epoch) {
+                c.partitions.push((p.topic.clone(), p.partition));
+            }
+        }
+        let check = check?;
+        let partitions = check.partitions.clone();
+        Some((partitions, self.ask_for_produce(check, true).await))
+    }
+
+    /// Asks the check's coordinator to verify (or `add`) its partitions for a Produce:
+    /// again while the previous transaction completes, for up to TXN_ADD_RETRY_MAX when
+    /// adding; the error is the one Kafka gives a Produce.
+    async fn ask_for_produce(self: &Rc<Self>, check: TxnCheck, add: bool) -> Result<(), i16> {
         let deadline = crate::common::clock::now() + TXN_ADD_RETRY_MAX;
         loop {
             match self.verify_with_coordinator(check.clone(), add).await {
