@@ -53,9 +53,12 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
     if crate::cluster::join::is_joiner(&config) {
         config.node_id = crate::cluster::join::node_id(&config, count)?;
     }
+    crate::runtime::preflight::check(&config)?;
+    config.admin_token = crate::common::config::Secret(crate::admin::token::load_or_create(
+        &config.admin_token_file,
+    )?);
     let config = Arc::new(config);
     let plan = strand_storage::io_runtime::plan_io_memory(count)?;
-    crate::runtime::preflight::check(&config)?;
     crate::runtime::preflight::native_shard_ports_free(&config, count)?;
     let mask = crate::runtime::signals::block_termination_signals()?;
     let (wiring, receivers) = Wiring::new(count);
@@ -374,11 +377,14 @@ async fn session_sweeper(shard: Rc<Shard>) {
 }
 
 /// Completes the Prepare* transactions of ids this shard loaded (a previous coordinator's
-/// unfinished ones), and aborts transactions that outlived their timeout every
-/// `transaction_abort_check_interval_ms`.
+/// unfinished ones), aborts transactions that outlived their timeout every
+/// `transaction_abort_check_interval_ms`, and forgets idle transactional ids every
+/// `transaction_expiry_check_interval_ms`.
 async fn txn_sweeper(shard: Rc<Shard>) {
     let every = Duration::from_millis(shard.config.transaction_abort_check_interval_ms);
     let mut next_abort_check = crate::common::clock::now() + every;
+    let expiry_every = Duration::from_millis(shard.config.transaction_expiry_check_interval_ms);
+    let mut next_expiry_check = crate::common::clock::now() + expiry_every;
     while !shard.stopping() {
         sleep(crate::shard::txns::TXN_RESUME_CHECK).await;
         if shard.txns_resume.replace(false) {
@@ -387,6 +393,11 @@ async fn txn_sweeper(shard: Rc<Shard>) {
         if crate::common::clock::now() >= next_abort_check {
             next_abort_check = crate::common::clock::now() + every;
             crate::txn::coordinator::abort_timed_out(&shard);
+        }
+        if crate::common::clock::now() >= next_expiry_check {
+            next_expiry_check = crate::common::clock::now() + expiry_every;
+            let expiration_ms = shard.config.transactional_id_expiration_ms;
+            crate::txn::coordinator::expire_idle(&shard, expiration_ms);
         }
     }
 }

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from strand_harness import need_module, wait_until
+from strand_harness import need, need_module, wait_until
 
 
 @pytest.fixture
@@ -242,6 +242,53 @@ def test_a_timed_out_transaction_is_aborted(ck, ck_admin, strand, topic):
     assert values(read_all(ck, b, [(topic, 0)], "read_committed", idle_s=1.0)) == []
     with pytest.raises(ck.KafkaException):
         p.commit_transaction(10)
+
+
+def test_an_idle_transactional_id_expires(ck, ck_admin, strand, topic):
+    """An id with no transaction open and no change for `transactional_id_expiration_ms`
+    (Kafka's `transactional.id.expiration.ms`) is forgotten by its coordinator with a
+    tombstone in `__transaction_state`: it is no longer described (TRANSACTIONAL_ID_NOT_FOUND,
+    also after a kill -9 and restart), and its next producer starts afresh, with a new
+    producer id at epoch 0. An id with a transaction open is kept however old."""
+    from test_strandctl import ctl, strandctl_bin
+    need(strandctl_bin().exists(), f"strandctl not found at {strandctl_bin()}")
+    b = strand(extra_args=["--transactional-id-expiration-ms", "2000",
+                           "--transaction-expiry-check-interval-ms", "200"])
+    create_topics(ck_admin, b, [topic], 2)
+    tid, busy_tid = "tid-" + topic, "busy-" + topic
+
+    def describe(t):
+        r = ctl(b, "transactions", "describe", t, expect_rc=None)
+        if r.returncode != 0:
+            return r.stderr
+        header, row = (line.split() for line in r.stdout.splitlines()[:2])
+        return dict(zip(header, row))
+
+    p = txn_producer(ck, b, tid)
+    p.begin_transaction()
+    p.produce(topic, value=b"committed", partition=0)
+    p.commit_transaction(30)
+    first = describe(tid)
+    assert isinstance(first, dict) and first["STATE"] == "CompleteCommit", first
+    # Another id keeps a transaction open past the expiration: it must stay.
+    busy = txn_producer(ck, b, busy_tid, **{"transaction.timeout.ms": 60000})
+    busy.begin_transaction()
+    busy.produce(topic, value=b"open", partition=1)
+    busy.flush(30)
+    wait_until(lambda: "error code 105" in str(describe(tid)), timeout=30,
+               what="the idle transactional id to expire")
+    assert describe(busy_tid)["STATE"] == "Ongoing"
+    b.kill9_and_restart()
+    assert "error code 105" in str(describe(tid)), "the expiry is durable"
+    fresh = txn_producer(ck, b, tid)
+    again = describe(tid)
+    assert again["PRODUCER_ID"] != first["PRODUCER_ID"] and again["PRODUCER_EPOCH"] == "0", (
+        first, again)
+    fresh.begin_transaction()
+    fresh.produce(topic, value=b"after", partition=0)
+    fresh.commit_transaction(30)
+    assert values(read_all(ck, b, [(topic, 0)], "read_committed", idle_s=1.0)) == [
+        "after", "committed"]
 
 
 def test_a_transaction_timeout_above_the_maximum_is_refused(ck, broker, topic):

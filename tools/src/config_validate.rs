@@ -40,6 +40,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("data_dir", Kind::Text),
     ("kafka_addr", Kind::SocketAddr),
     ("admin_addr", Kind::SocketAddr),
+    ("admin_token_file", Kind::Text),
     ("native_addr", Kind::SocketAddr),
     // A tracing filter (e.g. "info,strand_storage=debug"); the broker parses it at start.
     ("log_level", Kind::Text),
@@ -208,6 +209,20 @@ const KEYS: &[(&str, Kind)] = &[
     ),
     (
         "transaction_abort_check_interval_ms",
+        Kind::Int {
+            min: 1,
+            max: i64::MAX,
+        },
+    ),
+    (
+        "transactional_id_expiration_ms",
+        Kind::Int {
+            min: 1,
+            max: i64::MAX,
+        },
+    ),
+    (
+        "transaction_expiry_check_interval_ms",
         Kind::Int {
             min: 1,
             max: i64::MAX,

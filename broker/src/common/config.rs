@@ -38,6 +38,22 @@ pub const TRANSACTION_STATE_NUM_PARTITIONS_DEFAULT: usize = 50;
 pub const TRANSACTION_MAX_TIMEOUT_MS_DEFAULT: u64 = 900_000;
 /// Kafka's `transaction.abort.timed.out.transaction.cleanup.interval.ms` default.
 pub const TRANSACTION_ABORT_CHECK_INTERVAL_MS_DEFAULT: u64 = 10_000;
+/// A secret (the admin token): never printed, not even by `Debug`.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<secret>")
+    }
+}
+
+/// The admin token's file in the data directory unless `admin_token_file` says otherwise.
+pub const ADMIN_TOKEN_FILE_NAME: &str = "admin-token";
+/// Kafka's `transactional.id.expiration.ms` default (7 days).
+pub const TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT: u64 = 604_800_000;
+/// Kafka's `transaction.remove.expired.transaction.cleanup.interval.ms` default (1 hour).
+pub const TRANSACTION_EXPIRY_CHECK_INTERVAL_MS_DEFAULT: u64 = 3_600_000;
 
 /// Default native handshake port (ARCHITECTURE.md, Native protocol).
 pub const NATIVE_PORT_DEFAULT: u16 = 9093;
@@ -166,6 +182,18 @@ pub struct Flags {
     /// (`transaction.abort.timed.out.transaction.cleanup.interval.ms`).
     #[arg(long, env = "STRAND_TRANSACTION_ABORT_CHECK_INTERVAL_MS")]
     pub transaction_abort_check_interval_ms: Option<u64>,
+    /// File holding the bearer token the admin API's mutating endpoints require (default
+    /// `<data_dir>/admin-token`, created with a random token when missing).
+    #[arg(long, env = "STRAND_ADMIN_TOKEN_FILE")]
+    pub admin_token_file: Option<PathBuf>,
+    /// How long a transactional id with no transaction open and no request is kept before
+    /// its coordinator forgets it (`transactional.id.expiration.ms`).
+    #[arg(long, env = "STRAND_TRANSACTIONAL_ID_EXPIRATION_MS")]
+    pub transactional_id_expiration_ms: Option<u64>,
+    /// How often the coordinator looks for expired transactional ids
+    /// (`transaction.remove.expired.transaction.cleanup.interval.ms`).
+    #[arg(long, env = "STRAND_TRANSACTION_EXPIRY_CHECK_INTERVAL_MS")]
+    pub transaction_expiry_check_interval_ms: Option<u64>,
     /// How long a new group waits for more members before its first rebalance completes
     /// (`group.initial.rebalance.delay.ms`).
     #[arg(long, env = "STRAND_GROUP_INITIAL_REBALANCE_DELAY_MS")]
@@ -293,6 +321,9 @@ struct FileConfig {
     transaction_state_num_partitions: Option<usize>,
     transaction_max_timeout_ms: Option<u64>,
     transaction_abort_check_interval_ms: Option<u64>,
+    transactional_id_expiration_ms: Option<u64>,
+    transaction_expiry_check_interval_ms: Option<u64>,
+    admin_token_file: Option<PathBuf>,
     group_initial_rebalance_delay_ms: Option<u64>,
     log_level: Option<String>,
     log_format: Option<crate::common::logging::LogFormat>,
@@ -366,6 +397,16 @@ pub struct Config {
     pub transaction_max_timeout_ms: u64,
     /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`.
     pub transaction_abort_check_interval_ms: u64,
+    /// `transactional.id.expiration.ms`.
+    pub transactional_id_expiration_ms: u64,
+    /// `transaction.remove.expired.transaction.cleanup.interval.ms`.
+    pub transaction_expiry_check_interval_ms: u64,
+    /// The file of the admin API's bearer token.
+    pub admin_token_file: PathBuf,
+    /// The admin API's bearer token: not a setting, read from `admin_token_file` when the
+    /// broker starts (`start::run`); empty until then, which authorizes nothing.
+    #[serde(skip)]
+    pub admin_token: Secret,
     /// `group.initial.rebalance.delay.ms`.
     pub group_initial_rebalance_delay_ms: u64,
     /// Log level filter at start.
@@ -395,11 +436,12 @@ impl Config {
             .kafka_addr
             .or(file.kafka_addr)
             .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 9092)));
+        let data_dir = flags
+            .data_dir
+            .or(file.data_dir)
+            .unwrap_or_else(|| PathBuf::from("data"));
         let c = Config {
-            data_dir: flags
-                .data_dir
-                .or(file.data_dir)
-                .unwrap_or_else(|| PathBuf::from("data")),
+            data_dir: data_dir.clone(),
             advertised_host: flags
                 .advertised_host
                 .or(file.advertised_host)
@@ -511,6 +553,19 @@ impl Config {
                 .transaction_abort_check_interval_ms
                 .or(file.transaction_abort_check_interval_ms)
                 .unwrap_or(TRANSACTION_ABORT_CHECK_INTERVAL_MS_DEFAULT),
+            transactional_id_expiration_ms: flags
+                .transactional_id_expiration_ms
+                .or(file.transactional_id_expiration_ms)
+                .unwrap_or(TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT),
+            transaction_expiry_check_interval_ms: flags
+                .transaction_expiry_check_interval_ms
+                .or(file.transaction_expiry_check_interval_ms)
+                .unwrap_or(TRANSACTION_EXPIRY_CHECK_INTERVAL_MS_DEFAULT),
+            admin_token_file: flags
+                .admin_token_file
+                .or(file.admin_token_file)
+                .unwrap_or_else(|| data_dir.join(ADMIN_TOKEN_FILE_NAME)),
+            admin_token: Secret::default(),
             group_initial_rebalance_delay_ms: flags
                 .group_initial_rebalance_delay_ms
                 .or(file.group_initial_rebalance_delay_ms)
@@ -615,6 +670,14 @@ impl Config {
                 "transaction_abort_check_interval_ms",
                 self.transaction_abort_check_interval_ms,
             ),
+            (
+                "transactional_id_expiration_ms",
+                self.transactional_id_expiration_ms,
+            ),
+            (
+                "transaction_expiry_check_interval_ms",
+                self.transaction_expiry_check_interval_ms,
+            ),
             ("group_max_size", self.group_max_size as u64),
             ("groups_per_shard", self.groups_per_shard as u64),
             (
@@ -652,7 +715,7 @@ mod tests {
     /// deploy/strand.toml, the documented config file (`make install` installs it).
     const DEPLOY_TOML: &str = include_str!("../../../deploy/strand.toml");
     /// Keys whose value in deploy/strand.toml is a deployment choice, not the default.
-    const DEPLOY_OVERRIDES: &[&str] = &["data_dir"];
+    const DEPLOY_OVERRIDES: &[&str] = &["data_dir", "admin_token_file"];
 
     #[test]
     fn deploy_config_lists_every_option_with_its_default() {

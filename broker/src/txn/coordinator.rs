@@ -122,6 +122,16 @@ pub fn partition_for(transactional_id: &str, partitions: usize) -> i32 {
     crate::group::partition_for(transactional_id, partitions)
 }
 
+/// The `__transaction_state` partition of `id`, if open on this shard.
+fn state_partition<H: TxnHost>(host: &H, id: &str) -> Option<Rc<Partition>> {
+    let n = host
+        .metadata()
+        .topics
+        .get(TXN_STATE_TOPIC)
+        .map_or(0, |t| t.shards.len());
+    host.partition(TXN_STATE_TOPIC, partition_for(id, n))
+}
+
 /// Writes `m` to its id's `__transaction_state` partition, waits until durable, then
 /// installs it.
 async fn persist<H: TxnHost>(host: &H, m: &TxnMetadata) -> Result<(), i16> {
@@ -131,13 +141,7 @@ async fn persist<H: TxnHost>(host: &H, m: &TxnMetadata) -> Result<(), i16> {
 /// Writes `m` to its id's `__transaction_state` partition and installs it; `durable`:
 /// once durable (acks=all), else once appended on this node (acks=1).
 async fn write_state<H: TxnHost>(host: &H, m: &TxnMetadata, durable: bool) -> Result<(), i16> {
-    let meta = host.metadata();
-    let n = meta
-        .topics
-        .get(TXN_STATE_TOPIC)
-        .map_or(0, |t| t.shards.len());
-    let p = partition_for(&m.transactional_id, n);
-    let Some(part) = host.partition(TXN_STATE_TOPIC, p) else {
+    let Some(part) = state_partition(host, &m.transactional_id) else {
         return Err(code::NOT_COORDINATOR);
     };
     let now = crate::common::clock::wall_ms();
@@ -320,15 +324,7 @@ pub async fn complete<H: TxnHost>(host: &Rc<H>, busy: Busy<H>) {
     if !m.state.is_preparing() {
         return;
     }
-    let coordinator_epoch = {
-        let meta = host.metadata();
-        let n = meta
-            .topics
-            .get(TXN_STATE_TOPIC)
-            .map_or(0, |t| t.shards.len());
-        host.partition(TXN_STATE_TOPIC, partition_for(&id, n))
-            .map_or(0, |p| p.leader_epoch())
-    };
+    let coordinator_epoch = state_partition(host.as_ref(), &id).map_or(0, |p| p.leader_epoch());
     let mut remaining: Vec<(String, i32)> = m.partitions.iter().cloned().collect();
     let mut backoff = RETRY_BACKOFF_MIN;
     while !remaining.is_empty() {
@@ -450,6 +446,67 @@ pub fn abort_timed_out<H: TxnHost>(host: &Rc<H>) {
             }
         });
     }
+}
+
+/// Forgets the transactional ids this shard coordinates that have had no transaction open
+/// and no change for `expiration_ms` (Kafka's `transactional.id.expiration.ms`): a
+/// tombstone in `__transaction_state` each, durable before the id is removed; the id's
+/// next InitProducerId starts afresh with a new producer id.
+pub fn expire_idle<H: TxnHost>(host: &Rc<H>, expiration_ms: u64) {
+    let now = crate::common::clock::wall_ms();
+    let horizon = now.saturating_sub(i64::try_from(expiration_ms).unwrap_or(i64::MAX));
+    let idle: Vec<String> = host
+        .txns()
+        .borrow()
+        .values()
+        .filter(|m| {
+            matches!(
+                m.state,
+                TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort
+            ) && m.last_update_ms <= horizon
+        })
+        .map(|m| m.transactional_id.clone())
+        .collect();
+    for id in idle {
+        if host.txn_coordinator_check(&id).is_err() {
+            continue;
+        }
+        let Some(busy) = Busy::take(host, &id) else {
+            continue;
+        };
+        let host = host.clone();
+        crate::runtime::task::spawn_local(async move {
+            // Still idle now that it is ours (no request changed it meanwhile).
+            let still_idle = current(host.as_ref(), &id).is_ok_and(|m| {
+                matches!(
+                    m.state,
+                    TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort
+                ) && m.last_update_ms <= horizon
+            });
+            if still_idle && write_tombstone(host.as_ref(), &id).await.is_ok() {
+                host.txns().borrow_mut().remove(&id);
+                tracing::info!(transactional_id = %id, "transactional id expired");
+            }
+            drop(busy);
+        });
+    }
+}
+
+/// Writes the tombstone of `id` to its `__transaction_state` partition, durable.
+async fn write_tombstone<H: TxnHost>(host: &H, id: &str) -> Result<(), i16> {
+    let part = state_partition(host, id).ok_or(code::NOT_COORDINATOR)?;
+    let now = crate::common::clock::wall_ms();
+    let mut b = BatchBuilder::new(now);
+    let key = super::records::encode_key(id);
+    b.push(now, Some(&key), None, &[]);
+    part.produce(b.build(), true)
+        .await
+        .map(|_| ())
+        .map_err(|e| {
+            tracing::warn!(transactional_id = %id, error = %e,
+            "writing a __transaction_state tombstone failed");
+            code::COORDINATOR_NOT_AVAILABLE
+        })
 }
 
 /// KIP-890 part 1: whether `producer_id` at `epoch` has an open transaction of `id` that
