@@ -21,10 +21,20 @@ from strand_harness import free_port, need_module, strand_bin, wait_until
 MESSAGES = 50
 
 
-def admin(broker, path: str, method: str = "GET", body: bytes | None = None):
-    """(status, body text) of an admin HTTP request."""
+def admin_token(broker) -> str:
+    """The admin API's bearer token: the broker writes it to admin-token in its data dir."""
+    return (broker.data_dir / "admin-token").read_text().strip()
+
+
+def admin(broker, path: str, method: str = "GET", body: bytes | None = None,
+          token: str | None = None):
+    """(status, body text) of an admin HTTP request; a PUT carries the broker's admin
+    token unless `token` names another ("" for none)."""
+    if token is None:
+        token = admin_token(broker) if method != "GET" else ""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     req = urllib.request.Request(f"http://127.0.0.1:{broker.admin_port}{path}", data=body,
-                                 method=method)
+                                 method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=10) as r:
             return r.status, r.read().decode()
@@ -200,6 +210,20 @@ def _bad_frame(broker):
             s.recv(1)
         except OSError:
             pass
+
+
+def test_changing_the_log_level_needs_the_admin_token(broker):
+    """PUT /v1/log-level (the admin API's one change) is refused 401 without the bearer
+    token the broker wrote, private to its user, in its data directory; reading is open."""
+    import stat
+    mode = stat.S_IMODE((broker.data_dir / "admin-token").stat().st_mode)
+    assert mode == 0o600, oct(mode)
+    assert len(admin_token(broker)) == 64
+    before = json.loads(admin(broker, "/v1/log-level")[1])
+    for token in ("", "0" * 64, admin_token(broker)[:-1]):
+        status, text = admin(broker, "/v1/log-level", "PUT", b"strand=debug", token=token)
+        assert status == 401 and "Authorization: Bearer" in text, (status, text)
+    assert json.loads(admin(broker, "/v1/log-level")[1]) == before, "nothing changed"
 
 
 def test_log_level_changes_at_runtime(broker):

@@ -3,7 +3,8 @@
 //! collects one snapshot per shard and sums them here. Pure: no I/O.
 //!
 //! The subsystem: the HTTP listener (`net`), `/v1/status` and the log level (`status`),
-//! the Prometheus rendering (`render`) and the network self-test (`netcheck`).
+//! the Prometheus rendering (`render`), the network self-test (`netcheck`) and the bearer
+//! token of the mutating endpoints (`token`).
 //!
 //! May use: every subsystem below `gateway`'s layer; never `gateway`.
 
@@ -11,6 +12,7 @@ pub mod net;
 pub mod netcheck;
 pub mod render;
 pub mod status;
+pub mod token;
 
 use std::fmt::Write as _;
 

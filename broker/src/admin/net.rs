@@ -1,5 +1,5 @@
 //! The admin HTTP listener (shard 0): minimal HTTP/1.1 with `Connection: close`; GET for
-//! everything, PUT for `/v1/log-level`.
+//! everything, PUT for `/v1/log-level` with the admin bearer token (`admin::token`).
 //!
 //! Invariant: a request head larger than `ADMIN_REQUEST_BYTES_MAX`, a body larger than
 //! `ADMIN_BODY_BYTES_MAX`, or a request slower than `ADMIN_READ_TIMEOUT` closes the
@@ -113,7 +113,20 @@ fn ready(shard: &Shard) -> bool {
 async fn route(shard: &Rc<Shard>, head: &str, body: &[u8]) -> Response {
     let (path, query) = match status::request_line(head) {
         Some(("GET", path, query)) => (path, query),
-        Some(("PUT", "/v1/log-level", _)) => return status::log_level(body),
+        Some(("PUT", "/v1/log-level", _)) => {
+            if !crate::admin::token::authorized(head, &shard.config.admin_token.0) {
+                tracing::warn!("admin: PUT /v1/log-level without the admin token refused");
+                return text(
+                    "401 Unauthorized",
+                    &format!(
+                        "PUT /v1/log-level needs the header `Authorization: Bearer <token>` \
+                         with the token in the broker's admin_token_file ({})\n",
+                        shard.config.admin_token_file.display()
+                    ),
+                );
+            }
+            return status::log_level(body);
+        }
         _ => {
             return text(
                 "405 Method Not Allowed",
