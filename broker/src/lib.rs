@@ -11,6 +11,7 @@ pub mod group;
 pub mod partition;
 pub mod replication;
 pub mod runtime;
+pub mod security;
 pub mod shard;
 pub mod start;
 pub mod txn;

@@ -173,7 +173,11 @@ fn ranges(r: &ApiVersionsResponse) -> BTreeMap<i16, (i16, i16)> {
 /// listing (at least) ApiVersions' own range, as a normal answer does; the connection stays
 /// usable for the retry.
 fn check_unknown_api_versions(broker: &mut Broker, advertised: &BTreeMap<i16, (i16, i16)>) {
-    for version in [127, 4, i16::MAX] {
+    // The first version past the advertised range, and far ones.
+    let next = advertised
+        .get(&(ApiKey::ApiVersions as i16))
+        .map_or(5, |&(_, hi)| hi + 1);
+    for version in [127, next, i16::MAX] {
         let _context = OnPanic(format!("ApiVersions v{version}"));
         let mut c = broker.connect();
         let body = ApiVersionsRequest::default()

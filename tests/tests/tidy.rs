@@ -214,7 +214,7 @@ const RULES: &[Rule] = &[
 /// other) or of a higher one. The root files ([`BROKER_ROOT_FILES`]) may use any.
 const BROKER_LAYERS: &[&[&str]] = &[
     &["common"],
-    &["runtime"],
+    &["runtime", "security"],
     &["partition"],
     &["replication"],
     &["cluster"],

@@ -39,6 +39,7 @@ enum Kind {
 const KEYS: &[(&str, Kind)] = &[
     ("data_dir", Kind::Text),
     ("kafka_addr", Kind::SocketAddr),
+    ("kafka_sasl_addr", Kind::SocketAddr),
     ("admin_addr", Kind::SocketAddr),
     ("admin_token_file", Kind::Text),
     ("native_addr", Kind::SocketAddr),

@@ -389,7 +389,7 @@ impl Scrape {
     }
 
     fn traffic(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
-        let rows: [(&str, &str, ShardField); 8] = [
+        let rows: [(&str, &str, ShardField); 9] = [
             (
                 "strand_kafka_produce_bytes",
                 "Record batch bytes appended for producers.",
@@ -419,6 +419,11 @@ impl Scrape {
                 "strand_kafka_connections_refused",
                 "Kafka connections closed at accept: over max_connections or max_connections_per_ip.",
                 |s| s.metrics.connections_refused,
+            ),
+            (
+                "strand_kafka_sasl_authentication_failures",
+                "SASL authentications that failed (unknown user, wrong password or proof); each connection is closed.",
+                |s| s.metrics.sasl_failures,
             ),
             (
                 "strand_raft_rpc_dropped_frames",

@@ -108,6 +108,23 @@ pub enum Command {
         /// Registered node ids, sorted, without duplicates.
         voters: Vec<i32>,
     },
+    /// Sets (or replaces) a user's SCRAM credential for one mechanism (Kafka's
+    /// AlterUserScramCredentials upsertion; the password itself is never sent).
+    UpsertScramCredential {
+        /// The user.
+        user: String,
+        /// Kafka's mechanism type: 1 SCRAM-SHA-256, 2 SCRAM-SHA-512.
+        mechanism: i8,
+        /// What is stored.
+        credential: ScramEntry,
+    },
+    /// Removes a user's SCRAM credential for one mechanism.
+    DeleteScramCredential {
+        /// The user.
+        user: String,
+        /// Kafka's mechanism type.
+        mechanism: i8,
+    },
     /// Changes topic config overrides.
     AlterConfig {
         /// Topic name.
@@ -135,6 +152,8 @@ impl Command {
             Command::FinishReassignment { .. } => "finish_reassignment",
             Command::SetControllerVoters { .. } => "set_controller_voters",
             Command::AlterConfig { .. } => "alter_config",
+            Command::UpsertScramCredential { .. } => "upsert_scram_credential",
+            Command::DeleteScramCredential { .. } => "delete_scram_credential",
         }
     }
 }
@@ -261,7 +280,39 @@ pub struct Metadata {
     /// The controller group's voters set by `SetControllerVoters` (sorted); empty: the
     /// seeds, as at the cluster's start.
     pub controller_voters: Vec<i32>,
+    /// SCRAM credentials: user → Kafka mechanism type → credential.
+    pub scram: BTreeMap<String, BTreeMap<i8, ScramEntry>>,
 }
+
+/// A stored SCRAM credential (RFC 5802: never the password).
+#[derive(Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ScramEntry {
+    /// The salt.
+    pub salt: Vec<u8>,
+    /// Hi's iteration count.
+    pub iterations: i32,
+    /// StoredKey.
+    pub stored_key: Vec<u8>,
+    /// ServerKey.
+    pub server_key: Vec<u8>,
+}
+
+impl std::fmt::Debug for ScramEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScramEntry")
+            .field("iterations", &self.iterations)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Fewest SCRAM iterations accepted (Kafka's, RFC 7677's).
+pub const SCRAM_ITERATIONS_MIN: i32 = 4096;
+/// Most SCRAM iterations accepted (Kafka's).
+pub const SCRAM_ITERATIONS_MAX: i32 = 16384;
+/// Longest SCRAM user name (bytes).
+pub const SCRAM_USER_BYTES_MAX: usize = 1024;
+/// Longest salt or key stored (bytes; SHA-512's keys are 64).
+pub const SCRAM_FIELD_BYTES_MAX: usize = 1024;
 
 /// Why a command was refused; each maps to one Kafka error code.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -299,6 +350,15 @@ pub enum MetaError {
     /// NO_REASSIGNMENT_IN_PROGRESS (85).
     #[error("no reassignment of '{0}' partition {1} is in progress")]
     NoReassignment(String, i32),
+    /// UNACCEPTABLE_CREDENTIAL (93): a SCRAM credential out of Kafka's bounds.
+    #[error("unacceptable credential: {0}")]
+    UnacceptableCredential(String),
+    /// UNSUPPORTED_SASL_MECHANISM (33).
+    #[error("unsupported SCRAM mechanism {0}")]
+    UnsupportedMechanism(i8),
+    /// RESOURCE_NOT_FOUND (91): a credential to delete that does not exist.
+    #[error("{0} not found")]
+    ResourceNotFound(String),
     /// UNKNOWN_SERVER_ERROR (-1): the metadata log could not be written.
     #[error("{0}")]
     Internal(String),
@@ -308,6 +368,9 @@ impl MetaError {
     /// The Kafka error code a Kafka broker returns for this.
     pub fn kafka_code(&self) -> i16 {
         match self {
+            MetaError::UnacceptableCredential(_) => 93,
+            MetaError::UnsupportedMechanism(_) => 33,
+            MetaError::ResourceNotFound(_) => 91,
             MetaError::TopicExists(_) => 36,
             MetaError::UnknownTopic(_) => 3,
             MetaError::InvalidTopic(..) => 17,
@@ -321,6 +384,41 @@ impl MetaError {
             MetaError::Internal(_) => -1,
         }
     }
+}
+
+/// Kafka's rules for a SCRAM credential change (AlterUserScramCredentials).
+fn check_scram(
+    user: &str,
+    mechanism: i8,
+    credential: Option<&ScramEntry>,
+) -> Result<(), MetaError> {
+    if user.is_empty() || user.len() > SCRAM_USER_BYTES_MAX {
+        return Err(MetaError::UnacceptableCredential(format!(
+            "a user name of 1 to {SCRAM_USER_BYTES_MAX} bytes"
+        )));
+    }
+    if !matches!(mechanism, 1 | 2) {
+        return Err(MetaError::UnsupportedMechanism(mechanism));
+    }
+    let Some(c) = credential else {
+        return Ok(());
+    };
+    if !(SCRAM_ITERATIONS_MIN..=SCRAM_ITERATIONS_MAX).contains(&c.iterations) {
+        return Err(MetaError::UnacceptableCredential(format!(
+            "iterations {} outside {SCRAM_ITERATIONS_MIN}..={SCRAM_ITERATIONS_MAX}",
+            c.iterations
+        )));
+    }
+    let fields = [&c.salt, &c.stored_key, &c.server_key];
+    if fields
+        .iter()
+        .any(|f| f.is_empty() || f.len() > SCRAM_FIELD_BYTES_MAX)
+    {
+        return Err(MetaError::UnacceptableCredential(
+            "an empty or oversized salt or key".to_string(),
+        ));
+    }
+    Ok(())
 }
 
 /// Kafka's topic name rules.
@@ -378,6 +476,25 @@ impl Metadata {
     pub fn check(&self, cmd: &Command) -> Result<(), MetaError> {
         match cmd {
             Command::InitCluster { .. } => Ok(()),
+            Command::UpsertScramCredential {
+                user,
+                mechanism,
+                credential,
+            } => check_scram(user, *mechanism, Some(credential)),
+            Command::DeleteScramCredential { user, mechanism } => {
+                check_scram(user, *mechanism, None)?;
+                if self
+                    .scram
+                    .get(user)
+                    .is_some_and(|m| m.contains_key(mechanism))
+                {
+                    Ok(())
+                } else {
+                    Err(MetaError::ResourceNotFound(format!(
+                        "the SCRAM credential of user {user} with mechanism {mechanism}"
+                    )))
+                }
+            }
             Command::RegisterNode(n) if n.id >= 1 && n.shards >= 1 => Ok(()),
             Command::RegisterNode(n) => Err(MetaError::Internal(format!(
                 "node registration with id {} and {} shards",
@@ -557,6 +674,24 @@ impl Metadata {
             }
             Command::RemoveNode { id } => {
                 self.nodes.remove(id);
+            }
+            Command::UpsertScramCredential {
+                user,
+                mechanism,
+                credential,
+            } => {
+                self.scram
+                    .entry(user.clone())
+                    .or_default()
+                    .insert(*mechanism, credential.clone());
+            }
+            Command::DeleteScramCredential { user, mechanism } => {
+                if let Some(m) = self.scram.get_mut(user) {
+                    m.remove(mechanism);
+                    if m.is_empty() {
+                        self.scram.remove(user);
+                    }
+                }
             }
             Command::SetControllerVoters { voters } => {
                 let mut sorted = voters.clone();

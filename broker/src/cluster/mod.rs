@@ -496,6 +496,14 @@ fn visible(m: &Metadata, after: &Metadata, cmd: &Command) -> bool {
             set.iter().all(|(k, v)| t.configs.get(k) == Some(v))
                 && delete.iter().all(|k| !t.configs.contains_key(k))
         }),
+        Command::UpsertScramCredential {
+            user,
+            mechanism,
+            credential,
+        } => m.scram.get(user).and_then(|c| c.get(mechanism)) == Some(credential),
+        Command::DeleteScramCredential { user, mechanism } => {
+            m.scram.get(user).is_none_or(|c| !c.contains_key(mechanism))
+        }
     }
 }
 

@@ -77,6 +77,10 @@ pub struct Flags {
     /// Kafka listener address.
     #[arg(long, env = "STRAND_KAFKA_ADDR")]
     pub kafka_addr: Option<SocketAddr>,
+    /// A second Kafka listener, SASL_PLAINTEXT (SCRAM-SHA-256/512, PLAIN over the SCRAM
+    /// credentials): off unless set; a single node only for now.
+    #[arg(long, env = "STRAND_KAFKA_SASL_ADDR")]
+    pub kafka_sasl_addr: Option<SocketAddr>,
     /// Admin HTTP listener address (health, status, Prometheus metrics).
     #[arg(long, env = "STRAND_ADMIN_ADDR")]
     pub admin_addr: Option<SocketAddr>,
@@ -291,6 +295,7 @@ pub fn parse_seeds(s: &str) -> anyhow::Result<Vec<(i32, SocketAddr)>> {
 struct FileConfig {
     data_dir: Option<PathBuf>,
     kafka_addr: Option<SocketAddr>,
+    kafka_sasl_addr: Option<SocketAddr>,
     admin_addr: Option<SocketAddr>,
     native_addr: Option<SocketAddr>,
     native_shard_base_port: Option<u16>,
@@ -339,6 +344,8 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Kafka listener.
     pub kafka_addr: SocketAddr,
+    /// The SASL_PLAINTEXT Kafka listener, if any.
+    pub kafka_sasl_addr: Option<SocketAddr>,
     /// Admin HTTP listener.
     pub admin_addr: SocketAddr,
     /// Native handshake listener.
@@ -447,6 +454,7 @@ impl Config {
                 .or(file.advertised_host)
                 .unwrap_or_else(|| kafka_addr.ip().to_string()),
             kafka_addr,
+            kafka_sasl_addr: flags.kafka_sasl_addr.or(file.kafka_sasl_addr),
             admin_addr: flags
                 .admin_addr
                 .or(file.admin_addr)
@@ -604,6 +612,17 @@ impl Config {
         }
         if self.smp == Some(0) {
             bail!("smp must be at least 1");
+        }
+        if let Some(sasl) = self.kafka_sasl_addr {
+            if !self.seeds.is_empty() {
+                bail!(
+                    "kafka_sasl_addr is served by a single node only for now: \
+                     leave it out of a cluster's configuration (no --seeds)"
+                );
+            }
+            if sasl == self.kafka_addr || sasl.port() == self.kafka_addr.port() {
+                bail!("kafka_sasl_addr must be another port than kafka_addr ({sasl})");
+            }
         }
         if self.node_id < 0 {
             bail!("node_id must be >= 0, got {}", self.node_id);

@@ -172,6 +172,7 @@ pub struct ShardMetrics {
     fetch_records: Cell<u64>,
     connections_accepted: Cell<u64>,
     connections_refused: Cell<u64>,
+    sasl_failures: Cell<u64>,
     state_replay_bytes: Cell<u64>,
     cleaner: Cell<CleanerCounters>,
     /// Transactions this shard coordinated to their end, first partition added to
@@ -222,6 +223,7 @@ impl ShardMetrics {
             fetch_records: Cell::new(0),
             connections_accepted: Cell::new(0),
             connections_refused: Cell::new(0),
+            sasl_failures: Cell::new(0),
             state_replay_bytes: Cell::new(0),
             cleaner: Cell::new(CleanerCounters::default()),
         }
@@ -312,6 +314,11 @@ impl ShardMetrics {
         add(&self.connections_refused, 1);
     }
 
+    /// A SASL authentication failed (unknown user, wrong password or proof).
+    pub fn sasl_failure(&self) {
+        add(&self.sasl_failures, 1);
+    }
+
     /// `bytes` of log were read to rebuild a partition's state after its checkpoint.
     pub fn state_replayed(&self, bytes: u64) {
         add(&self.state_replay_bytes, bytes);
@@ -337,6 +344,7 @@ impl ShardMetrics {
             fetch_records: self.fetch_records.get(),
             connections_accepted: self.connections_accepted.get(),
             connections_refused: self.connections_refused.get(),
+            sasl_failures: self.sasl_failures.get(),
             state_replay_bytes: self.state_replay_bytes.get(),
             cleaner: self.cleaner.get(),
             transactions: [
@@ -379,6 +387,8 @@ pub struct MetricsSnapshot {
     pub connections_accepted: u64,
     /// Kafka connections refused (max_connections, max_connections_per_ip).
     pub connections_refused: u64,
+    /// SASL authentications that failed.
+    pub sasl_failures: u64,
     /// Log bytes read to rebuild partition state after its checkpoint.
     pub state_replay_bytes: u64,
     /// The log cleaner's counters.

@@ -28,7 +28,7 @@ pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes
             DescribeClusterBroker::default()
                 .with_broker_id(BrokerId(id))
                 .with_host(StrBytes::from_string(host))
-                .with_port(i32::from(port))
+                .with_port(i32::from(ctx.port_for(shard, port)))
         })
         .collect();
     let mut resp = DescribeClusterResponse::default()

@@ -84,6 +84,8 @@ pub fn on_coordinator(
             correlation_id: req.correlation_id,
             client_id: req.client_id,
             client_host: req.client_host,
+            // A coordinator's answers name no listener's port.
+            listener: super::Listener::Plaintext,
         };
         if super::txn::is_coordinator_api(key) {
             return super::txn::on_coordinator(shard, &ctx, req.body)
@@ -432,7 +434,7 @@ pub async fn find_coordinator(
         } else {
             base.with_node_id(BrokerId(c.node_id))
                 .with_host(s(c.advertised_host.clone()))
-                .with_port(i32::from(c.kafka_addr.port()))
+                .with_port(i32::from(ctx.port_for(shard, c.kafka_addr.port())))
         }
     };
     let resp = if ctx.version >= 4 {

@@ -84,7 +84,7 @@ pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
             MetadataResponseBroker::default()
                 .with_node_id(BrokerId(id))
                 .with_host(StrBytes::from_string(host))
-                .with_port(i32::from(port))
+                .with_port(i32::from(ctx.port_for(shard, port)))
         })
         .collect();
     let resp = MetadataResponse::default()

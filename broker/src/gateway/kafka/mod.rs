@@ -20,6 +20,8 @@ pub mod producer;
 pub mod quorum;
 pub mod reassign;
 pub mod records;
+pub mod sasl;
+pub mod scram;
 pub mod topics;
 pub mod txn;
 
@@ -73,6 +75,10 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeQuorum, 0, 1),
     (ApiKey::AddRaftVoter, 0, 0),
     (ApiKey::RemoveRaftVoter, 0, 0),
+    (ApiKey::DescribeUserScramCredentials, 0, 0),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
+    (ApiKey::SaslHandshake, 0, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
 ];
 
 /// A request that cannot be answered: the connection is closed.
@@ -118,6 +124,10 @@ pub fn api_name(key: ApiKey) -> &'static str {
         ApiKey::DescribeQuorum => "describe_quorum",
         ApiKey::AddRaftVoter => "add_raft_voter",
         ApiKey::RemoveRaftVoter => "remove_raft_voter",
+        ApiKey::DescribeUserScramCredentials => "describe_user_scram_credentials",
+        ApiKey::AlterUserScramCredentials => "alter_user_scram_credentials",
+        ApiKey::SaslHandshake => "sasl_handshake",
+        ApiKey::SaslAuthenticate => "sasl_authenticate",
         ApiKey::IncrementalAlterConfigs => "incremental_alter_configs",
         ApiKey::DescribeCluster => "describe_cluster",
         ApiKey::InitProducerId => "init_producer_id",
@@ -154,6 +164,7 @@ pub async fn handle(
     shard: &Rc<Shard>,
     frame: Bytes,
     client_host: &str,
+    listener: Listener,
     held: &crate::shard::budget::Held,
 ) -> Result<Option<Bytes>, FramingError> {
     let (key_raw, version) = match frame.first_chunk::<4>() {
@@ -197,6 +208,7 @@ pub async fn handle(
             .map(|c| c.to_string())
             .unwrap_or_default(),
         client_host: client_host.to_string(),
+        listener,
     };
     match key {
         ApiKey::ApiVersions => api_versions::handle(&ctx, buf).map(Some),
@@ -247,11 +259,23 @@ pub async fn handle(
         ApiKey::AddRaftVoter => quorum::add(shard, &ctx, buf).await.map(Some),
         ApiKey::RemoveRaftVoter => quorum::remove(shard, &ctx, buf).await.map(Some),
         ApiKey::DeleteRecords => records::delete_records(shard, &ctx, buf).await.map(Some),
+        ApiKey::DescribeUserScramCredentials => scram::describe(shard, &ctx, buf).await.map(Some),
+        ApiKey::AlterUserScramCredentials => scram::alter(shard, &ctx, buf).await.map(Some),
+        ApiKey::SaslHandshake | ApiKey::SaslAuthenticate => sasl::refused(&ctx, buf).map(Some),
         ApiKey::OffsetForLeaderEpoch => records::offset_for_leader_epoch(shard, &ctx, buf)
             .await
             .map(Some),
         _ => Err(FramingError::UnsupportedApi(key_raw)),
     }
+}
+
+/// The Kafka listener a connection came in on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Listener {
+    /// `kafka_addr`: no authentication.
+    Plaintext,
+    /// `kafka_sasl_addr`: SASL_PLAINTEXT, served once authenticated (`sasl`).
+    SaslPlaintext,
 }
 
 /// What every handler needs from the request header.
@@ -266,9 +290,24 @@ pub struct Ctx {
     pub client_id: String,
     /// The client's address.
     pub client_host: String,
+    /// The listener of its connection.
+    pub listener: Listener,
 }
 
 impl Ctx {
+    /// The port to tell this client for a node that listens on `kafka_port`: the same
+    /// listener's (a SASL client is sent to SASL listeners; only a single node has one).
+    pub fn port_for(&self, shard: &Shard, kafka_port: u16) -> u16 {
+        match (self.listener, shard.config.kafka_sasl_addr) {
+            (Listener::SaslPlaintext, Some(sasl))
+                if kafka_port == shard.config.kafka_addr.port() =>
+            {
+                sasl.port()
+            }
+            _ => kafka_port,
+        }
+    }
+
     /// Decodes the request body.
     pub fn decode<T: Decodable>(&self, mut body: Bytes) -> Result<T, FramingError> {
         T::decode(&mut body, self.version).map_err(|e| FramingError::Malformed(e.to_string()))
@@ -304,6 +343,7 @@ mod tests {
             correlation_id: 1,
             client_id: String::new(),
             client_host: String::new(),
+            listener: Listener::Plaintext,
         }
     }
 

@@ -18,7 +18,7 @@ use glommio::{GlommioError, ResourceType};
 
 use crate::common::config::REQUEST_BYTES_MAX;
 use crate::common::metrics::ProduceStage;
-use crate::gateway::kafka::{self, FramingError};
+use crate::gateway::kafka::{self, sasl, FramingError, Listener};
 use crate::runtime::task::{repoll, spawn_local};
 use crate::shard::budget::Held;
 use crate::shard::ops::{Op, Reply};
@@ -51,26 +51,43 @@ fn api_index(frame: &[u8]) -> Option<usize> {
 
 /// Accepts connections until `stop` fires.
 pub async fn serve(shard: Rc<Shard>, stop: oneshot::Receiver<()>) -> anyhow::Result<()> {
-    let addr = shard.config.kafka_addr;
-    let listener = TcpListener::bind(addr)
-        .map_err(std::io::Error::from)
-        .with_context(|| {
-            format!("cannot listen on {addr}; pick another address with --kafka-addr")
-        })?;
+    let bind = |addr: std::net::SocketAddr, flag: &'static str| {
+        TcpListener::bind(addr)
+            .map_err(std::io::Error::from)
+            .with_context(|| format!("cannot listen on {addr}; pick another address with {flag}"))
+    };
+    let plain = bind(shard.config.kafka_addr, "--kafka-addr")?;
+    let sasl = match shard.config.kafka_sasl_addr {
+        Some(addr) => Some(bind(addr, "--kafka-sasl-addr")?),
+        None => None,
+    };
     let mut stop = stop;
     let refusals = Rc::new(crate::common::logging::RateLimit::new(REFUSAL_LOG_INTERVAL));
     loop {
-        let accept = std::pin::pin!(listener.accept());
-        match futures::future::select(accept, &mut stop).await {
-            futures::future::Either::Left((Ok(stream), _)) => {
-                let _ = stream.set_nodelay(true);
-                spawn_local(admitted(shard.clone(), stream, refusals.clone()));
+        let accepted = {
+            let plain_accept =
+                std::pin::pin!(async { (plain.accept().await, Listener::Plaintext) });
+            let sasl_accept = std::pin::pin!(async {
+                match &sasl {
+                    Some(l) => (l.accept().await, Listener::SaslPlaintext),
+                    None => std::future::pending().await,
+                }
+            });
+            let either = futures::future::select(plain_accept, sasl_accept);
+            match futures::future::select(either, &mut stop).await {
+                futures::future::Either::Left((e, _)) => e.factor_first().0,
+                futures::future::Either::Right(_) => return Ok(()),
             }
-            futures::future::Either::Left((Err(e), _)) => {
+        };
+        match accepted {
+            (Ok(stream), listener) => {
+                let _ = stream.set_nodelay(true);
+                spawn_local(admitted(shard.clone(), stream, listener, refusals.clone()));
+            }
+            (Err(e), _) => {
                 tracing::warn!(shard = shard.id, error = %e, "accept failed");
                 crate::runtime::task::sleep(Duration::from_millis(10)).await;
             }
-            futures::future::Either::Right(_) => return Ok(()),
         }
     }
 }
@@ -85,6 +102,7 @@ const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
 async fn admitted(
     shard: Rc<Shard>,
     stream: TcpStream,
+    listener: Listener,
     refusals: Rc<crate::common::logging::RateLimit>,
 ) {
     // A socket without a peer address has already disconnected.
@@ -108,7 +126,7 @@ async fn admitted(
         }
         _ => return,
     }
-    connection(shard.clone(), stream).await;
+    connection(shard.clone(), stream, listener).await;
     let _ = shard.call(0, Op::ReleaseConnection(ip)).await;
 }
 
@@ -126,13 +144,14 @@ type Pending = glommio::Task<(
     clippy::too_many_lines,
     reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
 )]
-async fn connection(shard: Rc<Shard>, stream: TcpStream) {
+async fn connection(shard: Rc<Shard>, stream: TcpStream, listener: Listener) {
     let peer = stream.peer_addr().ok();
     let host: Rc<str> = peer.map_or_else(|| "".into(), |p| format!("/{}", p.ip()).into());
     shard.count_connection(true);
     shard.metrics.connection_accepted();
     let (mut rd, mut wr) = stream.split();
     let (tx, rx) = local_channel::new_bounded::<Pending>(PIPELINE_DEPTH);
+    let mut sasl = (listener == Listener::SaslPlaintext).then(sasl::SaslConn::default);
     let metrics = shard.metrics.clone();
     let late_log = crate::common::logging::RateLimit::new(LATE_RESPONSE_LOG_INTERVAL);
     let ws = shard.clone();
@@ -223,6 +242,27 @@ async fn connection(shard: Rc<Shard>, stream: TcpStream) {
         }
         let received = crate::common::clock::now();
         let frame = Bytes::from(buf);
+        if let Some(gate) = sasl.as_mut().filter(|g| g.user().is_none()) {
+            // Not authenticated yet: the gate answers, in order, or the connection ends.
+            let (answer, close) = match gate.serve(&shard, frame, &host).await {
+                sasl::Gate::Answer(b) => (Some(b), false),
+                sasl::Gate::AnswerAndClose(b) => (Some(b), true),
+                sasl::Gate::Close(why) => {
+                    tracing::debug!(?peer, why, "closing a SASL connection");
+                    (None, true)
+                }
+            };
+            if let Some(b) = answer {
+                let task = glommio::spawn_local(async move { (None, received, Ok(Some(b)), held) });
+                if tx.send(task).await.is_err() {
+                    break;
+                }
+            }
+            if close {
+                break;
+            }
+            continue;
+        }
         let api = api_index(&frame);
         shard.request_started();
         let s = shard.clone();
@@ -232,7 +272,7 @@ async fn connection(shard: Rc<Shard>, stream: TcpStream) {
                 let waited = crate::common::clock::now() - received;
                 s.metrics.produce_stage(ProduceStage::QueueWait, waited);
             }
-            let r = handle_watched(&s, frame, &host, peer, &held).await;
+            let r = handle_watched(&s, frame, &host, listener, peer, &held).await;
             s.request_finished();
             if let Ok(Some(resp)) = &r {
                 answer_holds(&held, resp.len());
@@ -324,6 +364,7 @@ async fn handle_watched(
     shard: &Rc<Shard>,
     frame: Bytes,
     host: &str,
+    listener: Listener,
     peer: Option<std::net::SocketAddr>,
     held: &Held,
 ) -> Result<Option<Bytes>, FramingError> {
@@ -333,7 +374,7 @@ async fn handle_watched(
         .and_then(|b| b.first_chunk::<4>())
         .map(|b| i32::from_be_bytes(*b));
     let started = crate::common::clock::now();
-    let mut run = std::pin::pin!(kafka::handle(shard, frame, host, held));
+    let mut run = std::pin::pin!(kafka::handle(shard, frame, host, listener, held));
     let slow = std::pin::pin!(crate::runtime::task::sleep(SLOW_REQUEST_WARN));
     let run = match futures::future::select(run.as_mut(), slow).await {
         futures::future::Either::Left((r, _)) => return r,

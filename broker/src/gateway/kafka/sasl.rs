@@ -1,0 +1,338 @@
+//! SASL on a SASL_PLAINTEXT listener (issue 23): until a connection has authenticated it
+//! gets ApiVersions, SaslHandshake (v0–1) and SaslAuthenticate (v0–2) and nothing else;
+//! the mechanisms are `security`'s (SCRAM-SHA-256, SCRAM-SHA-512, PLAIN) over the SCRAM
+//! credentials in the cluster metadata (AlterUserScramCredentials). After a v0 handshake
+//! the client sends bare SASL tokens, each with a 4-byte length and no Kafka header, as
+//! Kafka allows for clients that predate SaslAuthenticate.
+//!
+//! Invariant: a connection is served only as the user it proved to be; any other request
+//! before that, a second handshake, or a failed proof ends the connection (the failure
+//! answered, after `AUTH_FAILURE_DELAY`, as Kafka's `connection.failed.authentication.delay.ms`).
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{
+    ApiKey, RequestHeader, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
+    SaslHandshakeResponse,
+};
+use kafka_protocol::protocol::{Decodable, StrBytes};
+
+use super::{Ctx, FramingError, Listener};
+use crate::security::plain;
+use crate::security::scram::{Credential, Mechanism, ServerExchange, Step};
+use crate::shard::Shard;
+
+/// How long a failed authentication waits before its answer (Kafka's default
+/// `connection.failed.authentication.delay.ms`), to slow down guessing.
+pub const AUTH_FAILURE_DELAY: Duration = Duration::from_millis(100);
+/// The mechanisms offered, in the order SaslHandshake lists them.
+pub const MECHANISMS: [&str; 3] = ["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"];
+/// SASL_AUTHENTICATION_FAILED.
+const SASL_AUTHENTICATION_FAILED: i16 = 58;
+/// UNSUPPORTED_SASL_MECHANISM.
+const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
+/// ILLEGAL_SASL_STATE.
+pub const ILLEGAL_SASL_STATE: i16 = 34;
+
+/// The mechanism chosen by a handshake.
+#[derive(Clone, Debug)]
+enum Chosen {
+    Plain,
+    Scram(Box<ServerExchange>),
+}
+
+/// Where a connection's authentication is.
+#[derive(Clone, Debug)]
+enum State {
+    /// Nothing but ApiVersions yet.
+    Start,
+    /// Handshaken; `raw`: v0, so bare tokens follow.
+    Handshaken { chosen: Chosen, raw: bool },
+    /// Authenticated as this user.
+    Done(String),
+}
+
+/// What the gate does with a frame.
+pub enum Gate {
+    /// Answer it (the frame was the gate's).
+    Answer(Bytes),
+    /// Answer it, then close the connection (a failed authentication).
+    AnswerAndClose(Bytes),
+    /// Close the connection without an answer.
+    Close(&'static str),
+}
+
+/// One connection's SASL state.
+#[derive(Clone, Debug)]
+pub struct SaslConn {
+    state: State,
+}
+
+impl Default for SaslConn {
+    fn default() -> Self {
+        SaslConn {
+            state: State::Start,
+        }
+    }
+}
+
+impl SaslConn {
+    /// The user once authenticated.
+    pub fn user(&self) -> Option<&str> {
+        match &self.state {
+            State::Done(u) => Some(u),
+            _ => None,
+        }
+    }
+
+    /// Takes one frame of a connection that has not authenticated yet.
+    pub async fn serve(&mut self, shard: &Rc<Shard>, frame: Bytes, client_host: &str) -> Gate {
+        if let State::Handshaken { raw: true, .. } = self.state {
+            return self.raw_token(shard, frame).await;
+        }
+        let Some(h) = frame.first_chunk::<4>() else {
+            return Gate::Close("a request shorter than its header");
+        };
+        let key = ApiKey::try_from(i16::from_be_bytes([h[0], h[1]]));
+        let version = i16::from_be_bytes([h[2], h[3]]);
+        match key {
+            Ok(ApiKey::ApiVersions) => api_versions(frame, version, client_host),
+            Ok(ApiKey::SaslHandshake) if (0..=1).contains(&version) => {
+                self.handshake(frame, version, client_host)
+            }
+            Ok(ApiKey::SaslAuthenticate) if (0..=2).contains(&version) => {
+                self.authenticate(shard, frame, version, client_host).await
+            }
+            _ => Gate::Close("a request before SASL authentication"),
+        }
+    }
+
+    fn handshake(&mut self, frame: Bytes, version: i16, client_host: &str) -> Gate {
+        if !matches!(self.state, State::Start) {
+            return Gate::Close("a second SaslHandshake");
+        }
+        let Ok((ctx, body)) = context(frame, ApiKey::SaslHandshake, version, client_host) else {
+            return Gate::Close("a malformed SaslHandshake");
+        };
+        let Ok(req) = ctx.decode::<SaslHandshakeRequest>(body) else {
+            return Gate::Close("a malformed SaslHandshake");
+        };
+        let mechanisms = MECHANISMS
+            .iter()
+            .map(|m| StrBytes::from_static_str(m))
+            .collect();
+        let chosen = match req.mechanism.as_str() {
+            "PLAIN" => Some(Chosen::Plain),
+            m => Mechanism::from_name(m).map(|m| {
+                let nonce = uuid::Uuid::new_v4().simple().to_string();
+                Chosen::Scram(Box::new(ServerExchange::new(m, nonce)))
+            }),
+        };
+        let resp = SaslHandshakeResponse::default().with_mechanisms(mechanisms);
+        match chosen {
+            Some(chosen) => {
+                self.state = State::Handshaken {
+                    chosen,
+                    raw: version == 0,
+                };
+                answer(ctx.respond(&resp))
+            }
+            None => match ctx.respond(&resp.with_error_code(UNSUPPORTED_SASL_MECHANISM)) {
+                Ok(b) => Gate::AnswerAndClose(b),
+                Err(_) => Gate::Close("an unsupported mechanism"),
+            },
+        }
+    }
+
+    async fn authenticate(
+        &mut self,
+        shard: &Rc<Shard>,
+        frame: Bytes,
+        version: i16,
+        client_host: &str,
+    ) -> Gate {
+        let Ok((ctx, body)) = context(frame, ApiKey::SaslAuthenticate, version, client_host) else {
+            return Gate::Close("a malformed SaslAuthenticate");
+        };
+        let Ok(req) = ctx.decode::<SaslAuthenticateRequest>(body) else {
+            return Gate::Close("a malformed SaslAuthenticate");
+        };
+        if !matches!(self.state, State::Handshaken { raw: false, .. }) {
+            let resp = SaslAuthenticateResponse::default()
+                .with_error_code(ILLEGAL_SASL_STATE)
+                .with_error_message(Some(StrBytes::from_static_str(
+                    "SaslAuthenticate before SaslHandshake",
+                )));
+            return close_after(ctx.respond(&resp));
+        }
+        match self.step(shard, &req.auth_bytes) {
+            Ok(token) => {
+                answer(ctx.respond(&SaslAuthenticateResponse::default().with_auth_bytes(token)))
+            }
+            Err(why) => {
+                crate::runtime::task::sleep(AUTH_FAILURE_DELAY).await;
+                let resp = SaslAuthenticateResponse::default()
+                    .with_error_code(SASL_AUTHENTICATION_FAILED)
+                    .with_error_message(Some(StrBytes::from_string(format!(
+                        "Authentication failed: {why}"
+                    ))));
+                close_after(ctx.respond(&resp))
+            }
+        }
+    }
+
+    /// A bare token after a v0 handshake: the answer is a bare token too.
+    async fn raw_token(&mut self, shard: &Rc<Shard>, token: Bytes) -> Gate {
+        match self.step(shard, &token) {
+            Ok(answer) => {
+                let mut out = BytesMut::with_capacity(4 + answer.len());
+                out.put_u32(u32::try_from(answer.len()).unwrap_or(0));
+                out.put_slice(&answer);
+                Gate::Answer(out.freeze())
+            }
+            Err(_) => {
+                crate::runtime::task::sleep(AUTH_FAILURE_DELAY).await;
+                Gate::Close("a failed SASL authentication (v0)")
+            }
+        }
+    }
+
+    /// One client token of the chosen mechanism: the token to answer with. On success
+    /// the connection is authenticated once the exchange is done.
+    fn step(&mut self, shard: &Rc<Shard>, token: &[u8]) -> Result<Bytes, String> {
+        let meta = shard.metadata();
+        let credentials = |user: &str| -> Vec<Credential> {
+            meta.scram.get(user).map_or_else(Vec::new, |by_mech| {
+                by_mech
+                    .iter()
+                    .filter_map(|(m, c)| {
+                        let mechanism =
+                            Mechanism::ALL.into_iter().find(|x| x.kafka_type() == *m)?;
+                        Some(Credential {
+                            mechanism,
+                            salt: c.salt.clone(),
+                            iterations: u32::try_from(c.iterations).ok()?,
+                            stored_key: c.stored_key.clone(),
+                            server_key: c.server_key.clone(),
+                        })
+                    })
+                    .collect()
+            })
+        };
+        let State::Handshaken { chosen, raw } = &mut self.state else {
+            return Err("no mechanism chosen".into());
+        };
+        let raw = *raw;
+        let outcome = match chosen {
+            Chosen::Plain => plain::authenticate(token, credentials)
+                .map(|user| (Bytes::new(), Some(user)))
+                .map_err(|e| e.to_string()),
+            Chosen::Scram(x) => {
+                let mechanism = x.mechanism();
+                let lookup = |user: &str| {
+                    credentials(user)
+                        .into_iter()
+                        .find(|c| c.mechanism == mechanism)
+                };
+                match x.step(token, lookup) {
+                    Ok(Step::Continue(b)) => Ok((Bytes::from(b), None)),
+                    Ok(Step::Done { response, user }) => Ok((Bytes::from(response), Some(user))),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+        };
+        match outcome {
+            Ok((answer, Some(user))) => {
+                tracing::debug!(%user, raw, "SASL authentication succeeded");
+                self.state = State::Done(user);
+                Ok(answer)
+            }
+            Ok((answer, None)) => Ok(answer),
+            Err(why) => {
+                shard.metrics.sasl_failure();
+                Err(why)
+            }
+        }
+    }
+}
+
+/// ApiVersions before authentication (what a client asks first, to learn the SASL
+/// versions).
+fn api_versions(frame: Bytes, version: i16, client_host: &str) -> Gate {
+    let supported = super::SUPPORTED
+        .iter()
+        .find(|(k, _, _)| *k == ApiKey::ApiVersions)
+        .is_some_and(|&(_, lo, hi)| (lo..=hi).contains(&version));
+    if !supported {
+        let corr = frame
+            .get(4..8)
+            .and_then(|s| s.first_chunk::<4>())
+            .map(|a| i32::from_be_bytes(*a));
+        return match corr.map(super::api_versions::unsupported_version) {
+            Some(Ok(b)) => Gate::Answer(b),
+            _ => Gate::Close("a malformed ApiVersions"),
+        };
+    }
+    match context(frame, ApiKey::ApiVersions, version, client_host) {
+        Ok((ctx, body)) => answer(super::api_versions::handle(&ctx, body)),
+        Err(_) => Gate::Close("a malformed ApiVersions"),
+    }
+}
+
+/// The context and body of a gate request.
+fn context(
+    frame: Bytes,
+    key: ApiKey,
+    version: i16,
+    client_host: &str,
+) -> Result<(Ctx, Bytes), FramingError> {
+    let mut buf = frame;
+    let header = RequestHeader::decode(&mut buf, key.request_header_version(version))
+        .map_err(|e| FramingError::Malformed(e.to_string()))?;
+    let ctx = Ctx {
+        key,
+        version,
+        correlation_id: header.correlation_id,
+        client_id: header.client_id.map(|c| c.to_string()).unwrap_or_default(),
+        client_host: client_host.to_string(),
+        listener: Listener::SaslPlaintext,
+    };
+    Ok((ctx, buf))
+}
+
+fn answer(r: Result<Bytes, FramingError>) -> Gate {
+    match r {
+        Ok(b) => Gate::Answer(b),
+        Err(_) => Gate::Close("an answer that does not encode"),
+    }
+}
+
+fn close_after(r: Result<Bytes, FramingError>) -> Gate {
+    match r {
+        Ok(b) => Gate::AnswerAndClose(b),
+        Err(_) => Gate::Close("an answer that does not encode"),
+    }
+}
+
+/// SaslHandshake or SaslAuthenticate on a connection that needs none (a PLAINTEXT
+/// listener, or one already authenticated): ILLEGAL_SASL_STATE, as Kafka answers.
+pub fn refused(ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
+    match ctx.key {
+        ApiKey::SaslHandshake => {
+            let _: SaslHandshakeRequest = ctx.decode(body)?;
+            ctx.respond(&SaslHandshakeResponse::default().with_error_code(ILLEGAL_SASL_STATE))
+        }
+        _ => {
+            let _: SaslAuthenticateRequest = ctx.decode(body)?;
+            ctx.respond(
+                &SaslAuthenticateResponse::default()
+                    .with_error_code(ILLEGAL_SASL_STATE)
+                    .with_error_message(Some(StrBytes::from_static_str(
+                        "no SASL authentication on this connection",
+                    ))),
+            )
+        }
+    }
+}

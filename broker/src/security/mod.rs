@@ -1,0 +1,14 @@
+//! Client authentication (issue 23): the SASL mechanisms a Kafka broker serves, as pure
+//! state machines over the bytes of SaslAuthenticate — SCRAM-SHA-256 and SCRAM-SHA-512
+//! (`scram`, RFC 5802 and RFC 7677) and PLAIN (`plain`, RFC 4616, checked against the
+//! user's SCRAM credentials). Where credentials live and which listener asks for them is
+//! the gateway's and the cluster's.
+//!
+//! Invariant: every length and field a client sends is checked before it is used; a
+//! failed exchange says no more than that the credentials are invalid (an unknown user
+//! and a wrong password look alike), and nothing here logs a password or a key.
+//!
+//! May use: `common` only.
+
+pub mod plain;
+pub mod scram;

@@ -1,0 +1,155 @@
+"""SCRAM credential administration (KIP-554, issue 23) with confluent-kafka's admin
+client, as against Kafka: AlterUserScramCredentials upserts and deletes a user's
+credential per mechanism, DescribeUserScramCredentials lists mechanisms and iterations
+(never a key), Kafka's errors for what it refuses, and the credentials survive a kill -9
+(they are controller commands).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from strand_harness import need_module
+
+
+@pytest.fixture(scope="module")
+def adm():
+    return need_module("confluent_kafka.admin")
+
+
+def alter(adm, b, upsert=(), delete=()):
+    """{user: error code or 0} of one AlterUserScramCredentials."""
+    admin = adm.AdminClient({"bootstrap.servers": b.bootstrap})
+    changes = [adm.UserScramCredentialUpsertion(user, adm.ScramCredentialInfo(mech, iters),
+                                                password, b"salt-" + user.encode())
+               for user, mech, iters, password in upsert]
+    changes += [adm.UserScramCredentialDeletion(user, mech) for user, mech in delete]
+    out = {}
+    for user, f in admin.alter_user_scram_credentials(changes, request_timeout=15).items():
+        try:
+            f.result(timeout=20)
+            out[user] = 0
+        except Exception as e:  # noqa: BLE001 - KafkaException carries the code
+            out[user] = e.args[0].code()
+    return out
+
+
+def describe(adm, b, users=None):
+    """{user: sorted [(mechanism name, iterations)] or error code}."""
+    admin = adm.AdminClient({"bootstrap.servers": b.bootstrap})
+    if users is None:
+        got = admin.describe_user_scram_credentials(request_timeout=15).result(timeout=20)
+        return {u: sorted((i.mechanism.name, i.iterations) for i in d.scram_credential_infos)
+                for u, d in got.items()}
+    out = {}
+    for user, f in admin.describe_user_scram_credentials(users, request_timeout=15).items():
+        try:
+            d = f.result(timeout=20)
+            out[user] = sorted((i.mechanism.name, i.iterations) for i in d.scram_credential_infos)
+        except Exception as e:  # noqa: BLE001
+            out[user] = e.args[0].code()
+    return out
+
+
+def test_scram_credentials_are_altered_described_and_kept(adm, strand):
+    from confluent_kafka import KafkaError
+    b = strand()
+    sha256, sha512 = adm.ScramMechanism.SCRAM_SHA_256, adm.ScramMechanism.SCRAM_SHA_512
+    assert alter(adm, b, upsert=[("alice", sha256, 8192, b"wonderland"),
+                                 ("alice", sha512, 4096, b"wonderland"),
+                                 ("bob", sha512, 4096, b"builder")]) == {"alice": 0, "bob": 0}
+    assert describe(adm, b, ["alice"]) == {
+        "alice": [("SCRAM_SHA_256", 8192), ("SCRAM_SHA_512", 4096)]}
+    assert describe(adm, b) == {"alice": [("SCRAM_SHA_256", 8192), ("SCRAM_SHA_512", 4096)],
+                                "bob": [("SCRAM_SHA_512", 4096)]}
+    # Kafka's refusals: too few iterations, too many, a credential that is not there.
+    assert alter(adm, b, upsert=[("carol", sha256, 100, b"x")]) == {
+        "carol": KafkaError.UNACCEPTABLE_CREDENTIAL}
+    assert alter(adm, b, upsert=[("carol", sha256, 16385, b"x")]) == {
+        "carol": KafkaError.UNACCEPTABLE_CREDENTIAL}
+    assert alter(adm, b, delete=[("carol", sha256)]) == {"carol": KafkaError.RESOURCE_NOT_FOUND}
+    assert describe(adm, b, ["carol"]) == {"carol": KafkaError.RESOURCE_NOT_FOUND}
+    # A user whose changes are not all acceptable gets none of them.
+    assert alter(adm, b, upsert=[("bob", sha256, 4096, b"builder")],
+                 delete=[("bob", sha256)]) == {"bob": KafkaError.DUPLICATE_RESOURCE}
+    assert describe(adm, b, ["bob"]) == {"bob": [("SCRAM_SHA_512", 4096)]}
+    assert alter(adm, b, delete=[("alice", sha256)]) == {"alice": 0}
+    b.kill9_and_restart()
+    assert describe(adm, b) == {"alice": [("SCRAM_SHA_512", 4096)],
+                                "bob": [("SCRAM_SHA_512", 4096)]}
+
+
+def sasl_conf(b, port, mechanism, user, password):
+    return {"bootstrap.servers": f"127.0.0.1:{port}", "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password}
+
+
+def test_sasl_clients_authenticate_with_scram_and_plain(adm, strand, topic):
+    """A SASL_PLAINTEXT listener (`kafka_sasl_addr`): confluent-kafka producers and
+    consumers authenticate with SCRAM-SHA-256, SCRAM-SHA-512 and PLAIN against the
+    credentials of AlterUserScramCredentials, and are told that listener's port in
+    metadata; a wrong password, an unknown user and a mechanism the user has no
+    credential for fail (counted in /metrics), as does any request before
+    authentication."""
+    import socket
+    import struct
+
+    import time
+
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from strand_harness import free_port
+    port = free_port()
+    b = strand(extra_args=["--kafka-sasl-addr", f"127.0.0.1:{port}"])
+    sha256, sha512 = adm.ScramMechanism.SCRAM_SHA_256, adm.ScramMechanism.SCRAM_SHA_512
+    assert alter(adm, b, upsert=[("alice", sha256, 4096, b"wonderland"),
+                                 ("bob", sha512, 8192, b"builder")]) == {"alice": 0, "bob": 0}
+    admin = adm.AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([adm.NewTopic(topic, num_partitions=1,
+                                      replication_factor=1)])[topic].result(20)
+    for i, (mech, user, pw) in enumerate([("SCRAM-SHA-256", "alice", "wonderland"),
+                                          ("SCRAM-SHA-512", "bob", "builder"),
+                                          ("PLAIN", "alice", "wonderland"),
+                                          ("PLAIN", "bob", "builder")]):
+        p = Producer(sasl_conf(b, port, mech, user, pw))
+        errors = []
+        p.produce(topic, value=f"{mech}-{user}".encode(), partition=0,
+                  on_delivery=lambda err, msg: errors.append(err))
+        assert p.flush(30) == 0 and errors == [None], (mech, user, errors)
+        md = p.list_topics(topic, timeout=10)
+        assert [br.port for br in md.brokers.values()] == [port], "the SASL listener's port"
+    c = Consumer({**sasl_conf(b, port, "SCRAM-SHA-512", "bob", "builder"),
+                  "group.id": "g-" + topic, "auto.offset.reset": "earliest"})
+    c.assign([TopicPartition(topic, 0, 0)])
+    got = []
+    deadline = time.monotonic() + 30
+    while len(got) < 4 and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append(m.value().decode())
+    c.close()
+    assert got == ["SCRAM-SHA-256-alice", "SCRAM-SHA-512-bob", "PLAIN-alice", "PLAIN-bob"]
+    # Refused: wrong password, unknown user, a mechanism alice has no credential for.
+    for mech, user, pw in [("SCRAM-SHA-256", "alice", "looking-glass"),
+                           ("PLAIN", "alice", "looking-glass"),
+                           ("SCRAM-SHA-256", "mallory", "x"),
+                           ("SCRAM-SHA-512", "alice", "wonderland")]:
+        p = Producer({**sasl_conf(b, port, mech, user, pw), "message.timeout.ms": 5000})
+        errors = []
+        p.produce(topic, value=b"no", partition=0, on_delivery=lambda err, msg: errors.append(err))
+        p.flush(10)
+        assert errors and errors[0] is not None, (mech, user)
+        md_err = None
+        try:
+            p.list_topics(topic, timeout=3)
+        except Exception as e:  # noqa: BLE001
+            md_err = e
+        assert md_err is not None, (mech, user, "metadata without authentication")
+    # A request other than ApiVersions or SASL before authentication closes the connection.
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        metadata_v1 = struct.pack(">hhih", 3, 1, 7, -1) + struct.pack(">i", -1)
+        s.sendall(struct.pack(">i", len(metadata_v1)) + metadata_v1)
+        s.settimeout(5)
+        assert s.recv(4) == b"", "closed without an answer"
+    from test_metrics import scrape, total
+    name = "strand_kafka_sasl_authentication_failures"
+    assert total(scrape(b), name, name + "_total") >= 4
