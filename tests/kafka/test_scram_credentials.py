@@ -153,3 +153,33 @@ def test_sasl_clients_authenticate_with_scram_and_plain(adm, strand, topic):
     from test_metrics import scrape, total
     name = "strand_kafka_sasl_authentication_failures"
     assert total(scrape(b), name, name + "_total") >= 4
+
+
+@pytest.mark.parametrize("client", ["java3.9", "java4.1"])
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-512", "PLAIN"])
+def test_java_clients_authenticate(adm, strand, topic, client, mechanism):
+    """The Apache Kafka Java clients produce and read back over the SASL_PLAINTEXT listener
+    with their stock SCRAM and PLAIN login modules (tests/kafka/java/KafkaCheck.java)."""
+    import subprocess
+
+    from strand_harness import free_port, java_classpath
+    java, cp = java_classpath(client, "KafkaCheck")
+    port = free_port()
+    b = strand(extra_args=["--kafka-sasl-addr", f"127.0.0.1:{port}"])
+    sha512 = adm.ScramMechanism.SCRAM_SHA_512
+    assert alter(adm, b, upsert=[("carol", sha512, 4096, b"s3cr3t pw")]) == {"carol": 0}
+    admin = adm.AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([adm.NewTopic(topic, num_partitions=1,
+                                      replication_factor=1)])[topic].result(20)
+    module = ("org.apache.kafka.common.security.scram.ScramLoginModule"
+              if mechanism.startswith("SCRAM") else
+              "org.apache.kafka.common.security.plain.PlainLoginModule")
+    jaas = f'{module} required username="carol" password="s3cr3t pw";'
+    r = subprocess.run([java, "-Xshare:auto", "-XX:TieredStopAtLevel=1", "-cp", cp,
+                        "KafkaCheck", f"127.0.0.1:{port}", topic, "20",
+                        "security.protocol=SASL_PLAINTEXT", f"sasl.mechanism={mechanism}",
+                        f"sasl.jaas.config={jaas}"],
+                       capture_output=True, text=True, timeout=120)
+    out = r.stdout.strip().splitlines()
+    assert r.returncode == 0 and out and out[-1] == "OK produced=20 consumed=20", (
+        f"exit {r.returncode}\nstdout:\n{r.stdout[-3000:]}\nstderr:\n{r.stderr[-5000:]}")

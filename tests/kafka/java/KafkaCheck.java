@@ -4,6 +4,8 @@
 // problem and exits 1. Driven by tests/kafka/test_java.py.
 //
 // Usage: java -cp <kafka-clients and deps>:<classes> KafkaCheck <bootstrap> <topic> <count>
+//        [<client property>=<value>...]   (e.g. security.protocol=SASL_PLAINTEXT: given to
+//        both the producer and the consumer)
 
 import java.time.Duration;
 import java.util.ArrayList;
@@ -36,6 +38,12 @@ public final class KafkaCheck {
         String topic = args[1];
         int count = Integer.parseInt(args[2]);
         TopicPartition tp = new TopicPartition(topic, 0);
+        Properties extra = new Properties();
+        for (int a = 3; a < args.length; a++) {
+            int eq = args[a].indexOf('=');
+            check(eq > 0, "a client property is key=value: " + args[a]);
+            extra.put(args[a].substring(0, eq), args[a].substring(eq + 1));
+        }
 
         Properties pp = new Properties();
         pp.put("bootstrap.servers", bootstrap);
@@ -47,6 +55,7 @@ public final class KafkaCheck {
         pp.put("max.block.ms", "15000");
         pp.put("key.serializer", StringSerializer.class.getName());
         pp.put("value.serializer", StringSerializer.class.getName());
+        pp.putAll(extra);
         List<Future<RecordMetadata>> sent = new ArrayList<>();
         try (KafkaProducer<String, String> producer = new KafkaProducer<>(pp)) {
             for (int i = 0; i < count; i++) {
@@ -68,6 +77,7 @@ public final class KafkaCheck {
         cp.put("default.api.timeout.ms", "20000");
         cp.put("key.deserializer", StringDeserializer.class.getName());
         cp.put("value.deserializer", StringDeserializer.class.getName());
+        cp.putAll(extra);
         int consumed = 0;
         try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(cp)) {
             consumer.assign(Collections.singletonList(tp));
