@@ -131,10 +131,13 @@ def test_list_offsets_every_advertised_version(broker, three_records, version):
                 f"ListOffsets v{version} timestamp {ts}: {rows}")
 
 
-def test_api_versions_v3_writes_no_tagged_fields(broker):
-    """librdkafka 2.0.x (Debian's kcat) cannot parse a non-empty tagged-field section in
-    ApiVersions: default-valued tagged fields (SupportedFeatures, FinalizedFeaturesEpoch,
-    FinalizedFeatures, ZkMigrationReady) must not be written."""
+def test_api_versions_v3_writes_only_non_default_tagged_fields(broker):
+    """librdkafka 2.0.x (Debian's kcat) cannot parse tagged fields written with their
+    default value, so ApiVersions writes a tagged field only when it differs from its
+    default, as Kafka does: FinalizedFeaturesEpoch (tag 1) and FinalizedFeatures (tag 2,
+    `transaction.version` 2); not SupportedFeatures (its one feature has minimum 0, which
+    Kafka shows only to v4 requests: KAFKA-17011) nor ZkMigrationReady. kcat reading
+    metadata through this answer is test_kcat.py."""
     name, ver = b"strand-tests", b"1.0"
     body = _uvarint(len(name) + 1) + name + _uvarint(len(ver) + 1) + ver + b"\x00"
     with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as s:
@@ -153,7 +156,18 @@ def test_api_versions_v3_writes_no_tagged_fields(broker):
         off += 1
         apis[api] = (lo, hi)
     off += 4  # throttle_time_ms
-    tags, off = _read_uvarint(resp, off)
-    assert tags == 0, f"{tags} tagged fields in the ApiVersions v3 body: {resp[off:]!r}"
+    count, off = _read_uvarint(resp, off)
+    tags = {}
+    for _ in range(count):
+        tag, off = _read_uvarint(resp, off)
+        size, off = _read_uvarint(resp, off)
+        tags[tag] = resp[off:off + size]
+        off += size
     assert off == len(resp), f"{len(resp) - off} trailing bytes"
+    assert sorted(tags) == [1, 2], tags
+    assert struct.unpack(">q", tags[1]) == (1,), "FinalizedFeaturesEpoch"
+    feature = b"transaction.version"
+    # One entry: name (compact string), max level 2, min level 2, no tagged fields.
+    assert tags[2] == (_uvarint(2) + _uvarint(len(feature) + 1) + feature
+                       + struct.pack(">hh", 2, 2) + b"\x00"), tags[2]
     assert apis[18][0] == 0 and apis[18][1] >= 3, apis[18]

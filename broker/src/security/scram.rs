@@ -46,6 +46,13 @@ impl Mechanism {
         Mechanism::ALL.into_iter().find(|m| m.name() == name)
     }
 
+    /// The mechanism of Kafka's `ScramMechanism` type code.
+    pub fn from_kafka_type(kafka_type: i8) -> Option<Mechanism> {
+        Mechanism::ALL
+            .into_iter()
+            .find(|m| m.kafka_type() == kafka_type)
+    }
+
     /// Kafka's `ScramMechanism` type code (DescribeUserScramCredentials).
     pub const fn kafka_type(self) -> i8 {
         match self {

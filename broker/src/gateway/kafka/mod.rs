@@ -195,21 +195,7 @@ pub async fn handle(
             version,
         });
     }
-    let mut buf = frame;
-    let header = RequestHeader::decode(&mut buf, key.request_header_version(version))
-        .map_err(|e| FramingError::Malformed(e.to_string()))?;
-    let ctx = Ctx {
-        key,
-        version,
-        correlation_id: header.correlation_id,
-        client_id: header
-            .client_id
-            .as_ref()
-            .map(|c| c.to_string())
-            .unwrap_or_default(),
-        client_host: client_host.to_string(),
-        listener,
-    };
+    let (ctx, buf) = Ctx::from_frame(frame, key, version, client_host, listener)?;
     match key {
         ApiKey::ApiVersions => api_versions::handle(&ctx, buf).map(Some),
         ApiKey::Metadata => metadata::handle(shard, &ctx, buf).await.map(Some),
@@ -295,6 +281,32 @@ pub struct Ctx {
 }
 
 impl Ctx {
+    /// Decodes a request's header: its context and the body after it.
+    pub fn from_frame(
+        frame: Bytes,
+        key: ApiKey,
+        version: i16,
+        client_host: &str,
+        listener: Listener,
+    ) -> Result<(Ctx, Bytes), FramingError> {
+        let mut buf = frame;
+        let header = RequestHeader::decode(&mut buf, key.request_header_version(version))
+            .map_err(|e| FramingError::Malformed(e.to_string()))?;
+        let ctx = Ctx {
+            key,
+            version,
+            correlation_id: header.correlation_id,
+            client_id: header
+                .client_id
+                .as_ref()
+                .map(|c| c.to_string())
+                .unwrap_or_default(),
+            client_host: client_host.to_string(),
+            listener,
+        };
+        Ok((ctx, buf))
+    }
+
     /// The port to tell this client for a node that listens on `kafka_port`: the same
     /// listener's (a SASL client is sent to SASL listeners; only a single node has one).
     pub fn port_for(&self, shard: &Shard, kafka_port: u16) -> u16 {

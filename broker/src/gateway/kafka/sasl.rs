@@ -14,10 +14,10 @@ use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    ApiKey, RequestHeader, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
+    ApiKey, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
     SaslHandshakeResponse,
 };
-use kafka_protocol::protocol::{Decodable, StrBytes};
+use kafka_protocol::protocol::StrBytes;
 
 use super::{Ctx, FramingError, Listener};
 use crate::security::plain;
@@ -208,8 +208,7 @@ impl SaslConn {
                 by_mech
                     .iter()
                     .filter_map(|(m, c)| {
-                        let mechanism =
-                            Mechanism::ALL.into_iter().find(|x| x.kafka_type() == *m)?;
+                        let mechanism = Mechanism::from_kafka_type(*m)?;
                         Some(Credential {
                             mechanism,
                             salt: c.salt.clone(),
@@ -288,18 +287,7 @@ fn context(
     version: i16,
     client_host: &str,
 ) -> Result<(Ctx, Bytes), FramingError> {
-    let mut buf = frame;
-    let header = RequestHeader::decode(&mut buf, key.request_header_version(version))
-        .map_err(|e| FramingError::Malformed(e.to_string()))?;
-    let ctx = Ctx {
-        key,
-        version,
-        correlation_id: header.correlation_id,
-        client_id: header.client_id.map(|c| c.to_string()).unwrap_or_default(),
-        client_host: client_host.to_string(),
-        listener: Listener::SaslPlaintext,
-    };
-    Ok((ctx, buf))
+    Ctx::from_frame(frame, key, version, client_host, Listener::SaslPlaintext)
 }
 
 fn answer(r: Result<Bytes, FramingError>) -> Gate {

@@ -37,13 +37,6 @@ fn s(v: impl Into<String>) -> StrBytes {
     StrBytes::from_string(v.into())
 }
 
-/// The mechanism of Kafka's type code.
-fn mechanism_of(kafka_type: i8) -> Option<Mechanism> {
-    Mechanism::ALL
-        .into_iter()
-        .find(|m| m.kafka_type() == kafka_type)
-}
-
 /// One user's commands, or its first error.
 type UserChanges = Result<Vec<Command>, (i16, String)>;
 
@@ -108,7 +101,7 @@ fn changes_by_user(
     };
     for d in &r.deletions {
         let user = d.name.to_string();
-        let cmd = match mechanism_of(d.mechanism) {
+        let cmd = match Mechanism::from_kafka_type(d.mechanism) {
             Some(_) => Ok(Command::DeleteScramCredential {
                 user: user.clone(),
                 mechanism: d.mechanism,
@@ -119,7 +112,7 @@ fn changes_by_user(
     }
     for u in &r.upsertions {
         let user = u.name.to_string();
-        let cmd = match mechanism_of(u.mechanism) {
+        let cmd = match Mechanism::from_kafka_type(u.mechanism) {
             Some(m) => {
                 let iterations = u32::try_from(u.iterations).unwrap_or(0);
                 let c =
