@@ -48,3 +48,24 @@ def test_go_client_produce_and_group_consume_with_resume(go_binaries, client, br
     if client == "franz":
         assert out["created_partitions"] == 2
     check_group_resume(out, COUNT)
+
+
+def test_franz_go_transactions_on_protocol_version_2(go_binaries, broker, topic):
+    """franz-go's transactional producer (go/franztxn): six transactions over two
+    partitions, the odd ones aborted; a read_committed franz-go consumer reads exactly the
+    committed ones. franz-go switches to transaction protocol version 2 when the broker
+    finalizes `transaction.version` 2 (Produce v12 adds the partitions, EndTxn v5 bumps
+    the epoch), so the id's coordinator shows epoch 6 afterwards — version 1 would stay
+    at 0."""
+    from test_strandctl import ctl, strandctl_bin
+    need(strandctl_bin().exists(), f"strandctl not found at {strandctl_bin()}")
+    tid = "tid-" + topic
+    r = subprocess.run([str(BIN / "franztxn"), broker.bootstrap, topic, tid],
+                       capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, f"franztxn exit {r.returncode}\n{r.stderr[-5000:]}\n{r.stdout[-2000:]}"
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert sorted(out["read_committed"]) == sorted(f"{n}-{p}" for n in (0, 2, 4) for p in (0, 1))
+    described = ctl(broker, "transactions", "describe", tid).stdout
+    header, row = (line.split() for line in described.splitlines()[:2])
+    got = dict(zip(header, row))
+    assert (got["PRODUCER_EPOCH"], got["STATE"]) == ("6", "CompleteAbort"), described
