@@ -183,3 +183,49 @@ def test_java_clients_authenticate(adm, strand, topic, client, mechanism):
     out = r.stdout.strip().splitlines()
     assert r.returncode == 0 and out and out[-1] == "OK produced=20 consumed=20", (
         f"exit {r.returncode}\nstdout:\n{r.stdout[-3000:]}\nstderr:\n{r.stderr[-5000:]}")
+
+
+def test_sasl_handshake_v0_takes_bare_tokens(adm, strand):
+    """SaslHandshake v0 (clients before SaslAuthenticate): after it the client sends the
+    SASL token bare, with a 4-byte length and no Kafka header, and gets the answer the same
+    way; then the connection is served. A wrong password closes it."""
+    import socket
+    import struct
+
+    from strand_harness import free_port
+    port = free_port()
+    b = strand(extra_args=["--kafka-sasl-addr", f"127.0.0.1:{port}"])
+    sha256 = adm.ScramMechanism.SCRAM_SHA_256
+    assert alter(adm, b, upsert=[("erin", sha256, 4096, b"pw-erin")]) == {"erin": 0}
+
+    def request(api, version, corr, body):
+        payload = struct.pack(">hhih", api, version, corr, -1) + body
+        return struct.pack(">i", len(payload)) + payload
+
+    def read(s):
+        n = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL))[0]
+        return s.recv(n, socket.MSG_WAITALL)
+
+    def handshake(s):
+        mech = b"PLAIN"
+        s.sendall(request(17, 0, 1, struct.pack(">h", len(mech)) + mech))
+        resp = read(s)
+        corr, err = struct.unpack_from(">ih", resp, 0)
+        assert (corr, err) == (1, 0), resp
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        handshake(s)
+        token = b"\0erin\0pw-erin"
+        s.sendall(struct.pack(">i", len(token)) + token)
+        assert read(s) == b"", "PLAIN answers an empty token"
+        # Served now: Metadata v1 for no topics (an empty array).
+        s.sendall(request(3, 1, 2, struct.pack(">i", 0)))
+        resp = read(s)
+        assert struct.unpack_from(">i", resp, 0)[0] == 2
+        nbrokers, = struct.unpack_from(">i", resp, 4)
+        assert nbrokers == 1
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        handshake(s)
+        token = b"\0erin\0wrong"
+        s.sendall(struct.pack(">i", len(token)) + token)
+        assert s.recv(4) == b"", "closed after a failed authentication"
