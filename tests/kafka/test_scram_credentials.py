@@ -229,3 +229,32 @@ def test_sasl_handshake_v0_takes_bare_tokens(adm, strand):
         token = b"\0erin\0wrong"
         s.sendall(struct.pack(">i", len(token)) + token)
         assert s.recv(4) == b"", "closed after a failed authentication"
+
+
+def test_strandctl_user_sets_lists_and_deletes_a_credential(adm, strand, topic):
+    """`strandctl user set` (password on stdin, salted and PBKDF2'd by strandctl) makes a
+    credential a SASL client then logs in with; `list`/`describe` show it; `delete` removes
+    it; out-of-range iterations are refused before anything is sent."""
+    from confluent_kafka import Producer
+    from strand_harness import free_port, need
+    from test_strandctl import ctl, strandctl_bin
+    need(strandctl_bin().exists(), f"strandctl not found at {strandctl_bin()}")
+    port = free_port()
+    b = strand(extra_args=["--kafka-sasl-addr", f"127.0.0.1:{port}"])
+    ctl(b, "user", "set", "frank", "--mechanism", "SCRAM-SHA-256", "--iterations", "4096",
+        input="fr4nk pw\n")
+    rows = [line.split() for line in ctl(b, "user", "list").stdout.splitlines()[1:]]
+    assert rows == [["frank", "SCRAM-SHA-256", "4096"]], rows
+    assert describe(adm, b, ["frank"]) == {"frank": [("SCRAM_SHA_256", 4096)]}
+    admin = adm.AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([adm.NewTopic(topic, num_partitions=1,
+                                      replication_factor=1)])[topic].result(20)
+    p = Producer(sasl_conf(b, port, "SCRAM-SHA-256", "frank", "fr4nk pw"))
+    errors = []
+    p.produce(topic, value=b"hello", on_delivery=lambda err, msg: errors.append(err))
+    assert p.flush(30) == 0 and errors == [None], errors
+    ctl(b, "user", "delete", "frank", "--mechanism", "SCRAM-SHA-256")
+    r = ctl(b, "user", "describe", "frank", expect_rc=None)
+    assert r.returncode != 0 and "91" in r.stderr, r.stderr
+    r = ctl(b, "user", "set", "gina", "--iterations", "100", input="pw\n", expect_rc=None)
+    assert r.returncode != 0 and "iterations" in r.stderr, r.stderr

@@ -63,6 +63,10 @@ pub enum Command {
     /// transaction (like `kafka-transactions.sh`).
     #[command(subcommand, after_help = EXIT_CODES_HELP)]
     Transactions(TransactionsCmd),
+    /// SCRAM users: list, describe, set a credential (password on stdin), delete one
+    /// (like `kafka-configs.sh --entity-type users` for SCRAM).
+    #[command(subcommand, after_help = EXIT_CODES_HELP)]
+    User(UserCmd),
     /// Produce records read from stdin, one per line.
     #[command(after_help = EXIT_CODES_HELP)]
     Produce(ProduceArgs),
@@ -163,6 +167,38 @@ pub enum TopicCmd {
     },
     /// List the partition moves in progress (ListPartitionReassignments).
     Moves,
+}
+
+/// `user ...`
+#[derive(Subcommand, Debug)]
+pub enum UserCmd {
+    /// Every user with a SCRAM credential, its mechanisms and iterations.
+    List,
+    /// One user's mechanisms and iterations.
+    Describe {
+        /// User name.
+        user: String,
+    },
+    /// Sets (or replaces) a user's credential for one mechanism; the password is the
+    /// first line of stdin.
+    Set {
+        /// User name.
+        user: String,
+        /// SCRAM-SHA-256 or SCRAM-SHA-512.
+        #[arg(long, default_value = "SCRAM-SHA-512")]
+        mechanism: String,
+        /// PBKDF2 iterations (4096..=16384).
+        #[arg(long, default_value_t = 8192)]
+        iterations: i32,
+    },
+    /// Deletes a user's credential for one mechanism.
+    Delete {
+        /// User name.
+        user: String,
+        /// SCRAM-SHA-256 or SCRAM-SHA-512.
+        #[arg(long)]
+        mechanism: String,
+    },
 }
 
 /// `transactions ...`

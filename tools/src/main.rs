@@ -28,6 +28,7 @@ mod self_test;
 mod topic;
 mod transactions;
 mod tune;
+mod user;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -140,6 +141,11 @@ fn run(cli: &Cli) -> anyhow::Result<Outcome> {
         Command::Topic(cmd) => print(&topic::run(&mut connect()?, cmd, &cli.admin)?),
         Command::Group(cmd) => print(&group::run(&mut connect()?, cmd, timeout)?),
         Command::Transactions(cmd) => print(&transactions::run(&mut connect()?, cmd, timeout)?),
+        Command::User(cmd) => print(&user::run(
+            &mut connect()?,
+            cmd,
+            &mut std::io::stdin().lock(),
+        )?),
         Command::Produce(args) => {
             let mut client = connect()?;
             print(&produce::run(

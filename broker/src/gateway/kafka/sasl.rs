@@ -29,6 +29,15 @@ use crate::shard::Shard;
 pub const AUTH_FAILURE_DELAY: Duration = Duration::from_millis(100);
 /// The mechanisms offered, in the order SaslHandshake lists them.
 pub const MECHANISMS: [&str; 3] = ["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"];
+/// Failed authentications are logged at most once per this interval (per shard).
+const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+thread_local! {
+    /// This shard's limit on failure warnings (a shard is a thread).
+    static FAILURE_LOG: crate::common::logging::RateLimit =
+        crate::common::logging::RateLimit::new(FAILURE_LOG_INTERVAL);
+}
+
 /// SASL_AUTHENTICATION_FAILED.
 const SASL_AUTHENTICATION_FAILED: i16 = 58;
 /// UNSUPPORTED_SASL_MECHANISM.
@@ -87,8 +96,30 @@ impl SaslConn {
         }
     }
 
-    /// Takes one frame of a connection that has not authenticated yet.
+    /// Takes one frame of a connection that has not authenticated yet; a connection it
+    /// closes is logged (at most once per FAILURE_LOG_INTERVAL on a shard).
     pub async fn serve(&mut self, shard: &Rc<Shard>, frame: Bytes, client_host: &str) -> Gate {
+        let gate = self.gate(shard, frame, client_host).await;
+        if let Gate::AnswerAndClose(_) | Gate::Close(_) = gate {
+            let why = match &gate {
+                Gate::Close(why) => *why,
+                _ => "authentication failed",
+            };
+            FAILURE_LOG.with(|limit| {
+                if let Some(suppressed) = limit.allow(crate::common::clock::now()) {
+                    tracing::warn!(
+                        client = client_host,
+                        why,
+                        suppressed,
+                        "SASL connection closed before authentication"
+                    );
+                }
+            });
+        }
+        gate
+    }
+
+    async fn gate(&mut self, shard: &Rc<Shard>, frame: Bytes, client_host: &str) -> Gate {
         if let State::Handshaken { raw: true, .. } = self.state {
             return self.raw_token(shard, frame).await;
         }
