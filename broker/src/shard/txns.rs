@@ -300,9 +300,13 @@ impl Shard {
         parts: &[super::ops::ProducePart],
     ) -> Option<(Vec<(String, i32)>, Result<(), i16>)> {
         let mut check: Option<TxnCheck> = None;
+        // Only a transactional request's parts are looked at (Produce v12 carries every
+        // Java 4.x producer's batches, most of them not transactional).
         for p in parts.iter().filter(|p| p.add_to_txn) {
-            let (Some(id), Ok(part)) = (&p.transactional_id, self.serving(&p.topic, p.partition))
-            else {
+            let Some(id) = &p.transactional_id else {
+                continue;
+            };
+            let Ok(part) = self.serving(&p.topic, p.partition) else {
                 continue;
             };
             let Ok(view) = strand_wire::RecordBatch::parse(p.batch.clone()) else {
