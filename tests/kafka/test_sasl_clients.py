@@ -43,6 +43,12 @@ def sasl_broker():
     assert rc == 0, f"strand exited with {rc} after SIGTERM:\n{b.log_tails()}"
 
 
+def python_auth(mechanism):
+    """kafka-python's and aiokafka's SASL settings (the same names in both)."""
+    return {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": mechanism,
+            "sasl_plain_username": USER, "sasl_plain_password": PASSWORD}
+
+
 def create(b, topic):
     adm = need_module("confluent_kafka.admin")
     admin = adm.AdminClient({"bootstrap.servers": b.bootstrap})
@@ -55,8 +61,7 @@ def test_kafka_python_over_sasl(sasl_broker, topic, mechanism):
     kafka = need_module("kafka")
     b, bootstrap = sasl_broker
     create(b, topic)
-    auth = {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": mechanism,
-            "sasl_plain_username": USER, "sasl_plain_password": PASSWORD}
+    auth = python_auth(mechanism)
     p = kafka.KafkaProducer(bootstrap_servers=bootstrap, acks="all", **auth)
     for i in range(10):
         p.send(topic, value=f"v{i}".encode(), partition=0)
@@ -81,8 +86,7 @@ def test_aiokafka_over_sasl(sasl_broker, topic, mechanism):
     aiokafka = need_module("aiokafka")
     b, bootstrap = sasl_broker
     create(b, topic)
-    auth = {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": mechanism,
-            "sasl_plain_username": USER, "sasl_plain_password": PASSWORD}
+    auth = python_auth(mechanism)
 
     async def run():
         p = aiokafka.AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", **auth)

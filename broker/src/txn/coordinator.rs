@@ -459,12 +459,7 @@ pub fn expire_idle<H: TxnHost>(host: &Rc<H>, expiration_ms: u64) {
         .txns()
         .borrow()
         .values()
-        .filter(|m| {
-            matches!(
-                m.state,
-                TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort
-            ) && m.last_update_ms <= horizon
-        })
+        .filter(|m| m.idle_since(horizon))
         .map(|m| m.transactional_id.clone())
         .collect();
     for id in idle {
@@ -477,12 +472,7 @@ pub fn expire_idle<H: TxnHost>(host: &Rc<H>, expiration_ms: u64) {
         let host = host.clone();
         crate::runtime::task::spawn_local(async move {
             // Still idle now that it is ours (no request changed it meanwhile).
-            let still_idle = current(host.as_ref(), &id).is_ok_and(|m| {
-                matches!(
-                    m.state,
-                    TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort
-                ) && m.last_update_ms <= horizon
-            });
+            let still_idle = current(host.as_ref(), &id).is_ok_and(|m| m.idle_since(horizon));
             if still_idle && write_tombstone(host.as_ref(), &id).await.is_ok() {
                 host.txns().borrow_mut().remove(&id);
                 tracing::info!(transactional_id = %id, "transactional id expired");

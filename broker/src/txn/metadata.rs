@@ -432,6 +432,15 @@ impl TxnMetadata {
         next
     }
 
+    /// Whether no transaction is open and nothing changed since before `horizon_ms`
+    /// (transactional id expiry).
+    pub fn idle_since(&self, horizon_ms: i64) -> bool {
+        matches!(
+            self.state,
+            TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort
+        ) && self.last_update_ms <= horizon_ms
+    }
+
     /// Whether the open transaction has outlived its timeout at `now_ms`.
     pub fn timed_out(&self, now_ms: i64) -> bool {
         self.state == TxnState::Ongoing
