@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use strand_broker::cluster::metadata::{Command, NodeInfo};
+use strand_broker::cluster::metadata::{Command, Endpoint, NodeInfo};
 use strand_broker::partition::checkpoint::Checkpoint;
 use strand_storage::KafkaOffset;
 
@@ -97,6 +97,11 @@ fn node(id: i32) -> NodeInfo {
         native_port: 9093,
         shards: 2,
         rpc_port: 33145,
+        listeners: vec![Endpoint {
+            name: "PLAINTEXT".into(),
+            host: "127.0.0.1".into(),
+            port: 9092,
+        }],
     }
 }
 

@@ -153,7 +153,10 @@ class Broker:
     _seq = 0
 
     def __init__(self, name: str = "broker", smp: int = 2, num_partitions: int = 1,
-                 auto_create_topics: bool = True, extra_args: list[str] | None = None):
+                 auto_create_topics: bool = True, extra_args: list[str] | None = None,
+                 extra_listeners: list[str] | None = None):
+        """`extra_listeners`: more Kafka listeners (`SASL_SSL://127.0.0.1:PORT`) beside the
+        PLAINTEXT one on `port`, which the harness and most helpers use."""
         Broker._seq += 1
         self.name = name
         self.root = RUN_ROOT / f"{os.getpid()}-{Broker._seq}-{name}"
@@ -165,6 +168,7 @@ class Broker:
         self.num_partitions = num_partitions
         self.auto_create_topics = auto_create_topics
         self.extra_args = list(extra_args or [])
+        self.extra_listeners = list(extra_listeners or [])
         self.port: int | None = None
         self.admin_port: int | None = None
         self.proc: subprocess.Popen | None = None
@@ -207,7 +211,13 @@ class Broker:
         args = [
             str(binary),
             "--data-dir", str(self.data_dir),
-            "--kafka-addr", f"127.0.0.1:{port}",
+        ]
+        if self.extra_listeners:
+            listeners = [f"PLAINTEXT://127.0.0.1:{port}"] + self.extra_listeners
+            args += ["--listeners", ",".join(listeners)]
+        else:
+            args += ["--kafka-addr", f"127.0.0.1:{port}"]
+        args += [
             "--smp", str(self.smp),
             "--num-partitions", str(self.num_partitions),
             "--auto-create-topics", "true" if self.auto_create_topics else "false",

@@ -27,7 +27,8 @@ def sasl_broker():
     (broker, SASL bootstrap)."""
     adm = need_module("confluent_kafka.admin")
     port = free_port()
-    b = Broker(name="sasl-clients", smp=2, extra_args=["--kafka-sasl-addr", f"127.0.0.1:{port}"])
+    b = Broker(name="sasl-clients", smp=2,
+               extra_listeners=[f"SASL_PLAINTEXT://127.0.0.1:{port}"])
     b.start()
     admin = adm.AdminClient({"bootstrap.servers": b.bootstrap})
     changes = [adm.UserScramCredentialUpsertion(USER, adm.ScramCredentialInfo(m, 4096),

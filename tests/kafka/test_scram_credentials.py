@@ -85,7 +85,7 @@ def sasl_conf(b, port, mechanism, user, password):
 
 
 def test_sasl_clients_authenticate_with_scram_and_plain(adm, strand, topic):
-    """A SASL_PLAINTEXT listener (`kafka_sasl_addr`): confluent-kafka producers and
+    """A SASL_PLAINTEXT listener (`listeners`): confluent-kafka producers and
     consumers authenticate with SCRAM-SHA-256, SCRAM-SHA-512 and PLAIN against the
     credentials of AlterUserScramCredentials, and are told that listener's port in
     metadata; a wrong password, an unknown user and a mechanism the user has no
@@ -99,7 +99,7 @@ def test_sasl_clients_authenticate_with_scram_and_plain(adm, strand, topic):
     from confluent_kafka import Consumer, Producer, TopicPartition
     from strand_harness import free_port
     port = free_port()
-    b = strand(extra_args=["--kafka-sasl-addr", f"127.0.0.1:{port}"])
+    b = strand(extra_listeners=[f"SASL_PLAINTEXT://127.0.0.1:{port}"])
     sha256, sha512 = adm.ScramMechanism.SCRAM_SHA_256, adm.ScramMechanism.SCRAM_SHA_512
     assert alter(adm, b, upsert=[("alice", sha256, 4096, b"wonderland"),
                                  ("bob", sha512, 8192, b"builder")]) == {"alice": 0, "bob": 0}
@@ -165,7 +165,7 @@ def test_java_clients_authenticate(adm, strand, topic, client, mechanism):
     from strand_harness import free_port, java_classpath
     java, cp = java_classpath(client, "KafkaCheck")
     port = free_port()
-    b = strand(extra_args=["--kafka-sasl-addr", f"127.0.0.1:{port}"])
+    b = strand(extra_listeners=[f"SASL_PLAINTEXT://127.0.0.1:{port}"])
     sha512 = adm.ScramMechanism.SCRAM_SHA_512
     assert alter(adm, b, upsert=[("carol", sha512, 4096, b"s3cr3t pw")]) == {"carol": 0}
     admin = adm.AdminClient({"bootstrap.servers": b.bootstrap})
@@ -194,7 +194,7 @@ def test_sasl_handshake_v0_takes_bare_tokens(adm, strand):
 
     from strand_harness import free_port
     port = free_port()
-    b = strand(extra_args=["--kafka-sasl-addr", f"127.0.0.1:{port}"])
+    b = strand(extra_listeners=[f"SASL_PLAINTEXT://127.0.0.1:{port}"])
     sha256 = adm.ScramMechanism.SCRAM_SHA_256
     assert alter(adm, b, upsert=[("erin", sha256, 4096, b"pw-erin")]) == {"erin": 0}
 
@@ -240,7 +240,7 @@ def test_strandctl_user_sets_lists_and_deletes_a_credential(adm, strand, topic):
     from test_strandctl import ctl, strandctl_bin
     need(strandctl_bin().exists(), f"strandctl not found at {strandctl_bin()}")
     port = free_port()
-    b = strand(extra_args=["--kafka-sasl-addr", f"127.0.0.1:{port}"])
+    b = strand(extra_listeners=[f"SASL_PLAINTEXT://127.0.0.1:{port}"])
     ctl(b, "user", "set", "frank", "--mechanism", "SCRAM-SHA-256", "--iterations", "4096",
         input="fr4nk pw\n")
     rows = [line.split() for line in ctl(b, "user", "list").stdout.splitlines()[1:]]

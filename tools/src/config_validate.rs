@@ -39,7 +39,19 @@ enum Kind {
 const KEYS: &[(&str, Kind)] = &[
     ("data_dir", Kind::Text),
     ("kafka_addr", Kind::SocketAddr),
-    ("kafka_sasl_addr", Kind::SocketAddr),
+    // NAME://host:port,... (and NAME:PROTOCOL,...); the broker parses them at start.
+    ("listeners", Kind::Text),
+    ("advertised_listeners", Kind::Text),
+    ("listener_security_protocol_map", Kind::Text),
+    ("inter_broker_listener_name", Kind::Text),
+    ("ssl_certificate_location", Kind::Text),
+    ("ssl_key_location", Kind::Text),
+    ("ssl_ca_location", Kind::Text),
+    (
+        "ssl_client_auth",
+        Kind::OneOf(&["none", "requested", "required"]),
+    ),
+    ("ssl_principal_mapping_rules", Kind::Text),
     ("admin_addr", Kind::SocketAddr),
     ("admin_token_file", Kind::Text),
     ("native_addr", Kind::SocketAddr),

@@ -389,7 +389,7 @@ impl Scrape {
     }
 
     fn traffic(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
-        let rows: [(&str, &str, ShardField); 9] = [
+        let rows: [(&str, &str, ShardField); 10] = [
             (
                 "strand_kafka_produce_bytes",
                 "Record batch bytes appended for producers.",
@@ -424,6 +424,11 @@ impl Scrape {
                 "strand_kafka_sasl_authentication_failures",
                 "SASL authentications that failed (unknown user, wrong password or proof); each connection is closed.",
                 |s| s.metrics.sasl_failures,
+            ),
+            (
+                "strand_kafka_tls_handshake_failures",
+                "TLS handshakes on SSL and SASL_SSL listeners that failed (client certificate missing, foreign, expired or matching no ssl_principal_mapping_rules; the client refused ours; timeout); each connection is closed.",
+                |s| s.metrics.tls_failures,
             ),
             (
                 "strand_raft_rpc_dropped_frames",

@@ -64,10 +64,19 @@ pub fn node_info(config: &Config, shards: usize) -> NodeInfo {
     NodeInfo {
         id: config.node_id,
         host: config.advertised_host.clone(),
-        kafka_port: config.kafka_addr.port(),
+        kafka_port: config.listeners[config.inter_broker_listener].advertised_port,
         native_port: config.native_addr.port(),
         shards: u32::try_from(shards).unwrap_or(u32::MAX),
         rpc_port: config.rpc_addr.port(),
+        listeners: config
+            .listeners
+            .iter()
+            .map(|l| crate::cluster::metadata::Endpoint {
+                name: l.name.clone(),
+                host: l.advertised_host.clone(),
+                port: l.advertised_port,
+            })
+            .collect(),
     }
 }
 

@@ -174,6 +174,36 @@ pub struct NodeInfo {
     /// Internal RPC port of its shard 0 (on `host`); 0 from a version before joining.
     #[serde(default)]
     pub rpc_port: u16,
+    /// What clients are told per Kafka listener name (empty from a version before named
+    /// listeners: `host`:`kafka_port` for every name).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub listeners: Vec<Endpoint>,
+}
+
+/// A node's advertised endpoint of one Kafka listener.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Endpoint {
+    /// Listener name (`listeners`).
+    pub name: String,
+    /// Advertised host.
+    pub host: String,
+    /// Advertised port.
+    pub port: u16,
+}
+
+impl NodeInfo {
+    /// Where a client of the listener named `listener` reaches this node: none if the
+    /// node has no such listener (Kafka leaves such a broker out of what it tells that
+    /// client).
+    pub fn endpoint(&self, listener: &str) -> Option<(String, u16)> {
+        if self.listeners.is_empty() {
+            return Some((self.host.clone(), self.kafka_port));
+        }
+        self.listeners
+            .iter()
+            .find(|e| e.name == listener)
+            .map(|e| (e.host.clone(), e.port))
+    }
 }
 
 /// One topic.
@@ -905,6 +935,7 @@ mod tests {
                 id,
                 host: "127.0.0.1".into(),
                 kafka_port: 9092,
+                listeners: Vec::new(),
                 native_port: 9093,
                 shards: 1,
                 rpc_port: 33145,

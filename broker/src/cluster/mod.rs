@@ -134,33 +134,34 @@ pub trait ClusterHost: 'static {
         (l >= 0).then_some(l)
     }
 
-    /// The brokers Kafka clients see, `(id, host, kafka port)`: every registered node on a
-    /// cluster, this node alone without one.
+    /// The brokers Kafka clients of the listener named `listener` see, `(id, host, port)`:
+    /// every registered node with such a listener on a cluster, this node alone without one.
     /// A node the controller's leader fenced (not heard from for a broker session) is
     /// left out, as Kafka leaves out fenced brokers; this node always lists itself.
-    fn brokers(&self) -> Vec<(i32, String, u16)> {
-        if self.clustered() {
-            let fenced = self.fenced_nodes();
-            let c = self.config();
-            let me = c.node_id;
-            let mut listed: Vec<(i32, String, u16)> = self
-                .metadata()
-                .nodes
-                .values()
-                .filter(|n| n.id == me || !fenced.contains(&n.id))
-                .map(|n| (n.id, n.host.clone(), n.kafka_port))
-                .collect();
-            // This node answers, so it is listed even before its registration is applied
-            // here (start-up): a client must find the controller this node reports.
-            if !listed.iter().any(|b| b.0 == me) {
-                listed.push((me, c.advertised_host.clone(), c.kafka_addr.port()));
-                listed.sort_by_key(|b| b.0);
-            }
-            listed
-        } else {
-            let c = self.config();
-            vec![(c.node_id, c.advertised_host.clone(), c.kafka_addr.port())]
+    fn brokers(&self, listener: &str) -> Vec<(i32, String, u16)> {
+        let c = self.config();
+        let me = c.node_id;
+        // This node answers, so it is listed even before its registration is applied
+        // here (start-up): a client must find the controller this node reports.
+        let own = c
+            .listeners
+            .iter()
+            .find(|l| l.name == listener)
+            .map(|l| (me, l.advertised_host.clone(), l.advertised_port));
+        if !self.clustered() {
+            return own.into_iter().collect();
         }
+        let fenced = self.fenced_nodes();
+        let mut listed: Vec<(i32, String, u16)> = self
+            .metadata()
+            .nodes
+            .values()
+            .filter(|n| n.id != me && !fenced.contains(&n.id))
+            .filter_map(|n| n.endpoint(listener).map(|(host, port)| (n.id, host, port)))
+            .chain(own)
+            .collect();
+        listed.sort_by_key(|b| b.0);
+        listed
     }
 
     /// The nodes the controller's current leader announced as fenced (see

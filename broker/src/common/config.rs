@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use serde::Deserialize;
 
+pub use crate::common::listeners::{ListenerConfig, SecurityProtocol};
+
 /// Largest request frame we allocate for (Kafka's `socket.request.max.bytes` default).
 pub const REQUEST_BYTES_MAX: usize = 100 * 1024 * 1024;
 /// Kafka's `message.max.bytes` default: the largest record batch accepted.
@@ -74,13 +76,43 @@ pub struct Flags {
     /// Data directory.
     #[arg(long, env = "STRAND_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
-    /// Kafka listener address.
+    /// Kafka listener address: the one PLAINTEXT listener when `listeners` is not set.
     #[arg(long, env = "STRAND_KAFKA_ADDR")]
     pub kafka_addr: Option<SocketAddr>,
-    /// A second Kafka listener, SASL_PLAINTEXT (SCRAM-SHA-256/512, PLAIN over the SCRAM
-    /// credentials): off unless set; a single node only for now.
-    #[arg(long, env = "STRAND_KAFKA_SASL_ADDR")]
-    pub kafka_sasl_addr: Option<SocketAddr>,
+    /// Kafka listeners, `NAME://host:port,...` as Kafka's `listeners` (e.g.
+    /// `PLAINTEXT://127.0.0.1:9092,SASL_SSL://0.0.0.0:9094`); replaces `kafka_addr`.
+    #[arg(long, env = "STRAND_LISTENERS")]
+    pub listeners: Option<String>,
+    /// What clients are told per listener, `NAME://host:port,...` (`advertised.listeners`;
+    /// default: `advertised_host`, or the listener's IP, and its port).
+    #[arg(long, env = "STRAND_ADVERTISED_LISTENERS")]
+    pub advertised_listeners: Option<String>,
+    /// Security protocol of each custom listener name, `NAME:PROTOCOL,...`
+    /// (`listener.security.protocol.map`; PLAINTEXT, SSL, SASL_PLAINTEXT and SASL_SSL name
+    /// themselves).
+    #[arg(long, env = "STRAND_LISTENER_SECURITY_PROTOCOL_MAP")]
+    pub listener_security_protocol_map: Option<String>,
+    /// The listener other nodes reach this one on (`inter.broker.listener.name`; default
+    /// PLAINTEXT if there is one, else the first listener).
+    #[arg(long, env = "STRAND_INTER_BROKER_LISTENER_NAME")]
+    pub inter_broker_listener_name: Option<String>,
+    /// PEM file of the certificate chain the TLS listeners present (leaf first).
+    #[arg(long, env = "STRAND_SSL_CERTIFICATE_LOCATION")]
+    pub ssl_certificate_location: Option<PathBuf>,
+    /// PEM file of its private key (PKCS#8, PKCS#1 or SEC1; not encrypted).
+    #[arg(long, env = "STRAND_SSL_KEY_LOCATION")]
+    pub ssl_key_location: Option<PathBuf>,
+    /// PEM file of the CA certificates client certificates must chain to (mutual TLS).
+    #[arg(long, env = "STRAND_SSL_CA_LOCATION")]
+    pub ssl_ca_location: Option<PathBuf>,
+    /// Client certificates on TLS listeners: `none`, `requested` or `required`
+    /// (`ssl.client.auth`).
+    #[arg(long, env = "STRAND_SSL_CLIENT_AUTH", value_enum)]
+    pub ssl_client_auth: Option<ClientAuth>,
+    /// How a client certificate's subject becomes its principal
+    /// (`ssl.principal.mapping.rules`, e.g. `RULE:^CN=(.*?),.*$/$1/,DEFAULT`).
+    #[arg(long, env = "STRAND_SSL_PRINCIPAL_MAPPING_RULES")]
+    pub ssl_principal_mapping_rules: Option<String>,
     /// Admin HTTP listener address (health, status, Prometheus metrics).
     #[arg(long, env = "STRAND_ADMIN_ADDR")]
     pub admin_addr: Option<SocketAddr>,
@@ -295,7 +327,15 @@ pub fn parse_seeds(s: &str) -> anyhow::Result<Vec<(i32, SocketAddr)>> {
 struct FileConfig {
     data_dir: Option<PathBuf>,
     kafka_addr: Option<SocketAddr>,
-    kafka_sasl_addr: Option<SocketAddr>,
+    listeners: Option<String>,
+    advertised_listeners: Option<String>,
+    listener_security_protocol_map: Option<String>,
+    inter_broker_listener_name: Option<String>,
+    ssl_certificate_location: Option<PathBuf>,
+    ssl_key_location: Option<PathBuf>,
+    ssl_ca_location: Option<PathBuf>,
+    ssl_client_auth: Option<ClientAuth>,
+    ssl_principal_mapping_rules: Option<String>,
     admin_addr: Option<SocketAddr>,
     native_addr: Option<SocketAddr>,
     native_shard_base_port: Option<u16>,
@@ -337,22 +377,105 @@ struct FileConfig {
     default_replication_factor: Option<i16>,
 }
 
+/// Client certificates on TLS listeners (Kafka's `ssl.client.auth`).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientAuth {
+    /// Not asked for; every TLS client is `User:ANONYMOUS` (SSL) or its SASL user.
+    #[default]
+    None,
+    /// Asked for; a client without one is served as `User:ANONYMOUS`.
+    Requested,
+    /// Required: a client without a valid one is refused in the handshake.
+    Required,
+}
+
+/// TLS of the SSL and SASL_SSL listeners: PEM files, read at start and again when they
+/// change (`security::tls`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SslConfig {
+    /// Certificate chain, leaf first.
+    pub certificate_location: Option<PathBuf>,
+    /// Private key of the leaf.
+    pub key_location: Option<PathBuf>,
+    /// CAs that client certificates must chain to.
+    pub ca_location: Option<PathBuf>,
+    /// Client certificates asked for.
+    pub client_auth: ClientAuth,
+    /// `ssl.principal.mapping.rules` (default `DEFAULT`: the subject as RFC 2253 writes it).
+    pub principal_mapping_rules: String,
+}
+
+/// The listeners of `listeners` (or the one PLAINTEXT listener of `kafka_addr`), and the
+/// index of the inter-broker one.
+fn listeners_of(flags: &Flags, file: &FileConfig) -> anyhow::Result<(Vec<ListenerConfig>, usize)> {
+    let kafka_addr = flags.kafka_addr.or(file.kafka_addr);
+    let text = flags.listeners.clone().or(file.listeners.clone());
+    let text = match (text, kafka_addr) {
+        (Some(_), Some(_)) => {
+            bail!("set listeners or kafka_addr, not both (kafka_addr is PLAINTEXT://<kafka_addr>)")
+        }
+        (Some(t), None) => t,
+        (None, addr) => format!(
+            "PLAINTEXT://{}",
+            addr.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 9092)))
+        ),
+    };
+    let advertised_host = flags
+        .advertised_host
+        .clone()
+        .or(file.advertised_host.clone());
+    let listeners = crate::common::listeners::parse(
+        &text,
+        flags
+            .advertised_listeners
+            .as_deref()
+            .or(file.advertised_listeners.as_deref()),
+        flags
+            .listener_security_protocol_map
+            .as_deref()
+            .or(file.listener_security_protocol_map.as_deref()),
+        advertised_host.as_deref(),
+    )?;
+    let inter = match flags
+        .inter_broker_listener_name
+        .as_deref()
+        .or(file.inter_broker_listener_name.as_deref())
+    {
+        Some(name) => listeners
+            .iter()
+            .position(|l| l.name.eq_ignore_ascii_case(name))
+            .with_context(|| format!("inter_broker_listener_name {name} is not a listener"))?,
+        None => listeners
+            .iter()
+            .position(|l| l.name == "PLAINTEXT")
+            .unwrap_or(0),
+    };
+    Ok((listeners, inter))
+}
+
 /// Validated configuration.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Config {
     /// Data directory.
     pub data_dir: PathBuf,
-    /// Kafka listener.
+    /// The inter-broker Kafka listener's address (`inter_broker_listener_name`).
     pub kafka_addr: SocketAddr,
-    /// The SASL_PLAINTEXT Kafka listener, if any.
-    pub kafka_sasl_addr: Option<SocketAddr>,
+    /// Every Kafka listener; `inter_broker_listener` indexes the one other nodes use.
+    pub listeners: Vec<ListenerConfig>,
+    /// Index in `listeners` of the inter-broker listener.
+    pub inter_broker_listener: usize,
+    /// TLS of the SSL and SASL_SSL listeners.
+    pub ssl: SslConfig,
     /// Admin HTTP listener.
     pub admin_addr: SocketAddr,
     /// Native handshake listener.
     pub native_addr: SocketAddr,
     /// First per-shard native port (0 = ephemeral).
     pub native_shard_base_port: u16,
-    /// Host advertised in Metadata.
+    /// Host advertised for the inter-broker listener (this node's host).
     pub advertised_host: String,
     /// Shards requested (`None` = all CPUs in the affinity mask).
     pub smp: Option<usize>,
@@ -439,22 +562,41 @@ impl Config {
             Some(p) => read_file(p)?,
             None => FileConfig::default(),
         };
-        let kafka_addr = flags
-            .kafka_addr
-            .or(file.kafka_addr)
-            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 9092)));
+        let (listeners, inter_broker_listener) = listeners_of(&flags, &file)?;
         let data_dir = flags
             .data_dir
             .or(file.data_dir)
             .unwrap_or_else(|| PathBuf::from("data"));
+        let inter = &listeners[inter_broker_listener];
         let c = Config {
             data_dir: data_dir.clone(),
-            advertised_host: flags
-                .advertised_host
-                .or(file.advertised_host)
-                .unwrap_or_else(|| kafka_addr.ip().to_string()),
-            kafka_addr,
-            kafka_sasl_addr: flags.kafka_sasl_addr.or(file.kafka_sasl_addr),
+            advertised_host: inter.advertised_host.clone(),
+            kafka_addr: inter.addr,
+            ssl: SslConfig {
+                certificate_location: flags
+                    .ssl_certificate_location
+                    .clone()
+                    .or(file.ssl_certificate_location.clone()),
+                key_location: flags
+                    .ssl_key_location
+                    .clone()
+                    .or(file.ssl_key_location.clone()),
+                ca_location: flags
+                    .ssl_ca_location
+                    .clone()
+                    .or(file.ssl_ca_location.clone()),
+                client_auth: flags
+                    .ssl_client_auth
+                    .or(file.ssl_client_auth)
+                    .unwrap_or_default(),
+                principal_mapping_rules: flags
+                    .ssl_principal_mapping_rules
+                    .clone()
+                    .or(file.ssl_principal_mapping_rules.clone())
+                    .unwrap_or_else(|| "DEFAULT".to_string()),
+            },
+            listeners,
+            inter_broker_listener,
             admin_addr: flags
                 .admin_addr
                 .or(file.admin_addr)
@@ -613,17 +755,7 @@ impl Config {
         if self.smp == Some(0) {
             bail!("smp must be at least 1");
         }
-        if let Some(sasl) = self.kafka_sasl_addr {
-            if !self.seeds.is_empty() {
-                bail!(
-                    "kafka_sasl_addr is served by a single node only for now: \
-                     leave it out of a cluster's configuration (no --seeds)"
-                );
-            }
-            if sasl == self.kafka_addr || sasl.port() == self.kafka_addr.port() {
-                bail!("kafka_sasl_addr must be another port than kafka_addr ({sasl})");
-            }
-        }
+        self.validate_listeners()?;
         if self.node_id < 0 {
             bail!("node_id must be >= 0, got {}", self.node_id);
         }
@@ -659,6 +791,52 @@ impl Config {
         }
         crate::common::logging::parse_filter(&self.log_level).context("log_level")?;
         self.validate_limits()
+    }
+
+    /// The checks of the listeners against TLS settings and the other addresses.
+    fn validate_listeners(&self) -> anyhow::Result<()> {
+        let tls = self.listeners.iter().any(|l| l.protocol.tls());
+        if tls && (self.ssl.certificate_location.is_none() || self.ssl.key_location.is_none()) {
+            bail!(
+                "an SSL or SASL_SSL listener needs ssl_certificate_location and ssl_key_location \
+                 (PEM files; tools/certs.sh makes a test CA and certificates)"
+            );
+        }
+        if self.ssl.client_auth != ClientAuth::None && self.ssl.ca_location.is_none() {
+            bail!(
+                "ssl_client_auth {:?} needs ssl_ca_location (the CA of the client certificates)",
+                self.ssl.client_auth
+            );
+        }
+        let inter = &self.listeners[self.inter_broker_listener];
+        if !self.seeds.is_empty() && inter.protocol != SecurityProtocol::Plaintext {
+            bail!(
+                "the inter-broker listener ({}) must be PLAINTEXT for now (transaction markers \
+                 between nodes do not authenticate yet): add a PLAINTEXT listener on a private \
+                 address and name it in inter_broker_listener_name",
+                inter.name
+            );
+        }
+        for l in &self.listeners {
+            for (what, addr) in [
+                ("admin_addr", self.admin_addr),
+                ("native_addr", self.native_addr),
+                ("rpc_addr", self.rpc_addr),
+            ] {
+                if l.addr.port() == addr.port()
+                    && (l.addr.ip() == addr.ip()
+                        || l.addr.ip().is_unspecified()
+                        || addr.ip().is_unspecified())
+                {
+                    bail!(
+                        "listener {} ({}) and {what} ({addr}) are the same address",
+                        l.name,
+                        l.addr
+                    );
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The checks of sizes, counts and intervals.

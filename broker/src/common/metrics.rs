@@ -173,6 +173,7 @@ pub struct ShardMetrics {
     connections_accepted: Cell<u64>,
     connections_refused: Cell<u64>,
     sasl_failures: Cell<u64>,
+    tls_failures: Cell<u64>,
     state_replay_bytes: Cell<u64>,
     cleaner: Cell<CleanerCounters>,
     /// Transactions this shard coordinated to their end, first partition added to
@@ -224,6 +225,7 @@ impl ShardMetrics {
             connections_accepted: Cell::new(0),
             connections_refused: Cell::new(0),
             sasl_failures: Cell::new(0),
+            tls_failures: Cell::new(0),
             state_replay_bytes: Cell::new(0),
             cleaner: Cell::new(CleanerCounters::default()),
         }
@@ -319,6 +321,12 @@ impl ShardMetrics {
         add(&self.sasl_failures, 1);
     }
 
+    /// A TLS handshake failed (no or a foreign, expired or unmapped client certificate,
+    /// a client that does not trust ours, a timeout).
+    pub fn tls_failure(&self) {
+        add(&self.tls_failures, 1);
+    }
+
     /// `bytes` of log were read to rebuild a partition's state after its checkpoint.
     pub fn state_replayed(&self, bytes: u64) {
         add(&self.state_replay_bytes, bytes);
@@ -345,6 +353,7 @@ impl ShardMetrics {
             connections_accepted: self.connections_accepted.get(),
             connections_refused: self.connections_refused.get(),
             sasl_failures: self.sasl_failures.get(),
+            tls_failures: self.tls_failures.get(),
             state_replay_bytes: self.state_replay_bytes.get(),
             cleaner: self.cleaner.get(),
             transactions: [
@@ -389,6 +398,8 @@ pub struct MetricsSnapshot {
     pub connections_refused: u64,
     /// SASL authentications that failed.
     pub sasl_failures: u64,
+    /// TLS handshakes that failed.
+    pub tls_failures: u64,
     /// Log bytes read to rebuild partition state after its checkpoint.
     pub state_replay_bytes: u64,
     /// The log cleaner's counters.

@@ -8,5 +8,6 @@ pub mod clock;
 pub mod config;
 pub mod cursor;
 pub mod errors;
+pub mod listeners;
 pub mod logging;
 pub mod metrics;

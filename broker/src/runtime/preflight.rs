@@ -103,11 +103,13 @@ pub fn findings(config: &Config) -> Vec<Finding> {
     }
     out.push(Finding::of(
         "listen addresses",
-        "stop the other process, or choose other addresses with --kafka-addr/--admin-addr",
+        "stop the other process, or choose other addresses with --kafka-addr/--listeners/--admin-addr",
         ports(config).map(|()| {
+            let kafka: Vec<String> = config.listeners.iter().map(|l| l.addr.to_string()).collect();
             Outcome::Ok(format!(
                 "{} (Kafka) and {} (admin) are free",
-                config.kafka_addr, config.admin_addr
+                kafka.join(", "),
+                config.admin_addr
             ))
         }),
     ));
@@ -141,8 +143,10 @@ fn direct_io(config: &Config) -> anyhow::Result<Option<String>> {
 }
 
 fn ports(config: &Config) -> anyhow::Result<()> {
+    for l in &config.listeners {
+        port_free("Kafka", l.addr, "--listeners (or --kafka-addr)")?;
+    }
     for (what, addr, flag) in [
-        ("Kafka", config.kafka_addr, "--kafka-addr"),
         ("admin HTTP", config.admin_addr, "--admin-addr"),
         ("native protocol", config.native_addr, "--native-addr"),
     ] {

@@ -2,7 +2,9 @@
 //! state machines over the bytes of SaslAuthenticate — SCRAM-SHA-256 and SCRAM-SHA-512
 //! (`scram`, RFC 5802 and RFC 7677) and PLAIN (`plain`, RFC 4616, checked against the
 //! user's SCRAM credentials). Where credentials live and which listener asks for them is
-//! the gateway's and the cluster's.
+//! the gateway's and the cluster's. `tls` builds the listeners' rustls configuration from
+//! PEM files (and reloads it when they change); `principal` turns a client certificate's
+//! subject into a principal with `ssl.principal.mapping.rules`.
 //!
 //! Invariant: every length and field a client sends is checked before it is used; a
 //! failed exchange says no more than that the credentials are invalid (an unknown user
@@ -11,4 +13,6 @@
 //! May use: `common` only.
 
 pub mod plain;
+pub mod principal;
 pub mod scram;
+pub mod tls;

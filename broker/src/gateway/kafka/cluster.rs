@@ -20,7 +20,7 @@ use crate::shard::Shard;
 /// DescribeCluster: the same brokers and controller as Metadata.
 pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
     let req: DescribeClusterRequest = ctx.decode(body)?;
-    let listed = shard.brokers();
+    let listed = shard.brokers(ctx.listener_name(shard));
     let controller = shard.controller_id();
     let brokers = listed
         .into_iter()
@@ -28,7 +28,7 @@ pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes
             DescribeClusterBroker::default()
                 .with_broker_id(BrokerId(id))
                 .with_host(StrBytes::from_string(host))
-                .with_port(i32::from(ctx.port_for(shard, port)))
+                .with_port(i32::from(port))
         })
         .collect();
     let mut resp = DescribeClusterResponse::default()

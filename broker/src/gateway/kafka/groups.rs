@@ -84,8 +84,10 @@ pub fn on_coordinator(
             correlation_id: req.correlation_id,
             client_id: req.client_id,
             client_host: req.client_host,
-            // A coordinator's answers name no listener's port.
-            listener: super::Listener::Plaintext,
+            // A coordinator's answers name no listener's endpoint; the node that received
+            // the request authorized it.
+            listener: super::Listener(0),
+            principal: super::ANONYMOUS.into(),
         };
         if super::txn::is_coordinator_api(key) {
             return super::txn::on_coordinator(shard, &ctx, req.body)
@@ -410,8 +412,11 @@ pub async fn find_coordinator(
         let t = meta.topics.get(topic?)?;
         let p = partition_for(key.as_str(), t.shards.len());
         let (leader, _) = shard.leader_of_group(t.group_of(p));
-        let n = meta.nodes.get(&leader)?;
-        Some((n.id, n.host.clone(), i32::from(n.kafka_port)))
+        let (host, port) = meta
+            .nodes
+            .get(&leader)?
+            .endpoint(ctx.listener_name(shard))?;
+        Some((leader, host, i32::from(port)))
     };
     let answer = |key: StrBytes| {
         let clustered = shard.clustered().then(|| leader_of(&key));
@@ -432,9 +437,10 @@ pub async fn find_coordinator(
                 .with_host(s(host))
                 .with_port(port)
         } else {
+            let me = c.listeners.get(ctx.listener.0);
             base.with_node_id(BrokerId(c.node_id))
-                .with_host(s(c.advertised_host.clone()))
-                .with_port(i32::from(ctx.port_for(shard, c.kafka_addr.port())))
+                .with_host(s(me.map_or_else(String::new, |l| l.advertised_host.clone())))
+                .with_port(me.map_or(-1, |l| i32::from(l.advertised_port)))
         }
     };
     let resp = if ctx.version >= 4 {

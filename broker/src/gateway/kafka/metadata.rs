@@ -76,7 +76,7 @@ pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
         .into_iter()
         .map(|name| topic_metadata(shard, ctx, &meta, name, include_ops))
         .collect();
-    let listed = shard.brokers();
+    let listed = shard.brokers(ctx.listener_name(shard));
     let controller = shard.controller_id();
     let brokers = listed
         .into_iter()
@@ -84,7 +84,7 @@ pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
             MetadataResponseBroker::default()
                 .with_node_id(BrokerId(id))
                 .with_host(StrBytes::from_string(host))
-                .with_port(i32::from(ctx.port_for(shard, port)))
+                .with_port(i32::from(port))
         })
         .collect();
     let resp = MetadataResponse::default()

@@ -163,8 +163,7 @@ pub fn api_name(key: ApiKey) -> &'static str {
 pub async fn handle(
     shard: &Rc<Shard>,
     frame: Bytes,
-    client_host: &str,
-    listener: Listener,
+    conn: &Conn,
     held: &crate::shard::budget::Held,
 ) -> Result<Option<Bytes>, FramingError> {
     let (key_raw, version) = match frame.first_chunk::<4>() {
@@ -195,7 +194,7 @@ pub async fn handle(
             version,
         });
     }
-    let (ctx, buf) = Ctx::from_frame(frame, key, version, client_host, listener)?;
+    let (ctx, buf) = Ctx::from_frame(frame, key, version, conn)?;
     match key {
         ApiKey::ApiVersions => api_versions::handle(&ctx, buf).map(Some),
         ApiKey::Metadata => metadata::handle(shard, &ctx, buf).await.map(Some),
@@ -255,13 +254,33 @@ pub async fn handle(
     }
 }
 
-/// The Kafka listener a connection came in on.
+/// The Kafka listener a connection came in on: its index in `config.listeners`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Listener {
-    /// `kafka_addr`: no authentication.
-    Plaintext,
-    /// `kafka_sasl_addr`: SASL_PLAINTEXT, served once authenticated (`sasl`).
-    SaslPlaintext,
+pub struct Listener(pub usize);
+
+impl Listener {
+    /// Its name (`config.listeners`); the inter-broker listener's for an index out of range.
+    pub fn name(self, config: &crate::common::config::Config) -> &str {
+        config
+            .listeners
+            .get(self.0)
+            .or_else(|| config.listeners.get(config.inter_broker_listener))
+            .map_or("PLAINTEXT", |l| l.name.as_str())
+    }
+}
+
+/// The principal of a connection that did not authenticate (Kafka's `User:ANONYMOUS`).
+pub const ANONYMOUS: &str = "User:ANONYMOUS";
+
+/// What a connection knows of itself, given to each of its requests.
+#[derive(Clone, Debug)]
+pub struct Conn {
+    /// The client's address as Kafka writes it (`/127.0.0.1`).
+    pub host: Rc<str>,
+    /// The listener it came in on.
+    pub listener: Listener,
+    /// Who it authenticated as (`ANONYMOUS` until then, and on PLAINTEXT listeners).
+    pub principal: Rc<str>,
 }
 
 /// What every handler needs from the request header.
@@ -278,6 +297,8 @@ pub struct Ctx {
     pub client_host: String,
     /// The listener of its connection.
     pub listener: Listener,
+    /// Who the connection authenticated as (`User:name`, or `ANONYMOUS`).
+    pub principal: Rc<str>,
 }
 
 impl Ctx {
@@ -286,8 +307,7 @@ impl Ctx {
         frame: Bytes,
         key: ApiKey,
         version: i16,
-        client_host: &str,
-        listener: Listener,
+        conn: &Conn,
     ) -> Result<(Ctx, Bytes), FramingError> {
         let mut buf = frame;
         let header = RequestHeader::decode(&mut buf, key.request_header_version(version))
@@ -301,23 +321,16 @@ impl Ctx {
                 .as_ref()
                 .map(|c| c.to_string())
                 .unwrap_or_default(),
-            client_host: client_host.to_string(),
-            listener,
+            client_host: conn.host.to_string(),
+            listener: conn.listener,
+            principal: conn.principal.clone(),
         };
         Ok((ctx, buf))
     }
 
-    /// The port to tell this client for a node that listens on `kafka_port`: the same
-    /// listener's (a SASL client is sent to SASL listeners; only a single node has one).
-    pub fn port_for(&self, shard: &Shard, kafka_port: u16) -> u16 {
-        match (self.listener, shard.config.kafka_sasl_addr) {
-            (Listener::SaslPlaintext, Some(sasl))
-                if kafka_port == shard.config.kafka_addr.port() =>
-            {
-                sasl.port()
-            }
-            _ => kafka_port,
-        }
+    /// The name of its listener: brokers and coordinators are named by their endpoints of it.
+    pub fn listener_name<'c>(&self, shard: &'c Shard) -> &'c str {
+        self.listener.name(&shard.config)
     }
 
     /// Decodes the request body.
@@ -355,7 +368,8 @@ mod tests {
             correlation_id: 1,
             client_id: String::new(),
             client_host: String::new(),
-            listener: Listener::Plaintext,
+            listener: Listener(0),
+            principal: ANONYMOUS.into(),
         }
     }
 

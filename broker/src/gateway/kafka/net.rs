@@ -1,4 +1,5 @@
-//! Kafka connections on a shard: accept (SO_REUSEPORT, every shard accepts), read
+//! Kafka connections on a shard: accept on every listener (SO_REUSEPORT, every shard
+//! accepts), secure them as the listener's protocol says (TLS, then SASL), read
 //! length-prefixed frames, run requests concurrently, write responses in request order.
 //!
 //! Invariant: a length prefix is checked against `REQUEST_BYTES_MAX` before anything is
@@ -11,15 +12,17 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use bytes::Bytes;
 use futures::channel::oneshot;
-use futures::io::{AsyncReadExt, AsyncWriteExt};
+use futures::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use glommio::channels::local_channel;
 use glommio::net::{TcpListener, TcpStream};
 use glommio::{GlommioError, ResourceType};
 
-use crate::common::config::REQUEST_BYTES_MAX;
+use crate::common::config::{SecurityProtocol, REQUEST_BYTES_MAX};
 use crate::common::metrics::ProduceStage;
 use crate::gateway::kafka::{self, sasl, FramingError, Listener};
 use crate::runtime::task::{repoll, spawn_local};
+use crate::security::principal::PrincipalMapper;
+use crate::security::tls::Reloading;
 use crate::shard::budget::Held;
 use crate::shard::ops::{Op, Reply};
 use crate::shard::Shard;
@@ -49,45 +52,115 @@ fn api_index(frame: &[u8]) -> Option<usize> {
         .position(|(k, _, _)| *k as i16 == key)
 }
 
-/// Accepts connections until `stop` fires.
+/// Accepts connections on every listener until `stop` fires.
 pub async fn serve(shard: Rc<Shard>, stop: oneshot::Receiver<()>) -> anyhow::Result<()> {
-    let bind = |addr: std::net::SocketAddr, flag: &'static str| {
-        TcpListener::bind(addr)
+    let mut sockets = Vec::with_capacity(shard.config.listeners.len());
+    for l in &shard.config.listeners {
+        let socket = TcpListener::bind(l.addr)
             .map_err(std::io::Error::from)
-            .with_context(|| format!("cannot listen on {addr}; pick another address with {flag}"))
-    };
-    let plain = bind(shard.config.kafka_addr, "--kafka-addr")?;
-    let sasl = match shard.config.kafka_sasl_addr {
-        Some(addr) => Some(bind(addr, "--kafka-sasl-addr")?),
-        None => None,
-    };
+            .with_context(|| {
+                format!(
+                    "cannot listen on {} (listener {}); pick another address with --listeners",
+                    l.addr, l.name
+                )
+            })?;
+        sockets.push(socket);
+    }
+    let security = Rc::new(Security::new(&shard)?);
+    if let Some(tls) = &security.tls {
+        spawn_local(watch_tls_files(shard.clone(), tls.clone()));
+    }
     let mut stop = stop;
     let refusals = Rc::new(crate::common::logging::RateLimit::new(REFUSAL_LOG_INTERVAL));
     loop {
         let accepted = {
-            let plain_accept =
-                std::pin::pin!(async { (plain.accept().await, Listener::Plaintext) });
-            let sasl_accept = std::pin::pin!(async {
-                match &sasl {
-                    Some(l) => (l.accept().await, Listener::SaslPlaintext),
-                    None => std::future::pending().await,
-                }
-            });
-            let either = futures::future::select(plain_accept, sasl_accept);
-            match futures::future::select(either, &mut stop).await {
-                futures::future::Either::Left((e, _)) => e.factor_first().0,
+            let accepts = sockets
+                .iter()
+                .enumerate()
+                .map(|(i, s)| Box::pin(async move { (s.accept().await, Listener(i)) }));
+            let any = futures::future::select_all(accepts);
+            match futures::future::select(any, &mut stop).await {
+                futures::future::Either::Left(((a, _, _), _)) => a,
                 futures::future::Either::Right(_) => return Ok(()),
             }
         };
         match accepted {
             (Ok(stream), listener) => {
                 let _ = stream.set_nodelay(true);
-                spawn_local(admitted(shard.clone(), stream, listener, refusals.clone()));
+                let admitted = admitted(
+                    shard.clone(),
+                    stream,
+                    listener,
+                    refusals.clone(),
+                    security.clone(),
+                );
+                spawn_local(admitted);
             }
             (Err(e), _) => {
                 tracing::warn!(shard = shard.id, error = %e, "accept failed");
                 crate::runtime::task::sleep(Duration::from_millis(10)).await;
             }
+        }
+    }
+}
+
+/// How long a TLS client may take over its handshake.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often a shard looks whether its TLS files changed (`security::tls::Reloading`).
+pub const TLS_RELOAD_CHECK: Duration = Duration::from_secs(1);
+/// Failed TLS handshakes are logged at most once per this interval (per shard).
+const TLS_FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// A shard's TLS configuration and principal mapping (for every listener).
+struct Security {
+    /// The TLS configuration, when a listener is SSL or SASL_SSL.
+    tls: Option<Rc<Reloading>>,
+    /// `ssl_principal_mapping_rules`.
+    mapper: PrincipalMapper,
+    /// Limit on failure warnings.
+    failures: crate::common::logging::RateLimit,
+}
+
+impl Security {
+    fn new(shard: &Shard) -> anyhow::Result<Security> {
+        let config = &shard.config;
+        let tls = if config.listeners.iter().any(|l| l.protocol.tls()) {
+            let r = Reloading::new(config.ssl.clone()).context("TLS listener")?;
+            Some(Rc::new(r))
+        } else {
+            None
+        };
+        Ok(Security {
+            tls,
+            mapper: PrincipalMapper::parse(&config.ssl.principal_mapping_rules)?,
+            failures: crate::common::logging::RateLimit::new(TLS_FAILURE_LOG_INTERVAL),
+        })
+    }
+
+    /// Counts and logs (rate-limited) a TLS connection that ends before it is served.
+    fn failed(&self, shard: &Shard, peer: std::net::SocketAddr, why: &str) {
+        shard.metrics.tls_failure();
+        if let Some(suppressed) = self.failures.allow(crate::common::clock::now()) {
+            tracing::warn!(shard = shard.id, %peer, suppressed, "TLS connection refused: {why}");
+        }
+    }
+}
+
+/// Reads the TLS files again whenever they change, until the shard stops.
+async fn watch_tls_files(shard: Rc<Shard>, tls: Rc<Reloading>) {
+    while !shard.stopping() {
+        crate::runtime::task::sleep(TLS_RELOAD_CHECK).await;
+        match tls.reload_if_changed() {
+            Ok(false) => {}
+            Ok(true) if shard.id == 0 => {
+                tracing::info!("TLS certificate files changed: new connections get them");
+            }
+            Ok(true) => {}
+            Err(e) if shard.id == 0 => tracing::warn!(
+                error = %e,
+                "TLS certificate files changed but do not load: still serving the previous ones"
+            ),
+            Err(_) => {}
         }
     }
 }
@@ -104,6 +177,7 @@ async fn admitted(
     stream: TcpStream,
     listener: Listener,
     refusals: Rc<crate::common::logging::RateLimit>,
+    security: Rc<Security>,
 ) {
     // A socket without a peer address has already disconnected.
     let Ok(peer) = stream.peer_addr() else {
@@ -126,8 +200,57 @@ async fn admitted(
         }
         _ => return,
     }
-    connection(shard.clone(), stream, listener).await;
+    secured(&shard, stream, peer, listener, &security).await;
     let _ = shard.call(0, Op::ReleaseConnection(ip)).await;
+}
+
+/// Serves a connection as its listener's protocol says: TLS first for SSL and SASL_SSL
+/// (the principal of SSL from the client certificate, if any), SASL in `connection`.
+async fn secured(
+    shard: &Rc<Shard>,
+    stream: TcpStream,
+    peer: std::net::SocketAddr,
+    listener: Listener,
+    security: &Security,
+) {
+    let Some(protocol) = shard.config.listeners.get(listener.0).map(|l| l.protocol) else {
+        return;
+    };
+    let mut conn = kafka::Conn {
+        host: format!("/{}", peer.ip()).into(),
+        listener,
+        principal: kafka::ANONYMOUS.into(),
+    };
+    let Some(tls) = security.tls.as_ref().filter(|_| protocol.tls()) else {
+        return connection(shard.clone(), stream, peer, conn).await;
+    };
+    let acceptor = futures_rustls::TlsAcceptor::from(tls.config());
+    let stream =
+        match crate::runtime::task::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+            Some(Ok(s)) => s,
+            Some(Err(e)) => return security.failed(shard, peer, &e.to_string()),
+            None => return security.failed(shard, peer, "the handshake timed out"),
+        };
+    let certificate = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(<[_]>::first);
+    if let (SecurityProtocol::Ssl, Some(cert)) = (protocol, certificate) {
+        let subject = match crate::security::principal::subject_of(cert) {
+            Ok(s) => s,
+            Err(e) => return security.failed(shard, peer, &e.to_string()),
+        };
+        match security.mapper.map(&subject) {
+            Some(name) => conn.principal = format!("User:{name}").into(),
+            None => {
+                let why = format!("no ssl_principal_mapping_rules rule matches {subject}");
+                return security.failed(shard, peer, &why);
+            }
+        }
+    }
+    tracing::debug!(%peer, principal = &*conn.principal, "TLS connection");
+    connection(shard.clone(), stream, peer, conn).await;
 }
 
 /// A request's handling: its API (index in `kafka::SUPPORTED`, for latency metrics),
@@ -144,14 +267,24 @@ type Pending = glommio::Task<(
     clippy::too_many_lines,
     reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
 )]
-async fn connection(shard: Rc<Shard>, stream: TcpStream, listener: Listener) {
-    let peer = stream.peer_addr().ok();
-    let host: Rc<str> = peer.map_or_else(|| "".into(), |p| format!("/{}", p.ip()).into());
+async fn connection<S>(shard: Rc<Shard>, stream: S, peer: std::net::SocketAddr, conn: kafka::Conn)
+where
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+{
+    let peer = Some(peer);
+    let protocol = shard
+        .config
+        .listeners
+        .get(conn.listener.0)
+        .map(|l| l.protocol);
     shard.count_connection(true);
     shard.metrics.connection_accepted();
     let (mut rd, mut wr) = stream.split();
     let (tx, rx) = local_channel::new_bounded::<Pending>(PIPELINE_DEPTH);
-    let mut sasl = (listener == Listener::SaslPlaintext).then(sasl::SaslConn::default);
+    let mut sasl = protocol
+        .is_some_and(SecurityProtocol::sasl)
+        .then(sasl::SaslConn::default);
+    let mut conn = conn;
     let metrics = shard.metrics.clone();
     let late_log = crate::common::logging::RateLimit::new(LATE_RESPONSE_LOG_INTERVAL);
     let ws = shard.clone();
@@ -170,7 +303,12 @@ async fn connection(shard: Rc<Shard>, stream: TcpStream, listener: Listener) {
             match result {
                 Ok(Some(resp)) => {
                     let write_started = crate::common::clock::now();
-                    match repoll(PEER_CHECK, wr.write_all(&resp), || false).await {
+                    // Flushed: a TLS stream holds what it has not yet written.
+                    let written = async {
+                        wr.write_all(&resp).await?;
+                        wr.flush().await
+                    };
+                    match repoll(PEER_CHECK, written, || false).await {
                         Some((Ok(()), late)) => {
                             ws.note_wake(late, "a response's socket write", ws.id);
                         }
@@ -244,7 +382,7 @@ async fn connection(shard: Rc<Shard>, stream: TcpStream, listener: Listener) {
         let frame = Bytes::from(buf);
         if let Some(gate) = sasl.as_mut().filter(|g| g.user().is_none()) {
             // Not authenticated yet: the gate answers, in order, or the connection ends.
-            let (answer, close) = match gate.serve(&shard, frame, &host).await {
+            let (answer, close) = match gate.serve(&shard, frame, &conn).await {
                 sasl::Gate::Answer(b) => (Some(b), false),
                 sasl::Gate::AnswerAndClose(b) => (Some(b), true),
                 sasl::Gate::Close(why) => {
@@ -261,18 +399,21 @@ async fn connection(shard: Rc<Shard>, stream: TcpStream, listener: Listener) {
             if close {
                 break;
             }
+            if let Some(user) = gate.user() {
+                conn.principal = format!("User:{user}").into();
+            }
             continue;
         }
         let api = api_index(&frame);
         shard.request_started();
         let s = shard.clone();
-        let host = host.clone();
+        let conn = conn.clone();
         let task = glommio::spawn_local(async move {
             if api == Some(PRODUCE_API_INDEX) {
                 let waited = crate::common::clock::now() - received;
                 s.metrics.produce_stage(ProduceStage::QueueWait, waited);
             }
-            let r = handle_watched(&s, frame, &host, listener, peer, &held).await;
+            let r = handle_watched(&s, frame, &conn, peer, &held).await;
             s.request_finished();
             if let Ok(Some(resp)) = &r {
                 answer_holds(&held, resp.len());
@@ -363,8 +504,7 @@ fn waits_by_design(key: i16) -> bool {
 async fn handle_watched(
     shard: &Rc<Shard>,
     frame: Bytes,
-    host: &str,
-    listener: Listener,
+    conn: &kafka::Conn,
     peer: Option<std::net::SocketAddr>,
     held: &Held,
 ) -> Result<Option<Bytes>, FramingError> {
@@ -374,7 +514,7 @@ async fn handle_watched(
         .and_then(|b| b.first_chunk::<4>())
         .map(|b| i32::from_be_bytes(*b));
     let started = crate::common::clock::now();
-    let mut run = std::pin::pin!(kafka::handle(shard, frame, host, listener, held));
+    let mut run = std::pin::pin!(kafka::handle(shard, frame, conn, held));
     let slow = std::pin::pin!(crate::runtime::task::sleep(SLOW_REQUEST_WARN));
     let run = match futures::future::select(run.as_mut(), slow).await {
         futures::future::Either::Left((r, _)) => return r,

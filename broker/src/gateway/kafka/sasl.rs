@@ -1,4 +1,4 @@
-//! SASL on a SASL_PLAINTEXT listener (issue 23): until a connection has authenticated it
+//! SASL on the SASL_PLAINTEXT and SASL_SSL listeners (issue 23): until a connection has authenticated it
 //! gets ApiVersions, SaslHandshake (v0–1) and SaslAuthenticate (v0–2) and nothing else;
 //! the mechanisms are `security`'s (SCRAM-SHA-256, SCRAM-SHA-512, PLAIN) over the SCRAM
 //! credentials in the cluster metadata (AlterUserScramCredentials). After a v0 handshake
@@ -19,7 +19,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::{Ctx, FramingError, Listener};
+use super::{Conn, Ctx, FramingError};
 use crate::security::plain;
 use crate::security::scram::{Credential, Mechanism, ServerExchange, Step};
 use crate::shard::Shard;
@@ -98,8 +98,8 @@ impl SaslConn {
 
     /// Takes one frame of a connection that has not authenticated yet; a connection it
     /// closes is logged (at most once per FAILURE_LOG_INTERVAL on a shard).
-    pub async fn serve(&mut self, shard: &Rc<Shard>, frame: Bytes, client_host: &str) -> Gate {
-        let gate = self.gate(shard, frame, client_host).await;
+    pub async fn serve(&mut self, shard: &Rc<Shard>, frame: Bytes, conn: &Conn) -> Gate {
+        let gate = self.gate(shard, frame, conn).await;
         if let Gate::AnswerAndClose(_) | Gate::Close(_) = gate {
             let why = match &gate {
                 Gate::Close(why) => *why,
@@ -108,7 +108,7 @@ impl SaslConn {
             FAILURE_LOG.with(|limit| {
                 if let Some(suppressed) = limit.allow(crate::common::clock::now()) {
                     tracing::warn!(
-                        client = client_host,
+                        client = &*conn.host,
                         why,
                         suppressed,
                         "SASL connection closed before authentication"
@@ -119,7 +119,7 @@ impl SaslConn {
         gate
     }
 
-    async fn gate(&mut self, shard: &Rc<Shard>, frame: Bytes, client_host: &str) -> Gate {
+    async fn gate(&mut self, shard: &Rc<Shard>, frame: Bytes, conn: &Conn) -> Gate {
         if let State::Handshaken { raw: true, .. } = self.state {
             return self.raw_token(shard, frame).await;
         }
@@ -129,22 +129,22 @@ impl SaslConn {
         let key = ApiKey::try_from(i16::from_be_bytes([h[0], h[1]]));
         let version = i16::from_be_bytes([h[2], h[3]]);
         match key {
-            Ok(ApiKey::ApiVersions) => api_versions(frame, version, client_host),
+            Ok(ApiKey::ApiVersions) => api_versions(frame, version, conn),
             Ok(ApiKey::SaslHandshake) if (0..=1).contains(&version) => {
-                self.handshake(frame, version, client_host)
+                self.handshake(frame, version, conn)
             }
             Ok(ApiKey::SaslAuthenticate) if (0..=2).contains(&version) => {
-                self.authenticate(shard, frame, version, client_host).await
+                self.authenticate(shard, frame, version, conn).await
             }
             _ => Gate::Close("a request before SASL authentication"),
         }
     }
 
-    fn handshake(&mut self, frame: Bytes, version: i16, client_host: &str) -> Gate {
+    fn handshake(&mut self, frame: Bytes, version: i16, conn: &Conn) -> Gate {
         if !matches!(self.state, State::Start) {
             return Gate::Close("a second SaslHandshake");
         }
-        let Ok((ctx, body)) = context(frame, ApiKey::SaslHandshake, version, client_host) else {
+        let Ok((ctx, body)) = context(frame, ApiKey::SaslHandshake, version, conn) else {
             return Gate::Close("a malformed SaslHandshake");
         };
         let Ok(req) = ctx.decode::<SaslHandshakeRequest>(body) else {
@@ -182,9 +182,9 @@ impl SaslConn {
         shard: &Rc<Shard>,
         frame: Bytes,
         version: i16,
-        client_host: &str,
+        conn: &Conn,
     ) -> Gate {
-        let Ok((ctx, body)) = context(frame, ApiKey::SaslAuthenticate, version, client_host) else {
+        let Ok((ctx, body)) = context(frame, ApiKey::SaslAuthenticate, version, conn) else {
             return Gate::Close("a malformed SaslAuthenticate");
         };
         let Ok(req) = ctx.decode::<SaslAuthenticateRequest>(body) else {
@@ -290,7 +290,7 @@ impl SaslConn {
 
 /// ApiVersions before authentication (what a client asks first, to learn the SASL
 /// versions).
-fn api_versions(frame: Bytes, version: i16, client_host: &str) -> Gate {
+fn api_versions(frame: Bytes, version: i16, conn: &Conn) -> Gate {
     let supported = super::SUPPORTED
         .iter()
         .find(|(k, _, _)| *k == ApiKey::ApiVersions)
@@ -305,7 +305,7 @@ fn api_versions(frame: Bytes, version: i16, client_host: &str) -> Gate {
             _ => Gate::Close("a malformed ApiVersions"),
         };
     }
-    match context(frame, ApiKey::ApiVersions, version, client_host) {
+    match context(frame, ApiKey::ApiVersions, version, conn) {
         Ok((ctx, body)) => answer(super::api_versions::handle(&ctx, body)),
         Err(_) => Gate::Close("a malformed ApiVersions"),
     }
@@ -316,9 +316,9 @@ fn context(
     frame: Bytes,
     key: ApiKey,
     version: i16,
-    client_host: &str,
+    conn: &Conn,
 ) -> Result<(Ctx, Bytes), FramingError> {
-    Ctx::from_frame(frame, key, version, client_host, Listener::SaslPlaintext)
+    Ctx::from_frame(frame, key, version, conn)
 }
 
 fn answer(r: Result<Bytes, FramingError>) -> Gate {
