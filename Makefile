@@ -136,6 +136,7 @@ deps:
 	command -v node >/dev/null || missing="$$missing nodejs"; \
 	command -v npm >/dev/null || missing="$$missing npm"; \
 	command -v curl >/dev/null || missing="$$missing curl"; \
+	command -v openssl >/dev/null || missing="$$missing openssl"; \
 	command -v g++ >/dev/null || missing="$$missing g++"; \
 	dpkg -s libzstd-dev >/dev/null 2>&1 || missing="$$missing libzstd-dev"; \
 	dpkg -s zlib1g-dev >/dev/null 2>&1 || missing="$$missing zlib1g-dev"; \

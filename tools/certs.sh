@@ -15,7 +15,8 @@
 #                                 CN=CLIENT,OU=clients,O=Strand)
 # DIR/CLIENT.keystore.pem         the key and certificate in one file, for the Java
 #                                 client's ssl.keystore.type=PEM
-# An existing CA in DIR is reused, so running it again adds clients under the same CA.
+# An existing CA and node certificate in DIR are kept, so running it again adds clients
+# under the same CA (remove node.pem to issue a new node certificate).
 # Validity: STRAND_CERT_DAYS days (default 825).
 set -euo pipefail
 
@@ -67,7 +68,7 @@ keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=serverAuth,clientAuth
 subjectAltName=$sans
 EOF
-sign node "/O=Strand/CN=localhost" "$ext"
+[ -f "$dir/node.pem" ] || sign node "/O=Strand/CN=localhost" "$ext"
 
 cat > "$ext" <<EOF
 basicConstraints=critical,CA:FALSE

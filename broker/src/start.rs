@@ -65,6 +65,7 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
     // Woken by a termination signal (None) or by a shard that exited (Some(id)): a shard
     // that fails, even at start-up, takes the whole process down.
     let (exit_tx, exit_rx) = std::sync::mpsc::channel::<Option<usize>>();
+    let tls = tls_at_start(&config)?;
     let mut handles = Vec::with_capacity(count);
     for (id, rx) in receivers.into_iter().enumerate() {
         let wired = ShardWiring {
@@ -78,7 +79,7 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
         handles.push(spawn_shard(
             cpus[id],
             plan.io_memory_bytes,
-            wired,
+            (wired, tls.clone()),
             rx,
             exit_tx.clone(),
         )?);
@@ -102,6 +103,17 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
     stop_and_join(&wiring.senders, handles)
 }
 
+/// The TLS files of the SSL and SASL_SSL listeners, read once before any shard starts (an
+/// error names the file), and the principal mapping rules checked.
+fn tls_at_start(config: &Config) -> anyhow::Result<Option<crate::security::tls::Loaded>> {
+    crate::security::principal::PrincipalMapper::parse(&config.ssl.principal_mapping_rules)?;
+    if !config.listeners.iter().any(|l| l.protocol.tls()) {
+        return Ok(None);
+    }
+    let loaded = crate::security::tls::Loaded::load(&config.ssl).context("TLS listener")?;
+    Ok(Some(loaded))
+}
+
 /// How many shards to run: one per CPU of the affinity mask, or `--smp` of them.
 fn shard_count(config: &Config, cpus: &[usize]) -> anyhow::Result<usize> {
     if let Some(n) = config.smp.filter(|&n| n > cpus.len()) {
@@ -117,7 +129,7 @@ fn shard_count(config: &Config, cpus: &[usize]) -> anyhow::Result<usize> {
 fn spawn_shard(
     cpu: usize,
     io_memory_bytes: usize,
-    wired: ShardWiring,
+    (wired, tls): (ShardWiring, Option<crate::security::tls::Loaded>),
     rx: mpsc::Receiver<Envelope>,
     exited: std::sync::mpsc::Sender<Option<usize>>,
 ) -> anyhow::Result<ExecutorJoinHandle<anyhow::Result<()>>> {
@@ -130,7 +142,7 @@ fn spawn_shard(
         .detect_stalls(crate::runtime::stall::reporter(stall_report_ms))
         .spawn(move || async move {
             let flags = wired.alive.clone();
-            let r = shard_main(wired, rx).await;
+            let r = shard_main(wired, rx, tls).await;
             if let Some(a) = flags.get(id) {
                 a.store(false, Ordering::Release);
             }
@@ -178,7 +190,11 @@ fn stop_and_join(
 }
 
 /// One shard's life: its state, its queue, its metadata, then its listeners until it stops.
-async fn shard_main(wired: ShardWiring, rx: mpsc::Receiver<Envelope>) -> anyhow::Result<()> {
+async fn shard_main(
+    wired: ShardWiring,
+    rx: mpsc::Receiver<Envelope>,
+    tls: Option<crate::security::tls::Loaded>,
+) -> anyhow::Result<()> {
     let config = wired.config.clone();
     let id = wired.id;
     strand_storage::io::prime_device_probe(&config.data_dir).await?;
@@ -223,7 +239,7 @@ async fn shard_main(wired: ShardWiring, rx: mpsc::Receiver<Envelope>) -> anyhow:
     spawn_local(offsets_expiry(shard.clone()));
     spawn_local(txn_sweeper(shard.clone()));
     crate::gateway::native::net::listen(&shard)?;
-    crate::gateway::kafka::net::serve(shard.clone(), stop_rx).await?;
+    crate::gateway::kafka::net::serve(shard.clone(), stop_rx, tls).await?;
     let _ = done_rx.await;
     tracing::info!(
         shard = id,

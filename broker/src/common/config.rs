@@ -105,8 +105,8 @@ pub struct Flags {
     /// PEM file of the CA certificates client certificates must chain to (mutual TLS).
     #[arg(long, env = "STRAND_SSL_CA_LOCATION")]
     pub ssl_ca_location: Option<PathBuf>,
-    /// Client certificates on TLS listeners: `none`, `requested` or `required`
-    /// (`ssl.client.auth`).
+    /// Client certificates on SSL listeners: `none`, `requested` or `required`
+    /// (`ssl.client.auth`; SASL_SSL listeners ask for none, as Kafka's).
     #[arg(long, env = "STRAND_SSL_CLIENT_AUTH", value_enum)]
     pub ssl_client_auth: Option<ClientAuth>,
     /// How a client certificate's subject becomes its principal

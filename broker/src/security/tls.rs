@@ -101,6 +101,9 @@ pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 }
 
 /// The rustls server configuration `ssl` describes (reads its files: blocking, small).
+/// `ssl.client_auth` applies to SSL listeners only; SASL_SSL ones ask for no client
+/// certificate (the client authenticates with SASL), as Kafka since KIP-684 unless the
+/// listener's own `ssl.client.auth` is set.
 pub fn server_config(ssl: &SslConfig) -> Result<Arc<ServerConfig>, TlsError> {
     let (Some(cert), Some(key)) = (&ssl.certificate_location, &ssl.key_location) else {
         return Err(TlsError::Missing);
@@ -151,21 +154,59 @@ fn stamp(path: Option<&PathBuf>) -> Stamp {
     Some((m.modified().ok()?, m.len()))
 }
 
-/// A shard's TLS configuration, read again when its files change.
+/// The configurations of SSL listeners (with `ssl_client_auth`) and of SASL_SSL ones
+/// (without client certificates).
+#[derive(Clone)]
+struct Configs {
+    ssl: Arc<ServerConfig>,
+    sasl_ssl: Arc<ServerConfig>,
+}
+
+fn configs(ssl: &SslConfig) -> Result<Configs, TlsError> {
+    let without_client_auth = SslConfig {
+        client_auth: ClientAuth::None,
+        ..ssl.clone()
+    };
+    Ok(Configs {
+        ssl: server_config(ssl)?,
+        sasl_ssl: server_config(&without_client_auth)?,
+    })
+}
+
+/// The TLS files as read once at start, before any shard serves: every shard starts from
+/// this copy (`Reloading::new`), so none can fail later on files changed in between.
+#[derive(Clone)]
+pub struct Loaded {
+    ssl: SslConfig,
+    configs: Configs,
+    stamps: [Stamp; 3],
+}
+
+impl Loaded {
+    /// Reads `ssl`'s files (an error if they do not make a configuration).
+    pub fn load(ssl: &SslConfig) -> Result<Loaded, TlsError> {
+        let stamps = Reloading::stamps(ssl);
+        Ok(Loaded {
+            ssl: ssl.clone(),
+            configs: configs(ssl)?,
+            stamps,
+        })
+    }
+}
+
+/// A shard's TLS configurations, read again when their files change.
 pub struct Reloading {
     ssl: SslConfig,
-    current: RefCell<(Arc<ServerConfig>, [Stamp; 3])>,
+    current: RefCell<(Configs, [Stamp; 3])>,
 }
 
 impl Reloading {
-    /// Loads `ssl` (an error if its files do not make a configuration).
-    pub fn new(ssl: SslConfig) -> Result<Reloading, TlsError> {
-        let stamps = Self::stamps(&ssl);
-        let config = server_config(&ssl)?;
-        Ok(Reloading {
-            ssl,
-            current: RefCell::new((config, stamps)),
-        })
+    /// Starts from the configurations loaded at start.
+    pub fn new(loaded: Loaded) -> Reloading {
+        Reloading {
+            ssl: loaded.ssl,
+            current: RefCell::new((loaded.configs, loaded.stamps)),
+        }
     }
 
     fn stamps(ssl: &SslConfig) -> [Stamp; 3] {
@@ -176,9 +217,15 @@ impl Reloading {
         ]
     }
 
-    /// The configuration new connections get.
-    pub fn config(&self) -> Arc<ServerConfig> {
-        self.current.borrow().0.clone()
+    /// The configuration new connections of an SSL listener (`sasl` false) or a SASL_SSL
+    /// one get.
+    pub fn config(&self, sasl: bool) -> Arc<ServerConfig> {
+        let current = self.current.borrow();
+        if sasl {
+            current.0.sasl_ssl.clone()
+        } else {
+            current.0.ssl.clone()
+        }
     }
 
     /// Reads the files again if any changed since last read: `Ok(true)` when a new
@@ -189,7 +236,7 @@ impl Reloading {
         if stamps == self.current.borrow().1 {
             return Ok(false);
         }
-        let loaded = server_config(&self.ssl);
+        let loaded = configs(&self.ssl);
         let mut current = self.current.borrow_mut();
         current.1 = stamps;
         current.0 = loaded?;
@@ -348,19 +395,19 @@ mod tests {
         let mut cfg = ssl(ClientAuth::None);
         cfg.certificate_location = Some(cert.clone());
         cfg.key_location = Some(key.clone());
-        let r = Reloading::new(cfg).expect("load");
+        let r = Reloading::new(Loaded::load(&cfg).expect("load"));
         assert!(!r.reload_if_changed().expect("unchanged"));
-        let before = r.config();
+        let before = r.config(false);
         // A half-written certificate: reported, the previous configuration stays.
         std::fs::write(&cert, b"-----BEGIN CERTIFICATE-----\n").expect("write");
         assert!(r.reload_if_changed().is_err());
-        assert!(Arc::ptr_eq(&before, &r.config()));
+        assert!(Arc::ptr_eq(&before, &r.config(false)));
         assert!(!r.reload_if_changed().expect("reported once"));
         // A complete one (another length than the half-written one): in service.
         let mut extra = std::fs::read(testdata("node.pem")).expect("read");
         extra.push(b'\n');
         std::fs::write(&cert, extra).expect("write");
         assert!(r.reload_if_changed().expect("reloaded"));
-        assert!(!Arc::ptr_eq(&before, &r.config()));
+        assert!(!Arc::ptr_eq(&before, &r.config(false)));
     }
 }

@@ -22,7 +22,7 @@ use crate::common::metrics::ProduceStage;
 use crate::gateway::kafka::{self, sasl, FramingError, Listener};
 use crate::runtime::task::{repoll, spawn_local};
 use crate::security::principal::PrincipalMapper;
-use crate::security::tls::Reloading;
+use crate::security::tls::{Loaded, Reloading};
 use crate::shard::budget::Held;
 use crate::shard::ops::{Op, Reply};
 use crate::shard::Shard;
@@ -52,8 +52,13 @@ fn api_index(frame: &[u8]) -> Option<usize> {
         .position(|(k, _, _)| *k as i16 == key)
 }
 
-/// Accepts connections on every listener until `stop` fires.
-pub async fn serve(shard: Rc<Shard>, stop: oneshot::Receiver<()>) -> anyhow::Result<()> {
+/// Accepts connections on every listener until `stop` fires; `tls`: the TLS files as
+/// loaded at start (when a listener is SSL or SASL_SSL).
+pub async fn serve(
+    shard: Rc<Shard>,
+    stop: oneshot::Receiver<()>,
+    tls: Option<Loaded>,
+) -> anyhow::Result<()> {
     let mut sockets = Vec::with_capacity(shard.config.listeners.len());
     for l in &shard.config.listeners {
         let socket = TcpListener::bind(l.addr)
@@ -66,7 +71,7 @@ pub async fn serve(shard: Rc<Shard>, stop: oneshot::Receiver<()>) -> anyhow::Res
             })?;
         sockets.push(socket);
     }
-    let security = Rc::new(Security::new(&shard)?);
+    let security = Rc::new(Security::new(&shard, tls)?);
     if let Some(tls) = &security.tls {
         spawn_local(watch_tls_files(shard.clone(), tls.clone()));
     }
@@ -122,16 +127,13 @@ struct Security {
 }
 
 impl Security {
-    fn new(shard: &Shard) -> anyhow::Result<Security> {
+    fn new(shard: &Shard, tls: Option<Loaded>) -> anyhow::Result<Security> {
         let config = &shard.config;
-        let tls = if config.listeners.iter().any(|l| l.protocol.tls()) {
-            let r = Reloading::new(config.ssl.clone()).context("TLS listener")?;
-            Some(Rc::new(r))
-        } else {
-            None
-        };
+        if tls.is_none() && config.listeners.iter().any(|l| l.protocol.tls()) {
+            anyhow::bail!("a TLS listener without its TLS files loaded at start");
+        }
         Ok(Security {
-            tls,
+            tls: tls.map(|t| Rc::new(Reloading::new(t))),
             mapper: PrincipalMapper::parse(&config.ssl.principal_mapping_rules)?,
             failures: crate::common::logging::RateLimit::new(TLS_FAILURE_LOG_INTERVAL),
         })
@@ -224,7 +226,7 @@ async fn secured(
     let Some(tls) = security.tls.as_ref().filter(|_| protocol.tls()) else {
         return connection(shard.clone(), stream, peer, conn).await;
     };
-    let acceptor = futures_rustls::TlsAcceptor::from(tls.config());
+    let acceptor = futures_rustls::TlsAcceptor::from(tls.config(protocol.sasl()));
     let stream =
         match crate::runtime::task::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
             Some(Ok(s)) => s,

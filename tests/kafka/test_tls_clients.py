@@ -1,0 +1,335 @@
+"""TLS listeners (issue 23): confluent-kafka, kafka-python, aiokafka, kafkajs and the Java
+clients (3.9 and 4.1) produce, consume in a group and commit over SASL_SSL with
+SCRAM-SHA-512, over SASL_SSL with PLAIN, and over mutual TLS (an SSL listener requiring a
+client certificate), each with its stock settings and the CA made by tools/certs.sh.
+Refused: a wrong password, no client certificate, a certificate of a foreign CA, an
+expired one, and one whose subject no `ssl_principal_mapping_rules` rule maps; every
+refusal is counted. A renewed node certificate is served without a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import socket
+import ssl
+import struct
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from strand_harness import (Broker, api_versions_v0, free_port, java_classpath, need,
+                            need_module)
+
+HERE = Path(__file__).resolve().parent
+CERTS_SH = HERE.parent.parent / "tools" / "certs.sh"
+USER, PASSWORD = "alice", "tls and sasl pw"
+COUNT = 20
+MODES = ["sasl_ssl-SCRAM-SHA-512", "sasl_ssl-PLAIN", "mtls"]
+# alice (and the expired "old") map to a principal; bob's certificate is valid but maps to
+# none, so his connections are refused.
+MAPPING_RULES = "RULE:^CN=(alice|old),OU=clients,O=Strand$/$1/L"
+
+
+def certs(dir: Path, *clients: str, days: int | None = None):
+    need(shutil.which("openssl") is not None, "openssl is not installed")
+    env = dict(os.environ)
+    if days is not None:
+        env["STRAND_CERT_DAYS"] = str(days)
+    r = subprocess.run(["bash", str(CERTS_SH), str(dir), *clients], capture_output=True,
+                       text=True, timeout=60, env=env)
+    assert r.returncode == 0, r.stderr
+
+
+def tls_args(d: Path) -> list[str]:
+    return ["--ssl-certificate-location", str(d / "node.pem"),
+            "--ssl-key-location", str(d / "node.key"),
+            "--ssl-ca-location", str(d / "ca.pem"),
+            "--ssl-client-auth", "required",
+            "--ssl-principal-mapping-rules", MAPPING_RULES]
+
+
+class Secured:
+    """A broker with PLAINTEXT, SASL_SSL and SSL (client certificate required) listeners."""
+
+    def __init__(self, broker: Broker, dir: Path, sasl_port: int, ssl_port: int):
+        self.broker, self.dir = broker, dir
+        self.sasl_port, self.ssl_port = sasl_port, ssl_port
+
+    def port(self, mode: str) -> int:
+        return self.ssl_port if mode == "mtls" else self.sasl_port
+
+    def bootstrap(self, mode: str) -> str:
+        return f"localhost:{self.port(mode)}"
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory):
+    adm = need_module("confluent_kafka.admin")
+    d = tmp_path_factory.mktemp("certs")
+    certs(d, "alice", "bob")
+    certs(d, "old", days=-1)
+    certs(d / "foreign", "alice")
+    sasl_port, ssl_port = free_port(), free_port()
+    b = Broker(name="tls-clients", smp=2, extra_args=tls_args(d),
+               extra_listeners=[f"SASL_SSL://127.0.0.1:{sasl_port}",
+                                f"SSL://127.0.0.1:{ssl_port}"])
+    b.start()
+    admin = adm.AdminClient({"bootstrap.servers": b.bootstrap})
+    change = adm.UserScramCredentialUpsertion(
+        USER, adm.ScramCredentialInfo(adm.ScramMechanism.SCRAM_SHA_512, 4096),
+        PASSWORD.encode(), b"tls-salt")
+    for f in admin.alter_user_scram_credentials([change], request_timeout=15).values():
+        f.result(timeout=20)
+    yield Secured(b, d, sasl_port, ssl_port)
+    rc = b.stop()
+    if rc == 0:
+        b.cleanup()
+    assert rc == 0, f"strand exited with {rc} after SIGTERM:\n{b.log_tails()}"
+
+
+def create(s: Secured, topic: str):
+    adm = need_module("confluent_kafka.admin")
+    admin = adm.AdminClient({"bootstrap.servers": s.broker.bootstrap})
+    admin.create_topics([adm.NewTopic(topic, num_partitions=1,
+                                      replication_factor=1)])[topic].result(20)
+
+
+def mechanism(mode: str) -> str | None:
+    return mode.split("-", 1)[1] if mode.startswith("sasl_ssl") else None
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_confluent_kafka_over_tls(secured, topic, mode):
+    ck = need_module("confluent_kafka")
+    create(secured, topic)
+    d = secured.dir
+    conf = {"bootstrap.servers": secured.bootstrap(mode), "ssl.ca.location": str(d / "ca.pem")}
+    if mode == "mtls":
+        conf.update({"security.protocol": "SSL",
+                     "ssl.certificate.location": str(d / "alice.pem"),
+                     "ssl.key.location": str(d / "alice.key")})
+    else:
+        conf.update({"security.protocol": "SASL_SSL", "sasl.mechanism": mechanism(mode),
+                     "sasl.username": USER, "sasl.password": PASSWORD})
+    p = ck.Producer({**conf, "acks": "all"})
+    failed = []
+    for i in range(COUNT):
+        p.produce(topic, f"v{i}".encode(), partition=0,
+                  on_delivery=lambda e, m: e and failed.append(e))
+    assert p.flush(30) == 0 and not failed, failed
+    c = ck.Consumer({**conf, "group.id": topic, "auto.offset.reset": "earliest",
+                     "enable.auto.commit": False})
+    c.subscribe([topic])
+    got, deadline = [], time.monotonic() + 60
+    while len(got) < COUNT and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append(m.value().decode())
+    assert got == [f"v{i}" for i in range(COUNT)]
+    c.commit(asynchronous=False)
+    [tp] = c.committed([ck.TopicPartition(topic, 0)], timeout=20)
+    c.close()
+    assert tp.offset == COUNT
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_kafka_python_over_tls(secured, topic, mode):
+    kafka = need_module("kafka")
+    create(secured, topic)
+    d = secured.dir
+    conf = {"bootstrap_servers": secured.bootstrap(mode), "ssl_cafile": str(d / "ca.pem")}
+    if mode == "mtls":
+        conf.update({"security_protocol": "SSL", "ssl_certfile": str(d / "alice.pem"),
+                     "ssl_keyfile": str(d / "alice.key")})
+    else:
+        conf.update({"security_protocol": "SASL_SSL", "sasl_mechanism": mechanism(mode),
+                     "sasl_plain_username": USER, "sasl_plain_password": PASSWORD})
+    p = kafka.KafkaProducer(acks="all", **conf)
+    for i in range(COUNT):
+        p.send(topic, value=f"v{i}".encode(), partition=0)
+    p.flush(30)
+    p.close()
+    c = kafka.KafkaConsumer(topic, group_id=topic, auto_offset_reset="earliest",
+                            enable_auto_commit=False, consumer_timeout_ms=30000, **conf)
+    got = [m.value.decode() for _, m in zip(range(COUNT), c)]
+    assert got == [f"v{i}" for i in range(COUNT)]
+    c.commit()
+    assert c.committed(kafka.TopicPartition(topic, 0)) == COUNT
+    c.close()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_aiokafka_over_tls(secured, topic, mode):
+    aiokafka = need_module("aiokafka")
+    helpers = need_module("aiokafka.helpers")
+    create(secured, topic)
+    d = secured.dir
+
+    def conf():
+        if mode == "mtls":
+            context = helpers.create_ssl_context(cafile=str(d / "ca.pem"),
+                                                 certfile=str(d / "alice.pem"),
+                                                 keyfile=str(d / "alice.key"))
+            return {"security_protocol": "SSL", "ssl_context": context}
+        return {"security_protocol": "SASL_SSL", "sasl_mechanism": mechanism(mode),
+                "sasl_plain_username": USER, "sasl_plain_password": PASSWORD,
+                "ssl_context": helpers.create_ssl_context(cafile=str(d / "ca.pem"))}
+
+    async def run():
+        bootstrap = secured.bootstrap(mode)
+        p = aiokafka.AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", **conf())
+        await p.start()
+        try:
+            for i in range(COUNT):
+                await p.send_and_wait(topic, value=f"v{i}".encode(), partition=0)
+        finally:
+            await p.stop()
+        c = aiokafka.AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=topic,
+                                      auto_offset_reset="earliest",
+                                      enable_auto_commit=False, **conf())
+        await c.start()
+        try:
+            got = []
+            while len(got) < COUNT:
+                batch = await asyncio.wait_for(c.getmany(timeout_ms=500), 60)
+                got += [r.value.decode() for recs in batch.values() for r in recs]
+            await c.commit()
+            return got, await c.committed(aiokafka.TopicPartition(topic, 0))
+        finally:
+            await c.stop()
+
+    got, committed = asyncio.run(run())
+    assert got == [f"v{i}" for i in range(COUNT)]
+    assert committed == COUNT
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_kafkajs_over_tls(secured, topic, mode):
+    node = shutil.which("node")
+    need(node is not None, "node is not installed (Debian: nodejs)")
+    js = HERE / "js"
+    need((js / "node_modules" / "kafkajs" / "package.json").exists(),
+         f"kafkajs is not installed: run `npm ci` in {js}")
+    create(secured, topic)
+    d = secured.dir
+    settings = {"ca": str(d / "ca.pem")}
+    if mode == "mtls":
+        settings.update({"cert": str(d / "alice.pem"), "key": str(d / "alice.key")})
+    else:
+        settings["sasl"] = {"mechanism": mechanism(mode).lower(), "username": USER,
+                            "password": PASSWORD}
+    r = subprocess.run([node, str(js / "secure.js"), secured.bootstrap(mode), topic, topic,
+                        str(COUNT), json.dumps(settings)], capture_output=True, text=True,
+                       timeout=120, env=dict(os.environ, KAFKAJS_NO_PARTITIONER_WARNING="1"))
+    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr[-4000:]}"
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == {"consumed": COUNT,
+                                                             "committed": str(COUNT)}
+
+
+@pytest.mark.parametrize("client", ["java3.9", "java4.1"])
+@pytest.mark.parametrize("mode", MODES)
+def test_java_clients_over_tls(secured, topic, client, mode):
+    java, cp = java_classpath(client, "SecureCheck")
+    create(secured, topic)
+    d = secured.dir
+    props = ["ssl.truststore.type=PEM", f"ssl.truststore.location={d / 'ca.pem'}"]
+    if mode == "mtls":
+        props += ["security.protocol=SSL", "ssl.keystore.type=PEM",
+                  f"ssl.keystore.location={d / 'alice.keystore.pem'}"]
+    else:
+        module = ("org.apache.kafka.common.security.scram.ScramLoginModule"
+                  if mechanism(mode).startswith("SCRAM") else
+                  "org.apache.kafka.common.security.plain.PlainLoginModule")
+        props += ["security.protocol=SASL_SSL", f"sasl.mechanism={mechanism(mode)}",
+                  f'sasl.jaas.config={module} required username="{USER}" '
+                  f'password="{PASSWORD}";']
+    r = subprocess.run([java, "-Xshare:auto", "-XX:TieredStopAtLevel=1", "-cp", cp,
+                        "SecureCheck", secured.bootstrap(mode), topic, topic, str(COUNT),
+                        *props], capture_output=True, text=True, timeout=180)
+    out = r.stdout.strip().splitlines()
+    assert r.returncode == 0 and out and out[-1] == (
+        f"OK produced={COUNT} consumed={COUNT} committed={COUNT}"), (
+        f"exit {r.returncode}\nstdout:\n{r.stdout[-3000:]}\nstderr:\n{r.stderr[-5000:]}")
+
+
+def served(port: int, ca: Path, cert: Path | None = None, key: Path | None = None) -> bool:
+    """Whether a TLS connection trusting `ca` (presenting `cert`) gets ApiVersions
+    answered; a refusal in the handshake, or a close right after it, is False."""
+    context = ssl.create_default_context(cafile=str(ca))
+    if cert is not None:
+        context.load_cert_chain(str(cert), str(key))
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+            with context.wrap_socket(raw, server_hostname="localhost") as s:
+                err, _ = api_versions_v0(s)
+                return err == 0
+    except (OSError, ssl.SSLError, struct.error, AssertionError):
+        return False
+
+
+def tls_failures(b: Broker) -> float:
+    from test_metrics import scrape, total
+    name = "strand_kafka_tls_handshake_failures"
+    return total(scrape(b), name, name + "_total")
+
+
+def test_certificates_that_must_be_refused_are(secured):
+    d = secured.dir
+    before = tls_failures(secured.broker)
+    port = secured.ssl_port
+    assert served(port, d / "ca.pem", d / "alice.pem", d / "alice.key")
+    assert not served(port, d / "ca.pem"), "no client certificate"
+    assert not served(port, d / "ca.pem", d / "foreign" / "alice.pem",
+                      d / "foreign" / "alice.key"), "a foreign CA's certificate"
+    assert not served(port, d / "ca.pem", d / "old.pem", d / "old.key"), "an expired one"
+    assert not served(port, d / "ca.pem", d / "bob.pem", d / "bob.key"), "no rule maps bob"
+    # A client that does not trust the broker's CA refuses it.
+    assert not served(port, d / "foreign" / "ca.pem", d / "alice.pem", d / "alice.key")
+    # SASL_SSL asks for no client certificate: the handshake is served, SASL follows.
+    assert served(secured.sasl_port, d / "ca.pem")
+    # Four refusals were the broker's; the client that did not trust it counts too.
+    assert tls_failures(secured.broker) >= before + 5
+
+
+def test_a_wrong_password_over_sasl_ssl_is_refused(secured):
+    ck = need_module("confluent_kafka")
+    p = ck.Producer({"bootstrap.servers": secured.bootstrap("sasl_ssl"),
+                     "security.protocol": "SASL_SSL",
+                     "ssl.ca.location": str(secured.dir / "ca.pem"),
+                     "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": USER,
+                     "sasl.password": "wrong"})
+    with pytest.raises(ck.KafkaException):
+        p.list_topics(timeout=5)
+
+
+def peer_serial(port: int, ca: Path) -> int:
+    context = ssl.create_default_context(cafile=str(ca))
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        with context.wrap_socket(raw, server_hostname="localhost") as s:
+            return int(s.getpeercert()["serialNumber"], 16)
+
+
+def test_a_renewed_certificate_is_served_without_a_restart(strand, tmp_path):
+    d = tmp_path / "certs"
+    certs(d)
+    port = free_port()
+    b = strand(extra_args=["--ssl-certificate-location", str(d / "node.pem"),
+                           "--ssl-key-location", str(d / "node.key")],
+               extra_listeners=[f"SSL://127.0.0.1:{port}"])
+    first = peer_serial(port, d / "ca.pem")
+    (d / "node.pem").unlink()
+    certs(d)
+    deadline = time.monotonic() + 10
+    while peer_serial(port, d / "ca.pem") == first:
+        assert time.monotonic() < deadline, "the renewed certificate was not served"
+        time.sleep(0.2)
+    assert served(port, d / "ca.pem")
+    # A broken renewal (a key that does not match) leaves the last good one in service.
+    shutil.copy(d / "ca.key", d / "node.key")
+    time.sleep(2.5)
+    assert served(port, d / "ca.pem")
+    assert "do not load" in b.stderr_path.read_text(errors="replace")
