@@ -521,6 +521,8 @@ class Node:
         self.admin_port = ports.one()
         self.native_port = ports.one()
         self.rpc_port = ports.block(self.cluster.smp)
+        # The port of each of the cluster's extra listeners (by name), beside PLAINTEXT.
+        self.listener_ports = {name: ports.one() for name in self.cluster.extra_listeners}
 
     @property
     def bootstrap(self) -> str:
@@ -536,7 +538,7 @@ class Node:
         seeds = c.direct_seeds() if self.joiner else c.seeds_for(self.node_id)
         return [str(binary)] + who + [
             "--data-dir", str(self.data_dir),
-            "--kafka-addr", f"127.0.0.1:{self.kafka_port}",
+        ] + self.listener_args() + [
             "--admin-addr", f"127.0.0.1:{self.admin_port}",
             "--native-addr", f"127.0.0.1:{self.native_port}",
             "--native-shard-base-port", "0",
@@ -545,6 +547,13 @@ class Node:
             "--default-replication-factor", str(c.replication_factor),
             "--smp", str(c.smp),
         ] + c.extra_args
+
+    def listener_args(self) -> list[str]:
+        if not self.listener_ports:
+            return ["--kafka-addr", f"127.0.0.1:{self.kafka_port}"]
+        listeners = [f"PLAINTEXT://127.0.0.1:{self.kafka_port}"] + [
+            f"{name}://127.0.0.1:{port}" for name, port in self.listener_ports.items()]
+        return ["--listeners", ",".join(listeners)]
 
     def spawn(self, binary: Path):
         assert not self.running(), f"{self.name} is running"
@@ -627,7 +636,10 @@ class Cluster:
     _seq = 0
 
     def __init__(self, name: str = "cluster", smp: int = 1, replication_factor: int = 3,
-                 extra_args: list[str] | None = None, node_ids=NODE_IDS):
+                 extra_args: list[str] | None = None, node_ids=NODE_IDS,
+                 extra_listeners: list[str] | None = None):
+        """`extra_listeners`: names of Kafka listeners (`SASL_SSL`) each node serves on a
+        port of its own (`Node.listener_ports`) beside PLAINTEXT (the inter-broker one)."""
         assert 1 <= smp <= SMP_MAX, f"smp {smp} outside 1..{SMP_MAX}"
         Cluster._seq += 1
         self.name = name
@@ -638,6 +650,7 @@ class Cluster:
         self.smp = smp
         self.replication_factor = replication_factor
         self.extra_args = list(extra_args or [])
+        self.extra_listeners = list(extra_listeners or [])
         self.ports = PortAllocator()
         self.proxy = FaultProxy(self.ports)
         self.nodes: dict[int, Node] = {n: Node(self, n) for n in node_ids}

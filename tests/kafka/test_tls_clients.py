@@ -333,3 +333,50 @@ def test_a_renewed_certificate_is_served_without_a_restart(strand, tmp_path):
     time.sleep(2.5)
     assert served(port, d / "ca.pem")
     assert "do not load" in b.stderr_path.read_text(errors="replace")
+
+
+def test_a_sasl_ssl_cluster_serves_a_stock_client(request, tmp_path, topic):
+    """Three nodes with a SASL_SSL listener each beside the PLAINTEXT inter-broker one: a
+    client that knows only the SASL_SSL bootstrap is told every node's SASL_SSL endpoint,
+    produces to partitions led by every node, consumes in a group and commits."""
+    ck = need_module("confluent_kafka")
+    adm = need_module("confluent_kafka.admin")
+    from test_cluster import owned_cluster
+    d = tmp_path / "certs"
+    certs(d)
+    tls = ["--ssl-certificate-location", str(d / "node.pem"),
+           "--ssl-key-location", str(d / "node.key")]
+    with owned_cluster(request, extra_args=tls, extra_listeners=["SASL_SSL"]) as c:
+        admin = adm.AdminClient({"bootstrap.servers": c.bootstrap()})
+        change = adm.UserScramCredentialUpsertion(
+            USER, adm.ScramCredentialInfo(adm.ScramMechanism.SCRAM_SHA_512, 4096),
+            PASSWORD.encode(), b"cluster-salt")
+        for f in admin.alter_user_scram_credentials([change], request_timeout=15).values():
+            f.result(timeout=30)
+        admin.create_topics([adm.NewTopic(topic, num_partitions=3)])[topic].result(30)
+        sasl_ports = {n.node_id: n.listener_ports["SASL_SSL"] for n in c.nodes.values()}
+        conf = {"bootstrap.servers": f"localhost:{sasl_ports[1]}",
+                "security.protocol": "SASL_SSL", "ssl.ca.location": str(d / "ca.pem"),
+                "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": USER,
+                "sasl.password": PASSWORD}
+        md = adm.AdminClient(conf).list_topics(timeout=30)
+        assert {b.id: b.port for b in md.brokers.values()} == sasl_ports
+        p = ck.Producer({**conf, "acks": "all"})
+        failed = []
+        for i in range(3 * COUNT):
+            p.produce(topic, f"v{i}".encode(), partition=i % 3,
+                      on_delivery=lambda e, m: e and failed.append(e))
+        assert p.flush(60) == 0 and not failed, failed
+        cons = ck.Consumer({**conf, "group.id": topic, "auto.offset.reset": "earliest",
+                            "enable.auto.commit": False})
+        cons.subscribe([topic])
+        got, deadline = set(), time.monotonic() + 90
+        while len(got) < 3 * COUNT and time.monotonic() < deadline:
+            m = cons.poll(0.5)
+            if m is not None and m.error() is None:
+                got.add(m.value().decode())
+        assert got == {f"v{i}" for i in range(3 * COUNT)}
+        cons.commit(asynchronous=False)
+        committed = cons.committed([ck.TopicPartition(topic, i) for i in range(3)], timeout=30)
+        cons.close()
+        assert [tp.offset for tp in committed] == [COUNT] * 3
