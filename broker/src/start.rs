@@ -238,7 +238,18 @@ async fn shard_main(
     spawn_local(session_sweeper(shard.clone()));
     spawn_local(offsets_expiry(shard.clone()));
     spawn_local(txn_sweeper(shard.clone()));
-    crate::gateway::native::net::listen(&shard)?;
+    if config.authorizer_enabled {
+        // The native protocol has no authentication yet: with ACLs on it would be a way
+        // around them.
+        if id == 0 {
+            tracing::warn!(
+                "the native protocol listener is off while authorizer_enabled: it has no \
+                 authentication yet (Kafka clients are served as usual)"
+            );
+        }
+    } else {
+        crate::gateway::native::net::listen(&shard)?;
+    }
     crate::gateway::kafka::net::serve(shard.clone(), stop_rx, tls).await?;
     let _ = done_rx.await;
     tracing::info!(

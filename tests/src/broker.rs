@@ -66,6 +66,8 @@ pub struct Options {
     pub num_partitions: i32,
     /// Further flags, e.g. `["--fetch-max-bytes", "4096"]`.
     pub extra_args: Vec<String>,
+    /// A SASL_PLAINTEXT listener beside the PLAINTEXT one (`Broker::sasl_addr`).
+    pub sasl_listener: bool,
 }
 
 impl Default for Options {
@@ -77,6 +79,7 @@ impl Default for Options {
             group_initial_rebalance_delay_ms: 0,
             num_partitions: 1,
             extra_args: Vec::new(),
+            sasl_listener: false,
         }
     }
 }
@@ -93,6 +96,8 @@ pub struct Broker {
     native_addr: SocketAddr,
     /// Admin HTTP listener of the current start (a free port per start).
     admin_addr: Option<SocketAddr>,
+    /// The SASL_PLAINTEXT listener (`Options::sasl_listener`).
+    sasl_addr: Option<SocketAddr>,
     options: Options,
     child: Option<Child>,
     starts: usize,
@@ -113,12 +118,18 @@ impl Broker {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             native_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             admin_addr: None,
+            sasl_addr: None,
             options,
             child: None,
             starts: 0,
         };
         broker.launch_on_free_port();
         broker
+    }
+
+    /// The SASL_PLAINTEXT listener's address (`Options::sasl_listener`).
+    pub fn sasl_addr(&self) -> SocketAddr {
+        self.sasl_addr.expect("started with Options::sasl_listener")
     }
 
     /// The running process's peak resident set size (`VmHWM` of /proc/<pid>/status).
@@ -245,6 +256,9 @@ impl Broker {
         for attempt in 1..=PORT_ATTEMPTS {
             self.addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
             self.native_addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+            if self.options.sasl_listener {
+                self.sasl_addr = Some(SocketAddr::from(([127, 0, 0, 1], free_port())));
+            }
             match self.launch() {
                 Ok(()) => return,
                 Err(e) if e.contains("Address already in use") && attempt < PORT_ATTEMPTS => {
@@ -270,8 +284,13 @@ impl Broker {
         let child = Command::new(&self.bin)
             .arg("--data-dir")
             .arg(self.data_dir())
-            .arg("--kafka-addr")
-            .arg(self.addr.to_string())
+            .args(match self.sasl_addr {
+                Some(sasl) => vec![
+                    "--listeners".to_string(),
+                    format!("PLAINTEXT://{},SASL_PLAINTEXT://{sasl}", self.addr),
+                ],
+                None => vec!["--kafka-addr".to_string(), self.addr.to_string()],
+            })
             .args(["--smp", &o.smp.to_string()])
             .args([
                 "--offsets-topic-num-partitions",
@@ -537,6 +556,30 @@ impl Client {
             stream,
             next_correlation_id: 1,
         })
+    }
+
+    /// Authenticates with SASL PLAIN (SaslHandshake v1, SaslAuthenticate v2) on a SASL
+    /// listener.
+    pub fn authenticate_plain(&mut self, user: &str, password: &str) -> anyhow::Result<()> {
+        use kafka_protocol::messages::{SaslAuthenticateRequest, SaslHandshakeRequest};
+        let hs = self.try_request(
+            1,
+            &SaslHandshakeRequest::default()
+                .with_mechanism(kafka_protocol::protocol::StrBytes::from_static_str("PLAIN")),
+        )?;
+        anyhow::ensure!(hs.error_code == 0, "SaslHandshake: error {}", hs.error_code);
+        let token = format!("\0{user}\0{password}");
+        let auth = self.try_request(
+            2,
+            &SaslAuthenticateRequest::default().with_auth_bytes(bytes::Bytes::from(token)),
+        )?;
+        anyhow::ensure!(
+            auth.error_code == 0,
+            "SaslAuthenticate: error {} {:?}",
+            auth.error_code,
+            auth.error_message
+        );
+        Ok(())
     }
 
     /// Sets the socket read timeout (how long a response may take).

@@ -67,6 +67,9 @@ pub enum Command {
     /// (like `kafka-configs.sh --entity-type users` for SCRAM).
     #[command(subcommand, after_help = EXIT_CODES_HELP)]
     User(UserCmd),
+    /// ACLs: list, add, remove (like `kafka-acls.sh`; the broker needs authorizer_enabled).
+    #[command(subcommand, after_help = EXIT_CODES_HELP)]
+    Acl(AclCmd),
     /// Produce records read from stdin, one per line.
     #[command(after_help = EXIT_CODES_HELP)]
     Produce(ProduceArgs),
@@ -167,6 +170,69 @@ pub enum TopicCmd {
     },
     /// List the partition moves in progress (ListPartitionReassignments).
     Moves,
+}
+
+/// The resource an `acl` command names (at most one of them).
+#[derive(clap::Args, Debug, Default, Clone)]
+pub struct AclResource {
+    /// A topic (with --prefixed: every topic starting with it; `*`: every topic).
+    #[arg(long)]
+    pub topic: Option<String>,
+    /// A consumer group.
+    #[arg(long)]
+    pub group: Option<String>,
+    /// A transactional id.
+    #[arg(long)]
+    pub transactional_id: Option<String>,
+    /// The cluster.
+    #[arg(long)]
+    pub cluster: bool,
+    /// The name is a prefix (PREFIXED pattern), not a literal name.
+    #[arg(long)]
+    pub prefixed: bool,
+}
+
+/// `acl ...`
+#[derive(Subcommand, Debug)]
+pub enum AclCmd {
+    /// ACLs, all or those of a resource and/or a principal.
+    List {
+        #[command(flatten)]
+        resource: AclResource,
+        /// Only this principal's (`User:alice`).
+        #[arg(long)]
+        principal: Option<String>,
+    },
+    /// Allows (or with --deny denies) a principal operations on a resource.
+    Add {
+        #[command(flatten)]
+        resource: AclResource,
+        /// `User:alice`, or `User:*` for everyone.
+        #[arg(long)]
+        principal: String,
+        /// READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS,
+        /// ALTER_CONFIGS, IDEMPOTENT_WRITE or ALL (repeatable).
+        #[arg(long, required = true)]
+        operation: Vec<String>,
+        /// A DENY ACL (deny wins over allow).
+        #[arg(long)]
+        deny: bool,
+        /// The client address it applies to.
+        #[arg(long, default_value = "*")]
+        host: String,
+    },
+    /// Removes the ACLs matching the resource, principal and operation given (all of a
+    /// resource when only it is given).
+    Remove {
+        #[command(flatten)]
+        resource: AclResource,
+        /// Only this principal's.
+        #[arg(long)]
+        principal: Option<String>,
+        /// Only this operation's.
+        #[arg(long)]
+        operation: Option<String>,
+    },
 }
 
 /// `user ...`

@@ -52,6 +52,10 @@ const KEYS: &[(&str, Kind)] = &[
         Kind::OneOf(&["none", "requested", "required"]),
     ),
     ("ssl_principal_mapping_rules", Kind::Text),
+    ("authorizer_enabled", Kind::Bool),
+    // User:a;User:b ; the broker checks the form at start.
+    ("super_users", Kind::Text),
+    ("allow_everyone_if_no_acl_found", Kind::Bool),
     ("admin_addr", Kind::SocketAddr),
     ("admin_token_file", Kind::Text),
     ("native_addr", Kind::SocketAddr),

@@ -12,6 +12,7 @@
 //! findings, self-test WARN with `--strict`); 4 refused by the broker for the current
 //! state (a Kafka error code, e.g. reset-offsets on an active group, topic exists).
 
+mod acl;
 mod admin_http;
 mod cli;
 mod cluster;
@@ -134,6 +135,10 @@ fn run_tune(cmd: &TuneCmd) -> anyhow::Result<Outcome> {
     }
 }
 
+fn stdin() -> std::io::StdinLock<'static> {
+    std::io::stdin().lock()
+}
+
 fn run(cli: &Cli) -> anyhow::Result<Outcome> {
     let timeout = Duration::from_millis(cli.request_timeout_ms.max(1));
     let connect = || KafkaClient::connect(&cli.brokers, timeout);
@@ -141,19 +146,9 @@ fn run(cli: &Cli) -> anyhow::Result<Outcome> {
         Command::Topic(cmd) => print(&topic::run(&mut connect()?, cmd, &cli.admin)?),
         Command::Group(cmd) => print(&group::run(&mut connect()?, cmd, timeout)?),
         Command::Transactions(cmd) => print(&transactions::run(&mut connect()?, cmd, timeout)?),
-        Command::User(cmd) => print(&user::run(
-            &mut connect()?,
-            cmd,
-            &mut std::io::stdin().lock(),
-        )?),
-        Command::Produce(args) => {
-            let mut client = connect()?;
-            print(&produce::run(
-                &mut client,
-                args,
-                &mut std::io::stdin().lock(),
-            )?)
-        }
+        Command::Acl(cmd) => print(&acl::run(&mut connect()?, cmd)?),
+        Command::User(cmd) => print(&user::run(&mut connect()?, cmd, &mut stdin())?),
+        Command::Produce(args) => print(&produce::run(&mut connect()?, args, &mut stdin())?),
         Command::Consume(args) => {
             let mut client = connect()?;
             let summary = consume::run(&mut client, args, timeout, &mut std::io::stdout().lock())?;

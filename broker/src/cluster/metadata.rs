@@ -10,6 +10,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::security::acl::AclBinding;
+
 /// Kafka's longest topic name.
 pub const TOPIC_NAME_BYTES_MAX: usize = 249;
 /// Most controller voters (Kafka advises 3 or 5; each is in every metadata change's quorum).
@@ -125,6 +127,16 @@ pub enum Command {
         /// Kafka's mechanism type.
         mechanism: i8,
     },
+    /// Adds ACLs (CreateAcls; one already there stays once).
+    CreateAcls {
+        /// Each valid (`AclBinding::validate`).
+        acls: Vec<AclBinding>,
+    },
+    /// Removes ACLs (DeleteAcls: the ones its filters matched when it was asked).
+    DeleteAcls {
+        /// Exact ACLs; one not there is ignored.
+        acls: Vec<AclBinding>,
+    },
     /// Changes topic config overrides.
     AlterConfig {
         /// Topic name.
@@ -154,6 +166,8 @@ impl Command {
             Command::AlterConfig { .. } => "alter_config",
             Command::UpsertScramCredential { .. } => "upsert_scram_credential",
             Command::DeleteScramCredential { .. } => "delete_scram_credential",
+            Command::CreateAcls { .. } => "create_acls",
+            Command::DeleteAcls { .. } => "delete_acls",
         }
     }
 }
@@ -312,6 +326,8 @@ pub struct Metadata {
     pub controller_voters: Vec<i32>,
     /// SCRAM credentials: user → Kafka mechanism type → credential.
     pub scram: BTreeMap<String, BTreeMap<i8, ScramEntry>>,
+    /// ACLs (`security::acl`).
+    pub acls: std::collections::BTreeSet<AclBinding>,
 }
 
 /// A stored SCRAM credential (RFC 5802: never the password).
@@ -389,6 +405,9 @@ pub enum MetaError {
     /// RESOURCE_NOT_FOUND (91): a credential to delete that does not exist.
     #[error("{0} not found")]
     ResourceNotFound(String),
+    /// INVALID_REQUEST (42): an ACL Kafka would not store.
+    #[error("invalid ACL: {0}")]
+    InvalidRequest(String),
     /// UNKNOWN_SERVER_ERROR (-1): the metadata log could not be written.
     #[error("{0}")]
     Internal(String),
@@ -411,6 +430,7 @@ impl MetaError {
             MetaError::UnknownNode(_) => 102,
             MetaError::NodeInUse(..) => 42,
             MetaError::ControllerVoter(_) | MetaError::InvalidVoters(..) => 42,
+            MetaError::InvalidRequest(_) => 42,
             MetaError::Internal(_) => -1,
         }
     }
@@ -506,6 +526,11 @@ impl Metadata {
     pub fn check(&self, cmd: &Command) -> Result<(), MetaError> {
         match cmd {
             Command::InitCluster { .. } => Ok(()),
+            Command::CreateAcls { acls } => acls
+                .iter()
+                .try_for_each(AclBinding::validate)
+                .map_err(MetaError::InvalidRequest),
+            Command::DeleteAcls { .. } => Ok(()),
             Command::UpsertScramCredential {
                 user,
                 mechanism,
@@ -785,6 +810,12 @@ impl Metadata {
                     if let Some(r) = t.replicas.get_mut(*partition as usize) {
                         *r = target.clone();
                     }
+                }
+            }
+            Command::CreateAcls { acls } => self.acls.extend(acls.iter().cloned()),
+            Command::DeleteAcls { acls } => {
+                for a in acls {
+                    self.acls.remove(a);
                 }
             }
             Command::AlterConfig { name, set, delete } => {

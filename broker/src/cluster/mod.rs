@@ -505,6 +505,8 @@ fn visible(m: &Metadata, after: &Metadata, cmd: &Command) -> bool {
         Command::DeleteScramCredential { user, mechanism } => {
             m.scram.get(user).is_none_or(|c| !c.contains_key(mechanism))
         }
+        Command::CreateAcls { acls } => acls.iter().all(|a| m.acls.contains(a)),
+        Command::DeleteAcls { acls } => acls.iter().all(|a| !m.acls.contains(a)),
     }
 }
 

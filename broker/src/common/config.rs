@@ -109,6 +109,17 @@ pub struct Flags {
     /// (`ssl.client.auth`; SASL_SSL listeners ask for none, as Kafka's).
     #[arg(long, env = "STRAND_SSL_CLIENT_AUTH", value_enum)]
     pub ssl_client_auth: Option<ClientAuth>,
+    /// Check every request against the ACLs (CreateAcls); off: everyone may do everything,
+    /// as Kafka without `authorizer.class.name`.
+    #[arg(long, env = "STRAND_AUTHORIZER_ENABLED")]
+    pub authorizer_enabled: Option<bool>,
+    /// Principals allowed everything, `User:a;User:b` (`super.users`).
+    #[arg(long, env = "STRAND_SUPER_USERS")]
+    pub super_users: Option<String>,
+    /// Allow what no ACL names a resource for (`allow.everyone.if.no.acl.found`; default
+    /// false).
+    #[arg(long, env = "STRAND_ALLOW_EVERYONE_IF_NO_ACL_FOUND")]
+    pub allow_everyone_if_no_acl_found: Option<bool>,
     /// How a client certificate's subject becomes its principal
     /// (`ssl.principal.mapping.rules`, e.g. `RULE:^CN=(.*?),.*$/$1/,DEFAULT`).
     #[arg(long, env = "STRAND_SSL_PRINCIPAL_MAPPING_RULES")]
@@ -336,6 +347,9 @@ struct FileConfig {
     ssl_ca_location: Option<PathBuf>,
     ssl_client_auth: Option<ClientAuth>,
     ssl_principal_mapping_rules: Option<String>,
+    authorizer_enabled: Option<bool>,
+    super_users: Option<String>,
+    allow_everyone_if_no_acl_found: Option<bool>,
     admin_addr: Option<SocketAddr>,
     native_addr: Option<SocketAddr>,
     native_shard_base_port: Option<u16>,
@@ -469,6 +483,12 @@ pub struct Config {
     pub inter_broker_listener: usize,
     /// TLS of the SSL and SASL_SSL listeners.
     pub ssl: SslConfig,
+    /// Requests are checked against the ACLs.
+    pub authorizer_enabled: bool,
+    /// `super.users`.
+    pub super_users: Vec<String>,
+    /// `allow.everyone.if.no.acl.found`.
+    pub allow_everyone_if_no_acl_found: bool,
     /// Admin HTTP listener.
     pub admin_addr: SocketAddr,
     /// Native handshake listener.
@@ -597,6 +617,24 @@ impl Config {
             },
             listeners,
             inter_broker_listener,
+            authorizer_enabled: flags
+                .authorizer_enabled
+                .or(file.authorizer_enabled)
+                .unwrap_or(false),
+            super_users: flags
+                .super_users
+                .clone()
+                .or(file.super_users.clone())
+                .unwrap_or_default()
+                .split(';')
+                .map(str::trim)
+                .filter(|u| !u.is_empty())
+                .map(str::to_string)
+                .collect(),
+            allow_everyone_if_no_acl_found: flags
+                .allow_everyone_if_no_acl_found
+                .or(file.allow_everyone_if_no_acl_found)
+                .unwrap_or(false),
             admin_addr: flags
                 .admin_addr
                 .or(file.admin_addr)
@@ -808,7 +846,21 @@ impl Config {
                 self.ssl.client_auth
             );
         }
+        if let Some(bad) = self.super_users.iter().find(|u| !u.contains(':')) {
+            bail!("super_users: '{bad}' is not Type:name (e.g. User:admin; separate with ';')");
+        }
         let inter = &self.listeners[self.inter_broker_listener];
+        let anonymous = "User:ANONYMOUS".to_string();
+        if !self.seeds.is_empty()
+            && self.authorizer_enabled
+            && !self.super_users.contains(&anonymous)
+        {
+            bail!(
+                "with authorizer_enabled on a cluster, the nodes' own requests (transaction \
+                 markers) come unauthenticated over the PLAINTEXT inter-broker listener: add \
+                 User:ANONYMOUS to super_users and keep that listener on a private network"
+            );
+        }
         if !self.seeds.is_empty() && inter.protocol != SecurityProtocol::Plaintext {
             bail!(
                 "the inter-broker listener ({}) must be PLAINTEXT for now (transaction markers \

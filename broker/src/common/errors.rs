@@ -11,6 +11,21 @@ pub mod code {
 
     /// NONE: no error.
     pub const NONE: i16 = 0;
+    /// TOPIC_AUTHORIZATION_FAILED.
+    pub const TOPIC_AUTHORIZATION_FAILED: i16 = E::TopicAuthorizationFailed.code();
+    /// GROUP_AUTHORIZATION_FAILED.
+    pub const GROUP_AUTHORIZATION_FAILED: i16 = E::GroupAuthorizationFailed.code();
+    /// CLUSTER_AUTHORIZATION_FAILED.
+    pub const CLUSTER_AUTHORIZATION_FAILED: i16 = E::ClusterAuthorizationFailed.code();
+    /// TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+    pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 =
+        E::TransactionalIdAuthorizationFailed.code();
+    /// INVALID_TOPIC_EXCEPTION.
+    pub const INVALID_TOPIC_EXCEPTION: i16 = E::InvalidTopicException.code();
+    /// UNKNOWN_SERVER_ERROR.
+    pub const UNKNOWN_SERVER_ERROR: i16 = E::UnknownServerError.code();
+    /// SECURITY_DISABLED: no authorizer is configured.
+    pub const SECURITY_DISABLED: i16 = E::SecurityDisabled.code();
     /// OFFSET_OUT_OF_RANGE.
     pub const OFFSET_OUT_OF_RANGE: i16 = E::OffsetOutOfRange.code();
     /// CORRUPT_MESSAGE.
@@ -127,6 +142,13 @@ pub enum KafkaError {
     /// UNKNOWN_TOPIC_OR_PARTITION (3).
     #[error("unknown topic or partition")]
     UnknownTopicOrPartition,
+    /// TOPIC_AUTHORIZATION_FAILED (29): the principal may not do this to the topic.
+    #[error("topic authorization failed")]
+    TopicAuthorizationFailed,
+    /// TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53): the principal may not write with the
+    /// request's transactional id.
+    #[error("transactional id authorization failed")]
+    TransactionalIdAuthorizationFailed,
     /// NOT_LEADER_OR_FOLLOWER (6).
     #[error("not leader or follower")]
     NotLeader,
@@ -192,6 +214,10 @@ impl KafkaError {
             KafkaError::OffsetOutOfRange => code::OFFSET_OUT_OF_RANGE,
             KafkaError::CorruptMessage(_) => code::CORRUPT_MESSAGE,
             KafkaError::UnknownTopicOrPartition => code::UNKNOWN_TOPIC_OR_PARTITION,
+            KafkaError::TopicAuthorizationFailed => code::TOPIC_AUTHORIZATION_FAILED,
+            KafkaError::TransactionalIdAuthorizationFailed => {
+                code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            }
             KafkaError::NotLeader => code::NOT_LEADER_OR_FOLLOWER,
             KafkaError::RequestTimedOut => code::REQUEST_TIMED_OUT,
             KafkaError::MessageTooLarge => code::MESSAGE_TOO_LARGE,

@@ -4,7 +4,8 @@
 //! user's SCRAM credentials). Where credentials live and which listener asks for them is
 //! the gateway's and the cluster's. `tls` builds the listeners' rustls configuration from
 //! PEM files (and reloads it when they change); `principal` turns a client certificate's
-//! subject into a principal with `ssl.principal.mapping.rules`.
+//! subject into a principal with `ssl.principal.mapping.rules`; `acl` is the authorizer
+//! over the ACLs the cluster metadata holds.
 //!
 //! Invariant: every length and field a client sends is checked before it is used; a
 //! failed exchange says no more than that the credentials are invalid (an unknown user
@@ -12,6 +13,7 @@
 //!
 //! May use: `common` only.
 
+pub mod acl;
 pub mod plain;
 pub mod principal;
 pub mod scram;

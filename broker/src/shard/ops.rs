@@ -109,6 +109,10 @@ pub struct GroupRequest {
     pub client_id: String,
     /// Client host.
     pub client_host: String,
+    /// The connection's principal (the coordinator authorizes per topic with it).
+    pub principal: String,
+    /// The connection's listener (index in `config.listeners`).
+    pub listener: usize,
     /// Request body.
     pub body: Bytes,
 }

@@ -1,8 +1,8 @@
 //! Authorized-operations bitfields (KIP-430) for the Metadata, DescribeCluster and
-//! DescribeGroups requests that ask for them. Strand has no authorizer yet (issue 23), so
-//! a caller may do every operation Kafka defines for the resource: what a Kafka broker
-//! without an authorizer answers too (AuthHelper.authorizedOperations). With ACLs these must
-//! come from the authorizer.
+//! DescribeGroups requests that ask for them: of the operations Kafka defines for the
+//! resource, those the authorizer allows the caller (every one without
+//! `authorizer_enabled`, as a Kafka broker without an authorizer answers:
+//! AuthHelper.authorizedOperations).
 
 /// Kafka's AclOperation codes (the bit positions).
 const READ: u8 = 3;
@@ -49,6 +49,21 @@ pub const CLUSTER: i32 = bits(&[
 ]);
 /// A consumer group's operations.
 pub const GROUP: i32 = bits(&[READ, DELETE, DESCRIBE]);
+
+/// The operations of `supported` (a field above) that `ctx`'s principal may do on the
+/// resource `name` of `resource_type`.
+pub fn of(
+    ctx: &super::Ctx,
+    shard: &crate::shard::Shard,
+    supported: i32,
+    resource_type: i8,
+    name: &str,
+) -> i32 {
+    (0u8..31)
+        .filter(|b| supported & (1 << b) != 0)
+        .filter(|b| ctx.allowed(shard, *b as i8, resource_type, name))
+        .fold(0, |field, b| field | (1 << b))
+}
 
 #[cfg(test)]
 mod tests {

@@ -15,11 +15,19 @@ use super::{Ctx, FramingError};
 use crate::cluster::metadata::Command;
 use crate::cluster::ClusterHost;
 use crate::common::errors::code;
+use crate::security::acl::{self, op, resource};
 use crate::shard::Shard;
 
 /// DescribeCluster: the same brokers and controller as Metadata.
 pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
     let req: DescribeClusterRequest = ctx.decode(body)?;
+    if !ctx.allowed_on_cluster(shard, op::DESCRIBE) {
+        return ctx.respond(
+            &DescribeClusterResponse::default()
+                .with_error_code(code::CLUSTER_AUTHORIZATION_FAILED)
+                .with_cluster_authorized_operations(i32::MIN),
+        );
+    }
     let listed = shard.brokers(ctx.listener_name(shard));
     let controller = shard.controller_id();
     let brokers = listed
@@ -36,7 +44,13 @@ pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes
         .with_controller_id(BrokerId(controller))
         .with_endpoint_type(req.endpoint_type)
         .with_cluster_authorized_operations(if req.include_cluster_authorized_operations {
-            super::authorized::CLUSTER
+            super::authorized::of(
+                ctx,
+                shard,
+                super::authorized::CLUSTER,
+                resource::CLUSTER,
+                acl::CLUSTER_NAME,
+            )
         } else {
             i32::MIN
         })
@@ -57,7 +71,12 @@ pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes
 pub async fn unregister(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
     let req: UnregisterBrokerRequest = ctx.decode(body)?;
     let id = req.broker_id.0;
-    let refused = if !shard.clustered() {
+    let refused = if !ctx.allowed_on_cluster(shard, op::ALTER) {
+        Some((
+            code::CLUSTER_AUTHORIZATION_FAILED,
+            "not authorized on the cluster".to_string(),
+        ))
+    } else if !shard.clustered() {
         Some((
             code::INVALID_REQUEST,
             "a single-node broker has no node to remove".to_string(),

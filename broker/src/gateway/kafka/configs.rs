@@ -19,6 +19,7 @@ use super::{topics, Ctx, FramingError};
 use crate::cluster::metadata::Command;
 use crate::cluster::topic_config::{self, TOPIC_CONFIGS};
 use crate::common::errors::code;
+use crate::security::acl::{op as acl_op, resource};
 use crate::shard::Shard;
 
 const RESOURCE_TOPIC: i8 = 2;
@@ -49,6 +50,11 @@ pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes
             let base = DescribeConfigsResult::default()
                 .with_resource_type(r.resource_type)
                 .with_resource_name(r.resource_name.clone());
+            if !config_allowed(ctx, shard, acl_op::DESCRIBE_CONFIGS, r.resource_type, name) {
+                return base
+                    .with_error_code(denied_code(r.resource_type))
+                    .with_error_message(Some(s("not authorized to describe its configs")));
+            }
             match r.resource_type {
                 RESOURCE_TOPIC => match meta.topics.get(name) {
                     None => base
@@ -240,6 +246,59 @@ fn list_op(current: &str, items: &str, append: bool) -> String {
 type AlterResource = (i8, String, Result<Vec<Change>, String>, bool);
 
 /// Validates and commits config changes per topic resource; returns (code, message).
+/// Whether `ctx` may do `operation` on the configs of a resource: a topic's, or the
+/// broker's (authorized on the cluster, as Kafka).
+fn config_allowed(ctx: &Ctx, shard: &Shard, operation: i8, resource_type: i8, name: &str) -> bool {
+    if resource_type == RESOURCE_TOPIC {
+        ctx.allowed(shard, operation, resource::TOPIC, name)
+    } else {
+        ctx.allowed_on_cluster(shard, operation)
+    }
+}
+
+/// The error of a config resource the caller may not touch.
+fn denied_code(resource_type: i8) -> i16 {
+    if resource_type == RESOURCE_TOPIC {
+        code::TOPIC_AUTHORIZATION_FAILED
+    } else {
+        code::CLUSTER_AUTHORIZATION_FAILED
+    }
+}
+
+/// `alter` of the resources `ctx` may ALTER_CONFIGS; the others answer the authorization
+/// error, in request order.
+async fn alter_allowed(
+    shard: &Rc<Shard>,
+    ctx: &Ctx,
+    resources: Vec<AlterResource>,
+    validate_only: bool,
+) -> Vec<(i16, Option<String>)> {
+    let allowed: Vec<Option<i8>> = resources
+        .iter()
+        .map(|(kind, name, ..)| {
+            let ok = config_allowed(ctx, shard, acl_op::ALTER_CONFIGS, *kind, name);
+            (!ok).then_some(*kind)
+        })
+        .collect();
+    let permitted = resources
+        .into_iter()
+        .zip(&allowed)
+        .filter(|(_, denied)| denied.is_none())
+        .map(|(r, _)| r)
+        .collect();
+    let mut done = alter(shard, permitted, validate_only).await.into_iter();
+    allowed
+        .into_iter()
+        .map(|denied| match denied {
+            Some(kind) => (
+                denied_code(kind),
+                Some("not authorized to alter its configs".into()),
+            ),
+            None => done.next().unwrap_or((code::UNKNOWN_SERVER_ERROR, None)),
+        })
+        .collect()
+}
+
 async fn alter(
     shard: &Rc<Shard>,
     resources: Vec<AlterResource>,
@@ -376,7 +435,7 @@ pub async fn incremental(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<By
             (r.resource_type, r.resource_name.to_string(), changes, false)
         })
         .collect();
-    let results = alter(shard, resources, req.validate_only).await;
+    let results = alter_allowed(shard, ctx, resources, req.validate_only).await;
     let responses = req
         .resources
         .iter()
@@ -418,7 +477,7 @@ pub async fn replace(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes,
             )
         })
         .collect();
-    let results = alter(shard, resources, req.validate_only).await;
+    let results = alter_allowed(shard, ctx, resources, req.validate_only).await;
     let responses = req
         .resources
         .iter()

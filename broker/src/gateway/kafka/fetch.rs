@@ -20,6 +20,7 @@ use strand_storage::KafkaOffset;
 
 use crate::cluster::metadata::Metadata;
 use crate::common::errors::KafkaError;
+use crate::security::acl::{op, resource};
 use crate::shard::budget::Held;
 use crate::shard::ops::{FetchLimit, FetchPart, FetchResult, Op, Reply, ShardSplit};
 use crate::shard::Shard;
@@ -51,7 +52,8 @@ pub async fn handle(
         .unwrap_or(0)
         .min(shard.config.fetch_max_bytes);
     let min_bytes = usize::try_from(req.min_bytes).unwrap_or(0);
-    let (split, mut results) = plan(&shard.metadata(), shard.count, &req, ctx.version);
+    let readable = |topic: &str| ctx.allowed(shard, op::READ, resource::TOPIC, topic);
+    let (split, mut results) = plan(&shard.metadata(), shard.count, &req, ctx.version, &readable);
     let involved = split.involved();
     let request_bytes = held.bytes();
     let room = loop {
@@ -86,12 +88,13 @@ pub async fn handle(
 /// The read of each requested partition, per owning shard, and the answers so far: each
 /// partition is unknown (UNKNOWN_TOPIC_OR_PARTITION, or UNKNOWN_TOPIC_ID for an id no
 /// topic has from v13; a known id's missing partition is the former) until its shard
-/// answers.
+/// answers; a topic `readable` refuses is TOPIC_AUTHORIZATION_FAILED and not read.
 fn plan(
     meta: &Metadata,
     shards: usize,
     req: &FetchRequest,
     version: i16,
+    readable: &dyn Fn(&str) -> bool,
 ) -> (ShardSplit<FetchPart>, Vec<Vec<FetchResult>>) {
     let mut split = ShardSplit::new(shards);
     let mut results: Vec<Vec<FetchResult>> = Vec::with_capacity(req.topics.len());
@@ -103,8 +106,11 @@ fn plan(
         };
         // As Kafka: an id no topic has is UNKNOWN_TOPIC_ID; a partition the topic (named,
         // or found by its id) does not have is UNKNOWN_TOPIC_OR_PARTITION.
+        let denied = topic.is_some_and(|t| !readable(t));
         let unknown = if topic.is_none() && version >= TOPIC_IDS_VERSION {
             KafkaError::UnknownTopicId
+        } else if denied {
+            KafkaError::TopicAuthorizationFailed
         } else {
             KafkaError::UnknownTopicOrPartition
         };
@@ -120,7 +126,9 @@ fn plan(
                 aborted: Some(Vec::new()),
                 ..Default::default()
             });
-            let Some(topic) = topic else { continue };
+            let Some(topic) = topic.filter(|_| !denied) else {
+                continue;
+            };
             if let Some(s) = meta.shard_of(topic, p.partition) {
                 let part = FetchPart {
                     topic: topic.to_string(),

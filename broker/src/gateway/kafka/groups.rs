@@ -31,6 +31,7 @@ use crate::cluster::ClusterHost;
 use crate::group::coordinator::{self, code, JoinRequest};
 use crate::group::state::Committed;
 use crate::group::{partition_for, OFFSETS_TOPIC};
+use crate::security::acl::{op as acl_op, resource};
 use crate::shard::groups::s;
 use crate::shard::ops::{GroupRequest, Op, Reply};
 use crate::shard::Shard;
@@ -40,6 +41,71 @@ pub fn coordinator_shard(shard: &Shard, group: &str) -> Option<usize> {
     shard.coordinator_shard(OFFSETS_TOPIC, group)
 }
 
+/// The authorization error of a single-group request, if its principal may not make it:
+/// TxnOffsetCommit needs WRITE on its transactional id, OffsetDelete DELETE on the group,
+/// the others READ on it.
+fn group_refusal(
+    shard: &Shard,
+    ctx: &Ctx,
+    group: &str,
+    body: &Bytes,
+) -> Result<Option<i16>, FramingError> {
+    if ctx.key == ApiKey::TxnOffsetCommit {
+        let r: TxnOffsetCommitRequest = ctx.decode(body.clone())?;
+        if !ctx.allowed(
+            shard,
+            acl_op::WRITE,
+            resource::TRANSACTIONAL_ID,
+            &r.transactional_id.0,
+        ) {
+            return Ok(Some(code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED));
+        }
+    }
+    let operation = if ctx.key == ApiKey::OffsetDelete {
+        acl_op::DELETE
+    } else {
+        acl_op::READ
+    };
+    let denied = !ctx.allowed(shard, operation, resource::GROUP, group);
+    Ok(denied.then_some(code::GROUP_AUTHORIZATION_FAILED))
+}
+
+/// Per topic of a request: whether `ctx` may READ it.
+pub fn readable<'a>(shard: &Shard, ctx: &Ctx, topics: impl Iterator<Item = &'a str>) -> Vec<bool> {
+    topics
+        .map(|t| ctx.allowed(shard, acl_op::READ, resource::TOPIC, t))
+        .collect()
+}
+
+/// The codes of a request's partitions (`partitions[t]` of topic t) from `codes` of the
+/// readable topics' partitions, in order; the others' are TOPIC_AUTHORIZATION_FAILED.
+pub fn with_denied(readable: &[bool], partitions: &[usize], codes: Vec<i16>) -> Vec<i16> {
+    let mut codes = codes.into_iter();
+    readable
+        .iter()
+        .zip(partitions)
+        .flat_map(|(&ok, &n)| std::iter::repeat_n(ok, n))
+        .map(|ok| match ok {
+            true => codes.next().unwrap_or(code::UNKNOWN_SERVER_ERROR),
+            false => code::TOPIC_AUTHORIZATION_FAILED,
+        })
+        .collect()
+}
+
+/// The authorization error of a FindCoordinator key its principal may not describe: a
+/// group (key type 0) or a transactional id (1).
+fn coordinator_denied(shard: &Shard, ctx: &Ctx, key_type: i8, key: &str) -> Option<i16> {
+    let (resource_type, denied) = if key_type == 1 {
+        (
+            resource::TRANSACTIONAL_ID,
+            code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        )
+    } else {
+        (resource::GROUP, code::GROUP_AUTHORIZATION_FAILED)
+    };
+    (!ctx.allowed(shard, acl_op::DESCRIBE, resource_type, key)).then_some(denied)
+}
+
 /// Runs a single-group request on its coordinator shard.
 pub async fn route(
     shard: &Rc<Shard>,
@@ -47,6 +113,9 @@ pub async fn route(
     group: &str,
     body: Bytes,
 ) -> Result<Bytes, FramingError> {
+    if let Some(error) = group_refusal(shard, ctx, group, &body)? {
+        return refused(ctx, body, error);
+    }
     let Some(target) = coordinator_shard(shard, group) else {
         return Err(FramingError::Malformed(
             "group request before the offsets topic exists".into(),
@@ -58,6 +127,8 @@ pub async fn route(
         correlation_id: ctx.correlation_id,
         client_id: ctx.client_id.clone(),
         client_host: ctx.client_host.clone(),
+        principal: ctx.principal.to_string(),
+        listener: ctx.listener.0,
         body,
     });
     match shard.call(target, op).await {
@@ -84,10 +155,10 @@ pub fn on_coordinator(
             correlation_id: req.correlation_id,
             client_id: req.client_id,
             client_host: req.client_host,
-            // A coordinator's answers name no listener's endpoint; the node that received
-            // the request authorized it.
-            listener: super::Listener(0),
-            principal: super::ANONYMOUS.into(),
+            // The connection's shard authorized the group (or transactional id); topics
+            // are authorized here, where the request's partitions are.
+            listener: super::Listener(req.listener),
+            principal: req.principal.into(),
         };
         if super::txn::is_coordinator_api(key) {
             return super::txn::on_coordinator(shard, &ctx, req.body)
@@ -317,9 +388,14 @@ async fn leave(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, Frami
 
 async fn commit(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
     let r: OffsetCommitRequest = ctx.decode(body)?;
+    let ok = readable(shard, ctx, r.topics.iter().map(|t| t.name.0.as_str()));
+    let counts: Vec<usize> = r.topics.iter().map(|t| t.partitions.len()).collect();
     let offsets: Vec<(String, i32, Committed)> = r
         .topics
         .iter()
+        .zip(&ok)
+        .filter(|(_, ok)| **ok)
+        .map(|(t, _)| t)
         .flat_map(|t| {
             t.partitions.iter().map(|p| {
                 let c = Committed {
@@ -344,15 +420,20 @@ async fn commit(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, Fram
         offsets,
     )
     .await;
+    let codes = with_denied(&ok, &counts, codes);
     ctx.respond(&commit_answer(&r, codes.into_iter()))
 }
 
 async fn offset_delete(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
     let r: OffsetDeleteRequest = ctx.decode(body)?;
+    let ok = readable(shard, ctx, r.topics.iter().map(|t| t.name.0.as_str()));
+    let counts: Vec<usize> = r.topics.iter().map(|t| t.partitions.len()).collect();
     let parts: Vec<(String, i32)> = r
         .topics
         .iter()
-        .flat_map(|t| {
+        .zip(&ok)
+        .filter(|(_, ok)| **ok)
+        .flat_map(|(t, _)| {
             t.partitions
                 .iter()
                 .map(|p| (t.name.0.to_string(), p.partition_index))
@@ -361,7 +442,7 @@ async fn offset_delete(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Byte
     let resp = match coordinator::offset_delete(shard, &r.group_id.0, parts).await {
         Err(c) => OffsetDeleteResponse::default().with_error_code(c),
         Ok(codes) => {
-            let mut codes = codes.into_iter();
+            let mut codes = with_denied(&ok, &counts, codes).into_iter();
             let topics = r
                 .topics
                 .iter()
@@ -420,18 +501,20 @@ pub async fn find_coordinator(
     };
     let answer = |key: StrBytes| {
         let clustered = shard.clustered().then(|| leader_of(&key));
-        let base = Coordinator::default().with_key(key);
-        if topic.is_none() {
-            base.with_node_id(BrokerId(-1))
-                .with_host(s(""))
-                .with_port(-1)
-                .with_error_code(code::INVALID_REQUEST)
+        let base = Coordinator::default().with_key(key.clone());
+        let denied = topic.and_then(|_| coordinator_denied(shard, ctx, r.key_type, &key));
+        let none = base
+            .clone()
+            .with_node_id(BrokerId(-1))
+            .with_host(s(""))
+            .with_port(-1);
+        if let Some(denied_code) = denied {
+            none.with_error_code(denied_code)
+        } else if topic.is_none() {
+            none.with_error_code(code::INVALID_REQUEST)
                 .with_error_message(Some(s(format!("unknown key type {}", r.key_type))))
         } else if !ready || clustered.as_ref().is_some_and(Option::is_none) {
-            base.with_node_id(BrokerId(-1))
-                .with_host(s(""))
-                .with_port(-1)
-                .with_error_code(code::COORDINATOR_NOT_AVAILABLE)
+            none.with_error_code(code::COORDINATOR_NOT_AVAILABLE)
         } else if let Some(Some((id, host, port))) = clustered {
             base.with_node_id(BrokerId(id))
                 .with_host(s(host))
@@ -478,16 +561,29 @@ fn by_shard(shard: &Shard, groups: &[String]) -> BTreeMap<usize, (Vec<String>, V
 /// DescribeGroups.
 pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
     let r: DescribeGroupsRequest = ctx.decode(body)?;
-    let ids: Vec<String> = r.groups.iter().map(|g| g.0.to_string()).collect();
-    let mut out: Vec<DescribedGroup> = ids
+    let all: Vec<String> = r.groups.iter().map(|g| g.0.to_string()).collect();
+    let allowed = |g: &String| ctx.allowed(shard, acl_op::DESCRIBE, resource::GROUP, g);
+    let mut out: Vec<DescribedGroup> = all
         .iter()
         .map(|g| {
             DescribedGroup::default()
                 .with_group_id(GroupId(s(g.clone())))
-                .with_error_code(code::COORDINATOR_NOT_AVAILABLE)
+                .with_error_code(if allowed(g) {
+                    code::COORDINATOR_NOT_AVAILABLE
+                } else {
+                    code::GROUP_AUTHORIZATION_FAILED
+                })
         })
         .collect();
+    // The groups it may describe, by their index in `all` (`by_shard` indexes `ids`).
+    let (ids, at): (Vec<String>, Vec<usize>) = all
+        .iter()
+        .enumerate()
+        .filter(|(_, g)| allowed(g))
+        .map(|(i, g)| (g.clone(), i))
+        .unzip();
     for (target, (groups, idx)) in by_shard(shard, &ids) {
+        let idx: Vec<usize> = idx.into_iter().map(|i| at[i]).collect();
         if let Reply::Described(mut ds) = shard.call(target, Op::DescribeGroups(groups)).await {
             if ctx.version < 4 {
                 for m in ds.iter_mut().flat_map(|d| d.members.iter_mut()) {
@@ -501,7 +597,14 @@ pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes
     }
     if r.include_authorized_operations {
         for d in out.iter_mut().filter(|d| d.error_code == code::NONE) {
-            d.authorized_operations = super::authorized::GROUP;
+            let group = d.group_id.0.to_string();
+            d.authorized_operations = super::authorized::of(
+                ctx,
+                shard,
+                super::authorized::GROUP,
+                resource::GROUP,
+                &group,
+            );
         }
     }
     ctx.respond(&DescribeGroupsResponse::default().with_groups(out))
@@ -532,6 +635,10 @@ pub async fn list(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, Fr
             }));
         }
     }
+    // DESCRIBE on the cluster lists every group; without it, the groups it may describe.
+    if !ctx.allowed_on_cluster(shard, acl_op::DESCRIBE) {
+        groups.retain(|g| ctx.allowed(shard, acl_op::DESCRIBE, resource::GROUP, &g.group_id.0));
+    }
     if !with_state {
         let d = ListedGroup::default();
         for g in &mut groups {
@@ -549,16 +656,29 @@ pub async fn list(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, Fr
 /// DeleteGroups.
 pub async fn delete(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
     let r: DeleteGroupsRequest = ctx.decode(body)?;
-    let ids: Vec<String> = r.groups_names.iter().map(|g| g.0.to_string()).collect();
-    let mut codes = vec![code::COORDINATOR_NOT_AVAILABLE; ids.len()];
+    let all: Vec<String> = r.groups_names.iter().map(|g| g.0.to_string()).collect();
+    let allowed = |g: &String| ctx.allowed(shard, acl_op::DELETE, resource::GROUP, g);
+    let mut codes: Vec<i16> = all
+        .iter()
+        .map(|g| match allowed(g) {
+            true => code::COORDINATOR_NOT_AVAILABLE,
+            false => code::GROUP_AUTHORIZATION_FAILED,
+        })
+        .collect();
+    let (ids, at): (Vec<String>, Vec<usize>) = all
+        .iter()
+        .enumerate()
+        .filter(|(_, g)| allowed(g))
+        .map(|(i, g)| (g.clone(), i))
+        .unzip();
     for (target, (groups, idx)) in by_shard(shard, &ids) {
         if let Reply::Codes(cs) = shard.call(target, Op::DeleteGroups(groups)).await {
             for (i, c) in idx.into_iter().zip(cs) {
-                codes[i] = c;
+                codes[at[i]] = c;
             }
         }
     }
-    let results = ids
+    let results = all
         .into_iter()
         .zip(codes)
         .map(|(g, c)| deletable(g, c))
@@ -606,15 +726,37 @@ pub async fn offset_fetch(
         vec![(r.group_id.0.to_string(), ts)]
     };
     let ids: Vec<String> = wanted.iter().map(|(g, _)| g.clone()).collect();
-    let mut answers: Vec<Result<GroupOffsets, i16>> =
-        vec![Err(code::COORDINATOR_NOT_AVAILABLE); ids.len()];
-    for (target, (_, idx)) in by_shard(shard, &ids) {
-        let reqs = idx.iter().map(|&i| wanted[i].clone()).collect();
+    let group_ok: Vec<bool> = ids
+        .iter()
+        .map(|g| ctx.allowed(shard, acl_op::DESCRIBE, resource::GROUP, g))
+        .collect();
+    let mut answers: Vec<Result<GroupOffsets, i16>> = group_ok
+        .iter()
+        .map(|ok| match ok {
+            true => Err(code::COORDINATOR_NOT_AVAILABLE),
+            false => Err(code::GROUP_AUTHORIZATION_FAILED),
+        })
+        .collect();
+    let (asked, at): (Vec<String>, Vec<usize>) = ids
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| group_ok[*i])
+        .map(|(i, g)| (g.clone(), i))
+        .unzip();
+    for (target, (_, idx)) in by_shard(shard, &asked) {
+        let reqs = idx.iter().map(|&i| wanted[at[i]].clone()).collect();
         let op = Op::OffsetFetch(reqs, ctx.version >= 7 && r.require_stable);
         if let Reply::Offsets(os) = shard.call(target, op).await {
             for (i, o) in idx.into_iter().zip(os) {
-                answers[i] = o;
+                answers[at[i]] = o;
             }
+        }
+    }
+    // Topics it may not describe: named ones answer TOPIC_AUTHORIZATION_FAILED, and when
+    // every topic was asked for they are left out (as Kafka).
+    for ((_, topics), answer) in wanted.iter().zip(answers.iter_mut()) {
+        if let Ok(a) = answer {
+            hide_undescribed(shard, ctx, a, topics.is_some());
         }
     }
     let committed = |c: &Option<Committed>| match c {
@@ -684,6 +826,22 @@ pub async fn offset_fetch(
         OffsetFetchResponse::default().with_topics(topics)
     };
     ctx.respond(&resp)
+}
+
+/// Applies topic DESCRIBE authorization to one group's OffsetFetch answer.
+fn hide_undescribed(shard: &Shard, ctx: &Ctx, answer: &mut GroupOffsets, named: bool) {
+    let described = |t: &str| ctx.allowed(shard, acl_op::DESCRIBE, resource::TOPIC, t);
+    if named {
+        for (t, parts) in answer.iter_mut().filter(|(t, _)| !described(t)) {
+            let _ = t;
+            for (_, committed, error) in parts.iter_mut() {
+                *committed = None;
+                *error = code::TOPIC_AUTHORIZATION_FAILED;
+            }
+        }
+    } else {
+        answer.retain(|(t, _)| described(t));
+    }
 }
 
 /// OffsetFetch before v8 refused: the error at the top (v2+) and on every partition asked

@@ -12,6 +12,7 @@ use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
 use super::{Ctx, FramingError};
 use crate::common::errors::code;
+use crate::security::acl::{op, resource};
 use crate::shard::ops::{ListOffsetsPart, Op, Reply, ShardSplit};
 use crate::shard::Shard;
 
@@ -23,15 +24,21 @@ pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
     let mut split = ShardSplit::new(shard.count);
     for (ti, t) in req.topics.iter().enumerate() {
         let mut row = Vec::new();
+        let allowed = ctx.allowed(shard, op::DESCRIBE, resource::TOPIC, &t.name.0);
         for (pi, p) in t.partitions.iter().enumerate() {
             row.push(
                 ListOffsetsPartitionResponse::default()
                     .with_partition_index(p.partition_index)
-                    .with_error_code(code::UNKNOWN_TOPIC_OR_PARTITION)
+                    .with_error_code(if allowed {
+                        code::UNKNOWN_TOPIC_OR_PARTITION
+                    } else {
+                        code::TOPIC_AUTHORIZATION_FAILED
+                    })
                     .with_timestamp(-1)
                     .with_offset(-1),
             );
-            if let Some(s) = meta.shard_of(t.name.0.as_str(), p.partition_index) {
+            let owner = meta.shard_of(t.name.0.as_str(), p.partition_index);
+            if let Some(s) = owner.filter(|_| allowed) {
                 let part = ListOffsetsPart {
                     topic: t.name.0.as_str().to_string(),
                     partition: p.partition_index,

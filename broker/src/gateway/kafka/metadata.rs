@@ -17,6 +17,7 @@ use super::{topics, Ctx, FramingError};
 use crate::cluster::metadata::validate_topic_name;
 use crate::cluster::ClusterHost;
 use crate::common::errors::code;
+use crate::security::acl::{self, op, resource};
 use crate::shard::Shard;
 
 /// Creates the topics in `names` that do not exist, when auto-creation is enabled.
@@ -63,13 +64,24 @@ pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
     });
     if let Some(names) = &wanted {
         if req.allow_auto_topic_creation || ctx.version < 4 {
-            auto_create(shard, names).await;
+            let creatable: Vec<String> = names
+                .iter()
+                .filter(|n| described(shard, ctx, n) && topics::may_create(ctx, shard, n))
+                .cloned()
+                .collect();
+            auto_create(shard, &creatable).await;
         }
     }
     let meta = shard.metadata();
     let names: Vec<String> = match wanted {
         Some(n) => n,
-        None => meta.topics.keys().cloned().collect(),
+        // Every topic: those the principal may describe (Kafka leaves the others out).
+        None => meta
+            .topics
+            .keys()
+            .filter(|n| described(shard, ctx, n))
+            .cloned()
+            .collect(),
     };
     let include_ops = req.include_topic_authorized_operations;
     let topics = names
@@ -92,7 +104,13 @@ pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
         .with_cluster_id((ctx.version >= 2).then(|| StrBytes::from_string(meta.cluster_id.clone())))
         .with_controller_id(BrokerId(controller))
         .with_cluster_authorized_operations(if req.include_cluster_authorized_operations {
-            super::authorized::CLUSTER
+            super::authorized::of(
+                ctx,
+                shard,
+                super::authorized::CLUSTER,
+                resource::CLUSTER,
+                acl::CLUSTER_NAME,
+            )
         } else {
             i32::MIN
         })
@@ -100,7 +118,12 @@ pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
     ctx.respond(&resp)
 }
 
-/// One topic's answer: unknown (UNKNOWN_TOPIC_OR_PARTITION, or INVALID_TOPIC_EXCEPTION for a
+/// Whether the principal may describe the topic `name`.
+fn described(shard: &Shard, ctx: &Ctx, name: &str) -> bool {
+    ctx.allowed(shard, op::DESCRIBE, resource::TOPIC, name)
+}
+
+/// One topic's answer: not authorized (TOPIC_AUTHORIZATION_FAILED), unknown (UNKNOWN_TOPIC_OR_PARTITION, or INVALID_TOPIC_EXCEPTION for a
 /// name Kafka would refuse) or its id and partitions.
 fn topic_metadata(
     shard: &Shard,
@@ -111,18 +134,21 @@ fn topic_metadata(
 ) -> MetadataResponseTopic {
     let base = MetadataResponseTopic::default()
         .with_name(Some(TopicName(StrBytes::from_string(name.clone()))));
+    if !described(shard, ctx, &name) {
+        return base.with_error_code(code::TOPIC_AUTHORIZATION_FAILED);
+    }
     match meta.topics.get(&name) {
         None => {
             let code = if validate_topic_name(&name).is_ok() {
-                3
+                code::UNKNOWN_TOPIC_OR_PARTITION
             } else {
-                17
+                code::INVALID_TOPIC_EXCEPTION
             };
             base.with_error_code(code)
         }
         Some(t) => base
             .with_topic_authorized_operations(if include_ops {
-                super::authorized::TOPIC
+                super::authorized::of(ctx, shard, super::authorized::TOPIC, resource::TOPIC, &name)
             } else {
                 i32::MIN
             })

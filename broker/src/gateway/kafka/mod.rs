@@ -6,6 +6,7 @@
 //! version closes the connection, except ApiVersions, which answers UNSUPPORTED_VERSION
 //! with the supported ranges so the client can retry (KAFKA-NOTES.md).
 
+pub mod acls;
 pub mod api_versions;
 pub mod authorized;
 pub mod cluster;
@@ -79,6 +80,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterUserScramCredentials, 0, 0),
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
+    (ApiKey::DescribeAcls, 0, 3),
+    (ApiKey::CreateAcls, 0, 3),
+    (ApiKey::DeleteAcls, 0, 3),
 ];
 
 /// A request that cannot be answered: the connection is closed.
@@ -247,6 +251,9 @@ pub async fn handle(
         ApiKey::DescribeUserScramCredentials => scram::describe(shard, &ctx, buf).await.map(Some),
         ApiKey::AlterUserScramCredentials => scram::alter(shard, &ctx, buf).await.map(Some),
         ApiKey::SaslHandshake | ApiKey::SaslAuthenticate => sasl::refused(&ctx, buf).map(Some),
+        ApiKey::CreateAcls => acls::create(shard, &ctx, buf).await.map(Some),
+        ApiKey::DescribeAcls => acls::describe(shard, &ctx, buf).await.map(Some),
+        ApiKey::DeleteAcls => acls::delete(shard, &ctx, buf).await.map(Some),
         ApiKey::OffsetForLeaderEpoch => records::offset_for_leader_epoch(shard, &ctx, buf)
             .await
             .map(Some),

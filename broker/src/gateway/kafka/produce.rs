@@ -15,6 +15,7 @@ use strand_storage::KafkaOffset;
 
 use crate::common::errors::code;
 use crate::common::errors::KafkaError;
+use crate::security::acl::{op, resource};
 use crate::shard::ops::{Op, ProducePart, ProduceResult, Reply, ShardSplit};
 use crate::shard::Shard;
 
@@ -38,15 +39,24 @@ pub async fn handle(
     // which clients answer by refreshing their metadata.
     let meta = shard.metadata();
     let acks_ok = matches!(req.acks, -1..=1);
+    let txn_denied = req
+        .transactional_id
+        .as_ref()
+        .is_some_and(|id| !ctx.allowed(shard, op::WRITE, resource::TRANSACTIONAL_ID, &id.0));
     // results[t][p] and, per shard, the (t, p) slots its parts fill, in order.
     let mut results: Vec<Vec<Option<ProduceResult>>> = Vec::with_capacity(req.topic_data.len());
     let mut split = ShardSplit::new(shard.count);
     for (ti, t) in req.topic_data.iter().enumerate() {
         let topic = t.name.0.as_str();
         let mut row = Vec::with_capacity(t.partition_data.len());
+        let topic_denied = !ctx.allowed(shard, op::WRITE, resource::TOPIC, topic);
         for (pi, p) in t.partition_data.iter().enumerate() {
             let records = p.records.clone().unwrap_or_default();
-            let early = if !acks_ok {
+            let early = if txn_denied {
+                Some(KafkaError::TransactionalIdAuthorizationFailed)
+            } else if topic_denied {
+                Some(KafkaError::TopicAuthorizationFailed)
+            } else if !acks_ok {
                 Some(KafkaError::InvalidRequest("acks".into()))
             } else {
                 check_one_batch(&records).err()

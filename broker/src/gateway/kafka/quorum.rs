@@ -30,6 +30,7 @@ use crate::cluster::metadata::Command;
 use crate::cluster::ClusterHost;
 use crate::common::errors::code;
 use crate::common::errors::KafkaError;
+use crate::security::acl::op;
 use crate::shard::ops::{Op, Reply};
 use crate::shard::Shard;
 
@@ -46,6 +47,11 @@ const METADATA_TOPIC: &str = "__cluster_metadata";
 /// DescribeQuorum.
 pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
     let req: DescribeQuorumRequest = ctx.decode(body)?;
+    if !ctx.allowed_on_cluster(shard, op::DESCRIBE) {
+        return ctx.respond(
+            &DescribeQuorumResponse::default().with_error_code(code::CLUSTER_AUTHORIZATION_FAILED),
+        );
+    }
     // Only a cluster has a controller group (no cross-shard call without one).
     let view = match shard.clustered() {
         true => match shard.call(0, Op::ControllerView).await {
@@ -112,7 +118,11 @@ pub async fn add(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, Fra
     let req: AddRaftVoterRequest = ctx.decode(body)?;
     let timeout =
         Duration::from_millis(u64::try_from(req.timeout_ms).unwrap_or(0)).min(TIMEOUT_MAX);
-    let (code, message) = change(shard, req.cluster_id.as_ref(), req.voter_id, true, timeout).await;
+    let (code, message) = if ctx.allowed_on_cluster(shard, op::ALTER) {
+        change(shard, req.cluster_id.as_ref(), req.voter_id, true, timeout).await
+    } else {
+        (code::CLUSTER_AUTHORIZATION_FAILED, None)
+    };
     ctx.respond(
         &AddRaftVoterResponse::default()
             .with_error_code(code)
@@ -123,14 +133,18 @@ pub async fn add(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, Fra
 /// RemoveRaftVoter.
 pub async fn remove(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
     let req: RemoveRaftVoterRequest = ctx.decode(body)?;
-    let (code, message) = change(
-        shard,
-        req.cluster_id.as_ref(),
-        req.voter_id,
-        false,
-        REMOVE_TIMEOUT,
-    )
-    .await;
+    let (code, message) = if ctx.allowed_on_cluster(shard, op::ALTER) {
+        change(
+            shard,
+            req.cluster_id.as_ref(),
+            req.voter_id,
+            false,
+            REMOVE_TIMEOUT,
+        )
+        .await
+    } else {
+        (code::CLUSTER_AUTHORIZATION_FAILED, None)
+    };
     ctx.respond(
         &RemoveRaftVoterResponse::default()
             .with_error_code(code)

@@ -21,6 +21,8 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::{Ctx, FramingError};
 use crate::cluster::metadata::{Command, MetaError};
+use crate::common::errors::code;
+use crate::security::acl::op;
 use crate::shard::Shard;
 
 /// AlterPartitionReassignments: starts (replicas given) or cancels (null) a move per
@@ -31,6 +33,13 @@ use crate::shard::Shard;
 )]
 pub async fn alter(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
     let req: AlterPartitionReassignmentsRequest = ctx.decode(body)?;
+    if !ctx.allowed_on_cluster(shard, op::ALTER) {
+        return ctx.respond(
+            &AlterPartitionReassignmentsResponse::default()
+                .with_error_code(code::CLUSTER_AUTHORIZATION_FAILED)
+                .with_allow_replication_factor_change(req.allow_replication_factor_change),
+        );
+    }
     let meta = shard.metadata();
     // Per partition: its slot in the response and the command, or the refusal.
     let mut slots: Vec<(usize, usize, Result<Command, MetaError>)> = Vec::new();
@@ -107,6 +116,12 @@ pub async fn alter(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, F
 /// (unknown topics and partitions, or ones not moving, are left out, as Kafka does).
 pub async fn list(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
     let req: ListPartitionReassignmentsRequest = ctx.decode(body)?;
+    if !ctx.allowed_on_cluster(shard, op::DESCRIBE) {
+        return ctx.respond(
+            &ListPartitionReassignmentsResponse::default()
+                .with_error_code(code::CLUSTER_AUTHORIZATION_FAILED),
+        );
+    }
     let meta = shard.metadata();
     let ids = |v: &[i32]| v.iter().map(|&n| BrokerId(n)).collect::<Vec<_>>();
     let ongoing = |name: &str, filter: Option<&[i32]>| {

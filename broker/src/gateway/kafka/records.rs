@@ -15,6 +15,8 @@ use kafka_protocol::messages::{
 };
 
 use super::{Ctx, FramingError};
+use crate::common::errors::code;
+use crate::security::acl::{op, resource};
 use strand_storage::KafkaOffset;
 
 use crate::common::errors::KafkaError;
@@ -69,13 +71,19 @@ pub async fn delete_records(
     body: Bytes,
 ) -> Result<Bytes, FramingError> {
     let req: DeleteRecordsRequest = ctx.decode(body)?;
+    let denied: Vec<bool> = req
+        .topics
+        .iter()
+        .map(|t| !ctx.allowed(shard, op::DELETE, resource::TOPIC, &t.name.0))
+        .collect();
     let rows = req
         .topics
         .iter()
-        .map(|t| {
+        .zip(&denied)
+        .map(|(t, &denied)| {
             t.partitions
                 .iter()
-                .map(|p| Some((t.name.0.to_string(), p.partition_index, p.offset)))
+                .map(|p| (!denied).then(|| (t.name.0.to_string(), p.partition_index, p.offset)))
                 .collect()
         })
         .collect();
@@ -91,16 +99,22 @@ pub async fn delete_records(
         .topics
         .iter()
         .zip(answers)
-        .map(|(t, row)| {
+        .zip(denied)
+        .map(|((t, row), denied)| {
             let parts = t
                 .partitions
                 .iter()
                 .zip(row)
                 .map(|(p, r)| {
+                    let error = if denied {
+                        Some(KafkaError::TopicAuthorizationFailed)
+                    } else {
+                        r.error
+                    };
                     DeleteRecordsPartitionResult::default()
                         .with_partition_index(p.partition_index)
                         .with_low_watermark(r.offset.0)
-                        .with_error_code(r.error.map_or(0, |e| e.code()))
+                        .with_error_code(error.map_or(0, |e| e.code()))
                 })
                 .collect();
             DeleteRecordsTopicResult::default()
@@ -118,18 +132,32 @@ pub async fn offset_for_leader_epoch(
     body: Bytes,
 ) -> Result<Bytes, FramingError> {
     let req: OffsetForLeaderEpochRequest = ctx.decode(body)?;
-    let rows = req
+    // A replica's request (replica id >= 0) needs CLUSTER_ACTION, a client's DESCRIBE.
+    let replica = req.replica_id.0 >= 0;
+    let cluster_ok = !replica || ctx.allowed_on_cluster(shard, op::CLUSTER_ACTION);
+    let denied: Vec<bool> = req
         .topics
         .iter()
         .map(|t| {
+            !cluster_ok
+                || (!replica && !ctx.allowed(shard, op::DESCRIBE, resource::TOPIC, &t.topic.0))
+        })
+        .collect();
+    let rows = req
+        .topics
+        .iter()
+        .zip(&denied)
+        .map(|(t, &denied)| {
             t.partitions
                 .iter()
                 .map(|p| {
-                    Some((
-                        t.topic.0.to_string(),
-                        p.partition,
-                        (p.current_leader_epoch, p.leader_epoch),
-                    ))
+                    (!denied).then(|| {
+                        (
+                            t.topic.0.to_string(),
+                            p.partition,
+                            (p.current_leader_epoch, p.leader_epoch),
+                        )
+                    })
                 })
                 .collect()
         })
@@ -146,15 +174,21 @@ pub async fn offset_for_leader_epoch(
         .topics
         .iter()
         .zip(answers)
-        .map(|(t, row)| {
+        .zip(denied)
+        .map(|((t, row), denied)| {
             let parts = t
                 .partitions
                 .iter()
                 .zip(row)
                 .map(|(p, r)| {
+                    let error = match (denied, cluster_ok) {
+                        (true, false) => code::CLUSTER_AUTHORIZATION_FAILED,
+                        (true, true) => code::TOPIC_AUTHORIZATION_FAILED,
+                        (false, _) => r.error.map_or(0, |e| e.code()),
+                    };
                     EpochEndOffset::default()
                         .with_partition(p.partition)
-                        .with_error_code(r.error.map_or(0, |e| e.code()))
+                        .with_error_code(error)
                         .with_leader_epoch(r.epoch)
                         .with_end_offset(r.offset.0)
                 })

@@ -24,6 +24,7 @@ use kafka_protocol::protocol::StrBytes;
 use super::{Ctx, FramingError};
 use crate::cluster::metadata::{Command, MetaError, ScramEntry};
 use crate::common::errors::code;
+use crate::security::acl::op;
 use crate::security::scram::{Credential, Mechanism};
 
 /// DUPLICATE_RESOURCE.
@@ -48,6 +49,14 @@ pub async fn alter(
 ) -> Result<Bytes, FramingError> {
     let r: AlterUserScramCredentialsRequest = ctx.decode(body)?;
     let (order, mut per_user) = changes_by_user(&r);
+    if !ctx.allowed_on_cluster(shard, op::ALTER) {
+        for changes in per_user.values_mut() {
+            *changes = Err((
+                code::CLUSTER_AUTHORIZATION_FAILED,
+                "not authorized on the cluster".into(),
+            ));
+        }
+    }
     let mut results = Vec::with_capacity(order.len());
     for user in order {
         let outcome = match per_user.remove(&user) {
@@ -168,6 +177,13 @@ pub async fn describe(
     body: Bytes,
 ) -> Result<Bytes, FramingError> {
     let r: DescribeUserScramCredentialsRequest = ctx.decode(body)?;
+    if !ctx.allowed_on_cluster(shard, op::DESCRIBE) {
+        return ctx.respond(
+            &DescribeUserScramCredentialsResponse::default()
+                .with_error_code(code::CLUSTER_AUTHORIZATION_FAILED)
+                .with_error_message(Some(s("not authorized on the cluster"))),
+        );
+    }
     let meta = shard.metadata();
     let named: Vec<String> = r
         .users

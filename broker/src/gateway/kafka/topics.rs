@@ -19,6 +19,7 @@ use super::{Ctx, FramingError};
 use crate::cluster::metadata::{place_partitions, Command, MetaError, PARTITIONS_PER_TOPIC_MAX};
 use crate::cluster::ClusterHost;
 use crate::common::errors::code;
+use crate::security::acl::{op as acl_op, resource};
 use crate::shard::ops::{Op, Reply};
 use crate::shard::Shard;
 
@@ -219,6 +220,12 @@ fn checked_replicas(
     }
     Ok(if shard.clustered() { lists } else { Vec::new() })
 }
+/// Whether `ctx` may create the topic `name`: CREATE on the cluster or on the topic.
+pub fn may_create(ctx: &Ctx, shard: &Shard, name: &str) -> bool {
+    ctx.allowed_on_cluster(shard, acl_op::CREATE)
+        || ctx.allowed(shard, acl_op::CREATE, resource::TOPIC, name)
+}
+
 /// CreateTopics.
 #[expect(
     clippy::too_many_lines,
@@ -268,7 +275,13 @@ pub async fn create(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
             _ => t.replication_factor,
         };
         let needed = replicas_needed(shard, usize::try_from(partitions).unwrap_or(0), rf_asked);
-        if let Err(e) = crate::cluster::metadata::validate_topic_name(&name) {
+        if !may_create(ctx, shard, &name) {
+            r = r
+                .with_error_code(code::TOPIC_AUTHORIZATION_FAILED)
+                .with_error_message(Some(StrBytes::from_static_str(
+                    "not authorized to create it",
+                )));
+        } else if let Err(e) = crate::cluster::metadata::validate_topic_name(&name) {
             r = r
                 .with_error_code(e.kafka_code())
                 .with_error_message(Some(StrBytes::from_string(e.to_string())));
@@ -393,6 +406,9 @@ pub async fn delete(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
             .with_name(name)
             .with_topic_id(id);
         match resolved {
+            Some(n) if !ctx.allowed(shard, acl_op::DELETE, resource::TOPIC, &n) => {
+                r = r.with_error_code(code::TOPIC_AUTHORIZATION_FAILED);
+            }
             Some(n) if meta.topics.contains_key(&n) => {
                 if ctx.version >= 6 {
                     r = r.with_topic_id(uuid::Uuid::from_u128(meta.topics[&n].id));
@@ -446,6 +462,23 @@ fn chosen_replicas(
     checked_replicas(shard, lists, factor).map(Some)
 }
 
+/// The topic `name` if it exists and `ctx` may ALTER it, else the error and message.
+fn alterable<'m>(
+    shard: &Shard,
+    ctx: &Ctx,
+    meta: &'m crate::cluster::metadata::Metadata,
+    name: &str,
+) -> Result<&'m crate::cluster::metadata::Topic, (i16, String)> {
+    if !ctx.allowed(shard, acl_op::ALTER, resource::TOPIC, name) {
+        let m = "not authorized to alter it".to_string();
+        return Err((code::TOPIC_AUTHORIZATION_FAILED, m));
+    }
+    meta.topics.get(name).ok_or_else(|| {
+        let m = format!("topic {name} does not exist");
+        (code::UNKNOWN_TOPIC_OR_PARTITION, m)
+    })
+}
+
 /// CreatePartitions: grows a topic to `count` partitions; new ones are writable at once.
 pub async fn create_partitions(
     shard: &Rc<Shard>,
@@ -466,15 +499,18 @@ pub async fn create_partitions(
                 .with_error_code(code)
                 .with_error_message(Some(StrBytes::from_string(m)))
         };
-        let Some(topic) = meta.topics.get(name) else {
-            results.push(err(3, format!("topic {name} does not exist")));
-            continue;
+        let topic = match alterable(shard, ctx, &meta, name) {
+            Ok(topic) => topic,
+            Err((c, m)) => {
+                results.push(err(c, m));
+                continue;
+            }
         };
         let current = topic.shards.len();
         let wanted = usize::try_from(t.count).unwrap_or(0);
         if wanted <= current || t.count > PARTITIONS_PER_TOPIC_MAX {
             results.push(err(
-                37,
+                code::INVALID_PARTITIONS,
                 format!("topic has {current} partitions; requested {}", t.count),
             ));
             continue;

@@ -28,6 +28,7 @@ use super::{Ctx, FramingError};
 use crate::cluster::markers::Markers;
 use crate::common::errors::code;
 use crate::group::state::Committed;
+use crate::security::acl::{op as acl_op, resource};
 use crate::shard::ops::{spread_codes, GroupRequest, Op, Reply, ShardSplit, TxnCheck};
 use crate::shard::Shard;
 use crate::txn::coordinator::{self, AddError, TXN_STATE_TOPIC};
@@ -101,6 +102,51 @@ pub fn transactional_id_of(ctx: &Ctx, body: &Bytes) -> Result<String, FramingErr
     })
 }
 
+/// The answer to a coordinator request its principal may not make, if so: WRITE on the
+/// transactional id for every one, then READ on the group for AddOffsetsToTxn and WRITE on
+/// every topic for AddPartitionsToTxn (unauthorized partitions TOPIC_AUTHORIZATION_FAILED,
+/// the others OPERATION_NOT_ATTEMPTED, as Kafka).
+fn coordinator_refusal(
+    shard: &Shard,
+    ctx: &Ctx,
+    id: &str,
+    body: &Bytes,
+) -> Result<Option<Bytes>, FramingError> {
+    if !ctx.allowed(shard, acl_op::WRITE, resource::TRANSACTIONAL_ID, id) {
+        let error = code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+        return refused(ctx, body.clone(), error).map(Some);
+    }
+    match ctx.key {
+        ApiKey::AddOffsetsToTxn => {
+            let r: AddOffsetsToTxnRequest = ctx.decode(body.clone())?;
+            if !ctx.allowed(shard, acl_op::READ, resource::GROUP, &r.group_id.0) {
+                let error = code::GROUP_AUTHORIZATION_FAILED;
+                return refused(ctx, body.clone(), error).map(Some);
+            }
+        }
+        ApiKey::AddPartitionsToTxn => {
+            let r: AddPartitionsToTxnRequest = ctx.decode(body.clone())?;
+            let writable: Vec<bool> = r
+                .v3_and_below_topics
+                .iter()
+                .flat_map(|t| {
+                    let ok = ctx.allowed(shard, acl_op::WRITE, resource::TOPIC, &t.name.0);
+                    std::iter::repeat_n(ok, t.partitions.len())
+                })
+                .collect();
+            if writable.contains(&false) {
+                let codes = writable.into_iter().map(|ok| match ok {
+                    true => code::OPERATION_NOT_ATTEMPTED,
+                    false => code::TOPIC_AUTHORIZATION_FAILED,
+                });
+                return ctx.respond(&add_partitions_answer(&r, codes)).map(Some);
+            }
+        }
+        _ => {}
+    }
+    Ok(None)
+}
+
 /// Runs a transaction coordinator request on the shard owning its id; without
 /// `__transaction_state` (no FindCoordinator for a transactional id yet) it is answered
 /// NOT_COORDINATOR, which sends the client to FindCoordinator; an empty id is
@@ -115,6 +161,9 @@ pub async fn route(
         // Kafka: an empty transactional id is INVALID_REQUEST for every coordinator API.
         return refused(ctx, body, code::INVALID_REQUEST);
     }
+    if let Some(answer) = coordinator_refusal(shard, ctx, id, &body)? {
+        return Ok(answer);
+    }
     let Some(target) = coordinator_shard(shard, id) else {
         return refused(ctx, body, code::NOT_COORDINATOR);
     };
@@ -124,6 +173,8 @@ pub async fn route(
         correlation_id: ctx.correlation_id,
         client_id: ctx.client_id.clone(),
         client_host: ctx.client_host.clone(),
+        principal: ctx.principal.to_string(),
+        listener: ctx.listener.0,
         body,
     });
     match shard.call(target, op).await {
@@ -428,15 +479,58 @@ pub async fn offset_commit(
         let c = fenced_as(c, ctx.version, 3);
         return ctx.respond(&offset_commit_answer(&r, std::iter::repeat(c)));
     }
+    let ok = super::groups::readable(shard, ctx, r.topics.iter().map(|t| t.name.0.as_str()));
+    let counts: Vec<usize> = r.topics.iter().map(|t| t.partitions.len()).collect();
+    let mut offsets = txn_offsets(&r).into_iter();
+    let permitted: Vec<_> = ok
+        .iter()
+        .zip(&counts)
+        .flat_map(|(&ok, &n)| {
+            offsets
+                .by_ref()
+                .take(n)
+                .filter(move |_| ok)
+                .collect::<Vec<_>>()
+        })
+        .collect();
     let codes = crate::group::coordinator::txn_offset_commit(
         shard,
         &r.group_id.0,
         (r.producer_id.0, r.producer_epoch),
         (&r.member_id, r.generation_id),
-        txn_offsets(&r),
+        permitted,
     )
     .await;
+    let codes = super::groups::with_denied(&ok, &counts, codes);
     ctx.respond(&offset_commit_answer(&r, codes.into_iter()))
+}
+
+/// One marker's answer: its partitions with `codes`, in order.
+fn marker_result(
+    m: &kafka_protocol::messages::write_txn_markers_request::WritableTxnMarker,
+    mut codes: impl Iterator<Item = i16>,
+) -> WritableTxnMarkerResult {
+    let topics = m
+        .topics
+        .iter()
+        .map(|t| {
+            let parts = t
+                .partition_indexes
+                .iter()
+                .map(|p| {
+                    WritableTxnMarkerPartitionResult::default()
+                        .with_partition_index(*p)
+                        .with_error_code(codes.next().unwrap_or(code::NONE))
+                })
+                .collect();
+            WritableTxnMarkerTopicResult::default()
+                .with_name(t.name.clone())
+                .with_partitions(parts)
+        })
+        .collect();
+    WritableTxnMarkerResult::default()
+        .with_producer_id(m.producer_id)
+        .with_topics(topics)
 }
 
 /// WriteTxnMarkers: a coordinator (on another node) asks this node's partition leaders to
@@ -449,7 +543,9 @@ pub async fn write_markers(
     let r: WriteTxnMarkersRequest = ctx.decode(body)?;
     let meta = shard.metadata();
     let mut results = Vec::with_capacity(r.markers.len());
-    for m in &r.markers {
+    // The coordinators' request: CLUSTER_ACTION (every partition refused without it).
+    let permitted = ctx.allowed_on_cluster(shard, acl_op::CLUSTER_ACTION);
+    for m in r.markers.iter().filter(|_| permitted) {
         let partitions: Vec<(String, i32)> = m
             .topics
             .iter()
@@ -478,30 +574,15 @@ pub async fn write_markers(
             })
             .await;
         spread_codes(&mut codes, replies);
-        let mut codes = codes.into_iter();
-        let topics = m
-            .topics
+        results.push(marker_result(m, codes.into_iter()));
+    }
+    if !permitted {
+        let refused = || std::iter::repeat(code::CLUSTER_AUTHORIZATION_FAILED);
+        results = r
+            .markers
             .iter()
-            .map(|t| {
-                let parts = t
-                    .partition_indexes
-                    .iter()
-                    .map(|p| {
-                        WritableTxnMarkerPartitionResult::default()
-                            .with_partition_index(*p)
-                            .with_error_code(codes.next().unwrap_or(code::NONE))
-                    })
-                    .collect();
-                WritableTxnMarkerTopicResult::default()
-                    .with_name(t.name.clone())
-                    .with_partitions(parts)
-            })
+            .map(|m| marker_result(m, refused()))
             .collect();
-        results.push(
-            WritableTxnMarkerResult::default()
-                .with_producer_id(m.producer_id)
-                .with_topics(topics),
-        );
     }
     ctx.respond(&WriteTxnMarkersResponse::default().with_markers(results))
 }
@@ -528,6 +609,10 @@ pub async fn describe_transactions(
         .collect();
     let mut split = ShardSplit::new(shard.count);
     for (i, id) in r.transactional_ids.iter().enumerate() {
+        if !ctx.allowed(shard, acl_op::DESCRIBE, resource::TRANSACTIONAL_ID, &id.0) {
+            out[i].error_code = code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+            continue;
+        }
         if let Some(s) = coordinator_shard(shard, &id.0) {
             split.push(s, (0, i), id.0.to_string());
         }
@@ -584,6 +669,17 @@ pub async fn list_transactions(
             listed.extend(l);
         }
     }
+    // Only the ids the principal may describe (Kafka filters them the same way).
+    listed.retain(
+        |t: &kafka_protocol::messages::list_transactions_response::TransactionState| {
+            ctx.allowed(
+                shard,
+                acl_op::DESCRIBE,
+                resource::TRANSACTIONAL_ID,
+                &t.transactional_id.0,
+            )
+        },
+    );
     ctx.respond(
         &ListTransactionsResponse::default()
             .with_unknown_state_filters(unknown)
@@ -604,13 +700,19 @@ pub async fn describe_producers(
     let mut split = ShardSplit::new(shard.count);
     for (ti, t) in r.topics.iter().enumerate() {
         let mut row = Vec::with_capacity(t.partition_indexes.len());
+        let allowed = ctx.allowed(shard, acl_op::READ, resource::TOPIC, &t.name.0);
         for (pi, p) in t.partition_indexes.iter().enumerate() {
             row.push(
                 PartitionResponse::default()
                     .with_partition_index(*p)
-                    .with_error_code(code::UNKNOWN_TOPIC_OR_PARTITION),
+                    .with_error_code(if allowed {
+                        code::UNKNOWN_TOPIC_OR_PARTITION
+                    } else {
+                        code::TOPIC_AUTHORIZATION_FAILED
+                    }),
             );
-            if let Some(s) = meta.shard_of(&t.name.0, *p) {
+            let owner = meta.shard_of(&t.name.0, *p).filter(|_| allowed);
+            if let Some(s) = owner {
                 split.push(s, (ti, pi), (t.name.0.to_string(), *p));
             }
         }
@@ -647,6 +749,13 @@ pub async fn add_partitions_batched(
 ) -> Result<Bytes, FramingError> {
     use kafka_protocol::messages::add_partitions_to_txn_response::AddPartitionsToTxnResult;
     let r: AddPartitionsToTxnRequest = ctx.decode(body)?;
+    // The batched form is the brokers' (KIP-890 verification): CLUSTER_ACTION.
+    if !ctx.allowed_on_cluster(shard, acl_op::CLUSTER_ACTION) {
+        return ctx.respond(
+            &AddPartitionsToTxnResponse::default()
+                .with_error_code(code::CLUSTER_AUTHORIZATION_FAILED),
+        );
+    }
     let mut results = Vec::with_capacity(r.transactions.len());
     for t in &r.transactions {
         let partitions: Vec<(String, i32)> = t

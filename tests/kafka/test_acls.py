@@ -1,0 +1,171 @@
+"""ACLs (issue 23): CreateAcls, DescribeAcls and DeleteAcls through confluent-kafka's admin
+client, and what they allow: with `authorizer_enabled`, a SASL user may do what its ACLs
+allow and nothing else (deny wins, prefixed patterns, the consumer group, Metadata hiding
+what it may not describe); super users may do everything; without the authorizer the ACL
+APIs answer SECURITY_DISABLED, as Kafka's. The per-API authorization matrix is
+tests/tests/broker_acls.rs."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from strand_harness import Broker, free_port, need_module
+
+USERS = {"alice": "alice pw", "bob": "bob pw"}
+
+
+@pytest.fixture(scope="module")
+def guarded():
+    """A broker with the authorizer on: its PLAINTEXT listener's principal
+    (User:ANONYMOUS) is a super user for the test's administration; users alice and bob
+    log in on a SASL_PLAINTEXT listener. (broker, SASL bootstrap)."""
+    adm = need_module("confluent_kafka.admin")
+    port = free_port()
+    b = Broker(name="acls", smp=2, extra_listeners=[f"SASL_PLAINTEXT://127.0.0.1:{port}"],
+               extra_args=["--authorizer-enabled", "true",
+                           "--super-users", "User:ANONYMOUS"])
+    b.start()
+    admin = adm.AdminClient({"bootstrap.servers": b.bootstrap})
+    changes = [adm.UserScramCredentialUpsertion(
+        u, adm.ScramCredentialInfo(adm.ScramMechanism.SCRAM_SHA_256, 4096), pw.encode(),
+        b"salt-" + u.encode()) for u, pw in USERS.items()]
+    for f in admin.alter_user_scram_credentials(changes, request_timeout=15).values():
+        f.result(timeout=20)
+    yield b, f"127.0.0.1:{port}"
+    rc = b.stop()
+    if rc == 0:
+        b.cleanup()
+    assert rc == 0, f"strand exited with {rc} after SIGTERM:\n{b.log_tails()}"
+
+
+def as_user(bootstrap: str, user: str, **extra) -> dict:
+    return {"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": user,
+            "sasl.password": USERS[user], **extra}
+
+
+def binding(adm, rtype, name, pattern, principal, op, perm, host="*"):
+    return adm.AclBinding(rtype, name, pattern, principal, host, op, perm)
+
+
+def create_acls(admin, bindings):
+    for f in admin.create_acls(bindings, request_timeout=15).values():
+        f.result(timeout=20)
+
+
+def test_acls_are_created_described_and_deleted(guarded, topic):
+    adm = need_module("confluent_kafka.admin")
+    b, _ = guarded
+    admin = adm.AdminClient({"bootstrap.servers": b.bootstrap})
+    R, P, O, A = adm.ResourceType, adm.ResourcePatternType, adm.AclOperation, \
+        adm.AclPermissionType
+    mine = [binding(adm, R.TOPIC, topic, P.LITERAL, "User:carol", O.READ, A.ALLOW),
+            binding(adm, R.TOPIC, topic[:10], P.PREFIXED, "User:carol", O.WRITE, A.DENY,
+                    host="10.1.2.3"),
+            binding(adm, R.GROUP, topic, P.LITERAL, "User:carol", O.ALL, A.ALLOW)]
+    create_acls(admin, mine)
+    carol = adm.AclBindingFilter(R.ANY, None, P.ANY, "User:carol", None, O.ANY, A.ANY)
+    got = admin.describe_acls(carol, request_timeout=15).result(timeout=20)
+    assert sorted(map(str, got)) == sorted(map(str, mine))
+    # MATCH: every ACL that applies to the topic (the literal and the prefixed one).
+    match = adm.AclBindingFilter(R.TOPIC, topic, P.MATCH, None, None, O.ANY, A.ANY)
+    got = admin.describe_acls(match, request_timeout=15).result(timeout=20)
+    assert sorted(map(str, got)) == sorted(map(str, mine[:2]))
+    # An ACL Kafka would refuse (an unknown operation) is refused, the others made.
+    with pytest.raises(Exception):
+        create_acls(admin, [binding(adm, R.TOPIC, topic, P.LITERAL, "carol", O.READ,
+                                    A.ALLOW)])
+    deleted = admin.delete_acls([carol], request_timeout=15)
+    assert sorted(map(str, next(iter(deleted.values())).result(timeout=20))) == sorted(
+        map(str, mine))
+    assert admin.describe_acls(carol, request_timeout=15).result(timeout=20) == []
+
+
+def test_a_principal_may_do_what_its_acls_allow_and_no_more(guarded, topic):
+    ck = need_module("confluent_kafka")
+    adm = need_module("confluent_kafka.admin")
+    b, sasl = guarded
+    admin = adm.AdminClient({"bootstrap.servers": b.bootstrap})
+    secret = f"{topic}-secret"
+    for t in (topic, secret):
+        admin.create_topics([adm.NewTopic(t, num_partitions=1,
+                                          replication_factor=1)])[t].result(20)
+    R, P, O, A = adm.ResourceType, adm.ResourcePatternType, adm.AclOperation, \
+        adm.AclPermissionType
+    group = f"g-{topic}"
+    create_acls(admin, [
+        # alice: read and write every topic starting with the test's name...
+        binding(adm, R.TOPIC, topic, P.PREFIXED, "User:alice", O.WRITE, A.ALLOW),
+        binding(adm, R.TOPIC, topic, P.PREFIXED, "User:alice", O.READ, A.ALLOW),
+        # ...but not read the secret one (deny wins),
+        binding(adm, R.TOPIC, secret, P.LITERAL, "User:alice", O.READ, A.DENY),
+        # and use her group.
+        binding(adm, R.GROUP, group, P.LITERAL, "User:alice", O.READ, A.ALLOW),
+    ])
+    # alice produces, consumes in her group and commits.
+    p = ck.Producer(as_user(sasl, "alice", acks="all"))
+    failed = []
+    for i in range(10):
+        p.produce(topic, f"v{i}".encode(), on_delivery=lambda e, m: e and failed.append(e))
+    assert p.flush(30) == 0 and not failed, failed
+    c = ck.Consumer(as_user(sasl, "alice", **{"group.id": group,
+                                              "auto.offset.reset": "earliest",
+                                              "enable.auto.commit": False}))
+    c.subscribe([topic])
+    got, deadline = [], time.monotonic() + 60
+    while len(got) < 10 and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append(m.value())
+    assert len(got) == 10
+    c.commit(asynchronous=False)
+    c.close()
+    # She may write the secret topic but not read it.
+    c = ck.Consumer(as_user(sasl, "alice", **{"group.id": group,
+                                              "auto.offset.reset": "earliest"}))
+    c.assign([ck.TopicPartition(secret, 0, 0)])
+    m = None
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None:
+            break
+    c.close()
+    assert m is not None and m.error() is not None
+    assert m.error().code() == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+    # bob: no ACL. Metadata hides every topic; producing is refused; his group too.
+    bob_admin = adm.AdminClient(as_user(sasl, "bob"))
+    md = bob_admin.list_topics(timeout=20)
+    assert topic not in md.topics and secret not in md.topics
+    md = bob_admin.list_topics(topic=topic, timeout=20)
+    assert md.topics[topic].error.code() == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    p = ck.Producer(as_user(sasl, "bob", **{"message.timeout.ms": 5000}))
+    errors = []
+    p.produce(topic, b"x", partition=0, on_delivery=lambda e, m: errors.append(e))
+    p.flush(20)
+    assert errors and errors[0] is not None
+    assert errors[0].code() == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    c = ck.Consumer(as_user(sasl, "bob", **{"group.id": group}))
+    with pytest.raises(ck.KafkaException) as e:
+        c.committed([ck.TopicPartition(topic, 0)], timeout=20)
+    c.close()
+    assert e.value.args[0].code() == ck.KafkaError.GROUP_AUTHORIZATION_FAILED
+    # bob may not manage ACLs; the super user may.
+    with pytest.raises(Exception):
+        create_acls(bob_admin, [binding(adm, R.TOPIC, topic, P.LITERAL, "User:bob", O.ALL,
+                                        A.ALLOW)])
+
+
+def test_without_the_authorizer_the_acl_apis_say_security_disabled(strand):
+    ck = need_module("confluent_kafka")
+    adm = need_module("confluent_kafka.admin")
+    b = strand()
+    admin = adm.AdminClient({"bootstrap.servers": b.bootstrap})
+    f = adm.AclBindingFilter(adm.ResourceType.ANY, None, adm.ResourcePatternType.ANY, None,
+                             None, adm.AclOperation.ANY, adm.AclPermissionType.ANY)
+    with pytest.raises(ck.KafkaException) as e:
+        admin.describe_acls(f, request_timeout=15).result(timeout=20)
+    assert e.value.args[0].code() == ck.KafkaError.SECURITY_DISABLED
