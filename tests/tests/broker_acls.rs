@@ -577,6 +577,7 @@ fn cluster_cases() -> Vec<Case> {
             CLUSTER_DENIED,
             |c| {
                 let req = InitProducerIdRequest::default()
+                    .with_transactional_id(None)
                     .with_transaction_timeout_ms(60_000)
                     .with_producer_id((-1).into())
                     .with_producer_epoch(-1);

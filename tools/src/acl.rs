@@ -175,6 +175,7 @@ fn list(
         .with_resource_name_filter(name.as_deref().map(s))
         .with_pattern_type_filter(pattern_filter(r, name.is_some()))
         .with_principal_filter(principal.map(s))
+        .with_host_filter(None)
         .with_operation(ANY)
         .with_permission_type(ANY);
     let resp = client.send(&req)?;

@@ -1,4 +1,4 @@
-//! ACL administration (CreateAcls, DescribeAcls, DeleteAcls v0–3) as Kafka's controller
+//! ACL administration (CreateAcls, DescribeAcls, DeleteAcls v1–3) as Kafka's controller
 //! answers it, and the checks every handler makes (`Ctx::allowed`). ACLs are controller
 //! commands (`CreateAcls`, `DeleteAcls`), so every node and shard authorizes with the same
 //! set; without `authorizer_enabled` the three APIs answer SECURITY_DISABLED and every

@@ -832,8 +832,7 @@ pub async fn offset_fetch(
 fn hide_undescribed(shard: &Shard, ctx: &Ctx, answer: &mut GroupOffsets, named: bool) {
     let described = |t: &str| ctx.allowed(shard, acl_op::DESCRIBE, resource::TOPIC, t);
     if named {
-        for (t, parts) in answer.iter_mut().filter(|(t, _)| !described(t)) {
-            let _ = t;
+        for (_, parts) in answer.iter_mut().filter(|(t, _)| !described(t)) {
             for (_, committed, error) in parts.iter_mut() {
                 *committed = None;
                 *error = code::TOPIC_AUTHORIZATION_FAILED;

@@ -80,9 +80,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterUserScramCredentials, 0, 0),
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
-    (ApiKey::DescribeAcls, 0, 3),
-    (ApiKey::CreateAcls, 0, 3),
-    (ApiKey::DeleteAcls, 0, 3),
+    (ApiKey::DescribeAcls, 1, 3),
+    (ApiKey::CreateAcls, 1, 3),
+    (ApiKey::DeleteAcls, 1, 3),
 ];
 
 /// A request that cannot be answered: the connection is closed.

@@ -65,7 +65,8 @@ pub async fn serve(
             .map_err(std::io::Error::from)
             .with_context(|| {
                 format!(
-                    "cannot listen on {} (listener {}); pick another address with --listeners",
+                    "cannot listen on {} (listener {}); pick another address with \
+                     --kafka-addr (or --listeners)",
                     l.addr, l.name
                 )
             })?;
