@@ -9,14 +9,13 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 
@@ -29,6 +28,59 @@ pub const RESPONSE_BYTES_MAX: usize = 128 << 20;
 const CLIENT_ID: &str = "strand-bench";
 
 type Answer = Result<(Bytes, Instant), DriverError>;
+
+/// A connection's read side (TCP, or TLS over it).
+type Reader = Box<dyn AsyncRead + Send + Unpin>;
+/// A connection's write side.
+type Writer = Box<dyn AsyncWrite + Send + Unpin>;
+
+/// The TLS client configuration every connection uses, once `use_tls` set it.
+static TLS: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
+
+/// Makes every later connection TLS, trusting the CA certificates of the PEM file `ca`
+/// (the broker's SSL listener; `--tls-ca`).
+#[expect(
+    deprecated,
+    reason = "ring's provider, as the broker's (see security::tls)"
+)]
+pub fn use_tls(ca: &std::path::Path) -> anyhow::Result<()> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls::pki_types::CertificateDer::pem_file_iter(ca)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", ca.display()))?
+    {
+        roots.add(c.map_err(|e| anyhow::anyhow!("{}: {e}", ca.display()))?)?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let _ = TLS.set(Arc::new(config));
+    Ok(())
+}
+
+/// Connects to `addr` (TCP_NODELAY), with TLS when `use_tls` was called.
+async fn open(addr: &str) -> std::io::Result<(Reader, Writer)> {
+    let stream = TcpStream::connect(addr).await?;
+    stream.set_nodelay(true)?;
+    let Some(config) = TLS.get() else {
+        let (r, w) = stream.into_split();
+        return Ok((Box::new(r), Box::new(w)));
+    };
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    let name = rustls::pki_types::ServerName::try_from(host)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let tls = tokio_rustls::TlsConnector::from(config.clone())
+        .connect(name, stream)
+        .await?;
+    let (r, w) = tokio::io::split(tls);
+    Ok((Box::new(r), Box::new(w)))
+}
 
 struct Pending {
     correlation_id: i32,
@@ -47,7 +99,7 @@ struct PendingQueue {
 /// A connection to one broker.
 pub struct Conn {
     addr: String,
-    writer: tokio::sync::Mutex<OwnedWriteHalf>,
+    writer: tokio::sync::Mutex<Writer>,
     pending: Arc<Mutex<PendingQueue>>,
     slots: Arc<Semaphore>,
     next_correlation_id: AtomicI32,
@@ -77,15 +129,13 @@ impl Reply {
 }
 
 impl Conn {
-    /// Connects (TCP_NODELAY) and starts the reader task.
+    /// Connects (TCP_NODELAY; TLS after `use_tls`) and starts the reader task.
     pub async fn connect(addr: &str, max_in_flight: usize) -> Result<Conn, DriverError> {
         let io = |source| DriverError::Io {
             addr: addr.to_string(),
             source,
         };
-        let stream = TcpStream::connect(addr).await.map_err(io)?;
-        stream.set_nodelay(true).map_err(io)?;
-        let (r, w) = stream.into_split();
+        let (r, w) = open(addr).await.map_err(io)?;
         let pending = Arc::new(Mutex::new(PendingQueue::default()));
         let reader = tokio::spawn(read_loop(r, pending.clone(), addr.to_string()));
         Ok(Conn {
@@ -137,13 +187,15 @@ impl Conn {
             drop(slot);
             None
         };
-        writer
-            .write_all(&frame)
-            .await
-            .map_err(|source| DriverError::Io {
-                addr: self.addr.clone(),
-                source,
-            })?;
+        // Flushed: a TLS stream may hold the end of the frame.
+        let written = async {
+            writer.write_all(&frame).await?;
+            writer.flush().await
+        };
+        written.await.map_err(|source| DriverError::Io {
+            addr: self.addr.clone(),
+            source,
+        })?;
         let written_at = Instant::now();
         drop(writer);
         let reply = rx.map(|rx| Reply {
@@ -201,7 +253,7 @@ pub fn decode_response<R: Request>(
         .map_err(|e| DriverError::Protocol(format!("api {} v{version} response: {e}", R::KEY)))
 }
 
-async fn read_loop(mut r: OwnedReadHalf, pending: Arc<Mutex<PendingQueue>>, addr: String) {
+async fn read_loop(mut r: Reader, pending: Arc<Mutex<PendingQueue>>, addr: String) {
     let why = loop {
         let mut len = [0u8; 4];
         if let Err(e) = r.read_exact(&mut len).await {

@@ -28,6 +28,10 @@ use clap::{Parser, Subcommand};
 #[derive(Parser, Debug)]
 #[command(name = "strand-bench", version, about = "Strand benchmark harness")]
 struct Cli {
+    /// Connect to Kafka listeners with TLS, trusting the CA certificates in this PEM file
+    /// (an SSL listener; `tools/certs.sh` makes a test CA).
+    #[arg(long, global = true, env = "STRAND_BENCH_TLS_CA")]
+    tls_ca: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -69,6 +73,9 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    if let Some(ca) = &cli.tls_ca {
+        kafka_conn::use_tls(ca)?;
+    }
     match cli.command {
         Command::Disk(args) => disk::run(args),
         Command::Physics(args) => physics::run(args),

@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use strand_broker::cluster::metadata::{Command, Endpoint, NodeInfo};
+use strand_broker::security::acl::AclBinding;
+use strand_broker::security::quota::{QuotaEntity, QuotaValue};
 use strand_broker::partition::checkpoint::Checkpoint;
 use strand_storage::KafkaOffset;
 
@@ -152,7 +154,33 @@ fn commands() -> Vec<Command> {
         },
         Command::DeleteTopic { name: "t".into() },
         Command::RemoveNode { id: 2 },
+        Command::CreateAcls {
+            acls: vec![acl()],
+        },
+        Command::DeleteAcls {
+            acls: vec![acl()],
+        },
+        Command::AlterClientQuota {
+            entity: QuotaEntity {
+                user: Some(None),
+                client_id: Some(Some("app".into())),
+            },
+            set: [("producer_byte_rate".to_string(), QuotaValue(1e6))].into(),
+            remove: vec!["consumer_byte_rate".into()],
+        },
     ]
+}
+
+fn acl() -> AclBinding {
+    AclBinding {
+        resource_type: 2,
+        resource_name: "t".into(),
+        pattern_type: 4,
+        principal: "User:alice".into(),
+        host: "*".into(),
+        operation: 3,
+        permission: 3,
+    }
 }
 
 fn meta_seeds() -> Seeds {

@@ -679,6 +679,40 @@ fn cluster_cases() -> Vec<Case> {
             },
         ),
         case(
+            ApiKey::DescribeClientQuotas,
+            &[(CLUSTER, C, DESCRIBE_CONFIGS)],
+            CLUSTER_DENIED,
+            |c| {
+                let r = c.request(1, &DescribeClientQuotasRequest::default());
+                if r.error_code != 0 {
+                    assert!(
+                        r.entries.as_ref().is_none_or(Vec::is_empty),
+                        "no data when refused"
+                    );
+                }
+                vec![r.error_code]
+            },
+        ),
+        case(
+            ApiKey::AlterClientQuotas,
+            &[(CLUSTER, C, ALTER_CONFIGS)],
+            CLUSTER_DENIED,
+            |c| {
+                let op = alter_client_quotas_request::OpData::default()
+                    .with_key(s("producer_byte_rate"))
+                    .with_value(1000.0);
+                let entity = alter_client_quotas_request::EntityData::default()
+                    .with_entity_type(s("client-id"))
+                    .with_entity_name(Some(s("matrix")));
+                let req = AlterClientQuotasRequest::default()
+                    .with_validate_only(true)
+                    .with_entries(vec![alter_client_quotas_request::EntryData::default()
+                        .with_entity(vec![entity])
+                        .with_ops(vec![op])]);
+                vec![c.request(1, &req).entries[0].error_code]
+            },
+        ),
+        case(
             ApiKey::DescribeAcls,
             &[(CLUSTER, C, DESCRIBE)],
             CLUSTER_DENIED,

@@ -70,6 +70,9 @@ pub enum Command {
     /// ACLs: list, add, remove (like `kafka-acls.sh`; the broker needs authorizer_enabled).
     #[command(subcommand, after_help = EXIT_CODES_HELP)]
     Acl(AclCmd),
+    /// Client quotas: list, set, remove (like `kafka-configs.sh` for quotas).
+    #[command(subcommand, after_help = EXIT_CODES_HELP)]
+    Quota(QuotaCmd),
     /// Produce records read from stdin, one per line.
     #[command(after_help = EXIT_CODES_HELP)]
     Produce(ProduceArgs),
@@ -232,6 +235,52 @@ pub enum AclCmd {
         /// Only this operation's.
         #[arg(long)]
         operation: Option<String>,
+    },
+}
+
+/// The entity a `quota` command names: a user and/or a client id, named or the default.
+#[derive(clap::Args, Debug, Default, Clone)]
+pub struct QuotaEntityArgs {
+    /// A user (the principal's name without `User:`).
+    #[arg(long)]
+    pub user: Option<String>,
+    /// The default of every user without a quota of its own.
+    #[arg(long)]
+    pub default_user: bool,
+    /// A client id.
+    #[arg(long)]
+    pub client_id: Option<String>,
+    /// The default of every client id without a quota of its own.
+    #[arg(long)]
+    pub default_client_id: bool,
+}
+
+/// `quota ...`
+#[derive(Subcommand, Debug)]
+pub enum QuotaCmd {
+    /// Quotas, all or those of an entity.
+    List {
+        #[command(flatten)]
+        entity: QuotaEntityArgs,
+    },
+    /// Sets an entity's byte rates (bytes per second, per broker shard).
+    Set {
+        #[command(flatten)]
+        entity: QuotaEntityArgs,
+        /// `producer_byte_rate`.
+        #[arg(long)]
+        producer_byte_rate: Option<u64>,
+        /// `consumer_byte_rate`.
+        #[arg(long)]
+        consumer_byte_rate: Option<u64>,
+    },
+    /// Removes quotas of an entity.
+    Remove {
+        #[command(flatten)]
+        entity: QuotaEntityArgs,
+        /// The quota to remove (repeatable): producer_byte_rate or consumer_byte_rate.
+        #[arg(long, required = true)]
+        key: Vec<String>,
     },
 }
 

@@ -56,6 +56,8 @@ const KEYS: &[(&str, Kind)] = &[
     // User:a;User:b ; the broker checks the form at start.
     ("super_users", Kind::Text),
     ("allow_everyone_if_no_acl_found", Kind::Bool),
+    ("quota_window_num", Kind::Int { min: 2, max: 100 }),
+    ("quota_window_size_seconds", Kind::Int { min: 1, max: 3600 }),
     ("admin_addr", Kind::SocketAddr),
     ("admin_token_file", Kind::Text),
     ("native_addr", Kind::SocketAddr),

@@ -24,6 +24,7 @@ mod kafka;
 mod offsets;
 mod output;
 mod produce;
+mod quota;
 mod route;
 mod self_test;
 mod topic;
@@ -147,6 +148,7 @@ fn run(cli: &Cli) -> anyhow::Result<Outcome> {
         Command::Group(cmd) => print(&group::run(&mut connect()?, cmd, timeout)?),
         Command::Transactions(cmd) => print(&transactions::run(&mut connect()?, cmd, timeout)?),
         Command::Acl(cmd) => print(&acl::run(&mut connect()?, cmd)?),
+        Command::Quota(cmd) => print(&quota::run(&mut connect()?, cmd)?),
         Command::User(cmd) => print(&user::run(&mut connect()?, cmd, &mut stdin())?),
         Command::Produce(args) => print(&produce::run(&mut connect()?, args, &mut stdin())?),
         Command::Consume(args) => {

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::security::acl::AclBinding;
+use crate::security::quota::{QuotaEntity, QuotaValue, Quotas};
 
 /// Kafka's longest topic name.
 pub const TOPIC_NAME_BYTES_MAX: usize = 249;
@@ -137,6 +138,15 @@ pub enum Command {
         /// Exact ACLs; one not there is ignored.
         acls: Vec<AclBinding>,
     },
+    /// Sets and removes client quotas of one entity (AlterClientQuotas).
+    AlterClientQuota {
+        /// The entity.
+        entity: QuotaEntity,
+        /// Quotas set (key → value > 0).
+        set: BTreeMap<String, QuotaValue>,
+        /// Quotas removed.
+        remove: Vec<String>,
+    },
     /// Changes topic config overrides.
     AlterConfig {
         /// Topic name.
@@ -168,6 +178,7 @@ impl Command {
             Command::DeleteScramCredential { .. } => "delete_scram_credential",
             Command::CreateAcls { .. } => "create_acls",
             Command::DeleteAcls { .. } => "delete_acls",
+            Command::AlterClientQuota { .. } => "alter_client_quota",
         }
     }
 }
@@ -328,6 +339,8 @@ pub struct Metadata {
     pub scram: BTreeMap<String, BTreeMap<i8, ScramEntry>>,
     /// ACLs (`security::acl`).
     pub acls: std::collections::BTreeSet<AclBinding>,
+    /// Client quotas (`security::quota`).
+    pub quotas: Quotas,
 }
 
 /// A stored SCRAM credential (RFC 5802: never the password).
@@ -436,6 +449,30 @@ impl MetaError {
     }
 }
 
+/// Kafka's rules for a client quota: an entity with a user or a client id, known keys,
+/// positive values.
+fn check_quota(entity: &QuotaEntity, set: &BTreeMap<String, QuotaValue>) -> Result<(), MetaError> {
+    if entity.user.is_none() && entity.client_id.is_none() {
+        return Err(MetaError::InvalidRequest(
+            "a quota entity needs a user or a client id".into(),
+        ));
+    }
+    for (k, v) in set {
+        if !crate::security::quota::KEYS.contains(&k.as_str()) {
+            return Err(MetaError::InvalidRequest(format!(
+                "unknown or unsupported quota {k}"
+            )));
+        }
+        if !(v.0.is_finite() && v.0 > 0.0) {
+            return Err(MetaError::InvalidRequest(format!(
+                "quota {k} must be positive, got {}",
+                v.0
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Kafka's rules for a SCRAM credential change (AlterUserScramCredentials).
 fn check_scram(
     user: &str,
@@ -531,6 +568,7 @@ impl Metadata {
                 .try_for_each(AclBinding::validate)
                 .map_err(MetaError::InvalidRequest),
             Command::DeleteAcls { .. } => Ok(()),
+            Command::AlterClientQuota { entity, set, .. } => check_quota(entity, set),
             Command::UpsertScramCredential {
                 user,
                 mechanism,
@@ -813,6 +851,18 @@ impl Metadata {
                 }
             }
             Command::CreateAcls { acls } => self.acls.extend(acls.iter().cloned()),
+            Command::AlterClientQuota {
+                entity,
+                set,
+                remove,
+            } => {
+                let values = self.quotas.entry(entity.clone()).or_default();
+                values.extend(set.iter().map(|(k, v)| (k.clone(), *v)));
+                values.retain(|k, _| !remove.contains(k));
+                if values.is_empty() {
+                    self.quotas.remove(entity);
+                }
+            }
             Command::DeleteAcls { acls } => {
                 for a in acls {
                     self.acls.remove(a);

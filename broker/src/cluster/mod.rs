@@ -507,6 +507,18 @@ fn visible(m: &Metadata, after: &Metadata, cmd: &Command) -> bool {
         }
         Command::CreateAcls { acls } => acls.iter().all(|a| m.acls.contains(a)),
         Command::DeleteAcls { acls } => acls.iter().all(|a| !m.acls.contains(a)),
+        Command::AlterClientQuota {
+            entity,
+            set,
+            remove,
+        } => {
+            let values = m.quotas.get(entity);
+            set.iter()
+                .all(|(k, v)| values.and_then(|x| x.get(k)) == Some(v))
+                && remove
+                    .iter()
+                    .all(|k| values.is_none_or(|x| !x.contains_key(k)))
+        }
     }
 }
 

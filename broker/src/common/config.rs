@@ -57,6 +57,11 @@ pub const TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT: u64 = 604_800_000;
 /// Kafka's `transaction.remove.expired.transaction.cleanup.interval.ms` default (1 hour).
 pub const TRANSACTION_EXPIRY_CHECK_INTERVAL_MS_DEFAULT: u64 = 3_600_000;
 
+/// Kafka's `quota.window.num` default.
+pub const QUOTA_WINDOW_NUM_DEFAULT: usize = 11;
+/// Kafka's `quota.window.size.seconds` default.
+pub const QUOTA_WINDOW_SIZE_SECONDS_DEFAULT: u64 = 1;
+
 /// Default native handshake port (ARCHITECTURE.md, Native protocol).
 pub const NATIVE_PORT_DEFAULT: u16 = 9093;
 /// Default first per-shard native port: shard s listens on 9094 + s.
@@ -120,6 +125,12 @@ pub struct Flags {
     /// false).
     #[arg(long, env = "STRAND_ALLOW_EVERYONE_IF_NO_ACL_FOUND")]
     pub allow_everyone_if_no_acl_found: Option<bool>,
+    /// Samples a client quota's rate is measured over (`quota.window.num`).
+    #[arg(long, env = "STRAND_QUOTA_WINDOW_NUM")]
+    pub quota_window_num: Option<usize>,
+    /// Length of each sample in seconds (`quota.window.size.seconds`).
+    #[arg(long, env = "STRAND_QUOTA_WINDOW_SIZE_SECONDS")]
+    pub quota_window_size_seconds: Option<u64>,
     /// How a client certificate's subject becomes its principal
     /// (`ssl.principal.mapping.rules`, e.g. `RULE:^CN=(.*?),.*$/$1/,DEFAULT`).
     #[arg(long, env = "STRAND_SSL_PRINCIPAL_MAPPING_RULES")]
@@ -350,6 +361,8 @@ struct FileConfig {
     authorizer_enabled: Option<bool>,
     super_users: Option<String>,
     allow_everyone_if_no_acl_found: Option<bool>,
+    quota_window_num: Option<usize>,
+    quota_window_size_seconds: Option<u64>,
     admin_addr: Option<SocketAddr>,
     native_addr: Option<SocketAddr>,
     native_shard_base_port: Option<u16>,
@@ -489,6 +502,10 @@ pub struct Config {
     pub super_users: Vec<String>,
     /// `allow.everyone.if.no.acl.found`.
     pub allow_everyone_if_no_acl_found: bool,
+    /// `quota.window.num`.
+    pub quota_window_num: usize,
+    /// `quota.window.size.seconds`.
+    pub quota_window_size_seconds: u64,
     /// Admin HTTP listener.
     pub admin_addr: SocketAddr,
     /// Native handshake listener.
@@ -635,6 +652,14 @@ impl Config {
                 .allow_everyone_if_no_acl_found
                 .or(file.allow_everyone_if_no_acl_found)
                 .unwrap_or(false),
+            quota_window_num: flags
+                .quota_window_num
+                .or(file.quota_window_num)
+                .unwrap_or(QUOTA_WINDOW_NUM_DEFAULT),
+            quota_window_size_seconds: flags
+                .quota_window_size_seconds
+                .or(file.quota_window_size_seconds)
+                .unwrap_or(QUOTA_WINDOW_SIZE_SECONDS_DEFAULT),
             admin_addr: flags
                 .admin_addr
                 .or(file.admin_addr)
@@ -845,6 +870,11 @@ impl Config {
                 "ssl_client_auth {:?} needs ssl_ca_location (the CA of the client certificates)",
                 self.ssl.client_auth
             );
+        }
+        if !(2..=100).contains(&self.quota_window_num)
+            || !(1..=3600).contains(&self.quota_window_size_seconds)
+        {
+            bail!("quota_window_num must be in 2..=100 and quota_window_size_seconds in 1..=3600");
         }
         if let Some(bad) = self.super_users.iter().find(|u| !u.contains(':')) {
             bail!("super_users: '{bad}' is not Type:name (e.g. User:admin; separate with ';')");

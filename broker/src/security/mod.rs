@@ -5,7 +5,8 @@
 //! the gateway's and the cluster's. `tls` builds the listeners' rustls configuration from
 //! PEM files (and reloads it when they change); `principal` turns a client certificate's
 //! subject into a principal with `ssl.principal.mapping.rules`; `acl` is the authorizer
-//! over the ACLs the cluster metadata holds.
+//! over the ACLs the cluster metadata holds; `quota` resolves client quotas and measures
+//! rates as Kafka does.
 //!
 //! Invariant: every length and field a client sends is checked before it is used; a
 //! failed exchange says no more than that the credentials are invalid (an unknown user
@@ -16,5 +17,6 @@
 pub mod acl;
 pub mod plain;
 pub mod principal;
+pub mod quota;
 pub mod scram;
 pub mod tls;

@@ -18,9 +18,11 @@ use kafka_protocol::messages::{FetchRequest, FetchResponse, ProducerId};
 use super::{Ctx, FramingError};
 use strand_storage::KafkaOffset;
 
+use super::quotas;
 use crate::cluster::metadata::Metadata;
 use crate::common::errors::KafkaError;
 use crate::security::acl::{op, resource};
+use crate::security::quota::CONSUMER_BYTE_RATE;
 use crate::shard::budget::Held;
 use crate::shard::ops::{FetchLimit, FetchPart, FetchResult, Op, Reply, ShardSplit};
 use crate::shard::Shard;
@@ -77,12 +79,18 @@ pub async fn handle(
     };
     trim_to_max_bytes(&mut results, room);
     let records: usize = results.iter().flatten().map(|r| r.records.len()).sum();
-    if !held.cover(records, room, deadline).await {
+    // A consumer over its quota gets no records now, and its throttle time (as Kafka).
+    let throttle_ms = quotas::record(shard, ctx, CONSUMER_BYTE_RATE, records as f64);
+    if throttle_ms > 0 {
+        quotas::unrecord(shard, ctx, CONSUMER_BYTE_RATE, records as f64);
+    }
+    if throttle_ms > 0 || !held.cover(records, room, deadline).await {
         for r in results.iter_mut().flatten() {
             r.records = Bytes::new();
         }
     }
-    ctx.respond(&answer(&req, results, ctx.version))
+    let throttle_ms = i32::try_from(throttle_ms).unwrap_or(i32::MAX);
+    ctx.respond(&answer(&req, results, ctx.version).with_throttle_time_ms(throttle_ms))
 }
 
 /// The read of each requested partition, per owning shard, and the answers so far: each

@@ -159,6 +159,8 @@ pub fn on_coordinator(
             // are authorized here, where the request's partitions are.
             listener: super::Listener(req.listener),
             principal: req.principal.into(),
+            muted_until: Rc::default(),
+            throttle_ms: 0,
         };
         if super::txn::is_coordinator_api(key) {
             return super::txn::on_coordinator(shard, &ctx, req.body)

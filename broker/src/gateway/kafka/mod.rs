@@ -19,6 +19,7 @@ pub mod net;
 pub mod produce;
 pub mod producer;
 pub mod quorum;
+pub mod quotas;
 pub mod reassign;
 pub mod records;
 pub mod sasl;
@@ -83,6 +84,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeAcls, 1, 3),
     (ApiKey::CreateAcls, 1, 3),
     (ApiKey::DeleteAcls, 1, 3),
+    (ApiKey::DescribeClientQuotas, 0, 1),
+    (ApiKey::AlterClientQuotas, 0, 1),
 ];
 
 /// A request that cannot be answered: the connection is closed.
@@ -254,6 +257,8 @@ pub async fn handle(
         ApiKey::CreateAcls => acls::create(shard, &ctx, buf).await.map(Some),
         ApiKey::DescribeAcls => acls::describe(shard, &ctx, buf).await.map(Some),
         ApiKey::DeleteAcls => acls::delete(shard, &ctx, buf).await.map(Some),
+        ApiKey::DescribeClientQuotas => quotas::describe(shard, &ctx, buf).await.map(Some),
+        ApiKey::AlterClientQuotas => quotas::alter(shard, &ctx, buf).await.map(Some),
         ApiKey::OffsetForLeaderEpoch => records::offset_for_leader_epoch(shard, &ctx, buf)
             .await
             .map(Some),
@@ -288,6 +293,10 @@ pub struct Conn {
     pub listener: Listener,
     /// Who it authenticated as (`ANONYMOUS` until then, and on PLAINTEXT listeners).
     pub principal: Rc<str>,
+    /// Until when it reads no request (a client over its quota, KIP-219).
+    pub muted_until: Rc<std::cell::Cell<Option<std::time::Instant>>>,
+    /// The throttle time of the request this copy goes with (`quotas::record_produce`).
+    pub throttle_ms: u64,
 }
 
 /// What every handler needs from the request header.
@@ -306,6 +315,10 @@ pub struct Ctx {
     pub listener: Listener,
     /// Who the connection authenticated as (`User:name`, or `ANONYMOUS`).
     pub principal: Rc<str>,
+    /// The connection's `Conn::muted_until`.
+    pub muted_until: Rc<std::cell::Cell<Option<std::time::Instant>>>,
+    /// The request's throttle time so far (`Conn::throttle_ms`).
+    pub throttle_ms: u64,
 }
 
 impl Ctx {
@@ -331,8 +344,18 @@ impl Ctx {
             client_host: conn.host.to_string(),
             listener: conn.listener,
             principal: conn.principal.clone(),
+            muted_until: conn.muted_until.clone(),
+            throttle_ms: conn.throttle_ms,
         };
         Ok((ctx, buf))
+    }
+
+    /// Mutes the connection for `d` from now (or longer, if it already is).
+    pub fn mute_for(&self, d: std::time::Duration) {
+        let until = crate::common::clock::now() + d;
+        if self.muted_until.get().is_none_or(|u| u < until) {
+            self.muted_until.set(Some(until));
+        }
     }
 
     /// The name of its listener: brokers and coordinators are named by their endpoints of it.
@@ -377,6 +400,8 @@ mod tests {
             client_host: String::new(),
             listener: Listener(0),
             principal: ANONYMOUS.into(),
+            muted_until: Rc::default(),
+            throttle_ms: 0,
         }
     }
 

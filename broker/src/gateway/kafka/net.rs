@@ -223,6 +223,8 @@ async fn secured(
         host: format!("/{}", peer.ip()).into(),
         listener,
         principal: kafka::ANONYMOUS.into(),
+        muted_until: Rc::default(),
+        throttle_ms: 0,
     };
     let Some(tls) = security.tls.as_ref().filter(|_| protocol.tls()) else {
         return connection(shard.clone(), stream, peer, conn).await;
@@ -344,6 +346,13 @@ where
         if shard.stopping() {
             break;
         }
+        // A client over its quota: nothing more is read until its throttle time passed.
+        if let Some(until) = conn.muted_until.take() {
+            let now = crate::common::clock::now();
+            if until > now {
+                crate::runtime::task::sleep(until - now).await;
+            }
+        }
         let mut len = [0u8; 4];
         let idle_until = crate::common::clock::now() + IDLE_TIMEOUT;
         let idle = || crate::common::clock::now() >= idle_until;
@@ -410,7 +419,10 @@ where
         let api = api_index(&frame);
         shard.request_started();
         let s = shard.clone();
-        let conn = conn.clone();
+        let mut conn = conn.clone();
+        if api == Some(PRODUCE_API_INDEX) {
+            conn.throttle_ms = kafka::quotas::record_produce(&shard, &conn, &frame);
+        }
         let task = glommio::spawn_local(async move {
             if api == Some(PRODUCE_API_INDEX) {
                 let waited = crate::common::clock::now() - received;

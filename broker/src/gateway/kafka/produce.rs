@@ -96,6 +96,8 @@ pub async fn handle(
             );
         }
     }
+    // Counted against the producer's quota when its frame was read (`quotas::record_produce`).
+    let throttle_ms = ctx.throttle_ms;
     if req.acks == 0 {
         return Ok(None);
     }
@@ -122,8 +124,12 @@ pub async fn handle(
                 .with_partition_responses(parts)
         })
         .collect();
-    ctx.respond(&ProduceResponse::default().with_responses(responses))
-        .map(Some)
+    ctx.respond(
+        &ProduceResponse::default()
+            .with_responses(responses)
+            .with_throttle_time_ms(i32::try_from(throttle_ms).unwrap_or(i32::MAX)),
+    )
+    .map(Some)
 }
 
 fn partition_response(
