@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use strand_broker::cluster::metadata::{Command, Endpoint, NodeInfo};
+use strand_broker::partition::checkpoint::Checkpoint;
 use strand_broker::security::acl::AclBinding;
 use strand_broker::security::quota::{QuotaEntity, QuotaValue};
-use strand_broker::partition::checkpoint::Checkpoint;
 use strand_storage::KafkaOffset;
 
 #[path = "../../wire/tests/mutate/mod.rs"]
@@ -154,12 +154,8 @@ fn commands() -> Vec<Command> {
         },
         Command::DeleteTopic { name: "t".into() },
         Command::RemoveNode { id: 2 },
-        Command::CreateAcls {
-            acls: vec![acl()],
-        },
-        Command::DeleteAcls {
-            acls: vec![acl()],
-        },
+        Command::CreateAcls { acls: vec![acl()] },
+        Command::DeleteAcls { acls: vec![acl()] },
         Command::AlterClientQuota {
             entity: QuotaEntity {
                 user: Some(None),
