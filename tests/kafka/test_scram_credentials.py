@@ -258,3 +258,98 @@ def test_strandctl_user_sets_lists_and_deletes_a_credential(adm, strand, topic):
     assert r.returncode != 0 and "91" in r.stderr, r.stderr
     r = ctl(b, "user", "set", "gina", "--iterations", "100", input="pw\n", expect_rc=None)
     assert r.returncode != 0 and "iterations" in r.stderr, r.stderr
+
+
+def test_sessions_end_unless_reauthenticated_as_the_same_user(adm, strand):
+    """KIP-368 (`connections_max_reauth_ms`): SaslAuthenticate v1 tells the session
+    lifetime; re-authenticating in place as the same user keeps the connection, as another
+    user is refused, and a request after the session ended closes the connection."""
+    import socket
+    import struct
+    import time
+
+    from strand_harness import free_port
+    port = free_port()
+    b = strand(extra_listeners=[f"SASL_PLAINTEXT://127.0.0.1:{port}"],
+               extra_args=["--connections-max-reauth-ms", "2000"])
+    sha256 = adm.ScramMechanism.SCRAM_SHA_256
+    assert alter(adm, b, upsert=[("gail", sha256, 4096, b"pw-gail"),
+                                 ("hank", sha256, 4096, b"pw-hank")]) == {"gail": 0, "hank": 0}
+
+    corr = iter(range(1, 1000))
+
+    def request(api, version, body):
+        payload = struct.pack(">hhih", api, version, next(corr), -1) + body
+        return struct.pack(">i", len(payload)) + payload
+
+    def read(s):
+        head = s.recv(4, socket.MSG_WAITALL)
+        if len(head) < 4:
+            return None
+        n = struct.unpack(">i", head)[0]
+        return s.recv(n, socket.MSG_WAITALL)
+
+    def login(s, user, pw):
+        """SaslHandshake v1 PLAIN, SaslAuthenticate v1: (error, session lifetime ms)."""
+        mech = b"PLAIN"
+        s.sendall(request(17, 1, struct.pack(">h", len(mech)) + mech))
+        assert struct.unpack_from(">h", read(s), 4)[0] == 0
+        token = b"\0" + user + b"\0" + pw
+        s.sendall(request(36, 1, struct.pack(">i", len(token)) + token))
+        resp = read(s)
+        if resp is None:
+            return None, None
+        err, msg_len = struct.unpack_from(">hh", resp, 4)
+        off = 8 + max(msg_len, 0)
+        auth_len = struct.unpack_from(">i", resp, off)[0]
+        lifetime = struct.unpack_from(">q", resp, off + 4 + max(auth_len, 0))[0]
+        return err, lifetime
+
+    def metadata_ok(s):
+        s.sendall(request(3, 1, struct.pack(">i", 0)))
+        return read(s) is not None
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        assert login(s, b"gail", b"pw-gail") == (0, 2000)
+        assert metadata_ok(s)
+        time.sleep(1.2)
+        assert login(s, b"gail", b"pw-gail") == (0, 2000), "re-authenticated in place"
+        time.sleep(1.2)
+        assert metadata_ok(s), "the new session is 2 s from the re-authentication"
+        time.sleep(1.2)
+        assert not metadata_ok(s), "closed: the session ended"
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        assert login(s, b"gail", b"pw-gail") == (0, 2000)
+        err, _ = login(s, b"hank", b"pw-hank")
+        assert err not in (0, None) or err is None, "another user is refused"
+        assert not metadata_ok(s)
+
+
+def test_a_client_reauthenticates_and_keeps_producing(adm, strand, topic):
+    """librdkafka (confluent-kafka) re-authenticates on its own when the session lifetime
+    says so (KIP-368): one record every 50 ms across four 2 s sessions, all acknowledged
+    on the connection it kept."""
+    import time
+
+    from confluent_kafka import Producer
+    from strand_harness import free_port
+    port = free_port()
+    b = strand(extra_listeners=[f"SASL_PLAINTEXT://127.0.0.1:{port}"],
+               extra_args=["--connections-max-reauth-ms", "2000"])
+    sha512 = adm.ScramMechanism.SCRAM_SHA_512
+    assert alter(adm, b, upsert=[("ivy", sha512, 4096, b"pw-ivy")]) == {"ivy": 0}
+    from test_metrics import scrape, total
+    name = "strand_kafka_connections_accepted"
+    before = total(scrape(b), name, name + "_total")
+    p = Producer({"bootstrap.servers": f"127.0.0.1:{port}", "security.protocol": "SASL_PLAINTEXT",
+                  "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "ivy",
+                  "sasl.password": "pw-ivy", "acks": "all", "linger.ms": 0})
+    acked, failed = [], []
+    start = time.monotonic()
+    while time.monotonic() - start < 8:
+        p.produce(topic, b"v", on_delivery=lambda e, m: (failed if e else acked).append(e))
+        p.poll(0.05)
+    assert p.flush(30) == 0
+    assert not failed and len(acked) >= 100, (len(acked), failed[:3])
+    # Its connections (bootstrap, then the broker's) were kept, not remade per session.
+    assert total(scrape(b), name, name + "_total") - before <= 2

@@ -57,6 +57,13 @@ const KEYS: &[(&str, Kind)] = &[
     ("super_users", Kind::Text),
     ("allow_everyone_if_no_acl_found", Kind::Bool),
     ("quota_window_num", Kind::Int { min: 2, max: 100 }),
+    (
+        "connections_max_reauth_ms",
+        Kind::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+    ),
     ("quota_window_size_seconds", Kind::Int { min: 1, max: 3600 }),
     ("admin_addr", Kind::SocketAddr),
     ("admin_token_file", Kind::Text),

@@ -125,6 +125,10 @@ pub struct Flags {
     /// false).
     #[arg(long, env = "STRAND_ALLOW_EVERYONE_IF_NO_ACL_FOUND")]
     pub allow_everyone_if_no_acl_found: Option<bool>,
+    /// How long a SASL session lasts before the client must re-authenticate
+    /// (`connections.max.reauth.ms`, KIP-368); 0: for ever.
+    #[arg(long, env = "STRAND_CONNECTIONS_MAX_REAUTH_MS")]
+    pub connections_max_reauth_ms: Option<u64>,
     /// Samples a client quota's rate is measured over (`quota.window.num`).
     #[arg(long, env = "STRAND_QUOTA_WINDOW_NUM")]
     pub quota_window_num: Option<usize>,
@@ -363,6 +367,7 @@ struct FileConfig {
     allow_everyone_if_no_acl_found: Option<bool>,
     quota_window_num: Option<usize>,
     quota_window_size_seconds: Option<u64>,
+    connections_max_reauth_ms: Option<u64>,
     admin_addr: Option<SocketAddr>,
     native_addr: Option<SocketAddr>,
     native_shard_base_port: Option<u16>,
@@ -502,6 +507,8 @@ pub struct Config {
     pub super_users: Vec<String>,
     /// `allow.everyone.if.no.acl.found`.
     pub allow_everyone_if_no_acl_found: bool,
+    /// `connections.max.reauth.ms` (0: sessions do not end).
+    pub connections_max_reauth_ms: u64,
     /// `quota.window.num`.
     pub quota_window_num: usize,
     /// `quota.window.size.seconds`.
@@ -652,6 +659,10 @@ impl Config {
                 .allow_everyone_if_no_acl_found
                 .or(file.allow_everyone_if_no_acl_found)
                 .unwrap_or(false),
+            connections_max_reauth_ms: flags
+                .connections_max_reauth_ms
+                .or(file.connections_max_reauth_ms)
+                .unwrap_or(0),
             quota_window_num: flags
                 .quota_window_num
                 .or(file.quota_window_num)

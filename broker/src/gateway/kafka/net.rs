@@ -16,6 +16,7 @@ use futures::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use glommio::channels::local_channel;
 use glommio::net::{TcpListener, TcpStream};
 use glommio::{GlommioError, ResourceType};
+use kafka_protocol::messages::ApiKey;
 
 use crate::common::config::{SecurityProtocol, REQUEST_BYTES_MAX};
 use crate::common::metrics::ProduceStage;
@@ -392,6 +393,15 @@ where
         }
         let received = crate::common::clock::now();
         let frame = Bytes::from(buf);
+        if let Some(gate) = sasl.as_mut().filter(|g| g.user().is_some()) {
+            // KIP-368: a SaslHandshake re-authenticates; after the session, nothing else.
+            if api_index(&frame).is_some_and(|i| kafka::SUPPORTED[i].0 == ApiKey::SaslHandshake) {
+                gate.begin_reauthentication();
+            } else if gate.expired(received) {
+                tracing::debug!(?peer, "SASL session expired: closing the connection");
+                break;
+            }
+        }
         if let Some(gate) = sasl.as_mut().filter(|g| g.user().is_none()) {
             // Not authenticated yet: the gate answers, in order, or the connection ends.
             let (answer, close) = match gate.serve(&shard, frame, &conn).await {

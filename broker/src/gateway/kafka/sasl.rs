@@ -5,6 +5,10 @@
 //! the client sends bare SASL tokens, each with a 4-byte length and no Kafka header, as
 //! Kafka allows for clients that predate SaslAuthenticate.
 //!
+//! With `connections_max_reauth_ms` (KIP-368) a session lasts that long: SaslAuthenticate
+//! tells the client, which re-authenticates in place (SaslHandshake v1 again, as the same
+//! user); a request after the session ended closes the connection.
+//!
 //! Invariant: a connection is served only as the user it proved to be; any other request
 //! before that, a second handshake, or a failed proof ends the connection (the failure
 //! answered, after `AUTH_FAILURE_DELAY`, as Kafka's `connection.failed.authentication.delay.ms`).
@@ -77,12 +81,19 @@ pub enum Gate {
 #[derive(Clone, Debug)]
 pub struct SaslConn {
     state: State,
+    /// The user a re-authentication (KIP-368) must prove to be again.
+    previous: Option<String>,
+    /// When the session ends (`connections_max_reauth_ms`): a request after it closes the
+    /// connection unless it re-authenticated.
+    session_expires: Option<std::time::Instant>,
 }
 
 impl Default for SaslConn {
     fn default() -> Self {
         SaslConn {
             state: State::Start,
+            previous: None,
+            session_expires: None,
         }
     }
 }
@@ -93,6 +104,20 @@ impl SaslConn {
         match &self.state {
             State::Done(u) => Some(u),
             _ => None,
+        }
+    }
+
+    /// Whether the session of an authenticated connection has ended (KIP-368).
+    pub fn expired(&self, now: std::time::Instant) -> bool {
+        self.session_expires.is_some_and(|t| now >= t)
+    }
+
+    /// A SaslHandshake on an authenticated connection starts a re-authentication
+    /// (KIP-368; v1 only, as Kafka): the same user must authenticate again.
+    pub fn begin_reauthentication(&mut self) {
+        if let State::Done(user) = &self.state {
+            self.previous = Some(user.clone());
+            self.state = State::Start;
         }
     }
 
@@ -143,6 +168,9 @@ impl SaslConn {
     fn handshake(&mut self, frame: Bytes, version: i16, conn: &Conn) -> Gate {
         if !matches!(self.state, State::Start) {
             return Gate::Close("a second SaslHandshake");
+        }
+        if self.previous.is_some() && version == 0 {
+            return Gate::Close("a re-authentication with SaslHandshake v0");
         }
         let Ok((ctx, body)) = context(frame, ApiKey::SaslHandshake, version, conn) else {
             return Gate::Close("a malformed SaslHandshake");
@@ -200,7 +228,11 @@ impl SaslConn {
         }
         match self.step(shard, &req.auth_bytes) {
             Ok(token) => {
-                answer(ctx.respond(&SaslAuthenticateResponse::default().with_auth_bytes(token)))
+                let mut resp = SaslAuthenticateResponse::default().with_auth_bytes(token);
+                if self.user().is_some() {
+                    resp = resp.with_session_lifetime_ms(self.start_session(shard));
+                }
+                answer(ctx.respond(&resp))
             }
             Err(why) => {
                 crate::runtime::task::sleep(AUTH_FAILURE_DELAY).await;
@@ -212,6 +244,15 @@ impl SaslConn {
                 close_after(ctx.respond(&resp))
             }
         }
+    }
+
+    /// Starts the session of a connection that (re-)authenticated: the session lifetime to
+    /// tell the client, 0 without `connections_max_reauth_ms`.
+    fn start_session(&mut self, shard: &Shard) -> i64 {
+        let ms = shard.config.connections_max_reauth_ms;
+        self.session_expires =
+            (ms > 0).then(|| crate::common::clock::now() + std::time::Duration::from_millis(ms));
+        i64::try_from(ms).unwrap_or(i64::MAX)
     }
 
     /// A bare token after a v0 handshake: the answer is a bare token too.
@@ -274,9 +315,17 @@ impl SaslConn {
             }
         };
         match outcome {
+            Ok((_, Some(user))) if self.previous.as_ref().is_some_and(|p| *p != user) => {
+                shard.metrics.sasl_failure();
+                Err("a re-authentication cannot change the user".into())
+            }
             Ok((answer, Some(user))) => {
                 tracing::debug!(%user, raw, "SASL authentication succeeded");
+                if raw {
+                    self.start_session(shard);
+                }
                 self.state = State::Done(user);
+                self.previous = None;
                 Ok(answer)
             }
             Ok((answer, None)) => Ok(answer),
