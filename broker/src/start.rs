@@ -103,15 +103,37 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
     stop_and_join(&wiring.senders, handles)
 }
 
-/// The TLS files of the SSL and SASL_SSL listeners, read once before any shard starts (an
-/// error names the file), and the principal mapping rules checked.
-fn tls_at_start(config: &Config) -> anyhow::Result<Option<crate::security::tls::Loaded>> {
+/// The TLS files as read before the shards start: the Kafka listeners' and the admin
+/// API's.
+#[derive(Clone, Default)]
+struct TlsAtStart {
+    /// For the SSL and SASL_SSL listeners.
+    kafka: Option<crate::security::tls::Loaded>,
+    /// For the admin API with `admin_tls` (client certificates asked for, not required).
+    admin: Option<crate::security::tls::Loaded>,
+}
+
+/// The TLS files of the SSL and SASL_SSL listeners and of the admin API, read once before
+/// any shard starts (an error names the file), and the principal mapping rules checked.
+fn tls_at_start(config: &Config) -> anyhow::Result<TlsAtStart> {
+    use crate::security::tls::Loaded;
     crate::security::principal::PrincipalMapper::parse(&config.ssl.principal_mapping_rules)?;
-    if !config.listeners.iter().any(|l| l.protocol.tls()) {
-        return Ok(None);
+    let mut out = TlsAtStart::default();
+    if config.listeners.iter().any(|l| l.protocol.tls()) {
+        out.kafka = Some(Loaded::load(&config.ssl).context("TLS listener")?);
     }
-    let loaded = crate::security::tls::Loaded::load(&config.ssl).context("TLS listener")?;
-    Ok(Some(loaded))
+    if config.admin_tls {
+        let admin = crate::common::config::SslConfig {
+            client_auth: if config.ssl.ca_location.is_some() {
+                crate::common::config::ClientAuth::Requested
+            } else {
+                crate::common::config::ClientAuth::None
+            },
+            ..config.ssl.clone()
+        };
+        out.admin = Some(Loaded::load(&admin).context("admin API TLS")?);
+    }
+    Ok(out)
 }
 
 /// How many shards to run: one per CPU of the affinity mask, or `--smp` of them.
@@ -129,7 +151,7 @@ fn shard_count(config: &Config, cpus: &[usize]) -> anyhow::Result<usize> {
 fn spawn_shard(
     cpu: usize,
     io_memory_bytes: usize,
-    (wired, tls): (ShardWiring, Option<crate::security::tls::Loaded>),
+    (wired, tls): (ShardWiring, TlsAtStart),
     rx: mpsc::Receiver<Envelope>,
     exited: std::sync::mpsc::Sender<Option<usize>>,
 ) -> anyhow::Result<ExecutorJoinHandle<anyhow::Result<()>>> {
@@ -193,7 +215,7 @@ fn stop_and_join(
 async fn shard_main(
     wired: ShardWiring,
     rx: mpsc::Receiver<Envelope>,
-    tls: Option<crate::security::tls::Loaded>,
+    tls: TlsAtStart,
 ) -> anyhow::Result<()> {
     let config = wired.config.clone();
     let id = wired.id;
@@ -217,8 +239,9 @@ async fn shard_main(
     // client that was served can always reach it.
     if id == 0 {
         let admin = shard.clone();
+        let admin_tls = tls.admin.clone();
         spawn_local(async move {
-            if let Err(e) = crate::admin::net::serve(admin).await {
+            if let Err(e) = crate::admin::net::serve(admin, admin_tls).await {
                 tracing::error!(error = %format!("{e:#}"), "admin HTTP stopped");
             }
         });
@@ -250,7 +273,7 @@ async fn shard_main(
     } else {
         crate::gateway::native::net::listen(&shard)?;
     }
-    crate::gateway::kafka::net::serve(shard.clone(), stop_rx, tls).await?;
+    crate::gateway::kafka::net::serve(shard.clone(), stop_rx, tls.kafka).await?;
     let _ = done_rx.await;
     tracing::info!(
         shard = id,

@@ -380,3 +380,38 @@ def test_a_sasl_ssl_cluster_serves_a_stock_client(request, tmp_path, topic):
         committed = cons.committed([ck.TopicPartition(topic, i) for i in range(3)], timeout=30)
         cons.close()
         assert [tp.offset for tp in committed] == [COUNT] * 3
+
+
+def test_the_admin_api_serves_https_and_takes_a_client_certificate(strand, tmp_path):
+    """`admin_tls`: the admin API answers over HTTPS with the listeners' certificate; its
+    mutating endpoint takes the bearer token or a client certificate of the CA, and refuses
+    a caller with neither; plain HTTP gets nothing."""
+    import http.client
+
+    d = tmp_path / "certs"
+    certs(d, "ops")
+    b = strand(extra_args=["--admin-tls", "true",
+                           "--ssl-certificate-location", str(d / "node.pem"),
+                           "--ssl-key-location", str(d / "node.key"),
+                           "--ssl-ca-location", str(d / "ca.pem")])
+
+    def call(method, path, body=None, cert=False, token=None):
+        context = ssl.create_default_context(cafile=str(d / "ca.pem"))
+        if cert:
+            context.load_cert_chain(str(d / "ops.pem"), str(d / "ops.key"))
+        c = http.client.HTTPSConnection("localhost", b.admin_port, context=context, timeout=10)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        c.request(method, path, body=body, headers=headers)
+        r = c.getresponse()
+        return r.status, r.read().decode()
+
+    assert call("GET", "/v1/health/live") == (200, "live\n")
+    status, _ = call("PUT", "/v1/log-level", body="debug")
+    assert status == 401
+    assert call("PUT", "/v1/log-level", body="info", cert=True)[0] == 200
+    token = (b.data_dir / "admin-token").read_text().strip()
+    assert call("PUT", "/v1/log-level", body="info", token=token)[0] == 200
+    plain = http.client.HTTPConnection("127.0.0.1", b.admin_port, timeout=5)
+    with pytest.raises(Exception):
+        plain.request("GET", "/v1/health/live")
+        plain.getresponse().read()

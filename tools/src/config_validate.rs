@@ -53,6 +53,7 @@ const KEYS: &[(&str, Kind)] = &[
     ),
     ("ssl_principal_mapping_rules", Kind::Text),
     ("authorizer_enabled", Kind::Bool),
+    ("admin_tls", Kind::Bool),
     // User:a;User:b ; the broker checks the form at start.
     ("super_users", Kind::Text),
     ("allow_everyone_if_no_acl_found", Kind::Bool),

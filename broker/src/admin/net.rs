@@ -1,5 +1,6 @@
 //! The admin HTTP listener (shard 0): minimal HTTP/1.1 with `Connection: close`; GET for
-//! everything, PUT for `/v1/log-level` with the admin bearer token (`admin::token`).
+//! everything, PUT for `/v1/log-level` with the admin bearer token (`admin::token`) or,
+//! over HTTPS (`admin_tls`), a verified client certificate.
 //!
 //! Invariant: a request head larger than `ADMIN_REQUEST_BYTES_MAX`, a body larger than
 //! `ADMIN_BODY_BYTES_MAX`, or a request slower than `ADMIN_READ_TIMEOUT` closes the
@@ -16,6 +17,7 @@ use crate::admin::status;
 use crate::admin::{self, Response};
 use crate::cluster::ClusterHost;
 use crate::runtime::task::spawn_local;
+use crate::security::tls::{Loaded, Reloading};
 use crate::shard::ops::{Op, Reply};
 use crate::shard::Shard;
 
@@ -24,15 +26,22 @@ pub const ADMIN_REQUEST_BYTES_MAX: usize = 8 * 1024;
 /// Time allowed to send the request head.
 pub const ADMIN_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Serves admin HTTP until the shard stops.
-pub async fn serve(shard: Rc<Shard>) -> anyhow::Result<()> {
+/// How long an HTTPS client may take over its TLS handshake.
+pub const ADMIN_TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Serves admin HTTP (HTTPS with `tls`, `admin_tls`) until the shard stops.
+pub async fn serve(shard: Rc<Shard>, tls: Option<Loaded>) -> anyhow::Result<()> {
     let addr = shard.config.admin_addr;
     let listener = TcpListener::bind(addr)
         .map_err(std::io::Error::from)
         .with_context(|| format!("admin listener on {addr}"))?;
+    let tls = tls.map(|t| Rc::new(Reloading::new(t)));
     while !shard.stopping() {
         match crate::runtime::task::timeout(Duration::from_millis(200), listener.accept()).await {
-            Some(Ok(stream)) => spawn_local(handle(shard.clone(), stream)),
+            Some(Ok(stream)) => match &tls {
+                None => spawn_local(handle(shard.clone(), stream, false)),
+                Some(tls) => spawn_local(handle_tls(shard.clone(), stream, tls.clone())),
+            },
             Some(Err(e)) => tracing::warn!(error = %e, "admin accept failed"),
             None => {}
         }
@@ -40,7 +49,32 @@ pub async fn serve(shard: Rc<Shard>) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn handle(shard: Rc<Shard>, mut stream: TcpStream) {
+/// An HTTPS connection: TLS first (certificate files read again if they changed), then
+/// HTTP; a client certificate that verified against `ssl_ca_location` authorizes the
+/// mutating endpoints as the bearer token does.
+async fn handle_tls(shard: Rc<Shard>, stream: TcpStream, tls: Rc<Reloading>) {
+    if let Err(e) = tls.reload_if_changed() {
+        tracing::warn!(error = %e, "admin TLS files changed but do not load: serving the previous ones");
+    }
+    let acceptor = futures_rustls::TlsAcceptor::from(tls.config(false));
+    let accepted =
+        crate::runtime::task::timeout(ADMIN_TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await;
+    let Some(Ok(stream)) = accepted else {
+        tracing::debug!("admin TLS handshake failed or timed out");
+        return;
+    };
+    let client_certificate = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .is_some_and(|c| !c.is_empty());
+    handle(shard, stream, client_certificate).await;
+}
+
+async fn handle<S>(shard: Rc<Shard>, mut stream: S, client_certificate: bool)
+where
+    S: futures::io::AsyncRead + futures::io::AsyncWrite + Unpin,
+{
     let mut head = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     let scanned = loop {
@@ -62,12 +96,13 @@ async fn handle(shard: Rc<Shard>, mut stream: TcpStream) {
             if !read_body(&mut stream, &mut body, body_bytes).await {
                 return;
             }
-            route(&shard, &text_head, &body).await
+            route(&shard, &text_head, &body, client_certificate).await
         }
         status::HeadScan::Refused(status, why) => text(status, why),
         status::HeadScan::Incomplete => return,
     };
     let _ = stream.write_all(&resp.encode()).await;
+    let _ = stream.flush().await;
     let _ = stream.close().await;
 }
 
@@ -92,7 +127,10 @@ async fn snapshots(shard: &Rc<Shard>) -> Vec<admin::ShardSnapshot> {
 }
 
 /// Reads until `body` holds `len` bytes (bounded by the caller); false on EOF or timeout.
-async fn read_body(stream: &mut TcpStream, body: &mut Vec<u8>, len: usize) -> bool {
+async fn read_body<S>(stream: &mut S, body: &mut Vec<u8>, len: usize) -> bool
+where
+    S: futures::io::AsyncRead + Unpin,
+{
     let mut chunk = [0u8; 1024];
     while body.len() < len {
         let read = crate::runtime::task::timeout(ADMIN_READ_TIMEOUT, stream.read(&mut chunk)).await;
@@ -110,17 +148,19 @@ fn ready(shard: &Shard) -> bool {
     shard.metadata().version > 0 && !shard.stopping() && clustered_ready
 }
 
-async fn route(shard: &Rc<Shard>, head: &str, body: &[u8]) -> Response {
+async fn route(shard: &Rc<Shard>, head: &str, body: &[u8], client_certificate: bool) -> Response {
     let (path, query) = match status::request_line(head) {
         Some(("GET", path, query)) => (path, query),
         Some(("PUT", "/v1/log-level", _)) => {
-            if !crate::admin::token::authorized(head, &shard.config.admin_token.0) {
+            let token = crate::admin::token::authorized(head, &shard.config.admin_token.0);
+            if !token && !client_certificate {
                 tracing::warn!("admin: PUT /v1/log-level without the admin token refused");
                 return text(
                     "401 Unauthorized",
                     &format!(
                         "PUT /v1/log-level needs the header `Authorization: Bearer <token>` \
-                         with the token in the broker's admin_token_file ({})\n",
+                         with the token in the broker's admin_token_file ({}), or (admin_tls) \
+                         a client certificate of ssl_ca_location's CA\n",
                         shard.config.admin_token_file.display()
                     ),
                 );

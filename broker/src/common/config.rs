@@ -125,6 +125,11 @@ pub struct Flags {
     /// false).
     #[arg(long, env = "STRAND_ALLOW_EVERYONE_IF_NO_ACL_FOUND")]
     pub allow_everyone_if_no_acl_found: Option<bool>,
+    /// Serve the admin API over HTTPS with the listeners' certificate (`ssl_*`); a client
+    /// certificate of `ssl_ca_location`'s CA then authorizes its mutating endpoints as the
+    /// bearer token does.
+    #[arg(long, env = "STRAND_ADMIN_TLS")]
+    pub admin_tls: Option<bool>,
     /// How long a SASL session lasts before the client must re-authenticate
     /// (`connections.max.reauth.ms`, KIP-368); 0: for ever.
     #[arg(long, env = "STRAND_CONNECTIONS_MAX_REAUTH_MS")]
@@ -368,6 +373,7 @@ struct FileConfig {
     quota_window_num: Option<usize>,
     quota_window_size_seconds: Option<u64>,
     connections_max_reauth_ms: Option<u64>,
+    admin_tls: Option<bool>,
     admin_addr: Option<SocketAddr>,
     native_addr: Option<SocketAddr>,
     native_shard_base_port: Option<u16>,
@@ -507,6 +513,8 @@ pub struct Config {
     pub super_users: Vec<String>,
     /// `allow.everyone.if.no.acl.found`.
     pub allow_everyone_if_no_acl_found: bool,
+    /// The admin API serves HTTPS.
+    pub admin_tls: bool,
     /// `connections.max.reauth.ms` (0: sessions do not end).
     pub connections_max_reauth_ms: u64,
     /// `quota.window.num`.
@@ -659,6 +667,7 @@ impl Config {
                 .allow_everyone_if_no_acl_found
                 .or(file.allow_everyone_if_no_acl_found)
                 .unwrap_or(false),
+            admin_tls: flags.admin_tls.or(file.admin_tls).unwrap_or(false),
             connections_max_reauth_ms: flags
                 .connections_max_reauth_ms
                 .or(file.connections_max_reauth_ms)
@@ -869,10 +878,10 @@ impl Config {
 
     /// The checks of the listeners against TLS settings and the other addresses.
     fn validate_listeners(&self) -> anyhow::Result<()> {
-        let tls = self.listeners.iter().any(|l| l.protocol.tls());
+        let tls = self.admin_tls || self.listeners.iter().any(|l| l.protocol.tls());
         if tls && (self.ssl.certificate_location.is_none() || self.ssl.key_location.is_none()) {
             bail!(
-                "an SSL or SASL_SSL listener needs ssl_certificate_location and ssl_key_location \
+                "an SSL or SASL_SSL listener (or admin_tls) needs ssl_certificate_location and ssl_key_location \
                  (PEM files; tools/certs.sh makes a test CA and certificates)"
             );
         }
