@@ -41,25 +41,9 @@ impl Ctx {
     /// Whether this connection's principal may do `operation` on the resource `name` of
     /// `resource_type` (always, without `authorizer_enabled`).
     pub fn allowed(&self, shard: &Shard, operation: i8, resource_type: i8, name: &str) -> bool {
-        let c = &shard.config;
-        if !c.authorizer_enabled {
-            return true;
-        }
-        let policy = Policy {
-            super_users: &c.super_users,
-            allow_everyone_if_no_acl_found: c.allow_everyone_if_no_acl_found,
-        };
-        let meta = shard.metadata();
-        let ip = self.client_ip();
-        acl::authorize(
-            &meta.acls,
-            &policy,
-            &self.principal,
-            ip,
-            operation,
-            resource_type,
-            name,
-        )
+        self.authorized(shard, |acls, policy, who, ip| {
+            acl::authorize(acls, policy, who, ip, operation, resource_type, name)
+        })
     }
 
     /// `allowed` on the cluster resource.
@@ -69,6 +53,18 @@ impl Ctx {
 
     /// Whether the principal may do `operation` on some resource of `resource_type`.
     pub fn allowed_on_any(&self, shard: &Shard, operation: i8, resource_type: i8) -> bool {
+        self.authorized(shard, |acls, policy, who, ip| {
+            acl::authorize_any(acls, policy, who, ip, operation, resource_type)
+        })
+    }
+
+    /// `check` over the ACLs, the policy, the principal and its address; true without
+    /// `authorizer_enabled`.
+    fn authorized(
+        &self,
+        shard: &Shard,
+        check: impl FnOnce(&std::collections::BTreeSet<AclBinding>, &Policy<'_>, &str, &str) -> bool,
+    ) -> bool {
         let c = &shard.config;
         if !c.authorizer_enabled {
             return true;
@@ -77,15 +73,11 @@ impl Ctx {
             super_users: &c.super_users,
             allow_everyone_if_no_acl_found: c.allow_everyone_if_no_acl_found,
         };
-        let meta = shard.metadata();
-        let ip = self.client_ip();
-        acl::authorize_any(
-            &meta.acls,
+        check(
+            &shard.metadata().acls,
             &policy,
             &self.principal,
-            ip,
-            operation,
-            resource_type,
+            self.client_ip(),
         )
     }
 }

@@ -65,6 +65,18 @@ pub fn of(
         .fold(0, |field, b| field | (1 << b))
 }
 
+/// The cluster's operations `ctx`'s principal may do.
+pub fn cluster(ctx: &super::Ctx, shard: &crate::shard::Shard) -> i32 {
+    use crate::security::acl;
+    of(
+        ctx,
+        shard,
+        CLUSTER,
+        acl::resource::CLUSTER,
+        acl::CLUSTER_NAME,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,7 +15,7 @@ use super::{Ctx, FramingError};
 use crate::cluster::metadata::Command;
 use crate::cluster::ClusterHost;
 use crate::common::errors::code;
-use crate::security::acl::{self, op, resource};
+use crate::security::acl::op;
 use crate::shard::Shard;
 
 /// DescribeCluster: the same brokers and controller as Metadata.
@@ -44,13 +44,7 @@ pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes
         .with_controller_id(BrokerId(controller))
         .with_endpoint_type(req.endpoint_type)
         .with_cluster_authorized_operations(if req.include_cluster_authorized_operations {
-            super::authorized::of(
-                ctx,
-                shard,
-                super::authorized::CLUSTER,
-                resource::CLUSTER,
-                acl::CLUSTER_NAME,
-            )
+            super::authorized::cluster(ctx, shard)
         } else {
             i32::MIN
         })

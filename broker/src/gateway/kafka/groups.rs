@@ -70,6 +70,18 @@ fn group_refusal(
     Ok(denied.then_some(code::GROUP_AUTHORIZATION_FAILED))
 }
 
+/// The groups of `all` that `allowed` lets through, and the index in `all` of each.
+fn permitted(
+    all: &[String],
+    mut allowed: impl FnMut(&String) -> bool,
+) -> (Vec<String>, Vec<usize>) {
+    all.iter()
+        .enumerate()
+        .filter(|(_, g)| allowed(g))
+        .map(|(i, g)| (g.clone(), i))
+        .unzip()
+}
+
 /// Per topic of a request: whether `ctx` may READ it.
 pub fn readable<'a>(shard: &Shard, ctx: &Ctx, topics: impl Iterator<Item = &'a str>) -> Vec<bool> {
     topics
@@ -578,12 +590,7 @@ pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes
         })
         .collect();
     // The groups it may describe, by their index in `all` (`by_shard` indexes `ids`).
-    let (ids, at): (Vec<String>, Vec<usize>) = all
-        .iter()
-        .enumerate()
-        .filter(|(_, g)| allowed(g))
-        .map(|(i, g)| (g.clone(), i))
-        .unzip();
+    let (ids, at) = permitted(&all, allowed);
     for (target, (groups, idx)) in by_shard(shard, &ids) {
         let idx: Vec<usize> = idx.into_iter().map(|i| at[i]).collect();
         if let Reply::Described(mut ds) = shard.call(target, Op::DescribeGroups(groups)).await {
@@ -667,12 +674,7 @@ pub async fn delete(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
             false => code::GROUP_AUTHORIZATION_FAILED,
         })
         .collect();
-    let (ids, at): (Vec<String>, Vec<usize>) = all
-        .iter()
-        .enumerate()
-        .filter(|(_, g)| allowed(g))
-        .map(|(i, g)| (g.clone(), i))
-        .unzip();
+    let (ids, at) = permitted(&all, allowed);
     for (target, (groups, idx)) in by_shard(shard, &ids) {
         if let Reply::Codes(cs) = shard.call(target, Op::DeleteGroups(groups)).await {
             for (i, c) in idx.into_iter().zip(cs) {
@@ -739,12 +741,8 @@ pub async fn offset_fetch(
             false => Err(code::GROUP_AUTHORIZATION_FAILED),
         })
         .collect();
-    let (asked, at): (Vec<String>, Vec<usize>) = ids
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| group_ok[*i])
-        .map(|(i, g)| (g.clone(), i))
-        .unzip();
+    let mut ok = group_ok.iter();
+    let (asked, at) = permitted(&ids, |_| ok.next().copied().unwrap_or(false));
     for (target, (_, idx)) in by_shard(shard, &asked) {
         let reqs = idx.iter().map(|&i| wanted[at[i]].clone()).collect();
         let op = Op::OffsetFetch(reqs, ctx.version >= 7 && r.require_stable);

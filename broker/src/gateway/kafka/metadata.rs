@@ -17,7 +17,7 @@ use super::{topics, Ctx, FramingError};
 use crate::cluster::metadata::validate_topic_name;
 use crate::cluster::ClusterHost;
 use crate::common::errors::code;
-use crate::security::acl::{self, op, resource};
+use crate::security::acl::{op, resource};
 use crate::shard::Shard;
 
 /// Creates the topics in `names` that do not exist, when auto-creation is enabled.
@@ -104,13 +104,7 @@ pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
         .with_cluster_id((ctx.version >= 2).then(|| StrBytes::from_string(meta.cluster_id.clone())))
         .with_controller_id(BrokerId(controller))
         .with_cluster_authorized_operations(if req.include_cluster_authorized_operations {
-            super::authorized::of(
-                ctx,
-                shard,
-                super::authorized::CLUSTER,
-                resource::CLUSTER,
-                acl::CLUSTER_NAME,
-            )
+            super::authorized::cluster(ctx, shard)
         } else {
             i32::MIN
         })
