@@ -415,3 +415,50 @@ def test_the_admin_api_serves_https_and_takes_a_client_certificate(strand, tmp_p
     with pytest.raises(Exception):
         plain.request("GET", "/v1/health/live")
         plain.getresponse().read()
+
+
+def test_strandctl_takes_the_client_security_settings(secured, tmp_path, topic):
+    """`strandctl --command-config FILE` (Kafka's client properties): over SASL_SSL with
+    SCRAM-SHA-512 (the Java tools' sasl.jaas.config form) and PLAIN, and over mutual TLS;
+    a wrong password fails the command, naming the authentication."""
+    from test_strandctl import ctl
+    d = secured.dir
+    create(secured, topic)
+
+    def config(name, text):
+        f = tmp_path / name
+        f.write_text(text)
+        return str(f)
+
+    scram = config("scram.properties", f"""# Java tools' form
+security.protocol=SASL_SSL
+sasl.mechanism=SCRAM-SHA-512
+sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="{USER}" password="{PASSWORD}";
+ssl.truststore.type=PEM
+ssl.truststore.location={d / 'ca.pem'}
+""")
+    plain = config("plain.properties", f"""security.protocol=SASL_SSL
+sasl.mechanism=PLAIN
+sasl.username={USER}
+sasl.password={PASSWORD}
+ssl.ca.location={d / 'ca.pem'}
+""")
+    mtls = config("mtls.properties", f"""security.protocol=SSL
+ssl.ca.location={d / 'ca.pem'}
+ssl.certificate.location={d / 'alice.pem'}
+ssl.key.location={d / 'alice.key'}
+""")
+    wrong = config("wrong.properties", f"""security.protocol=SASL_SSL
+sasl.mechanism=SCRAM-SHA-512
+sasl.username={USER}
+sasl.password=nope
+ssl.ca.location={d / 'ca.pem'}
+""")
+    for cfg, port in [(scram, secured.sasl_port), (plain, secured.sasl_port),
+                      (mtls, secured.ssl_port)]:
+        out = ctl(None, "--brokers", f"localhost:{port}", "--command-config", cfg,
+                  "topic", "list").stdout
+        assert topic in out, out
+    r = ctl(None, "--brokers", f"localhost:{secured.sasl_port}", "--command-config", wrong,
+            "topic", "list", expect_rc=None)
+    assert r.returncode != 0 and "SaslAuthenticate" in r.stderr, r.stderr

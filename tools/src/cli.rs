@@ -45,6 +45,11 @@ pub struct Cli {
     /// Socket timeout for each request, in milliseconds.
     #[arg(long, global = true, default_value_t = 10_000)]
     pub request_timeout_ms: u64,
+    /// Client security settings, as Kafka's tools take them (`security.protocol`,
+    /// `sasl.mechanism`, `sasl.username`/`sasl.password` or `sasl.jaas.config`,
+    /// `ssl.ca.location`, `ssl.certificate.location`/`ssl.key.location`).
+    #[arg(long, global = true, env = "STRANDCTL_COMMAND_CONFIG")]
+    pub command_config: Option<std::path::PathBuf>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,

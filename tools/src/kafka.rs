@@ -10,7 +10,8 @@
 //! correlation id differs from the request's is an error, never skipped.
 //!
 //! Deliberately absent: retries, leader routing (requests go to the one connected broker,
-//! which is what a single-node Strand or a test broker needs), SASL/TLS.
+//! which is what a single-node Strand or a test broker needs). TLS and SASL come from
+//! `--command-config` (`secure`).
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -55,6 +56,14 @@ pub const API_VERSION_CAPS: &[(ApiKey, i16)] = &[
 /// What can go wrong talking to a broker. Each message says what to do next.
 #[derive(Debug, thiserror::Error)]
 pub enum KafkaError {
+    /// SASL authentication failed (or the server's SCRAM signature did not verify).
+    #[error("authentication at {addr} failed: {why} — check --command-config")]
+    Auth {
+        /// Address given.
+        addr: String,
+        /// Why.
+        why: String,
+    },
     /// The address does not resolve.
     #[error("cannot resolve {addr}: {cause} — pass --brokers HOST:PORT")]
     Resolve {
@@ -191,7 +200,7 @@ pub fn code_name(code: i16) -> String {
 
 /// One connection to one broker, with the versions negotiated at connect.
 pub struct KafkaClient {
-    stream: TcpStream,
+    stream: crate::secure::Stream,
     addr: String,
     timeout: Duration,
     next_correlation_id: i32,
@@ -233,6 +242,8 @@ impl KafkaClient {
         stream.set_read_timeout(Some(timeout)).map_err(io)?;
         stream.set_write_timeout(Some(timeout)).map_err(io)?;
         stream.set_nodelay(true).map_err(io)?;
+        let settings = crate::secure::settings();
+        let stream = crate::secure::wrap(stream, addr, &settings).map_err(io)?;
         let mut client = KafkaClient {
             stream,
             addr: addr.to_string(),
@@ -247,7 +258,48 @@ impl KafkaClient {
             .iter()
             .map(|k| (k.api_key, k.min_version, k.max_version))
             .collect();
+        if let Some(sasl) = &settings.sasl {
+            client.authenticate(sasl)?;
+        }
         Ok(client)
+    }
+
+    /// SASL: SaslHandshake v1, then SaslAuthenticate v1 rounds of the mechanism.
+    fn authenticate(&mut self, sasl: &crate::secure::Sasl) -> Result<(), KafkaError> {
+        use kafka_protocol::messages::{SaslAuthenticateRequest, SaslHandshakeRequest};
+        let hs = SaslHandshakeRequest::default()
+            .with_mechanism(StrBytes::from_string(sasl.mechanism.clone()));
+        let resp = self.send_at(&hs, 1)?;
+        check_code(resp.error_code, "SaslHandshake", None)?;
+        let addr = self.addr.clone();
+        let auth_failed = |why: String| KafkaError::Auth {
+            addr: addr.clone(),
+            why,
+        };
+        let mut round = |token: Vec<u8>| -> Result<Bytes, KafkaError> {
+            let req = SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(token));
+            let resp = self.send_at(&req, 1)?;
+            check_code(
+                resp.error_code,
+                "SaslAuthenticate",
+                resp.error_message.as_ref(),
+            )?;
+            Ok(resp.auth_bytes)
+        };
+        if sasl.mechanism == "PLAIN" {
+            round(format!("\0{}\0{}", sasl.username, sasl.password).into_bytes())?;
+            return Ok(());
+        }
+        let mut scram =
+            crate::secure::ScramClient::new(&sasl.mechanism, &sasl.username, &sasl.password);
+        let server_first = round(scram.first())?;
+        let last = scram
+            .answer(&server_first)
+            .map_err(|e| auth_failed(format!("{e:#}")))?;
+        let server_final = round(last)?;
+        scram
+            .verify(&server_final)
+            .map_err(|e| auth_failed(format!("{e:#}")))
     }
 
     /// The connect/read timeout this client was made with.

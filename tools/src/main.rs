@@ -26,6 +26,7 @@ mod output;
 mod produce;
 mod quota;
 mod route;
+mod secure;
 mod self_test;
 mod topic;
 mod transactions;
@@ -141,6 +142,9 @@ fn stdin() -> std::io::StdinLock<'static> {
 }
 
 fn run(cli: &Cli) -> anyhow::Result<Outcome> {
+    if let Some(path) = &cli.command_config {
+        secure::load(path)?;
+    }
     let timeout = Duration::from_millis(cli.request_timeout_ms.max(1));
     let connect = || KafkaClient::connect(&cli.brokers, timeout);
     match &cli.command {
