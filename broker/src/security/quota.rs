@@ -146,6 +146,12 @@ impl Rate {
             .max(self.window_ms * (self.num as u64 - 1))
     }
 
+    /// Whether every sample has left the window (nothing recorded within it).
+    pub fn is_idle(&mut self, now_ms: u64) -> bool {
+        self.expire(now_ms);
+        self.samples.is_empty()
+    }
+
     /// Recorded value per second.
     pub fn per_second(&mut self, now_ms: u64) -> f64 {
         self.expire(now_ms);
@@ -234,5 +240,6 @@ mod tests {
         r.record(960, -1e9);
         assert!((r.per_second(960) - 2000.0).abs() < 1e-6);
         assert_eq!(r.per_second(20_000), 0.0);
+        assert!(r.is_idle(20_000));
     }
 }

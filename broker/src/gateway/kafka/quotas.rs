@@ -42,6 +42,9 @@ thread_local! {
     static EPOCH: std::time::Instant = crate::common::clock::now();
 }
 
+/// Usage counters a shard keeps before it drops the idle ones.
+const USAGE_ENTRIES_PRUNE_AT: usize = 10_000;
+
 /// Milliseconds on this shard's quota clock.
 fn now_ms() -> u64 {
     EPOCH.with(|e| {
@@ -114,6 +117,11 @@ fn record_for(
     let now_ms = now_ms();
     let throttle_ms = USAGE.with(|u| {
         let mut u = u.borrow_mut();
+        // Client ids are the peers' to choose: counters whose window emptied go before the
+        // map grows past its bound (Kafka expires idle quota sensors the same way).
+        if u.len() >= USAGE_ENTRIES_PRUNE_AT && !u.contains_key(&(key, owner.clone())) {
+            u.retain(|_, r| !r.is_idle(now_ms));
+        }
         let rate = u
             .entry((key, owner))
             .or_insert_with(|| Rate::new(c.quota_window_num, c.quota_window_size_seconds * 1000));
