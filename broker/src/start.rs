@@ -103,18 +103,20 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
     stop_and_join(&wiring.senders, handles)
 }
 
-/// The TLS files as read before the shards start: the Kafka listeners' and the admin
-/// API's.
+/// The TLS files as read before the shards start: the Kafka listeners', the admin API's
+/// and those between nodes.
 #[derive(Clone, Default)]
 struct TlsAtStart {
     /// For the SSL and SASL_SSL listeners.
     kafka: Option<crate::security::tls::Loaded>,
     /// For the admin API with `admin_tls` (client certificates asked for, not required).
     admin: Option<crate::security::tls::Loaded>,
+    /// Between nodes (`rpc_tls_*`).
+    rpc: Option<crate::security::tls::Loaded<crate::security::tls::RpcConfigs>>,
 }
 
-/// The TLS files of the SSL and SASL_SSL listeners and of the admin API, read once before
-/// any shard starts (an error names the file), and the principal mapping rules checked.
+/// The TLS files of the SSL and SASL_SSL listeners, of the admin API and between nodes,
+/// read once before any shard starts (an error names the file), and the principal mapping rules checked.
 fn tls_at_start(config: &Config) -> anyhow::Result<TlsAtStart> {
     use crate::security::tls::Loaded;
     crate::security::principal::PrincipalMapper::parse(&config.ssl.principal_mapping_rules)?;
@@ -132,6 +134,9 @@ fn tls_at_start(config: &Config) -> anyhow::Result<TlsAtStart> {
             ..config.ssl.clone()
         };
         out.admin = Some(Loaded::load(&admin).context("admin API TLS")?);
+    }
+    if let Some(rpc) = &config.rpc_tls {
+        out.rpc = Some(Loaded::load(rpc).context("TLS between nodes (rpc_tls_*)")?);
     }
     Ok(out)
 }
@@ -247,7 +252,7 @@ async fn shard_main(
         });
     }
     if shard.clustered() {
-        start_cluster(&shard).await?;
+        start_cluster(&shard, tls.rpc.clone()).await?;
     } else if id == 0 {
         start_single_node_metadata(&shard).await?;
     }
@@ -317,8 +322,11 @@ async fn serve_queue(
 
 /// Cluster mode: replication and the controller; on shard 0 also the one-time upgrade of a
 /// single-node data directory, registration and `__consumer_offsets`.
-async fn start_cluster(shard: &Rc<Shard>) -> anyhow::Result<()> {
-    crate::cluster::start(shard)
+async fn start_cluster(
+    shard: &Rc<Shard>,
+    tls: Option<crate::security::tls::Loaded<crate::security::tls::RpcConfigs>>,
+) -> anyhow::Result<()> {
+    crate::cluster::start(shard, tls)
         .await
         .context("starting replication")?;
     if shard.id != 0 {

@@ -513,6 +513,8 @@ class Node:
         # A joiner is not a seed: started without --node-id, it asks the seeds for one
         # (`node_id` is the id it is expected to get).
         self.joiner = False
+        # Flags of this node only, after the cluster's `extra_args`.
+        self.extra_args: list[str] = []
         self.pick_ports()
 
     def pick_ports(self):
@@ -546,7 +548,7 @@ class Node:
             "--seeds", seeds,
             "--default-replication-factor", str(c.replication_factor),
             "--smp", str(c.smp),
-        ] + c.extra_args
+        ] + c.extra_args + self.extra_args
 
     def listener_args(self) -> list[str]:
         if not self.listener_ports:
@@ -677,13 +679,19 @@ class Cluster:
         return ",".join(f"{n}@127.0.0.1:{node.rpc_port}"
                         for n, node in sorted(self.nodes.items()) if not node.joiner)
 
-    def add_joiner(self, expected_id: int) -> Node:
-        """A node outside the seeds that joins through them, started and ready."""
+    def add_joiner(self, expected_id: int, extra_args: list[str] | None = None,
+                   wait: bool = True) -> Node:
+        """A node outside the seeds that joins through them (with its own `extra_args`),
+        started, and ready unless `wait` is false (one expected to be refused)."""
         assert expected_id not in self.nodes, f"node {expected_id} exists"
         node = Node(self, expected_id)
         node.joiner = True
+        node.extra_args = list(extra_args or [])
         self.nodes[expected_id] = node
-        self.start([expected_id])
+        if wait:
+            self.start([expected_id])
+        else:
+            node.spawn(strand_bin())
         return node
 
     def bootstrap(self, node_ids=None) -> str:

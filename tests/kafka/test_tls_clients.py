@@ -462,3 +462,84 @@ ssl.ca.location={d / 'ca.pem'}
     r = ctl(None, "--brokers", f"localhost:{secured.sasl_port}", "--command-config", wrong,
             "topic", "list", expect_rc=None)
     assert r.returncode != 0 and "SaslAuthenticate" in r.stderr, r.stderr
+
+
+def rpc_tls_args(d: Path) -> list[str]:
+    return ["--rpc-tls-certificate-location", str(d / "node.pem"),
+            "--rpc-tls-key-location", str(d / "node.key"),
+            "--rpc-tls-ca-location", str(d / "ca.pem")]
+
+
+def rpc_tls_refused(node) -> float:
+    from test_metrics import scrape, total
+    name = "strand_raft_rpc_tls_refused"
+    return total(scrape(node), name, name + "_total")
+
+
+def test_nodes_speak_mutual_tls_and_a_node_of_another_ca_is_refused(request, tmp_path, topic):
+    """`rpc_tls_*`: three nodes replicate over mutual TLS (acks=all on RF 3 round-trips);
+    the RPC port refuses a plaintext peer; a node whose certificate is of another CA cannot
+    join (the seeds refuse its handshake and it is never admitted), and one with a
+    certificate of the cluster CA joins."""
+    ck = need_module("confluent_kafka")
+    adm = need_module("confluent_kafka.admin")
+    from test_cluster import owned_cluster
+    from strand_harness import wait_until
+    d, foreign = tmp_path / "certs", tmp_path / "foreign"
+    certs(d)
+    certs(foreign)
+    with owned_cluster(request, start=False) as c:
+        for n in c.nodes.values():
+            n.extra_args = rpc_tls_args(d)
+        c.start()
+        admin = adm.AdminClient({"bootstrap.servers": c.bootstrap()})
+        admin.create_topics([adm.NewTopic(topic, num_partitions=3,
+                                          replication_factor=3)])[topic].result(30)
+        p = ck.Producer({"bootstrap.servers": c.bootstrap(), "acks": "all"})
+        failed = []
+        for i in range(3 * COUNT):
+            p.produce(topic, f"v{i}".encode(), partition=i % 3,
+                      on_delivery=lambda e, m: e and failed.append(e))
+        assert p.flush(60) == 0 and not failed, failed
+
+        # A peer speaking plain RPC gets nothing: its bytes are not a TLS ClientHello.
+        n1 = c.nodes[1]
+        before = rpc_tls_refused(n1)
+        with socket.create_connection(("127.0.0.1", n1.rpc_port), timeout=5) as s:
+            s.sendall(struct.pack(">I", 24) + b"\0" * 24)
+            s.settimeout(5)
+            try:
+                assert s.recv(4096)[:1] != b"\0", "plaintext RPC answered"
+            except (ConnectionResetError, socket.timeout):
+                pass
+        wait_until(lambda: rpc_tls_refused(n1) > before, 10, "the plaintext peer counted")
+
+        # A node of another CA asks the seeds to join: refused, never admitted.
+        before = sum(rpc_tls_refused(n) for n in list(c.nodes.values()))
+        rogue = c.add_joiner(4, extra_args=rpc_tls_args(foreign), wait=False)
+        wait_until(lambda: b"join through seed failed" in rogue.stderr_path.read_bytes(), 30,
+                   "the rogue node's join attempts to fail")
+        wait_until(lambda: sum(rpc_tls_refused(c.nodes[n]) for n in (1, 2, 3)) > before, 10,
+                   "the seeds to count the refused handshake")
+        log = rogue.stderr_path.read_text(errors="replace")
+        assert "TLS to the seed" in log, log[-2000:]
+        rogue.kill9()
+        del c.nodes[4]
+        assert not (rogue.data_dir / "node-id").exists()
+        rogue.root.rename(rogue.root.with_name("n4-refused"))
+        assert sorted(c.metadata(1).brokers) == [1, 2, 3]
+
+        # A node of the cluster CA joins over TLS and is listed by every node.
+        c.add_joiner(4, extra_args=rpc_tls_args(d))
+        wait_until(lambda: all(sorted(c.metadata(n).brokers) == [1, 2, 3, 4]
+                               for n in (1, 2, 3, 4)), 30, "every node listing node 4")
+        cons = ck.Consumer({"bootstrap.servers": c.nodes[4].bootstrap, "group.id": topic,
+                            "auto.offset.reset": "earliest"})
+        cons.subscribe([topic])
+        got, deadline = set(), time.monotonic() + 60
+        while len(got) < 3 * COUNT and time.monotonic() < deadline:
+            m = cons.poll(0.5)
+            if m is not None and m.error() is None:
+                got.add(m.value().decode())
+        cons.close()
+        assert got == {f"v{i}" for i in range(3 * COUNT)}

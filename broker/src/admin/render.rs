@@ -388,8 +388,30 @@ impl Scrape {
         )
     }
 
+    /// Refused authentications and TLS handshakes.
+    fn security(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
+        let rows: [(&str, &str, ShardField); 3] = [
+            (
+                "strand_kafka_sasl_authentication_failures",
+                "SASL authentications that failed (unknown user, wrong password or proof); each connection is closed.",
+                |s| s.metrics.sasl_failures,
+            ),
+            (
+                "strand_kafka_tls_handshake_failures",
+                "TLS handshakes on SSL and SASL_SSL listeners that failed (client certificate missing, foreign, expired or matching no ssl_principal_mapping_rules; the client refused ours; timeout); each connection is closed.",
+                |s| s.metrics.tls_failures,
+            ),
+            (
+                "strand_raft_rpc_tls_refused",
+                "Connections from other nodes refused in their TLS handshake (rpc_tls_*: no certificate, one not of the cluster CA, expired; timeout); each is closed.",
+                |s| s.detail.rpc_tls_refused,
+            ),
+        ];
+        self.shard_counters(enc, &rows)
+    }
+
     fn traffic(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
-        let rows: [(&str, &str, ShardField); 10] = [
+        let rows: [(&str, &str, ShardField); 8] = [
             (
                 "strand_kafka_produce_bytes",
                 "Record batch bytes appended for producers.",
@@ -419,16 +441,6 @@ impl Scrape {
                 "strand_kafka_connections_refused",
                 "Kafka connections closed at accept: over max_connections or max_connections_per_ip.",
                 |s| s.metrics.connections_refused,
-            ),
-            (
-                "strand_kafka_sasl_authentication_failures",
-                "SASL authentications that failed (unknown user, wrong password or proof); each connection is closed.",
-                |s| s.metrics.sasl_failures,
-            ),
-            (
-                "strand_kafka_tls_handshake_failures",
-                "TLS handshakes on SSL and SASL_SSL listeners that failed (client certificate missing, foreign, expired or matching no ssl_principal_mapping_rules; the client refused ours; timeout); each connection is closed.",
-                |s| s.metrics.tls_failures,
             ),
             (
                 "strand_raft_rpc_dropped_frames",
@@ -525,6 +537,7 @@ impl Collector for Scrape {
     fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
         self.latency(&mut enc)?;
         self.traffic(&mut enc)?;
+        self.security(&mut enc)?;
         self.cleaner(&mut enc)?;
         self.cluster(&mut enc)?;
         previous_exit(&mut enc, &crate::runtime::crash::previous_exit())

@@ -102,10 +102,16 @@ pub fn node_id(config: &Config, shards: usize) -> anyhow::Result<i32> {
     };
     let body = serde_json::to_vec(&ControlMsg::Join(serde_json::to_value(&request)?))?;
     let tag = crate::replication::net::cluster_tag(&config.seeds);
+    let tls = match &config.rpc_tls {
+        Some(ssl) => Some(
+            crate::security::tls::client_config(ssl).context("TLS between nodes (rpc_tls_*)")?,
+        ),
+        None => None,
+    };
     let deadline = crate::common::clock::now() + JOIN_DEADLINE;
     loop {
         for &(seed, addr) in &config.seeds {
-            match ask(seed, addr, tag, &body) {
+            match ask((seed, addr), tag, &body, tls.as_ref()) {
                 Ok(id) => {
                     write_node_id(&path, id)?;
                     tracing::info!(node = id, seed, "joined the cluster");
@@ -126,9 +132,14 @@ pub fn node_id(config: &Config, shards: usize) -> anyhow::Result<i32> {
     }
 }
 
-/// One join request to one seed's shard 0.
-fn ask(seed: i32, addr: SocketAddr, tag: u64, body: &[u8]) -> anyhow::Result<i32> {
-    let mut stream = TcpStream::connect_timeout(&addr, SEED_CONNECT_TIMEOUT)?;
+/// One join request to one seed's shard 0 (over mutual TLS with `tls`).
+fn ask(
+    (seed, addr): (i32, SocketAddr),
+    tag: u64,
+    body: &[u8],
+    tls: Option<&std::sync::Arc<rustls::ClientConfig>>,
+) -> anyhow::Result<i32> {
+    let stream = TcpStream::connect_timeout(&addr, SEED_CONNECT_TIMEOUT)?;
     stream.set_read_timeout(Some(SEED_ANSWER_TIMEOUT))?;
     stream.set_write_timeout(Some(SEED_ANSWER_TIMEOUT))?;
     let mut out = BytesMut::new();
@@ -140,8 +151,17 @@ fn ask(seed: i32, addr: SocketAddr, tag: u64, body: &[u8]) -> anyhow::Result<i32
     };
     rpc::encode_into(&RpcFrame::Hello(hello), &mut out);
     rpc::encode_into(&RpcFrame::Control(Bytes::copy_from_slice(body)), &mut out);
-    stream.write_all(&out)?;
-    let reply = read_control(&mut stream)?;
+    let reply = match tls {
+        None => exchange(stream, &out)?,
+        Some(config) => {
+            let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
+            let conn =
+                rustls::ClientConnection::new(config.clone(), name).context("TLS to the seed")?;
+            exchange(rustls::StreamOwned::new(conn, stream), &out).context(
+                "TLS to the seed (is its certificate of the cluster CA, and this node's?)",
+            )?
+        }
+    };
     let reply: JoinReply = serde_json::from_slice(&reply).context("malformed join reply")?;
     match (reply.node_id, reply.error) {
         (Some(id), _) if id >= 1 => Ok(id),
@@ -150,8 +170,15 @@ fn ask(seed: i32, addr: SocketAddr, tag: u64, body: &[u8]) -> anyhow::Result<i32
     }
 }
 
+/// Sends `out` and reads the answer's control frame.
+fn exchange<S: Read + Write>(mut stream: S, out: &[u8]) -> anyhow::Result<Bytes> {
+    stream.write_all(out)?;
+    stream.flush()?;
+    read_control(&mut stream)
+}
+
 /// Reads frames until a control frame arrives; returns its body.
-fn read_control(stream: &mut TcpStream) -> anyhow::Result<Bytes> {
+fn read_control<S: Read>(stream: &mut S) -> anyhow::Result<Bytes> {
     let mut buf = BytesMut::new();
     let mut chunk = [0u8; 4096];
     loop {

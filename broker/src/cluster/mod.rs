@@ -277,11 +277,15 @@ pub fn controller_voters<H: ClusterHost>(shard: &H) -> Vec<i32> {
 
 /// Starts cluster mode on this shard: the replicator, its RPC listener and loop; on shard 0
 /// also the controller group.
-pub async fn start<H: ClusterHost>(shard: &Rc<H>) -> anyhow::Result<()> {
+pub async fn start<H: ClusterHost>(
+    shard: &Rc<H>,
+    tls: Option<crate::security::tls::Loaded<crate::security::tls::RpcConfigs>>,
+) -> anyhow::Result<()> {
     let c = shard.config();
     let journal_path = crate::replication::journal::journal_path(&c.data_dir, shard.shard_id());
     let journal = crate::replication::journal::RaftJournal::open(journal_path).await?;
-    let rep = Replicator::new(c.node_id, shard.shard_id(), &c.seeds, journal);
+    let tls = tls.map(|t| Rc::new(crate::security::tls::Reloading::new(t)));
+    let rep = Replicator::new((c.node_id, shard.shard_id()), &c.seeds, journal, tls);
     let port = c
         .rpc_addr
         .port()

@@ -114,6 +114,17 @@ pub struct Flags {
     /// (`ssl.client.auth`; SASL_SSL listeners ask for none, as Kafka's).
     #[arg(long, env = "STRAND_SSL_CLIENT_AUTH", value_enum)]
     pub ssl_client_auth: Option<ClientAuth>,
+    /// PEM file of this node's certificate chain for the connections between nodes (Raft
+    /// RPC and joins): with `rpc_tls_key_location` and `rpc_tls_ca_location`, every such
+    /// connection is mutual TLS and a peer must present a certificate of the cluster CA.
+    #[arg(long, env = "STRAND_RPC_TLS_CERTIFICATE_LOCATION")]
+    pub rpc_tls_certificate_location: Option<PathBuf>,
+    /// PEM file of its private key.
+    #[arg(long, env = "STRAND_RPC_TLS_KEY_LOCATION")]
+    pub rpc_tls_key_location: Option<PathBuf>,
+    /// PEM file of the cluster CA: the only issuer of node certificates this node accepts.
+    #[arg(long, env = "STRAND_RPC_TLS_CA_LOCATION")]
+    pub rpc_tls_ca_location: Option<PathBuf>,
     /// Check every request against the ACLs (CreateAcls); off: everyone may do everything,
     /// as Kafka without `authorizer.class.name`.
     #[arg(long, env = "STRAND_AUTHORIZER_ENABLED")]
@@ -367,6 +378,9 @@ struct FileConfig {
     ssl_ca_location: Option<PathBuf>,
     ssl_client_auth: Option<ClientAuth>,
     ssl_principal_mapping_rules: Option<String>,
+    rpc_tls_certificate_location: Option<PathBuf>,
+    rpc_tls_key_location: Option<PathBuf>,
+    rpc_tls_ca_location: Option<PathBuf>,
     authorizer_enabled: Option<bool>,
     super_users: Option<String>,
     allow_everyone_if_no_acl_found: Option<bool>,
@@ -446,6 +460,38 @@ pub struct SslConfig {
     pub principal_mapping_rules: String,
 }
 
+/// Mutual TLS between nodes when `rpc_tls_*` are set: all three, or none.
+fn rpc_tls_of(flags: &Flags, file: &FileConfig) -> anyhow::Result<Option<SslConfig>> {
+    let files = (
+        flags
+            .rpc_tls_certificate_location
+            .clone()
+            .or(file.rpc_tls_certificate_location.clone()),
+        flags
+            .rpc_tls_key_location
+            .clone()
+            .or(file.rpc_tls_key_location.clone()),
+        flags
+            .rpc_tls_ca_location
+            .clone()
+            .or(file.rpc_tls_ca_location.clone()),
+    );
+    match files {
+        (None, None, None) => Ok(None),
+        (Some(cert), Some(key), Some(ca)) => Ok(Some(SslConfig {
+            certificate_location: Some(cert),
+            key_location: Some(key),
+            ca_location: Some(ca),
+            client_auth: ClientAuth::Required,
+            principal_mapping_rules: "DEFAULT".into(),
+        })),
+        _ => bail!(
+            "rpc_tls_certificate_location, rpc_tls_key_location and rpc_tls_ca_location go \
+             together: set all three (tools/certs.sh makes a CA and a node certificate) or none"
+        ),
+    }
+}
+
 /// The listeners of `listeners` (or the one PLAINTEXT listener of `kafka_addr`), and the
 /// index of the inter-broker one.
 fn listeners_of(flags: &Flags, file: &FileConfig) -> anyhow::Result<(Vec<ListenerConfig>, usize)> {
@@ -507,6 +553,8 @@ pub struct Config {
     pub inter_broker_listener: usize,
     /// TLS of the SSL and SASL_SSL listeners.
     pub ssl: SslConfig,
+    /// Mutual TLS between nodes (`rpc_tls_*`; client certificates always required).
+    pub rpc_tls: Option<SslConfig>,
     /// Requests are checked against the ACLs.
     pub authorizer_enabled: bool,
     /// `super.users`.
@@ -615,6 +663,7 @@ impl Config {
             None => FileConfig::default(),
         };
         let (listeners, inter_broker_listener) = listeners_of(&flags, &file)?;
+        let rpc_tls = rpc_tls_of(&flags, &file)?;
         let data_dir = flags
             .data_dir
             .or(file.data_dir)
@@ -647,6 +696,7 @@ impl Config {
                     .or(file.ssl_principal_mapping_rules.clone())
                     .unwrap_or_else(|| "DEFAULT".to_string()),
             },
+            rpc_tls,
             listeners,
             inter_broker_listener,
             authorizer_enabled: flags

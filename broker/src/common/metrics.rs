@@ -468,6 +468,8 @@ pub struct ShardDetail {
     pub metadata_log_writable: Option<bool>,
     /// Cluster mode: replication RPC frames this shard dropped instead of sending.
     pub rpc_dropped_frames: u64,
+    /// Peer connections refused in their TLS handshake (`Replicator::rpc_tls_refused`).
+    pub rpc_tls_refused: u64,
     /// Cluster mode: follower acknowledgement times of appends this shard led.
     pub raft_append_acks: HistogramSnapshot,
     /// Cluster mode: Raft groups fenced on this shard (see `Replicator::fenced_groups`).

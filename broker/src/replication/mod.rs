@@ -162,6 +162,10 @@ pub struct Replicator {
     driver: RefCell<Driver>,
     /// The transport's count of dropped frames.
     rpc_dropped: Rc<Cell<u64>>,
+    /// Mutual TLS between nodes (`rpc_tls_*`), for the listener (the transport has a copy).
+    tls: Option<net::RpcTls>,
+    /// Peer connections refused in their TLS handshake.
+    rpc_tls_refused: Cell<u64>,
     /// Follower acknowledgement times (the transport notes the sends).
     acks: Rc<RefCell<crate::replication::ack_timer::AckTimer>>,
     waiters: RefCell<HashMap<ProposalId, oneshot::Sender<Result<KafkaOffset, RaftError>>>>,
@@ -228,12 +232,12 @@ impl crate::partition::RaftGroups for Replicator {
 
 impl Replicator {
     /// A replicator for shard `shard` of node `me` with peers at their shard-0 RPC
-    /// addresses.
+    /// addresses, over mutual TLS when `tls` is given.
     pub fn new(
-        me: i32,
-        shard: usize,
+        (me, shard): (i32, usize),
         seeds: &[(i32, SocketAddr)],
         journal: RaftJournal,
+        tls: Option<net::RpcTls>,
     ) -> Rc<Replicator> {
         let me_id = NodeId(me as u64);
         let tag = cluster_tag(seeds);
@@ -254,6 +258,7 @@ impl Replicator {
             queues: HashMap::new(),
             dropped: rpc_dropped.clone(),
             acks: acks.clone(),
+            tls: tls.clone(),
         };
         let seed = u64::from(crc32c::crc32c(
             format!("{me}/{shard}/{:?}", crate::common::clock::now()).as_bytes(),
@@ -273,6 +278,8 @@ impl Replicator {
             clock,
             driver: RefCell::new(MultiRaft::new(config, clock, out)),
             rpc_dropped,
+            tls,
+            rpc_tls_refused: Cell::new(0),
             acks,
             waiters: RefCell::new(HashMap::new()),
             hosted: RefCell::new(HashMap::new()),
@@ -423,6 +430,12 @@ impl Replicator {
     /// rising means a peer is unreachable or too slow.
     pub fn rpc_dropped_frames(&self) -> u64 {
         self.rpc_dropped.get()
+    }
+
+    /// Peer connections this shard refused in their TLS handshake (`rpc_tls_*`): no
+    /// certificate, one of another CA, expired, or a timeout.
+    pub fn rpc_tls_refused(&self) -> u64 {
+        self.rpc_tls_refused.get()
     }
 
     /// How long followers took to acknowledge appends this shard led (see

@@ -1,12 +1,16 @@
 //! The replication RPC between nodes: one outgoing connection per (peer node, shard) fed by
 //! a bounded queue (`RpcOut`, the driver's `Transport`), the listener on this shard's RPC
 //! port, and the reading side of a peer connection (a checked `Hello`, then batches and
-//! control frames). A home of glommio names (STYLE.md 1).
+//! control frames). With `rpc_tls_*` every connection is mutual TLS: the dialling node
+//! verifies the peer's certificate against the cluster CA and the address it dialled, the
+//! listening one requires a client certificate of the cluster CA. A home of glommio names
+//! (STYLE.md 1).
 //!
 //! Invariant: at most `PEER_QUEUE_BYTES_MAX` bytes wait for one peer (then batches are
 //! dropped and counted: Raft retries); a frame is checked against `strand_raft::rpc`'s
 //! limits before anything is allocated for it; a connection whose `Hello` names another
-//! node, shard or cluster is closed.
+//! node, shard or cluster is closed; with `rpc_tls_*`, no frame is read from or written to
+//! a peer before its certificate has been verified.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -16,7 +20,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures::channel::mpsc;
-use futures::io::{AsyncReadExt, AsyncWriteExt};
+use futures::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use futures::StreamExt;
 use glommio::net::{TcpListener, TcpStream};
 use strand_raft::rpc::{self, Hello, RpcFrame};
@@ -25,6 +29,7 @@ use strand_raft::{MessageBatch, NodeId, Transport};
 
 use super::{ControlMsg, Replicator};
 use crate::common::metrics::add;
+use crate::security::tls::{Reloading, RpcConfigs};
 
 /// Bytes queued for one peer connection before batches are dropped.
 pub const PEER_QUEUE_BYTES_MAX: usize = 64 * 1024 * 1024;
@@ -34,6 +39,30 @@ pub const PEER_RECONNECT: Duration = Duration::from_millis(100);
 pub const PEER_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Bytes read from a peer socket per call.
 const READ_CHUNK_BYTES: usize = 256 * 1024;
+/// Longest a TLS handshake between nodes may take.
+const PEER_TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Refused TLS peers are logged at most once per this interval (per shard).
+const PEER_TLS_REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The node-to-node TLS configurations of a shard (`rpc_tls_*`), read again when their
+/// files change.
+pub type RpcTls = Rc<Reloading<RpcConfigs>>;
+
+/// The configurations in service for a new connection, after reading the files again if
+/// they changed (a change that does not load keeps the previous ones, warned once).
+fn rpc_configs(tls: &Reloading<RpcConfigs>) -> RpcConfigs {
+    match tls.reload_if_changed() {
+        Ok(false) => {}
+        Ok(true) => {
+            tracing::info!("node TLS files changed: new connections between nodes use them")
+        }
+        Err(e) => tracing::warn!(
+            error = %e,
+            "node TLS files changed but do not load: still using the previous ones"
+        ),
+    }
+    tls.current()
+}
 
 /// One peer connection's queue.
 pub(super) struct PeerQueue {
@@ -54,6 +83,8 @@ pub struct RpcOut {
     pub(super) dropped: Rc<Cell<u64>>,
     /// Times follower acknowledgements (shared with the `Replicator`, which sees them).
     pub(super) acks: Rc<RefCell<crate::replication::ack_timer::AckTimer>>,
+    /// Mutual TLS to peers (`rpc_tls_*`).
+    pub(super) tls: Option<RpcTls>,
 }
 
 impl RpcOut {
@@ -70,8 +101,11 @@ impl RpcOut {
                 cluster_tag: self.cluster_tag,
             };
             crate::runtime::task::spawn_local(peer_writer(
-                addr,
-                hello,
+                PeerLink {
+                    addr,
+                    hello,
+                    tls: self.tls.clone(),
+                },
                 rx,
                 queued_bytes.clone(),
                 self.dropped.clone(),
@@ -117,54 +151,111 @@ impl Transport for RpcOut {
     }
 }
 
+/// Where and how one outgoing peer connection goes.
+struct PeerLink {
+    addr: SocketAddr,
+    hello: Hello,
+    tls: Option<RpcTls>,
+}
+
+impl PeerLink {
+    /// A connection to the peer shard, TLS established when configured: `None` when it
+    /// cannot be had now.
+    async fn connect(&self) -> Option<PeerStream> {
+        let conn =
+            crate::runtime::task::timeout(PEER_CONNECT_TIMEOUT, TcpStream::connect(self.addr))
+                .await?
+                .ok()?;
+        let _ = conn.set_nodelay(true);
+        let Some(tls) = &self.tls else {
+            return Some(PeerStream::Plain(conn));
+        };
+        let connector = futures_rustls::TlsConnector::from(rpc_configs(tls).client);
+        let name = rustls::pki_types::ServerName::IpAddress(self.addr.ip().into());
+        match crate::runtime::task::timeout(
+            PEER_TLS_HANDSHAKE_TIMEOUT,
+            connector.connect(name, conn),
+        )
+        .await
+        {
+            Some(Ok(s)) => Some(PeerStream::Tls(Box::new(s))),
+            Some(Err(e)) => {
+                tracing::debug!(addr = %self.addr, error = %e, "TLS to peer failed");
+                None
+            }
+            None => None,
+        }
+    }
+}
+
+/// An outgoing peer connection.
+enum PeerStream {
+    Plain(TcpStream),
+    Tls(Box<futures_rustls::client::TlsStream<TcpStream>>),
+}
+
 /// Keeps one connection to a peer shard and writes queued frames to it; frames queued
 /// while disconnected are dropped (Raft resends what matters) and counted in `dropped`.
 async fn peer_writer(
-    addr: SocketAddr,
-    hello: Hello,
+    link: PeerLink,
     mut rx: mpsc::UnboundedReceiver<Bytes>,
     queued_bytes: Rc<Cell<usize>>,
     dropped: Rc<Cell<u64>>,
 ) {
-    let hello = encode(&RpcFrame::Hello(hello));
+    let hello = encode(&RpcFrame::Hello(link.hello));
     loop {
-        let conn =
-            crate::runtime::task::timeout(PEER_CONNECT_TIMEOUT, TcpStream::connect(addr)).await;
-        let mut stream = match conn {
-            Some(Ok(s)) => s,
-            _ => {
-                // Drain what queued meanwhile: stale Raft messages are worse than none. A
-                // closed queue is a forgotten peer (removed from the cluster): stop.
-                loop {
-                    match rx.try_recv() {
-                        Ok(f) => {
-                            queued_bytes.set(queued_bytes.get().saturating_sub(f.len()));
-                            add(&dropped, 1);
-                        }
-                        Err(e) if e.is_closed() => return,
-                        Err(_) => break,
+        let Some(stream) = link.connect().await else {
+            // Drain what queued meanwhile: stale Raft messages are worse than none. A
+            // closed queue is a forgotten peer (removed from the cluster): stop.
+            loop {
+                match rx.try_recv() {
+                    Ok(f) => {
+                        queued_bytes.set(queued_bytes.get().saturating_sub(f.len()));
+                        add(&dropped, 1);
                     }
+                    Err(e) if e.is_closed() => return,
+                    Err(_) => break,
                 }
-                crate::runtime::task::sleep(PEER_RECONNECT).await;
-                continue;
             }
-        };
-        let _ = stream.set_nodelay(true);
-        if stream.write_all(&hello).await.is_err() {
+            crate::runtime::task::sleep(PEER_RECONNECT).await;
             continue;
-        }
-        loop {
-            let Some(frame) = rx.next().await else {
-                return;
-            };
-            queued_bytes.set(queued_bytes.get().saturating_sub(frame.len()));
-            if stream.write_all(&frame).await.is_err() {
+        };
+        let sent = match stream {
+            PeerStream::Plain(s) => write_frames(s, &hello, &mut rx, &queued_bytes).await,
+            PeerStream::Tls(s) => write_frames(*s, &hello, &mut rx, &queued_bytes).await,
+        };
+        match sent {
+            Ok(()) => return,
+            Err(e) => {
                 add(&dropped, 1);
-                tracing::debug!(%addr, "peer connection lost; reconnecting");
-                break;
+                tracing::debug!(addr = %link.addr, error = %e, "peer connection lost; reconnecting");
             }
         }
     }
+}
+
+/// Writes the hello, then queued frames as they come (flushed whenever the queue is
+/// empty), until the queue closes (`Ok`) or the connection fails.
+async fn write_frames<S: AsyncWrite + Unpin>(
+    mut stream: S,
+    hello: &[u8],
+    rx: &mut mpsc::UnboundedReceiver<Bytes>,
+    queued_bytes: &Cell<usize>,
+) -> std::io::Result<()> {
+    stream.write_all(hello).await?;
+    stream.flush().await?;
+    while let Some(mut frame) = rx.next().await {
+        loop {
+            queued_bytes.set(queued_bytes.get().saturating_sub(frame.len()));
+            stream.write_all(&frame).await?;
+            match rx.try_recv() {
+                Ok(next) => frame = next,
+                Err(_) => break,
+            }
+        }
+        stream.flush().await?;
+    }
+    Ok(())
 }
 
 /// A stable tag of the cluster membership, so that nodes configured for another cluster
@@ -179,8 +270,11 @@ impl Replicator {
     pub fn listen(self: &Rc<Self>, addr: SocketAddr) -> anyhow::Result<()> {
         let listener = TcpListener::bind(addr)
             .map_err(|e| anyhow::anyhow!("cannot listen for RPC on {addr}: {e}"))?;
-        tracing::info!(shard = self.shard, %addr, "RPC listening");
+        tracing::info!(shard = self.shard, %addr, tls = self.tls.is_some(), "RPC listening");
         let me = Rc::downgrade(self);
+        let refusals = Rc::new(crate::common::logging::RateLimit::new(
+            PEER_TLS_REFUSAL_LOG_INTERVAL,
+        ));
         crate::runtime::task::spawn_local(async move {
             loop {
                 let stream = match listener.accept().await {
@@ -192,8 +286,9 @@ impl Replicator {
                     }
                 };
                 let me = me.clone();
+                let refusals = refusals.clone();
                 crate::runtime::task::spawn_local(async move {
-                    if let Err(e) = serve_peer(me, stream).await {
+                    if let Err(e) = accepted(me, stream, &refusals).await {
                         tracing::debug!(error = %e, "RPC connection closed");
                     }
                 });
@@ -203,9 +298,48 @@ impl Replicator {
     }
 }
 
-/// Reads frames from one peer connection: a Hello first (checked), then batches.
-async fn serve_peer(me: Weak<Replicator>, mut stream: TcpStream) -> anyhow::Result<()> {
+/// Serves an accepted peer connection, after its TLS handshake when `rpc_tls_*` is set (a
+/// peer without a certificate of the cluster CA is counted, logged rate-limited and
+/// closed).
+async fn accepted(
+    me: Weak<Replicator>,
+    stream: TcpStream,
+    refusals: &crate::common::logging::RateLimit,
+) -> anyhow::Result<()> {
     let _ = stream.set_nodelay(true);
+    let Some(tls) = me.upgrade().and_then(|r| r.tls.clone()) else {
+        return serve_peer(me, stream).await;
+    };
+    let peer = stream.peer_addr().ok();
+    let acceptor = futures_rustls::TlsAcceptor::from(rpc_configs(&tls).server);
+    drop(tls);
+    match crate::runtime::task::timeout(PEER_TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+        Some(Ok(s)) => serve_peer(me, s).await,
+        refused => {
+            let why = match refused {
+                Some(Err(e)) => e.to_string(),
+                _ => "the handshake timed out".to_string(),
+            };
+            if let Some(rep) = me.upgrade() {
+                add(&rep.rpc_tls_refused, 1);
+            }
+            if let Some(suppressed) = refusals.allow(crate::common::clock::now()) {
+                tracing::warn!(
+                    ?peer,
+                    suppressed,
+                    "node connection refused (TLS between nodes): {why}"
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Reads frames from one peer connection: a Hello first (checked), then batches.
+async fn serve_peer<S: AsyncRead + AsyncWrite + Unpin>(
+    me: Weak<Replicator>,
+    mut stream: S,
+) -> anyhow::Result<()> {
     let mut buf = BytesMut::with_capacity(READ_CHUNK_BYTES);
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
     let mut peer: Option<NodeId> = None;
@@ -251,6 +385,7 @@ async fn serve_peer(me: Weak<Replicator>, mut stream: TcpStream) -> anyhow::Resu
                         };
                         let reply = handler(req).await;
                         stream.write_all(&encode(&RpcFrame::Control(reply))).await?;
+                        stream.flush().await?;
                     }
                 },
                 RpcFrame::Batch(b) => {

@@ -1,8 +1,8 @@
-//! TLS for the SSL and SASL_SSL listeners (issue 23): rustls (TLS 1.2 and 1.3, ring's
-//! algorithms) with the certificate chain and key from PEM files, client certificates
-//! verified against a CA file when `ssl_client_auth` asks for them, and the files read
-//! again when they change (`Reloading`), so a renewed certificate is served without a
-//! restart.
+//! TLS for the SSL and SASL_SSL listeners and between nodes (issue 23): rustls (TLS 1.2
+//! and 1.3, ring's algorithms) with the certificate chain and key from PEM files, client
+//! certificates verified against a CA file when `ssl_client_auth` asks for them (always
+//! between nodes: `RpcConfigs`), and the files read again when they change (`Reloading`),
+//! so a renewed certificate is served without a restart.
 //!
 //! Invariant: a new connection always gets a complete, valid configuration: files that do
 //! not load (half-written, mismatched key) leave the previous one in service and are
@@ -16,7 +16,7 @@ use std::time::SystemTime;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
-use rustls::{RootCertStore, ServerConfig};
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
 
 use crate::common::config::{ClientAuth, SslConfig};
 
@@ -157,66 +157,149 @@ fn stamp(path: Option<&PathBuf>) -> Stamp {
 /// The configurations of SSL listeners (with `ssl_client_auth`) and of SASL_SSL ones
 /// (without client certificates).
 #[derive(Clone)]
-struct Configs {
+pub struct ListenerConfigs {
     ssl: Arc<ServerConfig>,
     sasl_ssl: Arc<ServerConfig>,
 }
 
-fn configs(ssl: &SslConfig) -> Result<Configs, TlsError> {
-    let without_client_auth = SslConfig {
-        client_auth: ClientAuth::None,
-        ..ssl.clone()
+/// What a set of PEM files makes: the configurations one kind of endpoint needs.
+pub trait Built: Clone + Sized {
+    /// Reads `ssl`'s files into the configurations.
+    fn build(ssl: &SslConfig) -> Result<Self, TlsError>;
+}
+
+impl Built for ListenerConfigs {
+    fn build(ssl: &SslConfig) -> Result<Self, TlsError> {
+        let without_client_auth = SslConfig {
+            client_auth: ClientAuth::None,
+            ..ssl.clone()
+        };
+        Ok(ListenerConfigs {
+            ssl: server_config(ssl)?,
+            sasl_ssl: server_config(&without_client_auth)?,
+        })
+    }
+}
+
+/// TLS between nodes (`rpc_tls_*`): each end presents its node certificate and accepts
+/// only a peer whose certificate chains to the cluster CA.
+#[derive(Clone)]
+pub struct RpcConfigs {
+    /// For the RPC listener: client certificates required.
+    pub server: Arc<ServerConfig>,
+    /// For connections to peers and seeds: the node certificate presented, the peer's
+    /// verified against the cluster CA and the address dialled.
+    pub client: Arc<ClientConfig>,
+}
+
+impl Built for RpcConfigs {
+    fn build(ssl: &SslConfig) -> Result<Self, TlsError> {
+        let required = SslConfig {
+            client_auth: ClientAuth::Required,
+            ..ssl.clone()
+        };
+        Ok(RpcConfigs {
+            server: server_config(&required)?,
+            client: client_config(ssl)?,
+        })
+    }
+}
+
+/// A client configuration trusting `ssl.ca_location` only and presenting
+/// `ssl.certificate_location` with its key.
+pub fn client_config(ssl: &SslConfig) -> Result<Arc<ClientConfig>, TlsError> {
+    let (Some(cert), Some(key), Some(ca)) = (
+        &ssl.certificate_location,
+        &ssl.key_location,
+        &ssl.ca_location,
+    ) else {
+        return Err(TlsError::Missing);
     };
-    Ok(Configs {
-        ssl: server_config(ssl)?,
-        sasl_ssl: server_config(&without_client_auth)?,
-    })
+    let mut roots = RootCertStore::empty();
+    for c in certificates(ca)? {
+        roots
+            .add(c)
+            .map_err(|e| TlsError::Config(format!("{}: {e}", ca.display())))?;
+    }
+    let config = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::Config(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(certificates(cert)?, private_key(key)?)
+        .map_err(|e| TlsError::Config(format!("certificate and key: {e}")))?;
+    Ok(Arc::new(config))
 }
 
 /// The TLS files as read once at start, before any shard serves: every shard starts from
 /// this copy (`Reloading::new`), so none can fail later on files changed in between.
 #[derive(Clone)]
-pub struct Loaded {
+pub struct Loaded<T = ListenerConfigs> {
     ssl: SslConfig,
-    configs: Configs,
+    configs: T,
     stamps: [Stamp; 3],
 }
 
-impl Loaded {
+impl<T: Built> Loaded<T> {
     /// Reads `ssl`'s files (an error if they do not make a configuration).
-    pub fn load(ssl: &SslConfig) -> Result<Loaded, TlsError> {
-        let stamps = Reloading::stamps(ssl);
+    pub fn load(ssl: &SslConfig) -> Result<Loaded<T>, TlsError> {
         Ok(Loaded {
             ssl: ssl.clone(),
-            configs: configs(ssl)?,
-            stamps,
+            stamps: stamps(ssl),
+            configs: T::build(ssl)?,
         })
+    }
+
+    /// The configurations as read.
+    pub fn configs(&self) -> &T {
+        &self.configs
     }
 }
 
-/// A shard's TLS configurations, read again when their files change.
-pub struct Reloading {
-    ssl: SslConfig,
-    current: RefCell<(Configs, [Stamp; 3])>,
+fn stamps(ssl: &SslConfig) -> [Stamp; 3] {
+    [
+        stamp(ssl.certificate_location.as_ref()),
+        stamp(ssl.key_location.as_ref()),
+        stamp(ssl.ca_location.as_ref()),
+    ]
 }
 
-impl Reloading {
+/// A shard's TLS configurations, read again when their files change.
+pub struct Reloading<T = ListenerConfigs> {
+    ssl: SslConfig,
+    current: RefCell<(T, [Stamp; 3])>,
+}
+
+impl<T: Built> Reloading<T> {
     /// Starts from the configurations loaded at start.
-    pub fn new(loaded: Loaded) -> Reloading {
+    pub fn new(loaded: Loaded<T>) -> Reloading<T> {
         Reloading {
             ssl: loaded.ssl,
             current: RefCell::new((loaded.configs, loaded.stamps)),
         }
     }
 
-    fn stamps(ssl: &SslConfig) -> [Stamp; 3] {
-        [
-            stamp(ssl.certificate_location.as_ref()),
-            stamp(ssl.key_location.as_ref()),
-            stamp(ssl.ca_location.as_ref()),
-        ]
+    /// The configurations in service.
+    pub fn current(&self) -> T {
+        self.current.borrow().0.clone()
     }
 
+    /// Reads the files again if any changed since last read: `Ok(true)` when a new
+    /// configuration is in service; an error leaves the previous one (and is not reported
+    /// again until the files change again).
+    pub fn reload_if_changed(&self) -> Result<bool, TlsError> {
+        let stamps = stamps(&self.ssl);
+        if stamps == self.current.borrow().1 {
+            return Ok(false);
+        }
+        let loaded = T::build(&self.ssl);
+        let mut current = self.current.borrow_mut();
+        current.1 = stamps;
+        current.0 = loaded?;
+        Ok(true)
+    }
+}
+
+impl Reloading<ListenerConfigs> {
     /// The configuration new connections of an SSL listener (`sasl` false) or a SASL_SSL
     /// one get.
     pub fn config(&self, sasl: bool) -> Arc<ServerConfig> {
@@ -227,30 +310,15 @@ impl Reloading {
             current.0.ssl.clone()
         }
     }
-
-    /// Reads the files again if any changed since last read: `Ok(true)` when a new
-    /// configuration is in service; an error leaves the previous one (and is not reported
-    /// again until the files change again).
-    pub fn reload_if_changed(&self) -> Result<bool, TlsError> {
-        let stamps = Self::stamps(&self.ssl);
-        if stamps == self.current.borrow().1 {
-            return Ok(false);
-        }
-        let loaded = configs(&self.ssl);
-        let mut current = self.current.borrow_mut();
-        current.1 = stamps;
-        current.0 = loaded?;
-        Ok(true)
-    }
 }
 
 #[cfg(test)]
 mod tests {
     //! Over the certificates in `testdata/` (made by `tools/certs.sh` with
     //! STRAND_CERT_DAYS=36500: ca.pem, node.pem/node.key, alice.pem/alice.key, and
-    //! foreign-ca.pem from a second run).
+    //! foreign-ca.pem, foreign-node.pem/foreign-node.key from a second run).
     use super::*;
-    use rustls::{ClientConfig, ClientConnection, ServerConnection};
+    use rustls::{ClientConnection, ServerConnection};
 
     fn testdata(name: &str) -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -362,6 +430,34 @@ mod tests {
     }
 
     #[test]
+    fn nodes_of_the_cluster_ca_connect_and_a_node_of_another_ca_is_refused_both_ways() {
+        let node = RpcConfigs::build(&ssl(ClientAuth::None)).expect("rpc");
+        let chain = handshake(node.server.clone(), node.client.clone())
+            .expect("same CA")
+            .expect("the node certificate");
+        assert!(!chain.is_empty());
+        let mut foreign = ssl(ClientAuth::None);
+        foreign.certificate_location = Some(testdata("foreign-node.pem"));
+        foreign.key_location = Some(testdata("foreign-node.key"));
+        let foreign = RpcConfigs::build(&foreign).expect("rpc");
+        // Its certificate is refused by a node, and it does not trust a node's (its CA
+        // file names the cluster CA, but its own certificate is of another).
+        let err = handshake(node.server.clone(), foreign.client.clone()).expect_err("refused");
+        assert!(err.contains("invalid peer certificate"), "{err}");
+        let mut trusts_foreign_only = ssl(ClientAuth::None);
+        trusts_foreign_only.ca_location = Some(testdata("foreign-ca.pem"));
+        let other = RpcConfigs::build(&trusts_foreign_only).expect("rpc");
+        assert!(handshake(node.server, other.client).is_err());
+        // And without a CA file there is no node-to-node configuration.
+        let mut no_ca = ssl(ClientAuth::None);
+        no_ca.ca_location = None;
+        assert!(matches!(
+            RpcConfigs::build(&no_ca),
+            Err(TlsError::Missing) | Err(TlsError::Config(_))
+        ));
+    }
+
+    #[test]
     fn files_that_do_not_make_a_configuration_are_named() {
         let mut wrong_key = ssl(ClientAuth::None);
         wrong_key.key_location = Some(testdata("alice.key"));
@@ -395,7 +491,7 @@ mod tests {
         let mut cfg = ssl(ClientAuth::None);
         cfg.certificate_location = Some(cert.clone());
         cfg.key_location = Some(key.clone());
-        let r = Reloading::new(Loaded::load(&cfg).expect("load"));
+        let r: Reloading = Reloading::new(Loaded::load(&cfg).expect("load"));
         assert!(!r.reload_if_changed().expect("unchanged"));
         let before = r.config(false);
         // A half-written certificate: reported, the previous configuration stays.

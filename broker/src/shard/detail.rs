@@ -38,6 +38,7 @@ pub fn detail(shard: &Shard) -> crate::common::metrics::ShardDetail {
     let mut leaderless = 0;
     let mut under_replicated = 0;
     let rpc_dropped_frames = shard.replicator().map_or(0, |r| r.rpc_dropped_frames());
+    let rpc_tls_refused = shard.replicator().map_or(0, |r| r.rpc_tls_refused());
     let raft_append_acks = shard.replicator().map_or_else(
         || crate::common::metrics::Histogram::default().snapshot(),
         |r| r.append_acks(),
@@ -93,6 +94,7 @@ pub fn detail(shard: &Shard) -> crate::common::metrics::ShardDetail {
         under_replicated_partitions: under_replicated,
         metadata_log_writable: shard.metadata_log_writable(),
         rpc_dropped_frames,
+        rpc_tls_refused,
         raft_append_acks,
         fenced_groups: shard.replicator().map_or(0, |r| r.fenced_groups()),
     }
