@@ -135,6 +135,10 @@ fn tls_at_start(config: &Config) -> anyhow::Result<TlsAtStart> {
         };
         out.admin = Some(Loaded::load(&admin).context("admin API TLS")?);
     }
+    if let Some(o) = &config.oauthbearer {
+        crate::security::jwt::JwksFile::load(&o.jwks_path, crate::common::clock::now())
+            .context("sasl_oauthbearer_jwks_endpoint_url")?;
+    }
     if let Some(rpc) = &config.rpc_tls {
         out.rpc = Some(Loaded::load(rpc).context("TLS between nodes (rpc_tls_*)")?);
     }

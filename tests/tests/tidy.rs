@@ -47,6 +47,9 @@ const BLOCKING_HOMES: &[&str] = &[
     "broker/src/admin/token.rs",
     // Reads the TLS PEM files: at start, and again within a second of their change.
     "broker/src/security/tls.rs",
+    // Reads the OAUTHBEARER JWK set file (a few KiB): at first use, and again when it
+    // changed (looked at no more than once a second).
+    "broker/src/security/jwt.rs",
     "storage/src/io.rs",
 ];
 

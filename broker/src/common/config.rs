@@ -125,6 +125,26 @@ pub struct Flags {
     /// PEM file of the cluster CA: the only issuer of node certificates this node accepts.
     #[arg(long, env = "STRAND_RPC_TLS_CA_LOCATION")]
     pub rpc_tls_ca_location: Option<PathBuf>,
+    /// The JWK set SASL/OAUTHBEARER tokens are verified with: a file (`file:///path` or a
+    /// path), read again when it changes (`sasl.oauthbearer.jwks.endpoint.url`). Set, the
+    /// SASL listeners offer OAUTHBEARER.
+    #[arg(long, env = "STRAND_SASL_OAUTHBEARER_JWKS_ENDPOINT_URL")]
+    pub sasl_oauthbearer_jwks_endpoint_url: Option<String>,
+    /// Audiences a token's `aud` must name one of, comma-separated (unchecked if unset).
+    #[arg(long, env = "STRAND_SASL_OAUTHBEARER_EXPECTED_AUDIENCE")]
+    pub sasl_oauthbearer_expected_audience: Option<String>,
+    /// The issuer a token's `iss` must be (unchecked if unset).
+    #[arg(long, env = "STRAND_SASL_OAUTHBEARER_EXPECTED_ISSUER")]
+    pub sasl_oauthbearer_expected_issuer: Option<String>,
+    /// The claim naming the principal (default `sub`).
+    #[arg(long, env = "STRAND_SASL_OAUTHBEARER_SUB_CLAIM_NAME")]
+    pub sasl_oauthbearer_sub_claim_name: Option<String>,
+    /// The claim holding the scopes (default `scope`).
+    #[arg(long, env = "STRAND_SASL_OAUTHBEARER_SCOPE_CLAIM_NAME")]
+    pub sasl_oauthbearer_scope_claim_name: Option<String>,
+    /// Clock difference tolerated in `exp` and `nbf` checks (default 30 s).
+    #[arg(long, env = "STRAND_SASL_OAUTHBEARER_CLOCK_SKEW_SECONDS")]
+    pub sasl_oauthbearer_clock_skew_seconds: Option<u64>,
     /// Check every request against the ACLs (CreateAcls); off: everyone may do everything,
     /// as Kafka without `authorizer.class.name`.
     #[arg(long, env = "STRAND_AUTHORIZER_ENABLED")]
@@ -381,6 +401,12 @@ struct FileConfig {
     rpc_tls_certificate_location: Option<PathBuf>,
     rpc_tls_key_location: Option<PathBuf>,
     rpc_tls_ca_location: Option<PathBuf>,
+    sasl_oauthbearer_jwks_endpoint_url: Option<String>,
+    sasl_oauthbearer_expected_audience: Option<String>,
+    sasl_oauthbearer_expected_issuer: Option<String>,
+    sasl_oauthbearer_sub_claim_name: Option<String>,
+    sasl_oauthbearer_scope_claim_name: Option<String>,
+    sasl_oauthbearer_clock_skew_seconds: Option<u64>,
     authorizer_enabled: Option<bool>,
     super_users: Option<String>,
     allow_everyone_if_no_acl_found: Option<bool>,
@@ -458,6 +484,89 @@ pub struct SslConfig {
     pub client_auth: ClientAuth,
     /// `ssl.principal.mapping.rules` (default `DEFAULT`: the subject as RFC 2253 writes it).
     pub principal_mapping_rules: String,
+}
+
+/// SASL/OAUTHBEARER: where the JWK set is and how a token's claims are checked (Kafka's
+/// `sasl.oauthbearer.*` broker settings; `security::jwt` applies them).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct OAuthBearerConfig {
+    /// The JWK set file.
+    pub jwks_path: PathBuf,
+    /// A token's `aud` must name one (unchecked when empty).
+    pub expected_audience: Vec<String>,
+    /// A token's `iss` must be this.
+    pub expected_issuer: Option<String>,
+    /// The claim naming the principal.
+    pub sub_claim_name: String,
+    /// The claim holding the scopes.
+    pub scope_claim_name: String,
+    /// Clock difference tolerated in `exp` and `nbf` checks.
+    pub clock_skew_s: u64,
+}
+
+/// Default `sasl_oauthbearer_clock_skew_seconds` (Kafka's).
+const OAUTHBEARER_CLOCK_SKEW_S_DEFAULT: u64 = 30;
+
+/// OAUTHBEARER's settings when `sasl_oauthbearer_jwks_endpoint_url` is set (the others
+/// alone are an error).
+fn oauthbearer_of(flags: &Flags, file: &FileConfig) -> anyhow::Result<Option<OAuthBearerConfig>> {
+    let pick = |f: &Option<String>, c: &Option<String>| f.clone().or(c.clone());
+    let url = pick(
+        &flags.sasl_oauthbearer_jwks_endpoint_url,
+        &file.sasl_oauthbearer_jwks_endpoint_url,
+    );
+    let audience = pick(
+        &flags.sasl_oauthbearer_expected_audience,
+        &file.sasl_oauthbearer_expected_audience,
+    );
+    let issuer = pick(
+        &flags.sasl_oauthbearer_expected_issuer,
+        &file.sasl_oauthbearer_expected_issuer,
+    );
+    let sub = pick(
+        &flags.sasl_oauthbearer_sub_claim_name,
+        &file.sasl_oauthbearer_sub_claim_name,
+    );
+    let scope = pick(
+        &flags.sasl_oauthbearer_scope_claim_name,
+        &file.sasl_oauthbearer_scope_claim_name,
+    );
+    let skew = flags
+        .sasl_oauthbearer_clock_skew_seconds
+        .or(file.sasl_oauthbearer_clock_skew_seconds);
+    let Some(url) = url else {
+        if audience.is_some()
+            || issuer.is_some()
+            || sub.is_some()
+            || scope.is_some()
+            || skew.is_some()
+        {
+            bail!("sasl_oauthbearer_* settings need sasl_oauthbearer_jwks_endpoint_url (the JWK set file)");
+        }
+        return Ok(None);
+    };
+    if url.starts_with("http://") || url.starts_with("https://") {
+        bail!(
+            "sasl_oauthbearer_jwks_endpoint_url {url}: fetching a JWK set over HTTP is not built; \
+             keep the identity provider's JWK set in a file (e.g. refreshed by a timer with curl) \
+             and name it (file:///path or a path): it is read again when it changes"
+        );
+    }
+    let path = PathBuf::from(url.strip_prefix("file://").unwrap_or(&url));
+    Ok(Some(OAuthBearerConfig {
+        jwks_path: path,
+        expected_audience: audience
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+            .map(str::to_string)
+            .collect(),
+        expected_issuer: issuer.filter(|i| !i.is_empty()),
+        sub_claim_name: sub.unwrap_or_else(|| "sub".into()),
+        scope_claim_name: scope.unwrap_or_else(|| "scope".into()),
+        clock_skew_s: skew.unwrap_or(OAUTHBEARER_CLOCK_SKEW_S_DEFAULT),
+    }))
 }
 
 /// Mutual TLS between nodes when `rpc_tls_*` are set: all three, or none.
@@ -555,6 +664,8 @@ pub struct Config {
     pub ssl: SslConfig,
     /// Mutual TLS between nodes (`rpc_tls_*`; client certificates always required).
     pub rpc_tls: Option<SslConfig>,
+    /// SASL/OAUTHBEARER (`sasl_oauthbearer_*`), offered when a JWK set is configured.
+    pub oauthbearer: Option<OAuthBearerConfig>,
     /// Requests are checked against the ACLs.
     pub authorizer_enabled: bool,
     /// `super.users`.
@@ -664,6 +775,7 @@ impl Config {
         };
         let (listeners, inter_broker_listener) = listeners_of(&flags, &file)?;
         let rpc_tls = rpc_tls_of(&flags, &file)?;
+        let oauthbearer = oauthbearer_of(&flags, &file)?;
         let data_dir = flags
             .data_dir
             .or(file.data_dir)
@@ -697,6 +809,7 @@ impl Config {
                     .unwrap_or_else(|| "DEFAULT".to_string()),
             },
             rpc_tls,
+            oauthbearer,
             listeners,
             inter_broker_listener,
             authorizer_enabled: flags

@@ -1,11 +1,13 @@
 //! SASL on the SASL_PLAINTEXT and SASL_SSL listeners (issue 23): until a connection has authenticated it
 //! gets ApiVersions, SaslHandshake (v0–1) and SaslAuthenticate (v0–2) and nothing else;
 //! the mechanisms are `security`'s (SCRAM-SHA-256, SCRAM-SHA-512, PLAIN) over the SCRAM
-//! credentials in the cluster metadata (AlterUserScramCredentials). After a v0 handshake
+//! credentials in the cluster metadata (AlterUserScramCredentials), and OAUTHBEARER when
+//! a JWK set is configured (the token's subject is the user). After a v0 handshake
 //! the client sends bare SASL tokens, each with a 4-byte length and no Kafka header, as
 //! Kafka allows for clients that predate SaslAuthenticate.
 //!
-//! With `connections_max_reauth_ms` (KIP-368) a session lasts that long: SaslAuthenticate
+//! With `connections_max_reauth_ms` (KIP-368) a session lasts that long (an OAUTHBEARER
+//! one no longer than its token): SaslAuthenticate
 //! tells the client, which re-authenticates in place (SaslHandshake v1 again, as the same
 //! user); a request after the session ended closes the connection.
 //!
@@ -24,15 +26,19 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::{Conn, Ctx, FramingError};
-use crate::security::plain;
+use crate::security::jwt::JwksFile;
 use crate::security::scram::{Credential, Mechanism, ServerExchange, Step};
+use crate::security::{oauthbearer, plain};
 use crate::shard::Shard;
 
 /// How long a failed authentication waits before its answer (Kafka's default
 /// `connection.failed.authentication.delay.ms`), to slow down guessing.
 pub const AUTH_FAILURE_DELAY: Duration = Duration::from_millis(100);
-/// The mechanisms offered, in the order SaslHandshake lists them.
+/// The mechanisms always offered, in the order SaslHandshake lists them (OAUTHBEARER
+/// follows when configured).
 pub const MECHANISMS: [&str; 3] = ["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"];
+/// The token mechanism (`sasl_oauthbearer_jwks_endpoint_url`).
+const OAUTHBEARER: &str = "OAUTHBEARER";
 /// Failed authentications are logged at most once per this interval (per shard).
 const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -40,6 +46,28 @@ thread_local! {
     /// This shard's limit on failure warnings (a shard is a thread).
     static FAILURE_LOG: crate::common::logging::RateLimit =
         crate::common::logging::RateLimit::new(FAILURE_LOG_INTERVAL);
+    /// This shard's copy of the OAUTHBEARER JWK set, read at the first use.
+    static JWKS: std::cell::RefCell<Option<JwksFile>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Validates an OAUTHBEARER client message with this shard's JWK set: the user and when
+/// the token expires (ms since the epoch).
+fn oauthbearer_user(shard: &Shard, message: &[u8]) -> Result<(String, i64), String> {
+    let Some(rules) = &shard.config.oauthbearer else {
+        return Err("OAUTHBEARER is not configured".into());
+    };
+    let now = crate::common::clock::now();
+    JWKS.with(|cell| {
+        let mut file = cell.borrow_mut();
+        if file.is_none() {
+            *file = Some(JwksFile::load(&rules.jwks_path, now).map_err(|e| e.to_string())?);
+        }
+        let jwks = file.as_mut().map(|f| f.current(now)).ok_or("no JWK set")?;
+        let wall_ms = crate::common::clock::wall_ms();
+        oauthbearer::authenticate(message, jwks, rules, wall_ms)
+            .map(|v| (v.principal, v.expires_at_ms))
+            .map_err(|e| e.to_string())
+    })
 }
 
 /// SASL_AUTHENTICATION_FAILED.
@@ -54,6 +82,7 @@ pub const ILLEGAL_SASL_STATE: i16 = 34;
 enum Chosen {
     Plain,
     Scram(Box<ServerExchange>),
+    OAuthBearer,
 }
 
 /// Where a connection's authentication is.
@@ -86,6 +115,8 @@ pub struct SaslConn {
     /// When the session ends (`connections_max_reauth_ms`): a request after it closes the
     /// connection unless it re-authenticated.
     session_expires: Option<std::time::Instant>,
+    /// When the credential just proven expires (an OAUTHBEARER token), ms since the epoch.
+    credential_expires_ms: Option<i64>,
 }
 
 impl Default for SaslConn {
@@ -94,6 +125,7 @@ impl Default for SaslConn {
             state: State::Start,
             previous: None,
             session_expires: None,
+            credential_expires_ms: None,
         }
     }
 }
@@ -156,7 +188,7 @@ impl SaslConn {
         match key {
             Ok(ApiKey::ApiVersions) => api_versions(frame, version, conn),
             Ok(ApiKey::SaslHandshake) if (0..=1).contains(&version) => {
-                self.handshake(frame, version, conn)
+                self.handshake(frame, version, conn, shard.config.oauthbearer.is_some())
             }
             Ok(ApiKey::SaslAuthenticate) if (0..=2).contains(&version) => {
                 self.authenticate(shard, frame, version, conn).await
@@ -165,7 +197,8 @@ impl SaslConn {
         }
     }
 
-    fn handshake(&mut self, frame: Bytes, version: i16, conn: &Conn) -> Gate {
+    /// A SaslHandshake; `oauth`: OAUTHBEARER is configured.
+    fn handshake(&mut self, frame: Bytes, version: i16, conn: &Conn, oauth: bool) -> Gate {
         if !matches!(self.state, State::Start) {
             return Gate::Close("a second SaslHandshake");
         }
@@ -180,10 +213,12 @@ impl SaslConn {
         };
         let mechanisms = MECHANISMS
             .iter()
+            .chain(oauth.then_some(&OAUTHBEARER))
             .map(|m| StrBytes::from_static_str(m))
             .collect();
         let chosen = match req.mechanism.as_str() {
             "PLAIN" => Some(Chosen::Plain),
+            OAUTHBEARER if oauth => Some(Chosen::OAuthBearer),
             m => Mechanism::from_name(m).map(|m| {
                 let nonce = uuid::Uuid::new_v4().simple().to_string();
                 Chosen::Scram(Box::new(ServerExchange::new(m, nonce)))
@@ -247,12 +282,21 @@ impl SaslConn {
     }
 
     /// Starts the session of a connection that (re-)authenticated: the session lifetime to
-    /// tell the client, 0 without `connections_max_reauth_ms`.
+    /// tell the client, 0 without `connections_max_reauth_ms`; no longer than the
+    /// credential's (an OAUTHBEARER token's), as Kafka.
     fn start_session(&mut self, shard: &Shard) -> i64 {
-        let ms = shard.config.connections_max_reauth_ms;
+        let max_ms = i64::try_from(shard.config.connections_max_reauth_ms).unwrap_or(i64::MAX);
+        if max_ms == 0 {
+            self.session_expires = None;
+            return 0;
+        }
+        let wall_ms = crate::common::clock::wall_ms();
+        let ms = self
+            .credential_expires_ms
+            .map_or(max_ms, |exp| exp.saturating_sub(wall_ms).clamp(1, max_ms));
         self.session_expires =
-            (ms > 0).then(|| crate::common::clock::now() + std::time::Duration::from_millis(ms));
-        i64::try_from(ms).unwrap_or(i64::MAX)
+            Some(crate::common::clock::now() + std::time::Duration::from_millis(ms.unsigned_abs()));
+        ms
     }
 
     /// A bare token after a v0 handshake: the answer is a bare token too.
@@ -296,10 +340,15 @@ impl SaslConn {
             return Err("no mechanism chosen".into());
         };
         let raw = *raw;
+        self.credential_expires_ms = None;
         let outcome = match chosen {
             Chosen::Plain => plain::authenticate(token, credentials)
                 .map(|user| (Bytes::new(), Some(user)))
                 .map_err(|e| e.to_string()),
+            Chosen::OAuthBearer => oauthbearer_user(shard, token).map(|(user, expires_ms)| {
+                self.credential_expires_ms = Some(expires_ms);
+                (Bytes::new(), Some(user))
+            }),
             Chosen::Scram(x) => {
                 let mechanism = x.mechanism();
                 let lookup = |user: &str| {
