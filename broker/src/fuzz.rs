@@ -1,7 +1,8 @@
 //! Bodies of the fuzz targets in `broker/fuzz/fuzz_targets/`, one public function per
 //! target: the decoders of what the broker reads back from its own disk or takes from a
 //! peer outside the Kafka protocol (the partition-state checkpoint, the controller's
-//! metadata commands, the admin HTTP requests, the `__transaction_state` records).
+//! metadata commands, the admin HTTP requests, the `__transaction_state` records), and
+//! what a client's SASL/OAUTHBEARER message carries (a JWT, checked against a JWK set).
 //!
 //! They live in the library so that `cargo fuzz` (nightly) and the stable replay in
 //! `broker/tests/fuzz_corpus_replay.rs` run the same code. Each takes arbitrary bytes and
@@ -187,6 +188,73 @@ pub fn admin_http(data: &[u8]) {
         Some(HeadScan::Incomplete) | None => {
             assert!(data.len() < HEAD_MAX, "an endless head kept being read");
             assert_eq!(full, HeadScan::Incomplete);
+        }
+    }
+}
+
+/// The JWK set the `oauthbearer` target verifies with: the public half of
+/// `security/testdata/jwt-rsa.key`, kid `fuzz`.
+pub const FUZZ_JWKS: &str = concat!(
+    r#"{"keys":[{"kty":"RSA","kid":"fuzz","e":"AQAB","n":""#,
+    "qSu_beYzoUcnHmBQH0RfiR3y8suUNmRxhNeZsQeqpSPmctm9U0HimXaMg-AzyPWz0U8WfAIaU7-p62PVQa1mv3tjBbe8KnHJ679K3f1--unUHFomnj3gf6SXVijeJ6M3zbiiQIgE8oqObjRNuAGTveWXI2EZanAyOvsxv_3WGMZ9dnttcJDYkI6mMDmj_LRtyFwP2e91u2SxqyOt_4-oqeaU9FgLeElMPr21kI8FNge9AH563dMKCUtLZ3MdhOHV-22wzM2Vt2lIFaENlaaHmWmbWLgZ90Ov0Pe7KiO8aq7-wJXr4zR93BqOSTvR8WgD7slsv500pCak8CK_ltwYcQ",
+    r#""}]}"#
+);
+/// The `oauthbearer` target's clock (2100-01-01): every token of the seeds has expired.
+const FUZZ_NOW_MS: i64 = 4_102_444_800_000;
+
+/// Fuzz target `oauthbearer`: takes `data` as an OAUTHBEARER client message, as a bare
+/// token and as a JWK set.
+///
+/// Panics if a message that parses does not parse the same once written again, or if
+/// anything authenticates (the fuzzer holds no key of `FUZZ_JWKS`, and the seeds' tokens,
+/// signed by it, expired before `FUZZ_NOW_MS`).
+pub fn oauthbearer(data: &[u8]) {
+    use crate::security::{jwt, oauthbearer};
+    if let Ok(first) = oauthbearer::parse(data) {
+        let mut again = format!(
+            "n,{},\u{1}auth=Bearer {}\u{1}",
+            first
+                .authzid
+                .as_deref()
+                .map(|a| format!("a={a}"))
+                .unwrap_or_default(),
+            first.token
+        );
+        for (k, v) in &first.extensions {
+            again.push_str(&format!("{k}={v}\u{1}"));
+        }
+        again.push('\u{1}');
+        assert_eq!(
+            oauthbearer::parse(again.as_bytes()).as_ref(),
+            Ok(&first),
+            "message round trip"
+        );
+    }
+    let jwks = jwt::Jwks::parse(FUZZ_JWKS.as_bytes()).expect("the fixed JWK set parses");
+    let rules = jwt::ClaimRules {
+        jwks_path: std::path::PathBuf::new(),
+        expected_audience: Vec::new(),
+        expected_issuer: None,
+        sub_claim_name: "sub".into(),
+        scope_claim_name: "scope".into(),
+        clock_skew_s: 30,
+    };
+    assert!(
+        oauthbearer::authenticate(data, &jwks, &rules, FUZZ_NOW_MS).is_err(),
+        "a fuzzed OAUTHBEARER message authenticated"
+    );
+    if let Ok(token) = std::str::from_utf8(data) {
+        assert!(
+            jwt::validate(token, &jwks, &rules, FUZZ_NOW_MS).is_err(),
+            "a fuzzed token validated"
+        );
+    }
+    match jwt::Jwks::parse(data) {
+        Ok(set) => {
+            black_box(set);
+        }
+        Err(e) => {
+            black_box(e.to_string());
         }
     }
 }

@@ -290,6 +290,50 @@ fn admin_seeds() -> Seeds {
     ]
 }
 
+/// OAUTHBEARER messages as librdkafka and the Java client send them, with tokens signed by
+/// the key of `fuzz::FUZZ_JWKS` (RSA PKCS#1 v1.5 signatures are deterministic), and JWK
+/// sets.
+fn oauth_seeds() -> Seeds {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
+    use base64::Engine as _;
+    use rustls::pki_types::pem::PemObject;
+    let pem = std::fs::read(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/security/testdata/jwt-rsa.key"),
+    )
+    .expect("key");
+    let der = rustls::pki_types::PrivatePkcs8KeyDer::from_pem_slice(&pem).expect("pkcs8");
+    let key = ring::signature::RsaKeyPair::from_pkcs8(der.secret_pkcs8_der()).expect("rsa");
+    let header = B64URL.encode(r#"{"alg":"RS256","typ":"JWT","kid":"fuzz"}"#);
+    let claims = B64URL
+        .encode(r#"{"sub":"svc","iat":1800000000,"exp":1800000600,"aud":["kafka"],"scope":"a b"}"#);
+    let signed = format!("{header}.{claims}");
+    let mut sig = vec![0; key.public().modulus_len()];
+    key.sign(
+        &ring::signature::RSA_PKCS1_SHA256,
+        &ring::rand::SystemRandom::new(),
+        signed.as_bytes(),
+        &mut sig,
+    )
+    .expect("sign");
+    let token = format!("{signed}.{}", B64URL.encode(sig));
+    vec![
+        (
+            "librdkafka",
+            format!("n,,\u{1}auth=Bearer {token}\u{1}\u{1}").into_bytes(),
+        ),
+        (
+            "java-extensions",
+            format!("n,a=svc,\u{1}auth=Bearer {token}\u{1}traceId=7\u{1}\u{1}").into_bytes(),
+        ),
+        ("token", token.into_bytes()),
+        ("jwks", strand_broker::fuzz::FUZZ_JWKS.as_bytes().to_vec()),
+        (
+            "jwks-ec",
+            br#"{"keys":[{"kty":"EC","crv":"P-256","kid":"e","x":"MKBCTNIcKUSDii11ySs3526iDZ8AiTo7Tu6KPAqv7D4","y":"4Etl6SRW2YiLUrN5vfvVHuhp7x8PxltmWWlbbM4IFyM"}]}"#.to_vec(),
+        ),
+    ]
+}
+
 /// Every target with its seeds.
 fn targets() -> Vec<(&'static str, Target, Seeds)> {
     use strand_broker::fuzz;
@@ -299,6 +343,7 @@ fn targets() -> Vec<(&'static str, Target, Seeds)> {
         ("admin_http", fuzz::admin_http, admin_seeds()),
         ("txn_records", fuzz::txn_records, txn_seeds()),
         ("txn_peer_answers", fuzz::txn_peer_answers, txn_peer_seeds()),
+        ("oauthbearer", fuzz::oauthbearer, oauth_seeds()),
     ]
 }
 
