@@ -107,7 +107,7 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
 /// and those between nodes.
 #[derive(Clone, Default)]
 struct TlsAtStart {
-    /// For the SSL and SASL_SSL listeners.
+    /// For the SSL and SASL_SSL listeners and the native ones with `native_tls`.
     kafka: Option<crate::security::tls::Loaded>,
     /// For the admin API with `admin_tls` (client certificates asked for, not required).
     admin: Option<crate::security::tls::Loaded>,
@@ -121,7 +121,7 @@ fn tls_at_start(config: &Config) -> anyhow::Result<TlsAtStart> {
     use crate::security::tls::Loaded;
     crate::security::principal::PrincipalMapper::parse(&config.ssl.principal_mapping_rules)?;
     let mut out = TlsAtStart::default();
-    if config.listeners.iter().any(|l| l.protocol.tls()) {
+    if config.native_tls || config.listeners.iter().any(|l| l.protocol.tls()) {
         out.kafka = Some(Loaded::load(&config.ssl).context("TLS listener")?);
     }
     if config.admin_tls {
@@ -270,19 +270,27 @@ async fn shard_main(
     spawn_local(session_sweeper(shard.clone()));
     spawn_local(offsets_expiry(shard.clone()));
     spawn_local(txn_sweeper(shard.clone()));
-    if config.authorizer_enabled {
+    if config.authorizer_enabled && id == 0 {
         // The native protocol has no authentication yet: with ACLs on it would be a way
         // around them.
-        if id == 0 {
-            tracing::warn!(
-                "the native protocol listener is off while authorizer_enabled: it has no \
-                 authentication yet (Kafka clients are served as usual)"
-            );
-        }
-    } else {
-        crate::gateway::native::net::listen(&shard)?;
+        tracing::warn!(
+            "the native protocol listener is off while authorizer_enabled: it has no \
+             authentication yet (Kafka clients are served as usual)"
+        );
     }
-    crate::gateway::kafka::net::serve(shard.clone(), stop_rx, tls.kafka).await?;
+    let listener_tls = tls
+        .kafka
+        .map(|t| Rc::new(crate::security::tls::Reloading::new(t)));
+    if let Some(t) = &listener_tls {
+        spawn_local(crate::gateway::kafka::net::watch_tls_files(
+            shard.clone(),
+            t.clone(),
+        ));
+    }
+    if !config.authorizer_enabled {
+        crate::gateway::native::net::listen(&shard, listener_tls.clone())?;
+    }
+    crate::gateway::kafka::net::serve(shard.clone(), stop_rx, listener_tls).await?;
     let _ = done_rx.await;
     tracing::info!(
         shard = id,

@@ -31,6 +31,10 @@ pub struct ClientConfig {
     pub connect_timeout: Duration,
     /// Ask the broker to create topics that do not exist (if it allows auto-creation).
     pub allow_auto_create_topics: bool,
+    /// TLS to every broker port (the broker's `native_tls`); `None`: plain TCP.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// The name the broker's certificate must carry; default: the bootstrap host.
+    pub tls_server_name: Option<String>,
 }
 
 impl ClientConfig {
@@ -43,7 +47,22 @@ impl ClientConfig {
             request_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(10),
             allow_auto_create_topics: true,
+            tls: None,
+            tls_server_name: None,
         }
+    }
+
+    /// The name a broker's certificate is checked against: `tls_server_name`, else the
+    /// host of `bootstrap`.
+    pub(crate) fn server_name(&self) -> &str {
+        if let Some(n) = &self.tls_server_name {
+            return n;
+        }
+        let host = self
+            .bootstrap
+            .rsplit_once(':')
+            .map_or(self.bootstrap.as_str(), |(h, _)| h);
+        host.trim_start_matches('[').trim_end_matches(']')
     }
 }
 
@@ -104,12 +123,7 @@ impl Client {
     /// Connects to the bootstrap address and handshakes.
     pub async fn connect(config: ClientConfig) -> Result<Client> {
         let addr = resolve(&config.bootstrap).await?;
-        let conn = Connection::open(
-            addr,
-            config.max_in_flight_per_connection,
-            config.connect_timeout,
-        )
-        .await?;
+        let conn = Connection::open(addr, &config).await?;
         let hello = BodyT::HandshakeRequest(Box::new(HandshakeRequestT {
             client_version: PROTOCOL_VERSION,
             features: 0,
@@ -233,12 +247,7 @@ impl Client {
             return Ok(current);
         }
         let c = &self.inner.config;
-        let conn = Connection::open(
-            resolve(&c.bootstrap).await?,
-            c.max_in_flight_per_connection,
-            c.connect_timeout,
-        )
-        .await?;
+        let conn = Connection::open(resolve(&c.bootstrap).await?, c).await?;
         *lock(&self.inner.bootstrap) = conn.clone();
         Ok(conn)
     }
@@ -358,12 +367,7 @@ impl Client {
             return Ok(c.clone());
         }
         let c = &self.inner.config;
-        let conn = Connection::open(
-            SocketAddr::new(self.inner.host, port),
-            c.max_in_flight_per_connection,
-            c.connect_timeout,
-        )
-        .await?;
+        let conn = Connection::open(SocketAddr::new(self.inner.host, port), c).await?;
         conns.insert(port, conn.clone());
         Ok(conn)
     }

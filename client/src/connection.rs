@@ -21,7 +21,32 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
+use crate::client::ClientConfig;
 use crate::error::{Error, Result};
+
+/// Writes queued frames as they come, flushing whenever the queue is empty (a TLS stream
+/// holds what is written until flushed); a failure fails the connection.
+async fn write_frames<W: tokio::io::AsyncWrite + Unpin>(
+    mut wr: W,
+    mut rx: mpsc::Receiver<Bytes>,
+    fail: impl Fn(String),
+) {
+    while let Some(mut frame) = rx.recv().await {
+        loop {
+            if let Err(e) = wr.write_all(&frame).await {
+                return fail(format!("write failed: {e}"));
+            }
+            match rx.try_recv() {
+                Ok(next) => frame = next,
+                Err(_) => break,
+            }
+        }
+        if let Err(e) = wr.flush().await {
+            return fail(format!("write failed: {e}"));
+        }
+    }
+    let _ = wr.shutdown().await;
+}
 
 /// Frames queued for the socket writer before senders wait.
 const WRITE_QUEUE_FRAMES: usize = 256;
@@ -50,35 +75,52 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Connection {
-    /// Connects to `addr`.
-    #[expect(
-        clippy::too_many_lines,
-        reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
-    )]
-    pub(crate) async fn open(
-        addr: SocketAddr,
-        max_in_flight: usize,
-        connect_timeout: Duration,
-    ) -> Result<Arc<Connection>> {
-        let connect = tokio::time::timeout(connect_timeout, TcpStream::connect(addr)).await;
+    /// Connects to `addr` (TLS first when `config.tls` is set).
+    pub(crate) async fn open(addr: SocketAddr, config: &ClientConfig) -> Result<Arc<Connection>> {
+        let connect_error = |reason: String| Error::Connect {
+            addr: addr.to_string(),
+            reason,
+        };
+        let connect = tokio::time::timeout(config.connect_timeout, TcpStream::connect(addr)).await;
         let stream = match connect {
             Ok(Ok(s)) => s,
-            Ok(Err(e)) => {
-                return Err(Error::Connect {
-                    addr: addr.to_string(),
-                    reason: e.to_string(),
-                })
-            }
-            Err(_) => {
-                return Err(Error::Connect {
-                    addr: addr.to_string(),
-                    reason: "timed out".into(),
-                })
-            }
+            Ok(Err(e)) => return Err(connect_error(e.to_string())),
+            Err(_) => return Err(connect_error("timed out".into())),
         };
         let _ = stream.set_nodelay(true);
-        let (mut rd, mut wr) = stream.into_split();
-        let (tx, mut rx) = mpsc::channel::<Bytes>(WRITE_QUEUE_FRAMES);
+        let Some(tls) = &config.tls else {
+            let (rd, wr) = stream.into_split();
+            return Ok(Connection::start(
+                addr,
+                rd,
+                wr,
+                config.max_in_flight_per_connection,
+            ));
+        };
+        let name = rustls::pki_types::ServerName::try_from(config.server_name().to_string())
+            .map_err(|e| Error::Tls(format!("server name {}: {e}", config.server_name())))?;
+        let handshake = tokio_rustls::TlsConnector::from(tls.clone()).connect(name, stream);
+        let stream = match tokio::time::timeout(config.connect_timeout, handshake).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return Err(Error::Tls(format!("handshake with {addr}: {e}"))),
+            Err(_) => return Err(connect_error("TLS handshake timed out".into())),
+        };
+        let (rd, wr) = tokio::io::split(stream);
+        Ok(Connection::start(
+            addr,
+            rd,
+            wr,
+            config.max_in_flight_per_connection,
+        ))
+    }
+
+    /// Runs the connection's writer and reader tasks over a connected stream.
+    fn start<R, W>(addr: SocketAddr, rd: R, wr: W, max_in_flight: usize) -> Arc<Connection>
+    where
+        R: tokio::io::AsyncRead + Unpin + Send + 'static,
+        W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let (tx, rx) = mpsc::channel::<Bytes>(WRITE_QUEUE_FRAMES);
         let pending = Arc::new(Mutex::new(Pending {
             waiters: HashMap::new(),
             closed: None,
@@ -100,17 +142,10 @@ impl Connection {
             }
         };
         let fail_writer = fail_all.clone();
-        tokio::spawn(async move {
-            while let Some(frame) = rx.recv().await {
-                if let Err(e) = wr.write_all(&frame).await {
-                    fail_writer(format!("write failed: {e}"));
-                    return;
-                }
-            }
-            let _ = wr.shutdown().await;
-        });
+        tokio::spawn(write_frames(wr, rx, fail_writer));
         let reader_pending = pending.clone();
         tokio::spawn(async move {
+            let mut rd = rd;
             let reason = loop {
                 let mut head = [0u8; FRAME_HEADER_BYTES];
                 if let Err(e) = rd.read_exact(&mut head).await {
@@ -146,7 +181,7 @@ impl Connection {
             };
             fail_all(reason);
         });
-        Ok(Arc::new(Connection {
+        Arc::new(Connection {
             addr,
             writer: tx,
             pending,
@@ -154,7 +189,7 @@ impl Connection {
             slots: Semaphore::new(max_in_flight.max(1)),
             encoder: Mutex::new(Encoder::new()),
             closed,
-        }))
+        })
     }
 
     /// The peer address.

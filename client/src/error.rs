@@ -34,6 +34,9 @@ pub enum Error {
     /// The broker does not speak our protocol version (or we do not speak its).
     #[error("protocol version mismatch: {0}")]
     UnsupportedVersion(String),
+    /// TLS could not be set up (files, or the handshake with the broker).
+    #[error("TLS: {0}")]
+    Tls(String),
     /// The broker sent something that is not a valid answer.
     #[error("protocol error: {0}")]
     Protocol(String),

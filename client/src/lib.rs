@@ -13,7 +13,9 @@
 //!   retries on retriable errors, and shard-map refresh when the broker answers "moved".
 //! - [`Consumer`]: assign partitions, seek, long-poll fetch, commit and fetch offsets.
 //!
-//! It runs on an ordinary tokio runtime; nothing in its API needs glommio.
+//! It runs on an ordinary tokio runtime; nothing in its API needs glommio. Against a
+//! broker with `native_tls`, set `ClientConfig::tls` (e.g. from [`tls_config`] with the
+//! broker's CA and, when it asks for one, a client certificate).
 //!
 //! ```no_run
 //! use strand_client::{Client, ClientConfig, ProducerConfig, ProducerRecord};
@@ -43,6 +45,7 @@ mod error;
 pub use strand_wire::partitioner;
 mod producer;
 mod records;
+mod tls;
 
 pub use client::{Client, ClientConfig};
 pub use consumer::{ConsumedRecord, Consumer, ConsumerConfig, Offset};
@@ -50,3 +53,6 @@ pub use error::{Error, Result};
 pub use producer::{
     Acks, Compression, DeliveryFuture, Producer, ProducerConfig, ProducerRecord, RecordMetadata,
 };
+/// rustls, whose `ClientConfig` `ClientConfig::tls` takes.
+pub use rustls;
+pub use tls::tls_config;

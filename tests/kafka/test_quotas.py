@@ -2,7 +2,9 @@
 quota`, and their enforcement as Kafka does it: a producer (confluent-kafka) with a
 `producer_byte_rate` quota on its client id writes at that rate (within 10%, measured
 after the window's first burst) and sees throttle_time_ms in its statistics; a consumer
-with a `consumer_byte_rate` quota reads at its rate; another client id is not slowed.
+with a `consumer_byte_rate` quota reads at its rate; another client id is not slowed; a
+client with a `request_percentage` quota is throttled once its requests took more of the
+shard's time than that, and told so in its answers.
 The broker measures over 4 windows of 1 s (`--quota-window-num 4`) so that the test is
 short; Kafka's default is 11."""
 
@@ -105,6 +107,49 @@ def test_bad_quotas_are_refused(quota_broker):
     b = quota_broker
     r = ctl(b, "quota", "set", "--client-id", "c", "--producer-byte-rate", "0", expect_rc=None)
     assert r.returncode != 0 and "positive" in r.stderr
-    r = ctl(b, "quota", "remove", "--client-id", "c", "--key", "request_percentage",
+    r = ctl(b, "quota", "remove", "--client-id", "c", "--key", "controller_mutation_rate",
             expect_rc=None)
     assert r.returncode != 0 and "not supported" in r.stderr, r.stderr
+
+
+def metadata_requests(b, client_id: str, seconds: float) -> tuple[int, int]:
+    """Sends Metadata v9 requests (all topics) one after another for `seconds` on one
+    connection: (requests answered, the largest throttle_time_ms answered)."""
+    import socket
+    import struct
+    cid = client_id.encode()
+    # Header v2 (flexible): key, version, correlation id, client id, no tagged fields;
+    # body: topics null, allow_auto_topic_creation, two include_* flags, no tagged fields.
+    count, most, start = 0, 0, time.monotonic()
+    with socket.create_connection(("127.0.0.1", b.port), timeout=10) as s:
+        while time.monotonic() - start < seconds:
+            msg = (struct.pack(">hhih", 3, 9, count, len(cid)) + cid + b"\0"
+                   + b"\0" + b"\0" + b"\0" + b"\0" + b"\0")
+            s.sendall(struct.pack(">i", len(msg)) + msg)
+            head = b""
+            while len(head) < 4:
+                head += s.recv(4 - len(head))
+            size = struct.unpack(">i", head)[0]
+            resp = b""
+            while len(resp) < size:
+                resp += s.recv(size - len(resp))
+            # Correlation id, header tagged fields (one 0 byte), then throttle_time_ms.
+            assert struct.unpack(">i", resp[:4])[0] == count
+            most = max(most, struct.unpack(">i", resp[5:9])[0])
+            count += 1
+    return count, most
+
+
+def test_a_client_over_its_request_percentage_is_throttled(quota_broker):
+    """`request_percentage` 1 (1% of a shard's time, 10 ms per second): a client sending
+    Metadata requests back to back is throttled and told so in throttle_time_ms; a client
+    id without the quota is not."""
+    from test_strandctl import ctl
+    b = quota_broker
+    ctl(b, "quota", "set", "--client-id", "chatty", "--request-percentage", "1")
+    assert "request_percentage" in ctl(b, "quota", "list").stdout
+    free, free_throttle = metadata_requests(b, "quiet", 3)
+    held, held_throttle = metadata_requests(b, "chatty", 3)
+    assert free_throttle == 0, free_throttle
+    assert held_throttle > 0, "no throttle time answered"
+    assert held < free / 3, f"{held} requests throttled against {free} free"

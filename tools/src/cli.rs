@@ -268,7 +268,8 @@ pub enum QuotaCmd {
         #[command(flatten)]
         entity: QuotaEntityArgs,
     },
-    /// Sets an entity's byte rates (bytes per second, per broker shard).
+    /// Sets an entity's byte rates (bytes per second, per broker shard) and request
+    /// percentage (percent of one shard's time; 200 is two shards' worth).
     Set {
         #[command(flatten)]
         entity: QuotaEntityArgs,
@@ -278,12 +279,16 @@ pub enum QuotaCmd {
         /// `consumer_byte_rate`.
         #[arg(long)]
         consumer_byte_rate: Option<u64>,
+        /// `request_percentage`.
+        #[arg(long)]
+        request_percentage: Option<u64>,
     },
     /// Removes quotas of an entity.
     Remove {
         #[command(flatten)]
         entity: QuotaEntityArgs,
-        /// The quota to remove (repeatable): producer_byte_rate or consumer_byte_rate.
+        /// The quota to remove (repeatable): producer_byte_rate, consumer_byte_rate or
+        /// request_percentage.
         #[arg(long, required = true)]
         key: Vec<String>,
     },

@@ -53,11 +53,13 @@ pub fn run(client: &mut KafkaClient, cmd: &QuotaCmd) -> anyhow::Result<String> {
             entity,
             producer_byte_rate,
             consumer_byte_rate,
+            request_percentage,
         } => {
             let mut ops = Vec::new();
             for (key, v) in [
                 ("producer_byte_rate", producer_byte_rate),
                 ("consumer_byte_rate", consumer_byte_rate),
+                ("request_percentage", request_percentage),
             ] {
                 if let Some(v) = v {
                     if *v == 0 {
@@ -68,7 +70,8 @@ pub fn run(client: &mut KafkaClient, cmd: &QuotaCmd) -> anyhow::Result<String> {
             }
             if ops.is_empty() {
                 return Err(Refused(
-                    "give --producer-byte-rate and/or --consumer-byte-rate".into(),
+                    "give --producer-byte-rate, --consumer-byte-rate and/or --request-percentage"
+                        .into(),
                 )
                 .into());
             }

@@ -398,7 +398,7 @@ impl Scrape {
             ),
             (
                 "strand_kafka_tls_handshake_failures",
-                "TLS handshakes on SSL and SASL_SSL listeners that failed (client certificate missing, foreign, expired or matching no ssl_principal_mapping_rules; the client refused ours; timeout); each connection is closed.",
+                "TLS handshakes on SSL and SASL_SSL listeners (and the native ones with native_tls) that failed (client certificate missing, foreign, expired or matching no ssl_principal_mapping_rules; the client refused ours; timeout); each connection is closed.",
                 |s| s.metrics.tls_failures,
             ),
             (

@@ -156,6 +156,10 @@ pub struct Flags {
     /// false).
     #[arg(long, env = "STRAND_ALLOW_EVERYONE_IF_NO_ACL_FOUND")]
     pub allow_everyone_if_no_acl_found: Option<bool>,
+    /// Serve the native protocol listeners over TLS with the Kafka listeners' certificate
+    /// (`ssl_*`; client certificates as `ssl_client_auth` says).
+    #[arg(long, env = "STRAND_NATIVE_TLS")]
+    pub native_tls: Option<bool>,
     /// Serve the admin API over HTTPS with the listeners' certificate (`ssl_*`); a client
     /// certificate of `ssl_ca_location`'s CA then authorizes its mutating endpoints as the
     /// bearer token does.
@@ -414,6 +418,7 @@ struct FileConfig {
     quota_window_size_seconds: Option<u64>,
     connections_max_reauth_ms: Option<u64>,
     admin_tls: Option<bool>,
+    native_tls: Option<bool>,
     admin_addr: Option<SocketAddr>,
     native_addr: Option<SocketAddr>,
     native_shard_base_port: Option<u16>,
@@ -674,6 +679,8 @@ pub struct Config {
     pub allow_everyone_if_no_acl_found: bool,
     /// The admin API serves HTTPS.
     pub admin_tls: bool,
+    /// The native listeners serve TLS.
+    pub native_tls: bool,
     /// `connections.max.reauth.ms` (0: sessions do not end).
     pub connections_max_reauth_ms: u64,
     /// `quota.window.num`.
@@ -831,6 +838,7 @@ impl Config {
                 .or(file.allow_everyone_if_no_acl_found)
                 .unwrap_or(false),
             admin_tls: flags.admin_tls.or(file.admin_tls).unwrap_or(false),
+            native_tls: flags.native_tls.or(file.native_tls).unwrap_or(false),
             connections_max_reauth_ms: flags
                 .connections_max_reauth_ms
                 .or(file.connections_max_reauth_ms)
@@ -1041,10 +1049,11 @@ impl Config {
 
     /// The checks of the listeners against TLS settings and the other addresses.
     fn validate_listeners(&self) -> anyhow::Result<()> {
-        let tls = self.admin_tls || self.listeners.iter().any(|l| l.protocol.tls());
+        let tls =
+            self.admin_tls || self.native_tls || self.listeners.iter().any(|l| l.protocol.tls());
         if tls && (self.ssl.certificate_location.is_none() || self.ssl.key_location.is_none()) {
             bail!(
-                "an SSL or SASL_SSL listener (or admin_tls) needs ssl_certificate_location and ssl_key_location \
+                "an SSL or SASL_SSL listener (or admin_tls, native_tls) needs ssl_certificate_location and ssl_key_location \
                  (PEM files; tools/certs.sh makes a test CA and certificates)"
             );
         }

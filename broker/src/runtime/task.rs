@@ -113,6 +113,21 @@ impl Wake for FlagWaker {
     }
 }
 
+/// Runs `fut` to its end: its output and the time spent inside its polls (the thread
+/// time it took on this shard, without the waits between them).
+pub async fn timed_polls<F: Future>(fut: F) -> (F::Output, Duration) {
+    let mut fut = std::pin::pin!(fut);
+    let mut spent = Duration::ZERO;
+    let out = std::future::poll_fn(|cx| {
+        let start = crate::common::clock::now();
+        let polled = fut.as_mut().poll(cx);
+        spent += crate::common::clock::now().saturating_duration_since(start);
+        polled
+    })
+    .await;
+    (out, spent)
+}
+
 /// Runs `fut` for at most `d`.
 pub async fn timeout<T>(d: Duration, fut: impl Future<Output = T>) -> Option<T> {
     let fut = std::pin::pin!(fut);

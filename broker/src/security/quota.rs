@@ -14,9 +14,16 @@ use std::collections::BTreeMap;
 pub const PRODUCER_BYTE_RATE: &str = "producer_byte_rate";
 /// Bytes per second a consumer may fetch (`consumer_byte_rate`).
 pub const CONSUMER_BYTE_RATE: &str = "consumer_byte_rate";
-/// The quota keys Strand enforces (Kafka's `request_percentage` and
-/// `controller_mutation_rate` are not: AlterClientQuotas refuses them).
-pub const KEYS: [&str; 2] = [PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE];
+/// Percent of one thread's time a client's requests may take (`request_percentage`,
+/// KIP-124; 200 is two threads' worth).
+pub const REQUEST_PERCENTAGE: &str = "request_percentage";
+/// The quota keys Strand enforces (Kafka's `controller_mutation_rate` is not:
+/// AlterClientQuotas refuses it).
+pub const KEYS: [&str; 3] = [PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE];
+/// Percent-seconds one nanosecond of a thread's time counts for (Kafka's
+/// `nanosToPercentagePerSecond`): recorded per request, their rate per second is the
+/// share of one thread in percent.
+pub const PERCENT_SECONDS_PER_NANO: f64 = 100.0 / 1e9;
 /// Kafka's entity type names.
 pub const USER: &str = "user";
 /// Kafka's entity type names.

@@ -24,6 +24,7 @@ pub mod reassign;
 pub mod records;
 pub mod sasl;
 pub mod scram;
+pub mod throttle;
 pub mod topics;
 pub mod txn;
 

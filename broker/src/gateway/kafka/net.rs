@@ -23,7 +23,7 @@ use crate::common::metrics::ProduceStage;
 use crate::gateway::kafka::{self, sasl, FramingError, Listener};
 use crate::runtime::task::{repoll, spawn_local};
 use crate::security::principal::PrincipalMapper;
-use crate::security::tls::{Loaded, Reloading};
+use crate::security::tls::Reloading;
 use crate::shard::budget::Held;
 use crate::shard::ops::{Op, Reply};
 use crate::shard::Shard;
@@ -53,12 +53,19 @@ fn api_index(frame: &[u8]) -> Option<usize> {
         .position(|(k, _, _)| *k as i16 == key)
 }
 
-/// Accepts connections on every listener until `stop` fires; `tls`: the TLS files as
-/// loaded at start (when a listener is SSL or SASL_SSL).
+/// The API and version of a request frame (an API this broker serves).
+fn key_version(frame: &[u8]) -> Option<(ApiKey, i16)> {
+    let key = kafka::SUPPORTED.get(api_index(frame)?)?.0;
+    let version = i16::from_be_bytes(*frame.get(2..4)?.first_chunk::<2>()?);
+    Some((key, version))
+}
+
+/// Accepts connections on every listener until `stop` fires; `tls`: the shard's TLS
+/// configuration (when a listener is SSL or SASL_SSL; `watch_tls_files` keeps it current).
 pub async fn serve(
     shard: Rc<Shard>,
     stop: oneshot::Receiver<()>,
-    tls: Option<Loaded>,
+    tls: Option<Rc<Reloading>>,
 ) -> anyhow::Result<()> {
     let mut sockets = Vec::with_capacity(shard.config.listeners.len());
     for l in &shard.config.listeners {
@@ -74,9 +81,6 @@ pub async fn serve(
         sockets.push(socket);
     }
     let security = Rc::new(Security::new(&shard, tls)?);
-    if let Some(tls) = &security.tls {
-        spawn_local(watch_tls_files(shard.clone(), tls.clone()));
-    }
     let mut stop = stop;
     let refusals = Rc::new(crate::common::logging::RateLimit::new(REFUSAL_LOG_INTERVAL));
     loop {
@@ -129,13 +133,13 @@ struct Security {
 }
 
 impl Security {
-    fn new(shard: &Shard, tls: Option<Loaded>) -> anyhow::Result<Security> {
+    fn new(shard: &Shard, tls: Option<Rc<Reloading>>) -> anyhow::Result<Security> {
         let config = &shard.config;
         if tls.is_none() && config.listeners.iter().any(|l| l.protocol.tls()) {
             anyhow::bail!("a TLS listener without its TLS files loaded at start");
         }
         Ok(Security {
-            tls: tls.map(|t| Rc::new(Reloading::new(t))),
+            tls,
             mapper: PrincipalMapper::parse(&config.ssl.principal_mapping_rules)?,
             failures: crate::common::logging::RateLimit::new(TLS_FAILURE_LOG_INTERVAL),
         })
@@ -151,7 +155,7 @@ impl Security {
 }
 
 /// Reads the TLS files again whenever they change, until the shard stops.
-async fn watch_tls_files(shard: Rc<Shard>, tls: Rc<Reloading>) {
+pub async fn watch_tls_files(shard: Rc<Shard>, tls: Rc<Reloading>) {
     while !shard.stopping() {
         crate::runtime::task::sleep(TLS_RELOAD_CHECK).await;
         match tls.reload_if_changed() {
@@ -433,12 +437,28 @@ where
         if api == Some(PRODUCE_API_INDEX) {
             conn.throttle_ms = kafka::quotas::record_produce(&shard, &conn, &frame);
         }
+        let request_quota = kafka::quotas::request_quota_client(&shard, &frame);
         let task = glommio::spawn_local(async move {
             if api == Some(PRODUCE_API_INDEX) {
                 let waited = crate::common::clock::now() - received;
                 s.metrics.produce_stage(ProduceStage::QueueWait, waited);
             }
-            let r = handle_watched(&s, frame, &conn, peer, &held).await;
+            let r = match request_quota {
+                None => handle_watched(&s, frame, &conn, peer, &held).await,
+                Some(client_id) => {
+                    let key_version = key_version(&frame);
+                    let handled = handle_watched(&s, frame, &conn, peer, &held);
+                    let (r, spent) = crate::runtime::task::timed_polls(handled).await;
+                    let throttle_ms =
+                        kafka::quotas::record_request_time(&s, &conn, &client_id, spent);
+                    match (r, key_version) {
+                        (Ok(Some(b)), Some((key, version))) if throttle_ms > 0 => Ok(Some(
+                            kafka::throttle::with_throttle(b, key, version, throttle_ms),
+                        )),
+                        (r, _) => r,
+                    }
+                }
+            };
             s.request_finished();
             if let Ok(Some(resp)) = &r {
                 answer_holds(&held, resp.len());

@@ -1,9 +1,10 @@
 //! Client quotas on the wire: DescribeClientQuotas and AlterClientQuotas (v0–1, KIP-546)
 //! as Kafka's controller answers them, and their enforcement: a Produce's size counts
 //! against `producer_byte_rate` as it is read (`record_produce`), a Fetch's answered bytes
-//! against `consumer_byte_rate` (`record`); a client over its quota gets the throttle time in its answer and
-//! its connection reads nothing more for that long (KIP-219), and a throttled fetch
-//! answers no records, as Kafka's.
+//! against `consumer_byte_rate` (`record`), and the shard time each request's handler
+//! took against `request_percentage` (`record_request_time`); a client over its quota
+//! gets the throttle time in its answer and its connection reads nothing more for that
+//! long (KIP-219), and a throttled fetch answers no records, as Kafka's.
 //!
 //! Invariant: usage is measured per shard (a shard is to its connections what a Kafka
 //! broker is to its own: a client whose connections land on two shards has the quota on
@@ -84,6 +85,58 @@ pub fn record_produce(shard: &Shard, conn: &super::Conn, frame: &[u8]) -> u64 {
     if throttle_ms > 0 {
         let until = crate::common::clock::now() + Duration::from_millis(throttle_ms);
         conn.muted_until.set(Some(until));
+    }
+    throttle_ms
+}
+
+thread_local! {
+    /// Whether the metadata of this version holds a `request_percentage` quota.
+    static REQUEST_QUOTAS: std::cell::Cell<(u64, bool)> = const { std::cell::Cell::new((0, false)) };
+}
+
+/// The client id of a request whose handler time is measured: `Some` only while some
+/// `request_percentage` quota is set (otherwise nothing is measured).
+pub fn request_quota_client(shard: &Shard, frame: &[u8]) -> Option<String> {
+    let meta = shard.metadata();
+    if meta.quotas.is_empty() {
+        return None;
+    }
+    let any = REQUEST_QUOTAS.with(|c| match c.get() {
+        (version, any) if version == meta.version => any,
+        _ => {
+            let any = meta
+                .quotas
+                .values()
+                .any(|v| v.contains_key(quota::REQUEST_PERCENTAGE));
+            c.set((meta.version, any));
+            any
+        }
+    });
+    any.then(|| client_id_of(frame).unwrap_or_default())
+}
+
+/// Records the shard time a request's handler took against the connection's
+/// `request_percentage` quota: the throttle time for its answer (0 under its quota). A
+/// throttled connection is muted for that long.
+pub fn record_request_time(
+    shard: &Shard,
+    conn: &super::Conn,
+    client_id: &str,
+    spent: Duration,
+) -> u64 {
+    let value = spent.as_nanos() as f64 * quota::PERCENT_SECONDS_PER_NANO;
+    let throttle_ms = record_for(
+        shard,
+        &conn.principal,
+        client_id,
+        quota::REQUEST_PERCENTAGE,
+        value,
+    );
+    if throttle_ms > 0 {
+        let until = crate::common::clock::now() + Duration::from_millis(throttle_ms);
+        if conn.muted_until.get().is_none_or(|t| t < until) {
+            conn.muted_until.set(Some(until));
+        }
     }
     throttle_ms
 }
