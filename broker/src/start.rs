@@ -141,8 +141,39 @@ fn tls_at_start(config: &Config) -> anyhow::Result<TlsAtStart> {
     }
     if let Some(rpc) = &config.rpc_tls {
         out.rpc = Some(Loaded::load(rpc).context("TLS between nodes (rpc_tls_*)")?);
+        check_node_principal(config, rpc)?;
     }
     Ok(out)
+}
+
+/// With the authorizer on a cluster whose inter-broker listener is SSL, the nodes' own
+/// requests come as their node certificate's principal: it must be a super user.
+fn check_node_principal(
+    config: &Config,
+    rpc: &crate::common::config::SslConfig,
+) -> anyhow::Result<()> {
+    let inter = &config.listeners[config.inter_broker_listener];
+    if config.seeds.is_empty()
+        || !config.authorizer_enabled
+        || inter.protocol != crate::common::listeners::SecurityProtocol::Ssl
+    {
+        return Ok(());
+    }
+    let subject = crate::security::tls::leaf_subject(rpc)?;
+    let mapper =
+        crate::security::principal::PrincipalMapper::parse(&config.ssl.principal_mapping_rules)?;
+    let name = mapper.map(&subject).with_context(|| {
+        format!("no ssl_principal_mapping_rules rule maps the node certificate's subject {subject}")
+    })?;
+    let principal = format!("User:{name}");
+    if !config.super_users.contains(&principal) {
+        bail!(
+            "with authorizer_enabled, the nodes' own requests (transaction markers) come as \
+             their certificate's principal {principal} over the SSL inter-broker listener: add \
+             it to super_users"
+        );
+    }
+    Ok(())
 }
 
 /// How many shards to run: one per CPU of the affinity mask, or `--smp` of them.

@@ -543,3 +543,44 @@ def test_nodes_speak_mutual_tls_and_a_node_of_another_ca_is_refused(request, tmp
                 got.add(m.value().decode())
         cons.close()
         assert got == {f"v{i}" for i in range(3 * COUNT)}
+
+
+def test_an_ssl_inter_broker_listener_carries_transaction_markers(request, tmp_path, topic):
+    """The inter-broker listener is SSL with client certificates required: the nodes reach
+    each other's with their node certificates (rpc_tls_*), so a transaction over partitions
+    led by every node commits (its markers cross nodes over TLS) and a read_committed
+    consumer sees it whole."""
+    ck = need_module("confluent_kafka")
+    adm = need_module("confluent_kafka.admin")
+    from test_cluster import owned_cluster
+    d = tmp_path / "certs"
+    certs(d)
+    args = rpc_tls_args(d) + [
+        "--ssl-certificate-location", str(d / "node.pem"),
+        "--ssl-key-location", str(d / "node.key"),
+        "--ssl-ca-location", str(d / "ca.pem"), "--ssl-client-auth", "required",
+        "--inter-broker-listener-name", "SSL"]
+    with owned_cluster(request, extra_args=args, extra_listeners=["SSL"]) as c:
+        admin = adm.AdminClient({"bootstrap.servers": c.bootstrap()})
+        admin.create_topics([adm.NewTopic(topic, num_partitions=3,
+                                          replication_factor=3)])[topic].result(30)
+        md = admin.list_topics(topic, timeout=20).topics[topic].partitions
+        assert len({p.leader for p in md.values()}) >= 2, "leaders on one node only"
+        p = ck.Producer({"bootstrap.servers": c.bootstrap(), "transactional.id": topic,
+                         "transaction.timeout.ms": 60000})
+        p.init_transactions(30)
+        p.begin_transaction()
+        for i in range(3 * COUNT):
+            p.produce(topic, f"t{i}".encode(), partition=i % 3)
+        p.commit_transaction(60)
+        cons = ck.Consumer({"bootstrap.servers": c.bootstrap(), "group.id": topic,
+                            "auto.offset.reset": "earliest",
+                            "isolation.level": "read_committed"})
+        cons.subscribe([topic])
+        got, deadline = set(), time.monotonic() + 60
+        while len(got) < 3 * COUNT and time.monotonic() < deadline:
+            m = cons.poll(0.5)
+            if m is not None and m.error() is None:
+                got.add(m.value().decode())
+        cons.close()
+        assert got == {f"t{i}" for i in range(3 * COUNT)}

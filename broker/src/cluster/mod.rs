@@ -285,6 +285,9 @@ pub async fn start<H: ClusterHost>(
     let journal_path = crate::replication::journal::journal_path(&c.data_dir, shard.shard_id());
     let journal = crate::replication::journal::RaftJournal::open(journal_path).await?;
     let tls = tls.map(|t| Rc::new(crate::security::tls::Reloading::new(t)));
+    let inter_broker_ssl = c.listeners[c.inter_broker_listener].protocol
+        == crate::common::listeners::SecurityProtocol::Ssl;
+    crate::cluster::net::set_tls(tls.clone().filter(|_| inter_broker_ssl));
     let rep = Replicator::new((c.node_id, shard.shard_id()), &c.seeds, journal, tls);
     let port = c
         .rpc_addr

@@ -1,12 +1,30 @@
 //! One Kafka-protocol request to another node's Kafka listener over a new connection (the
-//! transaction requests between nodes of `markers`).
+//! transaction requests between nodes of `markers`). When the inter-broker listener is
+//! SSL the connection is mutual TLS with the node certificate of `rpc_tls_*` (`set_tls`),
+//! the peer verified against the cluster CA and its advertised host.
 //!
 //! Invariant: a response is read only up to `PEER_RESPONSE_BYTES_MAX`, checked before the
 //! body is allocated.
 
+use std::cell::RefCell;
+
 use bytes::Bytes;
+use futures::io::{AsyncRead, AsyncWrite};
 use futures::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
+
+use crate::replication::net::RpcTls;
+
+thread_local! {
+    /// This shard's TLS to the inter-broker listeners of other nodes (SSL ones).
+    static TLS: RefCell<Option<RpcTls>> = const { RefCell::new(None) };
+}
+
+/// Connections to other nodes' inter-broker listeners go over TLS with `tls` (this
+/// shard's node-to-node configuration) from now on.
+pub fn set_tls(tls: Option<RpcTls>) {
+    TLS.with(|t| *t.borrow_mut() = tls);
+}
 
 /// Largest response read from a peer.
 pub const PEER_RESPONSE_BYTES_MAX: usize = 1024 * 1024;
@@ -14,11 +32,30 @@ pub const PEER_RESPONSE_BYTES_MAX: usize = 1024 * 1024;
 /// Sends one request (size prefix included) on a new connection and reads the response
 /// body (after its size prefix), at most `PEER_RESPONSE_BYTES_MAX` bytes.
 pub async fn round_trip(host: &str, port: u16, request: Bytes) -> anyhow::Result<Bytes> {
-    let mut stream = TcpStream::connect(format!("{host}:{port}"))
+    let stream = TcpStream::connect(format!("{host}:{port}"))
         .await
         .map_err(|e| anyhow::anyhow!("connecting: {e}"))?;
     let _ = stream.set_nodelay(true);
+    let Some(tls) = TLS.with(|t| t.borrow().clone()) else {
+        return exchange(stream, request).await;
+    };
+    let name = rustls::pki_types::ServerName::try_from(host.to_string())
+        .map_err(|e| anyhow::anyhow!("peer name {host}: {e}"))?;
+    let connector =
+        futures_rustls::TlsConnector::from(crate::replication::net::rpc_configs(&tls).client);
+    let stream = connector
+        .connect(name, stream)
+        .await
+        .map_err(|e| anyhow::anyhow!("TLS to {host}:{port}: {e}"))?;
+    exchange(stream, request).await
+}
+
+async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    request: Bytes,
+) -> anyhow::Result<Bytes> {
     stream.write_all(&request).await?;
+    stream.flush().await?;
     let mut size = [0u8; 4];
     stream.read_exact(&mut size).await?;
     let size = usize::try_from(i32::from_be_bytes(size))?;

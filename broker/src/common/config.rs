@@ -1047,6 +1047,46 @@ impl Config {
         self.validate_limits()
     }
 
+    /// On a cluster: the inter-broker listener is one the nodes can authenticate on, and
+    /// the authorizer lets their own requests (transaction markers) through.
+    fn validate_inter_broker_listener(&self) -> anyhow::Result<()> {
+        let inter = &self.listeners[self.inter_broker_listener];
+        match inter.protocol {
+            SecurityProtocol::Plaintext => {
+                if self.authorizer_enabled
+                    && !self.super_users.iter().any(|u| u == "User:ANONYMOUS")
+                {
+                    bail!(
+                        "with authorizer_enabled on a cluster, the nodes' own requests (transaction \
+                         markers) come unauthenticated over the PLAINTEXT inter-broker listener: add \
+                         User:ANONYMOUS to super_users and keep that listener on a private network, \
+                         or make the inter-broker listener SSL (see rpc_tls_*)"
+                    );
+                }
+            }
+            SecurityProtocol::Ssl => {
+                if self.rpc_tls.is_none()
+                    || self.ssl.client_auth != ClientAuth::Required
+                    || self.ssl.ca_location.is_none()
+                {
+                    bail!(
+                        "an SSL inter-broker listener ({}) needs the nodes' certificates: set \
+                         rpc_tls_* (each node presents its node certificate, which must chain to \
+                         ssl_ca_location) and ssl_client_auth required",
+                        inter.name
+                    );
+                }
+            }
+            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl => bail!(
+                "the inter-broker listener ({}) cannot be SASL: nodes have no SASL credentials; \
+                 use an SSL listener with rpc_tls_* (mutual TLS) or a PLAINTEXT one on a private \
+                 network",
+                inter.name
+            ),
+        }
+        Ok(())
+    }
+
     /// The checks of the listeners against TLS settings and the other addresses.
     fn validate_listeners(&self) -> anyhow::Result<()> {
         let tls =
@@ -1071,25 +1111,8 @@ impl Config {
         if let Some(bad) = self.super_users.iter().find(|u| !u.contains(':')) {
             bail!("super_users: '{bad}' is not Type:name (e.g. User:admin; separate with ';')");
         }
-        let inter = &self.listeners[self.inter_broker_listener];
-        let anonymous = "User:ANONYMOUS".to_string();
-        if !self.seeds.is_empty()
-            && self.authorizer_enabled
-            && !self.super_users.contains(&anonymous)
-        {
-            bail!(
-                "with authorizer_enabled on a cluster, the nodes' own requests (transaction \
-                 markers) come unauthenticated over the PLAINTEXT inter-broker listener: add \
-                 User:ANONYMOUS to super_users and keep that listener on a private network"
-            );
-        }
-        if !self.seeds.is_empty() && inter.protocol != SecurityProtocol::Plaintext {
-            bail!(
-                "the inter-broker listener ({}) must be PLAINTEXT for now (transaction markers \
-                 between nodes do not authenticate yet): add a PLAINTEXT listener on a private \
-                 address and name it in inter_broker_listener_name",
-                inter.name
-            );
+        if !self.seeds.is_empty() {
+            self.validate_inter_broker_listener()?;
         }
         for l in &self.listeners {
             for (what, addr) in [
@@ -1257,5 +1280,52 @@ mod tests {
         })
         .expect_err("refused");
         assert!(err.to_string().contains("smp"));
+    }
+
+    #[test]
+    fn a_cluster_inter_broker_listener_is_plaintext_or_mutual_tls_never_sasl() {
+        let cluster = |listener: &str, extra: Flags| {
+            let name = listener.split(':').next().unwrap_or_default().to_string();
+            Config::load(Flags {
+                node_id: Some(1),
+                seeds: Some("1@127.0.0.1:19100".into()),
+                listeners: Some(listener.into()),
+                inter_broker_listener_name: Some(name),
+                listener_security_protocol_map: Some(
+                    "INTERNAL:SSL,SASLI:SASL_PLAINTEXT,PLAINI:PLAINTEXT".into(),
+                ),
+                ssl_certificate_location: Some("node.pem".into()),
+                ssl_key_location: Some("node.key".into()),
+                ..extra
+            })
+        };
+        let ssl = "INTERNAL://127.0.0.1:19093";
+        let err = cluster(ssl, Flags::default()).expect_err("no node certificates");
+        assert!(err.to_string().contains("rpc_tls_"), "{err}");
+        let with_nodes = Flags {
+            rpc_tls_certificate_location: Some("node.pem".into()),
+            rpc_tls_key_location: Some("node.key".into()),
+            rpc_tls_ca_location: Some("ca.pem".into()),
+            ssl_ca_location: Some("ca.pem".into()),
+            ssl_client_auth: Some(ClientAuth::Required),
+            ..Flags::default()
+        };
+        assert!(cluster(ssl, with_nodes).is_ok());
+        let sasl = cluster("SASLI://127.0.0.1:19094", Flags::default());
+        assert!(sasl
+            .expect_err("sasl")
+            .to_string()
+            .contains("cannot be SASL"));
+        let plain = cluster(
+            "PLAINI://127.0.0.1:19095",
+            Flags {
+                authorizer_enabled: Some(true),
+                ..Flags::default()
+            },
+        );
+        assert!(plain
+            .expect_err("anonymous")
+            .to_string()
+            .contains("User:ANONYMOUS"));
     }
 }

@@ -50,7 +50,7 @@ pub type RpcTls = Rc<Reloading<RpcConfigs>>;
 
 /// The configurations in service for a new connection, after reading the files again if
 /// they changed (a change that does not load keeps the previous ones, warned once).
-fn rpc_configs(tls: &Reloading<RpcConfigs>) -> RpcConfigs {
+pub fn rpc_configs(tls: &Reloading<RpcConfigs>) -> RpcConfigs {
     match tls.reload_if_changed() {
         Ok(false) => {}
         Ok(true) => {

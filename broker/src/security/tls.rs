@@ -205,6 +205,17 @@ impl Built for RpcConfigs {
     }
 }
 
+/// The subject of the leaf certificate of `ssl.certificate_location` (RFC 2253, as a
+/// peer verifying it sees it).
+pub fn leaf_subject(ssl: &SslConfig) -> Result<String, TlsError> {
+    let path = ssl.certificate_location.as_ref().ok_or(TlsError::Missing)?;
+    let chain = certificates(path)?;
+    crate::security::principal::subject_of(&chain[0]).map_err(|e| TlsError::Pem {
+        path: path.clone(),
+        what: e.to_string(),
+    })
+}
+
 /// A client configuration trusting `ssl.ca_location` only and presenting
 /// `ssl.certificate_location` with its key.
 pub fn client_config(ssl: &SslConfig) -> Result<Arc<ClientConfig>, TlsError> {
