@@ -15,7 +15,9 @@
 #
 # Env: CARGO (default cargo), DATA_DIR (default data/cluster), SMP (shards per node,
 #      default 1, at most 10: the RPC ports of two nodes are 10 apart),
-#      STRAND_BIN (use this binary instead of building target/release/strand).
+#      STRAND_BIN (use this binary instead of building target/release/strand),
+#      TLS_DIR (certificates of tools/certs.sh: each node also serves SASL_SSL on its
+#      kafka port + 2, advertised as localhost, and the nodes talk over mutual TLS).
 # Extra arguments go to every node, e.g. `scripts/run-cluster.sh --log-level debug`.
 set -euo pipefail
 
@@ -61,13 +63,29 @@ trap on_exit EXIT
 # One node, in the background: setsid so that Ctrl-C reaches this script only (which sends
 # each node one SIGTERM); the prefixing sed ignores SIGINT so the nodes' last lines still
 # show. exec keeps the node's pid as $!.
+# The Kafka listeners of node $1 (and, with TLS_DIR, the TLS settings).
+listener_args() {
+  local n=$1 kafka
+  kafka=$(kafka_port "$n")
+  if [[ -z "${TLS_DIR:-}" ]]; then
+    echo "--kafka-addr 127.0.0.1:$kafka"
+    return
+  fi
+  echo "--listeners PLAINTEXT://127.0.0.1:$kafka,SASL_SSL://127.0.0.1:$((kafka + 2))" \
+    "--advertised-listeners PLAINTEXT://127.0.0.1:$kafka,SASL_SSL://localhost:$((kafka + 2))" \
+    "--ssl-certificate-location $TLS_DIR/node.pem --ssl-key-location $TLS_DIR/node.key" \
+    "--rpc-tls-certificate-location $TLS_DIR/node.pem --rpc-tls-key-location $TLS_DIR/node.key" \
+    "--rpc-tls-ca-location $TLS_DIR/ca.pem"
+}
+
 run_node() {
   local n=$1
   shift
+  # shellcheck disable=SC2046 # listener_args is words by design (paths without spaces)
   exec setsid "${pin[@]}" "$bin" \
     --node-id "$n" \
     --data-dir "$data_dir/n$n" \
-    --kafka-addr "127.0.0.1:$(kafka_port "$n")" \
+    $(listener_args "$n") \
     --admin-addr "127.0.0.1:$(admin_port "$n")" \
     --native-addr "127.0.0.1:$(native_port "$n")" \
     --native-shard-base-port 0 \
