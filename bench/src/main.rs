@@ -10,6 +10,7 @@ mod driver;
 mod floor;
 mod kafka_conn;
 mod kafka_driver;
+mod light;
 mod load;
 mod native_driver;
 mod physics;
@@ -62,6 +63,9 @@ enum Command {
     /// Transactions of N records (commit latency, records/s) against the same records from
     /// an idempotent producer.
     Txn(txn::TxnArgs),
+    /// Tail latency at light load (issue 30): 10,000 records/s of 100 B, linger 0, one
+    /// partition, open loop; runs of 60 s with p99 and p99.9 over write+fdatasync + RTT.
+    Light(light::LightArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -86,5 +90,6 @@ fn main() -> anyhow::Result<()> {
         Command::Compare(args) => compare::run(args),
         Command::Suite(args) => suite::run(args),
         Command::Txn(args) => txn::run(args),
+        Command::Light(args) => light::run(args),
     }
 }

@@ -113,7 +113,7 @@ fn parse_topic_config(s: &str) -> Result<(String, String), String> {
     }
 }
 
-fn parse_acks(s: &str) -> Result<Acks, String> {
+pub fn parse_acks(s: &str) -> Result<Acks, String> {
     match s {
         "0" => Ok(Acks::None),
         "1" => Ok(Acks::Leader),

@@ -231,14 +231,7 @@ pub fn oauthbearer(data: &[u8]) {
         );
     }
     let jwks = jwt::Jwks::parse(FUZZ_JWKS.as_bytes()).expect("the fixed JWK set parses");
-    let rules = jwt::ClaimRules {
-        jwks_path: std::path::PathBuf::new(),
-        expected_audience: Vec::new(),
-        expected_issuer: None,
-        sub_claim_name: "sub".into(),
-        scope_claim_name: "scope".into(),
-        clock_skew_s: 30,
-    };
+    let rules = jwt::ClaimRules::new(std::path::PathBuf::new());
     assert!(
         oauthbearer::authenticate(data, &jwks, &rules, FUZZ_NOW_MS).is_err(),
         "a fuzzed OAUTHBEARER message authenticated"

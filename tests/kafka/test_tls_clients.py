@@ -370,11 +370,7 @@ def test_a_sasl_ssl_cluster_serves_a_stock_client(request, tmp_path, topic):
         cons = ck.Consumer({**conf, "group.id": topic, "auto.offset.reset": "earliest",
                             "enable.auto.commit": False})
         cons.subscribe([topic])
-        got, deadline = set(), time.monotonic() + 90
-        while len(got) < 3 * COUNT and time.monotonic() < deadline:
-            m = cons.poll(0.5)
-            if m is not None and m.error() is None:
-                got.add(m.value().decode())
+        got = poll_values(cons, 3 * COUNT, 90)
         assert got == {f"v{i}" for i in range(3 * COUNT)}
         cons.commit(asynchronous=False)
         committed = cons.committed([ck.TopicPartition(topic, i) for i in range(3)], timeout=30)
@@ -464,6 +460,16 @@ ssl.ca.location={d / 'ca.pem'}
     assert r.returncode != 0 and "SaslAuthenticate" in r.stderr, r.stderr
 
 
+def poll_values(consumer, want: int, timeout_s: float) -> set[str]:
+    """The values `consumer` reads until it has `want` distinct ones or `timeout_s` passed."""
+    got, deadline = set(), time.monotonic() + timeout_s
+    while len(got) < want and time.monotonic() < deadline:
+        m = consumer.poll(0.5)
+        if m is not None and m.error() is None:
+            got.add(m.value().decode())
+    return got
+
+
 def rpc_tls_args(d: Path) -> list[str]:
     return ["--rpc-tls-certificate-location", str(d / "node.pem"),
             "--rpc-tls-key-location", str(d / "node.key"),
@@ -536,11 +542,7 @@ def test_nodes_speak_mutual_tls_and_a_node_of_another_ca_is_refused(request, tmp
         cons = ck.Consumer({"bootstrap.servers": c.nodes[4].bootstrap, "group.id": topic,
                             "auto.offset.reset": "earliest"})
         cons.subscribe([topic])
-        got, deadline = set(), time.monotonic() + 60
-        while len(got) < 3 * COUNT and time.monotonic() < deadline:
-            m = cons.poll(0.5)
-            if m is not None and m.error() is None:
-                got.add(m.value().decode())
+        got = poll_values(cons, 3 * COUNT, 60)
         cons.close()
         assert got == {f"v{i}" for i in range(3 * COUNT)}
 
@@ -577,10 +579,6 @@ def test_an_ssl_inter_broker_listener_carries_transaction_markers(request, tmp_p
                             "auto.offset.reset": "earliest",
                             "isolation.level": "read_committed"})
         cons.subscribe([topic])
-        got, deadline = set(), time.monotonic() + 60
-        while len(got) < 3 * COUNT and time.monotonic() < deadline:
-            m = cons.poll(0.5)
-            if m is not None and m.error() is None:
-                got.add(m.value().decode())
+        got = poll_values(cons, 3 * COUNT, 60)
         cons.close()
         assert got == {f"t{i}" for i in range(3 * COUNT)}

@@ -512,6 +512,21 @@ pub struct OAuthBearerConfig {
 /// Default `sasl_oauthbearer_clock_skew_seconds` (Kafka's).
 const OAUTHBEARER_CLOCK_SKEW_S_DEFAULT: u64 = 30;
 
+impl OAuthBearerConfig {
+    /// The JWK set at `jwks_path` with Kafka's defaults: no audience or issuer checked,
+    /// the principal in `sub`, scopes in `scope`, 30 s of clock skew.
+    pub fn new(jwks_path: PathBuf) -> OAuthBearerConfig {
+        OAuthBearerConfig {
+            jwks_path,
+            expected_audience: Vec::new(),
+            expected_issuer: None,
+            sub_claim_name: "sub".into(),
+            scope_claim_name: "scope".into(),
+            clock_skew_s: OAUTHBEARER_CLOCK_SKEW_S_DEFAULT,
+        }
+    }
+}
+
 /// OAUTHBEARER's settings when `sasl_oauthbearer_jwks_endpoint_url` is set (the others
 /// alone are an error).
 fn oauthbearer_of(flags: &Flags, file: &FileConfig) -> anyhow::Result<Option<OAuthBearerConfig>> {
@@ -557,9 +572,9 @@ fn oauthbearer_of(flags: &Flags, file: &FileConfig) -> anyhow::Result<Option<OAu
              and name it (file:///path or a path): it is read again when it changes"
         );
     }
-    let path = PathBuf::from(url.strip_prefix("file://").unwrap_or(&url));
+    let defaults =
+        OAuthBearerConfig::new(PathBuf::from(url.strip_prefix("file://").unwrap_or(&url)));
     Ok(Some(OAuthBearerConfig {
-        jwks_path: path,
         expected_audience: audience
             .unwrap_or_default()
             .split(',')
@@ -568,9 +583,10 @@ fn oauthbearer_of(flags: &Flags, file: &FileConfig) -> anyhow::Result<Option<OAu
             .map(str::to_string)
             .collect(),
         expected_issuer: issuer.filter(|i| !i.is_empty()),
-        sub_claim_name: sub.unwrap_or_else(|| "sub".into()),
-        scope_claim_name: scope.unwrap_or_else(|| "scope".into()),
-        clock_skew_s: skew.unwrap_or(OAUTHBEARER_CLOCK_SKEW_S_DEFAULT),
+        sub_claim_name: sub.unwrap_or(defaults.sub_claim_name.clone()),
+        scope_claim_name: scope.unwrap_or(defaults.scope_claim_name.clone()),
+        clock_skew_s: skew.unwrap_or(defaults.clock_skew_s),
+        ..defaults
     }))
 }
 

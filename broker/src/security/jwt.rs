@@ -428,14 +428,7 @@ pub(crate) mod tests {
     }
 
     pub(crate) fn rules() -> ClaimRules {
-        ClaimRules {
-            jwks_path: std::path::PathBuf::new(),
-            expected_audience: Vec::new(),
-            expected_issuer: None,
-            sub_claim_name: "sub".into(),
-            scope_claim_name: "scope".into(),
-            clock_skew_s: 30,
-        }
+        ClaimRules::new(std::path::PathBuf::new())
     }
 
     const NOW_MS: i64 = 1_800_000_000_000;

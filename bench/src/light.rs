@@ -1,0 +1,171 @@
+//! `strand-bench light`: issue 30's workload — tail latency at light load. An open-loop
+//! producer of 10,000 records/s of 100 bytes, linger 0, one partition, `acks=all` (or
+//! `--acks 1`), latency from each record's intended send time; `--runs` runs of
+//! `--duration-s` each, every run's p99 and p99.9 over (write+fdatasync p99 + loopback
+//! RTT p99) of the physics, and the verdict against the goal: p99 ≤ 1.5×, p99.9 ≤ 2.5×,
+//! and no run's p99 or p99.9 over 3×.
+//!
+//! Invariant: the load is fixed (only the broker, the protocol and acks vary), so runs of
+//! different builds and machines compare.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::driver::{Acks, Codec, Protocol};
+use crate::load::{KeyDist, LoadSpec, Mode, Rate};
+use crate::result::RunResult;
+use crate::workload::{parse_acks, physics_for, run_one, runtime};
+
+/// The workload's fixed figures.
+const RATE_RECORDS_PER_S: f64 = 10_000.0;
+const RECORD_BYTES: usize = 100;
+/// Goals (issue 30), as ratios to write+fdatasync p99 + RTT p99.
+const GOAL_P99: f64 = 1.5;
+const GOAL_P999: f64 = 2.5;
+const GOAL_WORST: f64 = 3.0;
+
+#[derive(Args, Debug)]
+pub struct LightArgs {
+    /// Broker to load (HOST:PORT).
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    pub bootstrap: String,
+    /// Wire protocol (`native`: strand-client through the native port).
+    #[arg(long, value_enum, default_value = "kafka")]
+    pub protocol: Protocol,
+    /// Topic (one partition, created when missing).
+    #[arg(long, default_value = "strand-bench-light")]
+    pub topic: String,
+    /// 1 | all.
+    #[arg(long, default_value = "all", value_parser = parse_acks)]
+    pub acks: Acks,
+    /// Runs.
+    #[arg(long, default_value_t = 5)]
+    pub runs: usize,
+    /// Measured seconds per run.
+    #[arg(long, default_value_t = 60.0)]
+    pub duration_s: f64,
+    /// Seconds of each run before measuring.
+    #[arg(long, default_value_t = 2.0)]
+    pub warmup_s: f64,
+    /// Physics to divide by (a `strand-bench physics --out` file).
+    #[arg(long)]
+    pub physics: Option<PathBuf>,
+    /// Without --physics: measure a quick physics in this directory first.
+    #[arg(long, default_value = "data/bench-physics")]
+    pub physics_dir: PathBuf,
+    /// Every run's result as JSON lines.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+impl LightArgs {
+    fn spec(&self) -> LoadSpec {
+        LoadSpec {
+            mode: Mode::Produce,
+            topic: self.topic.clone(),
+            partitions: 1,
+            replication_factor: -1,
+            record_bytes: RECORD_BYTES,
+            keys: KeyDist::None,
+            key_space: 0,
+            topic_configs: Vec::new(),
+            codec: Codec::None,
+            acks: self.acks,
+            producers: 1,
+            consumers: 1,
+            duration_s: self.duration_s,
+            warmup_s: self.warmup_s,
+            rate: Rate::PerSec(RATE_RECORDS_PER_S),
+            linger_ms: 0.0,
+            batch_bytes: 64 * 1024,
+            max_in_flight: 5,
+        }
+    }
+}
+
+/// One run's figures: (p99 µs, p99.9 µs, p99 ratio, p99.9 ratio).
+fn figures(r: &RunResult) -> Option<(u64, u64, f64, f64)> {
+    let ratio = |q: &str| {
+        r.ratios
+            .iter()
+            .find(|x| x.figure == format!("produce {q}"))
+            .map(|x| (x.value_us, x.ratio))
+    };
+    let (p99, r99) = ratio("p99")?;
+    let (p999, r999) = ratio("p99.9")?;
+    Some((p99, p999, r99, r999))
+}
+
+/// The summary table and verdict of the runs.
+fn summary(results: &[RunResult]) -> String {
+    let mut out = String::from("\nrun   p99 ms  p99.9 ms  p99 ×   p99.9 ×\n");
+    let mut worst: f64 = 0.0;
+    let (mut r99s, mut r999s) = (Vec::new(), Vec::new());
+    for (i, r) in results.iter().enumerate() {
+        let Some((p99, p999, r99, r999)) = figures(r) else {
+            out.push_str(&format!("{:<5} (no ratios: no physics)\n", i + 1));
+            continue;
+        };
+        out.push_str(&format!(
+            "{:<5} {:>6.3}  {:>8.3}  {:>5.2}  {:>7.2}\n",
+            i + 1,
+            p99 as f64 / 1000.0,
+            p999 as f64 / 1000.0,
+            r99,
+            r999
+        ));
+        worst = worst.max(r99).max(r999);
+        r99s.push(r99);
+        r999s.push(r999);
+    }
+    if r99s.is_empty() {
+        return out;
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (m99, m999) = (median(&mut r99s), median(&mut r999s));
+    let met = m99 <= GOAL_P99 && m999 <= GOAL_P999 && worst <= GOAL_WORST;
+    if let Some(ph) = results.first().and_then(|r| r.physics.as_ref()) {
+        out.push_str(&format!(
+            "bound: write+fdatasync p99 {:.3} ms + rtt p99 {:.3} ms\n",
+            ph.small_sync_p99_us() as f64 / 1000.0,
+            ph.rtt.p99_us as f64 / 1000.0
+        ));
+    }
+    out.push_str(&format!(
+        "median p99 {m99:.2}× (goal ≤ {GOAL_P99}), median p99.9 {m999:.2}× (goal ≤ {GOAL_P999}), \
+         worst {worst:.2}× (goal ≤ {GOAL_WORST}): {}\n",
+        if met { "goal met" } else { "goal NOT met" }
+    ));
+    out
+}
+
+pub fn run(args: LightArgs) -> anyhow::Result<()> {
+    let physics = physics_for(args.physics.as_ref(), &args.physics_dir, false)?;
+    let rt = runtime()?;
+    let mut results = Vec::with_capacity(args.runs);
+    for i in 0..args.runs.max(1) {
+        let label = format!("light {}/{}", i + 1, args.runs.max(1));
+        let r = rt.block_on(run_one(
+            label,
+            &args.bootstrap,
+            args.protocol,
+            args.spec(),
+            physics.clone(),
+        ))?;
+        print!("{}", r.table());
+        results.push(r);
+    }
+    if let Some(out) = &args.out {
+        let lines: Vec<String> = results
+            .iter()
+            .map(serde_json::to_string)
+            .collect::<Result<_, _>>()?;
+        std::fs::write(out, lines.join("\n") + "\n")?;
+    }
+    print!("{}", summary(&results));
+    Ok(())
+}
