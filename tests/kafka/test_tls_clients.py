@@ -566,8 +566,15 @@ def test_an_ssl_inter_broker_listener_carries_transaction_markers(request, tmp_p
         admin = adm.AdminClient({"bootstrap.servers": c.bootstrap()})
         admin.create_topics([adm.NewTopic(topic, num_partitions=3,
                                           replication_factor=3)])[topic].result(30)
-        md = admin.list_topics(topic, timeout=20).topics[topic].partitions
-        assert len({p.leader for p in md.values()}) >= 2, "leaders on one node only"
+        from strand_harness import wait_until
+
+        def leaders() -> set[int]:
+            parts = admin.list_topics(topic, timeout=20).topics[topic].partitions
+            return {p.leader for p in parts.values() if p.leader >= 1}
+
+        # Elections of a new topic settle, then preferred leaders are restored: leaders end
+        # up on more than one node, so the markers cross nodes.
+        wait_until(lambda: len(leaders()) >= 2, 60, "leaders on two nodes or more")
         p = ck.Producer({"bootstrap.servers": c.bootstrap(), "transactional.id": topic,
                          "transaction.timeout.ms": 60000})
         p.init_transactions(30)
