@@ -1,6 +1,7 @@
 //! `strandctl tune check|apply`: the host settings Strand's design relies on (issue 8):
 //! CPU frequency governor, `fs.aio-max-nr`, `kernel.io_uring_disabled`, RLIMIT_MEMLOCK,
-//! the data directory's block I/O scheduler, transparent hugepages, IRQ/CPU isolation.
+//! the data directory's block I/O scheduler, transparent hugepages, IRQ/CPU isolation, and
+//! how many shards to run on a machine of few CPUs (issue 30).
 //!
 //! Invariant: `check` never writes. Reading is split from deciding: the `*_row` functions
 //! are pure (file contents in, [`Row`] out) and a missing or unreadable file gives
@@ -321,6 +322,40 @@ pub fn isolation_row(cmdline: Option<&str>, irqbalance: bool) -> Row {
     )
 }
 
+/// Machines with at most this many CPUs should leave one to the clients and interrupts.
+pub const SMALL_MACHINE_CPUS: usize = 4;
+
+/// How many shards to run on `cpus` CPUs: a shard per CPU leaves a small machine's Kafka
+/// clients and interrupts no CPU of their own (issue 30: on 2 vCPUs the load generator fell
+/// 55 ms behind at p99.9 with two shards).
+pub fn shards_row(cpus: usize) -> Row {
+    let current = format!("{cpus} CPUs: strand runs {cpus} shards by default");
+    if cpus <= 1 || cpus > SMALL_MACHINE_CPUS {
+        return row(
+            "shards",
+            current,
+            "a shard per CPU",
+            "strand pins a shard to each CPU of its affinity mask (--smp to run fewer)",
+            Status::Ok,
+        );
+    }
+    let list = if cpus == 2 {
+        "1".to_string()
+    } else {
+        format!("1-{}", cpus - 1)
+    };
+    let recommended = format!("taskset -c {list} strand --smp {}", cpus - 1);
+    row(
+        "shards",
+        current,
+        &recommended,
+        "on a machine of few CPUs leave CPU 0 to the clients, the network and disk \
+         interrupts: their delays become the broker's tail latency (bench/README.md, Light \
+         load)",
+        Status::Advice,
+    )
+}
+
 fn read(path: &Path) -> Option<String> {
     std::fs::read_to_string(path).ok()
 }
@@ -394,6 +429,7 @@ pub fn collect(data_dir: &Path) -> Vec<Row> {
             read(Path::new("/proc/cmdline")).as_deref(),
             irqbalance_present(),
         ),
+        shards_row(std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)),
     ]
 }
 
@@ -555,6 +591,15 @@ mod tests {
             (Status::Change, "performance,powersave")
         );
         assert_eq!(governor_row(&[]).status, Status::Unknown);
+    }
+
+    #[test]
+    fn small_machines_are_told_to_leave_a_cpu() {
+        assert_eq!(shards_row(2).status, Status::Advice);
+        assert_eq!(shards_row(2).recommended, "taskset -c 1 strand --smp 1");
+        assert_eq!(shards_row(4).recommended, "taskset -c 1-3 strand --smp 3");
+        assert_eq!(shards_row(1).status, Status::Ok);
+        assert_eq!(shards_row(16).status, Status::Ok);
     }
 
     #[test]
