@@ -416,6 +416,22 @@ def need(condition: bool, reason: str):
         _skip_or_fail(reason)
 
 
+
+def produce_one_error(producer, topic: str, timeout_s: float = 20, **kwargs):
+    """Produces one record with a confluent-kafka producer and returns its delivery error
+    (None when delivered). librdkafka raises at once instead when an error for the topic
+    (e.g. an authorization failure) already came in its metadata: that counts too."""
+    import confluent_kafka as ck
+    errors = []
+    try:
+        producer.produce(topic, b"x", on_delivery=lambda e, m: errors.append(e), **kwargs)
+        producer.flush(timeout_s)
+    except ck.KafkaException as e:
+        errors.append(e.args[0])
+    assert errors, f"no delivery report within {timeout_s} s"
+    return errors[0]
+
+
 # -- the Apache Kafka Java clients ------------------------------------------------------------
 
 # Each Java client version the tests run: its name in test ids, and the folder

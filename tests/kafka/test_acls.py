@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from strand_harness import Broker, free_port, need_module
+from strand_harness import Broker, free_port, need_module, produce_one_error
 
 USERS = {"alice": "alice pw", "bob": "bob pw"}
 
@@ -143,11 +143,8 @@ def test_a_principal_may_do_what_its_acls_allow_and_no_more(guarded, topic):
     md = bob_admin.list_topics(topic=topic, timeout=20)
     assert md.topics[topic].error.code() == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED
     p = ck.Producer(as_user(sasl, "bob", **{"message.timeout.ms": 5000}))
-    errors = []
-    p.produce(topic, b"x", partition=0, on_delivery=lambda e, m: errors.append(e))
-    p.flush(20)
-    assert errors and errors[0] is not None
-    assert errors[0].code() == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    error = produce_one_error(p, topic, partition=0)
+    assert error is not None and error.code() == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED, error
     c = ck.Consumer(as_user(sasl, "bob", **{"group.id": group}))
     c.subscribe([topic])
     error, deadline = None, time.monotonic() + 30

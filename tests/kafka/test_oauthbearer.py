@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from strand_harness import Broker, free_port, need, need_module
+from strand_harness import Broker, free_port, need, need_module, produce_one_error
 
 ISSUER, AUDIENCE = "https://idp.test", "kafka"
 SUBJECT = "svc-orders"
@@ -154,11 +154,8 @@ def test_the_principal_is_the_token_subject(oauth, otopic):
     ck = need_module("confluent_kafka")
     p = ck.Producer({**confluent_conf(oauth, sub="svc-billing"), "acks": "all",
                      "message.timeout.ms": 10000})
-    errors = []
-    p.produce(otopic, b"x", on_delivery=lambda e, m: errors.append(e))
-    p.flush(20)
-    assert errors and errors[0] is not None
-    assert errors[0].code() == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED, errors
+    error = produce_one_error(p, otopic)
+    assert error is not None and error.code() == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED, error
 
 
 def sasl_request(sock, api_key: int, version: int, corr: int, body: bytes) -> bytes:
