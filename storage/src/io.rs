@@ -201,10 +201,16 @@ impl SegmentFile {
         Ok(())
     }
 
-    /// Writes `data` at `pos` (both aligned) and returns once it is durable: one `O_DSYNC`
-    /// write, or a write and an `fdatasync`, as the file was opened.
-    pub async fn write_durable(&self, pos: u64, data: &[u8]) -> Result<(), IoFault> {
-        self.write_aligned(pos, data).await?;
+    /// Writes `len` bytes at `pos` (both aligned), made by `fill` straight into the DMA
+    /// buffer, and returns once they are durable: one `O_DSYNC` write, or a write and an
+    /// `fdatasync`, as the file was opened.
+    pub async fn write_durable(
+        &self,
+        pos: u64,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<(), IoFault> {
+        self.write_with(pos, len, fill).await?;
         match self.sync {
             WriteSync::EachWrite => Ok(()),
             WriteSync::Fdatasync => self.fdatasync().await,

@@ -26,6 +26,7 @@ pub mod log_read;
 pub mod log_truncate;
 pub mod recovery;
 pub mod segment;
+mod tail_buf;
 pub mod types;
 
 pub use budget::{ForegroundWrite, IoBudget};

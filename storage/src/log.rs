@@ -27,6 +27,7 @@ use crate::error::StorageError;
 use crate::frame::{encode_header, FrameHeader, FrameKind, FRAME_BYTES_MAX, FRAME_HEADER_BYTES};
 use crate::io::SharedFile;
 use crate::segment::{SegmentMeta, SegmentName};
+use crate::tail_buf::TailBuf;
 use crate::types::{FilePos, KafkaOffset, RaftIndex, RaftTerm};
 
 /// Unflushed bytes of a segment.
@@ -36,7 +37,7 @@ use crate::types::{FilePos, KafkaOffset, RaftIndex, RaftTerm};
 /// write-aligned so a flush rewrites the partially filled last page.
 #[derive(Debug, Default)]
 pub(crate) struct Tail {
-    pub(crate) buf: Vec<u8>,
+    pub(crate) buf: TailBuf,
     pub(crate) base_pos: u64,
     pub(crate) flushed_pos: u64,
     pub(crate) preallocated_to: u64,
@@ -467,7 +468,7 @@ impl Log {
             .as_mut()
             .expect("the active segment always has a tail");
         let pos = seg.meta.size_bytes;
-        tail.buf.extend_from_slice(&frame);
+        tail.buf.extend(&frame);
         seg.meta.on_frame(FilePos(pos), &header, max_ts);
         assert_eq!(
             tail.base_pos + tail.buf.len() as u64,

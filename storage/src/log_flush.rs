@@ -26,6 +26,7 @@ use crate::error::StorageError;
 use crate::io::{self, align_down, align_up, IoFault, SegmentFile, SharedFile, WriteSync};
 use crate::log::{Durable, Log};
 use crate::segment::SegmentName;
+use crate::tail_buf::FlushBytes;
 use crate::types::{KafkaOffset, RaftIndex};
 
 thread_local! {
@@ -40,7 +41,8 @@ struct WriteOp {
     name: SegmentName,
     file: Option<SharedFile>,
     pos: u64,
-    data: Vec<u8>,
+    /// The bytes to write at `pos` (none when only finalizing).
+    data: Option<FlushBytes>,
     target_pos: u64,
     preallocate_to: Option<u64>,
     /// Preallocated bytes `[from, to)` after the data to write with zeros (never
@@ -101,15 +103,12 @@ impl Log {
             if !pending && finalize.is_none() {
                 continue;
             }
-            let mut data = Vec::new();
-            if pending {
-                data.reserve(usize::try_from(align_up(size) - tail.base_pos).unwrap_or(0));
-                data.extend_from_slice(&tail.buf);
-                data.resize(
-                    usize::try_from(align_up(size) - tail.base_pos).unwrap_or(0),
-                    0,
-                );
-            }
+            // The write copies the tail's bytes into its DMA buffer when it starts (no
+            // copy here); appends meanwhile only add after them.
+            let data = pending.then(|| {
+                let to_len = |end: u64| usize::try_from(end - tail.base_pos).unwrap_or(0);
+                tail.buf.for_flush(to_len(size), to_len(align_up(size)))
+            });
             let want = align_up(size);
             // The step grows with the segment (64 KiB, 128, ... up to `step`), so an idle
             // partition (one Raft no-op) holds 64 KiB of disk, not a whole step.
@@ -218,7 +217,7 @@ impl Log {
             };
             if new_base > tail.base_pos {
                 let cut = usize::try_from(new_base - tail.base_pos).unwrap_or(usize::MAX);
-                tail.buf.drain(..cut.min(tail.buf.len()));
+                tail.buf.drop_front(cut);
                 tail.base_pos = new_base;
             }
             if finalized && tail.flushed_pos == seg.meta.size_bytes {
@@ -325,11 +324,14 @@ async fn run_op(
     // The zeros go beside the data write (after its end), so they cost it no wait of its
     // own; a failed zero write only leaves those blocks unwritten.
     let data = async {
-        if op.data.is_empty() {
-            return Ok(false);
-        }
+        let Some(bytes) = &op.data else {
+            return Ok(0);
+        };
         let _first = crate::budget::ForegroundWrite::begin();
-        file.write_durable(op.pos, &op.data).await.map(|()| true)
+        let len = bytes.write_len();
+        file.write_durable(op.pos, len, |b| bytes.fill(b))
+            .await
+            .map(|()| len)
     };
     // Zeros only into space this op's preallocation (if it had one) reserved: they must
     // not take the blocks a data write on a full disk needs.
@@ -355,11 +357,12 @@ async fn run_op(
     };
     let (wrote, zeroed) = futures::join!(data, zeros);
     let mut zeroed_to = zeroed.unwrap_or(0);
-    if wrote? {
+    let wrote = wrote? as u64;
+    if wrote > 0 {
         out.writes += 1;
-        out.bytes_written += op.data.len() as u64;
+        out.bytes_written += wrote;
         out.fdatasyncs += 1;
-        zeroed_to = zeroed_to.max(op.pos + op.data.len() as u64);
+        zeroed_to = zeroed_to.max(op.pos + wrote);
     }
     let mut finalized = false;
     if let Some((size, index, time)) = &op.finalize {

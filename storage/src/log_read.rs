@@ -327,7 +327,7 @@ impl Log {
                     Some(t) if p >= t.base_pos => {
                         let a = usize::try_from(p - t.base_pos).unwrap_or(usize::MAX);
                         let b = usize::try_from(end - t.base_pos).unwrap_or(usize::MAX);
-                        out.extend_from_slice(&t.buf[a..b]);
+                        t.buf.copy_to(a..b, &mut out);
                         return Ok(out.freeze());
                     }
                     Some(t) => (seg.file.clone(), end.min(t.base_pos)),

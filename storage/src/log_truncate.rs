@@ -14,6 +14,7 @@ use crate::io::{self, align_down};
 use crate::log::{Durable, Log, Tail};
 use crate::recovery::{encode_log_start, LOG_START_FILE};
 use crate::segment::SegmentMeta;
+use crate::tail_buf::TailBuf;
 use crate::types::{FilePos, KafkaOffset, RaftIndex, RaftTerm};
 
 /// What retention removed.
@@ -175,7 +176,7 @@ impl Log {
             }
             _ => {
                 let t = Tail {
-                    buf: partial,
+                    buf: TailBuf::from_vec(partial),
                     base_pos,
                     flushed_pos: cut_pos,
                     preallocated_to: cut_pos,

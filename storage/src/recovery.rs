@@ -17,6 +17,7 @@ use crate::frame::{decode_frame, FrameError, FrameHeader};
 use crate::io::{self, align_down, SegmentFile, WriteSync};
 use crate::log::{Durable, Log, LogStats, Segment, State, Tail};
 use crate::segment::{SegmentMeta, SegmentName};
+use crate::tail_buf::TailBuf;
 use crate::types::{FilePos, KafkaOffset, RaftIndex, RaftTerm};
 
 /// Bytes read per window while scanning a segment.
@@ -209,7 +210,7 @@ async fn open_closed(
     }
     // Not finalized: the next flush trims it to size and writes its index files.
     let tail = Tail {
-        buf: Vec::new(),
+        buf: TailBuf::default(),
         base_pos: s.valid_end,
         flushed_pos: s.valid_end,
         preallocated_to: 0,
@@ -259,7 +260,7 @@ async fn open_tail(
         )
         .await?;
     let tail = Tail {
-        buf: partial.to_vec(),
+        buf: TailBuf::from_vec(partial.to_vec()),
         base_pos,
         flushed_pos: s.valid_end,
         preallocated_to: s.valid_end,
