@@ -1,7 +1,9 @@
 //! Reads: by Kafka offset (whole batches), by Raft index range, by timestamp.
 //!
 //! The tail of every log is served from the shard's batch cache; older data is read with
-//! aligned DMA reads in windows of `READ_WINDOW_BYTES`, and the active segment's bytes not
+//! aligned DMA reads in windows the size of what the caller asked for (between
+//! `READ_WINDOW_BYTES` and `READ_WINDOW_MAX_BYTES`: a consumer fetching 1 MiB gets one
+//! read, not four in a row), and the active segment's bytes not
 //! yet on disk come from its tail buffer. Every frame read from disk has both CRCs checked;
 //! a bad frame below the logical end fences the log with the file and position.
 //!
@@ -15,8 +17,20 @@ use crate::frame::{decode_frame, FrameError, FrameHeader};
 use crate::log::Log;
 use crate::types::{FilePos, KafkaOffset, RaftIndex};
 
-/// Bytes read from disk per window (frames larger than this are read whole).
+/// Bytes read from disk per window at least (frames larger than the window are read whole).
 pub const READ_WINDOW_BYTES: u64 = 256 * 1024;
+
+/// Bytes read from disk per window at most, however much the caller asked for: a bound on
+/// the memory one read holds.
+pub const READ_WINDOW_MAX_BYTES: u64 = 4 * 1024 * 1024;
+
+/// The window for a read that wants `max_bytes` of bodies (frame headers add a little).
+fn window_for(max_bytes: usize) -> u64 {
+    let wanted = u64::try_from(max_bytes).unwrap_or(u64::MAX);
+    wanted
+        .saturating_add(wanted / 16)
+        .clamp(READ_WINDOW_BYTES, READ_WINDOW_MAX_BYTES)
+}
 
 /// A frame as stored.
 #[derive(Clone, Debug)]
@@ -96,7 +110,8 @@ impl Log {
             take(&f.header, &f.body) == Walk::Continue
         });
         if !cached {
-            self.walk(Start::Offset(from), &mut take).await?;
+            self.walk(Start::Offset(from), window_for(max_bytes), &mut take)
+                .await?;
         }
         Ok(out)
     }
@@ -147,7 +162,8 @@ impl Log {
             take(&f.header, &f.body) == Walk::Continue
         });
         if !cached {
-            self.walk(Start::Index(lo), &mut take).await?;
+            self.walk(Start::Index(lo), window_for(max_bytes), &mut take)
+                .await?;
         }
         Ok(out)
     }
@@ -184,7 +200,8 @@ impl Log {
                 _ => Walk::Continue,
             }
         };
-        self.walk(Start::Time(ts), &mut take).await?;
+        self.walk(Start::Time(ts), READ_WINDOW_BYTES, &mut take)
+            .await?;
         Ok(found)
     }
 
@@ -218,12 +235,13 @@ impl Log {
     async fn walk(
         &self,
         start: Start,
+        window_bytes: u64,
         visit: &mut dyn FnMut(&FrameHeader, &Bytes) -> Walk,
     ) -> Result<(), StorageError> {
         let Some((mut key, mut pos)) = self.locate(start) else {
             return Ok(());
         };
-        let mut want = READ_WINDOW_BYTES;
+        let mut want = window_bytes;
         // A compaction rewrite moves frames within their segment: on one, the walk goes
         // back to where it was by Raft index (which a rewrite keeps), skipping what it
         // visited already.
@@ -237,12 +255,12 @@ impl Log {
                 let Some(at) = self.locate(resume) else {
                     return Ok(());
                 };
-                (key, pos, want) = (at.0, at.1, READ_WINDOW_BYTES);
+                (key, pos, want) = (at.0, at.1, window_bytes);
                 continue;
             }
             if window.is_empty() {
                 match self.next_segment(key) {
-                    Some(next) => (key, pos, want) = (next, FilePos(0), READ_WINDOW_BYTES),
+                    Some(next) => (key, pos, want) = (next, FilePos(0), window_bytes),
                     None => return Ok(()),
                 }
                 continue;
@@ -280,7 +298,7 @@ impl Log {
                 }
             }
             if at > 0 {
-                want = READ_WINDOW_BYTES;
+                want = window_bytes;
             }
             pos = FilePos(pos.0 + at as u64);
         }
@@ -330,11 +348,11 @@ impl Log {
                         t.buf.copy_to(a..b, &mut out);
                         return Ok(out.freeze());
                     }
-                    Some(t) => (seg.file.clone(), end.min(t.base_pos)),
-                    None => (seg.file.clone(), end),
+                    Some(t) => (seg.file.clone(), end.min(t.base_pos), end),
+                    None => (seg.file.clone(), end, end),
                 }
             };
-            let (Some(file), disk_end) = disk else {
+            let (Some(file), disk_end, end) = disk else {
                 return Err(StorageError::Usage(
                     "segment without file has no tail buffer",
                 ));
@@ -349,11 +367,25 @@ impl Log {
                     reason,
                 });
             }
-            if out.is_empty() && disk_end == (pos + len) {
+            // All of the span from one disk read (the usual case, also when the span
+            // was cut at the segment's end): no copy.
+            if out.is_empty() && disk_end == end {
                 return Ok(bytes);
             }
             out.extend_from_slice(&bytes);
             p = disk_end;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_window_is_what_the_caller_wants_within_bounds() {
+        assert_eq!(window_for(0), READ_WINDOW_BYTES);
+        assert_eq!(window_for(1024 * 1024), 1024 * 1024 + 64 * 1024);
+        assert_eq!(window_for(usize::MAX), READ_WINDOW_MAX_BYTES);
     }
 }
