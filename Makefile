@@ -87,7 +87,8 @@ diff:
 bench:
 	$(CARGO) run --release -q -p strand-bench -- disk --dir $(DATA_DIR)
 
-## bench-kafka: Kafka-protocol throughput, Strand vs Tansu, with librdkafka's rdkafka_performance
+## bench-kafka: Kafka-protocol throughput, Strand vs Tansu vs Apache Kafka (as it ships, and with an
+## fsync per batch), with librdkafka's rdkafka_performance (KAFKA=0 leaves Kafka out)
 bench-kafka:
 	$(CARGO) build --release -p strand-broker -p strand-bench
 	BENCH_DATA_DIR=$(abspath $(DATA_DIR))/bench-kafka bench/kafka/run.sh

@@ -39,7 +39,7 @@ OUT_DIR="${OUT_DIR:-$ROOT/target/cleaner-impact/$(date +%Y%m%d-%H%M%S)}"
 DATA="${BENCH_DATA_DIR:-$ROOT/data/cleaner-impact}"
 BROKER_BIN="${STRAND_BIN:-$ROOT/target/debug/strand}"
 BENCH_BIN="${STRAND_BENCH_BIN:-$ROOT/target/debug/strand-bench}"
-for v in $(compgen -e | grep '^STRAND_' || true); do unset "$v"; done
+for v in $(compgen -e | grep '^STRAND_' || true); do export -n "$v"; done
 
 say() { echo "cleaner-impact: $*" >&2; }
 die() { say "error: $*"; exit 1; }

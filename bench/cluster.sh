@@ -47,7 +47,7 @@ BENCH_DATA_DIR="${BENCH_DATA_DIR:-$ROOT/data/bench-cluster}"
 OUT_DIR="${OUT_DIR:-$ROOT/target/bench-cluster/$(date +%Y%m%d-%H%M%S)}"
 BENCH="$ROOT/target/release/strand-bench"
 CTL="$ROOT/target/release/strandctl"
-for v in $(compgen -e | grep '^STRAND_' || true); do unset "$v"; done
+for v in $(compgen -e | grep '^STRAND_' || true); do export -n "$v"; done
 
 say() { echo "bench-cluster: $*" >&2; }
 

@@ -29,7 +29,7 @@ SMP_ARGS=()
 [[ -n "${STRAND_SMP:-}" ]] && SMP_ARGS=(--smp "$STRAND_SMP")
 # Every STRAND_* variable is broker configuration (clap `env`) once read above: not for
 # the broker under test.
-for v in $(compgen -e | grep '^STRAND_' || true); do unset "$v"; done
+for v in $(compgen -e | grep '^STRAND_' || true); do export -n "$v"; done
 
 say() { echo "bench-suite: $*" >&2; }
 die() { say "error: $*"; exit 1; }

