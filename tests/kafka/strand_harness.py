@@ -51,10 +51,20 @@ def require_clients() -> bool:
     return os.environ.get("STRAND_REQUIRE_CLIENTS", "") not in ("", "0")
 
 
+# Ports a broker binds when not told otherwise: the Raft RPC listener (33145 plus one per
+# shard, bound by every single-node broker of the tests) lies inside Linux's ephemeral
+# range, so a port the kernel hands out may be one of them.
+BROKER_DEFAULT_PORTS = (range(9092, 9100), range(9644, 9645), range(33145, 33145 + 64))
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nobody listens on right now, and none a broker binds by default."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if not any(port in r for r in BROKER_DEFAULT_PORTS):
+            return port
 
 
 def read_partition(ck, bootstrap: str, topic: str, partition: int = 0, start: int = 0,

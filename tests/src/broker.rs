@@ -511,7 +511,12 @@ fn native_flags(bin: &Path, addr: SocketAddr) -> Vec<String> {
     }
 }
 
-/// A loopback port nobody listens on right now.
+/// Ports a broker binds when not told otherwise: the Raft RPC listener (33145 plus one
+/// per shard, bound by every single-node broker of the tests) lies inside Linux's
+/// ephemeral range, so a port the kernel hands out may be one of them.
+const BROKER_DEFAULT_PORTS: [std::ops::Range<u16>; 3] = [9092..9100, 9644..9645, 33145..33145 + 64];
+
+/// A loopback port nobody listens on right now, and none a broker binds by default.
 ///
 /// Never the same port twice in one test process: brokers of parallel tests pick ports
 /// before binding them, and glommio listeners bind with SO_REUSEPORT, so two brokers
@@ -521,6 +526,9 @@ fn free_port() -> u16 {
     loop {
         let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
         let port = l.local_addr().expect("local addr").port();
+        if BROKER_DEFAULT_PORTS.iter().any(|r| r.contains(&port)) {
+            continue;
+        }
         let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
         if !handed_out.contains(&port) {
             handed_out.push(port);
