@@ -474,6 +474,7 @@ async fn session_sweeper(shard: Rc<Shard>) {
     while !shard.stopping() {
         sleep(crate::group::coordinator::SESSION_SWEEP).await;
         crate::group::coordinator::expire_sessions(&shard);
+        crate::group::heartbeat::expire_consumer_members(&shard);
     }
 }
 

@@ -320,6 +320,39 @@ fn group_cases() -> Vec<Case> {
     let member = || s("nobody");
     vec![
         case(
+            ApiKey::ConsumerGroupHeartbeat,
+            &[(GROUP, G, READ), (TOPIC, T, DESCRIBE)],
+            GROUP_DENIED,
+            |c| {
+                // Joins and leaves at once: the classic cases after it find no member.
+                let join = ConsumerGroupHeartbeatRequest::default()
+                    .with_group_id(GroupId(s(G)))
+                    .with_member_id(s("matrix-member"))
+                    .with_member_epoch(0)
+                    .with_rebalance_timeout_ms(30_000)
+                    .with_subscribed_topic_names(Some(vec![topic_name(T)]))
+                    .with_topic_partitions(Some(Vec::new()));
+                let leave = ConsumerGroupHeartbeatRequest::default()
+                    .with_group_id(GroupId(s(G)))
+                    .with_member_id(s("matrix-member"))
+                    .with_member_epoch(-1);
+                vec![
+                    c.request(1, &join).error_code,
+                    c.request(1, &leave).error_code,
+                ]
+            },
+        ),
+        case(
+            ApiKey::ConsumerGroupDescribe,
+            &[(GROUP, G, DESCRIBE)],
+            GROUP_DENIED,
+            |c| {
+                let req =
+                    ConsumerGroupDescribeRequest::default().with_group_ids(vec![GroupId(s(G))]);
+                vec![c.request(1, &req).groups[0].error_code]
+            },
+        ),
+        case(
             ApiKey::FindCoordinator,
             &[(GROUP, G, DESCRIBE)],
             GROUP_DENIED,

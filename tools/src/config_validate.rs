@@ -143,6 +143,20 @@ const KEYS: &[(&str, Kind)] = &[
         },
     ),
     (
+        "group_consumer_session_timeout_ms",
+        Kind::Int {
+            min: 1,
+            max: i64::MAX,
+        },
+    ),
+    (
+        "group_consumer_heartbeat_interval_ms",
+        Kind::Int {
+            min: 1,
+            max: i64::MAX,
+        },
+    ),
+    (
         "groups_per_shard",
         Kind::Int {
             min: 1,

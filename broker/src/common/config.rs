@@ -228,6 +228,14 @@ pub struct Flags {
     /// Members one consumer group may hold (`group.max.size`).
     #[arg(long, env = "STRAND_GROUP_MAX_SIZE")]
     pub group_max_size: Option<usize>,
+    /// Session timeout of consumer-protocol members, KIP-848
+    /// (`group.consumer.session.timeout.ms`).
+    #[arg(long, env = "STRAND_GROUP_CONSUMER_SESSION_TIMEOUT_MS")]
+    pub group_consumer_session_timeout_ms: Option<u64>,
+    /// Heartbeat interval told to consumer-protocol members, KIP-848
+    /// (`group.consumer.heartbeat.interval.ms`).
+    #[arg(long, env = "STRAND_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS")]
+    pub group_consumer_heartbeat_interval_ms: Option<u64>,
     /// Consumer groups one shard coordinates at most.
     #[arg(long, env = "STRAND_GROUPS_PER_SHARD")]
     pub groups_per_shard: Option<usize>,
@@ -340,6 +348,12 @@ pub const MAX_CONNECTIONS_DEFAULT: usize = 10_000;
 /// Default `group_max_size` (Kafka: `group.max.size`, unbounded there): members and pending
 /// member ids one consumer group may hold; a join beyond it gets GROUP_MAX_SIZE_REACHED.
 pub const GROUP_MAX_SIZE_DEFAULT: usize = 10_000;
+/// Default `group_consumer_session_timeout_ms` (Kafka's `group.consumer.session.timeout.ms`):
+/// a consumer-protocol member not heard from for this long leaves the group.
+pub const GROUP_CONSUMER_SESSION_TIMEOUT_MS_DEFAULT: u64 = 45_000;
+/// Default `group_consumer_heartbeat_interval_ms` (Kafka's
+/// `group.consumer.heartbeat.interval.ms`).
+pub const GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS_DEFAULT: u64 = 5_000;
 /// Default `groups_per_shard` (Kafka has no such bound): consumer groups one shard
 /// coordinates; a JoinGroup or OffsetCommit that would create one more gets
 /// COORDINATOR_NOT_AVAILABLE (retriable: the client waits until groups expire or are
@@ -432,6 +446,8 @@ struct FileConfig {
     message_max_bytes: Option<usize>,
     fetch_max_bytes: Option<usize>,
     group_max_size: Option<usize>,
+    group_consumer_session_timeout_ms: Option<u64>,
+    group_consumer_heartbeat_interval_ms: Option<u64>,
     groups_per_shard: Option<usize>,
     in_flight_bytes_per_shard: Option<usize>,
     max_connections: Option<usize>,
@@ -729,6 +745,10 @@ pub struct Config {
     pub fetch_max_bytes: usize,
     /// `group.max.size`.
     pub group_max_size: usize,
+    /// `group.consumer.session.timeout.ms`.
+    pub group_consumer_session_timeout_ms: u64,
+    /// `group.consumer.heartbeat.interval.ms`.
+    pub group_consumer_heartbeat_interval_ms: u64,
     /// Consumer groups one shard coordinates (`GROUPS_PER_SHARD_DEFAULT`).
     pub groups_per_shard: usize,
     /// In-flight request and answer bytes per shard (`IN_FLIGHT_BYTES_PER_SHARD_DEFAULT`).
@@ -906,6 +926,14 @@ impl Config {
                 .group_max_size
                 .or(file.group_max_size)
                 .unwrap_or(GROUP_MAX_SIZE_DEFAULT),
+            group_consumer_session_timeout_ms: flags
+                .group_consumer_session_timeout_ms
+                .or(file.group_consumer_session_timeout_ms)
+                .unwrap_or(GROUP_CONSUMER_SESSION_TIMEOUT_MS_DEFAULT),
+            group_consumer_heartbeat_interval_ms: flags
+                .group_consumer_heartbeat_interval_ms
+                .or(file.group_consumer_heartbeat_interval_ms)
+                .unwrap_or(GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS_DEFAULT),
             groups_per_shard: flags
                 .groups_per_shard
                 .or(file.groups_per_shard)
@@ -1154,6 +1182,13 @@ impl Config {
 
     /// The checks of sizes, counts and intervals.
     fn validate_limits(&self) -> anyhow::Result<()> {
+        if self.group_consumer_heartbeat_interval_ms >= self.group_consumer_session_timeout_ms {
+            bail!(
+                "group_consumer_heartbeat_interval_ms ({}) must be below group_consumer_session_timeout_ms ({})",
+                self.group_consumer_heartbeat_interval_ms,
+                self.group_consumer_session_timeout_ms
+            );
+        }
         if self.message_max_bytes == 0 || self.message_max_bytes > strand_wire::BATCH_BYTES_MAX {
             bail!(
                 "message_max_bytes must be in 1..={}",
@@ -1189,6 +1224,14 @@ impl Config {
                 self.transaction_expiry_check_interval_ms,
             ),
             ("group_max_size", self.group_max_size as u64),
+            (
+                "group_consumer_session_timeout_ms",
+                self.group_consumer_session_timeout_ms,
+            ),
+            (
+                "group_consumer_heartbeat_interval_ms",
+                self.group_consumer_heartbeat_interval_ms,
+            ),
             ("groups_per_shard", self.groups_per_shard as u64),
             (
                 "topic_partitions_per_shard",

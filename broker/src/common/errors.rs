@@ -128,6 +128,16 @@ pub mod code {
     pub const DUPLICATE_VOTER: i16 = E::DuplicateVoter.code();
     /// VOTER_NOT_FOUND.
     pub const VOTER_NOT_FOUND: i16 = E::VoterNotFound.code();
+    /// FENCED_MEMBER_EPOCH (KIP-848).
+    pub const FENCED_MEMBER_EPOCH: i16 = E::FencedMemberEpoch.code();
+    /// UNRELEASED_INSTANCE_ID (KIP-848).
+    pub const UNRELEASED_INSTANCE_ID: i16 = E::UnreleasedInstanceId.code();
+    /// UNSUPPORTED_ASSIGNOR (KIP-848).
+    pub const UNSUPPORTED_ASSIGNOR: i16 = E::UnsupportedAssignor.code();
+    /// INVALID_REGULAR_EXPRESSION (KIP-848).
+    pub const INVALID_REGULAR_EXPRESSION: i16 = E::InvalidRegularExpression.code();
+    /// STALE_MEMBER_EPOCH (KIP-848).
+    pub const STALE_MEMBER_EPOCH: i16 = E::StaleMemberEpoch.code();
 }
 
 /// A Kafka-level error for one partition or request.

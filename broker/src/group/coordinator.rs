@@ -88,6 +88,9 @@ pub async fn group_join<H: GroupHost>(host: &Rc<H>, r: JoinRequest) -> JoinOutco
     if !(SESSION_TIMEOUT_MS_MIN..=SESSION_TIMEOUT_MS_MAX).contains(&r.session_timeout_ms) {
         return failed_join(code::INVALID_SESSION_TIMEOUT, r.member_id);
     }
+    if let Err(error) = super::heartbeat::make_classic(host, &r.group).await {
+        return failed_join(error, r.member_id);
+    }
     let rx = {
         let mut groups = host.groups().borrow_mut();
         if !groups.contains_key(&r.group) && groups.len() >= host.groups_max() {
@@ -545,8 +548,8 @@ pub async fn expire_offsets<H: GroupHost>(host: &Rc<H>, now_ms: i64, retention_m
                     && g.members.is_empty()
                     && g.pending.is_empty()
                     && expired.len() == g.offsets.len();
-                (!expired.is_empty())
-                    .then(|| (g.id.clone(), expired, drop_group && g.generation > 0))
+                let recorded = g.generation > 0 || g.consumer.is_some();
+                (!expired.is_empty()).then(|| (g.id.clone(), expired, drop_group && recorded))
             })
             .collect()
     };
@@ -589,6 +592,10 @@ pub async fn expire_offsets<H: GroupHost>(host: &Rc<H>, now_ms: i64, retention_m
 /// group was first seen Empty.
 fn expired_offsets(g: &mut Group, now_ms: i64, retention_ms: i64) -> Vec<(String, i32)> {
     let old = |c: &Committed| c.commit_timestamp_ms.saturating_add(retention_ms) <= now_ms;
+    if g.has_consumer_members() {
+        g.empty_since_ms = None;
+        return Vec::new();
+    }
     match g.state {
         GroupState::Empty => {
             let since = *g.empty_since_ms.get_or_insert(now_ms);
@@ -624,15 +631,21 @@ fn expired_offsets(g: &mut Group, now_ms: i64, retention_ms: i64) -> Vec<(String
     }
 }
 
-/// OffsetCommit for one group: per (topic, partition), an error code.
+/// The newest OffsetCommit version served (9: members of consumer-protocol groups commit
+/// with their member epoch).
+pub const OFFSET_COMMIT_VERSION_MAX: i16 = 9;
+
+/// OffsetCommit (of request version `version`) for one group: per (topic, partition), an
+/// error code.
 pub async fn offset_commit<H: GroupHost>(
     host: &Rc<H>,
     group: &str,
     (member_id, instance_id): (&str, Option<&str>),
-    generation: i32,
+    (generation, version): (i32, i16),
     offsets: Vec<(String, i32, Committed)>,
 ) -> Vec<i16> {
-    let group_code = commit_group_code(host, group, (member_id, instance_id), generation);
+    let group_code =
+        commit_group_code(host, group, (member_id, instance_id), (generation, version));
     write_offsets(host, group, group_code, offsets, None).await
 }
 
@@ -652,6 +665,8 @@ pub async fn txn_offset_commit<H: GroupHost>(
         let g = groups.get(group);
         if group.len() > GROUP_ID_BYTES_MAX {
             code::INVALID_GROUP_ID
+        } else if let Some(c) = g.and_then(|g| g.consumer.as_ref()) {
+            consumer_commit_code(c, member_id, generation, None)
         } else if !member_id.is_empty() && !g.is_some_and(|g| g.members.contains_key(member_id)) {
             code::UNKNOWN_MEMBER_ID
         } else if generation >= 0 && g.map_or(0, |g| g.generation) != generation {
@@ -745,7 +760,7 @@ fn commit_group_code<H: GroupHost>(
     host: &Rc<H>,
     group: &str,
     (member_id, instance_id): (&str, Option<&str>),
-    generation: i32,
+    (generation, version): (i32, i16),
 ) -> i16 {
     if group.len() > GROUP_ID_BYTES_MAX {
         return code::INVALID_GROUP_ID;
@@ -753,6 +768,9 @@ fn commit_group_code<H: GroupHost>(
     let groups = host.groups().borrow();
     match groups.get(group) {
         Some(g) if g.fenced(member_id, instance_id) => code::FENCED_INSTANCE_ID,
+        Some(Group {
+            consumer: Some(c), ..
+        }) => consumer_commit_code(c, member_id, generation, Some(version)),
         Some(g) => commit_allowed(g, member_id, generation),
         None if groups.len() >= host.groups_max() => {
             refused_new_group(group, groups.len());
@@ -769,7 +787,7 @@ pub async fn delete_group<H: GroupHost>(host: &Rc<H>, group: &str) -> i16 {
         let Some(g) = groups.get(group) else {
             return code::GROUP_ID_NOT_FOUND;
         };
-        if !g.members.is_empty() {
+        if !g.members.is_empty() || g.has_consumer_members() {
             return code::NON_EMPTY_GROUP;
         }
         let mut recs: Vec<(Vec<u8>, Option<Vec<u8>>)> = g
@@ -840,7 +858,7 @@ pub async fn offset_delete<H: GroupHost>(
 /// Writes records to the group's offsets partition and waits until durable; the offset
 /// of the first (the others follow it, in order). With `producer`, the batch is part of
 /// that producer's (id, epoch) transaction (TxnOffsetCommit).
-async fn persist_group_records<H: GroupHost>(
+pub(crate) async fn persist_group_records<H: GroupHost>(
     host: &H,
     group: &str,
     recs: Vec<(Vec<u8>, Option<Vec<u8>>)>,
@@ -878,6 +896,30 @@ fn offset_tombstone(group: &str, topic: &str, partition: i32) -> (Vec<u8>, Optio
         partition,
     };
     (records::key_bytes(&key), None)
+}
+
+/// Kafka's commit checks in a consumer-protocol group (`ConsumerGroup.validateOffsetCommit`):
+/// a commit without a member (epoch < 0) only while the group has no members; a member's
+/// at its current epoch (STALE_MEMBER_EPOCH, or ILLEGAL_GENERATION in a transaction:
+/// `version` `None`), and with OffsetCommit v9 or later.
+fn consumer_commit_code(
+    c: &super::consumer::ConsumerGroup,
+    member_id: &str,
+    epoch: i32,
+    version: Option<i16>,
+) -> i16 {
+    if epoch < 0 && c.members.is_empty() {
+        return code::NONE;
+    }
+    let Some(m) = c.members.get(member_id) else {
+        return code::UNKNOWN_MEMBER_ID;
+    };
+    match version {
+        Some(v) if v < OFFSET_COMMIT_VERSION_MAX => code::UNSUPPORTED_VERSION,
+        _ if m.member_epoch == epoch => code::NONE,
+        Some(_) => code::STALE_MEMBER_EPOCH,
+        None => code::ILLEGAL_GENERATION,
+    }
 }
 
 /// Kafka's commit checks: simple commits only to empty groups; members must be current.
@@ -1029,6 +1071,10 @@ pub fn end_txn_offsets(
 
 /// Requested offsets of one group: `None` = every committed partition.
 pub type WantedOffsets = Option<Vec<(String, Vec<i32>)>>;
+
+/// One group of an OffsetFetch: its id, the offsets wanted, and (v9) the asking member's
+/// id and epoch, which a consumer-protocol group checks.
+pub type OffsetFetchAsk = (String, WantedOffsets, Option<(String, i32)>);
 /// Answer for one group: per topic, per partition, the committed offset if any and an
 /// error code (UNSTABLE_OFFSET_COMMIT, with `require_stable`, while a transaction holds an
 /// offset of the partition).

@@ -13,7 +13,9 @@
 //! runs over the shard that owns the groups through [`GroupHost`], which the shard
 //! implements.
 
+pub mod consumer;
 pub mod coordinator;
+pub mod heartbeat;
 pub mod records;
 pub mod state;
 
@@ -36,6 +38,8 @@ pub trait GroupHost: 'static {
     fn group_max_size(&self) -> usize;
     /// Groups this shard may coordinate (`groups_per_shard`); loading never refuses one.
     fn groups_max(&self) -> usize;
+    /// `group.consumer.session.timeout.ms` as configured.
+    fn consumer_session_timeout_ms(&self) -> u64;
     /// The metadata snapshot this shard applied.
     fn metadata(&self) -> Arc<Metadata>;
     /// Partition `index` of `topic`, if open on this shard.

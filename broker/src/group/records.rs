@@ -30,6 +30,13 @@ pub enum Key {
         /// Group.
         group: String,
     },
+    /// The state of a consumer-protocol group (KIP-848), a `consumer::ConsumerGroup`
+    /// snapshot; a tombstone makes the group classic again. Its group key's tombstone
+    /// deletes it with the group.
+    ConsumerGroup {
+        /// Group.
+        group: String,
+    },
 }
 
 /// A committed-offset value.
@@ -163,6 +170,29 @@ pub fn apply(groups: &mut HashMap<String, Group>, key: &[u8], value: Option<&[u8
                 groups.remove(&group);
             }
         },
+        Key::ConsumerGroup { group } => {
+            match value.map(serde_json::from_slice::<super::consumer::ConsumerGroup>) {
+                Some(Ok(mut c)) => {
+                    let g = groups
+                        .entry(group.clone())
+                        .or_insert_with(|| Group::new(&group));
+                    if g.consumer
+                        .as_ref()
+                        .is_none_or(|old| old.version < c.version)
+                    {
+                        c.loaded(crate::common::clock::now());
+                        g.protocol_type = Some("consumer".into());
+                        g.consumer = Some(c);
+                    }
+                }
+                Some(Err(_)) => tracing::warn!(%group, "skipping unreadable consumer group record"),
+                None => {
+                    if let Some(g) = groups.get_mut(&group) {
+                        g.consumer = None;
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -205,6 +235,7 @@ pub fn scope_of(key: &[u8]) -> Option<(String, bool)> {
     match serde_json::from_slice::<Key>(key).ok()? {
         Key::Offset { group, .. } => Some((group, false)),
         Key::Group { group } => Some((group, true)),
+        Key::ConsumerGroup { group } => Some((group, false)),
     }
 }
 

@@ -163,6 +163,9 @@ pub struct Group {
     /// (topic, partition), the `__consumer_offsets` offset of its record, and the offset.
     /// Applied when the producer's commit marker is written, dropped at its abort marker.
     pub pending_txn: HashMap<i64, Vec<StagedOffset>>,
+    /// A group of the consumer protocol (KIP-848): its members and assignments. `None`
+    /// for a classic group; a group changes protocol only while it has no members.
+    pub consumer: Option<super::consumer::ConsumerGroup>,
 }
 
 impl Group {
@@ -210,6 +213,7 @@ impl Group {
             join_not_before: None,
             empty_since_ms: None,
             pending_txn: HashMap::new(),
+            consumer: None,
         }
     }
 
@@ -259,6 +263,14 @@ impl Group {
             && self.offsets.is_empty()
             && self.offset_versions.is_empty()
             && self.pending_txn.is_empty()
+            && self.consumer.is_none()
+    }
+
+    /// Whether consumer-protocol members are in the group.
+    pub fn has_consumer_members(&self) -> bool {
+        self.consumer
+            .as_ref()
+            .is_some_and(|c| !c.members.is_empty())
     }
 
     /// The protocol every member supports with the most votes (each member votes for its

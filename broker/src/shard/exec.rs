@@ -41,6 +41,7 @@ impl Shard {
             Op::MetaCommands(cmds) => Reply::Meta(self.meta_commands(cmds).await),
             Op::Group(req) => Reply::Encoded(self.run_group_request(req).await),
             op @ (Op::DescribeGroups(_)
+            | Op::DescribeConsumerGroups(_)
             | Op::ListGroups
             | Op::DeleteGroups(_)
             | Op::CommitOffsets { .. }
@@ -81,6 +82,10 @@ impl Shard {
                 self.wait_all_groups_loaded().await;
                 Reply::Described(self.describe_groups_local(ids))
             }
+            Op::DescribeConsumerGroups(ids) => {
+                self.wait_all_groups_loaded().await;
+                Reply::DescribedConsumerGroups(self.describe_consumer_groups_local(ids))
+            }
             Op::ListGroups => {
                 self.wait_all_groups_loaded().await;
                 Reply::Listed(self.list_groups_local())
@@ -99,8 +104,14 @@ impl Shard {
             Op::CommitOffsets { group, offsets } => {
                 self.wait_loaded(crate::group::OFFSETS_TOPIC, &group).await;
                 Reply::Codes(
-                    crate::group::coordinator::offset_commit(self, &group, ("", None), -1, offsets)
-                        .await,
+                    crate::group::coordinator::offset_commit(
+                        self,
+                        &group,
+                        ("", None),
+                        (-1, crate::group::coordinator::OFFSET_COMMIT_VERSION_MAX),
+                        offsets,
+                    )
+                    .await,
                 )
             }
             Op::OffsetFetch(reqs, require_stable) => {

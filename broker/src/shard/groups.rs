@@ -15,7 +15,7 @@ use kafka_protocol::messages::GroupId;
 use kafka_protocol::protocol::StrBytes;
 
 use super::{Shard, GROUP_LOAD_WAIT};
-use crate::group::coordinator::{fetch_offsets, GroupOffsets, WantedOffsets};
+use crate::group::coordinator::{fetch_offsets, GroupOffsets};
 use crate::group::state::Group;
 use crate::partition::Partition;
 use crate::runtime::task::sleep;
@@ -41,6 +41,10 @@ impl crate::group::GroupHost for Shard {
 
     fn groups_max(&self) -> usize {
         self.config.groups_per_shard
+    }
+
+    fn consumer_session_timeout_ms(&self) -> u64 {
+        self.config.group_consumer_session_timeout_ms
     }
 
     fn metadata(&self) -> std::sync::Arc<crate::cluster::metadata::Metadata> {
@@ -167,6 +171,10 @@ impl Shard {
                 let Some(g) = groups.get(&id) else {
                     return base.with_group_state(s("Dead"));
                 };
+                if g.consumer.is_some() {
+                    // Not a classic group: Kafka answers Dead (v0-5; v6 adds the error).
+                    return base.with_group_state(s("Dead"));
+                }
                 let protocol = g.protocol.clone().unwrap_or_default();
                 let members = g
                     .members
@@ -190,6 +198,80 @@ impl Shard {
             .collect()
     }
 
+    /// Describes consumer-protocol groups held by this shard (ConsumerGroupDescribe):
+    /// GROUP_ID_NOT_FOUND for unknown and classic ones, as Kafka answers.
+    pub fn describe_consumer_groups_local(
+        &self,
+        ids: Vec<String>,
+    ) -> Vec<kafka_protocol::messages::consumer_group_describe_response::DescribedGroup> {
+        use kafka_protocol::messages::consumer_group_describe_response::{
+            Assignment, DescribedGroup, Member, TopicPartitions,
+        };
+        let meta = self.metadata();
+        let assignment = |a: &crate::group::consumer::Assignment| {
+            let tps = a
+                .iter()
+                .filter_map(|(t, ps)| {
+                    let topic = meta.topics.get(t)?;
+                    Some(
+                        TopicPartitions::default()
+                            .with_topic_id(uuid::Uuid::from_u128(topic.id))
+                            .with_topic_name(kafka_protocol::messages::TopicName(s(t.clone())))
+                            .with_partitions(ps.iter().copied().collect()),
+                    )
+                })
+                .collect();
+            Assignment::default().with_topic_partitions(tps)
+        };
+        let groups = self.groups.borrow();
+        ids.into_iter()
+            .map(|id| {
+                let base = DescribedGroup::default().with_group_id(GroupId(s(id.clone())));
+                if let Err(error) = self.coordinator_check(&id) {
+                    return base.with_error_code(error);
+                }
+                let Some(c) = groups.get(&id).and_then(|g| g.consumer.as_ref()) else {
+                    let why = match groups.get(&id) {
+                        Some(_) => format!("group {id} is not a consumer group"),
+                        None => format!("group {id} not found"),
+                    };
+                    return base
+                        .with_error_code(crate::common::errors::code::GROUP_ID_NOT_FOUND)
+                        .with_error_message(Some(s(why)));
+                };
+                let members = c
+                    .members
+                    .values()
+                    .map(|m| {
+                        let target = c.target.get(&m.id).cloned().unwrap_or_default();
+                        Member::default()
+                            .with_member_id(s(m.id.clone()))
+                            .with_instance_id(m.instance_id.clone().map(s))
+                            .with_rack_id(m.rack_id.clone().map(s))
+                            .with_member_epoch(m.member_epoch)
+                            .with_client_id(s(m.client_id.clone()))
+                            .with_client_host(s(m.client_host.clone()))
+                            .with_subscribed_topic_names(
+                                m.subscribed_topic_names
+                                    .iter()
+                                    .map(|t| kafka_protocol::messages::TopicName(s(t.clone())))
+                                    .collect(),
+                            )
+                            .with_subscribed_topic_regex(m.subscribed_topic_regex.clone().map(s))
+                            .with_assignment(assignment(&m.assigned))
+                            .with_target_assignment(assignment(&target))
+                            .with_member_type(1)
+                    })
+                    .collect();
+                base.with_group_state(s(crate::group::consumer::state_name(c)))
+                    .with_group_epoch(c.group_epoch)
+                    .with_assignment_epoch(c.assignment_epoch)
+                    .with_assignor_name(s(c.assignor()))
+                    .with_members(members)
+            })
+            .collect()
+    }
+
     /// Groups this shard coordinates now (a cluster node lists those of the offsets
     /// partitions it leads, as a Kafka broker lists its coordinator's groups).
     pub fn list_groups_local(&self) -> Vec<ListedGroup> {
@@ -198,10 +280,15 @@ impl Shard {
             .values()
             .filter(|g| self.coordinator_check(&g.id).is_ok())
             .map(|g| {
+                let (kind, state) = match &g.consumer {
+                    Some(c) => ("consumer", crate::group::consumer::state_name(c)),
+                    None => ("classic", g.state.name()),
+                };
                 ListedGroup::default()
                     .with_group_id(GroupId(s(g.id.clone())))
                     .with_protocol_type(s(g.protocol_type.clone().unwrap_or_default()))
-                    .with_group_state(s(g.state.name()))
+                    .with_group_state(s(state))
+                    .with_group_type(s(kind))
             })
             .collect()
     }
@@ -210,14 +297,28 @@ impl Shard {
     /// (`require_stable`: see `fetch_offsets`).
     pub fn offset_fetch_local(
         &self,
-        reqs: Vec<(String, WantedOffsets)>,
+        reqs: Vec<crate::group::coordinator::OffsetFetchAsk>,
         require_stable: bool,
     ) -> Vec<Result<GroupOffsets, i16>> {
         let groups = self.groups.borrow();
         reqs.into_iter()
-            .map(|(g, wanted)| {
+            .map(|(g, wanted, member)| {
                 self.coordinator_check(&g)?;
-                Ok(fetch_offsets(groups.get(&g), wanted, require_stable))
+                let group = groups.get(&g);
+                if let (Some(c), Some((id, epoch))) =
+                    (group.and_then(|g| g.consumer.as_ref()), member)
+                {
+                    // OffsetFetch v9 from a member of a consumer-protocol group: it must be
+                    // current (Kafka's `ConsumerGroup.validateOffsetFetch`).
+                    match c.members.get(&id) {
+                        None => return Err(crate::common::errors::code::UNKNOWN_MEMBER_ID),
+                        Some(m) if m.member_epoch != epoch => {
+                            return Err(crate::common::errors::code::STALE_MEMBER_EPOCH)
+                        }
+                        Some(_) => {}
+                    }
+                }
+                Ok(fetch_offsets(group, wanted, require_stable))
             })
             .collect()
     }

@@ -188,6 +188,8 @@ pub enum Op {
     Group(GroupRequest),
     /// Describe these groups (all coordinated here).
     DescribeGroups(Vec<String>),
+    /// Describe these consumer-protocol groups (all coordinated here; KIP-848).
+    DescribeConsumerGroups(Vec<String>),
     /// List the groups coordinated here.
     ListGroups,
     /// Delete these groups (all coordinated here).
@@ -202,10 +204,7 @@ pub enum Op {
     /// Committed offsets of these groups (all coordinated here).
     /// With `require_stable` (the bool), a partition an open transaction holds an offset
     /// of gets UNSTABLE_OFFSET_COMMIT.
-    OffsetFetch(
-        Vec<(String, crate::group::coordinator::WantedOffsets)>,
-        bool,
-    ),
+    OffsetFetch(Vec<crate::group::coordinator::OffsetFetchAsk>, bool),
     /// Leader changes of Raft groups (group, leader node or -1, epoch), from a shard's
     /// replicator to every shard.
     Leaders(Vec<crate::replication::LeaderChange>),
@@ -257,6 +256,10 @@ pub enum Reply {
     Encoded(Result<Bytes, String>),
     /// Described groups, in order.
     Described(Vec<kafka_protocol::messages::describe_groups_response::DescribedGroup>),
+    /// Described consumer-protocol groups, in order.
+    DescribedConsumerGroups(
+        Vec<kafka_protocol::messages::consumer_group_describe_response::DescribedGroup>,
+    ),
     /// Listed groups.
     Listed(Vec<kafka_protocol::messages::list_groups_response::ListedGroup>),
     /// Error codes, in order.

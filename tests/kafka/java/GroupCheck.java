@@ -8,7 +8,8 @@
 //    partitions, one closes (LeaveGroup), the other ends up with all of them.
 // Prints one JSON line with what it saw and exits 0, or prints the problem and exits 1.
 //
-// Usage: java ... GroupCheck <bootstrap> <topic> <group> <bootstrap3> <topic3> <group3> <n1> <n2>
+// Usage: java ... GroupCheck <bootstrap> <topic> <group> <bootstrap3> <topic3> <group3> <n1> <n2> [protocol]
+// protocol: classic (default) or consumer (KIP-848; the 4.x client).
 
 import java.time.Duration;
 import java.util.ArrayList;
@@ -32,6 +33,9 @@ import org.apache.kafka.common.serialization.StringSerializer;
 
 public final class GroupCheck {
     private GroupCheck() {}
+
+    /** group.protocol of every consumer: "classic" or "consumer" (KIP-848). */
+    private static String protocol = "classic";
 
     private static void waitFor(BooleanSupplier cond, long timeoutMs, String what)
             throws InterruptedException {
@@ -70,9 +74,8 @@ public final class GroupCheck {
         Properties cp = new Properties();
         cp.put("bootstrap.servers", bootstrap);
         cp.put("group.id", group);
-        // The classic rebalance protocol (the default of 3.9 and 4.x clients, named so the
-        // 4.x default changing cannot switch the test to KIP-848's protocol unnoticed).
-        cp.put("group.protocol", "classic");
+        // Named so that the 4.x default changing cannot switch the protocol unnoticed.
+        cp.put("group.protocol", protocol);
         cp.put("enable.auto.commit", "false");
         cp.put("auto.offset.reset", "earliest");
         cp.put("request.timeout.ms", "15000");
@@ -124,8 +127,11 @@ public final class GroupCheck {
 
         Member(String bootstrap, String group, String topic) {
             Properties cp = consumerProps(bootstrap, group);
-            cp.put("session.timeout.ms", "6000");
-            cp.put("heartbeat.interval.ms", "300");
+            if (protocol.equals("classic")) {
+                // The consumer protocol takes both from the broker (KIP-848).
+                cp.put("session.timeout.ms", "6000");
+                cp.put("heartbeat.interval.ms", "300");
+            }
             this.consumer = new KafkaConsumer<>(cp);
             this.topic = topic;
         }
@@ -181,6 +187,9 @@ public final class GroupCheck {
         String group3 = args[5];
         int n1 = Integer.parseInt(args[6]);
         int n2 = Integer.parseInt(args[7]);
+        if (args.length > 8) {
+            protocol = args[8];
+        }
         StringBuilder out = new StringBuilder("{");
 
         produce(bootstrap, topic, 0, n1);

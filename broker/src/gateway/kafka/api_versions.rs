@@ -14,13 +14,15 @@ use crate::common::errors::code;
 
 /// The features every Strand node finalizes, with their level: `transaction.version` 2
 /// (KIP-890 part 2: Produce v12 adds its partition to the transaction, EndTxn v5 bumps the
-/// epoch). Fixed by the build, so the same on every node of a cluster of one build.
-pub const FINALIZED: &[(&str, i16)] = &[("transaction.version", 2)];
+/// epoch), and `group.version` 1 (KIP-848: the consumer group protocol). Fixed by the
+/// build, so the same on every node of a cluster of one build.
+pub const FINALIZED: &[(&str, i16)] = &[("transaction.version", 2), ("group.version", 1)];
 /// The epoch of [`FINALIZED`]: raise it whenever a level there changes (a client keeps the
 /// features of the highest epoch it saw; -1 would make it ignore them).
-pub const FINALIZED_FEATURES_EPOCH: i64 = 1;
+pub const FINALIZED_FEATURES_EPOCH: i64 = 2;
 /// The features supported, with their (min, max) levels.
-const SUPPORTED_FEATURES: &[(&str, i16, i16)] = &[("transaction.version", 0, 2)];
+const SUPPORTED_FEATURES: &[(&str, i16, i16)] =
+    &[("transaction.version", 0, 2), ("group.version", 0, 1)];
 /// The first ApiVersions version shown supported features whose minimum is 0 (older
 /// clients took a minimum of 0 for "unsupported": KAFKA-17011).
 const ZERO_MIN_FEATURES_SINCE: i16 = 4;

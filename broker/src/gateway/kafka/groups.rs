@@ -66,12 +66,19 @@ fn group_refusal(
     } else {
         acl_op::READ
     };
-    let denied = !ctx.allowed(shard, operation, resource::GROUP, group);
-    Ok(denied.then_some(code::GROUP_AUTHORIZATION_FAILED))
+    if !ctx.allowed(shard, operation, resource::GROUP, group) {
+        return Ok(Some(code::GROUP_AUTHORIZATION_FAILED));
+    }
+    if ctx.key == ApiKey::ConsumerGroupHeartbeat
+        && super::consumer_groups::subscribes_undescribable(shard, ctx, body)?
+    {
+        return Ok(Some(code::TOPIC_AUTHORIZATION_FAILED));
+    }
+    Ok(None)
 }
 
 /// The groups of `all` that `allowed` lets through, and the index in `all` of each.
-fn permitted(
+pub(super) fn permitted(
     all: &[String],
     mut allowed: impl FnMut(&String) -> bool,
 ) -> (Vec<String>, Vec<usize>) {
@@ -195,6 +202,11 @@ pub fn group_of(ctx: &Ctx, body: &Bytes) -> Result<String, FramingError> {
         ApiKey::SyncGroup => ctx.decode::<SyncGroupRequest>(b)?.group_id.0.to_string(),
         ApiKey::Heartbeat => ctx.decode::<HeartbeatRequest>(b)?.group_id.0.to_string(),
         ApiKey::LeaveGroup => ctx.decode::<LeaveGroupRequest>(b)?.group_id.0.to_string(),
+        ApiKey::ConsumerGroupHeartbeat => ctx
+            .decode::<ConsumerGroupHeartbeatRequest>(b)?
+            .group_id
+            .0
+            .to_string(),
         ApiKey::OffsetCommit => ctx.decode::<OffsetCommitRequest>(b)?.group_id.0.to_string(),
         ApiKey::OffsetDelete => ctx.decode::<OffsetDeleteRequest>(b)?.group_id.0.to_string(),
         ApiKey::TxnOffsetCommit => ctx
@@ -253,6 +265,7 @@ pub async fn execute(
             ctx.respond(&HeartbeatResponse::default().with_error_code(code))
         }
         ApiKey::LeaveGroup => leave(shard, ctx, body).await,
+        ApiKey::ConsumerGroupHeartbeat => super::consumer_groups::heartbeat(shard, ctx, body).await,
         ApiKey::OffsetCommit => commit(shard, ctx, body).await,
         ApiKey::OffsetDelete => offset_delete(shard, ctx, body).await,
         ApiKey::TxnOffsetCommit => super::txn::offset_commit(shard, ctx, body).await,
@@ -277,6 +290,7 @@ fn refused(ctx: &Ctx, body: Bytes, error: i16) -> Result<Bytes, FramingError> {
         ApiKey::SyncGroup => ctx.respond(&SyncGroupResponse::default().with_error_code(error)),
         ApiKey::Heartbeat => ctx.respond(&HeartbeatResponse::default().with_error_code(error)),
         ApiKey::LeaveGroup => ctx.respond(&LeaveGroupResponse::default().with_error_code(error)),
+        ApiKey::ConsumerGroupHeartbeat => super::consumer_groups::refused(ctx, error),
         ApiKey::OffsetDelete => {
             ctx.respond(&OffsetDeleteResponse::default().with_error_code(error))
         }
@@ -430,7 +444,7 @@ async fn commit(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, Fram
         shard,
         &r.group_id.0,
         (&r.member_id, r.group_instance_id.as_deref()),
-        r.generation_id_or_member_epoch,
+        (r.generation_id_or_member_epoch, ctx.version),
         offsets,
     )
     .await;
@@ -560,7 +574,10 @@ pub async fn find_coordinator(
 }
 
 /// Splits group ids by coordinator shard: (shard, groups, their indexes in the request).
-fn by_shard(shard: &Shard, groups: &[String]) -> BTreeMap<usize, (Vec<String>, Vec<usize>)> {
+pub(super) fn by_shard(
+    shard: &Shard,
+    groups: &[String],
+) -> BTreeMap<usize, (Vec<String>, Vec<usize>)> {
     let mut out: BTreeMap<usize, (Vec<String>, Vec<usize>)> = BTreeMap::new();
     for (i, g) in groups.iter().enumerate() {
         if let Some(t) = coordinator_shard(shard, g) {
@@ -619,28 +636,19 @@ pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes
     ctx.respond(&DescribeGroupsResponse::default().with_groups(out))
 }
 
-/// The type of every group Strand coordinates (KIP-848's "consumer" groups are not built):
-/// ListGroups v5 answers it and filters by it.
-const CLASSIC_GROUP_TYPE: &str = "classic";
-
 /// ListGroups over every shard (v4: state filter; v5: type filter, KIP-848).
 pub async fn list(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
     let with_state = ctx.version >= 4;
     let r: ListGroupsRequest = ctx.decode(body)?;
     let states: Vec<String> = r.states_filter.iter().map(|x| x.to_lowercase()).collect();
-    let classic_wanted = r.types_filter.is_empty()
-        || r.types_filter
-            .iter()
-            .any(|t| t.eq_ignore_ascii_case(CLASSIC_GROUP_TYPE));
-    if !classic_wanted {
-        return ctx.respond(&ListGroupsResponse::default());
-    }
+    let types: Vec<String> = r.types_filter.iter().map(|x| x.to_lowercase()).collect();
     let calls = (0..shard.count).map(|t| shard.call(t, Op::ListGroups));
     let mut groups = Vec::new();
     for reply in futures::future::join_all(calls).await {
         if let Reply::Listed(gs) = reply {
             groups.extend(gs.into_iter().filter(|g: &ListedGroup| {
-                states.is_empty() || states.contains(&g.group_state.to_lowercase())
+                (states.is_empty() || states.contains(&g.group_state.to_lowercase()))
+                    && (types.is_empty() || types.contains(&g.group_type.to_lowercase()))
             }));
         }
     }
@@ -652,11 +660,6 @@ pub async fn list(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, Fr
         let d = ListedGroup::default();
         for g in &mut groups {
             g.group_state = d.group_state.clone();
-        }
-    }
-    if ctx.version >= 5 {
-        for g in &mut groups {
-            g.group_type = StrBytes::from_static_str(CLASSIC_GROUP_TYPE);
         }
     }
     ctx.respond(&ListGroupsResponse::default().with_groups(groups))
@@ -696,7 +699,7 @@ fn deletable(g: String, c: i16) -> delete_groups_response::DeletableGroupResult 
         .with_error_code(c)
 }
 
-pub use crate::group::coordinator::{GroupOffsets, WantedOffsets};
+pub use crate::group::coordinator::{GroupOffsets, OffsetFetchAsk, WantedOffsets};
 
 /// OffsetFetch (one group before v8, several from v8).
 #[expect(
@@ -709,7 +712,7 @@ pub async fn offset_fetch(
     body: Bytes,
 ) -> Result<Bytes, FramingError> {
     let r: OffsetFetchRequest = ctx.decode(body)?;
-    let wanted: Vec<(String, WantedOffsets)> = if ctx.version >= 8 {
+    let wanted: Vec<OffsetFetchAsk> = if ctx.version >= 8 {
         r.groups
             .iter()
             .map(|g| {
@@ -718,7 +721,16 @@ pub async fn offset_fetch(
                         .map(|t| (t.name.0.to_string(), t.partition_indexes.clone()))
                         .collect()
                 });
-                (g.group_id.0.to_string(), ts)
+                // v9: a member asking (Kafka checks it when either field is set).
+                let member = (g.member_epoch != -1 || g.member_id.is_some()).then(|| {
+                    let id = g
+                        .member_id
+                        .as_ref()
+                        .map(|m| m.to_string())
+                        .unwrap_or_default();
+                    (id, g.member_epoch)
+                });
+                (g.group_id.0.to_string(), ts, member)
             })
             .collect()
     } else {
@@ -727,9 +739,9 @@ pub async fn offset_fetch(
                 .map(|t| (t.name.0.to_string(), t.partition_indexes.clone()))
                 .collect()
         });
-        vec![(r.group_id.0.to_string(), ts)]
+        vec![(r.group_id.0.to_string(), ts, None)]
     };
-    let ids: Vec<String> = wanted.iter().map(|(g, _)| g.clone()).collect();
+    let ids: Vec<String> = wanted.iter().map(|(g, _, _)| g.clone()).collect();
     let group_ok: Vec<bool> = ids
         .iter()
         .map(|g| ctx.allowed(shard, acl_op::DESCRIBE, resource::GROUP, g))
@@ -754,7 +766,7 @@ pub async fn offset_fetch(
     }
     // Topics it may not describe: named ones answer TOPIC_AUTHORIZATION_FAILED, and when
     // every topic was asked for they are left out (as Kafka).
-    for ((_, topics), answer) in wanted.iter().zip(answers.iter_mut()) {
+    for ((_, topics, _), answer) in wanted.iter().zip(answers.iter_mut()) {
         if let Ok(a) = answer {
             hide_undescribed(shard, ctx, a, topics.is_some());
         }

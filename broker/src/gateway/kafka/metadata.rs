@@ -73,21 +73,27 @@ pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
         }
     }
     let meta = shard.metadata();
-    let names: Vec<String> = match wanted {
-        Some(n) => n,
+    let include_ops = req.include_topic_authorized_operations;
+    let topics = match &req.topics {
+        // Topics by name or (v10+) by id, in the request's order.
+        Some(ts) => ts
+            .iter()
+            .map(|t| match (&t.name, ctx.version >= 10) {
+                (Some(n), _) => topic_metadata(shard, ctx, &meta, n.0.to_string(), include_ops),
+                (None, true) => topic_by_id(shard, ctx, &meta, t.topic_id, include_ops),
+                (None, false) => {
+                    MetadataResponseTopic::default().with_error_code(code::INVALID_REQUEST)
+                }
+            })
+            .collect(),
         // Every topic: those the principal may describe (Kafka leaves the others out).
         None => meta
             .topics
             .keys()
             .filter(|n| described(shard, ctx, n))
-            .cloned()
+            .map(|n| topic_metadata(shard, ctx, &meta, n.clone(), include_ops))
             .collect(),
     };
-    let include_ops = req.include_topic_authorized_operations;
-    let topics = names
-        .into_iter()
-        .map(|name| topic_metadata(shard, ctx, &meta, name, include_ops))
-        .collect();
     let listed = shard.brokers(ctx.listener_name(shard));
     let controller = shard.controller_id();
     let brokers = listed
@@ -110,6 +116,26 @@ pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
         })
         .with_topics(topics);
     ctx.respond(&resp)
+}
+
+/// A topic asked for by id (Metadata v10+, as librdkafka's KIP-848 consumer asks for the
+/// topics of its assignment): its metadata, or UNKNOWN_TOPIC_ID with the id (also when the
+/// principal may not describe it, so an id tells nothing of a hidden topic's name).
+fn topic_by_id(
+    shard: &Shard,
+    ctx: &Ctx,
+    meta: &crate::cluster::metadata::Metadata,
+    id: uuid::Uuid,
+    include_ops: bool,
+) -> MetadataResponseTopic {
+    match meta.topic_name_of(id.as_u128()) {
+        Some(name) if described(shard, ctx, name) => {
+            topic_metadata(shard, ctx, meta, name.to_string(), include_ops)
+        }
+        _ => MetadataResponseTopic::default()
+            .with_topic_id(id)
+            .with_error_code(code::UNKNOWN_TOPIC_ID),
+    }
 }
 
 /// Whether the principal may describe the topic `name`.

@@ -11,6 +11,7 @@ pub mod api_versions;
 pub mod authorized;
 pub mod cluster;
 pub mod configs;
+pub mod consumer_groups;
 pub mod fetch;
 pub mod groups;
 pub mod list_offsets;
@@ -66,8 +67,10 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::SyncGroup, 0, 5),
     (ApiKey::Heartbeat, 0, 4),
     (ApiKey::LeaveGroup, 0, 5),
-    (ApiKey::OffsetCommit, 2, 8),
-    (ApiKey::OffsetFetch, 1, 8),
+    (ApiKey::OffsetCommit, 2, 9),
+    (ApiKey::OffsetFetch, 1, 9),
+    (ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    (ApiKey::ConsumerGroupDescribe, 0, 1),
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::ListGroups, 0, 5),
     (ApiKey::DescribeGroups, 0, 5),
@@ -157,6 +160,8 @@ pub fn api_name(key: ApiKey) -> &'static str {
         ApiKey::OffsetDelete => "offset_delete",
         ApiKey::ListGroups => "list_groups",
         ApiKey::DescribeGroups => "describe_groups",
+        ApiKey::ConsumerGroupHeartbeat => "consumer_group_heartbeat",
+        ApiKey::ConsumerGroupDescribe => "consumer_group_describe",
         ApiKey::DeleteGroups => "delete_groups",
         _ => "other",
     }
@@ -222,6 +227,7 @@ pub async fn handle(
         | ApiKey::SyncGroup
         | ApiKey::Heartbeat
         | ApiKey::LeaveGroup
+        | ApiKey::ConsumerGroupHeartbeat
         | ApiKey::OffsetCommit
         | ApiKey::TxnOffsetCommit
         | ApiKey::OffsetDelete => {
@@ -231,6 +237,9 @@ pub async fn handle(
         ApiKey::OffsetFetch => groups::offset_fetch(shard, &ctx, buf).await.map(Some),
         ApiKey::ListGroups => groups::list(shard, &ctx, buf).await.map(Some),
         ApiKey::DescribeGroups => groups::describe(shard, &ctx, buf).await.map(Some),
+        ApiKey::ConsumerGroupDescribe => {
+            consumer_groups::describe(shard, &ctx, buf).await.map(Some)
+        }
         ApiKey::DeleteGroups => groups::delete(shard, &ctx, buf).await.map(Some),
         ApiKey::InitProducerId => producer::init(shard, &ctx, buf).await.map(Some),
         ApiKey::AddPartitionsToTxn if version >= 4 => txn::add_partitions_batched(shard, &ctx, buf)

@@ -483,7 +483,7 @@ async fn fetch_offsets(shard: &Rc<Shard>, r: FetchOffsetsRequestT) -> BodyT {
     }
     let wanted = (!wanted.is_empty()).then_some(wanted);
     match shard
-        .call(target, Op::OffsetFetch(vec![(group, wanted)], false))
+        .call(target, Op::OffsetFetch(vec![(group, wanted, None)], false))
         .await
     {
         Reply::Offsets(mut groups) if !groups.is_empty() => {

@@ -1,0 +1,356 @@
+"""The consumer group protocol of KIP-848 (`group.protocol=consumer`) against strand, with
+confluent-kafka (librdkafka 2.16: ConsumerGroupHeartbeat v1, its assignment's topics looked
+up by id in Metadata) and the Java 4.1 client (test_groups.py's GroupCheck with the
+consumer protocol):
+
+- members join, split the partitions, commit with their member epoch (OffsetCommit v9),
+  resume after the commit, and one leaving hands its partitions to the other;
+- a member added to a consuming group gets partitions without pausing the others: the
+  first member revokes only the partitions that move, and no partition is ever owned by
+  two members at once;
+- a member killed without leaving loses its partitions after the session timeout;
+- the group's state survives kill -9 of the broker: after the restart the members go on
+  at their epochs (a coordinator that forgot them would answer UNKNOWN_MEMBER_ID and the
+  group would start again at epoch 1), and the committed offsets are kept;
+- AdminClient's ListGroups and ConsumerGroupDescribe show the group as type CONSUMER with
+  its members, assignments and assignor; a classic member cannot join a consumer group
+  with members (INCONSISTENT_GROUP_PROTOCOL: Kafka 4.1 by default lets it join, see
+  issue 29).
+
+The brokers run with a 500 ms heartbeat interval and a 6 s session timeout
+(`--group-consumer-heartbeat-interval-ms`, `--group-consumer-session-timeout-ms`; Kafka's
+defaults are 5 s and 45 s) so that rebalances and expiries are quick.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from strand_harness import Broker, java_classpath, need_module, wait_until
+from test_groups import (N1, N2, PARTS, _check_program_output, _ck_produce, _run_program,
+                         check_consumed, create_topic, records)
+
+HERE = Path(__file__).resolve().parent
+HEARTBEAT_MS = 500
+SESSION_MS = 6000
+FAST = ["--group-consumer-heartbeat-interval-ms", str(HEARTBEAT_MS),
+        "--group-consumer-session-timeout-ms", str(SESSION_MS),
+        "--offsets-topic-num-partitions", "4", "--group-initial-rebalance-delay-ms", "0"]
+SIX = 6
+
+
+def _uid() -> str:
+    return uuid.uuid4().hex[:8]
+
+
+@pytest.fixture(scope="module")
+def ck():
+    return need_module("confluent_kafka")
+
+
+@pytest.fixture(scope="module")
+def broker():
+    b = Broker(name="consumer-protocol", smp=2, num_partitions=PARTS, extra_args=FAST)
+    b.start()
+    yield b
+    rc = b.stop()
+    assert rc == 0, f"strand exited with {rc} after SIGTERM:\n{b.log_tails()}"
+    b.cleanup()
+
+
+def _consumer(ck, bootstrap, group, **extra):
+    conf = {"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
+            "auto.offset.reset": "earliest", "enable.auto.commit": False}
+    conf.update(extra)
+    return ck.Consumer(conf)
+
+
+def _parts(c) -> frozenset[int]:
+    return frozenset(tp.partition for tp in c.assignment())
+
+
+def _consume(c, n, timeout=30.0) -> list[tuple[int, int, bytes, bytes]]:
+    got = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n:
+        assert time.monotonic() < deadline, f"{len(got)} of {n} in {timeout}s"
+        m = c.poll(0.2)
+        if m is None:
+            continue
+        assert not m.error(), m.error()
+        got.append((m.partition(), m.offset(), m.key(), m.value()))
+    return got
+
+
+def _uvarint(n: int) -> bytes:
+    out = b""
+    while True:
+        b, n = n & 0x7F, n >> 7
+        if not n:
+            return out + bytes([b])
+        out += bytes([b | 0x80])
+
+
+def _read_uvarint(buf: bytes, off: int) -> tuple[int, int]:
+    n = shift = 0
+    while True:
+        b = buf[off]
+        off += 1
+        n |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return n, off
+
+
+def _describe_raw(bootstrap: str, group: str) -> dict:
+    """ConsumerGroupDescribe v0 of one group, by hand (the Python clients do not show the
+    epochs): {error, state, group_epoch, assignment_epoch, assignor}. One node: it is the
+    coordinator."""
+    g = group.encode()
+    body = _uvarint(2) + _uvarint(len(g) + 1) + g + b"\x00" + b"\x00"
+    header = struct.pack(">hhih", 69, 0, 77, 5) + b"tests" + b"\x00"
+    host, port = bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(struct.pack(">i", len(header + body)) + header + body)
+        size = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL))[0]
+        resp = s.recv(size, socket.MSG_WAITALL)
+    off = 4 + 1 + 4  # correlation id, header tags, throttle time
+    count, off = _read_uvarint(resp, off)
+    assert count == 2, f"{count - 1} groups"
+    error = struct.unpack_from(">h", resp, off)[0]
+    off += 2
+    n, off = _read_uvarint(resp, off)  # error message
+    off += max(n - 1, 0)
+    n, off = _read_uvarint(resp, off)  # group id
+    off += n - 1
+    n, off = _read_uvarint(resp, off)
+    state = resp[off:off + n - 1].decode()
+    off += n - 1
+    group_epoch, assignment_epoch = struct.unpack_from(">ii", resp, off)
+    off += 8
+    n, off = _read_uvarint(resp, off)
+    assignor = resp[off:off + n - 1].decode()
+    return {"error": error, "state": state, "group_epoch": group_epoch,
+            "assignment_epoch": assignment_epoch, "assignor": assignor}
+
+
+def test_confluent_members_join_commit_resume_split_and_take_over(ck, broker):
+    topic, group = f"cp-{_uid()}", f"grp-cp-{_uid()}"
+    create_topic(ck, broker.bootstrap, topic)
+    _ck_produce(ck, broker.bootstrap, topic, records(0, N1))
+    c = _consumer(ck, broker.bootstrap, group)
+    try:
+        c.subscribe([topic])
+        check_consumed(_consume(c, N1), records(0, N1), "first member")
+        c.commit(asynchronous=False)
+    finally:
+        c.close()
+    # A new member resumes after the commit (auto.offset.reset=earliest would show the old
+    # records again if the commit were lost).
+    _ck_produce(ck, broker.bootstrap, topic, records(N1, N1 + N2))
+    c = _consumer(ck, broker.bootstrap, group)
+    try:
+        c.subscribe([topic])
+        check_consumed(_consume(c, N2), records(N1, N1 + N2), "resume after commit")
+        c.commit(asynchronous=False)
+        other = _consumer(ck, broker.bootstrap, group)
+        other.subscribe([topic])
+        closed = False
+        try:
+            def split():
+                c.poll(0.05)
+                other.poll(0.05)
+                a, b = _parts(c), _parts(other)
+                return a and b and not (a & b) and a | b == set(range(PARTS))
+            wait_until(split, 30, "two members to split the partitions")
+            other.close()
+            closed = True
+            wait_until(lambda: c.poll(0.05) is None and _parts(c) == set(range(PARTS)), 30,
+                       "the remaining member to own all partitions")
+        finally:
+            if not closed:
+                other.close()
+    finally:
+        c.close()
+
+
+def test_an_added_member_does_not_pause_the_others(ck, broker):
+    """KIP-848's promise: the first member keeps consuming the partitions that stay its
+    own; it revokes only those that move, and they reach the new member only after."""
+    topic, group = f"cp-add-{_uid()}", f"grp-cp-add-{_uid()}"
+    create_topic(ck, broker.bootstrap, topic, partitions=SIX)
+    revoked: list[set[int]] = []
+    a = _consumer(ck, broker.bootstrap, group)
+    a.subscribe([topic], on_revoke=lambda _c, ps: revoked.append({p.partition for p in ps}))
+    b = None
+    try:
+        wait_until(lambda: a.poll(0.05) is None and _parts(a) == set(range(SIX)), 30,
+                   "the first member to own every partition")
+        b = _consumer(ck, broker.bootstrap, group)
+        b.subscribe([topic])
+        seen_a, overlaps = [], []
+
+        def split():
+            a.poll(0.02)
+            b.poll(0.02)
+            pa, pb = _parts(a), _parts(b)
+            seen_a.append(pa)
+            if pa & pb:
+                overlaps.append((pa, pb))
+            return pa and pb and pa | pb == set(range(SIX)) and not pa & pb
+        wait_until(split, 30, "the members to split the partitions")
+        assert not overlaps, f"a partition owned by both members: {overlaps[:3]}"
+        assert all(seen_a), "the first member was left with no partitions during the rebalance"
+        moved = set(range(SIX)) - _parts(a)
+        assert len(moved) == SIX // 2, (moved, _parts(b))
+        assert set().union(*revoked) == moved and _parts(b) == moved, (revoked, moved)
+    finally:
+        if b is not None:
+            b.close()
+        a.close()
+
+
+_CRASHING_MEMBER = """
+import sys, time, confluent_kafka as ck
+c = ck.Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2],
+                 "group.protocol": "consumer", "auto.offset.reset": "earliest"})
+c.subscribe([sys.argv[3]])
+while True:
+    c.poll(0.05)
+    if c.assignment():
+        print("assigned", flush=True)
+"""
+
+
+def test_a_crashed_member_loses_its_partitions_after_the_session_timeout(ck, broker):
+    topic, group = f"cp-crash-{_uid()}", f"grp-cp-crash-{_uid()}"
+    create_topic(ck, broker.bootstrap, topic)
+    a = _consumer(ck, broker.bootstrap, group)
+    a.subscribe([topic])
+    crashing = subprocess.Popen([sys.executable, "-c", _CRASHING_MEMBER, broker.bootstrap,
+                                 group, topic], stdout=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: a.poll(0.05) is None and len(_parts(a)) not in (0, PARTS), 30,
+                   "the two members to split the partitions")
+        crashing.kill()
+        crashing.wait(10)
+        t0 = time.monotonic()
+        wait_until(lambda: a.poll(0.05) is None and _parts(a) == set(range(PARTS)),
+                   SESSION_MS / 1000 + 15, "the survivor to own all partitions")
+        took = time.monotonic() - t0
+        # Not before the session timeout (the killed member sent no leave).
+        assert took >= SESSION_MS / 1000 - 1.5, f"partitions moved after {took:.1f}s"
+    finally:
+        crashing.kill()
+        a.close()
+
+
+def test_group_state_and_offsets_survive_broker_kill9(ck, strand):
+    b = strand(smp=2, num_partitions=PARTS, extra_args=FAST)
+    topic, group = f"cp-k9-{_uid()}", f"grp-cp-k9-{_uid()}"
+    create_topic(ck, b.bootstrap, topic)
+    _ck_produce(ck, b.bootstrap, topic, records(0, N1))
+    a = _consumer(ck, b.bootstrap, group)
+    a.subscribe([topic])
+    try:
+        check_consumed(_consume(a, N1), records(0, N1), "before kill -9")
+        a.commit(asynchronous=False)
+        # A second member comes and goes: the group epoch moves past its first values.
+        other = _consumer(ck, b.bootstrap, group)
+        other.subscribe([topic])
+        wait_until(lambda: a.poll(0.05) is None and other.poll(0.05) is None
+                   and len(_parts(a)) + len(_parts(other)) == PARTS and _parts(other), 30,
+                   "the split")
+        other.close()
+        wait_until(lambda: a.poll(0.05) is None and _parts(a) == set(range(PARTS)), 30,
+                   "the takeover")
+        before = _describe_raw(b.bootstrap, group)
+        assert before["state"] == "Stable" and before["group_epoch"] >= 3, before
+
+        b.kill9()
+        b.restart(same_port=True)
+        after = _describe_raw(b.bootstrap, group)
+        assert after["error"] == 0 and after["group_epoch"] >= before["group_epoch"], (
+            before, after)
+        # The member goes on: new records arrive, nothing committed comes back.
+        _ck_produce(ck, b.bootstrap, topic, records(N1, N1 + N2, "-after"))
+        got = _consume(a, N2)
+        check_consumed(got, records(N1, N1 + N2, "-after"), "after kill -9")
+        a.commit(asynchronous=False)
+        last = _describe_raw(b.bootstrap, group)
+        # A member the restarted coordinator did not know would have joined a group
+        # starting again at epoch 1.
+        assert last["group_epoch"] >= before["group_epoch"], (before, last)
+    finally:
+        a.close()
+
+
+def test_admin_lists_and_describes_consumer_groups(ck, broker):
+    admin_mod = need_module("confluent_kafka.admin")
+    topic, group = f"cp-adm-{_uid()}", f"grp-cp-adm-{_uid()}"
+    create_topic(ck, broker.bootstrap, topic)
+    admin = admin_mod.AdminClient({"bootstrap.servers": broker.bootstrap})
+    c = _consumer(ck, broker.bootstrap, group, **{"client.id": "strand-cp-admin"})
+    c.subscribe([topic])
+    try:
+        wait_until(lambda: c.poll(0.05) is None and _parts(c) == set(range(PARTS)), 30,
+                   "the assignment")
+        d = admin.describe_consumer_groups([group], request_timeout=10)[group].result(timeout=15)
+        assert str(d.type).endswith("CONSUMER") and str(d.state).endswith("STABLE"), d
+        assert d.partition_assignor == "uniform", d.partition_assignor
+        (m,) = d.members
+        assert m.client_id == "strand-cp-admin", m.client_id
+        assert sorted(tp.partition for tp in m.assignment.topic_partitions) == list(range(PARTS))
+        assert {tp.topic for tp in m.assignment.topic_partitions} == {topic}
+        listed = {g.group_id: g for g in
+                  admin.list_consumer_groups(request_timeout=10).result(timeout=15).valid}
+        assert str(listed[group].type).endswith("CONSUMER"), listed[group]
+        assert str(listed[group].state).endswith("STABLE"), listed[group]
+        raw = _describe_raw(broker.bootstrap, group)
+        assert raw["state"] == "Stable" and raw["assignor"] == "uniform", raw
+        assert raw["group_epoch"] == raw["assignment_epoch"] >= 1, raw
+        # A classic member is refused while the group has consumer-protocol members.
+        classic = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                               "group.protocol": "classic"})
+        errors = []
+        classic.subscribe([topic])
+        try:
+            deadline = time.monotonic() + 20
+            while not errors and time.monotonic() < deadline:
+                m = classic.poll(0.1)
+                if m is not None and m.error():
+                    errors.append(m.error())
+        finally:
+            classic.close()
+        assert errors and errors[0].code() == ck.KafkaError.INCONSISTENT_GROUP_PROTOCOL, errors
+    finally:
+        c.close()
+    # Once empty, the group lists as Empty and its offsets stay.
+    wait_until(lambda: str({g.group_id: g for g in admin.list_consumer_groups(
+        request_timeout=10).result(timeout=15).valid}[group].state).endswith("EMPTY"), 15,
+        "the group to be Empty")
+    ids = [g.group_id for g in admin.list_consumer_groups(
+        request_timeout=10, types={ck.ConsumerGroupType.CLASSIC}).result(timeout=15).valid]
+    assert group not in ids, ids
+
+
+def test_java_consumer_protocol(ck, broker, capsys):
+    """The Java 4.1 client with group.protocol=consumer (KIP-848 in the Java client since
+    4.0): GroupCheck's three phases on one broker."""
+    java, cp = java_classpath("java4.1", "GroupCheck")
+    topic, topic3 = f"cp-j-{_uid()}", f"cp-j3-{_uid()}"
+    create_topic(ck, broker.bootstrap, topic)
+    create_topic(ck, broker.bootstrap, topic3)
+    out = _run_program([java, "-Xshare:auto", "-XX:TieredStopAtLevel=1", "-cp", cp,
+                        "GroupCheck", broker.bootstrap, topic, f"grp-j-{_uid()}",
+                        broker.bootstrap, topic3, f"grp-j3-{_uid()}", str(N1), str(N2),
+                        "consumer"], cwd=HERE)
+    _check_program_output(out, capsys, "java-consumer-protocol")
