@@ -75,6 +75,58 @@ pub fn txn_records(data: &[u8]) {
     }
 }
 
+/// Fuzz target `group_records`: `data` split at its first NUL into an `__consumer_offsets`
+/// record key and value, replayed into the groups (as loading a partition does), then a
+/// consumer-protocol group it made (KIP-848) heartbeated, expired and snapshotted.
+///
+/// Panics only by a bug: replay skips what it cannot read, and a consumer group read back
+/// must take a join, a heartbeat of each member and expiry.
+pub fn group_records(data: &[u8]) {
+    use crate::group::consumer::{Assignment, Heartbeat};
+    let (key, value) = match data.iter().position(|&b| b == 0) {
+        Some(at) => (&data[..at], Some(&data[at + 1..])),
+        None => (data, None),
+    };
+    let mut groups = std::collections::HashMap::new();
+    crate::group::records::apply(&mut groups, key, value);
+    let topics: std::collections::BTreeMap<String, i32> =
+        [("t".to_string(), 3), ("u".to_string(), 1)].into();
+    let now = std::time::Instant::now();
+    for g in groups.values_mut() {
+        let Some(c) = g.consumer.as_mut() else {
+            continue;
+        };
+        let ids: Vec<(String, i32)> = c
+            .members
+            .values()
+            .map(|m| (m.id.clone(), m.member_epoch))
+            .collect();
+        let join = Heartbeat {
+            member_id: "fuzz".into(),
+            rebalance_timeout_ms: 1000,
+            subscribed_topic_names: Some(vec!["t".into()]),
+            owned: Some(Assignment::new()),
+            ..Heartbeat::default()
+        };
+        black_box(c.heartbeat(join, &topics, now, 100));
+        for (id, epoch) in ids {
+            let beat = Heartbeat {
+                member_id: id,
+                member_epoch: epoch,
+                rebalance_timeout_ms: -1,
+                owned: Some(Assignment::new()),
+                ..Heartbeat::default()
+            };
+            black_box(c.heartbeat(beat, &topics, now, 100));
+        }
+        black_box(c.expire(
+            now + std::time::Duration::from_secs(60),
+            std::time::Duration::from_secs(45),
+        ));
+        black_box(c.snapshot());
+    }
+}
+
 /// Fuzz target `txn_peer_answers`: decodes `data` as the answers a node reads from
 /// another node's Kafka listener for transactions: a WriteTxnMarkers response (for a
 /// fixed request of three partitions) and an AddPartitionsToTxn v4 verify response.

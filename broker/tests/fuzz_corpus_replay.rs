@@ -334,6 +334,39 @@ fn oauth_seeds() -> Seeds {
     ]
 }
 
+/// `__consumer_offsets` records, key NUL value: an offset, a classic group, and a
+/// consumer-protocol group (KIP-848) with a member mid-revocation.
+fn group_seeds() -> Seeds {
+    let record = |k: &str, v: &str| [k.as_bytes(), b"\0", v.as_bytes()].concat();
+    vec![
+        (
+            "offset",
+            record(
+                r#"{"k":"Offset","group":"g","topic":"t","partition":0}"#,
+                r#"{"offset":5,"leader_epoch":-1,"metadata":""}"#,
+            ),
+        ),
+        (
+            "classic-group",
+            record(
+                r#"{"k":"Group","group":"g"}"#,
+                r#"{"generation":1,"protocol_type":"consumer","protocol":"range","leader":null,"members":[]}"#,
+            ),
+        ),
+        (
+            "consumer-group",
+            record(
+                r#"{"k":"ConsumerGroup","group":"g"}"#,
+                r#"{"version":3,"group_epoch":2,"assignment_epoch":2,"members":{"a":{"id":"a","instance_id":null,"rack_id":null,"client_id":"c","client_host":"h","rebalance_timeout_ms":1000,"subscribed_topic_names":["t"],"subscribed_topic_regex":"t.*","server_assignor":"range","member_epoch":1,"previous_member_epoch":0,"state":"UnrevokedPartitions","assigned":{"t":[0]},"revoking":{"t":[1,2]}},"b":{"id":"b","instance_id":"i","rack_id":null,"client_id":"c","client_host":"h","rebalance_timeout_ms":1000,"subscribed_topic_names":["t","u"],"subscribed_topic_regex":null,"server_assignor":null,"member_epoch":2,"previous_member_epoch":1,"state":"UnreleasedPartitions","assigned":{"u":[0]},"revoking":{}}},"target":{"a":{"t":[0]},"b":{"t":[1,2],"u":[0]}},"subscribed":{"t":3,"u":1}}"#,
+            ),
+        ),
+        (
+            "consumer-tombstone",
+            br#"{"k":"ConsumerGroup","group":"g"}"#.to_vec(),
+        ),
+    ]
+}
+
 /// Every target with its seeds.
 fn targets() -> Vec<(&'static str, Target, Seeds)> {
     use strand_broker::fuzz;
@@ -342,6 +375,7 @@ fn targets() -> Vec<(&'static str, Target, Seeds)> {
         ("meta_commands", fuzz::meta_commands, meta_seeds()),
         ("admin_http", fuzz::admin_http, admin_seeds()),
         ("txn_records", fuzz::txn_records, txn_seeds()),
+        ("group_records", fuzz::group_records, group_seeds()),
         ("txn_peer_answers", fuzz::txn_peer_answers, txn_peer_seeds()),
         ("oauthbearer", fuzz::oauthbearer, oauth_seeds()),
     ]

@@ -373,7 +373,7 @@ impl ConsumerGroup {
         if subscribed != self.subscribed {
             self.subscribed = subscribed;
             if !bumped {
-                self.group_epoch += 1;
+                self.group_epoch = self.group_epoch.saturating_add(1);
             }
         }
         if self.assignment_epoch >= self.group_epoch {
@@ -499,7 +499,7 @@ impl ConsumerGroup {
         };
         let bumped = m.update(&mut hb, now) || new_member;
         if bumped {
-            self.group_epoch += 1;
+            self.group_epoch = self.group_epoch.saturating_add(1);
         }
         self.refresh_target(topics, bumped);
         self.reconcile(&hb.member_id, hb.owned.as_ref(), now);
@@ -671,7 +671,7 @@ impl ConsumerGroup {
     pub fn remove(&mut self, id: &str) {
         if self.members.remove(id).is_some() {
             self.target.remove(id);
-            self.group_epoch += 1;
+            self.group_epoch = self.group_epoch.saturating_add(1);
         }
     }
 

@@ -402,4 +402,35 @@ mod tests {
             );
         }
     }
+
+    #[test]
+    fn consumer_group_snapshots_replay_newest_first_and_a_tombstone_ends_them() {
+        let seed = std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fuzz/corpus/group_records/consumer-group"
+        ))
+        .expect("the fuzz seed");
+        let at = seed.iter().position(|&b| b == 0).expect("key NUL value");
+        let (key, value) = (&seed[..at], &seed[at + 1..]);
+        let mut groups = HashMap::new();
+        apply(&mut groups, key, Some(value));
+        let c = groups["g"].consumer.clone().expect("a consumer group");
+        assert_eq!((c.version, c.group_epoch, c.members.len()), (3, 2, 2));
+        assert_eq!(groups["g"].protocol_type.as_deref(), Some("consumer"));
+        // An older snapshot reaching the log later does not win.
+        let mut older = c.clone();
+        older.version = 2;
+        older.group_epoch = 1;
+        apply(
+            &mut groups,
+            key,
+            Some(&serde_json::to_vec(&older).expect("json")),
+        );
+        assert_eq!(
+            groups["g"].consumer.as_ref().map(|c| c.group_epoch),
+            Some(2)
+        );
+        apply(&mut groups, key, None);
+        assert!(groups["g"].consumer.is_none());
+    }
 }
