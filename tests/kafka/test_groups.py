@@ -16,6 +16,7 @@ AdminClient's ListGroups/DescribeGroups show the group and its members.
 
 kafkajs and Java (the 3.9 and 4.1 clients, group.protocol=classic) run
 tests/kafka/js/groups.js and tests/kafka/java/GroupCheck.java, which do the same three phases and print one JSON line that is checked here.
+The consumer protocol of KIP-848 (group.protocol=consumer) is test_consumer_protocol.py.
 """
 
 from __future__ import annotations

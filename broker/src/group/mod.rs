@@ -1,5 +1,5 @@
-//! The group coordinator (classic rebalance protocol) and committed offsets
-//! (ARCHITECTURE.md, Kafka gateway: Consumer groups).
+//! The group coordinator (the classic rebalance protocol and KIP-848 consumer groups) and
+//! committed offsets (ARCHITECTURE.md, Kafka gateway: Consumer groups).
 //!
 //! A group lives on the shard owning `__consumer_offsets` partition
 //! `abs(java_hash(group)) % N`. Offset commits and group metadata are records in that
@@ -7,7 +7,8 @@
 //! partition opens, so coordinator state survives kill -9.
 //!
 //! `state` holds the pure data and decisions; `coordinator` the request handling with
-//! waiters and timers; `records` the record format and replay.
+//! waiters and timers; `records` the record format and replay; `consumer` and
+//! `heartbeat` the same two for groups of the consumer protocol (KIP-848).
 //!
 //! May use: `common`, `runtime`, `partition`, `replication`, `cluster`. The coordinator
 //! runs over the shard that owns the groups through [`GroupHost`], which the shard
