@@ -191,11 +191,16 @@ def test_produce_consume_round_trip(ctl_broker):
     assert seen["no separator here"][0] is None
 
 
-def _consume_and_commit(ck, bootstrap: str, topic: str, group: str, n: int):
+def _consume_and_commit(ck, bootstrap: str, topic: str, group: str, n: int,
+                        protocol: str = "classic"):
     """A subscribed consumer that read `n` records and committed after them (still open)."""
-    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                     "auto.offset.reset": "earliest", "enable.auto.commit": False,
-                     "session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
+    conf = {"bootstrap.servers": bootstrap, "group.id": group,
+            "auto.offset.reset": "earliest", "enable.auto.commit": False}
+    if protocol == "classic":
+        conf.update({"session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
+    else:
+        conf["group.protocol"] = protocol
+    c = ck.Consumer(conf)
     c.subscribe([topic])
     got = 0
     deadline = time.monotonic() + 30
@@ -211,12 +216,14 @@ def _consume_and_commit(ck, bootstrap: str, topic: str, group: str, n: int):
     return c
 
 
-def test_group_describe_and_reset_offsets(ctl_broker):
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_group_describe_and_reset_offsets(ctl_broker, protocol):
+    """Both group protocols: a KIP-848 group is described with ConsumerGroupDescribe."""
     ck = need_module("confluent_kafka")
     t, g = name("ctl-group"), name("ctl-g")
     ctl(ctl_broker, "topic", "create", t, "--partitions", "1")
     ctl(ctl_broker, "produce", t, input="".join(f"r{i}\n" for i in range(10)))
-    c = _consume_and_commit(ck, ctl_broker.bootstrap, t, g, 6)
+    c = _consume_and_commit(ck, ctl_broker.bootstrap, t, g, 6, protocol)
     tp = ck.TopicPartition(t, 0)
     try:
         assert c.committed([tp], timeout=10)[0].offset == 6

@@ -1,6 +1,8 @@
 //! `strandctl group`: list, describe (per-partition lag like `kafka-consumer-groups.sh
-//! --describe`), delete, reset-offsets (ListGroups, DescribeGroups, OffsetFetch,
-//! ListOffsets, OffsetCommit, DeleteGroups).
+//! --describe`), delete, reset-offsets (ListGroups, ConsumerGroupDescribe and
+//! DescribeGroups, OffsetFetch, ListOffsets, OffsetCommit, DeleteGroups). A group of
+//! either protocol is described: ConsumerGroupDescribe first (KIP-848 groups), then
+//! DescribeGroups for a classic one, as Kafka's own tool does.
 //!
 //! Invariant: `reset-offsets` computes its whole plan with the pure [`plan`] before
 //! anything is written, prints it, and commits only with `--execute` and only when the
@@ -11,10 +13,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use bytes::Bytes;
-use kafka_protocol::messages::describe_groups_response::DescribedGroup;
 use kafka_protocol::messages::{
-    ConsumerProtocolAssignment, DeleteGroupsRequest, DescribeGroupsRequest, GroupId,
-    ListGroupsRequest,
+    ConsumerGroupDescribeRequest, ConsumerProtocolAssignment, DeleteGroupsRequest,
+    DescribeGroupsRequest, GroupId, ListGroupsRequest,
 };
 use kafka_protocol::protocol::{Decodable, StrBytes};
 
@@ -50,7 +51,7 @@ fn list(client: &mut KafkaClient, timeout: Duration) -> Result<String, KafkaErro
     use kafka_protocol::messages::MetadataRequest;
     let resp = client.send(&MetadataRequest::default().with_topics(Some(Vec::new())))?;
     let brokers: BTreeSet<String> = crate::topic::broker_addrs(&resp).into_values().collect();
-    let mut groups: BTreeSet<(String, String, String)> = BTreeSet::new();
+    let mut groups: BTreeSet<Listed> = BTreeSet::new();
     for addr in brokers.iter().filter(|a| a.as_str() != client.addr()) {
         // A node that is down lists nothing; the others still answer.
         match KafkaClient::connect(addr, timeout).and_then(|mut other| list_one(&mut other)) {
@@ -59,14 +60,82 @@ fn list(client: &mut KafkaClient, timeout: Duration) -> Result<String, KafkaErro
         }
     }
     groups.extend(list_one(client)?);
-    let mut table = Table::new(&["GROUP", "PROTOCOL-TYPE", "STATE"]);
-    for (g, p, s) in groups {
-        table.row(vec![g, p, if s.is_empty() { "-".into() } else { s }]);
+    let mut table = Table::new(&["GROUP", "TYPE", "PROTOCOL-TYPE", "STATE"]);
+    let dash = |s: String| if s.is_empty() { "-".into() } else { s };
+    for (g, kind, p, s) in groups {
+        table.row(vec![g, dash(kind), p, dash(s)]);
     }
     Ok(table.render())
 }
 
-fn describe_group(client: &mut KafkaClient, group: &str) -> Result<DescribedGroup, KafkaError> {
+/// A described group of either protocol: its state, and each member's (id, host, client
+/// id, assigned partitions).
+struct GroupView {
+    state: String,
+    members: Vec<(Owner, Vec<TopicPartition>)>,
+}
+
+/// GROUP_ID_NOT_FOUND: ConsumerGroupDescribe's answer for a classic or unknown group.
+const GROUP_ID_NOT_FOUND: i16 = 69;
+
+fn describe_group(client: &mut KafkaClient, group: &str) -> Result<GroupView, KafkaError> {
+    if client.version_of::<ConsumerGroupDescribeRequest>().is_ok() {
+        let req = ConsumerGroupDescribeRequest::default().with_group_ids(vec![group_id(group)]);
+        let resp = client.send(&req)?;
+        if let Some(g) = resp.groups.into_iter().next() {
+            if g.error_code != GROUP_ID_NOT_FOUND {
+                let what = format!("describe group {group}");
+                check_code(g.error_code, &what, g.error_message.as_ref())?;
+                let members = g
+                    .members
+                    .iter()
+                    .map(|m| {
+                        let owner = (
+                            m.member_id.to_string(),
+                            m.client_host.to_string(),
+                            m.client_id.to_string(),
+                        );
+                        let parts = m
+                            .assignment
+                            .topic_partitions
+                            .iter()
+                            .flat_map(|t| {
+                                t.partitions.iter().map(|p| (t.topic_name.to_string(), *p))
+                            })
+                            .collect();
+                        (owner, parts)
+                    })
+                    .collect();
+                return Ok(GroupView {
+                    state: g.group_state.to_string(),
+                    members,
+                });
+            }
+        }
+    }
+    let g = describe_classic_group(client, group)?;
+    let members = g
+        .members
+        .iter()
+        .map(|m| {
+            let owner = (
+                m.member_id.to_string(),
+                m.client_host.to_string(),
+                m.client_id.to_string(),
+            );
+            (owner, assigned_partitions(&m.member_assignment))
+        })
+        .collect();
+    Ok(GroupView {
+        state: g.group_state.to_string(),
+        members,
+    })
+}
+
+fn describe_classic_group(
+    client: &mut KafkaClient,
+    group: &str,
+) -> Result<kafka_protocol::messages::describe_groups_response::DescribedGroup, KafkaError> {
     let resp = client.send(&DescribeGroupsRequest::default().with_groups(vec![group_id(group)]))?;
     let g = resp
         .groups
@@ -117,14 +186,9 @@ fn describe(
     let g = describe_group(coord.as_mut().unwrap_or(&mut *client), group)?;
     let committed = offsets::committed(coord.as_mut().unwrap_or(&mut *client), group, None)?;
     let mut owners: BTreeMap<TopicPartition, Owner> = BTreeMap::new();
-    for m in &g.members {
-        for tp in assigned_partitions(&m.member_assignment) {
-            let owner = (
-                m.member_id.to_string(),
-                m.client_host.to_string(),
-                m.client_id.to_string(),
-            );
-            owners.insert(tp, owner);
+    for (owner, parts) in &g.members {
+        for tp in parts {
+            owners.insert(tp.clone(), owner.clone());
         }
     }
     let partitions: BTreeSet<TopicPartition> =
@@ -135,7 +199,7 @@ fn describe(
     } else {
         offsets::list_offsets(client, &partitions, offsets::LATEST_TIMESTAMP)?
     };
-    let state = g.group_state.to_string();
+    let state = g.state;
     let mut out = format!(
         "group {group}: state {}, {} member(s)\n\n",
         if state.is_empty() { "-" } else { &state },
@@ -184,8 +248,12 @@ pub fn describe_table(
     table
 }
 
-/// The groups one broker lists: (group, protocol type, state).
-fn list_one(client: &mut KafkaClient) -> Result<Vec<(String, String, String)>, KafkaError> {
+/// A listed group: (group, type — `classic` or `consumer` from ListGroups v5 —, protocol
+/// type, state).
+type Listed = (String, String, String, String);
+
+/// The groups one broker lists.
+fn list_one(client: &mut KafkaClient) -> Result<Vec<Listed>, KafkaError> {
     let resp = client.send(&ListGroupsRequest::default())?;
     check_code(resp.error_code, "list groups", None)?;
     Ok(resp
@@ -194,6 +262,7 @@ fn list_one(client: &mut KafkaClient) -> Result<Vec<(String, String, String)>, K
         .map(|g| {
             (
                 g.group_id.to_string(),
+                g.group_type.to_string(),
                 g.protocol_type.to_string(),
                 g.group_state.to_string(),
             )
@@ -361,7 +430,7 @@ fn reset_offsets(
             "group {group} has {} active member(s) (state {}): stop its consumers first; \
              offsets can only be reset while a group is inactive",
             g.members.len(),
-            g.group_state.as_str()
+            g.state
         ))
         .into());
     }

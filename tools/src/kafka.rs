@@ -45,7 +45,7 @@ pub const API_VERSION_CAPS: &[(ApiKey, i16)] = &[
     (ApiKey::Produce, 9),
     (ApiKey::Fetch, 12),
     (ApiKey::FindCoordinator, 3),
-    (ApiKey::ListGroups, 4),
+    (ApiKey::ListGroups, 5),
     (ApiKey::DescribeGroups, 5),
     (ApiKey::DeleteGroups, 2),
     (ApiKey::OffsetFetch, 7),
