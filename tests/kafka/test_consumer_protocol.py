@@ -354,3 +354,59 @@ def test_java_consumer_protocol(ck, broker, capsys):
                         broker.bootstrap, topic3, f"grp-j3-{_uid()}", str(N1), str(N2),
                         "consumer"], cwd=HERE)
     _check_program_output(out, capsys, "java-consumer-protocol")
+
+
+def _join_timing(ck, bootstrap: str, conf: dict) -> dict:
+    """A member owns six partitions; a second joins. How long until the second has
+    partitions, how long the first had none, and how many the first revoked."""
+    topic, group = f"cp-time-{_uid()}", f"grp-cp-time-{_uid()}"
+    create_topic(ck, bootstrap, topic, partitions=SIX)
+    revoked: list[int] = []
+    a = _consumer(ck, bootstrap, group, **conf)
+    a.subscribe([topic], on_revoke=lambda _c, ps: revoked.append(len(ps)))
+    b = None
+    try:
+        wait_until(lambda: a.poll(0.02) is None and _parts(a) == set(range(SIX)), 30,
+                   "the first member to own every partition")
+        revoked.clear()
+        b = _consumer(ck, bootstrap, group, **conf)
+        b.subscribe([topic])
+        t0 = last = time.monotonic()
+        paused = 0.0
+        added = None
+        while time.monotonic() - t0 < 30:
+            a.poll(0.01)
+            b.poll(0.01)
+            now = time.monotonic()
+            pa, pb = _parts(a), _parts(b)
+            if not pa:
+                paused += now - last
+            last = now
+            if pb and added is None:
+                added = now - t0
+            if pa and pb and pa | pb == set(range(SIX)) and not pa & pb:
+                break
+        assert added is not None, "the second member never got partitions"
+        return {"added_s": added, "paused_s": paused, "revoked": sum(revoked)}
+    finally:
+        if b is not None:
+            b.close()
+        a.close()
+
+
+def test_rebalance_time_against_the_classic_protocol(ck, broker, capsys):
+    """Issue 29's comparison, same members and broker: with the classic protocol
+    (librdkafka's default eager assignors) the first member gives up all six partitions
+    and waits for the rejoin; with the consumer protocol it revokes the three that move
+    and never stops. Printed as REBALANCE-TIMING lines (figures, not asserted beyond the
+    revocations: timings on a shared machine are noise)."""
+    classic = _join_timing(ck, broker.bootstrap, {
+        "group.protocol": "classic", "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 300})
+    consumer = _join_timing(ck, broker.bootstrap, {})
+    with capsys.disabled():
+        for name, t in (("classic", classic), ("consumer", consumer)):
+            print(f"\nREBALANCE-TIMING protocol={name} added_s={t['added_s']:.3f} "
+                  f"first_member_paused_s={t['paused_s']:.3f} revoked={t['revoked']}")
+    assert classic["revoked"] == SIX, classic
+    assert consumer["revoked"] == SIX // 2 and consumer["paused_s"] == 0.0, consumer
