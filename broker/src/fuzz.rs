@@ -91,7 +91,7 @@ pub fn group_records(data: &[u8]) {
     crate::group::records::apply(&mut groups, key, value);
     let topics: std::collections::BTreeMap<String, i32> =
         [("t".to_string(), 3), ("u".to_string(), 1)].into();
-    let now = std::time::Instant::now();
+    let now = crate::common::clock::now();
     for g in groups.values_mut() {
         let Some(c) = g.consumer.as_mut() else {
             continue;

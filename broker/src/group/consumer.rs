@@ -878,7 +878,7 @@ mod tests {
     #[test]
     fn a_lone_member_gets_every_partition_at_the_first_epoch() {
         let mut g = ConsumerGroup::default();
-        let now = Instant::now();
+        let now = crate::common::clock::now();
         let t = topics(&[("t", 3)]);
         let r = g.heartbeat(join("a", &["t"]), &t, now, 10);
         assert_eq!(r.error, 0, "{r:?}");
@@ -897,7 +897,7 @@ mod tests {
     #[test]
     fn a_second_member_gets_partitions_only_after_the_first_revoked_them() {
         let mut g = ConsumerGroup::default();
-        let now = Instant::now();
+        let now = crate::common::clock::now();
         let t = topics(&[("t", 4)]);
         g.heartbeat(join("a", &["t"]), &t, now, 10);
         let r = g.heartbeat(join("b", &["t"]), &t, now, 10);
@@ -933,7 +933,7 @@ mod tests {
     #[test]
     fn epochs_are_fenced_except_a_lost_answer() {
         let mut g = ConsumerGroup::default();
-        let now = Instant::now();
+        let now = crate::common::clock::now();
         let t = topics(&[("t", 2)]);
         g.heartbeat(join("a", &["t"]), &t, now, 10);
         assert_eq!(
@@ -966,7 +966,7 @@ mod tests {
     #[test]
     fn a_member_that_leaves_or_expires_frees_its_partitions() {
         let mut g = ConsumerGroup::default();
-        let now = Instant::now();
+        let now = crate::common::clock::now();
         let t = topics(&[("t", 2)]);
         g.heartbeat(join("a", &["t"]), &t, now, 10);
         g.heartbeat(join("b", &["t"]), &t, now, 10);
@@ -997,7 +997,7 @@ mod tests {
     #[test]
     fn a_member_that_does_not_revoke_in_time_is_removed() {
         let mut g = ConsumerGroup::default();
-        let now = Instant::now();
+        let now = crate::common::clock::now();
         let t = topics(&[("t", 2)]);
         g.heartbeat(join("a", &["t"]), &t, now, 10);
         g.heartbeat(join("b", &["t"]), &t, now, 10);
@@ -1015,7 +1015,7 @@ mod tests {
     #[test]
     fn requests_that_break_the_rules_are_refused() {
         let mut g = ConsumerGroup::default();
-        let now = Instant::now();
+        let now = crate::common::clock::now();
         let t = topics(&[("t", 2)]);
         let mut j = join("a", &["t"]);
         j.rebalance_timeout_ms = -1;
@@ -1049,7 +1049,7 @@ mod tests {
     #[test]
     fn a_static_member_that_left_is_replaced_by_its_next_incarnation() {
         let mut g = ConsumerGroup::default();
-        let now = Instant::now();
+        let now = crate::common::clock::now();
         let t = topics(&[("t", 2)]);
         let mut j = join("a1", &["t"]);
         j.instance_id = Some("i".into());
@@ -1071,7 +1071,7 @@ mod tests {
     #[test]
     fn new_partitions_and_regex_subscriptions_move_the_group_epoch() {
         let mut g = ConsumerGroup::default();
-        let now = Instant::now();
+        let now = crate::common::clock::now();
         let mut j = join("a", &[]);
         j.subscribed_topic_regex = Some("orders-.*".into());
         let t = topics(&[("orders-1", 1), ("other", 1), ("__consumer_offsets", 1)]);
@@ -1134,7 +1134,7 @@ mod tests {
     #[test]
     fn the_group_serializes_without_liveness() {
         let mut g = ConsumerGroup::default();
-        let now = Instant::now();
+        let now = crate::common::clock::now();
         g.heartbeat(join("a", &["t"]), &topics(&[("t", 1)]), now, 10);
         let back: ConsumerGroup =
             serde_json::from_slice(&serde_json::to_vec(&g).expect("json")).expect("parse");
