@@ -15,6 +15,8 @@ import struct
 import time
 import uuid
 
+import pytest
+
 from cluster_harness import NODE_IDS, _Reader
 from strand_harness import frame, need, need_module, recv_response, wait_until
 from test_cluster import ck, cluster, producer_config  # noqa: F401 (fixtures)
@@ -93,13 +95,16 @@ def test_only_the_coordinator_answers_a_groups_requests(cluster):
             assert fetch == NOT_COORDINATOR, (n, fetch)
 
 
-def test_a_consumer_of_a_cut_off_coordinator_joins_the_new_one(ck, cluster):
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_a_consumer_of_a_cut_off_coordinator_joins_the_new_one(ck, cluster, protocol):
     """The coordinator is cut off from its peers until another node coordinates the group
     (its leadership of the offsets partition ended: check quorum). Its consumer follows the
     group to the new coordinator, which replayed the group from the offsets partition, and
     rebalances with a consumer that joined there: the partitions end up split between the
     two, never held by both. (The hand-back to the preferred replica may move the group once
-    more meanwhile; that the old coordinator refuses the group is the previous test's.)"""
+    more meanwhile; that the old coordinator refuses the group is the previous test's.)
+    With both group protocols: a KIP-848 member goes on at its epoch with the coordinator
+    that replayed the group's state (the default 5 s heartbeat interval paces it)."""
     admin = need_module("confluent_kafka.admin")
     topic, group = f"grouped-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:8]}"
     a = admin.AdminClient({"bootstrap.servers": cluster.bootstrap()})
@@ -113,8 +118,11 @@ def test_a_consumer_of_a_cut_off_coordinator_joins_the_new_one(ck, cluster):
                        f"every node to name one coordinator of {group}")
     others = [n for n in NODE_IDS if n != coord]
     conf = {"group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False,
-            "session.timeout.ms": 6000, "heartbeat.interval.ms": 300,
             "topic.metadata.refresh.interval.ms": 1000}
+    if protocol == "classic":
+        conf.update({"session.timeout.ms": 6000, "heartbeat.interval.ms": 300})
+    else:
+        conf["group.protocol"] = protocol
     first = ck.Consumer({**conf, "bootstrap.servers": cluster.bootstrap()})
     second = None
     try:

@@ -122,6 +122,12 @@ fn consumer_group_protocol_matches_kafka() {
     let sticky = join("a").with_server_assignor(Some(s("sticky")));
     assert_eq!(c.request(1, &sticky).error_code, UNSUPPORTED_ASSIGNOR);
     assert_eq!(c.request(1, &beat("a", 3)).error_code, UNKNOWN_MEMBER_ID);
+    // Refused heartbeats leave no group behind.
+    let describe = ConsumerGroupDescribeRequest::default().with_group_ids(vec![GroupId(s(GROUP))]);
+    assert_eq!(
+        c.request(1, &describe).groups[0].error_code,
+        GROUP_ID_NOT_FOUND
+    );
 
     // A joins: both partitions, by topic id, at epoch 1.
     let r = c.request(1, &join("a"));

@@ -91,7 +91,8 @@ pub async fn consumer_heartbeat<H: GroupHost>(host: &Rc<H>, group: &str, hb: Hea
 fn apply<H: GroupHost>(host: &Rc<H>, group: &str, hb: Heartbeat) -> (Answer, Option<Record>) {
     let topics = topic_partitions(&host.metadata());
     let mut groups = host.groups().borrow_mut();
-    if !groups.contains_key(group) && groups.len() >= host.groups_max() {
+    let existed = groups.contains_key(group);
+    if !existed && groups.len() >= host.groups_max() {
         let why = "this coordinator holds groups_per_shard groups already";
         return (refused(code::COORDINATOR_NOT_AVAILABLE, why, &hb), None);
     }
@@ -113,6 +114,14 @@ fn apply<H: GroupHost>(host: &Rc<H>, group: &str, hb: Heartbeat) -> (Answer, Opt
     };
     let now = crate::common::clock::now();
     let answer = c.heartbeat(hb, &topics, now, host.group_max_size());
+    if answer.error != code::NONE && *c == ConsumerGroup::default() {
+        // A refused first heartbeat leaves nothing behind (no group to count or keep).
+        g.consumer = None;
+        if !existed {
+            groups.remove(group);
+        }
+        return (answer, None);
+    }
     let record = answer
         .changed
         .then(|| state_record(group, Some(c.snapshot())));
