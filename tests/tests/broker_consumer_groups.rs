@@ -7,13 +7,15 @@
 
 use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions;
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+use kafka_protocol::messages::leave_group_request::MemberIdentity;
 use kafka_protocol::messages::offset_commit_request::{
     OffsetCommitRequestPartition, OffsetCommitRequestTopic,
 };
 use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup;
 use kafka_protocol::messages::{
     ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse,
-    GroupId, JoinGroupRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchRequest,
+    GroupId, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, MetadataRequest,
+    OffsetCommitRequest, OffsetFetchRequest, SyncGroupRequest,
 };
 use kafka_protocol::protocol::StrBytes;
 use strand_tests::broker::{topic_name, Broker, Client, Options};
@@ -23,7 +25,10 @@ const GROUP: &str = "kip848-app";
 const TOPIC: &str = "kip848-orders";
 const INVALID_REQUEST: i16 = 42;
 const UNKNOWN_MEMBER_ID: i16 = 25;
-const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
+const ILLEGAL_GENERATION: i16 = 22;
+const MEMBER_ID_REQUIRED: i16 = 79;
+/// A ConsumerProtocolAssignment v0 with no partitions: version, empty array, null data.
+const EMPTY_ASSIGNMENT: [u8; 10] = [0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff];
 const GROUP_ID_NOT_FOUND: i16 = 69;
 const UNSUPPORTED_VERSION: i16 = 35;
 const FENCED_MEMBER_EPOCH: i16 = 110;
@@ -203,7 +208,9 @@ fn consumer_group_protocol_matches_kafka() {
         .iter()
         .all(|m| m.member_epoch == 2 && m.member_type == 1));
 
-    // A classic member is refused while consumer members are in.
+    // A classic member joins the consumer group (Kafka 4's mixed groups): its epoch is
+    // its generation and there is no leader (the coordinator assigns). Two partitions,
+    // three members: the sticky assignor leaves it none, so it is at its target at once.
     let classic = JoinGroupRequest::default()
         .with_group_id(GroupId(s(GROUP)))
         .with_session_timeout_ms(10_000)
@@ -212,11 +219,47 @@ fn consumer_group_protocol_matches_kafka() {
         .with_protocol_type(s("consumer"))
         .with_protocols(vec![JoinGroupRequestProtocol::default()
             .with_name(s("range"))
-            .with_metadata(bytes::Bytes::from_static(b"\0\0\0\0\0\0"))]);
+            .with_metadata(subscription(TOPIC))]);
+    let j = c.request(7, &classic);
+    assert_eq!(j.error_code, MEMBER_ID_REQUIRED, "{j:?}");
+    let id = j.member_id.to_string();
+    let j = c.request(7, &classic.clone().with_member_id(s(&id)));
     assert_eq!(
-        c.request(7, &classic).error_code,
-        INCONSISTENT_GROUP_PROTOCOL
+        (
+            j.error_code,
+            j.generation_id,
+            j.leader.as_str(),
+            j.members.len()
+        ),
+        (0, 3, "", 0),
+        "{j:?}"
     );
+    let sync = SyncGroupRequest::default()
+        .with_group_id(GroupId(s(GROUP)))
+        .with_member_id(s(&id))
+        .with_generation_id(3)
+        .with_protocol_type(Some(s("consumer")))
+        .with_protocol_name(Some(s("range")));
+    let r = c.request(5, &sync);
+    assert_eq!(r.error_code, 0);
+    assert_eq!(&r.assignment[..], &EMPTY_ASSIGNMENT[..]);
+    let hb = HeartbeatRequest::default()
+        .with_group_id(GroupId(s(GROUP)))
+        .with_member_id(s(&id))
+        .with_generation_id(3);
+    assert_eq!(c.request(4, &hb).error_code, 0);
+    assert_eq!(
+        c.request(4, &hb.clone().with_generation_id(2)).error_code,
+        ILLEGAL_GENERATION
+    );
+    // A classic member commits as one: any version, ILLEGAL_GENERATION when not current.
+    assert_eq!(commit(&mut c, 8, &id, 2), ILLEGAL_GENERATION);
+    assert_eq!(commit(&mut c, 8, &id, 3), 0);
+    let leave = LeaveGroupRequest::default()
+        .with_group_id(GroupId(s(GROUP)))
+        .with_members(vec![MemberIdentity::default().with_member_id(s(&id))]);
+    let r = c.request(4, &leave);
+    assert_eq!((r.error_code, r.members[0].error_code), (0, 0));
 
     // Both leave; the group is Empty, and an admin commit is taken again.
     let r = c.request(1, &beat("a", -1));
@@ -225,7 +268,8 @@ fn consumer_group_protocol_matches_kafka() {
     assert_eq!((r.error_code, r.member_epoch), (0, -1));
     assert_eq!(commit(&mut c, 9, "", -1), 0);
 
-    // A classic group with members refuses consumer members.
+    // A classic group of consumers is upgraded by a consumer-protocol member's join (its
+    // member parked in the classic rebalance rejoins); a heartbeat past a join is not.
     let other = "kip848-classic";
     c.wait_coordinator(other, Deadline::after(std::time::Duration::from_secs(30)));
     let j = c.request(7, &classic.clone().with_group_id(GroupId(s(other))));
@@ -236,6 +280,29 @@ fn consumer_group_protocol_matches_kafka() {
             .with_member_id(j.member_id),
     );
     assert_eq!(j.error_code, 0, "{j:?}");
-    let r = c.request(1, &join("c").with_group_id(GroupId(s(other))));
+    let r = c.request(1, &beat("c", 4).with_group_id(GroupId(s(other))));
     assert_eq!(r.error_code, GROUP_ID_NOT_FOUND);
+    let r = c.request(1, &join("c").with_group_id(GroupId(s(other))));
+    assert_eq!(r.error_code, 0, "{r:?}");
+    let d = c.request(
+        1,
+        &ConsumerGroupDescribeRequest::default().with_group_ids(vec![GroupId(s(other))]),
+    );
+    let mut types: Vec<i8> = d.groups[0].members.iter().map(|m| m.member_type).collect();
+    types.sort_unstable();
+    assert_eq!(types, vec![0, 1], "a classic and a consumer member: {d:?}");
+}
+
+/// A classic member's subscription metadata: ConsumerProtocolSubscription v1, prefixed
+/// with its version.
+fn subscription(topic: &str) -> bytes::Bytes {
+    use kafka_protocol::messages::ConsumerProtocolSubscription;
+    use kafka_protocol::protocol::Encodable;
+    let mut b = bytes::BytesMut::new();
+    b.extend_from_slice(&1i16.to_be_bytes());
+    ConsumerProtocolSubscription::default()
+        .with_topics(vec![s(topic)])
+        .encode(&mut b, 1)
+        .expect("encode a subscription");
+    b.freeze()
 }

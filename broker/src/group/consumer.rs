@@ -64,6 +64,33 @@ impl PartialEq for Liveness {
     }
 }
 
+/// What a member of the classic protocol in a consumer group joined with (Kafka 4's
+/// mixed groups: a group being upgraded member by member, or downgraded).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClassicMeta {
+    /// Its session timeout (JoinGroup's).
+    pub session_timeout_ms: i32,
+    /// Its protocols in preference order: (name, metadata).
+    pub protocols: Vec<(String, Vec<u8>)>,
+}
+
+/// A classic JoinGroup to a consumer group.
+#[derive(Clone, Debug, Default)]
+pub struct ClassicJoin {
+    /// Member id (the coordinator made it).
+    pub member_id: String,
+    /// Static membership id.
+    pub instance_id: Option<String>,
+    /// Client id.
+    pub client_id: String,
+    /// Client host.
+    pub client_host: String,
+    /// What the member joined with.
+    pub meta: ClassicMeta,
+    /// Rebalance timeout.
+    pub rebalance_timeout_ms: i32,
+}
+
 /// One member.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ConsumerMember {
@@ -95,6 +122,9 @@ pub struct ConsumerMember {
     pub assigned: Assignment,
     /// The partitions it must revoke (still its own until it has).
     pub revoking: Assignment,
+    /// For a member speaking the classic protocol (JoinGroup, SyncGroup, Heartbeat).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub classic: Option<ClassicMeta>,
     /// Liveness.
     #[serde(skip)]
     pub live: Liveness,
@@ -230,6 +260,69 @@ fn intersection(a: &Assignment, b: &Assignment) -> Assignment {
 /// Partitions in an assignment.
 pub fn count(a: &Assignment) -> usize {
     a.values().map(BTreeSet::len).sum()
+}
+
+/// The topics and owned partitions (version 1+) of a classic member's
+/// `ConsumerProtocolSubscription` metadata (version-prefixed), if it is one.
+pub fn decode_subscription(meta: &[u8]) -> Option<(Vec<String>, Assignment)> {
+    use kafka_protocol::messages::ConsumerProtocolSubscription;
+    use kafka_protocol::protocol::Decodable;
+    let version = i16::from_be_bytes(*meta.first_chunk::<2>()?);
+    let mut body = bytes::Bytes::copy_from_slice(&meta[2..]);
+    let s = ConsumerProtocolSubscription::decode(&mut body, version.clamp(0, 3)).ok()?;
+    let names = s.topics.iter().map(|t| t.to_string()).collect();
+    let mut owned = Assignment::new();
+    for tp in &s.owned_partitions {
+        owned
+            .entry(tp.topic.to_string())
+            .or_default()
+            .extend(tp.partitions.iter().copied());
+    }
+    Some((names, owned))
+}
+
+/// The partitions of a classic member's `ConsumerProtocolAssignment` (version-prefixed);
+/// empty when it is not one.
+pub fn decode_assignment(bytes: &[u8]) -> Assignment {
+    use kafka_protocol::messages::ConsumerProtocolAssignment;
+    use kafka_protocol::protocol::Decodable;
+    let Some(version) = bytes.first_chunk::<2>().map(|v| i16::from_be_bytes(*v)) else {
+        return Assignment::new();
+    };
+    let mut body = bytes::Bytes::copy_from_slice(&bytes[2..]);
+    let Ok(a) = ConsumerProtocolAssignment::decode(&mut body, version.clamp(0, 3)) else {
+        return Assignment::new();
+    };
+    let mut out = Assignment::new();
+    for tp in &a.assigned_partitions {
+        out.entry(tp.topic.to_string())
+            .or_default()
+            .extend(tp.partitions.iter().copied());
+    }
+    out
+}
+
+/// A classic member's assignment as SyncGroup carries it: `ConsumerProtocolAssignment`
+/// version 0, prefixed with its version.
+pub fn encode_assignment(a: &Assignment) -> bytes::Bytes {
+    use kafka_protocol::messages::consumer_protocol_assignment::TopicPartition;
+    use kafka_protocol::messages::{ConsumerProtocolAssignment, TopicName};
+    use kafka_protocol::protocol::{Encodable, StrBytes};
+    let parts = a
+        .iter()
+        .map(|(t, ps)| {
+            TopicPartition::default()
+                .with_topic(TopicName(StrBytes::from_string(t.clone())))
+                .with_partitions(ps.iter().copied().collect())
+        })
+        .collect();
+    let msg = ConsumerProtocolAssignment::default().with_assigned_partitions(parts);
+    let mut out = bytes::BytesMut::new();
+    out.extend_from_slice(&0i16.to_be_bytes());
+    if msg.encode(&mut out, 0).is_err() {
+        return bytes::Bytes::new();
+    }
+    out.freeze()
 }
 
 /// A subscription regex compiled with bounds, or why it is refused.
@@ -445,7 +538,9 @@ impl ConsumerGroup {
             return;
         };
         m.revoking.clear();
-        if !revoke.is_empty() {
+        // A member that says it owns none of them has revoked them already (a classic
+        // member rejoining, eager ones having given up everything).
+        if !revoke.is_empty() && owned.is_none_or(|o| intersects(o, &revoke)) {
             m.assigned = keep;
             m.revoking = revoke;
             m.state = MemberState::UnrevokedPartitions;
@@ -454,6 +549,7 @@ impl ConsumerGroup {
             return;
         }
         m.live.revoke_deadline = None;
+        m.assigned = keep;
         let granted = count(&free);
         for (t, ps) in free {
             m.assigned.entry(t).or_default().extend(ps);
@@ -675,16 +771,20 @@ impl ConsumerGroup {
         }
     }
 
-    /// Removes members whose session expired or that did not revoke in time; their ids.
+    /// Removes members whose session expired (a classic member's own session timeout, the
+    /// others' `session_timeout`) or that did not revoke in time; their ids.
     pub fn expire(&mut self, now: Instant, session_timeout: Duration) -> Vec<String> {
         let gone: Vec<String> = self
             .members
             .values()
             .filter(|m| {
+                let timeout = m.classic.as_ref().map_or(session_timeout, |c| {
+                    Duration::from_millis(u64::try_from(c.session_timeout_ms).unwrap_or(0))
+                });
                 let seen = m
                     .live
                     .last_seen
-                    .is_some_and(|s| now.duration_since(s) >= session_timeout);
+                    .is_some_and(|s| now.duration_since(s) >= timeout);
                 let late = m.live.revoke_deadline.is_some_and(|d| now >= d);
                 seen || late
             })
@@ -694,6 +794,119 @@ impl ConsumerGroup {
             self.remove(id);
         }
         gone
+    }
+
+    /// A classic JoinGroup of a member of this consumer group (a mixed group): the member
+    /// is added or updated from its subscription (its first protocol whose metadata is a
+    /// consumer subscription), moved toward its target with the partitions it says it
+    /// still owns, and answered at once with its epoch as the generation.
+    pub fn classic_join(
+        &mut self,
+        j: ClassicJoin,
+        topics: &BTreeMap<String, i32>,
+        now: Instant,
+        max_size: usize,
+    ) -> Result<(i32, bool), i16> {
+        let Some((names, owned)) = j
+            .meta
+            .protocols
+            .iter()
+            .find_map(|(_, m)| decode_subscription(m))
+        else {
+            return Err(code::INCONSISTENT_GROUP_PROTOCOL);
+        };
+        let before = self.clone();
+        let mut bumped = false;
+        if let Some(inst) = j.instance_id.as_deref() {
+            // KIP-345: the new incarnation of a static member takes its place.
+            let old = self
+                .members
+                .values()
+                .find(|m| m.instance_id.as_deref() == Some(inst) && m.id != j.member_id)
+                .map(|m| m.id.clone());
+            if let Some(mut m) = old.and_then(|o| self.members.remove(&o)) {
+                if let Some(t) = self.target.remove(&m.id) {
+                    self.target.insert(j.member_id.clone(), t);
+                }
+                m.id = j.member_id.clone();
+                self.members.insert(m.id.clone(), m);
+            }
+        }
+        if !self.members.contains_key(&j.member_id) {
+            if self.members.len() >= max_size {
+                return Err(code::GROUP_MAX_SIZE_REACHED);
+            }
+            let m = ConsumerMember {
+                id: j.member_id.clone(),
+                previous_member_epoch: -1,
+                ..ConsumerMember::default()
+            };
+            self.members.insert(j.member_id.clone(), m);
+            bumped = true;
+        }
+        let Some(m) = self.members.get_mut(&j.member_id) else {
+            return Err(code::UNKNOWN_MEMBER_ID);
+        };
+        m.instance_id = j.instance_id;
+        m.client_id = j.client_id;
+        m.client_host = j.client_host;
+        m.rebalance_timeout_ms = j.rebalance_timeout_ms;
+        m.classic = Some(j.meta);
+        m.live.last_seen = Some(now);
+        let mut names = names;
+        names.sort();
+        names.dedup();
+        bumped |= names != m.subscribed_topic_names || m.subscribed_topic_regex.is_some();
+        m.subscribed_topic_names = names;
+        m.subscribed_topic_regex = None;
+        if bumped {
+            self.group_epoch = self.group_epoch.saturating_add(1);
+        }
+        self.refresh_target(topics, bumped);
+        self.reconcile(&j.member_id, Some(&owned), now);
+        let epoch = self.members.get(&j.member_id).map_or(0, |m| m.member_epoch);
+        Ok((epoch, *self != before))
+    }
+
+    /// A classic SyncGroup: the member's assignment at `generation` (its epoch).
+    pub fn classic_sync(&self, member_id: &str, generation: i32) -> Result<&Assignment, i16> {
+        let m = self.members.get(member_id).ok_or(code::UNKNOWN_MEMBER_ID)?;
+        if generation != m.member_epoch {
+            return Err(code::ILLEGAL_GENERATION);
+        }
+        Ok(&m.assigned)
+    }
+
+    /// A classic Heartbeat: REBALANCE_IN_PROGRESS while the member is not at its target
+    /// (it rejoins to move on); whether durable state changed.
+    pub fn classic_heartbeat(
+        &mut self,
+        member_id: &str,
+        generation: i32,
+        topics: &BTreeMap<String, i32>,
+        now: Instant,
+    ) -> (i16, bool) {
+        let before = self.clone();
+        self.refresh_target(topics, false);
+        let target_epoch = self.assignment_epoch;
+        let code = match self.members.get_mut(member_id) {
+            None => code::UNKNOWN_MEMBER_ID,
+            Some(m) if m.member_epoch != generation => code::ILLEGAL_GENERATION,
+            Some(m) => {
+                m.live.last_seen = Some(now);
+                if m.member_epoch == target_epoch && m.state == MemberState::Stable {
+                    code::NONE
+                } else {
+                    code::REBALANCE_IN_PROGRESS
+                }
+            }
+        };
+        (code, *self != before)
+    }
+
+    /// Whether every member speaks the classic protocol (the group can go back to it).
+    pub fn only_classic_members(&self) -> bool {
+        !self.members.is_empty() && self.members.values().all(|m| m.classic.is_some())
     }
 
     /// The persisted form of the group, under a new version.
@@ -1084,6 +1297,106 @@ mod tests {
             r.assignment,
             Some(a(&[("orders-1", &[0, 1]), ("orders-2", &[0])]))
         );
+    }
+
+    /// A classic member's subscription metadata (ConsumerProtocolSubscription v1).
+    fn subscription(topics: &[&str]) -> Vec<u8> {
+        use kafka_protocol::messages::ConsumerProtocolSubscription;
+        use kafka_protocol::protocol::{Encodable, StrBytes};
+        let msg = ConsumerProtocolSubscription::default().with_topics(
+            topics
+                .iter()
+                .map(|t| StrBytes::from_string(t.to_string()))
+                .collect(),
+        );
+        let mut b = bytes::BytesMut::new();
+        b.extend_from_slice(&1i16.to_be_bytes());
+        msg.encode(&mut b, 1).expect("encode");
+        b.to_vec()
+    }
+
+    fn classic(id: &str, topics: &[&str]) -> ClassicJoin {
+        ClassicJoin {
+            member_id: id.into(),
+            meta: ClassicMeta {
+                session_timeout_ms: 10_000,
+                protocols: vec![("range".into(), subscription(topics))],
+            },
+            rebalance_timeout_ms: 10_000,
+            ..ClassicJoin::default()
+        }
+    }
+
+    #[test]
+    fn a_classic_member_joins_a_consumer_group_and_rejoins_to_move_on() {
+        let mut g = ConsumerGroup::default();
+        let now = crate::common::clock::now();
+        let t = topics(&[("t", 2)]);
+        g.heartbeat(join("a", &["t"]), &t, now, 10);
+        // The classic member joins at the new epoch but waits: a owns both partitions.
+        let (generation, changed) = g
+            .classic_join(classic("c", &["t"]), &t, now, 10)
+            .expect("join");
+        assert_eq!((generation, changed), (2, true));
+        assert_eq!(g.classic_sync("c", 2), Ok(&Assignment::new()));
+        assert_eq!(g.classic_sync("c", 1), Err(code::ILLEGAL_GENERATION));
+        assert_eq!(
+            g.classic_heartbeat("c", 2, &t, now).0,
+            code::REBALANCE_IN_PROGRESS
+        );
+        assert_eq!(
+            g.classic_heartbeat("x", 2, &t, now).0,
+            code::UNKNOWN_MEMBER_ID
+        );
+        // a revokes one; c rejoins and gets it; its heartbeats are quiet then.
+        let kept = g
+            .heartbeat(beat("a", 1, None), &t, now, 10)
+            .assignment
+            .expect("a");
+        assert_eq!(
+            g.heartbeat(beat("a", 1, Some(kept.clone())), &t, now, 10)
+                .member_epoch,
+            2
+        );
+        let (generation, _) = g
+            .classic_join(classic("c", &["t"]), &t, now, 10)
+            .expect("rejoin");
+        assert_eq!(generation, 2);
+        let got = g.classic_sync("c", 2).expect("sync").clone();
+        assert_eq!(count(&got), 1);
+        assert!(!intersects(&got, &kept));
+        assert_eq!(g.classic_heartbeat("c", 2, &t, now).0, code::NONE);
+        exclusive(&g);
+        // The bytes a classic client reads back.
+        assert_eq!(decode_assignment(&encode_assignment(&got)), got);
+        // Only the classic member left: the group can go back to the classic protocol.
+        g.heartbeat(beat("a", LEAVE_EPOCH, None), &t, now, 10);
+        assert!(g.only_classic_members());
+    }
+
+    #[test]
+    fn an_eager_classic_member_gives_up_what_moves_when_it_rejoins() {
+        let mut g = ConsumerGroup::default();
+        let now = crate::common::clock::now();
+        let t = topics(&[("t", 2)]);
+        let (generation, _) = g
+            .classic_join(classic("c", &["t"]), &t, now, 10)
+            .expect("join");
+        assert_eq!(g.classic_sync("c", generation).map(count), Ok(2));
+        // A consumer-protocol member joins: the classic one is told to rejoin.
+        let r = g.heartbeat(join("a", &["t"]), &t, now, 10);
+        assert_eq!(r.assignment, Some(Assignment::new()));
+        let (code, _) = g.classic_heartbeat("c", generation, &t, now);
+        assert_eq!(code, code::REBALANCE_IN_PROGRESS);
+        // It rejoins owning nothing (eager): it keeps one, the other goes to a.
+        let (generation, _) = g
+            .classic_join(classic("c", &["t"]), &t, now, 10)
+            .expect("rejoin");
+        assert_eq!(g.classic_sync("c", generation).map(count), Ok(1));
+        let r = g.heartbeat(beat("a", 2, None), &t, now, 10);
+        assert_eq!(r.assignment.as_ref().map(count), Some(1));
+        exclusive(&g);
+        assert_eq!(g.classic_heartbeat("c", generation, &t, now).0, code::NONE);
     }
 
     fn subs(list: &[(&str, &[&str])]) -> BTreeMap<String, BTreeSet<String>> {

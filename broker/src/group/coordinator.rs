@@ -91,6 +91,9 @@ pub async fn group_join<H: GroupHost>(host: &Rc<H>, r: JoinRequest) -> JoinOutco
     if let Err(error) = super::heartbeat::make_classic(host, &r.group).await {
         return failed_join(error, r.member_id);
     }
+    if let Some(outcome) = super::heartbeat::classic_join(host, &r).await {
+        return outcome;
+    }
     let rx = {
         let mut groups = host.groups().borrow_mut();
         if !groups.contains_key(&r.group) && groups.len() >= host.groups_max() {
@@ -230,7 +233,7 @@ fn admit<H: GroupHost>(
 }
 
 /// Moves a group to PreparingRebalance and starts the task that completes the join.
-fn prepare_rebalance<H: GroupHost>(host: &Rc<H>, g: &mut Group) {
+pub(crate) fn prepare_rebalance<H: GroupHost>(host: &Rc<H>, g: &mut Group) {
     let now = crate::common::clock::now();
     for m in g.members.values_mut() {
         if let Some(tx) = m.sync_waiter.take() {
@@ -298,8 +301,22 @@ async fn drive_rebalance<H: GroupHost>(host: Rc<H>, group: String) {
     }
 }
 
-/// SyncGroup: (error code, assignment).
+/// SyncGroup: (error code, assignment). In a consumer group (a classic member of a mixed
+/// group), the member's assignment from the consumer group's state.
 pub async fn group_sync<H: GroupHost>(
+    host: &Rc<H>,
+    group: &str,
+    member: (&str, Option<&str>),
+    generation: i32,
+    assignments: Vec<(String, Bytes)>,
+) -> (i16, Bytes) {
+    match super::heartbeat::classic_sync(host, group, member.0, generation) {
+        Some(answer) => answer,
+        None => classic_group_sync(host, group, member, generation, assignments).await,
+    }
+}
+
+async fn classic_group_sync<H: GroupHost>(
     host: &Rc<H>,
     group: &str,
     (member_id, instance_id): (&str, Option<&str>),
@@ -377,11 +394,14 @@ pub async fn group_sync<H: GroupHost>(
 
 /// Heartbeat: error code.
 pub fn group_heartbeat<H: GroupHost>(
-    host: &H,
+    host: &Rc<H>,
     group: &str,
     (member_id, instance_id): (&str, Option<&str>),
     generation: i32,
 ) -> i16 {
+    if let Some(code) = super::heartbeat::classic_heartbeat(host, group, member_id, generation) {
+        return code;
+    }
     let mut groups = host.groups().borrow_mut();
     let Some(g) = groups.get_mut(group) else {
         return code::UNKNOWN_MEMBER_ID;
@@ -411,6 +431,9 @@ pub async fn group_leave<H: GroupHost>(
     group: &str,
     members: &[(String, Option<String>)],
 ) -> Vec<i16> {
+    if let Some(codes) = super::heartbeat::classic_leave(host, group, members).await {
+        return codes;
+    }
     let (codes, persist) = leave_members(host, group, members);
     if let Some(v) = persist {
         let key = records::key_bytes(&Key::Group {
@@ -914,6 +937,9 @@ fn consumer_commit_code(
     let Some(m) = c.members.get(member_id) else {
         return code::UNKNOWN_MEMBER_ID;
     };
+    // A classic member of a mixed group commits as a classic member: any version, and
+    // ILLEGAL_GENERATION for a wrong generation.
+    let version = version.filter(|_| m.classic.is_none());
     match version {
         Some(v) if v < OFFSET_COMMIT_VERSION_MAX => code::UNSUPPORTED_VERSION,
         _ if m.member_epoch == epoch => code::NONE,

@@ -9,12 +9,17 @@
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use super::consumer::{Answer, ConsumerGroup, Heartbeat};
-use super::coordinator::{code, persist_group_records, GROUP_ID_BYTES_MAX};
+use super::consumer::ClassicJoin;
+use super::consumer::{
+    decode_assignment, decode_subscription, encode_assignment, Answer, ClassicMeta, ConsumerGroup,
+    ConsumerMember, Heartbeat, Liveness,
+};
+use super::coordinator::{code, persist_group_records, JoinRequest, GROUP_ID_BYTES_MAX};
 use super::records::{self, Key};
-use super::state::{Group, GroupState};
+use super::state::JoinOutcome;
+use super::state::{Group, GroupState, Member};
 use super::GroupHost;
 
 /// The cluster's topics and partition counts, as the assignors see them.
@@ -71,11 +76,11 @@ pub async fn consumer_heartbeat<H: GroupHost>(host: &Rc<H>, group: &str, hb: Hea
             &hb,
         );
     }
-    let (answer, record) = apply(host, group, hb);
-    let Some(record) = record else {
+    let (answer, records) = apply(host, group, hb);
+    if records.is_empty() {
         return answer;
-    };
-    match persist_group_records(&**host, group, vec![record], None).await {
+    }
+    match persist_group_records(&**host, group, records, None).await {
         Ok(_) => answer,
         Err(error) => Answer {
             error,
@@ -86,33 +91,38 @@ pub async fn consumer_heartbeat<H: GroupHost>(host: &Rc<H>, group: &str, hb: Hea
     }
 }
 
-/// The heartbeat applied to the group's state: the answer, and the record to make durable
-/// before it when the state changed.
-fn apply<H: GroupHost>(host: &Rc<H>, group: &str, hb: Heartbeat) -> (Answer, Option<Record>) {
+/// The heartbeat applied to the group's state: the answer, and the records to make
+/// durable before it when the state changed.
+fn apply<H: GroupHost>(host: &Rc<H>, group: &str, hb: Heartbeat) -> (Answer, Vec<Record>) {
     let topics = topic_partitions(&host.metadata());
     let mut groups = host.groups().borrow_mut();
     let existed = groups.contains_key(group);
     if !existed && groups.len() >= host.groups_max() {
         let why = "this coordinator holds groups_per_shard groups already";
-        return (refused(code::COORDINATOR_NOT_AVAILABLE, why, &hb), None);
+        return (
+            refused(code::COORDINATOR_NOT_AVAILABLE, why, &hb),
+            Vec::new(),
+        );
     }
     let g = groups
         .entry(group.to_string())
         .or_insert_with(|| Group::new(group));
+    let now = crate::common::clock::now();
     if g.consumer.is_none() {
         if g.state != GroupState::Empty || !g.members.is_empty() {
-            let why = format!("group {group} is not a consumer group: it has classic members");
-            return (refused(code::GROUP_ID_NOT_FOUND, why, &hb), None);
+            match upgrade(g, hb.member_epoch, now) {
+                Ok(c) => g.consumer = Some(c),
+                Err(why) => return (refused(code::GROUP_ID_NOT_FOUND, why, &hb), Vec::new()),
+            }
+        } else {
+            g.consumer = Some(ConsumerGroup::default());
         }
-        g.consumer = Some(ConsumerGroup::default());
     }
     let Some(c) = g.consumer.as_mut() else {
-        return (
-            refused(code::UNKNOWN_SERVER_ERROR, "consumer state vanished", &hb),
-            None,
-        );
+        let why = "consumer state vanished";
+        return (refused(code::UNKNOWN_SERVER_ERROR, why, &hb), Vec::new());
     };
-    let now = crate::common::clock::now();
+    let leaving = hb.member_epoch < 0;
     let answer = c.heartbeat(hb, &topics, now, host.group_max_size());
     if answer.error != code::NONE && *c == ConsumerGroup::default() {
         // A refused first heartbeat leaves nothing behind (no group to count or keep).
@@ -120,16 +130,134 @@ fn apply<H: GroupHost>(host: &Rc<H>, group: &str, hb: Heartbeat) -> (Answer, Opt
         if !existed {
             groups.remove(group);
         }
-        return (answer, None);
+        return (answer, Vec::new());
     }
-    let record = answer
-        .changed
-        .then(|| state_record(group, Some(c.snapshot())));
     if answer.error == code::NONE {
         g.protocol_type = Some("consumer".into());
         g.empty_since_ms = None;
     }
-    (answer, record)
+    if leaving && c.only_classic_members() {
+        return (answer, downgrade(host, g, now));
+    }
+    let records = match answer.changed {
+        true => vec![state_record(group, Some(c.snapshot()))],
+        false => Vec::new(),
+    };
+    (answer, records)
+}
+
+/// Kafka's online upgrade: a consumer-protocol member joining a classic group of consumers
+/// turns it into a consumer group whose classic members keep their partitions at the
+/// classic generation (they go on with JoinGroup, SyncGroup and Heartbeat). A join or
+/// sync parked in a classic rebalance is answered REBALANCE_IN_PROGRESS (its waiter is
+/// dropped) and the member rejoins the consumer group.
+fn upgrade(g: &mut Group, member_epoch: i32, now: Instant) -> Result<ConsumerGroup, String> {
+    let id = &g.id;
+    if member_epoch != super::consumer::JOIN_EPOCH {
+        return Err(format!("group {id} is not a consumer group"));
+    }
+    if g.protocol_type.as_deref() != Some("consumer") {
+        return Err(format!(
+            "group {id} is a classic group of protocol type {:?}, not of consumers",
+            g.protocol_type
+        ));
+    }
+    let protocol = g.protocol.clone().unwrap_or_default();
+    let mut c = ConsumerGroup {
+        group_epoch: g.generation,
+        assignment_epoch: g.generation,
+        ..ConsumerGroup::default()
+    };
+    for m in g.members.values() {
+        let mut names = decode_subscription(&m.metadata_for(&protocol))
+            .map(|(n, _)| n)
+            .unwrap_or_default();
+        names.sort();
+        names.dedup();
+        let assigned = decode_assignment(&m.assignment);
+        c.target.insert(m.id.clone(), assigned.clone());
+        let member = ConsumerMember {
+            id: m.id.clone(),
+            instance_id: m.instance_id.clone(),
+            client_id: m.client_id.clone(),
+            client_host: m.client_host.clone(),
+            rebalance_timeout_ms: m.rebalance_timeout_ms,
+            subscribed_topic_names: names,
+            member_epoch: g.generation,
+            previous_member_epoch: g.generation.saturating_sub(1),
+            assigned,
+            classic: Some(ClassicMeta {
+                session_timeout_ms: m.session_timeout_ms,
+                protocols: m
+                    .protocols
+                    .iter()
+                    .map(|(n, b)| (n.clone(), b.to_vec()))
+                    .collect(),
+            }),
+            live: Liveness {
+                last_seen: Some(now),
+                ..Liveness::default()
+            },
+            ..ConsumerMember::default()
+        };
+        c.members.insert(m.id.clone(), member);
+    }
+    tracing::info!(group = %id, members = c.members.len(), generation = g.generation,
+        "classic group upgraded to the consumer protocol");
+    g.members.clear();
+    g.pending.clear();
+    g.leader = None;
+    g.state = GroupState::Empty;
+    Ok(c)
+}
+
+/// Kafka's downgrade: when the last consumer-protocol member left a group of classic
+/// members, it becomes a classic group again at the group epoch, with their partitions,
+/// and rebalances. Its records: the consumer state's tombstone, then the classic group.
+fn downgrade<H: GroupHost>(host: &Rc<H>, g: &mut Group, now: Instant) -> Vec<Record> {
+    let Some(c) = g.consumer.take() else {
+        return Vec::new();
+    };
+    g.generation = g.generation.max(c.group_epoch);
+    g.members = c
+        .members
+        .into_values()
+        .map(|m| {
+            let classic = m.classic.unwrap_or_default();
+            let member = Member {
+                id: m.id.clone(),
+                instance_id: m.instance_id,
+                client_id: m.client_id,
+                client_host: m.client_host,
+                session_timeout_ms: classic.session_timeout_ms,
+                rebalance_timeout_ms: m.rebalance_timeout_ms,
+                protocols: classic
+                    .protocols
+                    .into_iter()
+                    .map(|(n, b)| (n, bytes::Bytes::from(b)))
+                    .collect(),
+                assignment: encode_assignment(&m.assigned),
+                join_waiter: None,
+                sync_waiter: None,
+                last_seen: now,
+            };
+            (m.id, member)
+        })
+        .collect();
+    g.protocol_type = Some("consumer".into());
+    g.protocol = g.select_protocol();
+    g.leader = g.members.keys().next().cloned();
+    g.state = GroupState::Stable;
+    tracing::info!(group = %g.id, members = g.members.len(), generation = g.generation,
+        "consumer group downgraded to the classic protocol");
+    let classic = (
+        records::key_bytes(&Key::Group {
+            group: g.id.clone(),
+        }),
+        Some(records::value_bytes(&records::group_value(g))),
+    );
+    super::coordinator::prepare_rebalance(host, g);
+    vec![state_record(&g.id, None), classic]
 }
 
 /// Removes consumer-protocol members whose session expired or that did not revoke their
@@ -143,29 +271,221 @@ pub fn expire_consumer_members<H: GroupHost>(host: &Rc<H>) {
             continue;
         };
         let gone = c.expire(now, session);
-        if !gone.is_empty() {
-            tracing::info!(group = %g.id, members = ?gone, "consumer group members expired");
-            records.push((g.id.clone(), state_record(&g.id, Some(c.snapshot()))));
+        if gone.is_empty() {
+            continue;
+        }
+        tracing::info!(group = %g.id, members = ?gone, "consumer group members expired");
+        if c.only_classic_members() {
+            records.push((g.id.clone(), downgrade(host, g, now)));
+        } else {
+            records.push((g.id.clone(), vec![state_record(&g.id, Some(c.snapshot()))]));
         }
     }
-    for (group, record) in records {
-        let host = host.clone();
-        crate::runtime::task::spawn_local(async move {
-            if let Err(e) = persist_group_records(&*host, &group, vec![record], None).await {
-                tracing::warn!(%group, code = e, "writing a consumer group's state after member expiry failed");
-            }
-        });
+    for (group, recs) in records {
+        spawn_persist(host, group, recs);
     }
 }
 
-/// Before a classic JoinGroup: a consumer-protocol group with members refuses it
-/// (INCONSISTENT_GROUP_PROTOCOL, as Kafka with `group.consumer.migration.policy` off); one
-/// without members becomes classic again, durably.
+/// Writes `recs` to `group`'s offsets partition in the background (a change no request
+/// waits for: an expiry, a classic heartbeat that moved the group epoch).
+fn spawn_persist<H: GroupHost>(host: &Rc<H>, group: String, recs: Vec<Record>) {
+    let host = host.clone();
+    crate::runtime::task::spawn_local(async move {
+        if let Err(e) = persist_group_records(&*host, &group, recs, None).await {
+            tracing::warn!(%group, code = e, "writing a consumer group's state failed");
+        }
+    });
+}
+
+/// A classic JoinGroup to a consumer group with members (Kafka 4's mixed groups): the
+/// member joins the consumer group and is answered at once with its epoch as the
+/// generation and no leader (the coordinator assigns). `None` when the group is not a
+/// consumer group with members (the classic coordinator handles the join).
+pub async fn classic_join<H: GroupHost>(host: &Rc<H>, r: &JoinRequest) -> Option<JoinOutcome> {
+    let topics = topic_partitions(&host.metadata());
+    let (outcome, records) = {
+        let mut groups = host.groups().borrow_mut();
+        let g = groups.get_mut(&r.group)?;
+        let c = g.consumer.as_mut().filter(|c| !c.members.is_empty())?;
+        let member_id = match classic_member_id(r) {
+            Ok(id) => id,
+            Err(refused) => return Some(*refused),
+        };
+        let failed = |error| failed_join(error, r.member_id.clone());
+        let join = ClassicJoin {
+            member_id: member_id.clone(),
+            instance_id: r.instance_id.clone(),
+            client_id: r.client_id.clone(),
+            client_host: r.client_host.clone(),
+            meta: ClassicMeta {
+                session_timeout_ms: r.session_timeout_ms,
+                protocols: r
+                    .protocols
+                    .iter()
+                    .map(|(n, b)| (n.clone(), b.to_vec()))
+                    .collect(),
+            },
+            rebalance_timeout_ms: r.rebalance_timeout_ms,
+        };
+        let now = crate::common::clock::now();
+        match c.classic_join(join, &topics, now, host.group_max_size()) {
+            Err(error) => {
+                return Some(JoinOutcome {
+                    member_id,
+                    ..failed(error)
+                })
+            }
+            Ok((generation, changed)) => {
+                let outcome = JoinOutcome {
+                    error: code::NONE,
+                    generation,
+                    protocol: r.protocols.first().map(|(n, _)| n.clone()),
+                    protocol_type: Some("consumer".into()),
+                    leader: String::new(),
+                    member_id,
+                    members: Vec::new(),
+                };
+                let records = match changed {
+                    true => vec![state_record(&r.group, Some(c.snapshot()))],
+                    false => Vec::new(),
+                };
+                (outcome, records)
+            }
+        }
+    };
+    if !records.is_empty() {
+        if let Err(error) = persist_group_records(&**host, &r.group, records, None).await {
+            return Some(JoinOutcome {
+                error,
+                generation: -1,
+                ..outcome
+            });
+        }
+    }
+    Some(outcome)
+}
+
+fn failed_join(error: i16, member_id: String) -> JoinOutcome {
+    JoinOutcome {
+        error,
+        generation: -1,
+        protocol: None,
+        protocol_type: None,
+        leader: String::new(),
+        member_id,
+        members: Vec::new(),
+    }
+}
+
+/// The member id of a classic JoinGroup to a consumer group: its own, or a new one (with
+/// MEMBER_ID_REQUIRED from v4, as Kafka answers a first join); refused unless it joins as
+/// a consumer.
+fn classic_member_id(r: &JoinRequest) -> Result<String, Box<JoinOutcome>> {
+    if r.protocol_type != "consumer" || r.protocols.is_empty() {
+        let refused = failed_join(code::INCONSISTENT_GROUP_PROTOCOL, r.member_id.clone());
+        return Err(Box::new(refused));
+    }
+    if !r.member_id.is_empty() {
+        return Ok(r.member_id.clone());
+    }
+    let id = format!("{}-{}", r.client_id, uuid::Uuid::new_v4());
+    if r.version >= 4 {
+        return Err(Box::new(failed_join(code::MEMBER_ID_REQUIRED, id)));
+    }
+    Ok(id)
+}
+
+/// A classic SyncGroup in a consumer group: the member's assignment. `None` when the group
+/// is not a consumer group.
+pub fn classic_sync<H: GroupHost>(
+    host: &Rc<H>,
+    group: &str,
+    member_id: &str,
+    generation: i32,
+) -> Option<(i16, bytes::Bytes)> {
+    let groups = host.groups().borrow();
+    let c = groups.get(group)?.consumer.as_ref()?;
+    Some(match c.classic_sync(member_id, generation) {
+        Ok(a) => (code::NONE, encode_assignment(a)),
+        Err(e) => (e, bytes::Bytes::new()),
+    })
+}
+
+/// A classic Heartbeat in a consumer group. `None` when the group is not a consumer group.
+pub fn classic_heartbeat<H: GroupHost>(
+    host: &Rc<H>,
+    group: &str,
+    member_id: &str,
+    generation: i32,
+) -> Option<i16> {
+    let topics = topic_partitions(&host.metadata());
+    let now = crate::common::clock::now();
+    let (error, record) = {
+        let mut groups = host.groups().borrow_mut();
+        let c = groups.get_mut(group)?.consumer.as_mut()?;
+        let (error, changed) = c.classic_heartbeat(member_id, generation, &topics, now);
+        (
+            error,
+            changed.then(|| state_record(group, Some(c.snapshot()))),
+        )
+    };
+    if let Some(record) = record {
+        spawn_persist(host, group.to_string(), vec![record]);
+    }
+    Some(error)
+}
+
+/// A classic LeaveGroup in a consumer group: per member, an error code; written before
+/// the answer. `None` when the group is not a consumer group.
+pub async fn classic_leave<H: GroupHost>(
+    host: &Rc<H>,
+    group: &str,
+    members: &[(String, Option<String>)],
+) -> Option<Vec<i16>> {
+    let (codes, records) = {
+        let mut groups = host.groups().borrow_mut();
+        let g = groups.get_mut(group)?;
+        let c = g.consumer.as_mut()?;
+        let codes: Vec<i16> = members
+            .iter()
+            .map(|(id, instance)| {
+                let id = match instance {
+                    Some(i) => c
+                        .members
+                        .values()
+                        .find(|m| m.instance_id.as_deref() == Some(i))
+                        .map_or_else(|| id.clone(), |m| m.id.clone()),
+                    None => id.clone(),
+                };
+                if c.members.contains_key(&id) {
+                    c.remove(&id);
+                    code::NONE
+                } else {
+                    code::UNKNOWN_MEMBER_ID
+                }
+            })
+            .collect();
+        let records = match codes.contains(&code::NONE) {
+            true => vec![state_record(group, Some(c.snapshot()))],
+            false => Vec::new(),
+        };
+        (codes, records)
+    };
+    if !records.is_empty() {
+        if let Err(e) = persist_group_records(&**host, group, records, None).await {
+            return Some(vec![e; members.len()]);
+        }
+    }
+    Some(codes)
+}
+
+/// Before a classic JoinGroup: a consumer-protocol group without members becomes classic
+/// again, durably (one with members takes the join itself: `classic_join`).
 pub async fn make_classic<H: GroupHost>(host: &Rc<H>, group: &str) -> Result<(), i16> {
     {
         let groups = host.groups().borrow();
         match groups.get(group) {
-            Some(g) if g.has_consumer_members() => return Err(code::INCONSISTENT_GROUP_PROTOCOL),
+            Some(g) if g.has_consumer_members() => return Ok(()),
             Some(g) if g.consumer.is_some() => {}
             _ => return Ok(()),
         }

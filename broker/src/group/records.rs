@@ -183,6 +183,11 @@ pub fn apply(groups: &mut HashMap<String, Group>, key: &[u8], value: Option<&[u8
                         c.loaded(crate::common::clock::now());
                         g.protocol_type = Some("consumer".into());
                         g.consumer = Some(c);
+                        // Upgraded: its classic members are consumer-group members now.
+                        g.members.clear();
+                        g.pending.clear();
+                        g.leader = None;
+                        g.state = GroupState::Empty;
                     }
                 }
                 Some(Err(_)) => tracing::warn!(%group, "skipping unreadable consumer group record"),

@@ -260,7 +260,7 @@ impl Shard {
                             .with_subscribed_topic_regex(m.subscribed_topic_regex.clone().map(s))
                             .with_assignment(assignment(&m.assigned))
                             .with_target_assignment(assignment(&target))
-                            .with_member_type(1)
+                            .with_member_type(if m.classic.is_some() { 0 } else { 1 })
                     })
                     .collect();
                 base.with_group_state(s(crate::group::consumer::state_name(c)))

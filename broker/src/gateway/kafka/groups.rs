@@ -257,7 +257,7 @@ pub async fn execute(
         ApiKey::Heartbeat => {
             let r: HeartbeatRequest = ctx.decode(body)?;
             let code = coordinator::group_heartbeat(
-                &**shard,
+                shard,
                 &r.group_id.0,
                 (&r.member_id, r.group_instance_id.as_deref()),
                 r.generation_id,
