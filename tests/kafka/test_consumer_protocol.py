@@ -38,6 +38,7 @@ from pathlib import Path
 import pytest
 
 from strand_harness import Broker, java_classpath, need_module, wait_until
+from test_protocol import _read_uvarint, _uvarint
 from test_groups import (N1, N2, PARTS, _check_program_output, _ck_produce, _run_program,
                          check_consumed, create_topic, records)
 
@@ -91,26 +92,6 @@ def _consume(c, n, timeout=30.0) -> list[tuple[int, int, bytes, bytes]]:
         assert not m.error(), m.error()
         got.append((m.partition(), m.offset(), m.key(), m.value()))
     return got
-
-
-def _uvarint(n: int) -> bytes:
-    out = b""
-    while True:
-        b, n = n & 0x7F, n >> 7
-        if not n:
-            return out + bytes([b])
-        out += bytes([b | 0x80])
-
-
-def _read_uvarint(buf: bytes, off: int) -> tuple[int, int]:
-    n = shift = 0
-    while True:
-        b = buf[off]
-        off += 1
-        n |= (b & 0x7F) << shift
-        shift += 7
-        if not b & 0x80:
-            return n, off
 
 
 def _describe_raw(bootstrap: str, group: str) -> dict:
@@ -345,9 +326,12 @@ def test_admin_lists_and_describes_consumer_groups(ck, broker):
     assert group not in ids, ids
 
 
-def test_java_consumer_protocol(ck, broker, capsys):
+@pytest.mark.parametrize("protocol", ["consumer", "mixed"])
+def test_java_consumer_protocol(ck, broker, capsys, protocol):
     """The Java 4.1 client with group.protocol=consumer (KIP-848 in the Java client since
-    4.0): GroupCheck's three phases on one broker."""
+    4.0): GroupCheck's three phases on one broker; `mixed`: phase 3 with a classic and a
+    consumer-protocol member in one group, the latter leaving (the group goes back to the
+    classic protocol and the classic member takes every partition)."""
     java, cp = java_classpath("java4.1", "GroupCheck")
     topic, topic3 = f"cp-j-{_uid()}", f"cp-j3-{_uid()}"
     create_topic(ck, broker.bootstrap, topic)
@@ -355,8 +339,8 @@ def test_java_consumer_protocol(ck, broker, capsys):
     out = _run_program([java, "-Xshare:auto", "-XX:TieredStopAtLevel=1", "-cp", cp,
                         "GroupCheck", broker.bootstrap, topic, f"grp-j-{_uid()}",
                         broker.bootstrap, topic3, f"grp-j3-{_uid()}", str(N1), str(N2),
-                        "consumer"], cwd=HERE)
-    _check_program_output(out, capsys, "java-consumer-protocol")
+                        protocol], cwd=HERE)
+    _check_program_output(out, capsys, f"java-{protocol}-protocol")
 
 
 def _join_timing(ck, bootstrap: str, conf: dict) -> dict:

@@ -193,7 +193,8 @@ pub struct Answer {
 }
 
 impl Answer {
-    fn error(error: i16, message: impl Into<String>, hb: &Heartbeat) -> Answer {
+    /// A refusal of `hb`: `error` with `message`, nothing changed.
+    pub fn error(error: i16, message: impl Into<String>, hb: &Heartbeat) -> Answer {
         Answer {
             error,
             message: Some(message.into()),
@@ -357,6 +358,16 @@ fn check_fields(hb: &Heartbeat) -> Result<(), Answer> {
         if let Err(e) = compile_regex(re) {
             return Err(Answer::error(code::INVALID_REGULAR_EXPRESSION, e, hb));
         }
+    }
+    Ok(())
+}
+
+/// The checks of a heartbeat that need no group state (a join's fields, the assignor and
+/// regex): made before a classic group is upgraded for it.
+pub fn precheck(hb: &Heartbeat) -> Result<(), Answer> {
+    check_fields(hb)?;
+    if hb.member_epoch == JOIN_EPOCH {
+        check_join_fields(hb)?;
     }
     Ok(())
 }

@@ -59,7 +59,8 @@ pub struct JoinRequest {
     pub version: i16,
 }
 
-fn failed_join(error: i16, member_id: String) -> JoinOutcome {
+/// A JoinGroup refused with `error` (no generation, protocol or leader).
+pub(crate) fn failed_join(error: i16, member_id: String) -> JoinOutcome {
     JoinOutcome {
         error,
         generation: -1,

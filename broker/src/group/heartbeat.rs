@@ -16,7 +16,9 @@ use super::consumer::{
     decode_assignment, decode_subscription, encode_assignment, Answer, ClassicMeta, ConsumerGroup,
     ConsumerMember, Heartbeat, Liveness,
 };
-use super::coordinator::{code, persist_group_records, JoinRequest, GROUP_ID_BYTES_MAX};
+use super::coordinator::{
+    code, failed_join, persist_group_records, JoinRequest, GROUP_ID_BYTES_MAX,
+};
 use super::records::{self, Key};
 use super::state::JoinOutcome;
 use super::state::{Group, GroupState, Member};
@@ -33,17 +35,6 @@ pub fn topic_partitions(meta: &crate::cluster::metadata::Metadata) -> BTreeMap<S
         .collect()
 }
 
-fn refused(error: i16, message: impl Into<String>, hb: &Heartbeat) -> Answer {
-    Answer {
-        error,
-        message: Some(message.into()),
-        member_id: hb.member_id.clone(),
-        member_epoch: hb.member_epoch,
-        assignment: None,
-        changed: false,
-    }
-}
-
 /// An `__consumer_offsets` record: key, and value (`None`: a tombstone).
 type Record = (Vec<u8>, Option<Vec<u8>>);
 
@@ -58,7 +49,7 @@ fn state_record(group: &str, snapshot: Option<Vec<u8>>) -> Record {
 /// ConsumerGroupHeartbeat for `group`.
 pub async fn consumer_heartbeat<H: GroupHost>(host: &Rc<H>, group: &str, hb: Heartbeat) -> Answer {
     if group.is_empty() || group.len() > GROUP_ID_BYTES_MAX {
-        return refused(
+        return Answer::error(
             code::INVALID_GROUP_ID,
             "the group id is empty or too long",
             &hb,
@@ -70,7 +61,7 @@ pub async fn consumer_heartbeat<H: GroupHost>(host: &Rc<H>, group: &str, hb: Hea
             .as_ref()
             .is_some_and(|i| i.len() > GROUP_ID_BYTES_MAX)
     {
-        return refused(
+        return Answer::error(
             code::INVALID_REQUEST,
             "the member or instance id is too long",
             &hb,
@@ -100,7 +91,7 @@ fn apply<H: GroupHost>(host: &Rc<H>, group: &str, hb: Heartbeat) -> (Answer, Vec
     if !existed && groups.len() >= host.groups_max() {
         let why = "this coordinator holds groups_per_shard groups already";
         return (
-            refused(code::COORDINATOR_NOT_AVAILABLE, why, &hb),
+            Answer::error(code::COORDINATOR_NOT_AVAILABLE, why, &hb),
             Vec::new(),
         );
     }
@@ -110,9 +101,17 @@ fn apply<H: GroupHost>(host: &Rc<H>, group: &str, hb: Heartbeat) -> (Answer, Vec
     let now = crate::common::clock::now();
     if g.consumer.is_none() {
         if g.state != GroupState::Empty || !g.members.is_empty() {
-            match upgrade(g, hb.member_epoch, now) {
+            if let Err(refused) = super::consumer::precheck(&hb) {
+                return (refused, Vec::new());
+            }
+            match upgrade(g, hb.member_epoch, now, host.group_max_size()) {
                 Ok(c) => g.consumer = Some(c),
-                Err(why) => return (refused(code::GROUP_ID_NOT_FOUND, why, &hb), Vec::new()),
+                Err(why) => {
+                    return (
+                        Answer::error(code::GROUP_ID_NOT_FOUND, why, &hb),
+                        Vec::new(),
+                    )
+                }
             }
         } else {
             g.consumer = Some(ConsumerGroup::default());
@@ -120,7 +119,10 @@ fn apply<H: GroupHost>(host: &Rc<H>, group: &str, hb: Heartbeat) -> (Answer, Vec
     }
     let Some(c) = g.consumer.as_mut() else {
         let why = "consumer state vanished";
-        return (refused(code::UNKNOWN_SERVER_ERROR, why, &hb), Vec::new());
+        return (
+            Answer::error(code::UNKNOWN_SERVER_ERROR, why, &hb),
+            Vec::new(),
+        );
     };
     let leaving = hb.member_epoch < 0;
     let answer = c.heartbeat(hb, &topics, now, host.group_max_size());
@@ -151,10 +153,18 @@ fn apply<H: GroupHost>(host: &Rc<H>, group: &str, hb: Heartbeat) -> (Answer, Vec
 /// classic generation (they go on with JoinGroup, SyncGroup and Heartbeat). A join or
 /// sync parked in a classic rebalance is answered REBALANCE_IN_PROGRESS (its waiter is
 /// dropped) and the member rejoins the consumer group.
-fn upgrade(g: &mut Group, member_epoch: i32, now: Instant) -> Result<ConsumerGroup, String> {
+fn upgrade(
+    g: &mut Group,
+    member_epoch: i32,
+    now: Instant,
+    max_size: usize,
+) -> Result<ConsumerGroup, String> {
     let id = &g.id;
     if member_epoch != super::consumer::JOIN_EPOCH {
         return Err(format!("group {id} is not a consumer group"));
+    }
+    if g.members.len() >= max_size {
+        return Err(format!("group {id} is full: it cannot be upgraded"));
     }
     if g.protocol_type.as_deref() != Some("consumer") {
         return Err(format!(
@@ -302,6 +312,9 @@ fn spawn_persist<H: GroupHost>(host: &Rc<H>, group: String, recs: Vec<Record>) {
 /// generation and no leader (the coordinator assigns). `None` when the group is not a
 /// consumer group with members (the classic coordinator handles the join).
 pub async fn classic_join<H: GroupHost>(host: &Rc<H>, r: &JoinRequest) -> Option<JoinOutcome> {
+    if !is_consumer_group(host, &r.group, true) {
+        return None;
+    }
     let topics = topic_partitions(&host.metadata());
     let (outcome, records) = {
         let mut groups = host.groups().borrow_mut();
@@ -365,18 +378,6 @@ pub async fn classic_join<H: GroupHost>(host: &Rc<H>, r: &JoinRequest) -> Option
     Some(outcome)
 }
 
-fn failed_join(error: i16, member_id: String) -> JoinOutcome {
-    JoinOutcome {
-        error,
-        generation: -1,
-        protocol: None,
-        protocol_type: None,
-        leader: String::new(),
-        member_id,
-        members: Vec::new(),
-    }
-}
-
 /// The member id of a classic JoinGroup to a consumer group: its own, or a new one (with
 /// MEMBER_ID_REQUIRED from v4, as Kafka answers a first join); refused unless it joins as
 /// a consumer.
@@ -393,6 +394,16 @@ fn classic_member_id(r: &JoinRequest) -> Result<String, Box<JoinOutcome>> {
         return Err(Box::new(failed_join(code::MEMBER_ID_REQUIRED, id)));
     }
     Ok(id)
+}
+
+/// Whether `group` is a consumer group (`with_members`: one with members): the check
+/// before a classic request builds anything (a classic group's requests pay nothing more).
+fn is_consumer_group<H: GroupHost>(host: &Rc<H>, group: &str, with_members: bool) -> bool {
+    host.groups()
+        .borrow()
+        .get(group)
+        .and_then(|g| g.consumer.as_ref())
+        .is_some_and(|c| !with_members || !c.members.is_empty())
 }
 
 /// A classic SyncGroup in a consumer group: the member's assignment. `None` when the group
@@ -418,6 +429,9 @@ pub fn classic_heartbeat<H: GroupHost>(
     member_id: &str,
     generation: i32,
 ) -> Option<i16> {
+    if !is_consumer_group(host, group, false) {
+        return None;
+    }
     let topics = topic_partitions(&host.metadata());
     let now = crate::common::clock::now();
     let (error, record) = {

@@ -9,7 +9,10 @@
 // Prints one JSON line with what it saw and exits 0, or prints the problem and exits 1.
 //
 // Usage: java ... GroupCheck <bootstrap> <topic> <group> <bootstrap3> <topic3> <group3> <n1> <n2> [protocol]
-// protocol: classic (default) or consumer (KIP-848; the 4.x client).
+// protocol: classic (default), consumer (KIP-848; the 4.x client), or mixed: phases 1
+// and 2 classic, and in phase 3 one classic and one consumer-protocol member in the same
+// group (Kafka 4's mixed groups); the consumer-protocol one leaves (the group goes back to
+// the classic protocol) and the classic one ends up with all partitions.
 
 import java.time.Duration;
 import java.util.ArrayList;
@@ -70,12 +73,17 @@ public final class GroupCheck {
         }
     }
 
-    private static Properties consumerProps(String bootstrap, String group) {
+    /** The protocol of phases 1 and 2. */
+    private static String plainProtocol() {
+        return protocol.equals("mixed") ? "classic" : protocol;
+    }
+
+    private static Properties consumerProps(String bootstrap, String group, String proto) {
         Properties cp = new Properties();
         cp.put("bootstrap.servers", bootstrap);
         cp.put("group.id", group);
         // Named so that the 4.x default changing cannot switch the protocol unnoticed.
-        cp.put("group.protocol", protocol);
+        cp.put("group.protocol", proto);
         cp.put("enable.auto.commit", "false");
         cp.put("auto.offset.reset", "earliest");
         cp.put("request.timeout.ms", "15000");
@@ -91,7 +99,8 @@ public final class GroupCheck {
         double first = -1;
         int got = 0;
         out.append('[');
-        try (KafkaConsumer<String, String> c = new KafkaConsumer<>(consumerProps(bootstrap, group))) {
+        Properties cp = consumerProps(bootstrap, group, plainProtocol());
+        try (KafkaConsumer<String, String> c = new KafkaConsumer<>(cp)) {
             long t0 = System.nanoTime();
             c.subscribe(Collections.singletonList(topic));
             long deadline = t0 + Duration.ofSeconds(30).toNanos();
@@ -125,9 +134,9 @@ public final class GroupCheck {
         final AtomicReference<Throwable> error = new AtomicReference<>();
         Thread thread;
 
-        Member(String bootstrap, String group, String topic) {
-            Properties cp = consumerProps(bootstrap, group);
-            if (protocol.equals("classic")) {
+        Member(String bootstrap, String group, String topic, String proto) {
+            Properties cp = consumerProps(bootstrap, group, proto);
+            if (proto.equals("classic")) {
                 // The consumer protocol takes both from the broker (KIP-848).
                 cp.put("session.timeout.ms", "6000");
                 cp.put("heartbeat.interval.ms", "300");
@@ -201,8 +210,10 @@ public final class GroupCheck {
         consumeCommit(bootstrap, topic, group, n2, out);
 
         long t0 = System.nanoTime();
-        Member a = new Member(bootstrap3, group3, topic3).start();
-        Member b = new Member(bootstrap3, group3, topic3).start();
+        String protoA = plainProtocol();
+        String protoB = protocol.equals("mixed") ? "consumer" : protocol;
+        Member a = new Member(bootstrap3, group3, topic3, protoA).start();
+        Member b = new Member(bootstrap3, group3, topic3, protoB).start();
         boolean bClosed = false;
         try {
             waitFor(() -> {
