@@ -533,3 +533,33 @@ def test_rolling_upgrade_from_classic_to_consumer_and_back(ck, broker, capsys):
         print(f"\nROLLING-UPGRADE records={len(produced)} seen_twice={twice} "
               f"commits_refused={refused}")
     assert twice <= refused + 2 * SIX, (twice, refused)
+
+
+def test_a_regex_subscription_takes_matching_topics_and_new_ones(ck, broker):
+    """librdkafka sends a `^`-pattern subscription as SubscribedTopicRegex (v1): the
+    coordinator matches it against the cluster's topics, and a topic created later joins
+    the assignment at the member's next heartbeat."""
+    admin = need_module("confluent_kafka.admin")
+    u = _uid()
+    a = admin.AdminClient({"bootstrap.servers": broker.bootstrap})
+
+    def create(name, n):
+        a.create_topics([admin.NewTopic(name, num_partitions=n,
+                                        replication_factor=-1)])[name].result(timeout=20)
+
+    create(f"cp-re-{u}-a", 2)
+    create(f"cp-re-{u}-b", 1)
+    create(f"cp-other-{u}", 1)
+    c = _consumer(ck, broker.bootstrap, f"grp-cp-re-{u}")
+    c.subscribe([f"^cp-re-{u}-.*"])
+    try:
+        def owned():
+            c.poll(0.05)
+            return sorted((tp.topic, tp.partition) for tp in c.assignment())
+        want = [(f"cp-re-{u}-a", 0), (f"cp-re-{u}-a", 1), (f"cp-re-{u}-b", 0)]
+        wait_until(lambda: owned() == want, 30, "the matching topics' partitions")
+        create(f"cp-re-{u}-c", 1)
+        want.append((f"cp-re-{u}-c", 0))
+        wait_until(lambda: owned() == want, 30, "the new matching topic's partition")
+    finally:
+        c.close()
