@@ -380,8 +380,30 @@ def assert_exactly_once(ck, broker, sink, n, idle_s=2.0):
     dupes = sorted(v for v, k in counts.items() if k > 1)
     missing = sorted(set(f"out-{i}" for i in range(n)) - set(counts))
     assert not dupes, f"{len(dupes)} outputs written twice, e.g. {dupes[:5]}"
-    assert not missing, f"{len(missing)} inputs never transformed, e.g. {missing[:5]}"
+    assert not missing, (f"{len(missing)} inputs never transformed, e.g. {missing[:5]}; "
+                         f"per partition: {_ends(ck, broker, sink, [0, 1], out)}")
     assert len(got) == n
+
+
+def _ends(ck, broker, topic, partitions, out):
+    """What each partition holds, for a failure message: the records read, the high
+    watermark and the last stable offset (ListOffsets read_uncommitted and read_committed
+    latest) as the broker answers now."""
+    from confluent_kafka import IsolationLevel, TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+    a = AdminClient({"bootstrap.servers": broker.bootstrap})
+    ends = {}
+    for level in (IsolationLevel.READ_UNCOMMITTED, IsolationLevel.READ_COMMITTED):
+        try:
+            fs = a.list_offsets({TopicPartition(topic, q): OffsetSpec.latest()
+                                 for q in partitions}, isolation_level=level,
+                                request_timeout=10)
+            ends[level.name] = {tp.partition: f.result(timeout=15).offset
+                                for tp, f in fs.items()}
+        except Exception as e:  # noqa: BLE001 -- a diagnostic, never the failure itself
+            ends[level.name] = repr(e)
+    read = {q: sum(1 for r in out if r[1] == q) for q in partitions}
+    return f"read {read}, ends {ends}"
 
 
 def test_strandctl_shows_and_aborts_an_open_transaction(ck, ck_admin, broker, topic):

@@ -182,6 +182,12 @@ pub struct Replicator {
     on_remote_leaders: RefCell<Option<OnLeaderChanges>>,
     /// When this shard last announced every group it leads.
     announced_at: Cell<Instant>,
+    /// A connection with a peer began since the last turn (its Hello reached this shard, or
+    /// this shard's writer to it connected; shared with `RpcOut`): the next turn announces
+    /// every group led here, so a node that restarted knows the leaders of the partitions
+    /// it does not host at once instead of answering Metadata without them until the next
+    /// periodic announcement (`LEADERS_ANNOUNCE_INTERVAL`).
+    announce_all_due: Rc<Cell<bool>>,
     controller_applied: Cell<Option<KafkaOffset>>,
     /// After the last turn: hosted partitions with no known leader, partitions led here with a
     /// voter out of sync, and whether this node leads the controller.
@@ -245,7 +251,10 @@ impl Replicator {
         let acks = Rc::new(RefCell::new(
             crate::replication::ack_timer::AckTimer::default(),
         ));
+        let (wake_tx, wake_rx) = mpsc::channel(1);
+        let announce_all_due = Rc::new(Cell::new(false));
         let out = RpcOut {
+            connected: (announce_all_due.clone(), wake_tx.clone()),
             me: me_id,
             shard,
             cluster_tag: tag,
@@ -269,7 +278,6 @@ impl Replicator {
         // so they learn the commit index with the next append; every node applies the
         // controller's metadata, so it is announced at once.
         config.eager_commit_groups.insert(CONTROLLER_GROUP);
-        let (wake_tx, wake_rx) = mpsc::channel(1);
         let clock = MonoClock(crate::common::clock::now());
         Rc::new(Replicator {
             me: me_id,
@@ -290,6 +298,7 @@ impl Replicator {
             on_join: RefCell::new(None),
             on_remote_leaders: RefCell::new(None),
             announced_at: Cell::new(crate::common::clock::now()),
+            announce_all_due,
             controller_applied: Cell::new(None),
             health: Cell::new(ReplicaHealth::default()),
             reads_in_flight: RefCell::new(Default::default()),
@@ -315,6 +324,14 @@ impl Replicator {
     /// Sets the handler of join requests (shard 0).
     pub fn set_on_join(&self, f: OnJoin) {
         *self.on_join.borrow_mut() = Some(f);
+    }
+
+    /// A peer node connected (it started, restarted or was cut off): it may know none of
+    /// the leaders of this shard's groups, so the next turn announces all of them.
+    pub(crate) fn peer_connected(&self, peer: NodeId) {
+        self.driver.borrow_mut().peer_reconnected(peer);
+        self.announce_all_due.set(true);
+        self.wake();
     }
 
     /// Sets the receiver of the leaders other nodes announce.
@@ -901,8 +918,9 @@ impl Replicator {
             }
         }
         self.health.set(health);
-        let all = crate::common::clock::now().saturating_duration_since(self.announced_at.get())
-            >= LEADERS_ANNOUNCE_INTERVAL;
+        let all = self.announce_all_due.replace(false)
+            || crate::common::clock::now().saturating_duration_since(self.announced_at.get())
+                >= LEADERS_ANNOUNCE_INTERVAL;
         if all {
             self.announced_at.set(crate::common::clock::now());
         }

@@ -85,7 +85,13 @@ pub struct RpcOut {
     pub(super) acks: Rc<RefCell<crate::replication::ack_timer::AckTimer>>,
     /// Mutual TLS to peers (`rpc_tls_*`).
     pub(super) tls: Option<RpcTls>,
+    /// Set, and the replicator woken, whenever a connection to a peer is established
+    /// (see `Replicator::announce_all_due`).
+    pub(super) connected: Connected,
 }
+
+/// The replicator's "a peer connection began" flag and its wake-up.
+pub(super) type Connected = (Rc<Cell<bool>>, mpsc::Sender<()>);
 
 impl RpcOut {
     fn queue(&mut self, to: NodeId) -> Option<&PeerQueue> {
@@ -109,6 +115,7 @@ impl RpcOut {
                 rx,
                 queued_bytes.clone(),
                 self.dropped.clone(),
+                self.connected.clone(),
             ));
             self.queues.insert(to, PeerQueue { tx, queued_bytes });
         }
@@ -201,6 +208,7 @@ async fn peer_writer(
     mut rx: mpsc::UnboundedReceiver<Bytes>,
     queued_bytes: Rc<Cell<usize>>,
     dropped: Rc<Cell<u64>>,
+    connected: Connected,
 ) {
     let hello = encode(&RpcFrame::Hello(link.hello));
     loop {
@@ -221,8 +229,12 @@ async fn peer_writer(
             continue;
         };
         let sent = match stream {
-            PeerStream::Plain(s) => write_frames(s, &hello, &mut rx, &queued_bytes).await,
-            PeerStream::Tls(s) => write_frames(*s, &hello, &mut rx, &queued_bytes).await,
+            PeerStream::Plain(s) => {
+                write_frames(s, &hello, &mut rx, &queued_bytes, &connected).await
+            }
+            PeerStream::Tls(s) => {
+                write_frames(*s, &hello, &mut rx, &queued_bytes, &connected).await
+            }
         };
         match sent {
             Ok(()) => return,
@@ -241,9 +253,12 @@ async fn write_frames<S: AsyncWrite + Unpin>(
     hello: &[u8],
     rx: &mut mpsc::UnboundedReceiver<Bytes>,
     queued_bytes: &Cell<usize>,
+    (connected, wake): &Connected,
 ) -> std::io::Result<()> {
     stream.write_all(hello).await?;
     stream.flush().await?;
+    connected.set(true);
+    let _ = wake.clone().try_send(());
     while let Some(mut frame) = rx.next().await {
         loop {
             queued_bytes.set(queued_bytes.get().saturating_sub(frame.len()));
@@ -365,8 +380,7 @@ async fn serve_peer<S: AsyncRead + AsyncWrite + Unpin>(
                         );
                     }
                     peer = Some(h.from_node);
-                    rep.driver.borrow_mut().peer_reconnected(h.from_node);
-                    rep.wake();
+                    rep.peer_connected(h.from_node);
                 }
                 RpcFrame::Control(body) => match serde_json::from_slice::<ControlMsg>(&body)? {
                     ControlMsg::Leaders(changes) => {
