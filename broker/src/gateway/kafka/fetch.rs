@@ -15,6 +15,8 @@ use kafka_protocol::messages::fetch_response::{
 };
 use kafka_protocol::messages::{FetchRequest, FetchResponse, ProducerId};
 
+use super::response::{Response, PIECE_MIN_BYTES};
+
 use super::{Ctx, FramingError};
 use strand_storage::KafkaOffset;
 
@@ -42,7 +44,7 @@ pub async fn handle(
     ctx: &Ctx,
     body: Bytes,
     held: &Held,
-) -> Result<Bytes, FramingError> {
+) -> Result<Response, FramingError> {
     let req: FetchRequest = ctx.decode(body)?;
     let deadline = crate::common::clock::now()
         + Duration::from_millis(
@@ -90,7 +92,15 @@ pub async fn handle(
         }
     }
     let throttle_ms = i32::try_from(throttle_ms).unwrap_or(i32::MAX);
-    ctx.respond(&answer(&req, results, ctx.version).with_throttle_time_ms(throttle_ms))
+    // The record sets go out from where the reads left them, not copied into the frame.
+    let sources: Vec<Bytes> = results
+        .iter()
+        .flatten()
+        .filter(|r| r.records.len() >= PIECE_MIN_BYTES)
+        .map(|r| r.records.clone())
+        .collect();
+    let body = answer(&req, results, ctx.version).with_throttle_time_ms(throttle_ms);
+    ctx.respond_pieces(&body, &sources)
 }
 
 /// The read of each requested partition, per owning shard, and the answers so far: each

@@ -23,6 +23,7 @@ pub mod quorum;
 pub mod quotas;
 pub mod reassign;
 pub mod records;
+pub mod response;
 pub mod sasl;
 pub mod scram;
 pub mod throttle;
@@ -178,7 +179,7 @@ pub async fn handle(
     frame: Bytes,
     conn: &Conn,
     held: &crate::shard::budget::Held,
-) -> Result<Option<Bytes>, FramingError> {
+) -> Result<Option<response::Response>, FramingError> {
     let (key_raw, version) = match frame.first_chunk::<4>() {
         Some(h) => (
             i16::from_be_bytes([h[0], h[1]]),
@@ -200,7 +201,7 @@ pub async fn handle(
                 .and_then(|s| s.first_chunk::<4>())
                 .map(|a| i32::from_be_bytes(*a));
             let corr = corr.ok_or(FramingError::Short)?;
-            return Ok(Some(api_versions::unsupported_version(corr)?));
+            return Ok(Some(api_versions::unsupported_version(corr)?.into()));
         }
         return Err(FramingError::UnsupportedVersion {
             api: key_raw,
@@ -208,11 +209,13 @@ pub async fn handle(
         });
     }
     let (ctx, buf) = Ctx::from_frame(frame, key, version, conn)?;
-    match key {
+    if key == ApiKey::Fetch {
+        return fetch::handle(shard, &ctx, buf, held).await.map(Some);
+    }
+    let answer = match key {
         ApiKey::ApiVersions => api_versions::handle(&ctx, buf).map(Some),
         ApiKey::Metadata => metadata::handle(shard, &ctx, buf).await.map(Some),
         ApiKey::Produce => produce::handle(shard, &ctx, buf).await,
-        ApiKey::Fetch => fetch::handle(shard, &ctx, buf, held).await.map(Some),
         ApiKey::ListOffsets => list_offsets::handle(shard, &ctx, buf).await.map(Some),
         ApiKey::CreateTopics => topics::create(shard, &ctx, buf).await.map(Some),
         ApiKey::DeleteTopics => topics::delete(shard, &ctx, buf).await.map(Some),
@@ -273,7 +276,8 @@ pub async fn handle(
             .await
             .map(Some),
         _ => Err(FramingError::UnsupportedApi(key_raw)),
-    }
+    };
+    answer.map(|a| a.map(response::Response::from))
 }
 
 /// The Kafka listener a connection came in on: its index in `config.listeners`.
@@ -378,6 +382,36 @@ impl Ctx {
         T::decode(&mut body, self.version).map_err(|e| FramingError::Malformed(e.to_string()))
     }
 
+    /// Encodes a response as `respond` does, leaving each of `sources` (record sets the
+    /// body holds) of at least `response::PIECE_MIN_BYTES` out of the copy: a piece of its
+    /// own (see `response`).
+    pub fn respond_pieces<T: Encodable>(
+        &self,
+        body: &T,
+        sources: &[Bytes],
+    ) -> Result<response::Response, FramingError> {
+        let header = ResponseHeader::default().with_correlation_id(self.correlation_id);
+        let hv = self.key.response_header_version(self.version);
+        let bad = |e: anyhow::Error| FramingError::Malformed(format!("encoding response: {e}"));
+        let size =
+            header.compute_size(hv).map_err(bad)? + body.compute_size(self.version).map_err(bad)?;
+        let inline = 4 + size
+            - sources
+                .iter()
+                .map(Bytes::len)
+                .filter(|&n| n >= response::PIECE_MIN_BYTES)
+                .sum::<usize>()
+                .min(size);
+        let mut out = response::PieceBuf::new(inline, sources);
+        out.put_i32(
+            i32::try_from(size)
+                .map_err(|_| FramingError::Malformed("response too large".into()))?,
+        );
+        header.encode(&mut out, hv).map_err(bad)?;
+        body.encode(&mut out, self.version).map_err(bad)?;
+        Ok(out.finish())
+    }
+
     /// Encodes a response with its size prefix and header.
     pub fn respond<T: Encodable>(&self, body: &T) -> Result<Bytes, FramingError> {
         let header = ResponseHeader::default().with_correlation_id(self.correlation_id);
@@ -400,6 +434,68 @@ impl Ctx {
 mod tests {
     use super::*;
     use kafka_protocol::messages::MetadataRequest;
+
+    /// A Fetch answer encoded in pieces is byte for byte the one `respond` encodes, at every
+    /// version, with its large record sets as pieces of their own (not copies).
+    #[test]
+    fn a_fetch_answer_in_pieces_is_the_same_frame() {
+        use kafka_protocol::messages::fetch_response::{
+            AbortedTransaction, FetchableTopicResponse, PartitionData,
+        };
+        use kafka_protocol::messages::{FetchResponse, ProducerId, TopicName};
+        use kafka_protocol::protocol::StrBytes;
+        let big = |seed: u8| -> Bytes {
+            (0..response::PIECE_MIN_BYTES + 333)
+                .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+                .collect::<Vec<u8>>()
+                .into()
+        };
+        let (a, b) = (big(1), big(2));
+        let small = Bytes::from_static(b"a small record set");
+        let part = |i: i32, records: Option<Bytes>| {
+            PartitionData::default()
+                .with_partition_index(i)
+                .with_high_watermark(100 + i64::from(i))
+                .with_last_stable_offset(90)
+                .with_log_start_offset(3)
+                .with_aborted_transactions(Some(vec![AbortedTransaction::default()
+                    .with_producer_id(ProducerId(7))
+                    .with_first_offset(12)]))
+                .with_records(records)
+        };
+        let sources = [a.clone(), b.clone(), small.clone()];
+        for version in 4..=17 {
+            let mut topic = FetchableTopicResponse::default().with_partitions(vec![
+                part(0, Some(a.clone())),
+                part(1, Some(small.clone())),
+                part(2, Some(Bytes::new())),
+                part(3, Some(b.clone())),
+            ]);
+            if version >= 13 {
+                topic = topic.with_topic_id(uuid::Uuid::from_u128(99));
+            } else {
+                topic = topic.with_topic(TopicName(StrBytes::from_static_str("t")));
+            }
+            let body = FetchResponse::default()
+                .with_throttle_time_ms(5)
+                .with_responses(vec![topic]);
+            let c = ctx(ApiKey::Fetch, version);
+            let whole = c.respond(&body).unwrap();
+            let pieces = c.respond_pieces(&body, &sources).unwrap();
+            let joined: Vec<u8> = pieces.pieces().iter().flat_map(|p| p.to_vec()).collect();
+            assert_eq!(joined, whole.to_vec(), "version {version}");
+            let p = pieces.pieces();
+            // Flexible versions end with tagged fields: a tail after b.
+            let want = if version >= 12 { 5 } else { 4 };
+            assert_eq!(
+                p.len(),
+                want,
+                "version {version}: head, a, middle, b (, tail)"
+            );
+            assert_eq!(p[1].as_ptr(), a.as_ptr(), "version {version}");
+            assert_eq!(p[3].as_ptr(), b.as_ptr(), "version {version}");
+        }
+    }
 
     fn ctx(key: ApiKey, version: i16) -> Ctx {
         Ctx {

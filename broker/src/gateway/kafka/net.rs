@@ -269,7 +269,7 @@ async fn secured(
 type Pending = glommio::Task<(
     Option<usize>,
     Instant,
-    Result<Option<Bytes>, FramingError>,
+    Result<Option<kafka::response::Response>, FramingError>,
     Held,
 )>;
 
@@ -315,7 +315,7 @@ where
                     let write_started = crate::common::clock::now();
                     // Flushed: a TLS stream holds what it has not yet written.
                     let written = async {
-                        wr.write_all(&resp).await?;
+                        resp.write_to(&mut wr).await?;
                         wr.flush().await
                     };
                     match repoll(PEER_CHECK, written, || false).await {
@@ -417,7 +417,8 @@ where
                 }
             };
             if let Some(b) = answer {
-                let task = glommio::spawn_local(async move { (None, received, Ok(Some(b)), held) });
+                let task =
+                    glommio::spawn_local(async move { (None, received, Ok(Some(b.into())), held) });
                 if tx.send(task).await.is_err() {
                     break;
                 }
@@ -452,9 +453,11 @@ where
                     let throttle_ms =
                         kafka::quotas::record_request_time(&s, &conn, &client_id, spent);
                     match (r, key_version) {
-                        (Ok(Some(b)), Some((key, version))) if throttle_ms > 0 => Ok(Some(
-                            kafka::throttle::with_throttle(b, key, version, throttle_ms),
-                        )),
+                        (Ok(Some(b)), Some((key, version))) if throttle_ms > 0 => {
+                            Ok(Some(b.map_head(|head| {
+                                kafka::throttle::with_throttle(head, key, version, throttle_ms)
+                            })))
+                        }
                         (r, _) => r,
                     }
                 }
@@ -552,7 +555,7 @@ async fn handle_watched(
     conn: &kafka::Conn,
     peer: Option<std::net::SocketAddr>,
     held: &Held,
-) -> Result<Option<Bytes>, FramingError> {
+) -> Result<Option<kafka::response::Response>, FramingError> {
     let key = frame.first_chunk::<2>().map(|b| i16::from_be_bytes(*b));
     let correlation_id = frame
         .get(4..8)

@@ -37,6 +37,17 @@ fn yolo_send(fd: RawFd, buf: &[u8]) -> Option<io::Result<usize>> {
     }
 }
 
+/// strand patch: `yolo_send` of several buffers in one `sendmsg`.
+fn yolo_send_vectored(fd: RawFd, bufs: &[io::IoSlice<'_>]) -> Option<io::Result<usize>> {
+    match sys::send_vectored_syscall(fd, bufs, MsgFlags::MSG_DONTWAIT.bits()) {
+        Ok(x) => Some(Ok(x)),
+        Err(err) => match err.kind() {
+            io::ErrorKind::WouldBlock => None,
+            _ => Some(Err(err)),
+        },
+    }
+}
+
 fn yolo_peek(fd: RawFd, buf: &mut [u8]) -> Option<io::Result<usize>> {
     match sys::recv_syscall(
         fd,

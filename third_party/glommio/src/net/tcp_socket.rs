@@ -720,6 +720,15 @@ impl<B: RxBuf + Unpin> AsyncWrite for TcpStream<B> {
         Pin::new(&mut self.stream).poll_write(cx, buf)
     }
 
+    // strand patch: one `sendmsg` for several buffers.
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.stream.poll_write_vectored(cx, bufs)
+    }
+
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.stream).poll_flush(cx)
     }

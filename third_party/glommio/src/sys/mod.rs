@@ -147,6 +147,21 @@ pub(crate) fn recvmsg_syscall<T: SockaddrLike>(
     Ok((x, addr))
 }
 
+/// strand patch: `sendmsg` of several buffers on a connected socket (no address), at most
+/// `IOV_MAX` of them per call; `IoSlice` is ABI-compatible with `iovec` on Unix.
+pub(crate) fn send_vectored_syscall(
+    fd: RawFd,
+    bufs: &[std::io::IoSlice<'_>],
+    flags: i32,
+) -> io::Result<usize> {
+    const IOV_MAX: usize = 1024;
+    let n = bufs.len().min(IOV_MAX);
+    let mut hdr = unsafe { std::mem::zeroed::<libc::msghdr>() };
+    hdr.msg_iov = bufs.as_ptr() as *mut libc::iovec;
+    hdr.msg_iovlen = n as _;
+    syscall!(sendmsg(fd, &hdr, flags)).map(|x| x as usize)
+}
+
 pub(crate) fn sendmsg_syscall(
     fd: RawFd,
     buf: *const u8,
