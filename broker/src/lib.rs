@@ -13,5 +13,6 @@ pub mod replication;
 pub mod runtime;
 pub mod security;
 pub mod shard;
+pub mod share;
 pub mod start;
 pub mod txn;

@@ -1,0 +1,7 @@
+//! Share groups (KIP-932, queues on Kafka topics): the delivery state of each share
+//! partition (`partition`). Not yet served: no share API is advertised or answered (see
+//! issue 29's note for what remains).
+//!
+//! May use: `common`.
+
+pub mod partition;
