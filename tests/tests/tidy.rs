@@ -224,7 +224,7 @@ const BROKER_LAYERS: &[&[&str]] = &[
     &["replication"],
     &["cluster"],
     &["group"],
-    &["txn"],
+    &["txn", "share"],
     &["shard"],
     &["gateway", "admin"],
 ];

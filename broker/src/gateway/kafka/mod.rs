@@ -402,14 +402,14 @@ impl Ctx {
                 .filter(|&n| n >= response::PIECE_MIN_BYTES)
                 .sum::<usize>()
                 .min(size);
-        let mut out = response::PieceBuf::new(inline, sources);
+        let mut out = response::PieceBuf::new(inline, sources, response::PIECE_MIN_BYTES);
         out.put_i32(
             i32::try_from(size)
                 .map_err(|_| FramingError::Malformed("response too large".into()))?,
         );
         header.encode(&mut out, hv).map_err(bad)?;
         body.encode(&mut out, self.version).map_err(bad)?;
-        Ok(out.finish())
+        Ok(response::finish(out))
     }
 
     /// Encodes a response with its size prefix and header.

@@ -6,12 +6,13 @@
 //! same body (the tests compare every Fetch version), and a piece is never empty.
 
 use std::io::IoSlice;
-use std::ops::Range;
 
-use bytes::buf::UninitSlice;
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use futures::io::{AsyncWrite, AsyncWriteExt};
+
 use kafka_protocol::protocol::buf::ByteBufMut;
+
+pub use crate::runtime::piece_buf::PieceBuf;
 
 /// A record set shorter than this is copied into the frame: one more `iovec` (and the
 /// bookkeeping around it) costs more than copying a few KiB.
@@ -101,110 +102,34 @@ impl Response {
     }
 }
 
-/// An encoder's buffer that, for a slice lying inside one of `sources` (a record set the
-/// response holds) and at least `PIECE_MIN_BYTES` long, keeps a reference to it as a piece
-/// instead of copying it; everything else goes into the frame's current buffer.
-pub struct PieceBuf<'a> {
-    inline: BytesMut,
-    pieces: Vec<Bytes>,
-    /// Bytes in `pieces`.
-    done_bytes: usize,
-    sources: &'a [Bytes],
-}
-
-impl<'a> PieceBuf<'a> {
-    /// An empty buffer with room for `capacity` bytes of frame, referring to `sources`.
-    pub fn new(capacity: usize, sources: &'a [Bytes]) -> Self {
-        PieceBuf {
-            inline: BytesMut::with_capacity(capacity),
-            pieces: Vec::new(),
-            done_bytes: 0,
-            sources,
-        }
-    }
-
-    /// The encoded response.
-    pub fn finish(mut self) -> Response {
-        if self.pieces.is_empty() {
-            return Response::One(self.inline.freeze());
-        }
-        if !self.inline.is_empty() {
-            self.pieces.push(self.inline.freeze());
-        }
-        Response::Pieces(self.pieces)
-    }
-
-    fn source_of(&self, src: &[u8]) -> Option<Bytes> {
-        if src.len() < PIECE_MIN_BYTES {
-            return None;
-        }
-        let (start, end) = (src.as_ptr() as usize, src.as_ptr() as usize + src.len());
-        self.sources
-            .iter()
-            .find(|s| {
-                let at = s.as_ptr() as usize;
-                at <= start && end <= at + s.len()
-            })
-            .map(|s| s.slice_ref(src))
-    }
-}
-
-// SAFETY: every method delegates to the inner `BytesMut`, which upholds `BufMut`'s
-// contract; `put_slice` either does the same or keeps a reference and writes nothing.
-unsafe impl BufMut for PieceBuf<'_> {
-    fn remaining_mut(&self) -> usize {
-        self.inline.remaining_mut()
-    }
-
-    unsafe fn advance_mut(&mut self, cnt: usize) {
-        // SAFETY: the caller initialized `cnt` bytes of `chunk_mut`, the inner buffer's.
-        unsafe { self.inline.advance_mut(cnt) }
-    }
-
-    fn chunk_mut(&mut self) -> &mut UninitSlice {
-        self.inline.chunk_mut()
-    }
-
-    fn put_slice(&mut self, src: &[u8]) {
-        match self.source_of(src) {
-            Some(piece) => {
-                if !self.inline.is_empty() {
-                    let head = self.inline.split().freeze();
-                    self.done_bytes += head.len();
-                    self.pieces.push(head);
-                }
-                self.done_bytes += piece.len();
-                self.pieces.push(piece);
-            }
-            None => self.inline.extend_from_slice(src),
-        }
-    }
-}
-
+/// The encoders of kafka-protocol write through this; the responses encoded in pieces
+/// (Fetch) never seek back over a record set.
 impl ByteBufMut for PieceBuf<'_> {
     fn offset(&self) -> usize {
-        self.done_bytes + self.inline.len()
+        self.written()
     }
 
-    /// Within the current buffer only: the responses encoded here (Fetch) never seek back
-    /// over a record set.
     fn seek(&mut self, offset: usize) {
-        self.inline
-            .resize(offset.saturating_sub(self.done_bytes), 0);
+        self.set_written(offset);
     }
 
-    /// Within the current buffer only (see `seek`); a range before it reads as empty.
-    fn range(&mut self, r: Range<usize>) -> &mut [u8] {
-        let len = self.inline.len();
-        let start = r.start.saturating_sub(self.done_bytes).min(len);
-        let end = r.end.saturating_sub(self.done_bytes).min(len).max(start);
-        &mut self.inline[start..end]
+    fn range(&mut self, r: std::ops::Range<usize>) -> &mut [u8] {
+        self.written_range(r)
+    }
+}
+
+/// `PieceBuf::finish` as a response.
+pub fn finish(buf: PieceBuf<'_>) -> Response {
+    match buf.finish() {
+        Ok(pieces) => Response::Pieces(pieces),
+        Err(one) => Response::One(one),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::BufMut;
 
     /// Runs a future that never waits (the writers here are always ready).
     fn block_on<F: std::future::Future>(f: F) -> F::Output {
@@ -225,13 +150,13 @@ mod tests {
         let big = Bytes::from(vec![7u8; PIECE_MIN_BYTES + 5]);
         let small = Bytes::from(vec![9u8; 10]);
         let sources = [big.clone(), small.clone()];
-        let mut b = PieceBuf::new(64, &sources);
+        let mut b = PieceBuf::new(64, &sources, PIECE_MIN_BYTES);
         b.put_i32(42);
         b.put_slice(&big[..]);
         b.put_slice(&small[..]);
         b.put_slice(&big[5..]);
         assert_eq!(b.offset(), 4 + big.len() + 10 + big.len() - 5);
-        let r = b.finish();
+        let r = finish(b);
         let Response::Pieces(p) = &r else {
             panic!("expected pieces")
         };
@@ -250,9 +175,9 @@ mod tests {
 
     #[test]
     fn without_sources_it_is_one_buffer() {
-        let mut b = PieceBuf::new(8, &[]);
+        let mut b = PieceBuf::new(8, &[], PIECE_MIN_BYTES);
         b.put_slice(&[1; PIECE_MIN_BYTES]);
-        assert!(matches!(b.finish(), Response::One(x) if x.len() == PIECE_MIN_BYTES));
+        assert!(matches!(finish(b), Response::One(x) if x.len() == PIECE_MIN_BYTES));
     }
 
     /// A writer that takes at most `step` bytes per call, vectored or not.
