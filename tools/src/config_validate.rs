@@ -156,6 +156,46 @@ const KEYS: &[(&str, Kind)] = &[
             max: i64::MAX,
         },
     ),
+    ("group_share_enable", Kind::Bool),
+    (
+        "group_share_session_timeout_ms",
+        Kind::Int {
+            min: 1,
+            max: i64::MAX,
+        },
+    ),
+    (
+        "group_share_heartbeat_interval_ms",
+        Kind::Int {
+            min: 1,
+            max: i64::MAX,
+        },
+    ),
+    (
+        "group_share_record_lock_duration_ms",
+        Kind::Int {
+            min: 1_000,
+            max: 3_600_000,
+        },
+    ),
+    (
+        "group_share_delivery_count_limit",
+        Kind::Int { min: 2, max: 10 },
+    ),
+    (
+        "group_share_max_size",
+        Kind::Int {
+            min: 1,
+            max: i64::MAX,
+        },
+    ),
+    (
+        "group_share_partition_max_record_locks",
+        Kind::Int {
+            min: 100,
+            max: 10_000,
+        },
+    ),
     (
         "groups_per_shard",
         Kind::Int {

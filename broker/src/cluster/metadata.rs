@@ -147,6 +147,16 @@ pub enum Command {
         /// Quotas removed.
         remove: Vec<String>,
     },
+    /// Sets and removes one group's configs (IncrementalAlterConfigs on a GROUP resource;
+    /// `share.*`, KIP-932).
+    AlterGroupConfig {
+        /// Group id.
+        group: String,
+        /// Keys to set.
+        set: BTreeMap<String, String>,
+        /// Keys to remove (back to the default).
+        delete: Vec<String>,
+    },
     /// Changes topic config overrides.
     AlterConfig {
         /// Topic name.
@@ -179,6 +189,7 @@ impl Command {
             Command::CreateAcls { .. } => "create_acls",
             Command::DeleteAcls { .. } => "delete_acls",
             Command::AlterClientQuota { .. } => "alter_client_quota",
+            Command::AlterGroupConfig { .. } => "alter_group_config",
         }
     }
 }
@@ -341,6 +352,8 @@ pub struct Metadata {
     pub acls: std::collections::BTreeSet<AclBinding>,
     /// Client quotas (`security::quota`).
     pub quotas: Quotas,
+    /// Group configs set with IncrementalAlterConfigs (`cluster::group_config`).
+    pub group_configs: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 /// A stored SCRAM credential (RFC 5802: never the password).
@@ -569,6 +582,9 @@ impl Metadata {
                 .map_err(MetaError::InvalidRequest),
             Command::DeleteAcls { .. } => Ok(()),
             Command::AlterClientQuota { entity, set, .. } => check_quota(entity, set),
+            Command::AlterGroupConfig { set, .. } => {
+                crate::cluster::group_config::validate(set).map_err(MetaError::InvalidRequest)
+            }
             Command::UpsertScramCredential {
                 user,
                 mechanism,
@@ -851,6 +867,14 @@ impl Metadata {
                 }
             }
             Command::CreateAcls { acls } => self.acls.extend(acls.iter().cloned()),
+            Command::AlterGroupConfig { group, set, delete } => {
+                let values = self.group_configs.entry(group.clone()).or_default();
+                values.extend(set.iter().map(|(k, v)| (k.clone(), v.clone())));
+                values.retain(|k, _| !delete.contains(k));
+                if values.is_empty() {
+                    self.group_configs.remove(group);
+                }
+            }
             Command::AlterClientQuota {
                 entity,
                 set,

@@ -20,6 +20,7 @@
 //! shard it is on through [`ClusterHost`], which the shard implements.
 
 pub mod adopt;
+pub mod group_config;
 pub mod join;
 pub mod markers;
 pub mod metadata;
@@ -514,19 +515,28 @@ fn visible(m: &Metadata, after: &Metadata, cmd: &Command) -> bool {
         }
         Command::CreateAcls { acls } => acls.iter().all(|a| m.acls.contains(a)),
         Command::DeleteAcls { acls } => acls.iter().all(|a| !m.acls.contains(a)),
+        Command::AlterGroupConfig { group, set, delete } => {
+            holds(m.group_configs.get(group), set, delete)
+        }
         Command::AlterClientQuota {
             entity,
             set,
             remove,
-        } => {
-            let values = m.quotas.get(entity);
-            set.iter()
-                .all(|(k, v)| values.and_then(|x| x.get(k)) == Some(v))
-                && remove
-                    .iter()
-                    .all(|k| values.is_none_or(|x| !x.contains_key(k)))
-        }
+        } => holds(m.quotas.get(entity), set, remove),
     }
+}
+
+/// Whether `values` has every entry of `set` and none of the keys `removed`.
+fn holds<V: PartialEq>(
+    values: Option<&std::collections::BTreeMap<String, V>>,
+    set: &std::collections::BTreeMap<String, V>,
+    removed: &[String],
+) -> bool {
+    set.iter()
+        .all(|(k, v)| values.and_then(|x| x.get(k)) == Some(v))
+        && removed
+            .iter()
+            .all(|k| values.is_none_or(|x| !x.contains_key(k)))
 }
 
 /// Whether `check` holds for the committed metadata: the state applied from the controller

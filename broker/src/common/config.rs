@@ -236,6 +236,27 @@ pub struct Flags {
     /// (`group.consumer.heartbeat.interval.ms`).
     #[arg(long, env = "STRAND_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS")]
     pub group_consumer_heartbeat_interval_ms: Option<u64>,
+    /// Serve share groups (KIP-932; Kafka 4.0's `group.share.enable`, 4.1's `share.version` feature): off by default while they are incomplete (no persistence of their state yet).
+    #[arg(long, env = "STRAND_GROUP_SHARE_ENABLE")]
+    pub group_share_enable: Option<bool>,
+    /// Session timeout of share-group members (`group.share.session.timeout.ms`).
+    #[arg(long, env = "STRAND_GROUP_SHARE_SESSION_TIMEOUT_MS")]
+    pub group_share_session_timeout_ms: Option<u64>,
+    /// Heartbeat interval told to share-group members (`group.share.heartbeat.interval.ms`).
+    #[arg(long, env = "STRAND_GROUP_SHARE_HEARTBEAT_INTERVAL_MS")]
+    pub group_share_heartbeat_interval_ms: Option<u64>,
+    /// How long a share-group member holds the records it was given before they go to another (`group.share.record.lock.duration.ms`).
+    #[arg(long, env = "STRAND_GROUP_SHARE_RECORD_LOCK_DURATION_MS")]
+    pub group_share_record_lock_duration_ms: Option<u64>,
+    /// Deliveries of a record to share-group members before it is archived (`group.share.delivery.count.limit`).
+    #[arg(long, env = "STRAND_GROUP_SHARE_DELIVERY_COUNT_LIMIT")]
+    pub group_share_delivery_count_limit: Option<u64>,
+    /// Members of one share group (`group.share.max.size`).
+    #[arg(long, env = "STRAND_GROUP_SHARE_MAX_SIZE")]
+    pub group_share_max_size: Option<usize>,
+    /// Records of one share partition in flight, from its start offset (`group.share.partition.max.record.locks`).
+    #[arg(long, env = "STRAND_GROUP_SHARE_PARTITION_MAX_RECORD_LOCKS")]
+    pub group_share_partition_max_record_locks: Option<u64>,
     /// Consumer groups one shard coordinates at most.
     #[arg(long, env = "STRAND_GROUPS_PER_SHARD")]
     pub groups_per_shard: Option<usize>,
@@ -336,6 +357,10 @@ pub struct Flags {
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 /// Internal topic holding the transaction coordinators' state (Kafka's name).
 pub const TXN_STATE_TOPIC: &str = "__transaction_state";
+/// Internal topic holding the share groups' delivery state (Kafka's name), compacted.
+pub const SHARE_STATE_TOPIC: &str = "__share_group_state";
+/// Its partitions (Kafka's `share.coordinator.state.topic.num.partitions` default).
+pub const SHARE_STATE_NUM_PARTITIONS: usize = 50;
 /// Most partitions one topic may have (a bound on what a request can make us allocate).
 pub const PARTITIONS_PER_TOPIC_MAX: i32 = 10_000;
 /// Default `topic_partitions_per_shard` (Redpanda's name and default): partition replicas
@@ -354,6 +379,20 @@ pub const GROUP_CONSUMER_SESSION_TIMEOUT_MS_DEFAULT: u64 = 45_000;
 /// Default `group_consumer_heartbeat_interval_ms` (Kafka's
 /// `group.consumer.heartbeat.interval.ms`).
 pub const GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS_DEFAULT: u64 = 5_000;
+/// Default `group_share_session_timeout_ms` (Kafka's `group.share.session.timeout.ms`).
+pub const GROUP_SHARE_SESSION_TIMEOUT_MS_DEFAULT: u64 = 45_000;
+/// Default `group_share_heartbeat_interval_ms` (Kafka's `group.share.heartbeat.interval.ms`).
+pub const GROUP_SHARE_HEARTBEAT_INTERVAL_MS_DEFAULT: u64 = 5_000;
+/// Default `group_share_record_lock_duration_ms` (Kafka's
+/// `group.share.record.lock.duration.ms`).
+pub const GROUP_SHARE_RECORD_LOCK_DURATION_MS_DEFAULT: u64 = 30_000;
+/// Default `group_share_delivery_count_limit` (Kafka's `group.share.delivery.count.limit`).
+pub const GROUP_SHARE_DELIVERY_COUNT_LIMIT_DEFAULT: u64 = 5;
+/// Default `group_share_max_size` (Kafka's `group.share.max.size`).
+pub const GROUP_SHARE_MAX_SIZE_DEFAULT: usize = 200;
+/// Default `group_share_partition_max_record_locks` (Kafka's
+/// `group.share.partition.max.record.locks`).
+pub const GROUP_SHARE_PARTITION_MAX_RECORD_LOCKS_DEFAULT: u64 = 2000;
 /// Default `groups_per_shard` (Kafka has no such bound): consumer groups one shard
 /// coordinates; a JoinGroup or OffsetCommit that would create one more gets
 /// COORDINATOR_NOT_AVAILABLE (retriable: the client waits until groups expire or are
@@ -448,6 +487,13 @@ struct FileConfig {
     group_max_size: Option<usize>,
     group_consumer_session_timeout_ms: Option<u64>,
     group_consumer_heartbeat_interval_ms: Option<u64>,
+    group_share_enable: Option<bool>,
+    group_share_session_timeout_ms: Option<u64>,
+    group_share_heartbeat_interval_ms: Option<u64>,
+    group_share_record_lock_duration_ms: Option<u64>,
+    group_share_delivery_count_limit: Option<u64>,
+    group_share_max_size: Option<usize>,
+    group_share_partition_max_record_locks: Option<u64>,
     groups_per_shard: Option<usize>,
     in_flight_bytes_per_shard: Option<usize>,
     max_connections: Option<usize>,
@@ -749,6 +795,20 @@ pub struct Config {
     pub group_consumer_session_timeout_ms: u64,
     /// `group.consumer.heartbeat.interval.ms`.
     pub group_consumer_heartbeat_interval_ms: u64,
+    /// Serve share groups (`group_share_enable`).
+    pub group_share_enable: bool,
+    /// Session timeout of share-group members (`group_share_session_timeout_ms`).
+    pub group_share_session_timeout_ms: u64,
+    /// Heartbeat interval told to share-group members (`group_share_heartbeat_interval_ms`).
+    pub group_share_heartbeat_interval_ms: u64,
+    /// How long a share-group member holds the records it was given before they go to another (`group_share_record_lock_duration_ms`).
+    pub group_share_record_lock_duration_ms: u64,
+    /// Deliveries of a record to share-group members before it is archived (`group_share_delivery_count_limit`).
+    pub group_share_delivery_count_limit: u64,
+    /// Members of one share group (`group_share_max_size`).
+    pub group_share_max_size: usize,
+    /// Records of one share partition in flight, from its start offset (`group_share_partition_max_record_locks`).
+    pub group_share_partition_max_record_locks: u64,
     /// Consumer groups one shard coordinates (`GROUPS_PER_SHARD_DEFAULT`).
     pub groups_per_shard: usize,
     /// In-flight request and answer bytes per shard (`IN_FLIGHT_BYTES_PER_SHARD_DEFAULT`).
@@ -934,6 +994,34 @@ impl Config {
                 .group_consumer_heartbeat_interval_ms
                 .or(file.group_consumer_heartbeat_interval_ms)
                 .unwrap_or(GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS_DEFAULT),
+            group_share_enable: flags
+                .group_share_enable
+                .or(file.group_share_enable)
+                .unwrap_or(false),
+            group_share_session_timeout_ms: flags
+                .group_share_session_timeout_ms
+                .or(file.group_share_session_timeout_ms)
+                .unwrap_or(GROUP_SHARE_SESSION_TIMEOUT_MS_DEFAULT),
+            group_share_heartbeat_interval_ms: flags
+                .group_share_heartbeat_interval_ms
+                .or(file.group_share_heartbeat_interval_ms)
+                .unwrap_or(GROUP_SHARE_HEARTBEAT_INTERVAL_MS_DEFAULT),
+            group_share_record_lock_duration_ms: flags
+                .group_share_record_lock_duration_ms
+                .or(file.group_share_record_lock_duration_ms)
+                .unwrap_or(GROUP_SHARE_RECORD_LOCK_DURATION_MS_DEFAULT),
+            group_share_delivery_count_limit: flags
+                .group_share_delivery_count_limit
+                .or(file.group_share_delivery_count_limit)
+                .unwrap_or(GROUP_SHARE_DELIVERY_COUNT_LIMIT_DEFAULT),
+            group_share_max_size: flags
+                .group_share_max_size
+                .or(file.group_share_max_size)
+                .unwrap_or(GROUP_SHARE_MAX_SIZE_DEFAULT),
+            group_share_partition_max_record_locks: flags
+                .group_share_partition_max_record_locks
+                .or(file.group_share_partition_max_record_locks)
+                .unwrap_or(GROUP_SHARE_PARTITION_MAX_RECORD_LOCKS_DEFAULT),
             groups_per_shard: flags
                 .groups_per_shard
                 .or(file.groups_per_shard)
@@ -1038,6 +1126,7 @@ impl Config {
     }
 
     fn validate(&self) -> anyhow::Result<()> {
+        self.validate_share()?;
         // A node not among the seeds (or with no --node-id) joins through them and gets
         // its id from the controller (`cluster::join`).
         let nodes = self.seeds.len().max(1);
@@ -1175,6 +1264,48 @@ impl Config {
                         l.addr
                     );
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// The checks of the share-group settings (Kafka's bounds).
+    fn validate_share(&self) -> anyhow::Result<()> {
+        if self.group_share_enable && !self.seeds.is_empty() {
+            bail!(
+                "group_share_enable: share groups are served on a single node only so far \
+                 (a share partition's state is kept on its leader's node)"
+            );
+        }
+        if self.group_share_heartbeat_interval_ms >= self.group_share_session_timeout_ms {
+            bail!(
+                "group_share_heartbeat_interval_ms ({}) must be below group_share_session_timeout_ms ({})",
+                self.group_share_heartbeat_interval_ms,
+                self.group_share_session_timeout_ms
+            );
+        }
+        if !(2..=10).contains(&self.group_share_delivery_count_limit) {
+            bail!("group_share_delivery_count_limit must be in 2..=10 (Kafka's bounds)");
+        }
+        if !(100..=10_000).contains(&self.group_share_partition_max_record_locks) {
+            bail!("group_share_partition_max_record_locks must be in 100..=10000 (Kafka's bounds)");
+        }
+        if !(1_000..=3_600_000).contains(&self.group_share_record_lock_duration_ms) {
+            bail!("group_share_record_lock_duration_ms must be in 1000..=3600000 (Kafka's bounds)");
+        }
+        for (name, v) in [
+            (
+                "group_share_session_timeout_ms",
+                self.group_share_session_timeout_ms,
+            ),
+            (
+                "group_share_heartbeat_interval_ms",
+                self.group_share_heartbeat_interval_ms,
+            ),
+            ("group_share_max_size", self.group_share_max_size as u64),
+        ] {
+            if v == 0 {
+                bail!("{name} must be positive");
             }
         }
         Ok(())

@@ -136,6 +136,14 @@ pub mod code {
     pub const UNSUPPORTED_ASSIGNOR: i16 = E::UnsupportedAssignor.code();
     /// INVALID_REGULAR_EXPRESSION (KIP-848).
     pub const INVALID_REGULAR_EXPRESSION: i16 = E::InvalidRegularExpression.code();
+    /// INVALID_RECORD_STATE (KIP-932).
+    pub const INVALID_RECORD_STATE: i16 = E::InvalidRecordState.code();
+    /// SHARE_SESSION_NOT_FOUND (KIP-932).
+    pub const SHARE_SESSION_NOT_FOUND: i16 = E::ShareSessionNotFound.code();
+    /// SHARE_SESSION_LIMIT_REACHED (KIP-932).
+    pub const SHARE_SESSION_LIMIT_REACHED: i16 = E::ShareSessionLimitReached.code();
+    /// INVALID_SHARE_SESSION_EPOCH (KIP-932).
+    pub const INVALID_SHARE_SESSION_EPOCH: i16 = E::InvalidShareSessionEpoch.code();
     /// STALE_MEMBER_EPOCH (KIP-848).
     pub const STALE_MEMBER_EPOCH: i16 = E::StaleMemberEpoch.code();
 }

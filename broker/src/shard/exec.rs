@@ -27,6 +27,13 @@ impl Shard {
         match op {
             Op::Produce { parts, acks_all } => Reply::Produce(self.produce(parts, acks_all).await),
             Op::Fetch { parts, limit } => Reply::Fetch(self.fetch(parts, limit).await),
+            Op::Share(work) => Reply::Share(self.share_work(work).await),
+            Op::WriteShareState(key, state) => {
+                Reply::Codes(vec![self.write_share_state_here(&key, &state).await])
+            }
+            Op::ReadShareState(key) => {
+                Reply::ShareState(self.share_states.borrow().get(&key).cloned())
+            }
             Op::WaitAppend { parts, timeout } => {
                 self.wait_append(parts, timeout).await;
                 Reply::Done
@@ -42,6 +49,7 @@ impl Shard {
             Op::Group(req) => Reply::Encoded(self.run_group_request(req).await),
             op @ (Op::DescribeGroups(_)
             | Op::DescribeConsumerGroups(_)
+            | Op::DescribeShareGroups(_)
             | Op::ListGroups
             | Op::DeleteGroups(_)
             | Op::CommitOffsets { .. }
@@ -85,6 +93,9 @@ impl Shard {
             Op::DescribeConsumerGroups(ids) => {
                 self.wait_all_groups_loaded().await;
                 Reply::DescribedConsumerGroups(self.describe_consumer_groups_local(ids))
+            }
+            Op::DescribeShareGroups(ids) => {
+                Reply::DescribedShareGroups(self.describe_share_groups_local(ids))
             }
             Op::ListGroups => {
                 self.wait_all_groups_loaded().await;

@@ -20,6 +20,9 @@ pub mod groups;
 pub mod ops;
 pub mod placement;
 pub mod queue;
+pub mod share;
+
+pub use crate::share::records::ShareKey;
 pub mod txns;
 
 use std::cell::{Cell, RefCell};
@@ -119,6 +122,18 @@ pub struct Shard {
     native_ports: Arc<Vec<std::sync::atomic::AtomicU16>>,
     /// Groups coordinated by this shard.
     pub(crate) groups: RefCell<HashMap<String, crate::group::state::Group>>,
+    /// Share groups coordinated by this shard (KIP-932; in memory only so far: after a
+    /// restart their members join again).
+    pub(crate) share_groups: RefCell<HashMap<String, crate::share::group::ShareGroup>>,
+    /// Delivery state of the share partitions of this shard's partitions, by (group,
+    /// topic, partition) (KIP-932; in memory only so far).
+    pub(crate) share_partitions:
+        RefCell<HashMap<ShareKey, crate::share::partition::SharePartition>>,
+    /// The persisted delivery state of the share partitions whose `__share_group_state`
+    /// partition this shard holds (replayed when it opens).
+    pub(crate) share_states: RefCell<HashMap<ShareKey, crate::share::partition::ShareState>>,
+    /// Share sessions of the members whose connections this shard serves.
+    pub(crate) share_sessions: RefCell<crate::share::session::Sessions>,
     /// Cluster mode: offsets partitions whose groups are being replayed after this node
     /// became their leader (their coordinator answers COORDINATOR_LOAD_IN_PROGRESS).
     pub(crate) groups_loading: RefCell<std::collections::BTreeSet<i32>>,
@@ -207,6 +222,10 @@ impl Shard {
             meta: RefCell::new(Arc::new(Metadata::default())),
             partitions: RefCell::new(HashMap::new()),
             groups: RefCell::new(HashMap::new()),
+            share_groups: RefCell::new(HashMap::new()),
+            share_partitions: RefCell::new(HashMap::new()),
+            share_sessions: RefCell::new(Default::default()),
+            share_states: RefCell::new(HashMap::new()),
             groups_loading: RefCell::new(std::collections::BTreeSet::new()),
             txns: RefCell::new(HashMap::new()),
             txns_busy: RefCell::new(std::collections::HashSet::new()),
@@ -394,10 +413,13 @@ impl Shard {
         part.set_cleanup(crate::cluster::topic_config::cleanup_config(configs));
         let offsets = topic == crate::group::OFFSETS_TOPIC;
         let txn_state = topic == crate::txn::coordinator::TXN_STATE_TOPIC;
+        let share_state = topic == crate::common::config::SHARE_STATE_TOPIC;
         let keyed = if offsets {
             Some(crate::group::records::scope_of as KeyScope)
         } else if txn_state {
             Some(crate::txn::records::scope_of as KeyScope)
+        } else if share_state {
+            Some(crate::share::records::scope_of as KeyScope)
         } else {
             None
         };
@@ -408,6 +430,9 @@ impl Shard {
         }
         if txn_state {
             self.load_txns(&part).await?;
+        }
+        if share_state {
+            self.load_share_states(&part).await?;
         }
         self.partitions
             .borrow_mut()

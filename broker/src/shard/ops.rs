@@ -153,6 +153,42 @@ pub struct TxnFilter {
     pub min_duration_ms: i64,
 }
 
+/// One member's work on one share partition (ShareFetch, ShareAcknowledge, a session's
+/// end), run on the partition's shard.
+#[derive(Debug)]
+pub struct ShareWork {
+    /// Share group.
+    pub group: String,
+    /// Member id.
+    pub member: String,
+    /// Topic.
+    pub topic: String,
+    /// Partition index.
+    pub partition: i32,
+    /// Acknowledgements to apply first: `(first, last, types)`.
+    pub acks: Vec<(i64, i64, Vec<crate::share::partition::AckType>)>,
+    /// The member's session ended: its records go back (after the acknowledgements).
+    pub release: bool,
+    /// Records to acquire afterwards, about (0: none).
+    pub max_records: usize,
+    /// Bytes of records to read at most.
+    pub max_bytes: usize,
+}
+
+/// What `ShareWork` did.
+#[derive(Debug, Default)]
+pub struct ShareDone {
+    /// The partition's error (the fetch's).
+    pub error: i16,
+    /// The acknowledgements' error.
+    pub ack_error: i16,
+    /// Whole batches holding the acquired records (and maybe others, which the client
+    /// skips).
+    pub records: Bytes,
+    /// The acquired ranges with their delivery counts.
+    pub acquired: Vec<crate::share::partition::Acquired>,
+}
+
 /// Work sent to a shard.
 #[derive(Debug)]
 pub enum Op {
@@ -161,6 +197,17 @@ pub enum Op {
         parts: Vec<ProducePart>,
         acks_all: bool,
     },
+    /// Share-group work on share partitions of this shard, in order.
+    Share(Vec<ShareWork>),
+    /// Write a share partition's state to its `__share_group_state` partition (here),
+    /// durably; answered `Codes` with one code.
+    WriteShareState(
+        crate::share::records::ShareKey,
+        crate::share::partition::ShareState,
+    ),
+    /// The persisted state of a share partition (its `__share_group_state` partition is
+    /// here).
+    ReadShareState(crate::share::records::ShareKey),
     /// Read batches, within `limit`.
     Fetch {
         parts: Vec<FetchPart>,
@@ -190,6 +237,8 @@ pub enum Op {
     DescribeGroups(Vec<String>),
     /// Describe these consumer-protocol groups (all coordinated here; KIP-848).
     DescribeConsumerGroups(Vec<String>),
+    /// Describe these share groups (all coordinated here; KIP-932).
+    DescribeShareGroups(Vec<String>),
     /// List the groups coordinated here.
     ListGroups,
     /// Delete these groups (all coordinated here).
@@ -259,6 +308,14 @@ pub enum Reply {
     /// Described consumer-protocol groups, in order.
     DescribedConsumerGroups(
         Vec<kafka_protocol::messages::consumer_group_describe_response::DescribedGroup>,
+    ),
+    /// What each `ShareWork` did, in order.
+    Share(Vec<ShareDone>),
+    /// A share partition's persisted state, if any.
+    ShareState(Option<crate::share::partition::ShareState>),
+    /// Described share groups, in order.
+    DescribedShareGroups(
+        Vec<kafka_protocol::messages::share_group_describe_response::DescribedGroup>,
     ),
     /// Listed groups.
     Listed(Vec<kafka_protocol::messages::list_groups_response::ListedGroup>),

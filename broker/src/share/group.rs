@@ -18,12 +18,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::group::consumer::Assignment;
 
-/// Kafka's `group.share.session.timeout.ms` default.
-pub const SESSION_TIMEOUT_MS_DEFAULT: u64 = 45_000;
-/// Kafka's `group.share.heartbeat.interval.ms` default.
-pub const HEARTBEAT_INTERVAL_MS_DEFAULT: u64 = 5_000;
-/// Kafka's `group.share.max.size` default.
-pub const MEMBERS_MAX_DEFAULT: usize = 200;
 /// The member epoch of a heartbeat that joins.
 pub const JOIN_EPOCH: i32 = 0;
 /// The member epoch of a heartbeat that leaves.
@@ -172,9 +166,13 @@ impl ShareGroup {
             }
             return Ok(false);
         };
+        // A member fenced or told it is unknown joins again with epoch 0 and the same id
+        // (the Java client does): a rejoin, given the whole current assignment. (Kafka 4.1
+        // fences it unless its previous epoch was 0, which only delays the rejoin.)
+        let rejoin = hb.member_epoch == JOIN_EPOCH;
         let lost_answer =
             hb.member_epoch == member.previous_epoch && hb.member_epoch < member.epoch;
-        if hb.member_epoch != member.epoch && !lost_answer {
+        if hb.member_epoch != member.epoch && !lost_answer && !rejoin {
             return Err(Answer::Error(
                 code::FENCED_MEMBER_EPOCH,
                 "the member epoch is fenced",

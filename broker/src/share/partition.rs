@@ -20,13 +20,9 @@ use std::rc::Rc;
 
 use serde::{Deserialize, Serialize};
 
-/// Kafka's `group.share.delivery.count.limit` default.
-pub const DELIVERY_COUNT_LIMIT_DEFAULT: u16 = 5;
-/// Kafka's `group.share.partition.max.record.locks` default: offsets in flight (from the
-/// start offset to the end) before no new record is acquired.
-pub const RECORD_LOCKS_MAX_DEFAULT: i64 = 2000;
-/// Kafka's `group.share.record.lock.duration.ms` default.
-pub const RECORD_LOCK_DURATION_MS_DEFAULT: u64 = 30_000;
+use crate::common::config::{
+    GROUP_SHARE_DELIVERY_COUNT_LIMIT_DEFAULT, GROUP_SHARE_PARTITION_MAX_RECORD_LOCKS_DEFAULT,
+};
 /// Widest `[start, end)` a stored state is read with: Kafka's largest record-lock limit
 /// (10,000) and one fetch's overshoot past it. A wider one (a corrupt record) is cut, so a
 /// state never makes more than this many entries.
@@ -44,8 +40,8 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            delivery_count_limit: DELIVERY_COUNT_LIMIT_DEFAULT,
-            record_locks_max: RECORD_LOCKS_MAX_DEFAULT,
+            delivery_count_limit: GROUP_SHARE_DELIVERY_COUNT_LIMIT_DEFAULT as u16,
+            record_locks_max: GROUP_SHARE_PARTITION_MAX_RECORD_LOCKS_DEFAULT as i64,
         }
     }
 }
@@ -383,15 +379,16 @@ impl SharePartition {
     }
 
     /// The log no longer holds offsets below `log_start` (retention, DeleteRecords):
-    /// nothing below it is delivered any more.
-    pub fn log_start_moved(&mut self, log_start: i64) {
+    /// nothing below it is delivered any more. Returns whether anything changed.
+    pub fn log_start_moved(&mut self, log_start: i64) -> bool {
         if log_start <= self.start {
-            return;
+            return false;
         }
         self.records = self.records.split_off(&log_start);
         self.end = self.end.max(log_start);
         self.start = log_start;
         self.advance_start();
+        true
     }
 
     /// A record whose lock ended or that was released: available again, or archived once

@@ -1,4 +1,5 @@
-//! ApiVersions: advertises exactly [`super::SUPPORTED`], and the features this build
+//! ApiVersions: advertises exactly [`super::SUPPORTED`] (the share-group APIs only with
+//! `group_share_enable`), and the features this build
 //! finalizes ([`FINALIZED`]: transaction version 2, which Java 4.x and franz-go producers
 //! use once they see it).
 
@@ -27,9 +28,11 @@ const SUPPORTED_FEATURES: &[(&str, i16, i16)] =
 /// clients took a minimum of 0 for "unsupported": KAFKA-17011).
 const ZERO_MIN_FEATURES_SINCE: i16 = 4;
 
-fn body(error_code: i16) -> ApiVersionsResponse {
+/// `SUPPORTED`, less the share-group APIs unless `share` (`group_share_enable`).
+fn body(error_code: i16, share: bool) -> ApiVersionsResponse {
     let keys = SUPPORTED
         .iter()
+        .filter(|(k, _, _)| share || !super::share_groups::is_share_api(*k))
         .map(|&(k, lo, hi)| {
             ApiVersion::default()
                 .with_api_key(k as i16)
@@ -44,7 +47,7 @@ fn body(error_code: i16) -> ApiVersionsResponse {
 
 /// Answers a supported-version ApiVersions (the features are tagged fields, written from
 /// v3 on).
-pub fn handle(ctx: &Ctx, req: Bytes) -> Result<Bytes, FramingError> {
+pub fn handle(ctx: &Ctx, req: Bytes, share: bool) -> Result<Bytes, FramingError> {
     let _req: ApiVersionsRequest = ctx.decode(req)?;
     let supported = SUPPORTED_FEATURES
         .iter()
@@ -66,7 +69,7 @@ pub fn handle(ctx: &Ctx, req: Bytes) -> Result<Bytes, FramingError> {
         })
         .collect();
     ctx.respond(
-        &body(0)
+        &body(0, share)
             .with_supported_features(supported)
             .with_finalized_features_epoch(FINALIZED_FEATURES_EPOCH)
             .with_finalized_features(finalized),
@@ -74,8 +77,8 @@ pub fn handle(ctx: &Ctx, req: Bytes) -> Result<Bytes, FramingError> {
 }
 
 /// Answers an ApiVersions at a version we do not know: error 35 and a v0-shaped body.
-pub fn unsupported_version(correlation_id: i32) -> Result<Bytes, FramingError> {
-    let b = body(code::UNSUPPORTED_VERSION);
+pub fn unsupported_version(correlation_id: i32, share: bool) -> Result<Bytes, FramingError> {
+    let b = body(code::UNSUPPORTED_VERSION, share);
     let size = b
         .compute_size(0)
         .map_err(|e| FramingError::Malformed(e.to_string()))?;

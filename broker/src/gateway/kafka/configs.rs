@@ -16,6 +16,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::{topics, Ctx, FramingError};
+use crate::cluster::group_config;
 use crate::cluster::metadata::Command;
 use crate::cluster::topic_config::{self, TOPIC_CONFIGS};
 use crate::common::errors::code;
@@ -24,6 +25,13 @@ use crate::shard::Shard;
 
 const RESOURCE_TOPIC: i8 = 2;
 const RESOURCE_BROKER: i8 = 4;
+/// A group's configs (KIP-848/932, `ConfigResource.Type.GROUP`).
+const RESOURCE_GROUP: i8 = 32;
+/// ConfigSource of a group config set for the group (`GROUP_CONFIG`).
+const SOURCE_GROUP: i8 = 8;
+/// ConfigType codes of group configs: STRING and INT.
+const TYPE_STRING: i8 = 2;
+const TYPE_INT: i8 = 3;
 /// ConfigSource values.
 const SOURCE_TOPIC: i8 = 1;
 const SOURCE_STATIC_BROKER: i8 = 4;
@@ -80,6 +88,7 @@ pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes
                             .collect(),
                     )
                 }
+                RESOURCE_GROUP => base.with_configs(group_entries(shard, name, &wanted)),
                 _ => base
                     .with_error_code(code::INVALID_REQUEST)
                     .with_error_message(Some(s("unsupported resource"))),
@@ -103,6 +112,31 @@ pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes
             .collect()
     };
     ctx.respond(&DescribeConfigsResponse::default().with_results(results))
+}
+
+/// A group's configs as DescribeConfigs shows them: set for the group, or the default.
+fn group_entries(
+    shard: &Shard,
+    group: &str,
+    wanted: &dyn Fn(&str) -> bool,
+) -> Vec<DescribeConfigsResourceResult> {
+    group_config::effective(&shard.config, shard.metadata().group_configs.get(group))
+        .into_iter()
+        .filter(|(k, ..)| wanted(k))
+        .map(|(k, v, default)| {
+            let source = if default {
+                SOURCE_DEFAULT
+            } else {
+                SOURCE_GROUP
+            };
+            let kind = if k.ends_with(".ms") {
+                TYPE_INT
+            } else {
+                TYPE_STRING
+            };
+            entry(k, v, source, false, kind, None)
+        })
+        .collect()
 }
 
 /// One config of a topic as DescribeConfigs and CreateTopics (v5+) show it.
@@ -251,6 +285,8 @@ type AlterResource = (i8, String, Result<Vec<Change>, String>, bool);
 fn config_allowed(ctx: &Ctx, shard: &Shard, operation: i8, resource_type: i8, name: &str) -> bool {
     if resource_type == RESOURCE_TOPIC {
         ctx.allowed(shard, operation, resource::TOPIC, name)
+    } else if resource_type == RESOURCE_GROUP {
+        ctx.allowed(shard, operation, resource::GROUP, name)
     } else {
         ctx.allowed_on_cluster(shard, operation)
     }
@@ -260,6 +296,8 @@ fn config_allowed(ctx: &Ctx, shard: &Shard, operation: i8, resource_type: i8, na
 fn denied_code(resource_type: i8) -> i16 {
     if resource_type == RESOURCE_TOPIC {
         code::TOPIC_AUTHORIZATION_FAILED
+    } else if resource_type == RESOURCE_GROUP {
+        code::GROUP_AUTHORIZATION_FAILED
     } else {
         code::CLUSTER_AUTHORIZATION_FAILED
     }
@@ -309,6 +347,20 @@ async fn alter(
     let mut cmds = Vec::new();
     let mut slots = Vec::new();
     for (kind, name, changes, replace) in resources {
+        if kind == RESOURCE_GROUP && !replace {
+            let cmd = group_change(&name, changes);
+            match cmd {
+                Ok(cmd) => {
+                    out.push((0, None));
+                    if !validate_only {
+                        slots.push(out.len() - 1);
+                        cmds.push(cmd);
+                    }
+                }
+                Err(m) => out.push((code::INVALID_CONFIG, Some(m))),
+            }
+            continue;
+        }
         if kind != RESOURCE_TOPIC {
             out.push((
                 code::INVALID_REQUEST,
@@ -351,6 +403,31 @@ async fn alter(
         }
     }
     out
+}
+
+/// A group's config changes (SET and DELETE only) as the command that makes them, checked.
+fn group_change(group: &str, changes: Result<Vec<Change>, String>) -> Result<Command, String> {
+    let mut set = BTreeMap::new();
+    let mut delete = Vec::new();
+    for (k, op) in changes? {
+        match op {
+            Op::Set(v) => {
+                set.insert(k, v);
+            }
+            Op::Delete => delete.push(k),
+            Op::Append(_) | Op::Subtract(_) => {
+                return Err(format!(
+                    "{k} is not a list: APPEND and SUBTRACT do not apply"
+                ))
+            }
+        }
+    }
+    group_config::validate(&set)?;
+    Ok(Command::AlterGroupConfig {
+        group: group.to_string(),
+        set,
+        delete,
+    })
 }
 
 /// A topic's config changes as the overrides to set and the ones to delete, checked

@@ -74,6 +74,11 @@ fn group_refusal(
     {
         return Ok(Some(code::TOPIC_AUTHORIZATION_FAILED));
     }
+    if ctx.key == ApiKey::ShareGroupHeartbeat
+        && super::share_groups::subscribes_undescribable(shard, ctx, body)?
+    {
+        return Ok(Some(code::TOPIC_AUTHORIZATION_FAILED));
+    }
     Ok(None)
 }
 
@@ -207,6 +212,11 @@ pub fn group_of(ctx: &Ctx, body: &Bytes) -> Result<String, FramingError> {
             .group_id
             .0
             .to_string(),
+        ApiKey::ShareGroupHeartbeat => ctx
+            .decode::<ShareGroupHeartbeatRequest>(b)?
+            .group_id
+            .0
+            .to_string(),
         ApiKey::OffsetCommit => ctx.decode::<OffsetCommitRequest>(b)?.group_id.0.to_string(),
         ApiKey::OffsetDelete => ctx.decode::<OffsetDeleteRequest>(b)?.group_id.0.to_string(),
         ApiKey::TxnOffsetCommit => ctx
@@ -266,6 +276,7 @@ pub async fn execute(
         }
         ApiKey::LeaveGroup => leave(shard, ctx, body).await,
         ApiKey::ConsumerGroupHeartbeat => super::consumer_groups::heartbeat(shard, ctx, body).await,
+        ApiKey::ShareGroupHeartbeat => super::share_groups::heartbeat(shard, ctx, body).await,
         ApiKey::OffsetCommit => commit(shard, ctx, body).await,
         ApiKey::OffsetDelete => offset_delete(shard, ctx, body).await,
         ApiKey::TxnOffsetCommit => super::txn::offset_commit(shard, ctx, body).await,
@@ -291,6 +302,7 @@ fn refused(ctx: &Ctx, body: Bytes, error: i16) -> Result<Bytes, FramingError> {
         ApiKey::Heartbeat => ctx.respond(&HeartbeatResponse::default().with_error_code(error)),
         ApiKey::LeaveGroup => ctx.respond(&LeaveGroupResponse::default().with_error_code(error)),
         ApiKey::ConsumerGroupHeartbeat => super::consumer_groups::refused(ctx, error),
+        ApiKey::ShareGroupHeartbeat => super::share_groups::refused(ctx, error),
         ApiKey::OffsetDelete => {
             ctx.respond(&OffsetDeleteResponse::default().with_error_code(error))
         }

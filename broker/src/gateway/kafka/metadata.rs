@@ -174,7 +174,8 @@ fn topic_metadata(
             })
             .with_is_internal(
                 name == crate::group::OFFSETS_TOPIC
-                    || name == crate::txn::coordinator::TXN_STATE_TOPIC,
+                    || name == crate::txn::coordinator::TXN_STATE_TOPIC
+                    || name == crate::common::config::SHARE_STATE_TOPIC,
             )
             .with_topic_id(if ctx.version >= 10 {
                 uuid::Uuid::from_u128(t.id)

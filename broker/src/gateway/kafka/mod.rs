@@ -26,6 +26,8 @@ pub mod records;
 pub mod response;
 pub mod sasl;
 pub mod scram;
+pub mod share_fetch;
+pub mod share_groups;
 pub mod throttle;
 pub mod topics;
 pub mod txn;
@@ -72,6 +74,11 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetFetch, 1, 9),
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 1),
+    // Advertised and served only with `group_share_enable` (`share_groups::is_share_api`).
+    (ApiKey::ShareGroupHeartbeat, 1, 1),
+    (ApiKey::ShareGroupDescribe, 1, 1),
+    (ApiKey::ShareFetch, 1, 1),
+    (ApiKey::ShareAcknowledge, 1, 1),
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::ListGroups, 0, 5),
     (ApiKey::DescribeGroups, 0, 5),
@@ -188,6 +195,9 @@ pub async fn handle(
         None => return Err(FramingError::Short),
     };
     let key = ApiKey::try_from(key_raw).map_err(|_| FramingError::UnsupportedApi(key_raw))?;
+    if share_groups::is_share_api(key) && !shard.config.group_share_enable {
+        return Err(FramingError::UnsupportedApi(key_raw));
+    }
     let index = SUPPORTED.iter().position(|(k, _, _)| *k == key);
     let Some(index) = index else {
         return Err(FramingError::UnsupportedApi(key_raw));
@@ -201,7 +211,8 @@ pub async fn handle(
                 .and_then(|s| s.first_chunk::<4>())
                 .map(|a| i32::from_be_bytes(*a));
             let corr = corr.ok_or(FramingError::Short)?;
-            return Ok(Some(api_versions::unsupported_version(corr)?.into()));
+            let share = shard.config.group_share_enable;
+            return Ok(Some(api_versions::unsupported_version(corr, share)?.into()));
         }
         return Err(FramingError::UnsupportedVersion {
             api: key_raw,
@@ -212,8 +223,13 @@ pub async fn handle(
     if key == ApiKey::Fetch {
         return fetch::handle(shard, &ctx, buf, held).await.map(Some);
     }
+    if key == ApiKey::ShareFetch {
+        return share_fetch::fetch(shard, &ctx, buf).await.map(Some);
+    }
     let answer = match key {
-        ApiKey::ApiVersions => api_versions::handle(&ctx, buf).map(Some),
+        ApiKey::ApiVersions => {
+            api_versions::handle(&ctx, buf, shard.config.group_share_enable).map(Some)
+        }
         ApiKey::Metadata => metadata::handle(shard, &ctx, buf).await.map(Some),
         ApiKey::Produce => produce::handle(shard, &ctx, buf).await,
         ApiKey::ListOffsets => list_offsets::handle(shard, &ctx, buf).await.map(Some),
@@ -231,6 +247,7 @@ pub async fn handle(
         | ApiKey::Heartbeat
         | ApiKey::LeaveGroup
         | ApiKey::ConsumerGroupHeartbeat
+        | ApiKey::ShareGroupHeartbeat
         | ApiKey::OffsetCommit
         | ApiKey::TxnOffsetCommit
         | ApiKey::OffsetDelete => {
@@ -243,6 +260,8 @@ pub async fn handle(
         ApiKey::ConsumerGroupDescribe => {
             consumer_groups::describe(shard, &ctx, buf).await.map(Some)
         }
+        ApiKey::ShareGroupDescribe => share_groups::describe(shard, &ctx, buf).await.map(Some),
+        ApiKey::ShareAcknowledge => share_fetch::acknowledge(shard, &ctx, buf).await.map(Some),
         ApiKey::DeleteGroups => groups::delete(shard, &ctx, buf).await.map(Some),
         ApiKey::InitProducerId => producer::init(shard, &ctx, buf).await.map(Some),
         ApiKey::AddPartitionsToTxn if version >= 4 => txn::add_partitions_batched(shard, &ctx, buf)

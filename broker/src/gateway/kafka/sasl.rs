@@ -186,7 +186,9 @@ impl SaslConn {
         let key = ApiKey::try_from(i16::from_be_bytes([h[0], h[1]]));
         let version = i16::from_be_bytes([h[2], h[3]]);
         match key {
-            Ok(ApiKey::ApiVersions) => api_versions(frame, version, conn),
+            Ok(ApiKey::ApiVersions) => {
+                api_versions(frame, version, conn, shard.config.group_share_enable)
+            }
             Ok(ApiKey::SaslHandshake) if (0..=1).contains(&version) => {
                 self.handshake(frame, version, conn, shard.config.oauthbearer.is_some())
             }
@@ -388,7 +390,7 @@ impl SaslConn {
 
 /// ApiVersions before authentication (what a client asks first, to learn the SASL
 /// versions).
-fn api_versions(frame: Bytes, version: i16, conn: &Conn) -> Gate {
+fn api_versions(frame: Bytes, version: i16, conn: &Conn, share: bool) -> Gate {
     let supported = super::SUPPORTED
         .iter()
         .find(|(k, _, _)| *k == ApiKey::ApiVersions)
@@ -398,13 +400,13 @@ fn api_versions(frame: Bytes, version: i16, conn: &Conn) -> Gate {
             .get(4..8)
             .and_then(|s| s.first_chunk::<4>())
             .map(|a| i32::from_be_bytes(*a));
-        return match corr.map(super::api_versions::unsupported_version) {
+        return match corr.map(|c| super::api_versions::unsupported_version(c, share)) {
             Some(Ok(b)) => Gate::Answer(b),
             _ => Gate::Close("a malformed ApiVersions"),
         };
     }
     match context(frame, ApiKey::ApiVersions, version, conn) {
-        Ok((ctx, body)) => answer(super::api_versions::handle(&ctx, body)),
+        Ok((ctx, body)) => answer(super::api_versions::handle(&ctx, body, share)),
         Err(_) => Gate::Close("a malformed ApiVersions"),
     }
 }

@@ -1,0 +1,343 @@
+//! Share groups on a shard (KIP-932): describing the share groups it coordinates
+//! (membership changes arrive as ShareGroupHeartbeat requests routed here like every
+//! single-group request), and the delivery state of the share partitions of the
+//! partitions it leads (`share_work`).
+//!
+//! Invariants: a group is described only by the shard that coordinates it; a group id
+//! this shard knows as a classic or consumer group is not a share group
+//! (GROUP_ID_NOT_FOUND). A share partition's state lives on the shard of its partition and
+//! is touched only synchronously (never across an await), so two fetches of it never see
+//! it half changed; expired locks are let go whenever it is touched (no timer runs).
+
+use kafka_protocol::messages::share_group_describe_response::{
+    Assignment, DescribedGroup, Member, TopicPartitions,
+};
+use kafka_protocol::messages::{GroupId, TopicName};
+use kafka_protocol::protocol::StrBytes;
+
+use std::rc::Rc;
+
+use bytes::Bytes;
+use strand_storage::KafkaOffset;
+
+use super::ops::{Op, Reply, ShareDone, ShareWork};
+use super::{Shard, ShareKey};
+use crate::cluster::group_config;
+use crate::common::config::{SHARE_STATE_NUM_PARTITIONS, SHARE_STATE_TOPIC};
+use crate::common::errors::code;
+use crate::partition::Partition;
+use crate::share::partition::{AckError, Limits, LogBatch, SharePartition, ShareState};
+
+fn s(v: impl Into<String>) -> StrBytes {
+    StrBytes::from_string(v.into())
+}
+
+impl Shard {
+    /// ShareGroupDescribe of `ids`, all coordinated here, in order.
+    pub fn describe_share_groups_local(&self, ids: Vec<String>) -> Vec<DescribedGroup> {
+        let meta = self.metadata();
+        let assignment = |a: &crate::group::consumer::Assignment| {
+            let tps = a
+                .iter()
+                .filter_map(|(t, ps)| {
+                    let topic = meta.topics.get(t)?;
+                    Some(
+                        TopicPartitions::default()
+                            .with_topic_id(uuid::Uuid::from_u128(topic.id))
+                            .with_topic_name(TopicName(s(t.clone())))
+                            .with_partitions(ps.iter().copied().collect()),
+                    )
+                })
+                .collect();
+            Assignment::default().with_topic_partitions(tps)
+        };
+        let groups = self.share_groups.borrow();
+        ids.into_iter()
+            .map(|id| {
+                let base = DescribedGroup::default().with_group_id(GroupId(s(id.clone())));
+                if let Err(error) = self.coordinator_check(&id) {
+                    return base.with_error_code(error);
+                }
+                let Some(g) = groups.get(&id) else {
+                    return base
+                        .with_error_code(code::GROUP_ID_NOT_FOUND)
+                        .with_error_message(Some(s(format!("Group {id} not found."))));
+                };
+                let members = g
+                    .members
+                    .values()
+                    .map(|m| {
+                        Member::default()
+                            .with_member_id(s(m.id.clone()))
+                            .with_rack_id(m.rack_id.clone().map(s))
+                            .with_member_epoch(m.epoch)
+                            .with_client_id(s(m.client_id.clone()))
+                            .with_client_host(s(m.client_host.clone()))
+                            .with_subscribed_topic_names(
+                                m.subscribed
+                                    .iter()
+                                    .map(|t| TopicName(s(t.clone())))
+                                    .collect(),
+                            )
+                            .with_assignment(assignment(&m.assigned))
+                    })
+                    .collect::<Vec<_>>();
+                let state = if members.is_empty() {
+                    "Empty"
+                } else {
+                    "Stable"
+                };
+                base.with_group_state(StrBytes::from_static_str(state))
+                    .with_group_epoch(g.epoch)
+                    .with_assignment_epoch(g.assignment_epoch)
+                    .with_assignor_name(StrBytes::from_static_str("simple"))
+                    .with_members(members)
+            })
+            .collect()
+    }
+}
+
+impl Shard {
+    /// Runs each `ShareWork` on its share partition, in order.
+    pub async fn share_work(self: &Rc<Self>, work: Vec<ShareWork>) -> Vec<ShareDone> {
+        let mut out = Vec::with_capacity(work.len());
+        for w in work {
+            out.push(self.share_one(w).await);
+        }
+        out
+    }
+
+    fn share_limits(&self) -> Limits {
+        Limits {
+            delivery_count_limit: u16::try_from(self.config.group_share_delivery_count_limit)
+                .unwrap_or(u16::MAX),
+            record_locks_max: i64::try_from(self.config.group_share_partition_max_record_locks)
+                .unwrap_or(i64::MAX),
+        }
+    }
+
+    /// Acknowledgements and release first (persisted before the answer when they changed
+    /// anything), then the acquisition of what is available.
+    async fn share_one(self: &Rc<Self>, w: ShareWork) -> ShareDone {
+        let mut done = ShareDone::default();
+        let Some(part) = self.partition(&w.topic, w.partition) else {
+            done.error = code::UNKNOWN_TOPIC_OR_PARTITION;
+            return done;
+        };
+        if !part.serving() {
+            done.error = code::NOT_LEADER_OR_FOLLOWER;
+            return done;
+        }
+        let key: ShareKey = (w.group.clone(), w.topic.clone(), w.partition);
+        if let Err(error) = self.load_share_partition(&key, &part).await {
+            done.error = error;
+            return done;
+        }
+        let now_ms = crate::common::clock::mono_ms();
+        let meta = self.metadata();
+        let lock_ms = group_config::number(
+            meta.group_configs.get(&w.group),
+            group_config::SHARE_RECORD_LOCK_DURATION_MS,
+            self.config.group_share_record_lock_duration_ms,
+        );
+        let (from, changed) = self.settle(&key, &w, part.log().log_start_offset().0, &mut done);
+        if let Some(state) = changed {
+            let error = self.persist_share_state(&key, state).await;
+            if error != code::NONE && done.ack_error == code::NONE {
+                done.ack_error = error;
+            }
+        }
+        let Some(from) = from else {
+            return done;
+        };
+        let records = match part
+            .fetch(KafkaOffset(from), w.max_bytes, true, false)
+            .await
+        {
+            Ok((records, _)) => records,
+            Err(e) => {
+                done.error = e.code();
+                return done;
+            }
+        };
+        let (batches, ends) = log_batches(&records);
+        let lock_until_ms = now_ms.saturating_add(lock_ms);
+        let member: Rc<str> = Rc::from(w.member.as_str());
+        let mut map = self.share_partitions.borrow_mut();
+        let Some(sp) = map.get_mut(&key) else {
+            return done;
+        };
+        done.acquired = sp.acquire(&member, &batches, w.max_records, lock_until_ms);
+        if let Some(last) = done.acquired.last().map(|a| a.last) {
+            // The batches up to the one holding the last acquired offset.
+            let upto = batches
+                .iter()
+                .zip(&ends)
+                .find(|(b, _)| b.last >= last)
+                .map_or(records.len(), |(_, &end)| end);
+            done.records = records.slice(..upto);
+        }
+        done
+    }
+
+    /// Applies `w`'s acknowledgements and release to its share partition, after letting
+    /// go of expired locks and of what the log no longer holds (`done.ack_error` says how
+    /// the acknowledgements went). Returns where a fetch should read from (when `w`
+    /// fetches and anything can be acquired) and the state to persist if it changed.
+    fn settle(
+        &self,
+        key: &ShareKey,
+        w: &ShareWork,
+        log_start: i64,
+        done: &mut ShareDone,
+    ) -> (Option<i64>, Option<ShareState>) {
+        let mut map = self.share_partitions.borrow_mut();
+        let Some(sp) = map.get_mut(key) else {
+            done.error = code::UNKNOWN_SERVER_ERROR;
+            return (None, None);
+        };
+        let mut changed = sp.log_start_moved(log_start);
+        changed |= sp.expire_locks(crate::common::clock::mono_ms());
+        if !w.acks.is_empty() {
+            match sp.acknowledge(&w.member, &w.acks) {
+                Ok(c) => changed |= c,
+                Err(AckError::NotAcquired(_)) => done.ack_error = code::INVALID_RECORD_STATE,
+                Err(AckError::OutOfRange(_)) => done.ack_error = code::INVALID_REQUEST,
+            }
+        }
+        if w.release {
+            changed |= sp.release_member(&w.member);
+        }
+        let from = (w.max_records > 0).then(|| sp.fetch_from()).flatten();
+        (from, changed.then(|| sp.state()))
+    }
+
+    /// Makes sure `key`'s share partition is in memory: from its persisted state, or new
+    /// (at the log's end, or its start with `share.auto.offset.reset=earliest`).
+    async fn load_share_partition(
+        self: &Rc<Self>,
+        key: &ShareKey,
+        part: &Partition,
+    ) -> Result<(), i16> {
+        if self.share_partitions.borrow().contains_key(key) {
+            return Ok(());
+        }
+        let stored = self.read_share_state(key).await?;
+        let meta = self.metadata();
+        let sp = match stored {
+            Some(state) => SharePartition::from_state(&state, self.share_limits()),
+            None if group_config::from_earliest(meta.group_configs.get(&key.0)) => {
+                SharePartition::new(part.log().log_start_offset().0, self.share_limits())
+            }
+            None => SharePartition::new(part.high_watermark().0, self.share_limits()),
+        };
+        // Another request may have loaded it meanwhile: the first one stays.
+        self.share_partitions
+            .borrow_mut()
+            .entry(key.clone())
+            .or_insert(sp);
+        Ok(())
+    }
+
+    /// The shard of this node holding `key`'s `__share_group_state` partition.
+    fn share_state_shard(&self, key: &ShareKey) -> Result<usize, i16> {
+        let meta = self.metadata();
+        let p = crate::share::records::partition_for(key, SHARE_STATE_NUM_PARTITIONS);
+        meta.shard_of(SHARE_STATE_TOPIC, p)
+            .ok_or(code::COORDINATOR_NOT_AVAILABLE)
+    }
+
+    async fn read_share_state(self: &Rc<Self>, key: &ShareKey) -> Result<Option<ShareState>, i16> {
+        let target = self.share_state_shard(key)?;
+        match self.call(target, Op::ReadShareState(key.clone())).await {
+            Reply::ShareState(state) => Ok(state),
+            _ => Err(code::COORDINATOR_NOT_AVAILABLE),
+        }
+    }
+
+    /// Writes `key`'s state durably before its answer; a code (NONE when written).
+    async fn persist_share_state(self: &Rc<Self>, key: &ShareKey, state: ShareState) -> i16 {
+        let target = match self.share_state_shard(key) {
+            Ok(t) => t,
+            Err(e) => return e,
+        };
+        match self
+            .call(target, Op::WriteShareState(key.clone(), state))
+            .await
+        {
+            Reply::Codes(c) => c.first().copied().unwrap_or(code::UNKNOWN_SERVER_ERROR),
+            _ => code::COORDINATOR_NOT_AVAILABLE,
+        }
+    }
+
+    /// Appends `key`'s state to its `__share_group_state` partition (on this shard) with
+    /// acks=all and keeps it as the newest; a code.
+    pub async fn write_share_state_here(&self, key: &ShareKey, state: &ShareState) -> i16 {
+        let p = crate::share::records::partition_for(key, SHARE_STATE_NUM_PARTITIONS);
+        let Some(part) = self.partition(SHARE_STATE_TOPIC, p) else {
+            return code::COORDINATOR_NOT_AVAILABLE;
+        };
+        let now = crate::common::clock::wall_ms();
+        let mut b = strand_wire::BatchBuilder::new(now);
+        let k = crate::share::records::key_bytes(key);
+        let v = crate::share::records::value_bytes(state);
+        b.push(now, Some(&k), Some(&v), &[]);
+        match part.produce(b.build(), true).await {
+            Ok(_) => {
+                self.share_states
+                    .borrow_mut()
+                    .insert(key.clone(), state.clone());
+                code::NONE
+            }
+            Err(e) => {
+                tracing::warn!(group = %key.0, topic = %key.1, partition = key.2, error = %e,
+                    "writing __share_group_state failed");
+                code::COORDINATOR_NOT_AVAILABLE
+            }
+        }
+    }
+
+    /// Replays an opened `__share_group_state` partition into `share_states`.
+    pub(super) async fn load_share_states(&self, part: &Partition) -> anyhow::Result<()> {
+        let (from, records) = part.compacted_checkpoint();
+        let from = match records {
+            Some(records) => {
+                let mut states = self.share_states.borrow_mut();
+                for (k, v) in records.records() {
+                    crate::share::records::apply(&mut states, k, Some(v));
+                }
+                from
+            }
+            None => part.log().log_start_offset(),
+        };
+        let end = part.high_watermark();
+        let (_, bytes) = crate::partition::checkpoint::replay_batches(part.log(), from, end, |b| {
+            crate::partition::lookup::for_each_keyed_record(b, |k, v| {
+                crate::share::records::apply(&mut self.share_states.borrow_mut(), k, v);
+            });
+        })
+        .await?;
+        part.metrics().state_replayed(bytes);
+        Ok(())
+    }
+}
+
+/// The batches of `records` (whole batches as a fetch reads them) and where each ends.
+fn log_batches(records: &Bytes) -> (Vec<LogBatch>, Vec<usize>) {
+    let mut batches = Vec::new();
+    let mut ends = Vec::new();
+    let mut at = 0usize;
+    for b in strand_wire::batches(records.clone()) {
+        let Ok(b) = b else {
+            break;
+        };
+        at += b.as_bytes().len();
+        batches.push(LogBatch {
+            first: b.base_offset(),
+            last: b.last_offset(),
+            control: b.attributes().is_control(),
+        });
+        ends.push(at);
+    }
+    (batches, ends)
+}

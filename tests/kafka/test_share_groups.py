@@ -1,0 +1,296 @@
+"""Share groups (KIP-932) against strand, with the Kafka 4.1 Java client's
+`KafkaShareConsumer` (tests/kafka/java/ShareCheck.java; its header says what each mode
+does and prints). A share group hands the records of one partition to all its members:
+each record is *acquired* by one consumer for the acquisition lock
+(`group.share.record.lock.duration.ms`), which acknowledges it as ACCEPT (done), RELEASE
+(available again at once) or REJECT (never delivered again); a record whose lock runs out
+is available again. Each acquisition counts one delivery; a record released (or whose lock
+ran out) after `group.share.delivery.count.limit` deliveries is archived instead.
+
+- three consumers of one partition: every record is accepted exactly once, and the records
+  are spread over the consumers (queue semantics, no partition ownership);
+- a consumer that dies holding records without acknowledging them: another consumer gets
+  them once their locks run out, at delivery count 2;
+- REJECTed and ACCEPTed records are never delivered again, to the same consumer or a new one;
+- a record RELEASEd at every delivery is delivered `delivery count limit` times, then
+  archived, while the records around it are accepted;
+- acknowledgements committed before a kill -9 of the broker hold after the restart: a new
+  consumer gets exactly the records not accepted before, none of the accepted ones.
+
+The broker runs with `--group-share-enable true`, a 2 s acquisition lock (Kafka's default
+is 30 s) and a delivery count limit of 3 (Kafka's default is 5), so that the waits stay
+short. A share group starts at the log end (`share.auto.offset.reset=latest`): each test
+sets `earliest` on its group with IncrementalAlterConfigs before any consumer joins (as
+`kafka-configs.sh --entity-type groups` does), then produces its records. The records of
+each test go to a topic of one partition, in batches of five: Kafka acquires whole batches,
+and the consumers ask for ten records per fetch (ShareFetch's MaxRecords), so a fetch does
+not take the whole partition.
+
+Share groups are a preview in strand (off unless `--group-share-enable true`; single node;
+the share groups' membership is not persisted: members join again after a restart).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from strand_harness import Broker, api_versions_v0, java_classpath, need_module
+
+try:  # conftest.py attaches the stderr tail of the brokers it knows to a failing report
+    from conftest import _MODULE_BROKERS
+except ImportError:  # pragma: no cover - run outside tests/kafka
+    _MODULE_BROKERS = {}
+
+HERE = Path(__file__).resolve().parent
+LOCK_MS = 2000
+DELIVERY_COUNT_LIMIT = 3
+SHARE_ARGS = ["--group-share-enable", "true",
+              "--group-share-record-lock-duration-ms", str(LOCK_MS),
+              "--group-share-delivery-count-limit", str(DELIVERY_COUNT_LIMIT)]
+# The share APIs KafkaShareConsumer 4.1 sends; it refuses brokers without their v1 (v0 was
+# Kafka 4.0's early access).
+SHARE_GROUP_HEARTBEAT, SHARE_FETCH, SHARE_ACKNOWLEDGE = 76, 78, 79
+# Records per produced batch (librdkafka's batch.num.messages).
+BATCH_RECORDS = 5
+# A ShareCheck run past this is killed (its own deadlines are 30 s, `share`'s 60 s).
+PROGRAM_TIMEOUT_S = 100
+
+
+def _uid() -> str:
+    return uuid.uuid4().hex[:8]
+
+
+def _advertised(b: Broker) -> dict[int, tuple[int, int]]:
+    """ApiVersions v0 by hand (it lists every API, like later versions): {api: (min, max)}."""
+    with socket.create_connection(("127.0.0.1", b.port), timeout=10) as s:
+        s.settimeout(10)
+        err, ranges = api_versions_v0(s)
+    assert err == 0, f"ApiVersions error {err}"
+    return {api: (lo, hi) for api, lo, hi in ranges}
+
+
+@pytest.fixture(scope="module")
+def broker(request):
+    """The module's broker, with share groups enabled: it must advertise them."""
+    b = Broker(name="share-groups", smp=2, num_partitions=1, extra_args=SHARE_ARGS)
+    _MODULE_BROKERS[request.module.__name__] = b
+    b.start()
+    assert SHARE_FETCH in _advertised(b), (
+        f"strand started with --group-share-enable true does not advertise ShareFetch "
+        f"(API key {SHARE_FETCH})")
+    yield b
+    rc = b.stop()
+    failed = any(getattr(i, f"rep_{w}", None) is not None and getattr(i, f"rep_{w}").failed
+                 for i in request.session.items if i.module is request.module
+                 for w in ("setup", "call"))
+    if rc == 0 and not failed:
+        b.cleanup()
+    else:
+        print(f"\nkept data dir of {b.name}: {b.root}")
+    assert rc == 0, f"strand exited with {rc} after SIGTERM:\n{b.log_tails()}"
+
+
+@pytest.fixture(scope="module")
+def ck():
+    return need_module("confluent_kafka")
+
+
+@pytest.fixture(scope="module")
+def share_check(broker) -> list[str]:
+    """The command running ShareCheck, to be followed by its arguments (compiled against
+    kafka-clients 4.1.1; skips when java or the jars are missing)."""
+    java, cp = java_classpath("java4.1", "ShareCheck")
+    return [java, "-Xshare:auto", "-XX:TieredStopAtLevel=1", "-cp", cp, "ShareCheck"]
+
+
+def _run(share_check: list[str], b: Broker, topic: str, group: str, mode: str,
+         *args: object) -> dict:
+    """One ShareCheck run: its JSON line. A commit refused by the broker fails the test:
+    every acknowledgement here is of a record the consumer holds, within its lock."""
+    cmd = [*share_check, b.bootstrap, topic, group, mode, *map(str, args)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=PROGRAM_TIMEOUT_S,
+                       cwd=HERE)
+    lines = r.stdout.strip().splitlines()
+    assert r.returncode == 0 and lines, (
+        f"ShareCheck {mode} exit {r.returncode}\nstdout:\n{r.stdout[-3000:]}\n"
+        f"stderr:\n{r.stderr[-5000:]}")
+    out = json.loads(lines[-1])
+    assert not out.get("commit_errors"), f"{mode}: commitSync reported {out['commit_errors']}"
+    return out
+
+
+def _produce(ck, bootstrap: str, topic: str, lo: int, hi: int):
+    """Records lo..hi (value = index) in batches of BATCH_RECORDS; checks that record i
+    landed at offset i (the topic held lo records before)."""
+    p = ck.Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                     "linger.ms": 0, "batch.num.messages": BATCH_RECORDS,
+                     "message.timeout.ms": 20000})
+    offsets, errs = [], []
+
+    def done(err, msg):
+        if err is not None:
+            errs.append(err)
+        else:
+            offsets.append(msg.offset())
+
+    for i in range(lo, hi):
+        p.produce(topic, value=str(i).encode(), on_delivery=done)
+    assert p.flush(30) == 0, "records still queued after 30 s"
+    assert not errs, errs[:3]
+    assert sorted(offsets) == list(range(lo, hi)), f"offsets {sorted(offsets)[:10]}..."
+
+
+def _set_earliest(bootstrap: str, group: str):
+    """share.auto.offset.reset=earliest on the group, a dynamic group config (Kafka keeps it
+    even before the group exists). librdkafka sends ResourceType.GROUP as config resource
+    type 32, Kafka's ConfigResource.Type.GROUP."""
+    admin = need_module("confluent_kafka.admin")
+    a = admin.AdminClient({"bootstrap.servers": bootstrap})
+    res = admin.ConfigResource(admin.ResourceType.GROUP, group, incremental_configs=[
+        admin.ConfigEntry("share.auto.offset.reset", "earliest",
+                          incremental_operation=admin.AlterConfigOpType.SET)])
+    a.incremental_alter_configs([res], request_timeout=15)[res].result(timeout=20)
+
+
+def _setup(ck, b: Broker, tag: str, count: int) -> tuple[str, str]:
+    """A topic of one partition holding records 0..count, and a share group reading it from
+    the start: (topic, group)."""
+    topic, group = f"share-{tag}-{_uid()}", f"grp-share-{tag}-{_uid()}"
+    admin = need_module("confluent_kafka.admin")
+    a = admin.AdminClient({"bootstrap.servers": b.bootstrap})
+    a.create_topics([admin.NewTopic(topic, num_partitions=1, replication_factor=-1)],
+                    operation_timeout=10, request_timeout=15)[topic].result(timeout=20)
+    _set_earliest(b.bootstrap, group)
+    _produce(ck, b.bootstrap, topic, 0, count)
+    return topic, group
+
+
+def _counts(out: dict) -> dict[int, int]:
+    return {int(k): v for k, v in out["delivery_counts"].items()}
+
+
+def _twice_and_missing(accepted: list[int], want: set[int]) -> tuple[list[int], list[int]]:
+    seen, twice = set(), []
+    for o in accepted:
+        if o in seen:
+            twice.append(o)
+        seen.add(o)
+    return sorted(twice), sorted(want - seen)
+
+
+def _only_new_records_come(ck, share_check, b: Broker, topic: str, group: str, next_: int):
+    """Produces one record at offset `next_` and drains one record: a share partition
+    hands out its lowest available offsets first, so any earlier record still deliverable
+    would come before (or with) this one."""
+    _produce(ck, b.bootstrap, topic, next_, next_ + 1)
+    out = _run(share_check, b, topic, group, "drain", 1, 30)
+    assert out["accepted"] == [next_], (
+        f"a new consumer got {out['accepted']}, not only the new record {next_}")
+
+
+def test_share_apis_are_advertised_at_the_versions_the_java_client_needs(broker):
+    """KafkaShareConsumer 4.1 refuses a broker without ShareGroupHeartbeat, ShareFetch and
+    ShareAcknowledge v1 ("introduced in Apache Kafka v4.1")."""
+    apis = _advertised(broker)
+    for key, name in ((SHARE_GROUP_HEARTBEAT, "ShareGroupHeartbeat"),
+                      (SHARE_FETCH, "ShareFetch"), (SHARE_ACKNOWLEDGE, "ShareAcknowledge")):
+        assert key in apis, f"{name} (API key {key}) is not advertised"
+        lo, hi = apis[key]
+        assert lo <= 1 <= hi, f"{name} versions {lo}..{hi} exclude v1"
+
+
+def test_three_consumers_share_one_partition(broker, ck, share_check):
+    """Kafka hands the records of one partition to every member of a share group, each
+    record acquired by one of them at a time: with every record accepted, each offset is
+    accepted exactly once overall, once delivered, and more than one consumer gets some."""
+    count = 300
+    topic, group = _setup(ck, broker, "three", count)
+    out = _run(share_check, broker, topic, group, "share", 3, count)
+    by = out["by_consumer"]
+    assert len(by) == 3, by.keys()
+    accepted = [o for offs in by.values() for o in offs]
+    twice, missing = _twice_and_missing(accepted, set(range(count)))
+    assert not twice and not missing, f"accepted twice: {twice}; never: {missing}"
+    assert sorted(accepted) == list(range(count)), "an offset past the log"
+    spread = {name: len(offs) for name, offs in by.items()}
+    assert sum(1 for n in spread.values() if n) >= 2, f"records per consumer: {spread}"
+    # No lock ran out (each record was accepted within ms of its delivery), so none was
+    # delivered twice.
+    counts = _counts(out)
+    assert set(counts) == set(range(count)), sorted(set(range(count)) - set(counts))
+    assert {o: n for o, n in counts.items() if n != 1} == {}, "delivery counts other than 1"
+
+
+def test_records_held_by_a_crashed_consumer_come_back_after_the_lock(broker, ck, share_check):
+    """A consumer that dies holding records (no acknowledgement, no close) keeps them only
+    until their acquisition locks run out; then Kafka hands them to another consumer, at
+    delivery count 2. The other records reach it at once, at delivery count 1."""
+    count = 20
+    topic, group = _setup(ck, broker, "crash", count)
+    held = _run(share_check, broker, topic, group, "crash-holder", count)["held"]
+    assert held and set(held) <= set(range(count)), held
+    out = _run(share_check, broker, topic, group, "drain", count, 30)
+    twice, missing = _twice_and_missing(out["accepted"], set(range(count)))
+    assert not twice and not missing, f"accepted twice: {twice}; never: {missing} (held {held})"
+    counts = _counts(out)
+    assert {o: counts[o] for o in held} == {o: 2 for o in held}, (
+        f"held {held}; delivery counts {counts}")
+    # The holder's client may have acquired a next batch in the background before it
+    # halted: those come back at 2 too, never more.
+    assert set(counts.values()) <= {1, 2}, counts
+
+
+def test_rejected_and_accepted_records_are_not_delivered_again(broker, ck, share_check):
+    """REJECT archives a record (Kafka never delivers it again), as ACCEPT does: after one
+    pass over every record, nothing comes back to the consumer for longer than the lock, nor
+    to a new consumer of the group."""
+    count = 20
+    topic, group = _setup(ck, broker, "reject", count)
+    out = _run(share_check, broker, topic, group, "reject-even", count)
+    assert sorted(out["first"]) == list(range(count)), out["first"]
+    assert out["again"] == [], f"delivered again: {out['again']}"
+    _only_new_records_come(ck, share_check, broker, topic, group, count)
+
+
+def test_a_poison_record_is_archived_after_the_delivery_count_limit(broker, ck, share_check):
+    """A record RELEASEd at each delivery is available again at once, until its delivery
+    count reaches `group.share.delivery.count.limit`: Kafka then archives it instead. It is
+    delivered exactly `limit` times (counts 1, 2, 3), never again; the others are accepted."""
+    count, poison = 10, 3
+    topic, group = _setup(ck, broker, "poison", count)
+    out = _run(share_check, broker, topic, group, "poison", poison, 6)
+    assert out["poison_deliveries"] == list(range(1, DELIVERY_COUNT_LIMIT + 1)), out
+    want = set(range(count)) - {poison}
+    twice, missing = _twice_and_missing(out["accepted"], want)
+    assert not twice and not missing, f"accepted twice: {twice}; never: {missing}"
+    assert set(out["accepted"]) == want, out["accepted"]
+    _only_new_records_come(ck, share_check, broker, topic, group, count)
+
+
+def test_accepted_records_stay_accepted_across_broker_kill9(broker, ck, share_check, strand):
+    """Kafka answers an acknowledgement after the share partition's state is persisted
+    (the share coordinator's __share_group_state): after kill -9 and a restart on the same
+    data dir and port, a new consumer gets exactly the records not accepted before, and no
+    accepted one ever comes back. What the first consumer held unacknowledged went back to
+    the group when it closed, and stays available across the restart."""
+    b = strand(name="k9", smp=2, num_partitions=1, extra_args=SHARE_ARGS)
+    count, k = 60, 25
+    topic, group = _setup(ck, b, "k9", count)
+    first = _run(share_check, b, topic, group, "accept-some", k)["accepted"]
+    assert len(first) == len(set(first)) == k, first
+
+    b.kill9()
+    b.restart(same_port=True)
+    rest = set(range(count)) - set(first)
+    out = _run(share_check, b, topic, group, "drain", len(rest), 40)
+    again = sorted(set(out["accepted"]) & set(first))
+    assert not again, f"accepted before kill -9, delivered again: {again}"
+    twice, missing = _twice_and_missing(out["accepted"], rest)
+    assert not twice and not missing, f"accepted twice: {twice}; never: {missing}"
+    _only_new_records_come(ck, share_check, b, topic, group, count)
