@@ -367,6 +367,22 @@ fn group_seeds() -> Seeds {
     ]
 }
 
+/// A `__share_group_state` record (key, NUL, value) and a tombstone.
+fn share_seeds() -> Seeds {
+    use strand_broker::share::partition::ShareState;
+    use strand_broker::share::records::{key_bytes, value_bytes};
+    let key = key_bytes(&("queue".to_string(), "jobs".to_string(), 2));
+    let state = ShareState {
+        start: 100,
+        end: 140,
+        available: vec![(100, 104, 2), (120, 139, 1)],
+    };
+    let mut record = key.clone();
+    record.push(0);
+    record.extend(value_bytes(&state));
+    vec![("state", record), ("tombstone", key)]
+}
+
 /// Every target with its seeds.
 fn targets() -> Vec<(&'static str, Target, Seeds)> {
     use strand_broker::fuzz;
@@ -378,6 +394,7 @@ fn targets() -> Vec<(&'static str, Target, Seeds)> {
         ("group_records", fuzz::group_records, group_seeds()),
         ("txn_peer_answers", fuzz::txn_peer_answers, txn_peer_seeds()),
         ("oauthbearer", fuzz::oauthbearer, oauth_seeds()),
+        ("share_records", fuzz::share_records, share_seeds()),
     ]
 }
 

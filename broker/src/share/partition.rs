@@ -27,6 +27,9 @@ use crate::common::config::{
 /// (10,000) and one fetch's overshoot past it. A wider one (a corrupt record) is cut, so a
 /// state never makes more than this many entries.
 pub const STATE_SPAN_MAX: i64 = 20_000;
+/// Largest start offset a stored state is read with (a corrupt one is cut to it, so the
+/// offset arithmetic never overflows); real offsets stay far below.
+pub const STATE_START_MAX: i64 = i64::MAX / 4;
 
 /// The limits one share partition applies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -144,12 +147,11 @@ impl SharePartition {
 
     /// The share partition `state` describes (after a restart or a leadership change).
     pub fn from_state(state: &ShareState, limits: Limits) -> Self {
-        let end = state
-            .end
-            .clamp(state.start, state.start.saturating_add(STATE_SPAN_MAX));
+        let start = state.start.clamp(0, STATE_START_MAX);
+        let end = state.end.clamp(start, start + STATE_SPAN_MAX);
         let mut records = BTreeMap::new();
         for &(first, last, delivery_count) in &state.available {
-            for o in first.max(state.start)..=last.min(end - 1) {
+            for o in first.max(start)..=last.min(end - 1) {
                 records.insert(
                     o,
                     InFlight {
@@ -160,7 +162,7 @@ impl SharePartition {
             }
         }
         let mut p = SharePartition {
-            start: state.start,
+            start,
             end,
             records,
             limits,
