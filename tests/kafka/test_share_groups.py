@@ -225,6 +225,23 @@ def test_three_consumers_share_one_partition(broker, ck, share_check):
     counts = _counts(out)
     assert set(counts) == set(range(count)), sorted(set(range(count)) - set(counts))
     assert {o: n for o, n in counts.items() if n != 1} == {}, "delivery counts other than 1"
+    # Everything accepted: no lag, nothing in flight, as /metrics shows it.
+    labels = f'group="{group}",topic="{topic}",partition="0"'
+    text = _metrics(broker)
+    assert f"strand_share_group_lag{{{labels}}} 0" in text, _grep(text, "strand_share_group")
+    for state in ("acquired", "available"):
+        sample = f'strand_share_group_records_in_flight{{{labels},state="{state}"}} 0'
+        assert sample in text, _grep(text, "strand_share_group")
+
+
+def _metrics(b: Broker) -> str:
+    import urllib.request
+    with urllib.request.urlopen(f"http://127.0.0.1:{b.admin_port}/metrics", timeout=5) as r:
+        return r.read().decode()
+
+
+def _grep(text: str, prefix: str) -> str:
+    return "\n".join(line for line in text.splitlines() if line.startswith(prefix))
 
 
 def test_records_held_by_a_crashed_consumer_come_back_after_the_lock(broker, ck, share_check):

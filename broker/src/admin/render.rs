@@ -119,6 +119,26 @@ pub fn group_lag(shards: &[ShardSnapshot]) -> BTreeMap<(String, String, i32), i6
     out
 }
 
+/// Share-group lag per (group, topic, partition): high watermark − share-partition start
+/// offset (records not finished yet, those in flight included), and the records in flight
+/// `(available again, acquired)`.
+pub fn share_lag(shards: &[ShardSnapshot]) -> BTreeMap<(String, String, i32), (i64, u64, u64)> {
+    let hw: BTreeMap<(&str, i32), i64> = shards
+        .iter()
+        .flat_map(|s| &s.detail.partitions)
+        .map(|p| ((p.topic.as_str(), p.partition), p.high_watermark))
+        .collect();
+    shards
+        .iter()
+        .flat_map(|s| &s.detail.share_partitions)
+        .filter_map(|sp| {
+            let h = hw.get(&(sp.topic.as_str(), sp.partition))?;
+            let key = (sp.group.clone(), sp.topic.clone(), sp.partition);
+            Some((key, ((h - sp.start).max(0), sp.available, sp.acquired)))
+        })
+        .collect()
+}
+
 impl Scrape {
     fn latency(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
         let mut req = Vec::new();
@@ -512,6 +532,36 @@ impl Scrape {
             "strand_consumer_group_lag",
             "High watermark minus committed offset, per group and partition.",
             &lag,
+        )?;
+        self.share_groups(enc)
+    }
+
+    /// Share groups (KIP-932): lag and records in flight per share partition.
+    fn share_groups(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
+        let mut lag = Vec::new();
+        let mut in_flight = Vec::new();
+        for ((g, t, p), (l, available, acquired)) in share_lag(&self.shards) {
+            let labels = vec![("group", g), ("topic", t), ("partition", p.to_string())];
+            for (state, n) in [("available", available), ("acquired", acquired)] {
+                let mut l = labels.clone();
+                l.push(("state", state.to_string()));
+                in_flight.push((l, i64::try_from(n).unwrap_or(i64::MAX)));
+            }
+            lag.push((labels, l));
+        }
+        gauges(
+            enc,
+            "strand_share_group_lag",
+            "High watermark minus the share-partition start offset (records not yet \
+             acknowledged or archived), per share group and partition.",
+            &lag,
+        )?;
+        gauges(
+            enc,
+            "strand_share_group_records_in_flight",
+            "Records of a share partition delivered and not finished: available again, or \
+             acquired by a member now.",
+            &in_flight,
         )
     }
 }

@@ -448,6 +448,23 @@ pub struct CommittedSnapshot {
     pub offset: i64,
 }
 
+/// One share partition (KIP-932) of a partition led on a shard.
+#[derive(Clone, Debug, Default)]
+pub struct ShareSnapshot {
+    /// Share group.
+    pub group: String,
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// The share-partition start offset: every record below it is finished.
+    pub start: i64,
+    /// Records delivered before and available again.
+    pub available: u64,
+    /// Records held by a member now.
+    pub acquired: u64,
+}
+
 /// What a shard knows about the health of its share of the cluster at scrape time.
 #[derive(Clone, Debug, Default)]
 pub struct ShardDetail {
@@ -457,6 +474,8 @@ pub struct ShardDetail {
     pub partitions: Vec<PartitionSnapshot>,
     /// Committed offsets of the groups coordinated here.
     pub committed: Vec<CommittedSnapshot>,
+    /// Share partitions of the partitions led here.
+    pub share_partitions: Vec<ShareSnapshot>,
     /// Partitions the metadata places on this shard that have no serving leader: not
     /// open here, or their log is fenced (cluster: hosted here with no known leader).
     pub leaderless_partitions: u64,

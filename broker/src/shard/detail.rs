@@ -83,6 +83,7 @@ pub fn detail(shard: &Shard) -> crate::common::metrics::ShardDetail {
             })
         })
         .collect();
+    let share_partitions = share_partitions(shard);
     let (transactions_by_state, oldest_transaction_ms) = transactions(shard, now_ms);
     crate::common::metrics::ShardDetail {
         transactions_by_state,
@@ -90,6 +91,7 @@ pub fn detail(shard: &Shard) -> crate::common::metrics::ShardDetail {
         in_flight_bytes: shard.in_flight_bytes_used(),
         partitions,
         committed,
+        share_partitions,
         leaderless_partitions: leaderless,
         under_replicated_partitions: under_replicated,
         metadata_log_writable: shard.metadata_log_writable(),
@@ -112,4 +114,25 @@ fn transactions(shard: &Shard, now_ms: i64) -> (Vec<(&'static str, u64)>, u64) {
         }
     }
     (by_state.into_iter().collect(), oldest_ms)
+}
+
+/// The share partitions (KIP-932) of this shard's partitions: start offset and records in
+/// flight.
+fn share_partitions(shard: &Shard) -> Vec<crate::common::metrics::ShareSnapshot> {
+    shard
+        .share_partitions
+        .borrow()
+        .iter()
+        .map(|((group, topic, partition), sp)| {
+            let (available, acquired) = sp.in_flight();
+            crate::common::metrics::ShareSnapshot {
+                group: group.clone(),
+                topic: topic.clone(),
+                partition: *partition,
+                start: sp.start(),
+                available: available as u64,
+                acquired: acquired as u64,
+            }
+        })
+        .collect()
 }
