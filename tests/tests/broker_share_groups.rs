@@ -16,8 +16,9 @@ use kafka_protocol::messages::share_fetch_request::{
     AcknowledgementBatch, FetchPartition, FetchTopic,
 };
 use kafka_protocol::messages::{
-    ApiKey, GroupId, IncrementalAlterConfigsRequest, MetadataRequest, ShareAcknowledgeRequest,
-    ShareFetchRequest, ShareFetchResponse, ShareGroupDescribeRequest, ShareGroupHeartbeatRequest,
+    ApiKey, GroupId, IncrementalAlterConfigsRequest, ListGroupsRequest, MetadataRequest,
+    ShareAcknowledgeRequest, ShareFetchRequest, ShareFetchResponse, ShareGroupDescribeRequest,
+    ShareGroupHeartbeatRequest,
 };
 use kafka_protocol::protocol::StrBytes;
 use strand_tests::broker::{topic_name, Broker, Client, Options};
@@ -236,6 +237,20 @@ fn share_group_protocol_matches_kafka() {
     );
     assert_eq!(d.groups[0].error_code, 0);
     assert_eq!(d.groups[0].members.len(), 2);
+    let listed = c.request(5, &ListGroupsRequest::default());
+    let g = listed
+        .groups
+        .iter()
+        .find(|g| g.group_id.0.as_str() == GROUP);
+    assert_eq!(
+        g.map(|g| (
+            g.group_type.as_str(),
+            g.protocol_type.as_str(),
+            g.group_state.as_str()
+        )),
+        Some(("share", "share", "Stable")),
+        "{listed:?}"
+    );
 
     // A takes all ten records; B finds none left.
     let r = c.request(1, &fetch("a", 0, topic_id, &[]));

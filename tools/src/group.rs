@@ -73,6 +73,8 @@ fn list(client: &mut KafkaClient, timeout: Duration) -> Result<String, KafkaErro
 struct GroupView {
     state: String,
     members: Vec<(Owner, Vec<TopicPartition>)>,
+    /// A share group: its members share partitions and it commits no offsets.
+    share: bool,
 }
 
 /// GROUP_ID_NOT_FOUND: ConsumerGroupDescribe's answer for a classic or unknown group.
@@ -109,9 +111,13 @@ fn describe_group(client: &mut KafkaClient, group: &str) -> Result<GroupView, Ka
                 return Ok(GroupView {
                     state: g.group_state.to_string(),
                     members,
+                    share: false,
                 });
             }
         }
+    }
+    if let Some(view) = describe_share_group(client, group)? {
+        return Ok(view);
     }
     let g = describe_classic_group(client, group)?;
     let members = g
@@ -129,7 +135,55 @@ fn describe_group(client: &mut KafkaClient, group: &str) -> Result<GroupView, Ka
     Ok(GroupView {
         state: g.group_state.to_string(),
         members,
+        share: false,
     })
+}
+
+/// A share group (KIP-932) as ShareGroupDescribe shows it; `None` when the broker does
+/// not serve share groups or the group is not one.
+fn describe_share_group(
+    client: &mut KafkaClient,
+    group: &str,
+) -> Result<Option<GroupView>, KafkaError> {
+    use kafka_protocol::messages::ShareGroupDescribeRequest;
+    if client.version_of::<ShareGroupDescribeRequest>().is_err() {
+        return Ok(None);
+    }
+    let req = ShareGroupDescribeRequest::default().with_group_ids(vec![group_id(group)]);
+    let Some(g) = client.send(&req)?.groups.into_iter().next() else {
+        return Ok(None);
+    };
+    if g.error_code == GROUP_ID_NOT_FOUND {
+        return Ok(None);
+    }
+    check_code(
+        g.error_code,
+        &format!("describe group {group}"),
+        g.error_message.as_ref(),
+    )?;
+    let members = g
+        .members
+        .iter()
+        .map(|m| {
+            let owner = (
+                m.member_id.to_string(),
+                m.client_host.to_string(),
+                m.client_id.to_string(),
+            );
+            let parts = m
+                .assignment
+                .topic_partitions
+                .iter()
+                .flat_map(|t| t.partitions.iter().map(|p| (t.topic_name.to_string(), *p)))
+                .collect();
+            (owner, parts)
+        })
+        .collect();
+    Ok(Some(GroupView {
+        state: format!("{} (share group)", g.group_state),
+        members,
+        share: true,
+    }))
 }
 
 fn describe_classic_group(
@@ -184,6 +238,9 @@ fn describe(
     group: &str,
 ) -> anyhow::Result<String> {
     let g = describe_group(coord.as_mut().unwrap_or(&mut *client), group)?;
+    if g.share {
+        return Ok(share_table(group, &g));
+    }
     let committed = offsets::committed(coord.as_mut().unwrap_or(&mut *client), group, None)?;
     let mut owners: BTreeMap<TopicPartition, Owner> = BTreeMap::new();
     for (owner, parts) in &g.members {
@@ -207,6 +264,33 @@ fn describe(
     );
     out.push_str(&describe_table(group, &partitions, &committed, &log_end, &owners).render());
     Ok(out)
+}
+
+/// A share group's members and the partitions each is given (several members may share
+/// one); its lag and records in flight are in the broker's /metrics
+/// (`strand_share_group_lag`, `strand_share_group_records_in_flight`).
+fn share_table(group: &str, g: &GroupView) -> String {
+    let mut table = Table::new(&["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "PARTITIONS"]);
+    for ((id, host, client), parts) in &g.members {
+        let parts: Vec<String> = parts.iter().map(|(t, p)| format!("{t}-{p}")).collect();
+        table.row(vec![
+            group.to_string(),
+            id.clone(),
+            host.clone(),
+            client.clone(),
+            if parts.is_empty() {
+                "-".into()
+            } else {
+                parts.join(",")
+            },
+        ]);
+    }
+    format!(
+        "group {group}: state {}, {} member(s)\n\n{}",
+        g.state,
+        g.members.len(),
+        table.render()
+    )
 }
 
 /// The describe table (pure).

@@ -290,6 +290,24 @@ impl Shard {
                     .with_group_state(s(state))
                     .with_group_type(s(kind))
             })
+            .chain(
+                self.share_groups
+                    .borrow()
+                    .iter()
+                    .filter(|(id, _)| self.coordinator_check(id).is_ok())
+                    .map(|(id, g)| {
+                        let state = if g.members.is_empty() {
+                            "Empty"
+                        } else {
+                            "Stable"
+                        };
+                        ListedGroup::default()
+                            .with_group_id(GroupId(s(id.clone())))
+                            .with_protocol_type(s("share"))
+                            .with_group_state(s(state))
+                            .with_group_type(s("share"))
+                    }),
+            )
             .collect()
     }
 
