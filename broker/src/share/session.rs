@@ -30,6 +30,8 @@ pub struct ShareSession {
     pub next_epoch: i32,
     /// The partitions it fetches.
     pub partitions: BTreeSet<TopicPartition>,
+    /// The connection that opened it: the session ends with it.
+    pub conn: u64,
 }
 
 /// What a request does to its session.
@@ -54,9 +56,9 @@ impl Sessions {
         &mut self,
         member: (&str, &str),
         epoch: i32,
-        added: &[TopicPartition],
-        forgotten: &[TopicPartition],
+        (added, forgotten): (&[TopicPartition], &[TopicPartition]),
         acks: bool,
+        conn: u64,
     ) -> Result<Step, i16> {
         let key = (member.0.to_string(), member.1.to_string());
         if epoch == OPEN_EPOCH {
@@ -69,6 +71,7 @@ impl Sessions {
             let s = ShareSession {
                 next_epoch: 1,
                 partitions: added.iter().cloned().collect(),
+                conn,
             };
             let partitions = s.partitions.clone();
             self.by_member.insert(key, s);
@@ -103,6 +106,23 @@ impl Sessions {
             }
             _ => Ok(Step::Fetch(self.advance(&key, epoch)?.partitions.clone())),
         }
+    }
+
+    /// Ends the sessions connection `conn` opened: `((group, member), partitions)` of
+    /// each, whose acquired records go back (Kafka releases them when the connection ends).
+    pub fn closed(&mut self, conn: u64) -> Vec<((String, String), BTreeSet<TopicPartition>)> {
+        let keys: Vec<(String, String)> = self
+            .by_member
+            .iter()
+            .filter(|(_, s)| s.conn == conn)
+            .map(|(k, _)| k.clone())
+            .collect();
+        keys.into_iter()
+            .filter_map(|k| {
+                let s = self.by_member.remove(&k)?;
+                Some((k, s.partitions))
+            })
+            .collect()
     }
 
     /// Sessions open.
@@ -142,16 +162,16 @@ mod tests {
     fn a_session_opens_advances_and_closes_in_epoch_order() {
         let mut s = Sessions::default();
         assert_eq!(
-            s.fetch(M, 1, &[tp(0)], &[], false),
+            s.fetch(M, 1, (&[tp(0)], &[]), false, 1),
             Err(code::SHARE_SESSION_NOT_FOUND)
         );
-        let opened = s.fetch(M, 0, &[tp(0), tp(1)], &[], false);
+        let opened = s.fetch(M, 0, (&[tp(0), tp(1)], &[]), false, 1);
         assert_eq!(opened, Ok(Step::Fetch([tp(0), tp(1)].into())));
         assert_eq!(
-            s.fetch(M, 2, &[], &[], true),
+            s.fetch(M, 2, (&[], &[]), true, 1),
             Err(code::INVALID_SHARE_SESSION_EPOCH)
         );
-        let next = s.fetch(M, 1, &[tp(2)], &[tp(0)], true);
+        let next = s.fetch(M, 1, (&[tp(2)], &[tp(0)]), true, 1);
         assert_eq!(next, Ok(Step::Fetch([tp(1), tp(2)].into())));
         assert_eq!(s.acknowledge(M, 2), Ok(Step::Fetch([tp(1), tp(2)].into())));
         assert_eq!(s.acknowledge(M, -1), Ok(Step::Close([tp(1), tp(2)].into())));
@@ -163,18 +183,18 @@ mod tests {
     fn an_opening_request_carries_no_acknowledgement_and_replaces_the_old_session() {
         let mut s = Sessions::default();
         assert_eq!(
-            s.fetch(M, 0, &[tp(0)], &[], true),
+            s.fetch(M, 0, (&[tp(0)], &[]), true, 1),
             Err(code::INVALID_REQUEST)
         );
         assert!(s.is_empty());
-        s.fetch(M, 0, &[tp(0)], &[], false).unwrap();
-        s.fetch(M, 1, &[], &[], false).unwrap();
+        s.fetch(M, 0, (&[tp(0)], &[]), false, 1).unwrap();
+        s.fetch(M, 1, (&[], &[]), false, 1).unwrap();
         assert_eq!(
-            s.fetch(M, 0, &[tp(3)], &[], false),
+            s.fetch(M, 0, (&[tp(3)], &[]), false, 1),
             Ok(Step::Fetch([tp(3)].into()))
         );
         assert_eq!(
-            s.fetch(M, 1, &[], &[], false),
+            s.fetch(M, 1, (&[], &[]), false, 1),
             Ok(Step::Fetch([tp(3)].into()))
         );
         assert_eq!(s.acknowledge(M, 0), Err(code::INVALID_SHARE_SESSION_EPOCH));
@@ -182,14 +202,28 @@ mod tests {
     }
 
     #[test]
+    fn a_connection_that_ends_takes_its_sessions_along() {
+        let mut s = Sessions::default();
+        s.fetch(("g", "a"), 0, (&[tp(0)], &[]), false, 7).unwrap();
+        s.fetch(("g", "b"), 0, (&[tp(1)], &[]), false, 8).unwrap();
+        let gone = s.closed(7);
+        assert_eq!(gone, vec![(("g".into(), "a".into()), [tp(0)].into())]);
+        assert_eq!(s.len(), 1);
+        assert_eq!(
+            s.fetch(("g", "a"), 1, (&[], &[]), false, 7),
+            Err(code::SHARE_SESSION_NOT_FOUND)
+        );
+    }
+
+    #[test]
     fn the_epoch_wraps_to_one() {
         let mut s = Sessions::default();
-        s.fetch(M, 0, &[tp(0)], &[], false).unwrap();
+        s.fetch(M, 0, (&[tp(0)], &[]), false, 1).unwrap();
         s.by_member
             .get_mut(&("g".into(), "m".into()))
             .unwrap()
             .next_epoch = i32::MAX;
-        s.fetch(M, i32::MAX, &[], &[], false).unwrap();
-        assert!(s.fetch(M, 1, &[], &[], false).is_ok());
+        s.fetch(M, i32::MAX, (&[], &[]), false, 1).unwrap();
+        assert!(s.fetch(M, 1, (&[], &[]), false, 1).is_ok());
     }
 }

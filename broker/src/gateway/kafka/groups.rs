@@ -185,6 +185,7 @@ pub fn on_coordinator(
             principal: req.principal.into(),
             muted_until: Rc::default(),
             throttle_ms: 0,
+            conn_id: 0,
         };
         if super::txn::is_coordinator_api(key) {
             return super::txn::on_coordinator(shard, &ctx, req.body)

@@ -320,6 +320,8 @@ pub const ANONYMOUS: &str = "User:ANONYMOUS";
 /// What a connection knows of itself, given to each of its requests.
 #[derive(Clone, Debug)]
 pub struct Conn {
+    /// This connection among the shard's (share sessions end with it).
+    pub id: u64,
     /// The client's address as Kafka writes it (`/127.0.0.1`).
     pub host: Rc<str>,
     /// The listener it came in on.
@@ -352,6 +354,8 @@ pub struct Ctx {
     pub muted_until: Rc<std::cell::Cell<Option<std::time::Instant>>>,
     /// The request's throttle time so far (`Conn::throttle_ms`).
     pub throttle_ms: u64,
+    /// The connection's `Conn::id` (0 for a request run away from its connection's shard).
+    pub conn_id: u64,
 }
 
 impl Ctx {
@@ -379,6 +383,7 @@ impl Ctx {
             principal: conn.principal.clone(),
             muted_until: conn.muted_until.clone(),
             throttle_ms: conn.throttle_ms,
+            conn_id: conn.id,
         };
         Ok((ctx, buf))
     }
@@ -527,6 +532,7 @@ mod tests {
             principal: ANONYMOUS.into(),
             muted_until: Rc::default(),
             throttle_ms: 0,
+            conn_id: 0,
         }
     }
 

@@ -225,6 +225,7 @@ async fn secured(
         return;
     };
     let mut conn = kafka::Conn {
+        id: next_connection_id(),
         host: format!("/{}", peer.ip()).into(),
         listener,
         principal: kafka::ANONYMOUS.into(),
@@ -282,6 +283,7 @@ where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
     let peer = Some(peer);
+    let conn_id = conn.id;
     let protocol = shard
         .config
         .listeners
@@ -487,6 +489,8 @@ where
     }
     drop(tx);
     writer.await;
+    // Kafka releases the records a member's share sessions hold when its connection ends.
+    kafka::share_fetch::connection_closed(&shard, conn_id).await;
     shard.count_connection(false);
 }
 
@@ -595,6 +599,18 @@ async fn handle_watched(
         );
     }
     r
+}
+
+/// A new connection's id, unique on this shard (`Conn::id`).
+fn next_connection_id() -> u64 {
+    thread_local! {
+        static NEXT: std::cell::Cell<u64> = const { std::cell::Cell::new(1) };
+    }
+    NEXT.with(|n| {
+        let id = n.get();
+        n.set(id + 1);
+        id
+    })
 }
 
 #[cfg(test)]

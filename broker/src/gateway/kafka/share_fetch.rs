@@ -202,7 +202,7 @@ fn work_items(
 /// forgotten ones removed), or the top-level error that refuses it.
 fn session_step(
     shard: &Shard,
-    member: (&str, &str),
+    (member, conn): ((&str, &str), u64),
     r: &ShareFetchRequest,
     named: &[Named],
 ) -> Result<Step, i16> {
@@ -227,10 +227,20 @@ fn session_step(
     shard.share_sessions.borrow_mut().fetch(
         member,
         r.share_session_epoch,
-        &added,
-        &forgotten,
+        (&added, &forgotten),
         has_acks,
+        conn,
     )
+}
+
+/// Connection `conn` ended: the share sessions it opened end too, and their members'
+/// records go back, their delivery not counted (as Kafka's disconnect listener does).
+pub async fn connection_closed(shard: &Rc<Shard>, conn: u64) {
+    let closed = shard.share_sessions.borrow_mut().closed(conn);
+    for ((group, member), partitions) in closed {
+        let work = work_items((&group, &member), &[], &Step::Close(partitions), 0, 0);
+        run_work(shard, work).await;
+    }
 }
 
 /// ShareFetch.
@@ -265,7 +275,7 @@ pub async fn fetch(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Response
             })
         }),
     );
-    let step = session_step(shard, (&group, &member), &r, &named);
+    let step = session_step(shard, ((&group, &member), ctx.conn_id), &r, &named);
     let step = match step {
         Ok(step) => step,
         Err(error) => return top(error),
