@@ -25,10 +25,19 @@ pub fn subscribes_undescribable(
     body: &Bytes,
 ) -> Result<bool, FramingError> {
     let r: ConsumerGroupHeartbeatRequest = ctx.decode(body.clone())?;
-    Ok(r.subscribed_topic_names
-        .iter()
+    Ok(undescribable(
+        shard,
+        ctx,
+        r.subscribed_topic_names.as_deref(),
+    ))
+}
+
+/// Whether any of `topics` is a topic the request's principal may not describe.
+pub fn undescribable(shard: &Shard, ctx: &Ctx, topics: Option<&[TopicName]>) -> bool {
+    topics
+        .into_iter()
         .flatten()
-        .any(|t| !ctx.allowed(shard, acl_op::DESCRIBE, resource::TOPIC, &t.0)))
+        .any(|t| !ctx.allowed(shard, acl_op::DESCRIBE, resource::TOPIC, &t.0))
 }
 
 /// The ConsumerGroupHeartbeat answer to a request refused before the coordinator saw it.

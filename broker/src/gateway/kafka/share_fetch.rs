@@ -66,15 +66,28 @@ struct Named {
     error: i16,
 }
 
-/// Each `(topic id, partition, acknowledgements)` a request names, looked up.
-fn named_of(
-    shard: &Shard,
-    ctx: &Ctx,
-    parts: impl Iterator<Item = (uuid::Uuid, i32, Acks)>,
-) -> Vec<Named> {
-    parts
-        .map(|(id, p, acks)| name_partition(shard, ctx, id, p, acks))
-        .collect()
+/// Each partition a ShareFetch or ShareAcknowledge names (`$topics`: its topics, whose
+/// partitions carry acknowledgement batches), looked up, its acknowledgements read. A
+/// macro: the two requests' topic and batch types differ but have the same fields.
+macro_rules! named_of {
+    ($shard:expr, $ctx:expr, $topics:expr) => {
+        $topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions.iter().map(move |p| {
+                    let batches = p.acknowledgement_batches.iter();
+                    let acks = read_acks(batches.map(|b| {
+                        (
+                            b.first_offset,
+                            b.last_offset,
+                            b.acknowledge_types.as_slice(),
+                        )
+                    }));
+                    name_partition($shard, $ctx, t.topic_id, p.partition_index, acks)
+                })
+            })
+            .collect::<Vec<Named>>()
+    };
 }
 
 fn name_partition(
@@ -259,22 +272,7 @@ pub async fn fetch(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Response
         return top(code::GROUP_AUTHORIZATION_FAILED);
     }
     super::share_groups::ensure_share_state_topic(shard).await;
-    let named = named_of(
-        shard,
-        ctx,
-        r.topics.iter().flat_map(|t| {
-            t.partitions.iter().map(move |p| {
-                let acks = read_acks(p.acknowledgement_batches.iter().map(|b| {
-                    (
-                        b.first_offset,
-                        b.last_offset,
-                        b.acknowledge_types.as_slice(),
-                    )
-                }));
-                (t.topic_id, p.partition_index, acks)
-            })
-        }),
-    );
+    let named = named_of!(shard, ctx, r.topics);
     let step = session_step(shard, ((&group, &member), ctx.conn_id), &r, &named);
     let step = match step {
         Ok(step) => step,
@@ -406,22 +404,7 @@ pub async fn acknowledge(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<By
     if !ctx.allowed(shard, acl_op::READ, resource::GROUP, &group) {
         return top(code::GROUP_AUTHORIZATION_FAILED);
     }
-    let named = named_of(
-        shard,
-        ctx,
-        r.topics.iter().flat_map(|t| {
-            t.partitions.iter().map(move |p| {
-                let acks = read_acks(p.acknowledgement_batches.iter().map(|b| {
-                    (
-                        b.first_offset,
-                        b.last_offset,
-                        b.acknowledge_types.as_slice(),
-                    )
-                }));
-                (t.topic_id, p.partition_index, acks)
-            })
-        }),
-    );
+    let named = named_of!(shard, ctx, r.topics);
     let step = shard
         .share_sessions
         .borrow_mut()

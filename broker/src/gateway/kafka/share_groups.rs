@@ -41,10 +41,8 @@ pub fn subscribes_undescribable(
     body: &Bytes,
 ) -> Result<bool, FramingError> {
     let r: ShareGroupHeartbeatRequest = ctx.decode(body.clone())?;
-    Ok(r.subscribed_topic_names
-        .iter()
-        .flatten()
-        .any(|t| !ctx.allowed(shard, acl_op::DESCRIBE, resource::TOPIC, &t.0)))
+    let topics = r.subscribed_topic_names.as_deref();
+    Ok(super::consumer_groups::undescribable(shard, ctx, topics))
 }
 
 /// The ShareGroupHeartbeat answer to a request refused before the coordinator saw it.
