@@ -263,6 +263,33 @@ def test_records_held_by_a_crashed_consumer_come_back(broker, ck, share_check):
     assert set(counts.values()) == {1}, counts
 
 
+def test_records_held_by_a_stuck_consumer_come_back_after_the_lock(broker, ck, share_check):
+    """A consumer that stops polling but stays connected (a stuck application) keeps the
+    records it holds only until their acquisition locks run out; then Kafka hands them to
+    another consumer, at delivery count 2, and not before."""
+    count = 20
+    topic, group = _setup(ck, broker, "stuck", count)
+    hold_s = 3 * LOCK_MS // 1000 + 10
+    cmd = [*share_check, broker.bootstrap, topic, group, "hang-holder", str(hold_s)]
+    holder = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              cwd=HERE)
+    try:
+        line = holder.stdout.readline() if holder.stdout else ""
+        assert line.strip(), f"hang-holder printed nothing: {holder.stderr.read()[-3000:]}"
+        held = json.loads(line)["held"]
+        assert held and set(held) <= set(range(count)), held
+        out = _run(share_check, broker, topic, group, "drain", count, 30)
+        assert holder.poll() is None, "the holder was still to be running, connected"
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+    twice, missing = _twice_and_missing(out["accepted"], set(range(count)))
+    assert not twice and not missing, f"accepted twice: {twice}; never: {missing} (held {held})"
+    counts = _counts(out)
+    assert {o: counts[o] for o in held} == {o: 2 for o in held}, (
+        f"held {held}; delivery counts {counts}")
+
+
 def test_rejected_and_accepted_records_are_not_delivered_again(broker, ck, share_check):
     """REJECT archives a record (Kafka never delivers it again), as ACCEPT does: after one
     pass over every record, nothing comes back to the consumer for longer than the lock, nor

@@ -13,6 +13,8 @@
 //                           "delivery_counts": {offset: max deliveryCount}}
 //   crash-holder COUNT     polls until it holds at least one record, prints
 //                          {"held": [offset...]} and halts without acknowledging or closing
+//   hang-holder SECONDS    the same, then stays alive and connected for SECONDS without
+//                          polling or acknowledging (a stuck application), then halts
 //                          (COUNT, the records in the topic, is only for the log of the run)
 //   drain COUNT TIMEOUT_S  ACCEPTs everything until COUNT distinct offsets or TIMEOUT_S:
 //                          {"accepted": [offset...], "delivery_counts": {offset: count}}
@@ -284,6 +286,27 @@ public final class ShareCheck {
         Runtime.getRuntime().halt(0);
     }
 
+    private static void hangHolder(String bootstrap, String topic, String group, long holdMs)
+            throws InterruptedException {
+        KafkaShareConsumer<String, String> c = consumer(bootstrap, topic, group, "share-check-hanger");
+        long end = deadline(FIRST_DEADLINE_MS);
+        List<Long> held = new ArrayList<>();
+        while (held.isEmpty()) {
+            if (!before(end)) {
+                throw new IllegalStateException("no record within " + FIRST_DEADLINE_MS + " ms");
+            }
+            for (ConsumerRecord<String, String> r : c.poll(POLL)) {
+                held.add(r.offset());
+            }
+        }
+        System.out.println("{\"held\":" + list(held) + "}");
+        System.out.flush();
+        // Hangs as a stuck application would: alive, connected, heartbeating, but neither
+        // polling nor acknowledging. The records come back only when their locks run out.
+        Thread.sleep(holdMs);
+        Runtime.getRuntime().halt(0);
+    }
+
     private static String drain(String bootstrap, String topic, String group, long count,
                                 long timeoutMs) {
         List<Long> accepted = new ArrayList<>();
@@ -425,6 +448,9 @@ public final class ShareCheck {
             case "crash-holder":
                 crashHolder(bootstrap, topic, group);
                 throw new IllegalStateException("crash-holder did not halt");
+            case "hang-holder":
+                hangHolder(bootstrap, topic, group, arg(rest, 0, mode) * 1000);
+                throw new IllegalStateException("hang-holder did not halt");
             case "drain":
                 return drain(bootstrap, topic, group, arg(rest, 0, mode), arg(rest, 1, mode) * 1000);
             case "reject-even":
