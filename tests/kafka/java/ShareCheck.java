@@ -267,8 +267,8 @@ public final class ShareCheck {
         return b.append("},\"delivery_counts\":").append(counts(counts)).append('}').toString();
     }
 
-    private static void crashHolder(String bootstrap, String topic, String group) {
-        KafkaShareConsumer<String, String> c = consumer(bootstrap, topic, group, "share-check-holder");
+    /** Polls until it holds at least one record; prints {"held": [offset...]}. */
+    private static void holdSome(KafkaShareConsumer<String, String> c) {
         long end = deadline(FIRST_DEADLINE_MS);
         List<Long> held = new ArrayList<>();
         while (held.isEmpty()) {
@@ -281,26 +281,18 @@ public final class ShareCheck {
         }
         System.out.println("{\"held\":" + list(held) + "}");
         System.out.flush();
-        // Dies as a crash would: no acknowledgement, no close, no leave. The records come
-        // back to the group only when their acquisition locks run out.
+    }
+
+    private static void crashHolder(String bootstrap, String topic, String group) {
+        holdSome(consumer(bootstrap, topic, group, "share-check-holder"));
+        // Dies as a crash would: no acknowledgement, no close, no leave. Its connection
+        // ends, and the broker gives its records back (Kafka's disconnect listener).
         Runtime.getRuntime().halt(0);
     }
 
     private static void hangHolder(String bootstrap, String topic, String group, long holdMs)
             throws InterruptedException {
-        KafkaShareConsumer<String, String> c = consumer(bootstrap, topic, group, "share-check-hanger");
-        long end = deadline(FIRST_DEADLINE_MS);
-        List<Long> held = new ArrayList<>();
-        while (held.isEmpty()) {
-            if (!before(end)) {
-                throw new IllegalStateException("no record within " + FIRST_DEADLINE_MS + " ms");
-            }
-            for (ConsumerRecord<String, String> r : c.poll(POLL)) {
-                held.add(r.offset());
-            }
-        }
-        System.out.println("{\"held\":" + list(held) + "}");
-        System.out.flush();
+        holdSome(consumer(bootstrap, topic, group, "share-check-hanger"));
         // Hangs as a stuck application would: alive, connected, heartbeating, but neither
         // polling nor acknowledging. The records come back only when their locks run out.
         Thread.sleep(holdMs);
