@@ -132,7 +132,6 @@ fn share_partitions(shard: &Shard) -> Vec<crate::common::metrics::ShareSnapshot>
                 start: sp.start(),
                 available: available as u64,
                 acquired: acquired as u64,
-                archived: sp.archived(),
             }
         })
         .collect()
