@@ -416,9 +416,36 @@ def _skip_or_fail(reason: str):
 def need_module(name: str, why: str = ""):
     """Imports a Python client or skips/fails the test."""
     try:
-        return importlib.import_module(name)
+        mod = importlib.import_module(name)
     except ImportError as e:
         _skip_or_fail(f"python package {name!r} is not installed ({e}){why}")
+    if name == "kafka":
+        _finish_pending_joins(mod)
+    return mod
+
+
+def _finish_pending_joins(kafka) -> None:
+    """Works around a kafka-python 3.0.x client bug so a group test tests the broker.
+
+    `poll(timeout_ms=N)` leaves a JoinGroup+SyncGroup task in flight when N runs out, and
+    the next poll re-awaits it only while `need_rejoin()` is true. A rejoin started because
+    the member's metadata snapshot changed (not because the broker said so) stops being
+    needed the moment the leader computes the assignment, so a task that outlives the poll
+    is never collected: the member never takes its assignment, its heartbeats stay off and
+    the broker expires it (seen in CI: "Elected group leader", then nothing for 30 s, then
+    UNKNOWN_MEMBER_ID at LeaveGroup). The Java client rejoins while a join is needed *or
+    pending* (`AbstractCoordinator.rejoinNeededOrPending`); this makes kafka-python do so."""
+    from kafka.coordinator.base import BaseCoordinator  # noqa: PLC0415 - after the import
+    need_rejoin = kafka.coordinator.consumer.ConsumerCoordinator.need_rejoin
+    if getattr(need_rejoin, "strand_pending_joins", False) or not hasattr(
+            BaseCoordinator, "join_group_async"):
+        return
+
+    def rejoin_needed_or_pending(self):
+        return need_rejoin(self) or getattr(self, "_join_task", None) is not None
+
+    rejoin_needed_or_pending.strand_pending_joins = True
+    kafka.coordinator.consumer.ConsumerCoordinator.need_rejoin = rejoin_needed_or_pending
 
 
 def need(condition: bool, reason: str):
