@@ -314,6 +314,9 @@ def test_a_poison_record_is_archived_after_the_delivery_count_limit(broker, ck, 
     twice, missing = _twice_and_missing(out["accepted"], want)
     assert not twice and not missing, f"accepted twice: {twice}; never: {missing}"
     assert set(out["accepted"]) == want, out["accepted"]
+    labels = f'group="{group}",topic="{topic}",partition="0"'
+    archived = f"strand_share_group_records_archived_total{{{labels}}} 1"
+    assert archived in _metrics(broker), _grep(_metrics(broker), "strand_share_group")
     _only_new_records_come(ck, share_check, broker, topic, group, count)
 
 

@@ -119,10 +119,21 @@ pub fn group_lag(shards: &[ShardSnapshot]) -> BTreeMap<(String, String, i32), i6
     out
 }
 
-/// Share-group lag per (group, topic, partition): high watermark − share-partition start
-/// offset (records not finished yet, those in flight included), and the records in flight
-/// `(available again, acquired)`.
-pub fn share_lag(shards: &[ShardSnapshot]) -> BTreeMap<(String, String, i32), (i64, u64, u64)> {
+/// One share partition as /metrics shows it.
+pub struct ShareLag {
+    /// High watermark − share-partition start offset (records not finished yet, those in
+    /// flight included).
+    pub lag: i64,
+    /// Records delivered before and available again.
+    pub available: u64,
+    /// Records held by a member now.
+    pub acquired: u64,
+    /// Records archived since the share partition was loaded.
+    pub archived: u64,
+}
+
+/// Each share partition of this node's partitions, by (group, topic, partition).
+pub fn share_lag(shards: &[ShardSnapshot]) -> BTreeMap<(String, String, i32), ShareLag> {
     let hw: BTreeMap<(&str, i32), i64> = shards
         .iter()
         .flat_map(|s| &s.detail.partitions)
@@ -134,7 +145,15 @@ pub fn share_lag(shards: &[ShardSnapshot]) -> BTreeMap<(String, String, i32), (i
         .filter_map(|sp| {
             let h = hw.get(&(sp.topic.as_str(), sp.partition))?;
             let key = (sp.group.clone(), sp.topic.clone(), sp.partition);
-            Some((key, ((h - sp.start).max(0), sp.available, sp.acquired)))
+            Some((
+                key,
+                ShareLag {
+                    lag: (h - sp.start).max(0),
+                    available: sp.available,
+                    acquired: sp.acquired,
+                    archived: sp.archived,
+                },
+            ))
         })
         .collect()
 }
@@ -536,18 +555,20 @@ impl Scrape {
         self.share_groups(enc)
     }
 
-    /// Share groups (KIP-932): lag and records in flight per share partition.
+    /// Share groups (KIP-932): lag, records in flight and archived per share partition.
     fn share_groups(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
         let mut lag = Vec::new();
         let mut in_flight = Vec::new();
-        for ((g, t, p), (l, available, acquired)) in share_lag(&self.shards) {
+        let mut archived = Vec::new();
+        for ((g, t, p), s) in share_lag(&self.shards) {
             let labels = vec![("group", g), ("topic", t), ("partition", p.to_string())];
-            for (state, n) in [("available", available), ("acquired", acquired)] {
+            for (state, n) in [("available", s.available), ("acquired", s.acquired)] {
                 let mut l = labels.clone();
                 l.push(("state", state.to_string()));
                 in_flight.push((l, i64::try_from(n).unwrap_or(i64::MAX)));
             }
-            lag.push((labels, l));
+            archived.push((labels.clone(), s.archived));
+            lag.push((labels, s.lag));
         }
         gauges(
             enc,
@@ -562,6 +583,13 @@ impl Scrape {
             "Records of a share partition delivered and not finished: available again, or \
              acquired by a member now.",
             &in_flight,
+        )?;
+        counters(
+            enc,
+            "strand_share_group_records_archived",
+            "Records of a share partition archived (rejected, a gap, or released or timed out \
+             at the delivery-count limit) since it was loaded on this node.",
+            &archived,
         )
     }
 }

@@ -463,6 +463,8 @@ pub struct ShareSnapshot {
     pub available: u64,
     /// Records held by a member now.
     pub acquired: u64,
+    /// Records archived since the share partition was loaded.
+    pub archived: u64,
 }
 
 /// What a shard knows about the health of its share of the cluster at scrape time.

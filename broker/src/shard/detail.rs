@@ -132,6 +132,7 @@ fn share_partitions(shard: &Shard) -> Vec<crate::common::metrics::ShareSnapshot>
                 start: sp.start(),
                 available: available as u64,
                 acquired: acquired as u64,
+                archived: sp.archived(),
             }
         })
         .collect()

@@ -132,6 +132,8 @@ pub struct SharePartition {
     end: i64,
     records: BTreeMap<i64, InFlight>,
     limits: Limits,
+    /// Records archived (rejected, a gap, or past the delivery limit) since it was loaded.
+    archived: u64,
 }
 
 impl SharePartition {
@@ -142,6 +144,7 @@ impl SharePartition {
             end: start,
             records: BTreeMap::new(),
             limits,
+            archived: 0,
         }
     }
 
@@ -166,6 +169,7 @@ impl SharePartition {
             end,
             records,
             limits,
+            archived: 0,
         };
         p.advance_start();
         p
@@ -327,8 +331,12 @@ impl SharePartition {
         let changed = !changes.is_empty();
         for (o, t) in changes {
             match t {
-                AckType::Accept | AckType::Reject | AckType::Gap => {
+                AckType::Accept => {
                     self.records.remove(&o);
+                }
+                AckType::Reject | AckType::Gap => {
+                    self.records.remove(&o);
+                    self.archived += 1;
                 }
                 AckType::Release => self.give_back(o),
             }
@@ -369,6 +377,11 @@ impl SharePartition {
         changed
     }
 
+    /// Records archived (rejected, a gap, or past the delivery limit) since it was loaded.
+    pub fn archived(&self) -> u64 {
+        self.archived
+    }
+
     /// The earliest lock deadline, if any record is acquired.
     pub fn next_lock_deadline_ms(&self) -> Option<u64> {
         self.records
@@ -407,6 +420,7 @@ impl SharePartition {
         };
         if archive {
             self.records.remove(&o);
+            self.archived += 1;
         }
     }
 
@@ -502,6 +516,7 @@ mod tests {
         }
         // Released at their third delivery: archived, never delivered again.
         assert_eq!(p.start(), 2);
+        assert_eq!(p.archived(), 2);
         assert_eq!(p.acquire(&a, &log, 10, 100), vec![]);
         assert_eq!(p.in_flight(), (0, 0));
     }

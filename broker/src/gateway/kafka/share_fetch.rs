@@ -294,7 +294,7 @@ pub async fn fetch(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Response
         let again = || work_items((&group, &member), &[], &step, max_records, max_bytes);
         wait_for_records(shard, &again, deadline, &mut done).await;
     }
-    answer_fetch(shard, ctx, &named, done)
+    answer_fetch(shard, (ctx, &group), &named, done)
 }
 
 /// While nothing was acquired and no partition failed, runs `work()` (the fetch without
@@ -326,7 +326,7 @@ async fn wait_for_records(
 /// The ShareFetch answer: every partition with an error, records or acknowledgements.
 fn answer_fetch(
     shard: &Shard,
-    ctx: &Ctx,
+    (ctx, group): (&Ctx, &str),
     named: &[Named],
     mut done: BTreeMap<TopicPartition, ShareDone>,
 ) -> Result<Response, FramingError> {
@@ -386,7 +386,11 @@ fn answer_fetch(
                 .with_partitions(partitions)
         })
         .collect();
-    let lock_ms = shard.config.group_share_record_lock_duration_ms;
+    let lock_ms = crate::cluster::group_config::number(
+        meta.group_configs.get(group),
+        crate::cluster::group_config::SHARE_RECORD_LOCK_DURATION_MS,
+        shard.config.group_share_record_lock_duration_ms,
+    );
     let body = ShareFetchResponse::default()
         .with_acquisition_lock_timeout_ms(i32::try_from(lock_ms).unwrap_or(i32::MAX))
         .with_responses(responses);
