@@ -584,6 +584,10 @@ impl Scrape {
              acquired by a member now.",
             &in_flight,
         )?;
+        // A counter family is shown only with samples (every counter shows `<name>_total`).
+        if archived.is_empty() {
+            return Ok(());
+        }
         counters(
             enc,
             "strand_share_group_records_archived",
