@@ -193,6 +193,33 @@ pub fn txn_peer_answers(data: &[u8]) {
     }
 }
 
+/// Fuzz target `share_peer_answers`: decodes `data` as the answers a data partition's
+/// leader reads from the node keeping its share partitions' state: a ReadShareGroupState
+/// response (for partition 0) and a WriteShareGroupState response.
+///
+/// Panics if the batches of a state read back are not their own normal form (the same
+/// batches once more through a state), or if loading it panics.
+pub fn share_peer_answers(data: &[u8]) {
+    use crate::share::partition::{Limits, SharePartition};
+    use crate::share::remote::{decode_read, decode_write, from_batches, to_batches};
+    let key = ("g".to_string(), "t".to_string(), 0);
+    let body = bytes::Bytes::copy_from_slice(data);
+    if let Ok(Ok(Some(state))) = decode_read(&key, body.clone()) {
+        let batches = to_batches(&state);
+        let again = from_batches(state.start, state.leader_epoch, &batches);
+        assert_eq!(to_batches(&again), batches, "state batches in normal form");
+        black_box(SharePartition::from_state(&state, Limits::default()).state());
+    }
+    match decode_write(&key, body) {
+        Ok(code) => {
+            black_box(code);
+        }
+        Err(e) => {
+            black_box(e.to_string());
+        }
+    }
+}
+
 /// Most commands one input applies (each line one JSON command).
 const COMMANDS_PER_INPUT_MAX: usize = 64;
 

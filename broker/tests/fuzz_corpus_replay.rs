@@ -270,6 +270,61 @@ fn txn_peer_seeds() -> Seeds {
     ]
 }
 
+/// A ReadShareGroupState answer with a state, one with none, and a WriteShareGroupState
+/// answer refusing a deposed leader.
+fn share_peer_seeds() -> Seeds {
+    use kafka_protocol::messages::read_share_group_state_response::{
+        PartitionResult, ReadStateResult, StateBatch,
+    };
+    use kafka_protocol::messages::write_share_group_state_response as write;
+    use kafka_protocol::messages::{
+        ApiKey, ReadShareGroupStateResponse, ResponseHeader, WriteShareGroupStateResponse,
+    };
+    use kafka_protocol::protocol::Encodable;
+    fn encode<T: Encodable>(api: ApiKey, body: &T) -> Vec<u8> {
+        let mut out = bytes::BytesMut::new();
+        ResponseHeader::default()
+            .with_correlation_id(1)
+            .encode(&mut out, api.response_header_version(0))
+            .expect("header");
+        body.encode(&mut out, 0).expect("body");
+        out.to_vec()
+    }
+    let batch = |first: i64, last: i64, state: i8, count: i16| {
+        StateBatch::default()
+            .with_first_offset(first)
+            .with_last_offset(last)
+            .with_delivery_state(state)
+            .with_delivery_count(count)
+    };
+    let read = |start: i64, batches: Vec<StateBatch>| {
+        ReadShareGroupStateResponse::default().with_results(vec![ReadStateResult::default()
+            .with_partitions(vec![PartitionResult::default()
+                .with_start_offset(start)
+                .with_state_batches(batches)])])
+    };
+    let state = read(
+        100,
+        vec![
+            batch(100, 104, 2, 0),
+            batch(105, 109, 0, 2),
+            batch(110, 119, 2, 0),
+        ],
+    );
+    let write = WriteShareGroupStateResponse::default()
+        .with_results(vec![write::WriteStateResult::default().with_partitions(
+            vec![write::PartitionResult::default().with_error_code(74)],
+        )]);
+    vec![
+        ("read-state", encode(ApiKey::ReadShareGroupState, &state)),
+        (
+            "read-none",
+            encode(ApiKey::ReadShareGroupState, &read(-1, vec![])),
+        ),
+        ("write-fenced", encode(ApiKey::WriteShareGroupState, &write)),
+    ]
+}
+
 fn admin_seeds() -> Seeds {
     let put = "PUT /v1/log-level HTTP/1.1\r\nContent-Length: 5\r\n\r\ndebug";
     vec![
@@ -376,6 +431,7 @@ fn share_seeds() -> Seeds {
         start: 100,
         end: 140,
         available: vec![(100, 104, 2), (120, 139, 1)],
+        leader_epoch: 0,
     };
     let mut record = key.clone();
     record.push(0);
@@ -395,6 +451,11 @@ fn targets() -> Vec<(&'static str, Target, Seeds)> {
         ("txn_peer_answers", fuzz::txn_peer_answers, txn_peer_seeds()),
         ("oauthbearer", fuzz::oauthbearer, oauth_seeds()),
         ("share_records", fuzz::share_records, share_seeds()),
+        (
+            "share_peer_answers",
+            fuzz::share_peer_answers,
+            share_peer_seeds(),
+        ),
     ]
 }
 

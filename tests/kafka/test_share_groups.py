@@ -26,7 +26,8 @@ each test go to a topic of one partition, in batches of five: Kafka acquires who
 and the consumers ask for ten records per fetch (ShareFetch's MaxRecords), so a fetch does
 not take the whole partition.
 
-Share groups are a preview in strand (off unless `--group-share-enable true`; single node;
+Share groups are a preview in strand (off unless `--group-share-enable true`; on a cluster:
+test_cluster_share_groups.py;
 the share groups' membership is not persisted: members join again after a restart).
 """
 

@@ -11,15 +11,14 @@
 
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::messages::write_txn_markers_request::{
     WritableTxnMarker, WritableTxnMarkerTopic,
 };
 use kafka_protocol::messages::{
-    ApiKey, ProducerId, RequestHeader, ResponseHeader, TopicName, WriteTxnMarkersRequest,
-    WriteTxnMarkersResponse,
+    ApiKey, ProducerId, TopicName, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::protocol::StrBytes;
 
 use crate::common::errors::code;
 
@@ -77,26 +76,20 @@ pub fn encode_request(markers: &Markers, correlation_id: i32) -> anyhow::Result<
         .with_transaction_result(markers.commit)
         .with_coordinator_epoch(markers.coordinator_epoch)
         .with_topics(topics)]);
-    let header = RequestHeader::default()
-        .with_request_api_key(ApiKey::WriteTxnMarkers as i16)
-        .with_request_api_version(VERSION)
-        .with_correlation_id(correlation_id)
-        .with_client_id(Some(StrBytes::from_static_str("strand-txn-coordinator")));
-    let hv = ApiKey::WriteTxnMarkers.request_header_version(VERSION);
-    let size = header.compute_size(hv)? + req.compute_size(VERSION)?;
-    let mut out = BytesMut::with_capacity(4 + size);
-    out.put_i32(i32::try_from(size)?);
-    header.encode(&mut out, hv)?;
-    req.encode(&mut out, VERSION)?;
-    Ok(out.freeze())
+    super::net::encode_request(
+        ApiKey::WriteTxnMarkers,
+        VERSION,
+        &req,
+        "strand-txn-coordinator",
+        correlation_id,
+    )
 }
 
 /// The code of each partition of `markers` in a response body (after its size prefix);
 /// a partition the response does not name gets REQUEST_TIMED_OUT.
-pub fn decode_response(markers: &Markers, mut body: Bytes) -> anyhow::Result<Vec<i16>> {
-    let hv = ApiKey::WriteTxnMarkers.response_header_version(VERSION);
-    ResponseHeader::decode(&mut body, hv)?;
-    let resp = WriteTxnMarkersResponse::decode(&mut body, VERSION)?;
+pub fn decode_response(markers: &Markers, body: Bytes) -> anyhow::Result<Vec<i16>> {
+    let resp: WriteTxnMarkersResponse =
+        super::net::decode_response(ApiKey::WriteTxnMarkers, VERSION, body)?;
     let mut codes = std::collections::HashMap::new();
     for m in resp
         .markers
@@ -186,26 +179,20 @@ pub fn encode_verify(
             .with_verify_only(!add)
             .with_topics(topics),
     ]);
-    let header = RequestHeader::default()
-        .with_request_api_key(ApiKey::AddPartitionsToTxn as i16)
-        .with_request_api_version(VERIFY_VERSION)
-        .with_correlation_id(correlation_id)
-        .with_client_id(Some(StrBytes::from_static_str("strand-partition-leader")));
-    let hv = ApiKey::AddPartitionsToTxn.request_header_version(VERIFY_VERSION);
-    let size = header.compute_size(hv)? + req.compute_size(VERIFY_VERSION)?;
-    let mut out = BytesMut::with_capacity(4 + size);
-    out.put_i32(i32::try_from(size)?);
-    header.encode(&mut out, hv)?;
-    req.encode(&mut out, VERIFY_VERSION)?;
-    Ok(out.freeze())
+    super::net::encode_request(
+        ApiKey::AddPartitionsToTxn,
+        VERIFY_VERSION,
+        &req,
+        "strand-partition-leader",
+        correlation_id,
+    )
 }
 
 /// The first error of a verify answer (NONE when every partition is verified).
-pub fn decode_verify(mut body: Bytes) -> anyhow::Result<i16> {
+pub fn decode_verify(body: Bytes) -> anyhow::Result<i16> {
     use kafka_protocol::messages::AddPartitionsToTxnResponse;
-    let hv = ApiKey::AddPartitionsToTxn.response_header_version(VERIFY_VERSION);
-    ResponseHeader::decode(&mut body, hv)?;
-    let resp = AddPartitionsToTxnResponse::decode(&mut body, VERIFY_VERSION)?;
+    let resp: AddPartitionsToTxnResponse =
+        super::net::decode_response(ApiKey::AddPartitionsToTxn, VERIFY_VERSION, body)?;
     if resp.error_code != code::NONE {
         return Ok(resp.error_code);
     }
@@ -222,6 +209,9 @@ pub fn decode_verify(mut body: Bytes) -> anyhow::Result<i16> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::BytesMut;
+    use kafka_protocol::messages::{RequestHeader, ResponseHeader};
+    use kafka_protocol::protocol::{Decodable, Encodable};
 
     fn markers() -> Markers {
         Markers {

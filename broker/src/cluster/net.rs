@@ -66,3 +66,40 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     stream.read_exact(&mut body).await?;
     Ok(Bytes::from(body))
 }
+
+/// Request `req` of `key` at `version` as one frame: size prefix, header, body.
+pub fn encode_request<R: kafka_protocol::protocol::Encodable>(
+    key: kafka_protocol::messages::ApiKey,
+    version: i16,
+    req: &R,
+    client_id: &'static str,
+    correlation_id: i32,
+) -> anyhow::Result<Bytes> {
+    use bytes::BufMut;
+    use kafka_protocol::protocol::{Encodable, StrBytes};
+    let header = kafka_protocol::messages::RequestHeader::default()
+        .with_request_api_key(key as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(correlation_id)
+        .with_client_id(Some(StrBytes::from_static_str(client_id)));
+    let hv = key.request_header_version(version);
+    let size = header.compute_size(hv)? + req.compute_size(version)?;
+    let mut out = bytes::BytesMut::with_capacity(4 + size);
+    out.put_i32(i32::try_from(size)?);
+    header.encode(&mut out, hv)?;
+    req.encode(&mut out, version)?;
+    Ok(out.freeze())
+}
+
+/// The response of `key` at `version` in `body` (a response frame after its size prefix).
+pub fn decode_response<R: kafka_protocol::protocol::Decodable>(
+    key: kafka_protocol::messages::ApiKey,
+    version: i16,
+    mut body: Bytes,
+) -> anyhow::Result<R> {
+    let hv = key.response_header_version(version);
+    <kafka_protocol::messages::ResponseHeader as kafka_protocol::protocol::Decodable>::decode(
+        &mut body, hv,
+    )?;
+    R::decode(&mut body, version)
+}

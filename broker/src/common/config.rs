@@ -236,7 +236,7 @@ pub struct Flags {
     /// (`group.consumer.heartbeat.interval.ms`).
     #[arg(long, env = "STRAND_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS")]
     pub group_consumer_heartbeat_interval_ms: Option<u64>,
-    /// Serve share groups (KIP-932; Kafka 4.0's `group.share.enable`, 4.1's `share.version` feature): off by default while they are incomplete (no persistence of their state yet).
+    /// Serve share groups (KIP-932; Kafka 4.0's `group.share.enable`, 4.1's `share.version` feature): off by default while they are a preview (their membership is not persisted).
     #[arg(long, env = "STRAND_GROUP_SHARE_ENABLE")]
     pub group_share_enable: Option<bool>,
     /// Session timeout of share-group members (`group.share.session.timeout.ms`).
@@ -1271,12 +1271,6 @@ impl Config {
 
     /// The checks of the share-group settings (Kafka's bounds).
     fn validate_share(&self) -> anyhow::Result<()> {
-        if self.group_share_enable && !self.seeds.is_empty() {
-            bail!(
-                "group_share_enable: share groups are served on a single node only so far \
-                 (a share partition's state is kept on its leader's node)"
-            );
-        }
         if self.group_share_heartbeat_interval_ms >= self.group_share_session_timeout_ms {
             bail!(
                 "group_share_heartbeat_interval_ms ({}) must be below group_share_session_timeout_ms ({})",

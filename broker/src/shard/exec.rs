@@ -31,8 +31,8 @@ impl Shard {
             Op::WriteShareState(key, state) => {
                 Reply::Codes(vec![self.write_share_state_here(&key, &state).await])
             }
-            Op::ReadShareState(key) => {
-                Reply::ShareState(self.share_states.borrow().get(&key).cloned())
+            Op::ReadShareState(key, leader_epoch) => {
+                Reply::ShareState(self.read_share_state_here(&key, leader_epoch))
             }
             Op::WaitAppend { parts, timeout } => {
                 self.wait_append(parts, timeout).await;

@@ -125,13 +125,18 @@ pub struct Shard {
     /// Share groups coordinated by this shard (KIP-932; in memory only so far: after a
     /// restart their members join again).
     pub(crate) share_groups: RefCell<HashMap<String, crate::share::group::ShareGroup>>,
-    /// Delivery state of the share partitions of this shard's partitions, by (group,
-    /// topic, partition) (KIP-932; in memory only so far).
+    /// Delivery state of the share partitions of the partitions this shard leads, by
+    /// (group, topic, partition) (KIP-932; loaded from `__share_group_state` when first
+    /// used, forgotten when this node becomes a partition's leader again).
     pub(crate) share_partitions:
         RefCell<HashMap<ShareKey, crate::share::partition::SharePartition>>,
     /// The persisted delivery state of the share partitions whose `__share_group_state`
-    /// partition this shard holds (replayed when it opens).
+    /// partition this shard holds (replayed when it opens and when this node becomes its
+    /// leader).
     pub(crate) share_states: RefCell<HashMap<ShareKey, crate::share::partition::ShareState>>,
+    /// Cluster mode: `__share_group_state` partitions being replayed after this node became
+    /// their leader (their states are answered COORDINATOR_LOAD_IN_PROGRESS).
+    pub(crate) share_states_loading: RefCell<std::collections::BTreeSet<i32>>,
     /// Share sessions of the members whose connections this shard serves.
     pub(crate) share_sessions: RefCell<crate::share::session::Sessions>,
     /// Cluster mode: offsets partitions whose groups are being replayed after this node
@@ -226,6 +231,7 @@ impl Shard {
             share_partitions: RefCell::new(HashMap::new()),
             share_sessions: RefCell::new(Default::default()),
             share_states: RefCell::new(HashMap::new()),
+            share_states_loading: RefCell::new(std::collections::BTreeSet::new()),
             groups_loading: RefCell::new(std::collections::BTreeSet::new()),
             txns: RefCell::new(HashMap::new()),
             txns_busy: RefCell::new(std::collections::HashSet::new()),
@@ -432,7 +438,7 @@ impl Shard {
             self.load_txns(&part).await?;
         }
         if share_state {
-            self.load_share_states(&part).await?;
+            self.load_share_states(&part, part.high_watermark()).await?;
         }
         self.partitions
             .borrow_mut()
@@ -673,8 +679,27 @@ impl crate::cluster::ClusterHost for Shard {
                 }
             }));
         }
+        if part.topic == crate::common::config::SHARE_STATE_TOPIC {
+            let (weak, p) = (Rc::downgrade(self), part.clone());
+            return Some(Box::new(move || {
+                if let Some(s) = weak.upgrade() {
+                    s.share_states_loading.borrow_mut().insert(p.index);
+                    let p = p.clone();
+                    crate::runtime::task::spawn_local(
+                        async move { s.reload_share_states(&p).await },
+                    );
+                }
+            }));
+        }
         if part.topic != crate::group::OFFSETS_TOPIC {
-            return None;
+            // Share partitions of it held from an earlier term may be stale: reloaded
+            // from their persisted state when next used.
+            let (weak, topic, index) = (Rc::downgrade(self), part.topic.clone(), part.index);
+            return Some(Box::new(move || {
+                if let Some(s) = weak.upgrade() {
+                    s.forget_share_partitions(&topic, index);
+                }
+            }));
         }
         let (weak, p) = (Rc::downgrade(self), part.clone());
         Some(Box::new(move || {

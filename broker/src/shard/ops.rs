@@ -206,8 +206,8 @@ pub enum Op {
         crate::share::partition::ShareState,
     ),
     /// The persisted state of a share partition (its `__share_group_state` partition is
-    /// here).
-    ReadShareState(crate::share::records::ShareKey),
+    /// here), for its data partition's leader at the leader epoch given.
+    ReadShareState(crate::share::records::ShareKey, i32),
     /// Read batches, within `limit`.
     Fetch {
         parts: Vec<FetchPart>,
@@ -312,7 +312,7 @@ pub enum Reply {
     /// What each `ShareWork` did, in order.
     Share(Vec<ShareDone>),
     /// A share partition's persisted state, if any.
-    ShareState(Option<crate::share::partition::ShareState>),
+    ShareState(Result<Option<crate::share::partition::ShareState>, i16>),
     /// Described share groups, in order.
     DescribedShareGroups(
         Vec<kafka_protocol::messages::share_group_describe_response::DescribedGroup>,

@@ -22,7 +22,7 @@ use strand_storage::KafkaOffset;
 
 use super::ops::{Op, Reply, ShareDone, ShareWork};
 use super::{Shard, ShareKey};
-use crate::cluster::group_config;
+use crate::cluster::{group_config, ClusterHost};
 use crate::common::config::{SHARE_STATE_NUM_PARTITIONS, SHARE_STATE_TOPIC};
 use crate::common::errors::code;
 use crate::partition::Partition;
@@ -129,9 +129,15 @@ impl Shard {
             return done;
         }
         let key: ShareKey = (w.group.clone(), w.topic.clone(), w.partition);
-        if let Err(error) = self.load_share_partition(&key, &part).await {
-            done.error = error;
-            return done;
+        match self.load_share_partition(&key, &part).await {
+            Ok(()) => {}
+            // Still initializing (its state's keeper is moving): no records this time, as
+            // Kafka keeps such a fetch waiting; the client asks again.
+            Err(error) if retried(error) => return done,
+            Err(error) => {
+                done.error = error;
+                return done;
+            }
         }
         let now_ms = crate::common::clock::mono_ms();
         let meta = self.metadata();
@@ -141,8 +147,15 @@ impl Shard {
             self.config.group_share_record_lock_duration_ms,
         );
         let (from, changed) = self.settle(&key, &w, part.log().log_start_offset().0, &mut done);
-        if let Some(state) = changed {
-            let error = self.persist_share_state(&key, state).await;
+        if let Some(mut state) = changed {
+            state.leader_epoch = part.leader_epoch();
+            let error = self.persist_share_state(&key, &state).await;
+            if error == code::FENCED_LEADER_EPOCH {
+                // A newer leader of the partition owns its share partitions now.
+                self.share_partitions.borrow_mut().remove(&key);
+                done.error = code::NOT_LEADER_OR_FOLLOWER;
+                return done;
+            }
             if error != code::NONE && done.ack_error == code::NONE {
                 done.ack_error = error;
             }
@@ -222,7 +235,7 @@ impl Shard {
         if self.share_partitions.borrow().contains_key(key) {
             return Ok(());
         }
-        let stored = self.read_share_state(key).await?;
+        let stored = self.read_share_state(key, part.leader_epoch()).await?;
         let meta = self.metadata();
         let sp = match stored {
             Some(state) => SharePartition::from_state(&state, self.share_limits()),
@@ -239,43 +252,162 @@ impl Shard {
         Ok(())
     }
 
-    /// The shard of this node holding `key`'s `__share_group_state` partition.
-    fn share_state_shard(&self, key: &ShareKey) -> Result<usize, i16> {
+    /// Where `key`'s state is kept: the shard of this node leading its
+    /// `__share_group_state` partition, or the Kafka listener of the node that does.
+    fn share_state_home(&self, key: &ShareKey) -> Result<StateHome, i16> {
         let meta = self.metadata();
         let p = crate::share::records::partition_for(key, SHARE_STATE_NUM_PARTITIONS);
-        meta.shard_of(SHARE_STATE_TOPIC, p)
-            .ok_or(code::COORDINATOR_NOT_AVAILABLE)
-    }
-
-    async fn read_share_state(self: &Rc<Self>, key: &ShareKey) -> Result<Option<ShareState>, i16> {
-        let target = self.share_state_shard(key)?;
-        match self.call(target, Op::ReadShareState(key.clone())).await {
-            Reply::ShareState(state) => Ok(state),
-            _ => Err(code::COORDINATOR_NOT_AVAILABLE),
-        }
-    }
-
-    /// Writes `key`'s state durably before its answer; a code (NONE when written).
-    async fn persist_share_state(self: &Rc<Self>, key: &ShareKey, state: ShareState) -> i16 {
-        let target = match self.share_state_shard(key) {
-            Ok(t) => t,
-            Err(e) => return e,
+        let topic = meta
+            .topics
+            .get(SHARE_STATE_TOPIC)
+            .ok_or(code::COORDINATOR_NOT_AVAILABLE)?;
+        let leader = if self.clustered() {
+            self.leader_of_group(topic.group_of(p)).0
+        } else {
+            self.config.node_id
         };
-        match self
-            .call(target, Op::WriteShareState(key.clone(), state))
-            .await
-        {
-            Reply::Codes(c) => c.first().copied().unwrap_or(code::UNKNOWN_SERVER_ERROR),
-            _ => code::COORDINATOR_NOT_AVAILABLE,
+        if leader == self.config.node_id {
+            let shard = meta.shard_of(SHARE_STATE_TOPIC, p);
+            return shard
+                .map(StateHome::Here)
+                .ok_or(code::COORDINATOR_NOT_AVAILABLE);
         }
+        let node = meta
+            .nodes
+            .get(&leader)
+            .ok_or(code::COORDINATOR_NOT_AVAILABLE)?;
+        let topic_id = meta
+            .topics
+            .get(&key.1)
+            .ok_or(code::UNKNOWN_TOPIC_OR_PARTITION)?
+            .id;
+        Ok(StateHome::Node(
+            node.host.clone(),
+            node.kafka_port,
+            topic_id,
+        ))
+    }
+
+    /// `key`'s persisted state, retried while its keeper is moving (`retried`), for up to
+    /// `STATE_RETRY_MS`, as Kafka's persister does.
+    async fn read_share_state(
+        self: &Rc<Self>,
+        key: &ShareKey,
+        leader_epoch: i32,
+    ) -> Result<Option<ShareState>, i16> {
+        let until_ms = crate::common::clock::mono_ms().saturating_add(STATE_RETRY_MS);
+        loop {
+            match self.read_share_state_once(key, leader_epoch).await {
+                Err(e) if retried(e) && crate::common::clock::mono_ms() < until_ms => {
+                    crate::runtime::task::sleep(STATE_RETRY_BACKOFF).await;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    async fn read_share_state_once(
+        self: &Rc<Self>,
+        key: &ShareKey,
+        leader_epoch: i32,
+    ) -> Result<Option<ShareState>, i16> {
+        match self.share_state_home(key)? {
+            StateHome::Here(target) => {
+                match self
+                    .call(target, Op::ReadShareState(key.clone(), leader_epoch))
+                    .await
+                {
+                    Reply::ShareState(state) => state,
+                    _ => Err(code::COORDINATOR_NOT_AVAILABLE),
+                }
+            }
+            StateHome::Node(host, port, topic_id) => {
+                crate::share::remote::read((&host, port), key, topic_id, leader_epoch).await
+            }
+        }
+    }
+
+    /// Writes `key`'s state durably before its answer, retried while its keeper is moving
+    /// (`retried`) for up to `STATE_RETRY_MS`; a code (NONE when written).
+    async fn persist_share_state(self: &Rc<Self>, key: &ShareKey, state: &ShareState) -> i16 {
+        let until_ms = crate::common::clock::mono_ms().saturating_add(STATE_RETRY_MS);
+        loop {
+            match self.persist_share_state_once(key, state).await {
+                e if retried(e) && crate::common::clock::mono_ms() < until_ms => {
+                    crate::runtime::task::sleep(STATE_RETRY_BACKOFF).await;
+                }
+                e => return e,
+            }
+        }
+    }
+
+    async fn persist_share_state_once(self: &Rc<Self>, key: &ShareKey, state: &ShareState) -> i16 {
+        match self.share_state_home(key) {
+            Err(e) => e,
+            Ok(StateHome::Here(target)) => {
+                match self
+                    .call(target, Op::WriteShareState(key.clone(), state.clone()))
+                    .await
+                {
+                    Reply::Codes(c) => c.first().copied().unwrap_or(code::UNKNOWN_SERVER_ERROR),
+                    _ => code::COORDINATOR_NOT_AVAILABLE,
+                }
+            }
+            Ok(StateHome::Node(host, port, topic_id)) => {
+                crate::share::remote::write((&host, port), key, topic_id, state).await
+            }
+        }
+    }
+
+    /// The code refusing state requests for `key` here: NOT_COORDINATOR when this node
+    /// does not lead its `__share_group_state` partition, COORDINATOR_LOAD_IN_PROGRESS
+    /// while that partition is replayed; `None` when they are served.
+    fn share_state_refusal(&self, key: &ShareKey) -> Option<i16> {
+        let p = crate::share::records::partition_for(key, SHARE_STATE_NUM_PARTITIONS);
+        let Some(part) = self.partition(SHARE_STATE_TOPIC, p) else {
+            return Some(code::NOT_COORDINATOR);
+        };
+        if self.clustered() && !part.serving() {
+            return Some(code::NOT_COORDINATOR);
+        }
+        self.share_states_loading
+            .borrow()
+            .contains(&p)
+            .then_some(code::COORDINATOR_LOAD_IN_PROGRESS)
+    }
+
+    /// `key`'s persisted state, for its data partition's leader at `leader_epoch`: from
+    /// now on a write from an older epoch is refused.
+    pub fn read_share_state_here(
+        &self,
+        key: &ShareKey,
+        leader_epoch: i32,
+    ) -> Result<Option<ShareState>, i16> {
+        if let Some(refused) = self.share_state_refusal(key) {
+            return Err(refused);
+        }
+        let mut states = self.share_states.borrow_mut();
+        let state = states.get_mut(key);
+        Ok(state.map(|s| {
+            s.leader_epoch = s.leader_epoch.max(leader_epoch);
+            s.clone()
+        }))
     }
 
     /// Appends `key`'s state to its `__share_group_state` partition (on this shard) with
-    /// acks=all and keeps it as the newest; a code.
+    /// acks=all and keeps it as the newest; a code (FENCED_LEADER_EPOCH for a state from
+    /// a leader older than the one that read or wrote it last).
     pub async fn write_share_state_here(&self, key: &ShareKey, state: &ShareState) -> i16 {
+        if let Some(refused) = self.share_state_refusal(key) {
+            return refused;
+        }
+        let newest_epoch = self.share_states.borrow().get(key).map(|s| s.leader_epoch);
+        if newest_epoch.is_some_and(|e| e > state.leader_epoch) {
+            return code::FENCED_LEADER_EPOCH;
+        }
         let p = crate::share::records::partition_for(key, SHARE_STATE_NUM_PARTITIONS);
         let Some(part) = self.partition(SHARE_STATE_TOPIC, p) else {
-            return code::COORDINATOR_NOT_AVAILABLE;
+            return code::NOT_COORDINATOR;
         };
         let now = crate::common::clock::wall_ms();
         let mut b = strand_wire::BatchBuilder::new(now);
@@ -297,8 +429,12 @@ impl Shard {
         }
     }
 
-    /// Replays an opened `__share_group_state` partition into `share_states`.
-    pub(super) async fn load_share_states(&self, part: &Partition) -> anyhow::Result<()> {
+    /// Replays an opened `__share_group_state` partition up to `end` into `share_states`.
+    pub(super) async fn load_share_states(
+        &self,
+        part: &Partition,
+        end: KafkaOffset,
+    ) -> anyhow::Result<()> {
         let (from, records) = part.compacted_checkpoint();
         let from = match records {
             Some(records) => {
@@ -310,7 +446,6 @@ impl Shard {
             }
             None => part.log().log_start_offset(),
         };
-        let end = part.high_watermark();
         let (_, bytes) = crate::partition::checkpoint::replay_batches(part.log(), from, end, |b| {
             crate::partition::lookup::for_each_keyed_record(b, |k, v| {
                 crate::share::records::apply(&mut self.share_states.borrow_mut(), k, v);
@@ -320,6 +455,57 @@ impl Shard {
         part.metrics().state_replayed(bytes);
         Ok(())
     }
+
+    /// Cluster mode, on becoming the leader of a `__share_group_state` partition: forgets
+    /// what this node held of its states as a follower and replays its log. The caller
+    /// marked it loading (`share_states_loading`); it is unmarked once replayed.
+    pub(crate) async fn reload_share_states(&self, part: &Partition) {
+        let index = part.index;
+        self.share_states.borrow_mut().retain(|k, _| {
+            crate::share::records::partition_for(k, SHARE_STATE_NUM_PARTITIONS) != index
+        });
+        if let Err(e) = self
+            .load_share_states(part, part.log().log_end_offset())
+            .await
+        {
+            tracing::error!(partition = index, error = %format!("{e:#}"),
+                "reloading share-partition states after a leader change failed");
+        }
+        self.share_states_loading.borrow_mut().remove(&index);
+    }
+
+    /// Forgets the share partitions of `topic`-`partition` (this node became its leader
+    /// again: what it held may have moved on under another leader).
+    pub(crate) fn forget_share_partitions(&self, topic: &str, partition: i32) {
+        self.share_partitions
+            .borrow_mut()
+            .retain(|k, _| !(k.1 == topic && k.2 == partition));
+    }
+}
+
+/// How long a share partition's state is retried while its keeper refuses it for now.
+const STATE_RETRY_MS: u64 = 5_000;
+/// The pause between two tries.
+const STATE_RETRY_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Whether a share-state refusal passes once the `__share_group_state` partition has a
+/// settled leader (a new topic, a failover, a replay after one).
+fn retried(error: i16) -> bool {
+    matches!(
+        error,
+        code::COORDINATOR_NOT_AVAILABLE
+            | code::COORDINATOR_LOAD_IN_PROGRESS
+            | code::NOT_COORDINATOR
+            | code::REQUEST_TIMED_OUT
+    )
+}
+
+/// Where a share partition's state is kept (`Shard::share_state_home`).
+enum StateHome {
+    /// This node's shard.
+    Here(usize),
+    /// Another node's Kafka listener (host, port) and the partition's topic id.
+    Node(String, u16, u128),
 }
 
 /// The batches of `records` (whole batches as a fetch reads them) and where each ends.

@@ -123,6 +123,10 @@ pub struct ShareState {
     pub end: i64,
     /// `(first, last, delivery_count)` runs of unfinished offsets, in order.
     pub available: Vec<(i64, i64, u16)>,
+    /// The leader epoch of the data partition whose leader wrote it: a write from an
+    /// older epoch (a deposed leader) is refused (states written before it existed: 0).
+    #[serde(default)]
+    pub leader_epoch: i32,
 }
 
 /// One share partition (see the module doc).
@@ -190,6 +194,7 @@ impl SharePartition {
             start: self.start,
             end: self.end,
             available,
+            leader_epoch: 0,
         }
     }
 
@@ -659,6 +664,7 @@ mod tests {
             start: 5,
             end: i64::MAX,
             available: vec![(0, i64::MAX - 1, 1), (i64::MIN, -3, 2)],
+            leader_epoch: 0,
         };
         let p = SharePartition::from_state(&huge, Limits::default());
         assert_eq!(p.end(), 5 + STATE_SPAN_MAX);

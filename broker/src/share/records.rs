@@ -80,6 +80,7 @@ mod tests {
             start: 5,
             end: 9,
             available: vec![(6, 7, 2)],
+            leader_epoch: 4,
         };
         let mut states = HashMap::new();
         apply(&mut states, &key_bytes(&k), Some(&value_bytes(&state)));

@@ -28,6 +28,7 @@ pub mod sasl;
 pub mod scram;
 pub mod share_fetch;
 pub mod share_groups;
+pub mod share_state;
 pub mod throttle;
 pub mod topics;
 pub mod txn;
@@ -79,6 +80,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ShareGroupDescribe, 1, 1),
     (ApiKey::ShareFetch, 1, 1),
     (ApiKey::ShareAcknowledge, 1, 1),
+    (ApiKey::ReadShareGroupState, 0, 0),
+    (ApiKey::WriteShareGroupState, 0, 0),
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::ListGroups, 0, 5),
     (ApiKey::DescribeGroups, 0, 5),
@@ -170,6 +173,12 @@ pub fn api_name(key: ApiKey) -> &'static str {
         ApiKey::DescribeGroups => "describe_groups",
         ApiKey::ConsumerGroupHeartbeat => "consumer_group_heartbeat",
         ApiKey::ConsumerGroupDescribe => "consumer_group_describe",
+        ApiKey::ShareGroupHeartbeat => "share_group_heartbeat",
+        ApiKey::ShareGroupDescribe => "share_group_describe",
+        ApiKey::ShareFetch => "share_fetch",
+        ApiKey::ShareAcknowledge => "share_acknowledge",
+        ApiKey::ReadShareGroupState => "read_share_group_state",
+        ApiKey::WriteShareGroupState => "write_share_group_state",
         ApiKey::DeleteGroups => "delete_groups",
         _ => "other",
     }
@@ -262,6 +271,8 @@ pub async fn handle(
         }
         ApiKey::ShareGroupDescribe => share_groups::describe(shard, &ctx, buf).await.map(Some),
         ApiKey::ShareAcknowledge => share_fetch::acknowledge(shard, &ctx, buf).await.map(Some),
+        ApiKey::ReadShareGroupState => share_state::read(shard, &ctx, buf).await.map(Some),
+        ApiKey::WriteShareGroupState => share_state::write(shard, &ctx, buf).await.map(Some),
         ApiKey::DeleteGroups => groups::delete(shard, &ctx, buf).await.map(Some),
         ApiKey::InitProducerId => producer::init(shard, &ctx, buf).await.map(Some),
         ApiKey::AddPartitionsToTxn if version >= 4 => txn::add_partitions_batched(shard, &ctx, buf)

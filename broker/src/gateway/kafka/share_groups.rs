@@ -30,6 +30,8 @@ pub fn is_share_api(key: ApiKey) -> bool {
             | ApiKey::ShareGroupDescribe
             | ApiKey::ShareFetch
             | ApiKey::ShareAcknowledge
+            | ApiKey::ReadShareGroupState
+            | ApiKey::WriteShareGroupState
     )
 }
 
