@@ -245,6 +245,22 @@ def _grep(text: str, prefix: str) -> str:
     return "\n".join(line for line in text.splitlines() if line.startswith(prefix))
 
 
+def _strandctl_counts(b: Broker, group: str, topic: str) -> dict[str, str]:
+    """`strandctl group describe` of a share group: the row of `topic`-0 in its partitions
+    table (LAG, IN-FLIGHT-AVAILABLE, IN-FLIGHT-ACQUIRED, ARCHIVED), and its member count."""
+    from test_strandctl import ctl, strandctl_bin
+    if not strandctl_bin().exists():
+        pytest.skip(f"strandctl not found at {strandctl_bin()}")
+    out = ctl(b, "group", "describe", group).stdout
+    header = next((line.split() for line in out.splitlines() if line.startswith("TOPIC ")), None)
+    assert header, out
+    rows = [line.split() for line in out.splitlines() if line.split()[:2] == [topic, "0"]]
+    assert len(rows) == 1, out
+    counts = dict(zip(header, rows[0]))
+    counts["members"] = out.split(" member(s)")[0].rsplit(", ", 1)[-1]
+    return counts
+
+
 def test_records_held_by_a_crashed_consumer_come_back(broker, ck, share_check):
     """A consumer that dies holding records (no acknowledgement, no close) loses them: its
     connection ends, and Kafka releases what its share session held, that delivery not
@@ -279,6 +295,10 @@ def test_records_held_by_a_stuck_consumer_come_back_after_the_lock(broker, ck, s
         assert line.strip(), f"hang-holder printed nothing: {holder.stderr.read()[-3000:]}"
         held = json.loads(line)["held"]
         assert held and set(held) <= set(range(count)), held
+        # strandctl shows the stuck member and what it holds.
+        shown = _strandctl_counts(broker, group, topic)
+        assert shown["members"] == "1", shown
+        assert shown["IN-FLIGHT-ACQUIRED"] == str(len(held)), (shown, held)
         out = _run(share_check, broker, topic, group, "drain", count, 30)
         assert holder.poll() is None, "the holder was still to be running, connected"
     finally:
@@ -318,6 +338,8 @@ def test_a_poison_record_is_archived_after_the_delivery_count_limit(broker, ck, 
     labels = f'group="{group}",topic="{topic}",partition="0"'
     archived = f"strand_share_group_records_archived_total{{{labels}}} 1"
     assert archived in _metrics(broker), _grep(_metrics(broker), "strand_share_group")
+    shown = _strandctl_counts(broker, group, topic)
+    assert (shown["ARCHIVED"], shown["IN-FLIGHT-ACQUIRED"]) == ("1", "0"), shown
     _only_new_records_come(ck, share_check, broker, topic, group, count)
 
 

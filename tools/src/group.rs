@@ -26,12 +26,22 @@ use crate::output::{or_dash, Table};
 use crate::Refused;
 
 /// Runs a `group` subcommand and returns what to print.
-pub fn run(client: &mut KafkaClient, cmd: &GroupCmd, timeout: Duration) -> anyhow::Result<String> {
+pub fn run(
+    client: &mut KafkaClient,
+    cmd: &GroupCmd,
+    admin: &str,
+    timeout: Duration,
+) -> anyhow::Result<String> {
     match cmd {
         GroupCmd::List => Ok(list(client, timeout)?),
         GroupCmd::Describe { group } => {
             let mut coord = offsets::coordinator(client, group, timeout)?;
-            describe(client, &mut coord, group)
+            let out = describe(client, &mut coord, group)?;
+            if !out.share {
+                return Ok(out.text);
+            }
+            // A share group: its records in flight and archived, from the admin API.
+            Ok(out.text + &share_partitions(group, &out.partitions, admin, timeout))
         }
         GroupCmd::Delete { groups } => Ok(delete(client, groups, timeout)?),
         GroupCmd::ResetOffsets(args) => {
@@ -232,14 +242,30 @@ pub fn assigned_partitions(assignment: &Bytes) -> Vec<TopicPartition> {
 type Owner = (String, String, String);
 
 /// `coord` is the group coordinator's connection, `None` when it is `client`'s broker.
+/// What `describe` shows, and of a share group the partitions its members are given.
+struct Described {
+    text: String,
+    share: bool,
+    partitions: BTreeSet<TopicPartition>,
+}
+
 fn describe(
     client: &mut KafkaClient,
     coord: &mut Option<KafkaClient>,
     group: &str,
-) -> anyhow::Result<String> {
+) -> anyhow::Result<Described> {
     let g = describe_group(coord.as_mut().unwrap_or(&mut *client), group)?;
     if g.share {
-        return Ok(share_table(group, &g));
+        let partitions = g
+            .members
+            .iter()
+            .flat_map(|(_, ps)| ps.iter().cloned())
+            .collect();
+        return Ok(Described {
+            text: share_table(group, &g),
+            share: true,
+            partitions,
+        });
     }
     let committed = offsets::committed(coord.as_mut().unwrap_or(&mut *client), group, None)?;
     let mut owners: BTreeMap<TopicPartition, Owner> = BTreeMap::new();
@@ -263,12 +289,153 @@ fn describe(
         g.members.len()
     );
     out.push_str(&describe_table(group, &partitions, &committed, &log_end, &owners).render());
-    Ok(out)
+    Ok(Described {
+        text: out,
+        share: false,
+        partitions: BTreeSet::new(),
+    })
+}
+
+/// One share partition's records as a broker's /metrics counts them.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ShareCounts {
+    /// High watermark minus the share-partition start offset.
+    pub lag: Option<i64>,
+    /// Delivered, not finished, available again.
+    pub available: Option<i64>,
+    /// Acquired by a member now.
+    pub acquired: Option<i64>,
+    /// Archived since the partition was loaded on that node.
+    pub archived: Option<i64>,
+}
+
+/// The share partitions of `group` that a /metrics text counts (pure).
+pub fn share_counts(metrics: &str, group: &str) -> BTreeMap<TopicPartition, ShareCounts> {
+    let mut out: BTreeMap<TopicPartition, ShareCounts> = BTreeMap::new();
+    for line in metrics.lines() {
+        let Some(rest) = line.strip_prefix("strand_share_group_") else {
+            continue;
+        };
+        let Some((name, rest)) = rest.split_once('{') else {
+            continue;
+        };
+        let Some((labels, value)) = rest.rsplit_once("} ") else {
+            continue;
+        };
+        let (Some(labels), Ok(value)) = (prometheus_labels(labels), value.trim().parse::<f64>())
+        else {
+            continue;
+        };
+        let label = |k: &str| labels.get(k).map(String::as_str);
+        let partition = label("partition").and_then(|p| p.parse::<i32>().ok());
+        let (Some(topic), Some(partition)) = (label("topic"), partition) else {
+            continue;
+        };
+        if label("group") != Some(group) {
+            continue;
+        }
+        #[expect(clippy::cast_possible_truncation, reason = "counts of records")]
+        let value = Some(value as i64);
+        let c = out.entry((topic.to_string(), partition)).or_default();
+        match (name, label("state")) {
+            ("lag", _) => c.lag = value,
+            ("records_in_flight", Some("available")) => c.available = value,
+            ("records_in_flight", Some("acquired")) => c.acquired = value,
+            ("records_archived_total", _) => c.archived = value,
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The labels of a Prometheus sample (`a="x",b="y\"z"`), unescaped; `None` if malformed.
+fn prometheus_labels(text: &str) -> Option<BTreeMap<String, String>> {
+    let mut labels = BTreeMap::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        let (name, after) = rest.split_once("=\"")?;
+        let mut value = String::new();
+        let mut chars = after.char_indices();
+        let end = loop {
+            match chars.next()? {
+                (i, '"') => break i,
+                (_, '\\') => match chars.next()?.1 {
+                    'n' => value.push('\n'),
+                    c => value.push(c),
+                },
+                (_, c) => value.push(c),
+            }
+        };
+        labels.insert(name.to_string(), value);
+        rest = after[end + 1..]
+            .strip_prefix(',')
+            .unwrap_or(&after[end + 1..]);
+    }
+    Some(labels)
+}
+
+/// A share group's partitions with their lag, records in flight and archived records
+/// from the /metrics of the node whose admin API is at `admin` (on a cluster: the
+/// partitions that node leads; the others show `-`).
+fn share_partitions(
+    group: &str,
+    given: &BTreeSet<TopicPartition>,
+    admin: &str,
+    timeout: Duration,
+) -> String {
+    let metrics = crate::admin_http::get(admin, "/metrics", timeout);
+    let counts = match &metrics {
+        Ok(r) if r.status == 200 => share_counts(&r.body, group),
+        _ => BTreeMap::new(),
+    };
+    let mut out = String::from("\n");
+    out.push_str(&share_counts_table(given, &counts).render());
+    match metrics {
+        Ok(r) if r.status == 200 => out.push_str(&format!(
+            "(in flight and archived: /metrics of the node at {admin}; on a cluster, of the \
+             partitions it leads)\n"
+        )),
+        Ok(r) => out.push_str(&format!(
+            "(no counts: {admin}/metrics answered {})\n",
+            r.status
+        )),
+        Err(e) => out.push_str(&format!("(no counts: {e})\n")),
+    }
+    out
+}
+
+/// The share partitions table (pure): every partition given to a member or counted.
+pub fn share_counts_table(
+    given: &BTreeSet<TopicPartition>,
+    counts: &BTreeMap<TopicPartition, ShareCounts>,
+) -> Table {
+    let mut table = Table::new(&[
+        "TOPIC",
+        "PARTITION",
+        "LAG",
+        "IN-FLIGHT-AVAILABLE",
+        "IN-FLIGHT-ACQUIRED",
+        "ARCHIVED",
+    ]);
+    let all: BTreeSet<&TopicPartition> = given.iter().chain(counts.keys()).collect();
+    let show = |v: Option<i64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
+    for tp in all {
+        let c = counts.get(tp).cloned().unwrap_or_default();
+        table.row(vec![
+            tp.0.clone(),
+            tp.1.to_string(),
+            show(c.lag),
+            show(c.available),
+            show(c.acquired),
+            // A partition counted with no archived sample has archived none there.
+            show(c.archived.or(c.lag.map(|_| 0))),
+        ]);
+    }
+    table
 }
 
 /// A share group's members and the partitions each is given (several members may share
-/// one); its lag and records in flight are in the broker's /metrics
-/// (`strand_share_group_lag`, `strand_share_group_records_in_flight`).
+/// one); `share_partitions` adds its lag and records in flight and archived.
 fn share_table(group: &str, g: &GroupView) -> String {
     let mut table = Table::new(&["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "PARTITIONS"]);
     for ((id, host, client), parts) in &g.members {
@@ -562,6 +729,48 @@ mod tests {
             ..o
         };
         check(ResetTarget::TimestampMs(1), none, 50);
+    }
+
+    #[test]
+    fn share_counts_come_from_the_groups_samples_only() {
+        let metrics = "\
+# HELP strand_share_group_lag x
+strand_share_group_lag{group=\"q\",topic=\"t\",partition=\"0\"} 7
+strand_share_group_lag{group=\"other\",topic=\"t\",partition=\"0\"} 99
+strand_share_group_records_in_flight{group=\"q\",topic=\"t\",partition=\"0\",state=\"available\"} 2
+strand_share_group_records_in_flight{group=\"q\",topic=\"t\",partition=\"0\",state=\"acquired\"} 5
+strand_share_group_records_archived_total{group=\"q\",topic=\"t\",partition=\"0\"} 1
+strand_share_group_lag{group=\"q\\\"x\",topic=\"t\",partition=\"1\"} 3
+strand_share_group_lag{group=\"q\",topic=\"t\",partition=\"1\"} 0
+strand_share_group_lag{group=\"q\",topic=\"t\" 4
+strand_kafka_requests_total{shard=\"0\",api=\"produce\"} 3
+";
+        let counts = share_counts(metrics, "q");
+        let zero = ("t".to_string(), 0);
+        assert_eq!(
+            counts.get(&zero),
+            Some(&ShareCounts {
+                lag: Some(7),
+                available: Some(2),
+                acquired: Some(5),
+                archived: Some(1),
+            })
+        );
+        assert_eq!(counts.len(), 2, "{counts:?}");
+        assert_eq!(
+            share_counts(metrics, "q\"x").len(),
+            1,
+            "escaped quote in a label"
+        );
+        let given = BTreeSet::from([("t".to_string(), 2)]);
+        let text = share_counts_table(&given, &counts).render();
+        let rows: Vec<Vec<&str>> = text
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(rows[1], ["t", "0", "7", "2", "5", "1"]);
+        assert_eq!(rows[2], ["t", "1", "0", "-", "-", "0"]);
+        assert_eq!(rows[3], ["t", "2", "-", "-", "-", "-"]);
     }
 
     #[test]

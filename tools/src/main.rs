@@ -149,7 +149,7 @@ fn run(cli: &Cli) -> anyhow::Result<Outcome> {
     let connect = || KafkaClient::connect(&cli.brokers, timeout);
     match &cli.command {
         Command::Topic(cmd) => print(&topic::run(&mut connect()?, cmd, &cli.admin)?),
-        Command::Group(cmd) => print(&group::run(&mut connect()?, cmd, timeout)?),
+        Command::Group(cmd) => print(&group::run(&mut connect()?, cmd, &cli.admin, timeout)?),
         Command::Transactions(cmd) => print(&transactions::run(&mut connect()?, cmd, timeout)?),
         Command::Acl(cmd) => print(&acl::run(&mut connect()?, cmd)?),
         Command::Quota(cmd) => print(&quota::run(&mut connect()?, cmd)?),

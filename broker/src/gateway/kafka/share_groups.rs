@@ -186,7 +186,9 @@ fn run(shard: &Shard, group: &str, hb: Heartbeat) -> Answer {
     let g = groups.entry(group.to_string()).or_default();
     g.expire(session_ms, now_ms);
     let answer = g.heartbeat(hb, &partitions, c.group_share_max_size, now_ms);
-    if g.members.is_empty() {
+    // A share group whose last member left stays, Empty, as in Kafka (described, listed);
+    // a refused first heartbeat leaves no group behind.
+    if g.members.is_empty() && g.epoch == 0 {
         groups.remove(group);
     }
     answer
