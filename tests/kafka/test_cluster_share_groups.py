@@ -127,4 +127,7 @@ def test_acknowledgements_hold_across_kill9_of_the_leader_and_of_the_state_leade
     assert not again, f"accepted before the state leader's kill -9, delivered again: {again}"
     twice, missing = _twice_and_missing(first + second + third, set(range(count)))
     assert not twice and not missing, f"accepted twice: {twice}; never: {missing}"
+    # Admin.listShareGroupOffsets at the group's coordinator reads the state where it is.
+    offsets = _run(share_check, b, topic, group, "offsets")["start_offsets"]
+    assert offsets == {"0": count}, offsets
     _only_new_records_come(ck, share_check, b, topic, group, count)

@@ -354,9 +354,13 @@ def test_accepted_records_stay_accepted_across_broker_kill9(broker, ck, share_ch
     topic, group = _setup(ck, b, "k9", count)
     first = _run(share_check, b, topic, group, "accept-some", k)["accepted"]
     assert len(first) == len(set(first)) == k, first
+    # Admin.listShareGroupOffsets: the start offset is the first record not accepted.
+    start = {"0": min(set(range(count)) - set(first))}
+    assert _run(share_check, b, topic, group, "offsets")["start_offsets"] == start
 
     b.kill9()
     b.restart(same_port=True)
+    assert _run(share_check, b, topic, group, "offsets")["start_offsets"] == start
     rest = set(range(count)) - set(first)
     out = _run(share_check, b, topic, group, "drain", len(rest), 40)
     again = sorted(set(out["accepted"]) & set(first))

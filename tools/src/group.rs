@@ -40,8 +40,10 @@ pub fn run(
             if !out.share {
                 return Ok(out.text);
             }
-            // A share group: its records in flight and archived, from the admin API.
-            Ok(out.text + &share_partitions(group, &out.partitions, admin, timeout))
+            // A share group: its start offsets (DescribeShareGroupOffsets at the coordinator)
+            // and records in flight and archived (from the admin API).
+            let starts = share_start_offsets(coord.as_mut().unwrap_or(&mut *client), group)?;
+            Ok(out.text + &share_partitions(group, &out.partitions, &starts, admin, timeout))
         }
         GroupCmd::Delete { groups } => Ok(delete(client, groups, timeout)?),
         GroupCmd::ResetOffsets(args) => {
@@ -374,12 +376,54 @@ fn prometheus_labels(text: &str) -> Option<BTreeMap<String, String>> {
     Some(labels)
 }
 
-/// A share group's partitions with their lag, records in flight and archived records
-/// from the /metrics of the node whose admin API is at `admin` (on a cluster: the
-/// partitions that node leads; the others show `-`).
+/// The start offset of each share partition of `group` that has one
+/// (DescribeShareGroupOffsets for the topics its members subscribe to); empty when the
+/// broker does not serve it.
+fn share_start_offsets(
+    client: &mut KafkaClient,
+    group: &str,
+) -> Result<BTreeMap<TopicPartition, i64>, KafkaError> {
+    use kafka_protocol::messages::describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestGroup;
+    use kafka_protocol::messages::DescribeShareGroupOffsetsRequest;
+    if client
+        .version_of::<DescribeShareGroupOffsetsRequest>()
+        .is_err()
+    {
+        return Ok(BTreeMap::new());
+    }
+    let req = DescribeShareGroupOffsetsRequest::default().with_groups(vec![
+        DescribeShareGroupOffsetsRequestGroup::default().with_group_id(group_id(group)),
+    ]);
+    let mut out = BTreeMap::new();
+    for g in client.send(&req)?.groups {
+        check_code(
+            g.error_code,
+            &format!("offsets of share group {group}"),
+            g.error_message.as_ref(),
+        )?;
+        for t in g.topics {
+            for p in t
+                .partitions
+                .iter()
+                .filter(|p| p.error_code == 0 && p.start_offset >= 0)
+            {
+                out.insert(
+                    (t.topic_name.to_string(), p.partition_index),
+                    p.start_offset,
+                );
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A share group's partitions with their start offsets, lag, records in flight and
+/// archived records; the last three from the /metrics of the node whose admin API is at
+/// `admin` (on a cluster: the partitions that node leads; the others show `-`).
 fn share_partitions(
     group: &str,
     given: &BTreeSet<TopicPartition>,
+    starts: &BTreeMap<TopicPartition, i64>,
     admin: &str,
     timeout: Duration,
 ) -> String {
@@ -389,7 +433,7 @@ fn share_partitions(
         _ => BTreeMap::new(),
     };
     let mut out = String::from("\n");
-    out.push_str(&share_counts_table(given, &counts).render());
+    out.push_str(&share_counts_table(given, starts, &counts).render());
     match metrics {
         Ok(r) if r.status == 200 => out.push_str(&format!(
             "(in flight and archived: /metrics of the node at {admin}; on a cluster, of the \
@@ -407,23 +451,30 @@ fn share_partitions(
 /// The share partitions table (pure): every partition given to a member or counted.
 pub fn share_counts_table(
     given: &BTreeSet<TopicPartition>,
+    starts: &BTreeMap<TopicPartition, i64>,
     counts: &BTreeMap<TopicPartition, ShareCounts>,
 ) -> Table {
     let mut table = Table::new(&[
         "TOPIC",
         "PARTITION",
+        "START-OFFSET",
         "LAG",
         "IN-FLIGHT-AVAILABLE",
         "IN-FLIGHT-ACQUIRED",
         "ARCHIVED",
     ]);
-    let all: BTreeSet<&TopicPartition> = given.iter().chain(counts.keys()).collect();
+    let all: BTreeSet<&TopicPartition> = given
+        .iter()
+        .chain(starts.keys())
+        .chain(counts.keys())
+        .collect();
     let show = |v: Option<i64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
     for tp in all {
         let c = counts.get(tp).cloned().unwrap_or_default();
         table.row(vec![
             tp.0.clone(),
             tp.1.to_string(),
+            show(starts.get(tp).copied()),
             show(c.lag),
             show(c.available),
             show(c.acquired),
@@ -763,14 +814,15 @@ strand_kafka_requests_total{shard=\"0\",api=\"produce\"} 3
             "escaped quote in a label"
         );
         let given = BTreeSet::from([("t".to_string(), 2)]);
-        let text = share_counts_table(&given, &counts).render();
+        let starts = BTreeMap::from([(zero.clone(), 40)]);
+        let text = share_counts_table(&given, &starts, &counts).render();
         let rows: Vec<Vec<&str>> = text
             .lines()
             .map(|l| l.split_whitespace().collect())
             .collect();
-        assert_eq!(rows[1], ["t", "0", "7", "2", "5", "1"]);
-        assert_eq!(rows[2], ["t", "1", "0", "-", "-", "0"]);
-        assert_eq!(rows[3], ["t", "2", "-", "-", "-", "-"]);
+        assert_eq!(rows[1], ["t", "0", "40", "7", "2", "5", "1"]);
+        assert_eq!(rows[2], ["t", "1", "-", "0", "-", "-", "0"]);
+        assert_eq!(rows[3], ["t", "2", "-", "-", "-", "-", "-"]);
     }
 
     #[test]

@@ -290,7 +290,7 @@ impl Shard {
 
     /// `key`'s persisted state, retried while its keeper is moving (`retried`), for up to
     /// `STATE_RETRY_MS`, as Kafka's persister does.
-    async fn read_share_state(
+    pub(crate) async fn read_share_state(
         self: &Rc<Self>,
         key: &ShareKey,
         leader_epoch: i32,

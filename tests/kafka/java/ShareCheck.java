@@ -26,6 +26,9 @@
 //   accept-some K          ACCEPTs the first K records, then close() (which releases the
 //                          rest of what it holds): {"accepted": [offset...],
 //                          "left": [offsets of its last poll left unacknowledged]}
+//   offsets                Admin.listShareGroupOffsets of the group (DescribeShareGroupOffsets)
+//                          for partition 0 of the topic: {"start_offsets": {"P": offset}},
+//                          a partition without an offset left out
 // Every output but crash-holder's also has "commit_errors": the exceptions commitSync
 // reported per partition.
 // A list of accepted offsets keeps repeats: an offset accepted twice shows twice.
@@ -47,12 +50,17 @@ import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicReference;
 
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.admin.ListShareGroupOffsetsSpec;
 import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaShareConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.TopicIdPartition;
+import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.StringDeserializer;
 
 public final class ShareCheck {
@@ -432,6 +440,24 @@ public final class ShareCheck {
         return Long.parseLong(rest[i]);
     }
 
+    private static String offsets(String bootstrap, String topic, String group) throws InterruptedException {
+        Properties props = new Properties();
+        props.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        TopicPartition tp = new TopicPartition(topic, 0);
+        try (Admin admin = Admin.create(props)) {
+            ListShareGroupOffsetsSpec spec = new ListShareGroupOffsetsSpec().topicPartitions(List.of(tp));
+            Map<TopicPartition, OffsetAndMetadata> got = admin
+                .listShareGroupOffsets(Map.of(group, spec))
+                .partitionsToOffsetAndMetadata(group)
+                .get(30, TimeUnit.SECONDS);
+            OffsetAndMetadata start = got.get(tp);
+            String known = start == null ? "" : "\"0\":" + start.offset();
+            return "{\"start_offsets\":{" + known + "}}";
+        } catch (java.util.concurrent.ExecutionException | java.util.concurrent.TimeoutException e) {
+            throw new IllegalStateException("listShareGroupOffsets failed", e);
+        }
+    }
+
     private static String run(String bootstrap, String topic, String group, String mode,
                               String[] rest) throws InterruptedException {
         switch (mode) {
@@ -451,6 +477,8 @@ public final class ShareCheck {
                 return poison(bootstrap, topic, group, arg(rest, 0, mode), arg(rest, 1, mode) * 1000);
             case "accept-some":
                 return acceptSome(bootstrap, topic, group, (int) arg(rest, 0, mode));
+            case "offsets":
+                return offsets(bootstrap, topic, group);
             default:
                 throw new IllegalArgumentException("unknown mode " + mode);
         }

@@ -28,6 +28,7 @@ pub mod sasl;
 pub mod scram;
 pub mod share_fetch;
 pub mod share_groups;
+pub mod share_offsets;
 pub mod share_state;
 pub mod throttle;
 pub mod topics;
@@ -81,6 +82,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ShareFetch, 1, 1),
     (ApiKey::ShareAcknowledge, 1, 1),
     (ApiKey::ReadShareGroupState, 0, 0),
+    (ApiKey::DescribeShareGroupOffsets, 0, 0),
     (ApiKey::WriteShareGroupState, 0, 0),
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::ListGroups, 0, 5),
@@ -178,6 +180,7 @@ pub fn api_name(key: ApiKey) -> &'static str {
         ApiKey::ShareFetch => "share_fetch",
         ApiKey::ShareAcknowledge => "share_acknowledge",
         ApiKey::ReadShareGroupState => "read_share_group_state",
+        ApiKey::DescribeShareGroupOffsets => "describe_share_group_offsets",
         ApiKey::WriteShareGroupState => "write_share_group_state",
         ApiKey::DeleteGroups => "delete_groups",
         _ => "other",
@@ -272,6 +275,9 @@ pub async fn handle(
         ApiKey::ShareGroupDescribe => share_groups::describe(shard, &ctx, buf).await.map(Some),
         ApiKey::ShareAcknowledge => share_fetch::acknowledge(shard, &ctx, buf).await.map(Some),
         ApiKey::ReadShareGroupState => share_state::read(shard, &ctx, buf).await.map(Some),
+        ApiKey::DescribeShareGroupOffsets => {
+            share_offsets::describe(shard, &ctx, buf).await.map(Some)
+        }
         ApiKey::WriteShareGroupState => share_state::write(shard, &ctx, buf).await.map(Some),
         ApiKey::DeleteGroups => groups::delete(shard, &ctx, buf).await.map(Some),
         ApiKey::InitProducerId => producer::init(shard, &ctx, buf).await.map(Some),

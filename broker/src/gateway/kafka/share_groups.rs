@@ -31,6 +31,7 @@ pub fn is_share_api(key: ApiKey) -> bool {
             | ApiKey::ShareFetch
             | ApiKey::ShareAcknowledge
             | ApiKey::ReadShareGroupState
+            | ApiKey::DescribeShareGroupOffsets
             | ApiKey::WriteShareGroupState
     )
 }
@@ -196,31 +197,9 @@ fn run(shard: &Shard, group: &str, hb: Heartbeat) -> Answer {
 
 /// ShareGroupDescribe over the groups' coordinator shards.
 pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
-    use kafka_protocol::messages::share_group_describe_response::DescribedGroup;
     let r: ShareGroupDescribeRequest = ctx.decode(body)?;
     let all: Vec<String> = r.group_ids.iter().map(|g| g.0.to_string()).collect();
-    let allowed = |g: &String| ctx.allowed(shard, acl_op::DESCRIBE, resource::GROUP, g);
-    let mut out: Vec<DescribedGroup> = all
-        .iter()
-        .map(|g| {
-            let error = match allowed(g) {
-                true => code::COORDINATOR_NOT_AVAILABLE,
-                false => code::GROUP_AUTHORIZATION_FAILED,
-            };
-            DescribedGroup::default()
-                .with_group_id(GroupId(s(g.clone())))
-                .with_error_code(error)
-        })
-        .collect();
-    let (ids, at) = super::groups::permitted(&all, allowed);
-    for (target, (groups, idx)) in super::groups::by_shard(shard, &ids) {
-        let reply = shard.call(target, Op::DescribeShareGroups(groups)).await;
-        if let Reply::DescribedShareGroups(ds) = reply {
-            for (i, d) in idx.into_iter().zip(ds) {
-                out[at[i]] = d;
-            }
-        }
-    }
+    let mut out = described(shard, ctx, &all).await;
     for d in &mut out {
         if r.include_authorized_operations && d.error_code == code::NONE {
             let group = d.group_id.0.to_string();
@@ -234,4 +213,37 @@ pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes
         }
     }
     ctx.respond(&ShareGroupDescribeResponse::default().with_groups(out))
+}
+
+/// The share groups `all` as their coordinator shards describe them, in order (a group
+/// the principal may not describe: GROUP_AUTHORIZATION_FAILED).
+pub async fn described(
+    shard: &Rc<Shard>,
+    ctx: &Ctx,
+    all: &[String],
+) -> Vec<kafka_protocol::messages::share_group_describe_response::DescribedGroup> {
+    use kafka_protocol::messages::share_group_describe_response::DescribedGroup;
+    let allowed = |g: &String| ctx.allowed(shard, acl_op::DESCRIBE, resource::GROUP, g);
+    let mut out: Vec<DescribedGroup> = all
+        .iter()
+        .map(|g| {
+            let error = match allowed(g) {
+                true => code::COORDINATOR_NOT_AVAILABLE,
+                false => code::GROUP_AUTHORIZATION_FAILED,
+            };
+            DescribedGroup::default()
+                .with_group_id(GroupId(s(g.clone())))
+                .with_error_code(error)
+        })
+        .collect();
+    let (ids, at) = super::groups::permitted(all, allowed);
+    for (target, (groups, idx)) in super::groups::by_shard(shard, &ids) {
+        let reply = shard.call(target, Op::DescribeShareGroups(groups)).await;
+        if let Reply::DescribedShareGroups(ds) = reply {
+            for (i, d) in idx.into_iter().zip(ds) {
+                out[at[i]] = d;
+            }
+        }
+    }
+    out
 }
