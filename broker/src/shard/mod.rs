@@ -669,46 +669,35 @@ impl crate::cluster::ClusterHost for Shard {
     }
 
     fn on_leader_gain(self: &Rc<Self>, part: &Rc<Partition>) -> Option<Box<dyn Fn()>> {
+        // A hook that marks the partition loading in `$loading` (from this moment nothing
+        // is answered from what this node held as a follower) and spawns `$reload` of it.
+        macro_rules! reload_on_gain {
+            ($loading:ident, $reload:ident) => {{
+                let (weak, p) = (Rc::downgrade(self), part.clone());
+                Some(Box::new(move || {
+                    if let Some(s) = weak.upgrade() {
+                        s.$loading.borrow_mut().insert(p.index);
+                        let p = p.clone();
+                        crate::runtime::task::spawn_local(async move { s.$reload(&p).await });
+                    }
+                }))
+            }};
+        }
         if part.topic == crate::txn::coordinator::TXN_STATE_TOPIC {
-            let (weak, p) = (Rc::downgrade(self), part.clone());
-            return Some(Box::new(move || {
-                if let Some(s) = weak.upgrade() {
-                    s.txns_loading.borrow_mut().insert(p.index);
-                    let p = p.clone();
-                    crate::runtime::task::spawn_local(async move { s.reload_txns(&p).await });
-                }
-            }));
+            return reload_on_gain!(txns_loading, reload_txns);
         }
         if part.topic == crate::common::config::SHARE_STATE_TOPIC {
-            let (weak, p) = (Rc::downgrade(self), part.clone());
-            return Some(Box::new(move || {
-                if let Some(s) = weak.upgrade() {
-                    s.share_states_loading.borrow_mut().insert(p.index);
-                    let p = p.clone();
-                    crate::runtime::task::spawn_local(
-                        async move { s.reload_share_states(&p).await },
-                    );
-                }
-            }));
+            return reload_on_gain!(share_states_loading, reload_share_states);
         }
-        if part.topic != crate::group::OFFSETS_TOPIC {
-            // Share partitions of it held from an earlier term may be stale: reloaded
-            // from their persisted state when next used.
-            let (weak, topic, index) = (Rc::downgrade(self), part.topic.clone(), part.index);
-            return Some(Box::new(move || {
-                if let Some(s) = weak.upgrade() {
-                    s.forget_share_partitions(&topic, index);
-                }
-            }));
+        if part.topic == crate::group::OFFSETS_TOPIC {
+            return reload_on_gain!(groups_loading, reload_groups);
         }
-        let (weak, p) = (Rc::downgrade(self), part.clone());
+        // Share partitions of it held from an earlier term may be stale: reloaded from
+        // their persisted state when next used.
+        let (weak, topic, index) = (Rc::downgrade(self), part.topic.clone(), part.index);
         Some(Box::new(move || {
             if let Some(s) = weak.upgrade() {
-                // Loading from this moment: no group request is answered from what this
-                // node held as a follower.
-                s.groups_loading.borrow_mut().insert(p.index);
-                let p = p.clone();
-                crate::runtime::task::spawn_local(async move { s.reload_groups(&p).await });
+                s.forget_share_partitions(&topic, index);
             }
         }))
     }

@@ -42,6 +42,41 @@ pub const UNINITIALIZED_START_OFFSET: i64 = -1;
 /// One state batch: first and last offset, delivery state, delivery count.
 pub type Batch = (i64, i64, i8, i16);
 
+/// The `Batch`es of Kafka state batches (any of the generated `StateBatch` types).
+macro_rules! batches_of {
+    ($state_batches:expr) => {
+        $state_batches
+            .iter()
+            .map(|b| {
+                (
+                    b.first_offset,
+                    b.last_offset,
+                    b.delivery_state,
+                    b.delivery_count,
+                )
+            })
+            .collect::<Vec<$crate::share::remote::Batch>>()
+    };
+}
+pub(crate) use batches_of;
+
+/// A state's batches as Kafka state batches of the generated type `$ty`.
+macro_rules! state_batches {
+    ($ty:ty, $state:expr) => {
+        $crate::share::remote::to_batches($state)
+            .into_iter()
+            .map(|(first, last, delivery_state, count)| {
+                <$ty>::default()
+                    .with_first_offset(first)
+                    .with_last_offset(last)
+                    .with_delivery_state(delivery_state)
+                    .with_delivery_count(count)
+            })
+            .collect()
+    };
+}
+pub(crate) use state_batches;
+
 /// `state`'s `[start, end)` as state batches (see the module doc).
 pub fn to_batches(state: &ShareState) -> Vec<Batch> {
     let mut out = Vec::with_capacity(2 * state.available.len() + 1);
@@ -132,18 +167,7 @@ pub fn decode_read(key: &ShareKey, body: Bytes) -> anyhow::Result<Result<Option<
     if p.start_offset < 0 {
         anyhow::bail!("start offset {} in a share state", p.start_offset);
     }
-    let batches: Vec<Batch> = p
-        .state_batches
-        .iter()
-        .map(|b| {
-            (
-                b.first_offset,
-                b.last_offset,
-                b.delivery_state,
-                b.delivery_count,
-            )
-        })
-        .collect();
+    let batches = batches_of!(p.state_batches);
     Ok(Ok(Some(from_batches(p.start_offset, 0, &batches))))
 }
 
@@ -152,16 +176,7 @@ pub fn encode_write(key: &ShareKey, topic_id: u128, state: &ShareState) -> anyho
     use kafka_protocol::messages::write_share_group_state_request::{
         PartitionData, StateBatch, WriteStateData,
     };
-    let batches = to_batches(state)
-        .into_iter()
-        .map(|(first, last, delivery_state, count)| {
-            StateBatch::default()
-                .with_first_offset(first)
-                .with_last_offset(last)
-                .with_delivery_state(delivery_state)
-                .with_delivery_count(count)
-        })
-        .collect();
+    let batches = state_batches!(StateBatch, state);
     let req = WriteShareGroupStateRequest::default()
         .with_group_id(StrBytes::from_string(key.0.clone()))
         .with_topics(vec![WriteStateData::default()
@@ -192,49 +207,48 @@ pub fn decode_write(key: &ShareKey, body: Bytes) -> anyhow::Result<i16> {
         .ok_or_else(|| anyhow::anyhow!("the answer does not name partition {}", key.2))
 }
 
+/// One request to the node listening on `host`:`port` and its decoded answer; `None`
+/// (logged) when it cannot be sent, read or decoded within `SHARE_STATE_RPC_TIMEOUT`.
+async fn ask<T>(
+    (host, port): (&str, u16),
+    api: &str,
+    request: anyhow::Result<Bytes>,
+    decode: impl FnOnce(Bytes) -> anyhow::Result<T>,
+) -> Option<T> {
+    let exchange = async { decode(crate::cluster::net::round_trip(host, port, request?).await?) };
+    match crate::runtime::task::timeout(SHARE_STATE_RPC_TIMEOUT, exchange).await {
+        Some(Ok(answer)) => Some(answer),
+        Some(Err(e)) => {
+            tracing::debug!(%host, port, api, error = %e, "a share-state request to a peer failed");
+            None
+        }
+        None => None,
+    }
+}
+
 /// Reads `key`'s state from the node listening on `host`:`port`.
 pub async fn read(
-    (host, port): (&str, u16),
+    node: (&str, u16),
     key: &ShareKey,
     topic_id: u128,
     leader_epoch: i32,
 ) -> Result<Option<ShareState>, i16> {
-    let ask = async {
-        let body =
-            crate::cluster::net::round_trip(host, port, encode_read(key, topic_id, leader_epoch)?)
-                .await?;
-        decode_read(key, body)
-    };
-    match crate::runtime::task::timeout(SHARE_STATE_RPC_TIMEOUT, ask).await {
-        Some(Ok(r)) => r,
-        Some(Err(e)) => {
-            tracing::debug!(%host, port, error = %e, "ReadShareGroupState to a peer failed");
-            Err(code::COORDINATOR_NOT_AVAILABLE)
-        }
-        None => Err(code::COORDINATOR_NOT_AVAILABLE),
-    }
+    let request = encode_read(key, topic_id, leader_epoch);
+    ask(node, "ReadShareGroupState", request, |b| {
+        decode_read(key, b)
+    })
+    .await
+    .unwrap_or(Err(code::COORDINATOR_NOT_AVAILABLE))
 }
 
 /// Writes `key`'s `state` at the node listening on `host`:`port`; a code.
-pub async fn write(
-    (host, port): (&str, u16),
-    key: &ShareKey,
-    topic_id: u128,
-    state: &ShareState,
-) -> i16 {
-    let ask = async {
-        let body = crate::cluster::net::round_trip(host, port, encode_write(key, topic_id, state)?)
-            .await?;
-        decode_write(key, body)
-    };
-    match crate::runtime::task::timeout(SHARE_STATE_RPC_TIMEOUT, ask).await {
-        Some(Ok(c)) => c,
-        Some(Err(e)) => {
-            tracing::debug!(%host, port, error = %e, "WriteShareGroupState to a peer failed");
-            code::COORDINATOR_NOT_AVAILABLE
-        }
-        None => code::COORDINATOR_NOT_AVAILABLE,
-    }
+pub async fn write(node: (&str, u16), key: &ShareKey, topic_id: u128, state: &ShareState) -> i16 {
+    let request = encode_write(key, topic_id, state);
+    ask(node, "WriteShareGroupState", request, |b| {
+        decode_write(key, b)
+    })
+    .await
+    .unwrap_or(code::COORDINATOR_NOT_AVAILABLE)
 }
 
 #[cfg(test)]

@@ -77,6 +77,18 @@ pub fn cluster(ctx: &super::Ctx, shard: &crate::shard::Shard) -> i32 {
     )
 }
 
+/// A group's authorized operations for the caller (the describe requests of every group
+/// protocol).
+pub fn of_group(ctx: &super::Ctx, shard: &crate::shard::Shard, group: &str) -> i32 {
+    of(
+        ctx,
+        shard,
+        GROUP,
+        crate::security::acl::resource::GROUP,
+        group,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -166,14 +166,7 @@ pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes
             }
         }
         if r.include_authorized_operations && d.error_code == crate::common::errors::code::NONE {
-            let group = d.group_id.0.to_string();
-            d.authorized_operations = super::authorized::of(
-                ctx,
-                shard,
-                super::authorized::GROUP,
-                resource::GROUP,
-                &group,
-            );
+            d.authorized_operations = super::authorized::of_group(ctx, shard, &d.group_id.0);
         }
     }
     ctx.respond(&ConsumerGroupDescribeResponse::default().with_groups(out))

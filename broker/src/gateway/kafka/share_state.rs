@@ -22,7 +22,7 @@ use crate::security::acl::op as acl_op;
 use crate::shard::ops::{Op, Reply};
 use crate::shard::Shard;
 use crate::share::records::ShareKey;
-use crate::share::remote::{self as share_state, Batch, UNINITIALIZED_START_OFFSET};
+use crate::share::remote::{self as share_state, UNINITIALIZED_START_OFFSET};
 
 /// The shard of this node holding `key`'s `__share_group_state` partition.
 fn state_shard(shard: &Shard, key: &ShareKey) -> Result<usize, i16> {
@@ -87,16 +87,7 @@ pub async fn read(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, Fr
                 Err(error) => base.with_error_code(error),
                 Ok(None) => base,
                 Ok(Some(state)) => {
-                    let batches = share_state::to_batches(&state)
-                        .into_iter()
-                        .map(|(first, last, delivery_state, count)| {
-                            StateBatch::default()
-                                .with_first_offset(first)
-                                .with_last_offset(last)
-                                .with_delivery_state(delivery_state)
-                                .with_delivery_count(count)
-                        })
-                        .collect();
+                    let batches = share_state::state_batches!(StateBatch, &state);
                     base.with_start_offset(state.start)
                         .with_state_batches(batches)
                 }
@@ -122,18 +113,7 @@ pub async fn write(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, F
     for t in &r.topics {
         let mut partitions = Vec::with_capacity(t.partitions.len());
         for p in &t.partitions {
-            let batches: Vec<Batch> = p
-                .state_batches
-                .iter()
-                .map(|b| {
-                    (
-                        b.first_offset,
-                        b.last_offset,
-                        b.delivery_state,
-                        b.delivery_count,
-                    )
-                })
-                .collect();
+            let batches = share_state::batches_of!(p.state_batches);
             let state = share_state::from_batches(p.start_offset, p.leader_epoch, &batches);
             let error = if !permitted {
                 code::CLUSTER_AUTHORIZATION_FAILED
