@@ -322,3 +322,63 @@ fn share_group_protocol_matches_kafka() {
     // Leaving.
     assert_eq!(c.request(1, &beat("a", -1)).member_epoch, -1);
 }
+
+/// A ShareFetch that finds nothing waits up to its MaxWaitMs, and a record appended
+/// meanwhile is handed to it then (Kafka's DelayedShareFetch completes on new data): the
+/// answer holds the new record, well before MaxWaitMs. Prints how long after the append
+/// it came (strand wakes a waiting share fetch on an append to one of its partitions).
+#[test]
+fn a_waiting_share_fetch_gets_a_record_appended_meanwhile() {
+    const GROUP_W: &str = "kip932-waiting";
+    const TOPIC_W: &str = "kip932-waiting-jobs";
+    // Below the test client's 10 s read timeout.
+    const MAX_WAIT_MS: i32 = 8_000;
+    let broker = Broker::start(env!("CARGO_TARGET_TMPDIR").as_ref(), enabled(&[]));
+    let mut c = broker.connect();
+    c.wait_coordinator(GROUP_W, Deadline::after(std::time::Duration::from_secs(30)));
+    c.create_topic(TOPIC_W, 1);
+    let topic_id = c
+        .request(12, &MetadataRequest::default().with_topics(None))
+        .topics
+        .iter()
+        .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == TOPIC_W))
+        .expect("the topic in Metadata")
+        .topic_id;
+    let joined = ShareGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(s(GROUP_W)))
+        .with_member_id(s("w"))
+        .with_member_epoch(0)
+        .with_subscribed_topic_names(Some(vec![kafka_protocol::messages::TopicName(s(TOPIC_W))]));
+    assert_eq!(c.request(1, &joined).error_code, 0);
+    let at = move |epoch: i32, max_wait_ms: i32| {
+        let mut f = fetch("w", epoch, topic_id, &[]).with_group_id(Some(GroupId(s(GROUP_W))));
+        f.max_wait_ms = max_wait_ms;
+        f
+    };
+    // The share partition starts at the log end; the first fetch opens the session.
+    let first = c.request(1, &at(0, 0));
+    assert_eq!(acquired(&first), (vec![], 0, 0));
+
+    let mut waiter = broker.connect();
+    let waiting = std::thread::spawn(move || {
+        let r = waiter.request(1, &at(1, MAX_WAIT_MS));
+        (r, strand_tests::clock::Stopwatch::start())
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let started = strand_tests::clock::Stopwatch::start();
+    let mut b = strand_wire::BatchBuilder::new(1_700_000_000_000);
+    b.push(1_700_000_000_000, None, Some(b"new"), &[]);
+    assert_eq!(c.produce(TOPIC_W, 0, b.build(), -1).error_code, 0);
+    let produced_after = started.elapsed();
+    let (r, answered) = waiting.join().expect("the waiting fetch");
+    let after_append = started.elapsed().saturating_sub(answered.elapsed());
+    assert_eq!(acquired(&r), (vec![(0, 0, 1)], 0, 0), "{r:?}");
+    assert!(
+        after_append
+            < std::time::Duration::from_millis(u64::try_from(MAX_WAIT_MS).unwrap_or(0) / 2),
+        "answered {after_append:?} after the append, not woken by it"
+    );
+    eprintln!(
+        "waiting share fetch answered {after_append:?} after the append began (its ack took {produced_after:?})"
+    );
+}

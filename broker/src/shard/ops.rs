@@ -187,6 +187,8 @@ pub struct ShareDone {
     pub records: Bytes,
     /// The acquired ranges with their delivery counts.
     pub acquired: Vec<crate::share::partition::Acquired>,
+    /// The partition's high watermark when the work ran (a waiting fetch waits past it).
+    pub high_watermark: i64,
 }
 
 /// Work sent to a shard.

@@ -128,6 +128,7 @@ impl Shard {
             done.error = code::NOT_LEADER_OR_FOLLOWER;
             return done;
         }
+        done.high_watermark = part.high_watermark().0;
         let key: ShareKey = (w.group.clone(), w.topic.clone(), w.partition);
         match self.load_share_partition(&key, &part).await {
             Ok(()) => {}
@@ -173,12 +174,31 @@ impl Shard {
                 return done;
             }
         };
-        let (batches, ends) = log_batches(&records);
-        let lock_until_ms = now_ms.saturating_add(lock_ms);
+        self.acquire(
+            &key,
+            &w,
+            &records,
+            now_ms.saturating_add(lock_ms),
+            &mut done,
+        );
+        done
+    }
+
+    /// Acquires for `w`'s member what `records` (read from the log) hold of `key`'s
+    /// available records, locked until `lock_until_ms`, into `done`.
+    fn acquire(
+        &self,
+        key: &ShareKey,
+        w: &ShareWork,
+        records: &Bytes,
+        lock_until_ms: u64,
+        done: &mut ShareDone,
+    ) {
+        let (batches, ends) = log_batches(records);
         let member: Rc<str> = Rc::from(w.member.as_str());
         let mut map = self.share_partitions.borrow_mut();
-        let Some(sp) = map.get_mut(&key) else {
-            return done;
+        let Some(sp) = map.get_mut(key) else {
+            return;
         };
         done.acquired = sp.acquire(&member, &batches, w.max_records, lock_until_ms);
         if let Some(last) = done.acquired.last().map(|a| a.last) {
@@ -190,7 +210,6 @@ impl Shard {
                 .map_or(records.len(), |(_, &end)| end);
             done.records = records.slice(..upto);
         }
-        done
     }
 
     /// Applies `w`'s acknowledgements and release to its share partition, after letting

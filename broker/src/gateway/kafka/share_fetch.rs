@@ -5,8 +5,9 @@
 //! Invariants: a request its session refuses gets only the top-level error and applies no
 //! acknowledgement; every partition a request acknowledges appears in the answer (the Java
 //! client fails one that does not); a ShareFetch that acquired nothing waits, up to its
-//! `MaxWaitMs`, re-trying at `SHARE_FETCH_POLL` (records appended, released or whose lock
-//! ran out meanwhile), acknowledging only the first time.
+//! `MaxWaitMs`, trying again at once when one of its partitions is appended to, and every
+//! `SHARE_FETCH_POLL` otherwise (records released, or whose lock ran out, meanwhile),
+//! acknowledging only the first time.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
@@ -26,6 +27,7 @@ use crate::shard::ops::{Op, Reply, ShareDone, ShareWork};
 use crate::shard::Shard;
 use crate::share::partition::AckType;
 use crate::share::session::{Step, TopicPartition};
+use strand_storage::KafkaOffset;
 
 /// How often a waiting ShareFetch looks again for records to acquire.
 const SHARE_FETCH_POLL: Duration = Duration::from_millis(50);
@@ -313,14 +315,44 @@ async fn wait_for_records(
         if now >= deadline {
             break;
         }
-        crate::runtime::task::sleep(SHARE_FETCH_POLL.min(deadline - now)).await;
+        wait_for_appends(shard, done, SHARE_FETCH_POLL.min(deadline - now)).await;
         for (k, d) in run_work(shard, work()).await {
             let slot = done.entry(k).or_default();
             slot.error = d.error;
             slot.records = d.records;
             slot.acquired = d.acquired;
+            slot.high_watermark = d.high_watermark;
         }
     }
+}
+
+/// Waits until one of the partitions of `done` has records past the high watermark its
+/// work saw (an append: wakes at once), or `timeout` (records released, or whose lock ran
+/// out, are seen at the next look).
+async fn wait_for_appends(
+    shard: &Rc<Shard>,
+    done: &BTreeMap<TopicPartition, ShareDone>,
+    timeout: Duration,
+) {
+    let meta = shard.metadata();
+    let mut by_shard: BTreeMap<usize, Vec<(String, i32, KafkaOffset)>> = BTreeMap::new();
+    for ((topic, p), d) in done {
+        if let Some(s) = meta.shard_of(topic, *p) {
+            let seen = KafkaOffset(d.high_watermark);
+            by_shard
+                .entry(s)
+                .or_default()
+                .push((topic.clone(), *p, seen));
+        }
+    }
+    if by_shard.is_empty() {
+        crate::runtime::task::sleep(timeout).await;
+        return;
+    }
+    let waits = by_shard
+        .into_iter()
+        .map(|(s, parts)| Box::pin(shard.call(s, Op::WaitAppend { parts, timeout })));
+    let _ = futures::future::select_all(waits).await;
 }
 
 /// The ShareFetch answer: every partition with an error, records or acknowledgements.
