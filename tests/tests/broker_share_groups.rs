@@ -382,3 +382,29 @@ fn a_waiting_share_fetch_gets_a_record_appended_meanwhile() {
         "waiting share fetch answered {after_append:?} after the append began (its ack took {produced_after:?})"
     );
 }
+
+/// DeleteGroups of a share group, as Kafka answers it: NON_EMPTY_GROUP while it has a
+/// member; once the member left, deleted (0), and then it is not found.
+#[test]
+fn a_share_group_is_deleted_only_without_members() {
+    use kafka_protocol::messages::DeleteGroupsRequest;
+    const NON_EMPTY_GROUP: i16 = 68;
+    let broker = Broker::start(env!("CARGO_TARGET_TMPDIR").as_ref(), enabled(&[]));
+    let mut c = broker.connect();
+    c.wait_coordinator(GROUP, Deadline::after(std::time::Duration::from_secs(30)));
+    c.create_topic(TOPIC, 1);
+    let delete = DeleteGroupsRequest::default().with_groups_names(vec![GroupId(s(GROUP))]);
+    assert_eq!(c.request(1, &join("a")).error_code, 0);
+    assert_eq!(c.request(2, &delete).results[0].error_code, NON_EMPTY_GROUP);
+    assert_eq!(c.request(1, &beat("a", -1)).error_code, 0);
+    assert_eq!(c.request(2, &delete).results[0].error_code, 0);
+    let d = c.request(
+        1,
+        &ShareGroupDescribeRequest::default().with_group_ids(vec![GroupId(s(GROUP))]),
+    );
+    assert_eq!(d.groups[0].error_code, GROUP_ID_NOT_FOUND);
+    assert_eq!(
+        c.request(2, &delete).results[0].error_code,
+        GROUP_ID_NOT_FOUND
+    );
+}

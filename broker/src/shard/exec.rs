@@ -31,6 +31,9 @@ impl Shard {
             Op::WriteShareState(key, state) => {
                 Reply::Codes(vec![self.write_share_state_here(&key, &state).await])
             }
+            Op::ForgetShareGroup(group) => {
+                Reply::Codes(vec![self.forget_share_group(&group).await])
+            }
             Op::ReadShareState(key, leader_epoch) => {
                 Reply::ShareState(self.read_share_state_here(&key, leader_epoch))
             }
@@ -106,7 +109,10 @@ impl Shard {
                 let mut codes = Vec::with_capacity(ids.len());
                 for g in ids {
                     codes.push(match self.coordinator_check(&g) {
-                        Ok(()) => crate::group::coordinator::delete_group(self, &g).await,
+                        Ok(()) => match self.delete_share_group(&g).await {
+                            Some(c) => c,
+                            None => crate::group::coordinator::delete_group(self, &g).await,
+                        },
                         Err(error) => error,
                     });
                 }

@@ -424,6 +424,18 @@ impl Shard {
         if newest_epoch.is_some_and(|e| e > state.leader_epoch) {
             return code::FENCED_LEADER_EPOCH;
         }
+        let written = self.write_share_record(key, Some(state)).await;
+        if written == code::NONE {
+            self.share_states
+                .borrow_mut()
+                .insert(key.clone(), state.clone());
+        }
+        written
+    }
+
+    /// Appends `key`'s record (`None`: its tombstone) to its `__share_group_state`
+    /// partition on this shard, acks=all; a code.
+    async fn write_share_record(&self, key: &ShareKey, state: Option<&ShareState>) -> i16 {
         let p = crate::share::records::partition_for(key, SHARE_STATE_NUM_PARTITIONS);
         let Some(part) = self.partition(SHARE_STATE_TOPIC, p) else {
             return code::NOT_COORDINATOR;
@@ -431,20 +443,93 @@ impl Shard {
         let now = crate::common::clock::wall_ms();
         let mut b = strand_wire::BatchBuilder::new(now);
         let k = crate::share::records::key_bytes(key);
-        let v = crate::share::records::value_bytes(state);
-        b.push(now, Some(&k), Some(&v), &[]);
+        let v = state.map(crate::share::records::value_bytes);
+        b.push(now, Some(&k), v.as_deref(), &[]);
         match part.produce(b.build(), true).await {
-            Ok(_) => {
-                self.share_states
-                    .borrow_mut()
-                    .insert(key.clone(), state.clone());
-                code::NONE
-            }
+            Ok(_) => code::NONE,
             Err(e) => {
                 tracing::warn!(group = %key.0, topic = %key.1, partition = key.2, error = %e,
                     "writing __share_group_state failed");
                 code::COORDINATOR_NOT_AVAILABLE
             }
+        }
+    }
+
+    /// Forgets share group `group` on this shard: its share partitions here, and the
+    /// states kept in the `__share_group_state` partitions this shard leads (tombstoned;
+    /// the leaders of the others forget theirs). A code: the first tombstone that failed.
+    pub async fn forget_share_group(&self, group: &str) -> i16 {
+        self.share_partitions
+            .borrow_mut()
+            .retain(|k, _| k.0 != group);
+        let keys: Vec<ShareKey> = self
+            .share_states
+            .borrow()
+            .keys()
+            .filter(|k| k.0 == group && self.share_state_refusal(k).is_none())
+            .cloned()
+            .collect();
+        let mut first_error = code::NONE;
+        for key in keys {
+            match self.write_share_record(&key, None).await {
+                code::NONE => {
+                    self.share_states.borrow_mut().remove(&key);
+                }
+                e if first_error == code::NONE => first_error = e,
+                _ => {}
+            }
+        }
+        first_error
+    }
+
+    /// On `group`'s coordinator shard, DeleteGroups of a share group: refused while it has
+    /// members (NON_EMPTY_GROUP, as Kafka); else its membership goes, then it is forgotten
+    /// on every shard of every node. `None` when `group` is not a share group here.
+    pub async fn delete_share_group(self: &Rc<Self>, group: &str) -> Option<i16> {
+        {
+            let mut groups = self.share_groups.borrow_mut();
+            let members = groups.get(group)?.members.len();
+            if members > 0 {
+                return Some(code::NON_EMPTY_GROUP);
+            }
+            groups.remove(group);
+        }
+        let local = (0..self.count).map(|t| self.call(t, Op::ForgetShareGroup(group.to_string())));
+        let mut first_error = code::NONE;
+        for reply in futures::future::join_all(local).await {
+            if let Reply::Codes(c) = reply {
+                let c = c.first().copied().unwrap_or(code::NONE);
+                if first_error == code::NONE {
+                    first_error = c;
+                }
+            }
+        }
+        if self.clustered() {
+            let meta = self.metadata();
+            let others = meta.nodes.values().filter(|n| n.id != self.config.node_id);
+            let calls =
+                others.map(|n| self.forget_share_group_at((n.host.as_str(), n.kafka_port), group));
+            for ok in futures::future::join_all(calls).await {
+                if !ok && first_error == code::NONE {
+                    first_error = code::COORDINATOR_NOT_AVAILABLE;
+                }
+            }
+        }
+        Some(first_error)
+    }
+
+    /// Asks another node to forget share group `group`, retried for up to
+    /// `STATE_RETRY_MS` while it does not answer (restarting, say); whether it answered.
+    async fn forget_share_group_at(&self, node: (&str, u16), group: &str) -> bool {
+        let until_ms = crate::common::clock::mono_ms().saturating_add(STATE_RETRY_MS);
+        loop {
+            if crate::share::remote::forget(node, group).await {
+                return true;
+            }
+            if crate::common::clock::mono_ms() >= until_ms {
+                return false;
+            }
+            crate::runtime::task::sleep(STATE_RETRY_BACKOFF).await;
         }
     }
 

@@ -251,6 +251,38 @@ pub async fn write(node: (&str, u16), key: &ShareKey, topic_id: u128, state: &Sh
     .unwrap_or(code::COORDINATOR_NOT_AVAILABLE)
 }
 
+/// DeleteShareGroupState of share group `group` with no topics: between strand nodes it
+/// asks the node to forget the group everywhere it holds some of it (its share
+/// partitions, the states it keeps), as the deleting coordinator cannot name them.
+pub fn encode_forget(group: &str) -> anyhow::Result<Bytes> {
+    use kafka_protocol::messages::DeleteShareGroupStateRequest;
+    let req = DeleteShareGroupStateRequest::default()
+        .with_group_id(StrBytes::from_string(group.to_string()));
+    crate::cluster::net::encode_request(
+        ApiKey::DeleteShareGroupState,
+        VERSION,
+        &req,
+        "strand-share",
+        1,
+    )
+}
+
+/// Asks the node listening on `host`:`port` to forget share group `group`; whether it
+/// answered.
+pub async fn forget(node: (&str, u16), group: &str) -> bool {
+    use kafka_protocol::messages::DeleteShareGroupStateResponse;
+    let decode = |b| {
+        crate::cluster::net::decode_response::<DeleteShareGroupStateResponse>(
+            ApiKey::DeleteShareGroupState,
+            VERSION,
+            b,
+        )
+    };
+    ask(node, "DeleteShareGroupState", encode_forget(group), decode)
+        .await
+        .is_some()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

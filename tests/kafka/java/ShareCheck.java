@@ -28,7 +28,9 @@
 //                          "left": [offsets of its last poll left unacknowledged]}
 //   offsets                Admin.listShareGroupOffsets of the group (DescribeShareGroupOffsets)
 //                          for partition 0 of the topic: {"start_offsets": {"P": offset}},
-//                          a partition without an offset left out
+//                          a partition without an offset left out, or {"error": "..."}
+//   delete                 Admin.deleteShareGroups of the group: {"deleted": true} or
+//                          {"deleted": false, "error": "<exception class>"}
 // Every output but crash-holder's also has "commit_errors": the exceptions commitSync
 // reported per partition.
 // A list of accepted offsets keeps repeats: an offset accepted twice shows twice.
@@ -453,8 +455,23 @@ public final class ShareCheck {
             OffsetAndMetadata start = got.get(tp);
             String known = start == null ? "" : "\"0\":" + start.offset();
             return "{\"start_offsets\":{" + known + "}}";
-        } catch (java.util.concurrent.ExecutionException | java.util.concurrent.TimeoutException e) {
-            throw new IllegalStateException("listShareGroupOffsets failed", e);
+        } catch (java.util.concurrent.ExecutionException e) {
+            return "{\"error\":\"" + e.getCause().getClass().getSimpleName() + "\"}";
+        } catch (java.util.concurrent.TimeoutException e) {
+            throw new IllegalStateException("listShareGroupOffsets timed out", e);
+        }
+    }
+
+    private static String delete(String bootstrap, String group) throws InterruptedException {
+        Properties props = new Properties();
+        props.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        try (Admin admin = Admin.create(props)) {
+            admin.deleteShareGroups(List.of(group)).all().get(30, TimeUnit.SECONDS);
+            return "{\"deleted\":true}";
+        } catch (java.util.concurrent.ExecutionException e) {
+            return "{\"deleted\":false,\"error\":\"" + e.getCause().getClass().getSimpleName() + "\"}";
+        } catch (java.util.concurrent.TimeoutException e) {
+            throw new IllegalStateException("deleteShareGroups timed out", e);
         }
     }
 
@@ -479,6 +496,8 @@ public final class ShareCheck {
                 return acceptSome(bootstrap, topic, group, (int) arg(rest, 0, mode));
             case "offsets":
                 return offsets(bootstrap, topic, group);
+            case "delete":
+                return delete(bootstrap, group);
             default:
                 throw new IllegalArgumentException("unknown mode " + mode);
         }

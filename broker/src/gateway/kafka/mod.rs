@@ -83,6 +83,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ShareAcknowledge, 1, 1),
     (ApiKey::ReadShareGroupState, 0, 0),
     (ApiKey::DescribeShareGroupOffsets, 0, 0),
+    (ApiKey::DeleteShareGroupState, 0, 0),
     (ApiKey::WriteShareGroupState, 0, 0),
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::ListGroups, 0, 5),
@@ -181,6 +182,7 @@ pub fn api_name(key: ApiKey) -> &'static str {
         ApiKey::ShareAcknowledge => "share_acknowledge",
         ApiKey::ReadShareGroupState => "read_share_group_state",
         ApiKey::DescribeShareGroupOffsets => "describe_share_group_offsets",
+        ApiKey::DeleteShareGroupState => "delete_share_group_state",
         ApiKey::WriteShareGroupState => "write_share_group_state",
         ApiKey::DeleteGroups => "delete_groups",
         _ => "other",
@@ -275,6 +277,7 @@ pub async fn handle(
         ApiKey::ShareGroupDescribe => share_groups::describe(shard, &ctx, buf).await.map(Some),
         ApiKey::ShareAcknowledge => share_fetch::acknowledge(shard, &ctx, buf).await.map(Some),
         ApiKey::ReadShareGroupState => share_state::read(shard, &ctx, buf).await.map(Some),
+        ApiKey::DeleteShareGroupState => share_state::forget(shard, &ctx, buf).await.map(Some),
         ApiKey::DescribeShareGroupOffsets => {
             share_offsets::describe(shard, &ctx, buf).await.map(Some)
         }

@@ -32,6 +32,7 @@ pub fn is_share_api(key: ApiKey) -> bool {
             | ApiKey::ShareAcknowledge
             | ApiKey::ReadShareGroupState
             | ApiKey::DescribeShareGroupOffsets
+            | ApiKey::DeleteShareGroupState
             | ApiKey::WriteShareGroupState
     )
 }

@@ -149,3 +149,48 @@ pub async fn write(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, F
     }
     ctx.respond(&WriteShareGroupStateResponse::default().with_results(results))
 }
+
+/// DeleteShareGroupState from the coordinator of a deleted share group (on another node,
+/// `share::remote::forget`): every shard of this node forgets the group. Answered with
+/// the partitions named, each with the node's code (none are named between strand nodes).
+pub async fn forget(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
+    use kafka_protocol::messages::delete_share_group_state_response::{
+        DeleteStateResult, PartitionResult,
+    };
+    use kafka_protocol::messages::{DeleteShareGroupStateRequest, DeleteShareGroupStateResponse};
+    let r: DeleteShareGroupStateRequest = ctx.decode(body)?;
+    let error = if ctx.allowed_on_cluster(shard, acl_op::CLUSTER_ACTION) {
+        let group = r.group_id.to_string();
+        let calls = (0..shard.count).map(|t| shard.call(t, Op::ForgetShareGroup(group.clone())));
+        futures::future::join_all(calls)
+            .await
+            .into_iter()
+            .filter_map(|reply| match reply {
+                Reply::Codes(c) => c.first().copied(),
+                _ => Some(code::UNKNOWN_SERVER_ERROR),
+            })
+            .find(|c| *c != code::NONE)
+            .unwrap_or(code::NONE)
+    } else {
+        code::CLUSTER_AUTHORIZATION_FAILED
+    };
+    let results = r
+        .topics
+        .iter()
+        .map(|t| {
+            DeleteStateResult::default()
+                .with_topic_id(t.topic_id)
+                .with_partitions(
+                    t.partitions
+                        .iter()
+                        .map(|p| {
+                            PartitionResult::default()
+                                .with_partition(p.partition)
+                                .with_error_code(error)
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    ctx.respond(&DeleteShareGroupStateResponse::default().with_results(results))
+}
