@@ -359,15 +359,17 @@ pub enum TransactionsCmd {
 /// `group ...`
 #[derive(Subcommand, Debug)]
 pub enum GroupCmd {
-    /// List consumer groups.
+    /// List groups (classic, consumer and share groups).
     List,
     /// Per partition: committed offset, log end offset, lag, member (like
-    /// `kafka-consumer-groups.sh --describe`).
+    /// `kafka-consumer-groups.sh --describe`); of a share group: its members, and per
+    /// partition its start offset, lag, records in flight and archived (the last from
+    /// /metrics of the node at --admin).
     Describe {
         /// Group id.
         group: String,
     },
-    /// Delete groups (they must have no active members).
+    /// Delete groups, share groups too (they must have no active members).
     Delete {
         /// Group ids.
         #[arg(required = true)]
