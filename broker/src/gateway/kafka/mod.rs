@@ -479,6 +479,34 @@ mod tests {
     use super::*;
     use kafka_protocol::messages::MetadataRequest;
 
+    /// Every API advertised in `SUPPORTED` has an arm in `handle`'s dispatch (read from this
+    /// file's text): one advertised without would be refused as unsupported after a client
+    /// was told it is served.
+    #[test]
+    fn every_advertised_api_reaches_a_handler() {
+        let src = include_str!("mod.rs");
+        let start = src
+            .find("    if key == ApiKey::Fetch {")
+            .expect("the dispatch");
+        let end = src[start..]
+            .find("_ => Err(FramingError::UnsupportedApi(key_raw))")
+            .map(|i| start + i)
+            .expect("the dispatch's end");
+        let dispatch = &src[start..end];
+        let named = |name: &str| {
+            dispatch.match_indices(name).any(|(i, _)| {
+                !dispatch[i + name.len()..].starts_with(|c: char| c.is_alphanumeric() || c == '_')
+            })
+        };
+        for (key, _, _) in SUPPORTED {
+            let name = format!("ApiKey::{key:?}");
+            assert!(
+                named(&name),
+                "{name} is advertised but `handle` has no arm for it"
+            );
+        }
+    }
+
     /// A Fetch answer encoded in pieces is byte for byte the one `respond` encodes, at every
     /// version, with its large record sets as pieces of their own (not copies).
     #[test]
