@@ -311,7 +311,8 @@ def test_records_held_by_a_stuck_consumer_come_back_after_the_lock(broker, ck, s
         # strandctl shows the stuck member and what it holds.
         shown = _strandctl_counts(broker, group, topic)
         assert shown["members"] == "1", shown
-        assert shown["IN-FLIGHT-ACQUIRED"] == str(len(held)), (shown, held)
+        # It holds what poll returned and what its background fetch acquired beyond it.
+        assert len(held) <= int(shown["IN-FLIGHT-ACQUIRED"]) <= count, (shown, held)
         out = _run(share_check, broker, topic, group, "drain", count, 30)
         assert holder.poll() is None, "the holder was still to be running, connected"
     finally:
