@@ -45,16 +45,11 @@ pub struct Markers {
 /// Sends `markers` to the node listening for Kafka clients on `host`:`port`; a code per
 /// partition, in order.
 pub async fn send(host: &str, port: u16, markers: &Markers) -> Vec<i16> {
-    let n = markers.partitions.len();
-    let r = crate::runtime::task::timeout(MARKER_RPC_TIMEOUT, exchange(host, port, markers)).await;
-    match r {
-        Some(Ok(codes)) => codes,
-        Some(Err(e)) => {
-            tracing::debug!(%host, port, error = %e, "WriteTxnMarkers to a peer failed");
-            vec![code::REQUEST_TIMED_OUT; n]
-        }
-        None => vec![code::REQUEST_TIMED_OUT; n],
-    }
+    let request = encode_request(markers, 1);
+    let api = ("WriteTxnMarkers", MARKER_RPC_TIMEOUT);
+    super::net::ask((host, port), api, request, |b| decode_response(markers, b))
+        .await
+        .unwrap_or_else(|| vec![code::REQUEST_TIMED_OUT; markers.partitions.len()])
 }
 
 /// The request's bytes, size prefix included.
@@ -109,11 +104,6 @@ pub fn decode_response(markers: &Markers, body: Bytes) -> anyhow::Result<Vec<i16
         .collect())
 }
 
-async fn exchange(host: &str, port: u16, markers: &Markers) -> anyhow::Result<Vec<i16>> {
-    let body = super::net::round_trip(host, port, encode_request(markers, 1)?).await?;
-    decode_response(markers, body)
-}
-
 /// The AddPartitionsToTxn version a partition leader sends to verify.
 const VERIFY_VERSION: i16 = 4;
 
@@ -129,19 +119,11 @@ pub async fn verify(
     partitions: &[(String, i32)],
     add: bool,
 ) -> Result<(), i16> {
-    let ask = async {
-        let producer = (producer_id, epoch);
-        let req = encode_verify(transactional_id, producer, partitions, add, 1)?;
-        let body = super::net::round_trip(host, port, req).await?;
-        decode_verify(body)
-    };
-    match crate::runtime::task::timeout(MARKER_RPC_TIMEOUT, ask).await {
-        Some(Ok(c)) if c == code::NONE => Ok(()),
-        Some(Ok(c)) => Err(c),
-        Some(Err(e)) => {
-            tracing::debug!(%host, port, error = %e, "verifying a transaction with its coordinator failed");
-            Err(code::REQUEST_TIMED_OUT)
-        }
+    let request = encode_verify(transactional_id, (producer_id, epoch), partitions, add, 1);
+    let api = ("AddPartitionsToTxn", MARKER_RPC_TIMEOUT);
+    match super::net::ask((host, port), api, request, decode_verify).await {
+        Some(c) if c == code::NONE => Ok(()),
+        Some(c) => Err(c),
         None => Err(code::REQUEST_TIMED_OUT),
     }
 }

@@ -103,3 +103,22 @@ pub fn decode_response<R: kafka_protocol::protocol::Decodable>(
     )?;
     R::decode(&mut body, version)
 }
+
+/// One request to the Kafka listener at `host`:`port` and its decoded answer, all within
+/// `timeout`; `None` (logged at debug with `api`) when it cannot be sent, read or decoded.
+pub async fn ask<T>(
+    (host, port): (&str, u16),
+    (api, timeout): (&str, std::time::Duration),
+    request: anyhow::Result<Bytes>,
+    decode: impl FnOnce(Bytes) -> anyhow::Result<T>,
+) -> Option<T> {
+    let exchange = async { decode(round_trip(host, port, request?).await?) };
+    match crate::runtime::task::timeout(timeout, exchange).await {
+        Some(Ok(answer)) => Some(answer),
+        Some(Err(e)) => {
+            tracing::debug!(%host, port, api, error = %e, "a request to a peer failed");
+            None
+        }
+        None => None,
+    }
+}

@@ -314,15 +314,8 @@ impl Shard {
         key: &ShareKey,
         leader_epoch: i32,
     ) -> Result<Option<ShareState>, i16> {
-        let until_ms = crate::common::clock::mono_ms().saturating_add(STATE_RETRY_MS);
-        loop {
-            match self.read_share_state_once(key, leader_epoch).await {
-                Err(e) if retried(e) && crate::common::clock::mono_ms() < until_ms => {
-                    crate::runtime::task::sleep(STATE_RETRY_BACKOFF).await;
-                }
-                r => return r,
-            }
-        }
+        let attempt = || self.read_share_state_once(key, leader_epoch);
+        retrying(attempt, |r| matches!(r, Err(e) if retried(*e))).await
     }
 
     async fn read_share_state_once(
@@ -349,15 +342,8 @@ impl Shard {
     /// Writes `key`'s state durably before its answer, retried while its keeper is moving
     /// (`retried`) for up to `STATE_RETRY_MS`; a code (NONE when written).
     async fn persist_share_state(self: &Rc<Self>, key: &ShareKey, state: &ShareState) -> i16 {
-        let until_ms = crate::common::clock::mono_ms().saturating_add(STATE_RETRY_MS);
-        loop {
-            match self.persist_share_state_once(key, state).await {
-                e if retried(e) && crate::common::clock::mono_ms() < until_ms => {
-                    crate::runtime::task::sleep(STATE_RETRY_BACKOFF).await;
-                }
-                e => return e,
-            }
-        }
+        let attempt = || self.persist_share_state_once(key, state);
+        retrying(attempt, |e| retried(*e)).await
     }
 
     async fn persist_share_state_once(self: &Rc<Self>, key: &ShareKey, state: &ShareState) -> i16 {
@@ -521,16 +507,7 @@ impl Shard {
     /// Asks another node to forget share group `group`, retried for up to
     /// `STATE_RETRY_MS` while it does not answer (restarting, say); whether it answered.
     async fn forget_share_group_at(&self, node: (&str, u16), group: &str) -> bool {
-        let until_ms = crate::common::clock::mono_ms().saturating_add(STATE_RETRY_MS);
-        loop {
-            if crate::share::remote::forget(node, group).await {
-                return true;
-            }
-            if crate::common::clock::mono_ms() >= until_ms {
-                return false;
-            }
-            crate::runtime::task::sleep(STATE_RETRY_BACKOFF).await;
-        }
+        retrying(|| crate::share::remote::forget(node, group), |ok| !ok).await
     }
 
     /// Replays an opened `__share_group_state` partition up to `end` into `share_states`.
@@ -591,6 +568,22 @@ impl Shard {
 const STATE_RETRY_MS: u64 = 5_000;
 /// The pause between two tries.
 const STATE_RETRY_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// `attempt` again every `STATE_RETRY_BACKOFF` while `again` holds of its result, for up
+/// to `STATE_RETRY_MS`; the last result.
+async fn retrying<T, F: std::future::Future<Output = T>>(
+    mut attempt: impl FnMut() -> F,
+    again: impl Fn(&T) -> bool,
+) -> T {
+    let until_ms = crate::common::clock::mono_ms().saturating_add(STATE_RETRY_MS);
+    loop {
+        let r = attempt().await;
+        if !again(&r) || crate::common::clock::mono_ms() >= until_ms {
+            return r;
+        }
+        crate::runtime::task::sleep(STATE_RETRY_BACKOFF).await;
+    }
+}
 
 /// Whether a share-state refusal passes once the `__share_group_state` partition has a
 /// settled leader (a new topic, a failover, a replay after one).

@@ -207,23 +207,14 @@ pub fn decode_write(key: &ShareKey, body: Bytes) -> anyhow::Result<i16> {
         .ok_or_else(|| anyhow::anyhow!("the answer does not name partition {}", key.2))
 }
 
-/// One request to the node listening on `host`:`port` and its decoded answer; `None`
-/// (logged) when it cannot be sent, read or decoded within `SHARE_STATE_RPC_TIMEOUT`.
+/// One share-state request to the node at `node` (`cluster::net::ask`).
 async fn ask<T>(
-    (host, port): (&str, u16),
+    node: (&str, u16),
     api: &str,
     request: anyhow::Result<Bytes>,
     decode: impl FnOnce(Bytes) -> anyhow::Result<T>,
 ) -> Option<T> {
-    let exchange = async { decode(crate::cluster::net::round_trip(host, port, request?).await?) };
-    match crate::runtime::task::timeout(SHARE_STATE_RPC_TIMEOUT, exchange).await {
-        Some(Ok(answer)) => Some(answer),
-        Some(Err(e)) => {
-            tracing::debug!(%host, port, api, error = %e, "a share-state request to a peer failed");
-            None
-        }
-        None => None,
-    }
+    crate::cluster::net::ask(node, (api, SHARE_STATE_RPC_TIMEOUT), request, decode).await
 }
 
 /// Reads `key`'s state from the node listening on `host`:`port`.
