@@ -112,7 +112,8 @@ pub fn share_records(data: &[u8]) {
 
 /// Fuzz target `group_records`: `data` split at its first NUL into an `__consumer_offsets`
 /// record key and value, replayed into the groups (as loading a partition does), then a
-/// consumer-protocol group it made (KIP-848) heartbeated, expired and snapshotted.
+/// consumer-protocol group it made (KIP-848) or a share group (KIP-932) heartbeated,
+/// expired and snapshotted.
 ///
 /// Panics only by a bug: replay skips what it cannot read, and a consumer group read back
 /// must take a join, a heartbeat of each member and expiry.
@@ -123,7 +124,8 @@ pub fn group_records(data: &[u8]) {
         None => (data, None),
     };
     let mut groups = std::collections::HashMap::new();
-    crate::group::records::apply(&mut groups, key, value);
+    let mut shares = crate::group::records::ShareGroups::new();
+    crate::group::records::apply(&mut groups, &mut shares, key, value);
     let topics: std::collections::BTreeMap<String, i32> =
         [("t".to_string(), 3), ("u".to_string(), 1)].into();
     let now = crate::common::clock::now();
@@ -159,6 +161,40 @@ pub fn group_records(data: &[u8]) {
             std::time::Duration::from_secs(45),
         ));
         black_box(c.snapshot());
+    }
+    share_groups_replayed(&shares);
+}
+
+/// `group_records`' share groups: each snapshot replay kept, restored and heartbeated by
+/// its members and a newcomer, expired, and snapshotted again.
+fn share_groups_replayed(shares: &crate::group::records::ShareGroups) {
+    use crate::share::group::{Heartbeat, ShareGroup};
+    let partitions = |t: &str| (t == "t").then_some(3);
+    for bytes in shares.values() {
+        let Some(mut g) = ShareGroup::restored(bytes, 0) else {
+            continue;
+        };
+        let ids: Vec<(String, i32)> = g
+            .members
+            .values()
+            .map(|m| (m.id.clone(), m.epoch))
+            .collect();
+        let join = Heartbeat {
+            member_id: "fuzz".into(),
+            subscribed: Some(vec!["t".into()]),
+            ..Heartbeat::default()
+        };
+        black_box(g.heartbeat(join, &partitions, 10, 1));
+        for (member_id, member_epoch) in ids {
+            let beat = Heartbeat {
+                member_id,
+                member_epoch,
+                ..Heartbeat::default()
+            };
+            black_box(g.heartbeat(beat, &partitions, 10, 2));
+        }
+        black_box(g.expire(45_000, 60_000));
+        black_box(g.snapshot());
     }
 }
 

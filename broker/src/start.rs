@@ -475,6 +475,7 @@ async fn session_sweeper(shard: Rc<Shard>) {
         sleep(crate::group::coordinator::SESSION_SWEEP).await;
         crate::group::coordinator::expire_sessions(&shard);
         crate::group::heartbeat::expire_consumer_members(&shard);
+        shard.expire_share_members();
     }
 }
 

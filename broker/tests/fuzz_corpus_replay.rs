@@ -389,8 +389,9 @@ fn oauth_seeds() -> Seeds {
     ]
 }
 
-/// `__consumer_offsets` records, key NUL value: an offset, a classic group, and a
-/// consumer-protocol group (KIP-848) with a member mid-revocation.
+/// `__consumer_offsets` records, key NUL value: an offset, a classic group, a
+/// consumer-protocol group (KIP-848) with a member mid-revocation, and a share group
+/// (KIP-932) of two members.
 fn group_seeds() -> Seeds {
     let record = |k: &str, v: &str| [k.as_bytes(), b"\0", v.as_bytes()].concat();
     vec![
@@ -418,6 +419,13 @@ fn group_seeds() -> Seeds {
         (
             "consumer-tombstone",
             br#"{"k":"ConsumerGroup","group":"g"}"#.to_vec(),
+        ),
+        (
+            "share-group",
+            record(
+                r#"{"k":"ShareGroup","group":"s"}"#,
+                r#"{"version":3,"epoch":2,"assignment_epoch":2,"members":{"a":{"id":"a","rack_id":null,"client_id":"c","client_host":"h","subscribed":["t"],"epoch":2,"previous_epoch":1,"assigned":{"t":[0,1]}},"b":{"id":"b","rack_id":"r","client_id":"c","client_host":"h","subscribed":["t"],"epoch":2,"previous_epoch":1,"assigned":{"t":[2]}}},"topics_seen":{"t":3},"target":{"a":{"t":[0,1]},"b":{"t":[2]}}}"#,
+            ),
         ),
     ]
 }

@@ -6,7 +6,10 @@ data partition's leader reads and writes it there with ReadShareGroupState and
 WriteShareGroupState (Kafka's share-coordinator requests). The test picks a group whose
 state partition is led by another node than its data partition, then kills -9 the data
 partition's leader and later the state partition's leader: no acknowledged record is ever
-delivered again, and every record is accepted exactly once.
+delivered again, and every record is accepted exactly once. Deleting the group then
+forgets its state on every node (DeleteShareGroupState between nodes), wherever its
+coordinator moved meanwhile (the membership is persisted in `__consumer_offsets` and
+replayed by the new coordinator).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from strand_harness import java_classpath, need_module
 from test_cluster import owned_cluster
 from test_share_groups import (
     SHARE_ARGS,
+    _delete_group,
     _only_new_records_come,
     _run,
     _set_earliest,
@@ -131,3 +135,9 @@ def test_acknowledgements_hold_across_kill9_of_the_leader_and_of_the_state_leade
     offsets = _run(share_check, b, topic, group, "offsets")["start_offsets"]
     assert offsets == {"0": count}, offsets
     _only_new_records_come(ck, share_check, b, topic, group, count)
+    # Deleting the group forgets its state on every node: the same group id starts over.
+    deleted = _delete_group(share_check, b, topic, group)
+    assert deleted["deleted"] is True, deleted
+    again = _run(share_check, b, topic, group, "drain", count + 1, 60)["accepted"]
+    twice, missing = _twice_and_missing(again, set(range(count + 1)))
+    assert not twice and not missing, f"after the delete, twice: {twice}; never: {missing}"

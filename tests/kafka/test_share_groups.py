@@ -15,7 +15,8 @@ ran out) after `group.share.delivery.count.limit` deliveries is archived instead
 - a record RELEASEd at every delivery is delivered `delivery count limit` times, then
   archived, while the records around it are accepted;
 - acknowledgements committed before a kill -9 of the broker hold after the restart: a new
-  consumer gets exactly the records not accepted before, none of the accepted ones.
+  consumer gets exactly the records not accepted before, none of the accepted ones; the
+  group itself is still there after the restart (listed, deleted).
 
 The broker runs with `--group-share-enable true`, a 2 s acquisition lock (Kafka's default
 is 30 s) and a delivery count limit of 3 (Kafka's default is 5), so that the waits stay
@@ -27,8 +28,8 @@ and the consumers ask for ten records per fetch (ShareFetch's MaxRecords), so a 
 not take the whole partition.
 
 Share groups are a preview in strand (off unless `--group-share-enable true`; on a cluster:
-test_cluster_share_groups.py;
-the share groups' membership is not persisted: members join again after a restart).
+test_cluster_share_groups.py). A share group's membership is persisted in
+`__consumer_offsets`, its delivery state in `__share_group_state`: both survive kill -9.
 """
 
 from __future__ import annotations
@@ -246,15 +247,37 @@ def _grep(text: str, prefix: str) -> str:
     return "\n".join(line for line in text.splitlines() if line.startswith(prefix))
 
 
-def _delete_group(share_check: list[str], b, topic: str, group: str) -> dict:
-    """Admin.deleteShareGroups, again while the group still has a member (a consumer whose
-    leave did not arrive before its close ended stays until its session times out:
-    GroupNotEmptyException, as from Kafka)."""
+def _when_empty(share_check: list[str], b, topic: str, group: str, *mode: str) -> dict:
+    """A ShareCheck admin `mode` that needs the group empty, again while the group still
+    has a member (a consumer whose leave did not arrive before its close ended stays until
+    its session times out: GroupNotEmptyException, as from Kafka)."""
     deadline = time.monotonic() + 60
     while True:
-        out = _run(share_check, b, topic, group, "delete")
+        out = _run(share_check, b, topic, group, *mode)
         if out.get("error") != "GroupNotEmptyException" or time.monotonic() > deadline:
             return out
+        time.sleep(1)
+
+
+def _delete_group(share_check: list[str], b, topic: str, group: str) -> dict:
+    """Admin.deleteShareGroups once the group is empty."""
+    return _when_empty(share_check, b, topic, group, "delete")
+
+
+def _strandctl_reset(b: Broker, group: str, topic: str, offset: int):
+    """`strandctl group reset-offsets --execute` of a share group, again while it still has
+    a member (exit 4) for up to 60 s."""
+    from test_strandctl import ctl, strandctl_bin
+    if not strandctl_bin().exists():
+        pytest.skip(f"strandctl not found at {strandctl_bin()}")
+    deadline = time.monotonic() + 60
+    while True:
+        r = ctl(b, "group", "reset-offsets", group, "--topic", topic, "--to-offset",
+                str(offset), "--execute", expect_rc=(0, 4))
+        if r.returncode == 0:
+            assert "committed 1 offsets" in r.stdout, r.stdout
+            return
+        assert time.monotonic() < deadline, r.stderr
         time.sleep(1)
 
 
@@ -383,6 +406,18 @@ def test_accepted_records_stay_accepted_across_broker_kill9(broker, ck, share_ch
     assert not twice and not missing, f"accepted twice: {twice}; never: {missing}"
     _only_new_records_come(ck, share_check, b, topic, group, count)
 
+    # The membership is persisted too (a snapshot in __consumer_offsets): after another
+    # kill -9 the group is listed without any member joining, and deleting it deletes it
+    # (a group forgotten by the restart would answer GroupIdNotFoundException).
+    b.kill9()
+    b.restart(same_port=True)
+    from test_strandctl import ctl, table
+    listed = table(ctl(b, "group", "list").stdout, "GROUP")
+    assert any(x["GROUP"] == group for x in listed), listed
+    assert _delete_group(share_check, b, topic, group)["deleted"] is True
+    gone = _run(share_check, b, topic, group, "offsets")
+    assert gone.get("error") == "GroupIdNotFoundException", gone
+
 
 def test_a_deleted_share_group_starts_over(broker, ck, share_check):
     """Admin.deleteShareGroups (DeleteGroups) of a share group without members deletes its
@@ -401,3 +436,54 @@ def test_a_deleted_share_group_starts_over(broker, ck, share_check):
     out = _run(share_check, broker, topic, group, "drain", count, 30)
     twice, missing = _twice_and_missing(out["accepted"], set(range(count)))
     assert not twice and not missing, f"accepted twice: {twice}; never: {missing}"
+
+
+def test_share_offsets_are_reset_and_deleted_while_the_group_is_empty(broker, ck, share_check):
+    """Admin.alterShareGroupOffsets (AlterShareGroupOffsets) moves an empty share group's
+    start offset forward or back, discarding what was in flight or acknowledged: the next
+    consumer gets exactly the records from the new start. Admin.deleteShareGroupOffsets
+    (DeleteShareGroupOffsets) deletes the group's state of a topic: the group starts over
+    from share.auto.offset.reset. Kafka's refusals: a group with a member
+    (GroupNotEmptyException), an unknown group (GroupIdNotFoundException), a topic with no
+    state to delete (UnknownTopicOrPartitionException)."""
+    count = 20
+    topic, group = _setup(ck, broker, "reset", count)
+    first = _run(share_check, broker, topic, group, "accept-some", 10)["accepted"]
+    assert len(set(first)) == 10, first
+
+    def drained(want: set[int]) -> None:
+        out = _run(share_check, broker, topic, group, "drain", len(want), 30)
+        twice, missing = _twice_and_missing(out["accepted"], want)
+        extra = sorted(set(out["accepted"]) - want)
+        assert not twice and not missing and not extra, (
+            f"accepted twice: {twice}; never: {missing}; not expected: {extra}")
+
+    # Forward past records never delivered: 15..19 only.
+    def admin(*mode: str, when_empty: bool = True, group_id: str = group) -> dict:
+        """An admin mode's outcome without ShareCheck's commit_errors (none are made)."""
+        out = (_when_empty(share_check, broker, topic, group_id, *mode) if when_empty
+               else _run(share_check, broker, topic, group_id, *mode))
+        return {k: v for k, v in out.items() if k != "commit_errors"}
+
+    assert admin("alter", "15") == {"altered": True}
+    assert _run(share_check, broker, topic, group, "offsets")["start_offsets"] == {"0": 15}
+    drained(set(range(15, count)))
+    # Back over accepted records (with strandctl): they are delivered again.
+    _strandctl_reset(broker, group, topic, 5)
+    assert _run(share_check, broker, topic, group, "offsets")["start_offsets"] == {"0": 5}
+    drained(set(range(5, count)))
+    # Deleted: the state is gone, the group reads from the start again (earliest).
+    assert admin("delete-offsets") == {"deleted": True}
+    assert _run(share_check, broker, topic, group, "offsets")["start_offsets"] == {}
+    drained(set(range(count)))
+    assert admin("delete-offsets") == {"deleted": True}
+    nothing = admin("delete-offsets", when_empty=False)
+    assert nothing == {"deleted": False, "error": "UnknownTopicOrPartitionException"}, nothing
+
+    unknown = admin("alter", "0", when_empty=False, group_id=f"grp-none-{_uid()}")
+    assert unknown == {"altered": False, "error": "GroupIdNotFoundException"}, unknown
+    # A member that halted without leaving stays until its session times out.
+    held = _run(share_check, broker, topic, group, "crash-holder", count)["held"]
+    assert held, held
+    busy = admin("alter", "0", when_empty=False)
+    assert busy == {"altered": False, "error": "GroupNotEmptyException"}, busy

@@ -183,6 +183,18 @@ fn share_apis_are_advertised_only_when_enabled() {
             "{key:?}"
         );
     }
+    for key in [
+        ApiKey::DescribeShareGroupOffsets,
+        ApiKey::AlterShareGroupOffsets,
+        ApiKey::DeleteShareGroupOffsets,
+    ] {
+        let v = versions.iter().find(|k| k.api_key == key as i16);
+        assert_eq!(
+            v.map(|v| (v.min_version, v.max_version)),
+            Some((0, 0)),
+            "{key:?}"
+        );
+    }
 }
 
 #[test]
@@ -407,4 +419,109 @@ fn a_share_group_is_deleted_only_without_members() {
         c.request(2, &delete).results[0].error_code,
         GROUP_ID_NOT_FOUND
     );
+}
+
+/// AlterShareGroupOffsets and DeleteShareGroupOffsets, as Kafka answers them: only a share
+/// group without members (NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND for the whole request);
+/// per partition (alter) or topic (delete) UNKNOWN_TOPIC_OR_PARTITION for an unknown one,
+/// and for a topic with no state to delete. A share group takes no OffsetCommit.
+#[test]
+#[expect(clippy::too_many_lines, reason = "one protocol walk, step by step")]
+fn share_offsets_are_changed_only_in_an_empty_share_group() {
+    use kafka_protocol::messages::alter_share_group_offsets_request::{
+        AlterShareGroupOffsetsRequestPartition as AlterPartition,
+        AlterShareGroupOffsetsRequestTopic as AlterTopic,
+    };
+    use kafka_protocol::messages::delete_share_group_offsets_request::DeleteShareGroupOffsetsRequestTopic as DeleteTopic;
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::{
+        AlterShareGroupOffsetsRequest, DeleteShareGroupOffsetsRequest, OffsetCommitRequest,
+    };
+    const NON_EMPTY_GROUP: i16 = 68;
+    const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+    let broker = Broker::start(env!("CARGO_TARGET_TMPDIR").as_ref(), enabled(&[]));
+    let mut c = broker.connect();
+    c.wait_coordinator(GROUP, Deadline::after(std::time::Duration::from_secs(30)));
+    c.create_topic(TOPIC, 1);
+    let alter = |group: &str, parts: &[(&str, i32, i64)]| {
+        let topics = parts
+            .iter()
+            .map(|&(t, p, o)| {
+                AlterTopic::default()
+                    .with_topic_name(topic_name(t))
+                    .with_partitions(vec![AlterPartition::default()
+                        .with_partition_index(p)
+                        .with_start_offset(o)])
+            })
+            .collect();
+        AlterShareGroupOffsetsRequest::default()
+            .with_group_id(GroupId(s(group)))
+            .with_topics(topics)
+    };
+    let delete = DeleteShareGroupOffsetsRequest::default()
+        .with_group_id(GroupId(s(GROUP)))
+        .with_topics(vec![
+            DeleteTopic::default().with_topic_name(topic_name(TOPIC))
+        ]);
+    assert_eq!(c.request(1, &join("a")).error_code, 0);
+    // The refusal is on the partitions too (the Java 4.1 Admin reads only those).
+    let busy = c.request(0, &alter(GROUP, &[(TOPIC, 0, 0)]));
+    let on_partition = busy.responses[0].partitions[0].error_code;
+    assert_eq!(
+        (busy.error_code, on_partition),
+        (NON_EMPTY_GROUP, NON_EMPTY_GROUP)
+    );
+    assert_eq!(c.request(0, &delete).error_code, NON_EMPTY_GROUP);
+    let commit = OffsetCommitRequest::default()
+        .with_group_id(GroupId(s(GROUP)))
+        .with_generation_id_or_member_epoch(-1)
+        .with_topics(vec![OffsetCommitRequestTopic::default()
+            .with_name(topic_name(TOPIC))
+            .with_partitions(vec![
+                OffsetCommitRequestPartition::default().with_committed_offset(1)
+            ])]);
+    let committed = c.request(8, &commit);
+    assert_eq!(
+        committed.topics[0].partitions[0].error_code,
+        GROUP_ID_NOT_FOUND
+    );
+    assert_eq!(c.request(1, &beat("a", -1)).error_code, 0);
+
+    let r = c.request(
+        0,
+        &alter(
+            GROUP,
+            &[(TOPIC, 0, 3), (TOPIC, 5, 0), ("kip932-none", 0, 0)],
+        ),
+    );
+    assert_eq!(r.error_code, 0);
+    let codes: Vec<(String, i32, i16)> = r
+        .responses
+        .iter()
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(|p| (t.topic_name.to_string(), p.partition_index, p.error_code))
+        })
+        .collect();
+    assert_eq!(
+        codes,
+        vec![
+            (TOPIC.to_string(), 0, 0),
+            (TOPIC.to_string(), 5, UNKNOWN_TOPIC_OR_PARTITION),
+            ("kip932-none".to_string(), 0, UNKNOWN_TOPIC_OR_PARTITION),
+        ]
+    );
+    assert_ne!(r.responses[0].topic_id, uuid::Uuid::nil(), "the topic id");
+    let deleted = c.request(0, &delete);
+    assert_eq!(
+        (deleted.error_code, deleted.responses[0].error_code),
+        (0, 0)
+    );
+    let again = c.request(0, &delete);
+    assert_eq!(again.responses[0].error_code, UNKNOWN_TOPIC_OR_PARTITION);
+    let unknown = c.request(0, &alter("kip932-no-such-group", &[(TOPIC, 0, 0)]));
+    assert_eq!(unknown.error_code, GROUP_ID_NOT_FOUND);
 }

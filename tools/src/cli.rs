@@ -375,7 +375,8 @@ pub enum GroupCmd {
         #[arg(required = true)]
         groups: Vec<String>,
     },
-    /// Move a group's committed offsets. Dry run unless --execute.
+    /// Move a group's committed offsets (a share group's start offsets). Dry run unless
+    /// --execute.
     ResetOffsets(ResetArgs),
 }
 

@@ -702,7 +702,11 @@ fn reset_offsets(
 ) -> anyhow::Result<String> {
     let group = &args.group;
     let g = describe_group(coord.as_mut().unwrap_or(&mut *client), group)?;
-    let committed = offsets::committed(coord.as_mut().unwrap_or(&mut *client), group, None)?;
+    // A share group's "committed" offsets are its share partitions' start offsets.
+    let committed = match g.share {
+        true => share_start_offsets(coord.as_mut().unwrap_or(&mut *client), group)?,
+        false => offsets::committed(coord.as_mut().unwrap_or(&mut *client), group, None)?,
+    };
     let topics: BTreeSet<String> = if args.topics.is_empty() {
         committed.keys().map(|(t, _)| t.clone()).collect()
     } else {
@@ -738,12 +742,62 @@ fn reset_offsets(
     }
     let new: BTreeMap<TopicPartition, i64> =
         planned.iter().map(|p| (p.tp.clone(), p.new)).collect();
-    offsets::commit(coord.as_mut().unwrap_or(client), group, &new)?;
+    let coordinator = coord.as_mut().unwrap_or(client);
+    match g.share {
+        true => alter_share_offsets(coordinator, group, &new)?,
+        false => offsets::commit(coordinator, group, &new)?,
+    }
     out.push_str(&format!(
         "\ncommitted {} offsets for group {group}\n",
         new.len()
     ));
     Ok(out)
+}
+
+/// AlterShareGroupOffsets: share group `group`'s partitions start at `new` (the group must
+/// have no members).
+fn alter_share_offsets(
+    client: &mut KafkaClient,
+    group: &str,
+    new: &BTreeMap<TopicPartition, i64>,
+) -> Result<(), KafkaError> {
+    use kafka_protocol::messages::alter_share_group_offsets_request::{
+        AlterShareGroupOffsetsRequestPartition, AlterShareGroupOffsetsRequestTopic,
+    };
+    use kafka_protocol::messages::{AlterShareGroupOffsetsRequest, TopicName};
+    let mut by_topic: BTreeMap<&str, Vec<AlterShareGroupOffsetsRequestPartition>> = BTreeMap::new();
+    for ((t, p), o) in new {
+        by_topic.entry(t.as_str()).or_default().push(
+            AlterShareGroupOffsetsRequestPartition::default()
+                .with_partition_index(*p)
+                .with_start_offset(*o),
+        );
+    }
+    let topics = by_topic
+        .into_iter()
+        .map(|(t, ps)| {
+            AlterShareGroupOffsetsRequestTopic::default()
+                .with_topic_name(TopicName(StrBytes::from_string(t.to_string())))
+                .with_partitions(ps)
+        })
+        .collect();
+    let req = AlterShareGroupOffsetsRequest::default()
+        .with_group_id(group_id(group))
+        .with_topics(topics);
+    let resp = client.send(&req)?;
+    let what = format!("reset offsets of share group {group}");
+    check_code(resp.error_code, &what, resp.error_message.as_ref())?;
+    for t in &resp.responses {
+        for p in &t.partitions {
+            let what = format!(
+                "{what} on {} partition {}",
+                t.topic_name.as_str(),
+                p.partition_index
+            );
+            check_code(p.error_code, &what, p.error_message.as_ref())?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -236,7 +236,7 @@ pub struct Flags {
     /// (`group.consumer.heartbeat.interval.ms`).
     #[arg(long, env = "STRAND_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS")]
     pub group_consumer_heartbeat_interval_ms: Option<u64>,
-    /// Serve share groups (KIP-932; Kafka 4.0's `group.share.enable`, 4.1's `share.version` feature): off by default while they are a preview (their membership is not persisted).
+    /// Serve share groups (KIP-932; Kafka 4.0's `group.share.enable`, 4.1's `share.version` feature): off by default while they are a preview.
     #[arg(long, env = "STRAND_GROUP_SHARE_ENABLE")]
     pub group_share_enable: Option<bool>,
     /// Session timeout of share-group members (`group.share.session.timeout.ms`).

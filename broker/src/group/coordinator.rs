@@ -1049,6 +1049,7 @@ fn subscribed_topics(g: &Group) -> Vec<String> {
 /// groups.
 pub fn replay_batch(
     groups: &mut std::collections::HashMap<String, Group>,
+    shares: &mut records::ShareGroups,
     (index, partitions): (i32, usize),
     batch: Bytes,
 ) {
@@ -1070,7 +1071,9 @@ pub fn replay_batch(
         return;
     }
     if !a.is_transactional() {
-        crate::partition::lookup::for_each_keyed_record(batch, |k, v| records::apply(groups, k, v));
+        crate::partition::lookup::for_each_keyed_record(batch, |k, v| {
+            records::apply(groups, shares, k, v)
+        });
         return;
     }
     let mut log_offset = view.base_offset();

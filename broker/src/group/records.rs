@@ -37,6 +37,24 @@ pub enum Key {
         /// Group.
         group: String,
     },
+    /// The membership of a share group (KIP-932), a `share::group::ShareGroup` snapshot;
+    /// a tombstone deletes the group. (Its delivery state is in `__share_group_state`.)
+    ShareGroup {
+        /// Group.
+        group: String,
+    },
+}
+
+/// Share groups' snapshots by group id, as replay finds them beside the other groups: the
+/// group layer keeps them as the bytes written (the share layer above decodes them), and
+/// reads only their `version`.
+pub type ShareGroups = HashMap<String, Vec<u8>>;
+
+/// The one field of a share-group snapshot replay reads: newer versions win.
+#[derive(Deserialize)]
+struct Versioned {
+    #[serde(default)]
+    version: u64,
 }
 
 /// A committed-offset value.
@@ -132,9 +150,15 @@ pub fn group_value(g: &Group) -> GroupValue {
     }
 }
 
-/// Applies one record to `groups` (replay). Malformed records are skipped with a warning:
-/// they can only come from a bug, and skipping one loses at most that commit.
-pub fn apply(groups: &mut HashMap<String, Group>, key: &[u8], value: Option<&[u8]>) {
+/// Applies one record to `groups`, or to `shares` for a share group's (replay). Malformed
+/// records are skipped with a warning: they can only come from a bug, and skipping one
+/// loses at most that commit.
+pub fn apply(
+    groups: &mut HashMap<String, Group>,
+    shares: &mut ShareGroups,
+    key: &[u8],
+    value: Option<&[u8]>,
+) {
     let Ok(k) = serde_json::from_slice::<Key>(key) else {
         tracing::warn!("skipping unreadable __consumer_offsets key");
         return;
@@ -198,7 +222,35 @@ pub fn apply(groups: &mut HashMap<String, Group>, key: &[u8], value: Option<&[u8
                 }
             }
         }
+        Key::ShareGroup { group } => apply_share(shares, group, value),
     }
+}
+
+/// A share group's snapshot (`None`: its tombstone) replayed into `shares`; the newest
+/// version wins.
+fn apply_share(shares: &mut ShareGroups, group: String, value: Option<&[u8]>) {
+    let version = |bytes: &[u8]| serde_json::from_slice::<Versioned>(bytes).map(|v| v.version);
+    match value {
+        Some(bytes) => match version(bytes) {
+            Ok(new) => {
+                let old = shares.get(&group).and_then(|b| version(b).ok());
+                if old.is_none_or(|old| old < new) {
+                    shares.insert(group, bytes.to_vec());
+                }
+            }
+            Err(_) => tracing::warn!(%group, "skipping unreadable share group record"),
+        },
+        None => {
+            shares.remove(&group);
+        }
+    }
+}
+
+/// The key of `group`'s share-group snapshot.
+pub fn share_group_key(group: &str) -> Vec<u8> {
+    key_bytes(&Key::ShareGroup {
+        group: group.to_string(),
+    })
 }
 
 /// The group, partition and offset an offset-commit record sets; `None` for any other
@@ -240,7 +292,7 @@ pub fn scope_of(key: &[u8]) -> Option<(String, bool)> {
     match serde_json::from_slice::<Key>(key).ok()? {
         Key::Offset { group, .. } => Some((group, false)),
         Key::Group { group } => Some((group, true)),
-        Key::ConsumerGroup { group } => Some((group, false)),
+        Key::ConsumerGroup { group } | Key::ShareGroup { group } => Some((group, false)),
     }
 }
 
@@ -262,9 +314,13 @@ pub fn stage(
 }
 
 /// Applies every record of an offsets partition's compacted checkpoint to `groups`.
-pub fn replay_compacted(compacted: &Compacted, groups: &mut HashMap<String, Group>) {
+pub fn replay_compacted(
+    compacted: &Compacted,
+    groups: &mut HashMap<String, Group>,
+    shares: &mut ShareGroups,
+) {
     for (k, v) in compacted.records() {
-        apply(groups, k, Some(v));
+        apply(groups, shares, k, Some(v));
     }
 }
 
@@ -378,11 +434,11 @@ mod tests {
         let mut replayed = HashMap::new();
         let mut compacted = Compacted::new(scope_of);
         for (k, v) in &log {
-            apply(&mut replayed, k, v.as_deref());
+            apply(&mut replayed, &mut ShareGroups::new(), k, v.as_deref());
             compacted.apply(k, v.as_deref());
         }
         let mut from_compacted = HashMap::new();
-        replay_compacted(&compacted, &mut from_compacted);
+        replay_compacted(&compacted, &mut from_compacted, &mut ShareGroups::new());
         assert_eq!(summary(&from_compacted), summary(&replayed));
         assert_eq!(
             summary(&replayed)["b"],
@@ -418,7 +474,8 @@ mod tests {
         let at = seed.iter().position(|&b| b == 0).expect("key NUL value");
         let (key, value) = (&seed[..at], &seed[at + 1..]);
         let mut groups = HashMap::new();
-        apply(&mut groups, key, Some(value));
+        let shares = &mut ShareGroups::new();
+        apply(&mut groups, shares, key, Some(value));
         let c = groups["g"].consumer.clone().expect("a consumer group");
         assert_eq!((c.version, c.group_epoch, c.members.len()), (3, 2, 2));
         assert_eq!(groups["g"].protocol_type.as_deref(), Some("consumer"));
@@ -428,6 +485,7 @@ mod tests {
         older.group_epoch = 1;
         apply(
             &mut groups,
+            shares,
             key,
             Some(&serde_json::to_vec(&older).expect("json")),
         );
@@ -435,7 +493,36 @@ mod tests {
             groups["g"].consumer.as_ref().map(|c| c.group_epoch),
             Some(2)
         );
-        apply(&mut groups, key, None);
+        apply(&mut groups, shares, key, None);
         assert!(groups["g"].consumer.is_none());
+        assert!(shares.is_empty());
+    }
+
+    #[test]
+    fn share_group_snapshots_replay_newest_first_apart_from_other_groups() {
+        let snapshot = |version: u64, epoch: i32| {
+            serde_json::to_vec(&serde_json::json!({"version": version, "epoch": epoch}))
+                .expect("json")
+        };
+        let (first, second) = (snapshot(1, 1), snapshot(2, 3));
+        let key = share_group_key("s");
+        let mut groups = HashMap::new();
+        let mut shares = ShareGroups::new();
+        let mut compacted = Compacted::new(scope_of);
+        for v in [&second, &first] {
+            apply(&mut groups, &mut shares, &key, Some(v));
+            compacted.apply(&key, Some(v));
+        }
+        assert!(groups.is_empty(), "a share group is not a classic group");
+        assert_eq!(
+            shares["s"], second,
+            "an older snapshot arriving later does not win"
+        );
+        apply(&mut groups, &mut shares, &key, Some(b"not json"));
+        assert_eq!(shares["s"], second, "an unreadable one is skipped");
+        apply(&mut groups, &mut shares, &key, None);
+        assert!(shares.is_empty(), "a tombstone deletes it");
+        compacted.apply(&key, None);
+        assert_eq!(compacted.count(), 0);
     }
 }

@@ -31,8 +31,8 @@ impl Shard {
             Op::WriteShareState(key, state) => {
                 Reply::Codes(vec![self.write_share_state_here(&key, &state).await])
             }
-            Op::ForgetShareGroup(group) => {
-                Reply::Codes(vec![self.forget_share_group(&group).await])
+            Op::ForgetShareGroup(forget) => {
+                Reply::Codes(vec![self.forget_share_group(&forget).await])
             }
             Op::ReadShareState(key, leader_epoch) => {
                 Reply::ShareState(self.read_share_state_here(&key, leader_epoch))

@@ -81,9 +81,9 @@ impl Shard {
             .topics
             .get(crate::group::OFFSETS_TOPIC)
             .map_or(1, |t| t.shards.len());
-        self.groups
-            .borrow_mut()
-            .retain(|g, _| crate::group::partition_for(g, partitions) != part.index);
+        let elsewhere = |g: &String| crate::group::partition_for(g, partitions) != part.index;
+        self.groups.borrow_mut().retain(|g, _| elsewhere(g));
+        self.share_groups.borrow_mut().retain(|g, _| elsewhere(g));
         let end = part.log().log_end_offset();
         if let Err(e) = self.replay_groups(part, end, partitions).await {
             tracing::error!(partition = part.index, error = %format!("{e:#}"),
@@ -110,10 +110,12 @@ impl Shard {
         // The checkpoint's compacted records and the transactions open at its offset, then
         // the log after it.
         let (from, records) = part.compacted_checkpoint();
+        let shares = std::cell::RefCell::new(crate::group::records::ShareGroups::new());
         let from = match records {
             Some(records) => {
                 let mut groups = self.groups.borrow_mut();
-                crate::group::records::replay_compacted(&records, &mut groups);
+                let shares = &mut shares.borrow_mut();
+                crate::group::records::replay_compacted(&records, &mut groups, shares);
                 for (pid, (offset, k, v)) in part.pending_checkpoint_records() {
                     crate::group::records::stage(&mut groups, pid, offset, &k, v.as_deref());
                 }
@@ -124,13 +126,30 @@ impl Shard {
         let (_, bytes) = crate::partition::checkpoint::replay_batches(part.log(), from, end, |b| {
             crate::group::coordinator::replay_batch(
                 &mut self.groups.borrow_mut(),
+                &mut shares.borrow_mut(),
                 (part.index, partitions),
                 b,
             )
         })
         .await?;
         part.metrics().state_replayed(bytes);
+        self.restore_share_groups(shares.into_inner());
         Ok(())
+    }
+
+    /// The share groups whose snapshots a replay found, decoded into `share_groups` (their
+    /// members' sessions start now).
+    fn restore_share_groups(&self, snapshots: crate::group::records::ShareGroups) {
+        let now_ms = crate::common::clock::mono_ms();
+        let mut groups = self.share_groups.borrow_mut();
+        for (id, bytes) in snapshots {
+            match crate::share::group::ShareGroup::restored(&bytes, now_ms) {
+                Some(g) => {
+                    groups.insert(id, g);
+                }
+                None => tracing::warn!(group = %id, "skipping an unreadable share group snapshot"),
+            }
+        }
     }
 
     /// Waits (bounded) until every `__consumer_offsets` partition this shard owns is loaded.

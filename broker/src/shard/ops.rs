@@ -207,9 +207,9 @@ pub enum Op {
         crate::share::records::ShareKey,
         crate::share::partition::ShareState,
     ),
-    /// Forget a deleted share group on this shard (`Shard::forget_share_group`); answered
-    /// `Codes` with one code.
-    ForgetShareGroup(String),
+    /// Forget a deleted share group, or some of its partitions, on this shard
+    /// (`Shard::forget_share_group`); answered `Codes` with one code.
+    ForgetShareGroup(crate::share::records::Forget),
     /// The persisted state of a share partition (its `__share_group_state` partition is
     /// here), for its data partition's leader at the leader epoch given.
     ReadShareState(crate::share::records::ShareKey, i32),

@@ -27,6 +27,7 @@ use crate::common::config::{SHARE_STATE_NUM_PARTITIONS, SHARE_STATE_TOPIC};
 use crate::common::errors::code;
 use crate::partition::Partition;
 use crate::share::partition::{AckError, Limits, LogBatch, SharePartition, ShareState};
+use crate::share::records::Forget;
 
 fn s(v: impl Into<String>) -> StrBytes {
     StrBytes::from_string(v.into())
@@ -341,7 +342,11 @@ impl Shard {
 
     /// Writes `key`'s state durably before its answer, retried while its keeper is moving
     /// (`retried`) for up to `STATE_RETRY_MS`; a code (NONE when written).
-    async fn persist_share_state(self: &Rc<Self>, key: &ShareKey, state: &ShareState) -> i16 {
+    pub(crate) async fn persist_share_state(
+        self: &Rc<Self>,
+        key: &ShareKey,
+        state: &ShareState,
+    ) -> i16 {
         let attempt = || self.persist_share_state_once(key, state);
         retrying(attempt, |e| retried(*e)).await
     }
@@ -441,18 +446,18 @@ impl Shard {
         }
     }
 
-    /// Forgets share group `group` on this shard: its share partitions here, and the
+    /// Forgets what `forget` names on this shard: its share partitions here, and the
     /// states kept in the `__share_group_state` partitions this shard leads (tombstoned;
     /// the leaders of the others forget theirs). A code: the first tombstone that failed.
-    pub async fn forget_share_group(&self, group: &str) -> i16 {
+    pub async fn forget_share_group(&self, forget: &Forget) -> i16 {
         self.share_partitions
             .borrow_mut()
-            .retain(|k, _| k.0 != group);
+            .retain(|k, _| !forget.covers(k));
         let keys: Vec<ShareKey> = self
             .share_states
             .borrow()
             .keys()
-            .filter(|k| k.0 == group && self.share_state_refusal(k).is_none())
+            .filter(|k| forget.covers(k) && self.share_state_refusal(k).is_none())
             .cloned()
             .collect();
         let mut first_error = code::NONE;
@@ -468,46 +473,113 @@ impl Shard {
         first_error
     }
 
+    /// Writes share group `group`'s snapshot (`None`: its tombstone) to its
+    /// `__consumer_offsets` partition and waits until it is durable.
+    pub async fn persist_share_group(
+        &self,
+        group: &str,
+        snapshot: Option<Vec<u8>>,
+    ) -> Result<(), i16> {
+        let record = (crate::group::records::share_group_key(group), snapshot);
+        crate::group::coordinator::persist_group_records(self, group, vec![record], None)
+            .await
+            .map(|_| ())
+    }
+
+    /// Share group `group`'s session timeout: its group config, else the broker's.
+    pub fn share_session_ms(&self, meta: &crate::cluster::metadata::Metadata, group: &str) -> u64 {
+        crate::cluster::group_config::number(
+            meta.group_configs.get(group),
+            crate::cluster::group_config::SHARE_SESSION_TIMEOUT_MS,
+            self.config.group_share_session_timeout_ms,
+        )
+    }
+
+    /// Removes the share-group members whose session expired (no heartbeat for the
+    /// group's session timeout) and writes each changed group, in the background: a group
+    /// whose members all died shows Empty without waiting for another heartbeat.
+    pub fn expire_share_members(self: &Rc<Self>) {
+        let now_ms = crate::common::clock::mono_ms();
+        let meta = self.metadata();
+        let mut changed = Vec::new();
+        for (id, g) in self.share_groups.borrow_mut().iter_mut() {
+            if self.coordinator_check(id).is_err() {
+                continue;
+            }
+            let session_ms = self.share_session_ms(&meta, id);
+            let gone = g.expire(session_ms, now_ms);
+            if !gone.is_empty() {
+                tracing::info!(group = %id, members = ?gone, "share group members expired");
+                changed.push((id.clone(), g.snapshot()));
+            }
+        }
+        for (group, snapshot) in changed {
+            let shard = self.clone();
+            crate::runtime::task::spawn_local(async move {
+                if let Err(e) = shard.persist_share_group(&group, Some(snapshot)).await {
+                    tracing::warn!(%group, code = e, "writing a share group's state failed");
+                }
+            });
+        }
+    }
+
     /// On `group`'s coordinator shard, DeleteGroups of a share group: refused while it has
-    /// members (NON_EMPTY_GROUP, as Kafka); else its membership goes, then it is forgotten
-    /// on every shard of every node. `None` when `group` is not a share group here.
+    /// members (NON_EMPTY_GROUP, as Kafka); else its tombstone is written, its membership
+    /// goes, then it is forgotten on every shard of every node. `None` when `group` is not
+    /// a share group here.
     pub async fn delete_share_group(self: &Rc<Self>, group: &str) -> Option<i16> {
+        let members = self.share_groups.borrow().get(group)?.members.len();
+        if members > 0 {
+            return Some(code::NON_EMPTY_GROUP);
+        }
+        if let Err(error) = self.persist_share_group(group, None).await {
+            return Some(error);
+        }
         {
             let mut groups = self.share_groups.borrow_mut();
-            let members = groups.get(group)?.members.len();
-            if members > 0 {
+            // A member that joined while the tombstone was written keeps the group (its
+            // snapshot follows the tombstone in the log).
+            if groups.get(group).is_some_and(|g| !g.members.is_empty()) {
                 return Some(code::NON_EMPTY_GROUP);
             }
             groups.remove(group);
         }
-        let local = (0..self.count).map(|t| self.call(t, Op::ForgetShareGroup(group.to_string())));
+        Some(self.forget_everywhere(&Forget::group(group)).await)
+    }
+
+    /// Forgets what `forget` names on every shard of every node (`forget_share_group`);
+    /// the first error (COORDINATOR_NOT_AVAILABLE for a node that did not answer within
+    /// `STATE_RETRY_MS`).
+    pub async fn forget_everywhere(self: &Rc<Self>, forget: &Forget) -> i16 {
+        let local = (0..self.count).map(|t| self.call(t, Op::ForgetShareGroup(forget.clone())));
         let mut first_error = code::NONE;
         for reply in futures::future::join_all(local).await {
-            if let Reply::Codes(c) = reply {
-                let c = c.first().copied().unwrap_or(code::NONE);
-                if first_error == code::NONE {
-                    first_error = c;
-                }
+            let c = match reply {
+                Reply::Codes(c) => c.first().copied().unwrap_or(code::NONE),
+                _ => code::UNKNOWN_SERVER_ERROR,
+            };
+            if first_error == code::NONE {
+                first_error = c;
             }
         }
         if self.clustered() {
             let meta = self.metadata();
+            let id_of: &dyn Fn(&str) -> Option<u128> = &|t| meta.topics.get(t).map(|x| x.id);
             let others = meta.nodes.values().filter(|n| n.id != self.config.node_id);
-            let calls =
-                others.map(|n| self.forget_share_group_at((n.host.as_str(), n.kafka_port), group));
+            let calls = others.map(|n| {
+                let node = (n.host.as_str(), n.kafka_port);
+                retrying(
+                    move || crate::share::remote::forget(node, forget, id_of),
+                    |ok| !ok,
+                )
+            });
             for ok in futures::future::join_all(calls).await {
                 if !ok && first_error == code::NONE {
                     first_error = code::COORDINATOR_NOT_AVAILABLE;
                 }
             }
         }
-        Some(first_error)
-    }
-
-    /// Asks another node to forget share group `group`, retried for up to
-    /// `STATE_RETRY_MS` while it does not answer (restarting, say); whether it answered.
-    async fn forget_share_group_at(&self, node: (&str, u16), group: &str) -> bool {
-        retrying(|| crate::share::remote::forget(node, group), |ok| !ok).await
+        first_error
     }
 
     /// Replays an opened `__share_group_state` partition up to `end` into `share_states`.

@@ -16,6 +16,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use serde::{Deserialize, Serialize};
+
 use crate::group::consumer::Assignment;
 
 /// The member epoch of a heartbeat that joins.
@@ -24,7 +26,7 @@ pub const JOIN_EPOCH: i32 = 0;
 pub const LEAVE_EPOCH: i32 = -1;
 
 /// One member.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShareMember {
     pub id: String,
     pub rack_id: Option<String>,
@@ -35,7 +37,9 @@ pub struct ShareMember {
     pub epoch: i32,
     pub previous_epoch: i32,
     pub assigned: Assignment,
-    /// Its last heartbeat, in the caller's milliseconds.
+    /// Its last heartbeat, in the caller's milliseconds (not persisted: a loaded member's
+    /// session starts when it is loaded).
+    #[serde(skip)]
     pub last_seen_ms: u64,
 }
 
@@ -65,9 +69,13 @@ pub enum Answer {
     Error(i16, &'static str),
 }
 
-/// One share group.
-#[derive(Clone, Debug, Default)]
+/// One share group, persisted whole (`snapshot`) in `__consumer_offsets` whenever a
+/// heartbeat, an expiry or a deletion changed it.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct ShareGroup {
+    /// Bumped by each snapshot: replay keeps the newest.
+    #[serde(default)]
+    pub version: u64,
     pub epoch: i32,
     pub assignment_epoch: i32,
     pub members: BTreeMap<String, ShareMember>,
@@ -179,6 +187,27 @@ impl ShareGroup {
             ));
         }
         Ok(true)
+    }
+
+    /// The group as persisted now (its version unchanged): what `snapshot` would write.
+    pub fn persisted(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// The persisted form of the group, under a new version.
+    pub fn snapshot(&mut self) -> Vec<u8> {
+        self.version += 1;
+        self.persisted()
+    }
+
+    /// The group a snapshot holds, loaded at `now_ms`: every member's session starts now.
+    /// `None` when the bytes are not a snapshot.
+    pub fn restored(snapshot: &[u8], now_ms: u64) -> Option<ShareGroup> {
+        let mut g: ShareGroup = serde_json::from_slice(snapshot).ok()?;
+        for m in g.members.values_mut() {
+            m.last_seen_ms = now_ms;
+        }
+        Some(g)
     }
 
     /// Removes the members silent for `session_timeout_ms` by `now_ms`; returns their ids.
@@ -502,6 +531,38 @@ mod tests {
             g.heartbeat(hb("a", e, None), &parts(1), 1, 1),
             Answer::Ok { .. }
         ));
+    }
+
+    #[test]
+    fn a_restored_snapshot_keeps_members_epochs_and_assignments() {
+        let mut g = ShareGroup::default();
+        g.heartbeat(hb("a", 0, Some(&["t"])), &parts(4), 10, 0);
+        g.heartbeat(hb("b", 0, Some(&["t"])), &parts(4), 10, 0);
+        let e = g.members["a"].epoch;
+        g.heartbeat(hb("a", e, None), &parts(4), 10, 1);
+        let before = g.persisted();
+        let snapshot = g.snapshot();
+        assert_ne!(before, snapshot, "a snapshot is a new version");
+        let mut back = ShareGroup::restored(&snapshot, 500).expect("restored");
+        assert_eq!(back.persisted(), snapshot);
+        assert!(back.members.values().all(|m| m.last_seen_ms == 500));
+        // Members heartbeat on at their epochs, unfenced, and expire from the load time.
+        for id in ["a", "b"] {
+            let epoch = back.members[id].epoch;
+            let answer = back.heartbeat(hb(id, epoch, None), &parts(4), 10, 600);
+            assert!(matches!(answer, Answer::Ok { .. }), "{id}: {answer:?}");
+        }
+        assert!(back.expire(1_000, 1_500).is_empty());
+        assert!(ShareGroup::restored(b"{", 0).is_none());
+        // The fuzz seed of a share group's snapshot is one.
+        let seed = std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fuzz/corpus/group_records/share-group"
+        ))
+        .expect("the fuzz seed");
+        let at = seed.iter().position(|&b| b == 0).expect("key NUL value");
+        let seeded = ShareGroup::restored(&seed[at + 1..], 0).expect("a share group");
+        assert_eq!((seeded.version, seeded.members.len()), (3, 2));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! Invariant: a key decodes to exactly the share partition it was made for; an unreadable
 //! record is skipped with a warning (it can only come from a bug).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 
@@ -13,6 +13,34 @@ use super::partition::ShareState;
 
 /// A share partition: (share group, topic, partition).
 pub type ShareKey = (String, String, i32);
+
+/// What of a share group to forget (its share partitions and their persisted states): all
+/// of it (a deleted group), or some partitions (offsets deleted or reset).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Forget {
+    pub group: String,
+    /// `None`: every partition of the group.
+    pub only: Option<BTreeMap<String, BTreeSet<i32>>>,
+}
+
+impl Forget {
+    /// All of `group`.
+    pub fn group(group: &str) -> Self {
+        Forget {
+            group: group.to_string(),
+            only: None,
+        }
+    }
+
+    /// Whether `k` is forgotten.
+    pub fn covers(&self, k: &ShareKey) -> bool {
+        k.0 == self.group
+            && self
+                .only
+                .as_ref()
+                .is_none_or(|o| o.get(&k.1).is_some_and(|ps| ps.contains(&k.2)))
+    }
+}
 
 #[derive(Serialize, Deserialize)]
 struct Key {
@@ -90,5 +118,20 @@ mod tests {
         apply(&mut states, &key_bytes(&k), None);
         assert!(states.is_empty());
         assert!((0..50).contains(&partition_for(&k, 50)));
+    }
+
+    #[test]
+    fn a_forget_covers_its_group_or_only_the_partitions_it_names() {
+        let k = |g: &str, t: &str, p| (g.to_string(), t.to_string(), p);
+        let all = Forget::group("g");
+        assert!(all.covers(&k("g", "t", 0)) && all.covers(&k("g", "u", 9)));
+        assert!(!all.covers(&k("h", "t", 0)));
+        let some = Forget {
+            group: "g".into(),
+            only: Some(BTreeMap::from([("t".into(), BTreeSet::from([1]))])),
+        };
+        assert!(some.covers(&k("g", "t", 1)));
+        assert!(!some.covers(&k("g", "t", 0)) && !some.covers(&k("g", "u", 1)));
+        assert!(!some.covers(&k("h", "t", 1)));
     }
 }

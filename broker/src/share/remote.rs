@@ -23,7 +23,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use crate::common::errors::code;
 use crate::share::partition::ShareState;
-use crate::share::records::ShareKey;
+use crate::share::records::{Forget, ShareKey};
 
 /// Longest a share-state request to another node may take, connection included.
 pub const SHARE_STATE_RPC_TIMEOUT: Duration = Duration::from_secs(10);
@@ -242,13 +242,32 @@ pub async fn write(node: (&str, u16), key: &ShareKey, topic_id: u128, state: &Sh
     .unwrap_or(code::COORDINATOR_NOT_AVAILABLE)
 }
 
-/// DeleteShareGroupState of share group `group` with no topics: between strand nodes it
-/// asks the node to forget the group everywhere it holds some of it (its share
-/// partitions, the states it keeps), as the deleting coordinator cannot name them.
-pub fn encode_forget(group: &str) -> anyhow::Result<Bytes> {
+/// DeleteShareGroupState of what `forget` names. Between strand nodes it asks the node to
+/// forget it wherever it holds some of it (its share partitions, the states it keeps): no
+/// topics for a whole group (the deleting coordinator cannot name its partitions), else
+/// the partitions by topic id (`id_of`; a topic without one is left out).
+pub fn encode_forget(
+    forget: &Forget,
+    id_of: &dyn Fn(&str) -> Option<u128>,
+) -> anyhow::Result<Bytes> {
+    use kafka_protocol::messages::delete_share_group_state_request::{
+        DeleteStateData, PartitionData,
+    };
     use kafka_protocol::messages::DeleteShareGroupStateRequest;
+    let topics = forget.only.iter().flatten().filter_map(|(t, ps)| {
+        let partitions = ps
+            .iter()
+            .map(|&p| PartitionData::default().with_partition(p))
+            .collect();
+        Some(
+            DeleteStateData::default()
+                .with_topic_id(uuid(id_of(t)?))
+                .with_partitions(partitions),
+        )
+    });
     let req = DeleteShareGroupStateRequest::default()
-        .with_group_id(StrBytes::from_string(group.to_string()));
+        .with_group_id(StrBytes::from_string(forget.group.clone()))
+        .with_topics(topics.collect());
     crate::cluster::net::encode_request(
         ApiKey::DeleteShareGroupState,
         VERSION,
@@ -258,9 +277,37 @@ pub fn encode_forget(group: &str) -> anyhow::Result<Bytes> {
     )
 }
 
-/// Asks the node listening on `host`:`port` to forget share group `group`; whether it
-/// answered.
-pub async fn forget(node: (&str, u16), group: &str) -> bool {
+/// What a DeleteShareGroupState asks a strand node to forget (`encode_forget`); `name_of`
+/// gives a topic id's name (a topic it does not know is left out).
+pub fn decode_forget(
+    r: &kafka_protocol::messages::DeleteShareGroupStateRequest,
+    name_of: &dyn Fn(u128) -> Option<String>,
+) -> Forget {
+    let group = r.group_id.to_string();
+    if r.topics.is_empty() {
+        return Forget::group(&group);
+    }
+    let mut only = std::collections::BTreeMap::<String, std::collections::BTreeSet<i32>>::new();
+    for t in &r.topics {
+        if let Some(name) = name_of(t.topic_id.as_u128()) {
+            only.entry(name)
+                .or_default()
+                .extend(t.partitions.iter().map(|p| p.partition));
+        }
+    }
+    Forget {
+        group,
+        only: Some(only),
+    }
+}
+
+/// Asks the node listening on `host`:`port` to forget what `forget` names; whether it
+/// answered that it did (every partition named answered without error).
+pub async fn forget(
+    node: (&str, u16),
+    forget: &Forget,
+    id_of: &dyn Fn(&str) -> Option<u128>,
+) -> bool {
     use kafka_protocol::messages::DeleteShareGroupStateResponse;
     let decode = |b| {
         crate::cluster::net::decode_response::<DeleteShareGroupStateResponse>(
@@ -269,9 +316,19 @@ pub async fn forget(node: (&str, u16), group: &str) -> bool {
             b,
         )
     };
-    ask(node, "DeleteShareGroupState", encode_forget(group), decode)
-        .await
-        .is_some()
+    let answer = ask(
+        node,
+        "DeleteShareGroupState",
+        encode_forget(forget, id_of),
+        decode,
+    )
+    .await;
+    answer.is_some_and(|a| {
+        a.results
+            .iter()
+            .flat_map(|t| t.partitions.iter())
+            .all(|p| p.error_code == code::NONE)
+    })
 }
 
 #[cfg(test)]
@@ -332,6 +389,40 @@ mod tests {
             let _ = decode_read(&key, Bytes::from(bytes.clone()));
             let _ = decode_write(&key, Bytes::from(bytes));
         }
+    }
+
+    #[test]
+    fn a_forget_travels_by_topic_id_and_comes_back_by_name() {
+        use kafka_protocol::messages::DeleteShareGroupStateRequest;
+        use kafka_protocol::protocol::Decodable;
+        let id_of = |t: &str| (t == "t").then_some(7u128);
+        let name_of = |id: u128| (id == 7).then(|| "t".to_string());
+        let decoded = |f: &Forget| {
+            let mut bytes = encode_forget(f, &id_of).expect("encode");
+            let _size = bytes.split_to(4);
+            let hv = ApiKey::DeleteShareGroupState.request_header_version(VERSION);
+            kafka_protocol::messages::RequestHeader::decode(&mut bytes, hv).expect("header");
+            let r = DeleteShareGroupStateRequest::decode(&mut bytes, VERSION).expect("body");
+            decode_forget(&r, &name_of)
+        };
+        let all = Forget::group("g");
+        assert_eq!(decoded(&all), all);
+        let some = Forget {
+            group: "g".into(),
+            only: Some(
+                [
+                    ("t".to_string(), [0, 2].into()),
+                    ("gone".to_string(), [1].into()),
+                ]
+                .into(),
+            ),
+        };
+        let back = decoded(&some);
+        assert_eq!(
+            back.only,
+            Some([("t".to_string(), [0, 2].into())].into()),
+            "a topic without an id is left out"
+        );
     }
 
     #[test]

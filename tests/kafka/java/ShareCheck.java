@@ -31,6 +31,11 @@
 //                          a partition without an offset left out, or {"error": "..."}
 //   delete                 Admin.deleteShareGroups of the group: {"deleted": true} or
 //                          {"deleted": false, "error": "<exception class>"}
+//   alter OFFSET           Admin.alterShareGroupOffsets of the group: partition 0 of the
+//                          topic starts at OFFSET: {"altered": true} or
+//                          {"altered": false, "error": "<exception class>"}
+//   delete-offsets         Admin.deleteShareGroupOffsets of the group for the topic:
+//                          {"deleted": true} or {"deleted": false, "error": "<exception class>"}
 // Every output but crash-holder's also has "commit_errors": the exceptions commitSync
 // reported per partition.
 // A list of accepted offsets keeps repeats: an offset accepted twice shows twice.
@@ -61,6 +66,7 @@ import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaShareConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.common.KafkaException;
+import org.apache.kafka.common.KafkaFuture;
 import org.apache.kafka.common.TopicIdPartition;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.StringDeserializer;
@@ -475,6 +481,36 @@ public final class ShareCheck {
         }
     }
 
+    /** `alter` and `delete-offsets`: an Admin call's outcome as {"KEY": true} or its error. */
+    private static String outcome(String key, String what, KafkaFuture<Void> done) throws InterruptedException {
+        try {
+            done.get(30, TimeUnit.SECONDS);
+            return "{\"" + key + "\":true}";
+        } catch (java.util.concurrent.ExecutionException e) {
+            return "{\"" + key + "\":false,\"error\":\"" + e.getCause().getClass().getSimpleName() + "\"}";
+        } catch (java.util.concurrent.TimeoutException e) {
+            throw new IllegalStateException(what + " timed out", e);
+        }
+    }
+
+    private static String alter(String bootstrap, String topic, String group, long offset) throws InterruptedException {
+        Properties props = new Properties();
+        props.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        try (Admin admin = Admin.create(props)) {
+            Map<TopicPartition, Long> to = Map.of(new TopicPartition(topic, 0), offset);
+            return outcome("altered", "alterShareGroupOffsets", admin.alterShareGroupOffsets(group, to).all());
+        }
+    }
+
+    private static String deleteOffsets(String bootstrap, String topic, String group) throws InterruptedException {
+        Properties props = new Properties();
+        props.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        try (Admin admin = Admin.create(props)) {
+            return outcome("deleted", "deleteShareGroupOffsets",
+                admin.deleteShareGroupOffsets(group, Set.of(topic)).all());
+        }
+    }
+
     private static String run(String bootstrap, String topic, String group, String mode,
                               String[] rest) throws InterruptedException {
         switch (mode) {
@@ -498,6 +534,10 @@ public final class ShareCheck {
                 return offsets(bootstrap, topic, group);
             case "delete":
                 return delete(bootstrap, group);
+            case "alter":
+                return alter(bootstrap, topic, group, arg(rest, 0, mode));
+            case "delete-offsets":
+                return deleteOffsets(bootstrap, topic, group);
             default:
                 throw new IllegalArgumentException("unknown mode " + mode);
         }

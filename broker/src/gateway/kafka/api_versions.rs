@@ -1,7 +1,7 @@
 //! ApiVersions: advertises exactly [`super::SUPPORTED`] (the share-group APIs only with
 //! `group_share_enable`), and the features this build
 //! finalizes ([`FINALIZED`]: transaction version 2, which Java 4.x and franz-go producers
-//! use once they see it).
+//! use once they see it; `share.version` 1 with `group_share_enable`).
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::api_versions_response::{
@@ -18,12 +18,27 @@ use crate::common::errors::code;
 /// epoch), and `group.version` 1 (KIP-848: the consumer group protocol). Fixed by the
 /// build, so the same on every node of a cluster of one build.
 pub const FINALIZED: &[(&str, i16)] = &[("transaction.version", 2), ("group.version", 1)];
-/// The epoch of [`FINALIZED`]: raise it whenever a level there changes (a client keeps the
-/// features of the highest epoch it saw; -1 would make it ignore them).
-pub const FINALIZED_FEATURES_EPOCH: i64 = 2;
+/// `share.version` 1 (KIP-932: share groups), finalized beside [`FINALIZED`] only on a node
+/// serving share groups (`group_share_enable`), as a Kafka 4.1 cluster finalizes it once
+/// `kafka-features.sh upgrade --feature share.version=1` enabled them.
+pub const SHARE_VERSION: (&str, i16) = ("share.version", 1);
+/// The epoch of the finalized features: raise it whenever a level there changes (a client
+/// keeps the features of the highest epoch it saw; -1 would make it ignore them).
+pub const FINALIZED_FEATURES_EPOCH: i64 = 3;
 /// The features supported, with their (min, max) levels.
-const SUPPORTED_FEATURES: &[(&str, i16, i16)] =
-    &[("transaction.version", 0, 2), ("group.version", 0, 1)];
+const SUPPORTED_FEATURES: &[(&str, i16, i16)] = &[
+    ("transaction.version", 0, 2),
+    ("group.version", 0, 1),
+    ("share.version", 0, 1),
+];
+
+/// The features a node finalizes (`share`: `group_share_enable`).
+fn finalized(share: bool) -> impl Iterator<Item = (&'static str, i16)> {
+    FINALIZED
+        .iter()
+        .copied()
+        .chain(share.then_some(SHARE_VERSION))
+}
 /// The first ApiVersions version shown supported features whose minimum is 0 (older
 /// clients took a minimum of 0 for "unsupported": KAFKA-17011).
 const ZERO_MIN_FEATURES_SINCE: i16 = 4;
@@ -59,9 +74,8 @@ pub fn handle(ctx: &Ctx, req: Bytes, share: bool) -> Result<Bytes, FramingError>
                 .with_max_version(max)
         })
         .collect();
-    let finalized = FINALIZED
-        .iter()
-        .map(|&(name, level)| {
+    let finalized = finalized(share)
+        .map(|(name, level)| {
             FinalizedFeatureKey::default()
                 .with_name(StrBytes::from_static_str(name))
                 .with_max_version_level(level)
@@ -88,4 +102,23 @@ pub fn unsupported_version(correlation_id: i32, share: bool) -> Result<Bytes, Fr
     b.encode(&mut out, 0)
         .map_err(|e| FramingError::Malformed(e.to_string()))?;
     Ok(out.freeze())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn share_version_is_finalized_exactly_when_share_groups_are_served() {
+        let names = |share| finalized(share).map(|(n, _)| n).collect::<Vec<_>>();
+        assert!(!names(false).contains(&"share.version"));
+        assert!(finalized(true).any(|f| f == ("share.version", 1)));
+        for (name, level) in finalized(true) {
+            let (_, min, max) = SUPPORTED_FEATURES
+                .iter()
+                .find(|(n, _, _)| *n == name)
+                .expect("a finalized feature is supported");
+            assert!((*min..=*max).contains(&level), "{name} {level}");
+        }
+    }
 }

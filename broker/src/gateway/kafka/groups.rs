@@ -241,6 +241,11 @@ pub async fn execute(
     if let Err(error) = shard.coordinator_check(group) {
         return refused(ctx, body, error);
     }
+    // A share group takes no classic or consumer-group request and commits no offsets
+    // (Kafka: "Group {id} is not a classic/consumer group").
+    if ctx.key != ApiKey::ShareGroupHeartbeat && shard.share_groups.borrow().contains_key(group) {
+        return refused(ctx, body, code::GROUP_ID_NOT_FOUND);
+    }
     match ctx.key {
         ApiKey::JoinGroup => join(shard, ctx, body).await,
         ApiKey::SyncGroup => {

@@ -29,6 +29,7 @@ pub mod scram;
 pub mod share_fetch;
 pub mod share_groups;
 pub mod share_offsets;
+pub mod share_resets;
 pub mod share_state;
 pub mod throttle;
 pub mod topics;
@@ -83,6 +84,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ShareAcknowledge, 1, 1),
     (ApiKey::ReadShareGroupState, 0, 0),
     (ApiKey::DescribeShareGroupOffsets, 0, 0),
+    (ApiKey::AlterShareGroupOffsets, 0, 0),
+    (ApiKey::DeleteShareGroupOffsets, 0, 0),
     (ApiKey::DeleteShareGroupState, 0, 0),
     (ApiKey::WriteShareGroupState, 0, 0),
     (ApiKey::OffsetDelete, 0, 0),
@@ -182,6 +185,8 @@ pub fn api_name(key: ApiKey) -> &'static str {
         ApiKey::ShareAcknowledge => "share_acknowledge",
         ApiKey::ReadShareGroupState => "read_share_group_state",
         ApiKey::DescribeShareGroupOffsets => "describe_share_group_offsets",
+        ApiKey::AlterShareGroupOffsets => "alter_share_group_offsets",
+        ApiKey::DeleteShareGroupOffsets => "delete_share_group_offsets",
         ApiKey::DeleteShareGroupState => "delete_share_group_state",
         ApiKey::WriteShareGroupState => "write_share_group_state",
         ApiKey::DeleteGroups => "delete_groups",
@@ -281,6 +286,8 @@ pub async fn handle(
         ApiKey::DescribeShareGroupOffsets => {
             share_offsets::describe(shard, &ctx, buf).await.map(Some)
         }
+        ApiKey::AlterShareGroupOffsets => share_resets::alter(shard, &ctx, buf).await.map(Some),
+        ApiKey::DeleteShareGroupOffsets => share_resets::delete(shard, &ctx, buf).await.map(Some),
         ApiKey::WriteShareGroupState => share_state::write(shard, &ctx, buf).await.map(Some),
         ApiKey::DeleteGroups => groups::delete(shard, &ctx, buf).await.map(Some),
         ApiKey::InitProducerId => producer::init(shard, &ctx, buf).await.map(Some),

@@ -32,6 +32,8 @@ pub fn is_share_api(key: ApiKey) -> bool {
             | ApiKey::ShareAcknowledge
             | ApiKey::ReadShareGroupState
             | ApiKey::DescribeShareGroupOffsets
+            | ApiKey::AlterShareGroupOffsets
+            | ApiKey::DeleteShareGroupOffsets
             | ApiKey::DeleteShareGroupState
             | ApiKey::WriteShareGroupState
     )
@@ -124,7 +126,7 @@ pub async fn heartbeat(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Byte
     if hb.member_epoch == JOIN_EPOCH {
         ensure_share_state_topic(shard).await;
     }
-    let answer = run(shard, &group, hb);
+    let answer = heartbeat_durably(shard, &group, hb).await;
     let resp = ShareGroupHeartbeatResponse::default().with_member_id(Some(r.member_id.clone()));
     let resp = match answer {
         Answer::Error(error, why) => resp.with_error_code(error).with_error_message(Some(s(why))),
@@ -158,42 +160,57 @@ pub async fn heartbeat(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Byte
     ctx.respond(&resp)
 }
 
-/// The heartbeat against this shard's share groups: members silent for the session
-/// timeout leave first (checked at each heartbeat of their group, so no timer runs).
-fn run(shard: &Shard, group: &str, hb: Heartbeat) -> Answer {
+/// The heartbeat against this shard's share groups, made durable before it is answered
+/// (an answer a coordinator crash could undo would hand a member partitions the group then
+/// forgets): a change is written to `__consumer_offsets` first.
+async fn heartbeat_durably(shard: &Rc<Shard>, group: &str, hb: Heartbeat) -> Answer {
+    let (answer, snapshot) = run(shard, group, hb);
+    let Some(snapshot) = snapshot else {
+        return answer;
+    };
+    match shard.persist_share_group(group, Some(snapshot)).await {
+        Ok(()) => answer,
+        Err(error) => Answer::Error(error, "the share group's state could not be written"),
+    }
+}
+
+/// The heartbeat against this shard's share groups, and the group's new snapshot when it
+/// changed: members silent for the session timeout leave first (the session sweeper also
+/// expires them between heartbeats).
+fn run(shard: &Shard, group: &str, hb: Heartbeat) -> (Answer, Option<Vec<u8>>) {
+    let refused = |error, why| (Answer::Error(error, why), None);
     let is_other_kind = shard.groups.borrow().contains_key(group);
     if is_other_kind {
-        return Answer::Error(code::GROUP_ID_NOT_FOUND, "The group is not a share group.");
+        return refused(code::GROUP_ID_NOT_FOUND, "The group is not a share group.");
     }
     let mut groups = shard.share_groups.borrow_mut();
     if !groups.contains_key(group) {
         if hb.member_epoch == LEAVE_EPOCH {
-            return Answer::Error(code::GROUP_ID_NOT_FOUND, "The share group does not exist.");
+            return refused(code::GROUP_ID_NOT_FOUND, "The share group does not exist.");
         }
         if hb.member_epoch != JOIN_EPOCH {
-            // Share-group membership is not persisted: after a restart a member is told it
-            // is unknown and joins again (GROUP_ID_NOT_FOUND would be fatal to the client).
-            return Answer::Error(code::UNKNOWN_MEMBER_ID, "unknown member");
+            // A member of a deleted group: told it is unknown, it joins again
+            // (GROUP_ID_NOT_FOUND would be fatal to the client).
+            return refused(code::UNKNOWN_MEMBER_ID, "unknown member");
         }
     }
     let c = &shard.config;
     let meta = shard.metadata();
     let partitions = |t: &str| meta.topics.get(t).map(|x| x.shards.len());
     let now_ms = crate::common::clock::mono_ms();
-    let session_ms = group_config::number(
-        meta.group_configs.get(group),
-        group_config::SHARE_SESSION_TIMEOUT_MS,
-        c.group_share_session_timeout_ms,
-    );
+    let session_ms = shard.share_session_ms(&meta, group);
     let g = groups.entry(group.to_string()).or_default();
+    let before = g.persisted();
     g.expire(session_ms, now_ms);
     let answer = g.heartbeat(hb, &partitions, c.group_share_max_size, now_ms);
     // A share group whose last member left stays, Empty, as in Kafka (described, listed);
     // a refused first heartbeat leaves no group behind.
     if g.members.is_empty() && g.epoch == 0 {
         groups.remove(group);
+        return (answer, None);
     }
-    answer
+    let snapshot = (g.persisted() != before).then(|| g.snapshot());
+    (answer, snapshot)
 }
 
 /// ShareGroupDescribe over the groups' coordinator shards.

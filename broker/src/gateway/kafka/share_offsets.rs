@@ -4,8 +4,8 @@
 //! `__share_group_state` partition).
 //!
 //! Invariant: a group is answered only when its coordinator knows it as a share group, or
-//! when a partition asked has a persisted state (its membership is not persisted, so a
-//! restart forgets the group but not its offsets); otherwise the ShareGroupDescribe
+//! when a partition asked has a persisted state (a group deleted while a partition kept a
+//! state another node could not forget yet); otherwise the ShareGroupDescribe
 //! answer's error (GROUP_ID_NOT_FOUND). A partition whose share partition has
 //! no state yet has start offset -1, as in Kafka; without topics the partitions of every
 //! topic the group's members subscribe to are answered.
@@ -29,7 +29,7 @@ use crate::shard::groups::s;
 use crate::shard::Shard;
 
 /// The leader epoch asked with: reading to describe fences no writer.
-const NO_LEADER_EPOCH: i32 = -1;
+pub(super) const NO_LEADER_EPOCH: i32 = -1;
 
 /// DescribeShareGroupOffsets.
 pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
@@ -40,8 +40,8 @@ pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes
     for (g, d) in r.groups.iter().zip(described) {
         let base =
             DescribeShareGroupOffsetsResponseGroup::default().with_group_id(g.group_id.clone());
-        // Membership is not persisted: after a restart a group known only by the state of
-        // the partitions asked is answered from that state.
+        // A group known only by the state of the partitions asked (its membership gone, its
+        // state not yet) is answered from that state.
         let by_state = d.error_code == code::GROUP_ID_NOT_FOUND && g.topics.is_some();
         if d.error_code != code::NONE && !by_state {
             groups.push(

@@ -150,9 +150,10 @@ pub async fn write(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, F
     ctx.respond(&WriteShareGroupStateResponse::default().with_results(results))
 }
 
-/// DeleteShareGroupState from the coordinator of a deleted share group (on another node,
-/// `share::remote::forget`): every shard of this node forgets the group. Answered with
-/// the partitions named, each with the node's code (none are named between strand nodes).
+/// DeleteShareGroupState from the coordinator of a share group (on another node,
+/// `share::remote::forget`): every shard of this node forgets the group (no topics: a
+/// deleted group) or the partitions named (offsets deleted or reset). Answered with the
+/// partitions named, each with the node's code.
 pub async fn forget(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
     use kafka_protocol::messages::delete_share_group_state_response::{
         DeleteStateResult, PartitionResult,
@@ -160,8 +161,15 @@ pub async fn forget(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
     use kafka_protocol::messages::{DeleteShareGroupStateRequest, DeleteShareGroupStateResponse};
     let r: DeleteShareGroupStateRequest = ctx.decode(body)?;
     let error = if ctx.allowed_on_cluster(shard, acl_op::CLUSTER_ACTION) {
-        let group = r.group_id.to_string();
-        let calls = (0..shard.count).map(|t| shard.call(t, Op::ForgetShareGroup(group.clone())));
+        let meta = shard.metadata();
+        let name_of = |id: u128| {
+            meta.topics
+                .iter()
+                .find(|(_, t)| t.id == id)
+                .map(|(n, _)| n.clone())
+        };
+        let forget = crate::share::remote::decode_forget(&r, &name_of);
+        let calls = (0..shard.count).map(|t| shard.call(t, Op::ForgetShareGroup(forget.clone())));
         futures::future::join_all(calls)
             .await
             .into_iter()
