@@ -16,7 +16,11 @@ ran out) after `group.share.delivery.count.limit` deliveries is archived instead
   archived, while the records around it are accepted;
 - acknowledgements committed before a kill -9 of the broker hold after the restart: a new
   consumer gets exactly the records not accepted before, none of the accepted ones; the
-  group itself is still there after the restart (listed, deleted).
+  group itself is still there after the restart (listed, deleted);
+- an empty group's start offset moved forward and back (Admin, strandctl) and its state
+  deleted; Kafka's refusals of a busy or unknown group;
+- group configs: `share.isolation.level=read_committed` never delivers an aborted
+  transaction's records, `share.auto.offset.reset=by_duration:PT1H` starts an hour back.
 
 The broker runs with `--group-share-enable true`, a 2 s acquisition lock (Kafka's default
 is 30 s) and a delivery count limit of 3 (Kafka's default is 5), so that the waits stay
@@ -149,15 +153,17 @@ def _produce(ck, bootstrap: str, topic: str, lo: int, hi: int):
     assert sorted(offsets) == list(range(lo, hi)), f"offsets {sorted(offsets)[:10]}..."
 
 
-def _set_earliest(bootstrap: str, group: str):
-    """share.auto.offset.reset=earliest on the group, a dynamic group config (Kafka keeps it
-    even before the group exists). librdkafka sends ResourceType.GROUP as config resource
-    type 32, Kafka's ConfigResource.Type.GROUP."""
+def _set_earliest(bootstrap: str, group: str, **more: str):
+    """share.auto.offset.reset=earliest on the group (and the `more` configs, `_` for `.`),
+    dynamic group configs (Kafka keeps them even before the group exists). librdkafka sends
+    ResourceType.GROUP as config resource type 32, Kafka's ConfigResource.Type.GROUP."""
     admin = need_module("confluent_kafka.admin")
     a = admin.AdminClient({"bootstrap.servers": bootstrap})
+    configs = {"share.auto.offset.reset": "earliest",
+               **{k.replace("_", "."): v for k, v in more.items()}}
     res = admin.ConfigResource(admin.ResourceType.GROUP, group, incremental_configs=[
-        admin.ConfigEntry("share.auto.offset.reset", "earliest",
-                          incremental_operation=admin.AlterConfigOpType.SET)])
+        admin.ConfigEntry(k, v, incremental_operation=admin.AlterConfigOpType.SET)
+        for k, v in configs.items()])
     a.incremental_alter_configs([res], request_timeout=15)[res].result(timeout=20)
 
 
@@ -487,3 +493,56 @@ def test_share_offsets_are_reset_and_deleted_while_the_group_is_empty(broker, ck
     assert held, held
     busy = admin("alter", "0", when_empty=False)
     assert busy == {"altered": False, "error": "GroupNotEmptyException"}, busy
+
+
+def test_a_read_committed_share_group_never_gets_aborted_records(broker, ck, share_check):
+    """share.isolation.level=read_committed (a group config, as in Kafka): the group reads
+    up to the last stable offset and never gets the records of an aborted transaction;
+    a read_uncommitted group of the same topic gets them all. Three transactions of five
+    records (committed, aborted, committed): each marker takes one offset, so the data is
+    at 0-4, 6-10 and 12-16."""
+    topic = f"share-txn-{_uid()}"
+    admin = need_module("confluent_kafka.admin")
+    a = admin.AdminClient({"bootstrap.servers": broker.bootstrap})
+    a.create_topics([admin.NewTopic(topic, num_partitions=1, replication_factor=-1)],
+                    operation_timeout=10, request_timeout=15)[topic].result(timeout=20)
+    p = ck.Producer({"bootstrap.servers": broker.bootstrap,
+                     "transactional.id": f"share-txn-{_uid()}", "linger.ms": 0})
+    p.init_transactions(20)
+    for commit in (True, False, True):
+        p.begin_transaction()
+        for i in range(5):
+            p.produce(topic, value=str(i).encode())
+        p.flush(20)
+        (p.commit_transaction if commit else p.abort_transaction)(20)
+    committed, aborted = set(range(0, 5)) | set(range(12, 17)), set(range(6, 11))
+    for level, want in (("read_committed", committed),
+                        ("read_uncommitted", committed | aborted)):
+        group = f"grp-share-{level}-{_uid()}"
+        _set_earliest(broker.bootstrap, group, share_isolation_level=level)
+        out = _run(share_check, broker, topic, group, "drain", len(want), 30)
+        twice, missing = _twice_and_missing(out["accepted"], want)
+        extra = sorted(set(out["accepted"]) - want)
+        assert not twice and not missing and not extra, (
+            f"{level}: twice {twice}; never {missing}; not expected {extra}")
+
+
+def test_a_share_group_can_start_a_duration_ago(broker, ck, share_check):
+    """share.auto.offset.reset=by_duration:PT1H (Kafka's ISO-8601 form): a share group
+    that never read a partition starts at its first record written at most an hour ago —
+    not at the records of two hours ago, not at the log end."""
+    topic = f"share-ago-{_uid()}"
+    admin = need_module("confluent_kafka.admin")
+    a = admin.AdminClient({"bootstrap.servers": broker.bootstrap})
+    a.create_topics([admin.NewTopic(topic, num_partitions=1, replication_factor=-1)],
+                    operation_timeout=10, request_timeout=15)[topic].result(timeout=20)
+    p = ck.Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 0})
+    now_ms = int(time.time() * 1000)
+    for i in range(10):
+        at = now_ms - 2 * 3600 * 1000 if i < 5 else now_ms
+        p.produce(topic, value=str(i).encode(), timestamp=at)
+        p.flush(20)
+    group = f"grp-share-ago-{_uid()}"
+    _set_earliest(broker.bootstrap, group, share_auto_offset_reset="by_duration:PT1H")
+    out = _run(share_check, broker, topic, group, "drain", 5, 30)
+    assert sorted(out["accepted"]) == list(range(5, 10)), out["accepted"]

@@ -22,9 +22,11 @@ use strand_storage::KafkaOffset;
 
 use super::ops::{Op, Reply, ShareDone, ShareWork};
 use super::{Shard, ShareKey};
-use crate::cluster::{group_config, ClusterHost};
+use crate::cluster::group_config::{self, StartAt};
+use crate::cluster::ClusterHost;
 use crate::common::config::{SHARE_STATE_NUM_PARTITIONS, SHARE_STATE_TOPIC};
 use crate::common::errors::code;
+use crate::partition::txn_index::AbortedTxn;
 use crate::partition::Partition;
 use crate::share::partition::{AckError, Limits, LogBatch, SharePartition, ShareState};
 use crate::share::records::Forget;
@@ -165,20 +167,25 @@ impl Shard {
         let Some(from) = from else {
             return done;
         };
-        let records = match part
-            .fetch(KafkaOffset(from), w.max_bytes, true, false)
+        // read_committed: up to the last stable offset, and an aborted transaction's
+        // batches are finished without a delivery, like control batches (Kafka archives
+        // them).
+        let committed = group_config::read_committed(meta.group_configs.get(&w.group));
+        let (records, aborted) = match part
+            .fetch(KafkaOffset(from), w.max_bytes, true, committed)
             .await
         {
-            Ok((records, _)) => records,
+            Ok(read) => read,
             Err(e) => {
                 done.error = e.code();
                 return done;
             }
         };
+        let batches = log_batches(&records, aborted.as_deref().unwrap_or_default());
         self.acquire(
             &key,
             &w,
-            &records,
+            (&records, &batches),
             now_ms.saturating_add(lock_ms),
             &mut done,
         );
@@ -191,22 +198,21 @@ impl Shard {
         &self,
         key: &ShareKey,
         w: &ShareWork,
-        records: &Bytes,
+        (records, (batches, ends)): (&Bytes, &(Vec<LogBatch>, Vec<usize>)),
         lock_until_ms: u64,
         done: &mut ShareDone,
     ) {
-        let (batches, ends) = log_batches(records);
         let member: Rc<str> = Rc::from(w.member.as_str());
         let mut map = self.share_partitions.borrow_mut();
         let Some(sp) = map.get_mut(key) else {
             return;
         };
-        done.acquired = sp.acquire(&member, &batches, w.max_records, lock_until_ms);
+        done.acquired = sp.acquire(&member, batches, w.max_records, lock_until_ms);
         if let Some(last) = done.acquired.last().map(|a| a.last) {
             // The batches up to the one holding the last acquired offset.
             let upto = batches
                 .iter()
-                .zip(&ends)
+                .zip(ends)
                 .find(|(b, _)| b.last >= last)
                 .map_or(records.len(), |(_, &end)| end);
             done.records = records.slice(..upto);
@@ -259,10 +265,24 @@ impl Shard {
         let meta = self.metadata();
         let sp = match stored {
             Some(state) => SharePartition::from_state(&state, self.share_limits()),
-            None if group_config::from_earliest(meta.group_configs.get(&key.0)) => {
-                SharePartition::new(part.log().log_start_offset().0, self.share_limits())
+            None => {
+                let start = match group_config::start_at(meta.group_configs.get(&key.0)) {
+                    StartAt::Earliest => part.log().log_start_offset().0,
+                    StartAt::Latest => part.high_watermark().0,
+                    StartAt::Ago { duration_ms } => {
+                        let ago_ms = i64::try_from(duration_ms).unwrap_or(i64::MAX);
+                        let at = crate::common::clock::wall_ms()
+                            .saturating_sub(ago_ms)
+                            .max(0);
+                        match crate::partition::lookup::offset_for_time(part, at).await {
+                            Ok((_, offset)) if offset >= 0 => offset,
+                            Ok(_) => part.high_watermark().0,
+                            Err(e) => return Err(e.code()),
+                        }
+                    }
+                };
+                SharePartition::new(start, self.share_limits())
             }
-            None => SharePartition::new(part.high_watermark().0, self.share_limits()),
         };
         // Another request may have loaded it meanwhile: the first one stays.
         self.share_partitions
@@ -677,8 +697,10 @@ enum StateHome {
     Node(String, u16, u128),
 }
 
-/// The batches of `records` (whole batches as a fetch reads them) and where each ends.
-fn log_batches(records: &Bytes) -> (Vec<LogBatch>, Vec<usize>) {
+/// The batches of `records` (whole batches as a fetch reads them) and where each ends; a
+/// transactional batch of one of the `aborted` transactions counts as a control batch
+/// (never delivered).
+fn log_batches(records: &Bytes, aborted: &[AbortedTxn]) -> (Vec<LogBatch>, Vec<usize>) {
     let mut batches = Vec::new();
     let mut ends = Vec::new();
     let mut at = 0usize;
@@ -687,12 +709,61 @@ fn log_batches(records: &Bytes) -> (Vec<LogBatch>, Vec<usize>) {
             break;
         };
         at += b.as_bytes().len();
+        let a = b.attributes();
+        let in_aborted = |t: &AbortedTxn| {
+            t.producer_id == b.producer_id()
+                && (t.first_offset..t.last_offset).contains(&b.base_offset())
+        };
         batches.push(LogBatch {
             first: b.base_offset(),
             last: b.last_offset(),
-            control: b.attributes().is_control(),
+            control: a.is_control() || (a.is_transactional() && aborted.iter().any(in_aborted)),
         });
         ends.push(at);
     }
     (batches, ends)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A batch of `n` records at `base`, transactional from `producer` when given.
+    fn batch(base: i64, n: usize, producer: Option<i64>) -> Vec<u8> {
+        let mut b = strand_wire::BatchBuilder::new(0);
+        if let Some(pid) = producer {
+            b = b.producer(pid, 0, 0).transactional();
+        }
+        for _ in 0..n {
+            b.push(0, None, Some(b"v"), &[]);
+        }
+        let mut bytes = b.build().to_vec();
+        strand_wire::set_base_offset(&mut bytes, base).expect("a batch");
+        bytes
+    }
+
+    #[test]
+    fn batches_of_an_aborted_transaction_are_never_delivered() {
+        let records = Bytes::from(
+            [
+                batch(0, 2, Some(7)),
+                batch(2, 1, None),
+                batch(3, 2, Some(8)),
+                batch(5, 1, Some(7)),
+            ]
+            .concat(),
+        );
+        let aborted = [AbortedTxn {
+            producer_id: 7,
+            first_offset: 0,
+            last_offset: 4,
+        }];
+        let (batches, ends) = log_batches(&records, &aborted);
+        let skipped: Vec<(i64, bool)> = batches.iter().map(|b| (b.first, b.control)).collect();
+        // Producer 7's batch at 5 is after its abort marker: another transaction.
+        assert_eq!(skipped, vec![(0, true), (2, false), (3, false), (5, false)]);
+        assert_eq!(ends.last(), Some(&records.len()));
+        let (plain, _) = log_batches(&records, &[]);
+        assert!(plain.iter().all(|b| !b.control));
+    }
 }
