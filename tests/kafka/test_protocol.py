@@ -135,8 +135,8 @@ def test_api_versions_v3_writes_only_non_default_tagged_fields(broker):
     """librdkafka 2.0.x (Debian's kcat) cannot parse tagged fields written with their
     default value, so ApiVersions writes a tagged field only when it differs from its
     default, as Kafka does: FinalizedFeaturesEpoch (tag 1) and FinalizedFeatures (tag 2,
-    `transaction.version` 2, `group.version` 1; `share.version` 1 only with share groups
-    enabled); not SupportedFeatures (each has minimum 0, which
+    `transaction.version` 2, `group.version` 1, `share.version` 1: share groups are on by
+    default); not SupportedFeatures (each has minimum 0, which
     Kafka shows only to v4 requests: KAFKA-17011) nor ZkMigrationReady. kcat reading
     metadata through this answer is test_kcat.py."""
     name, ver = b"strand-tests", b"1.0"
@@ -167,8 +167,9 @@ def test_api_versions_v3_writes_only_non_default_tagged_fields(broker):
     assert off == len(resp), f"{len(resp) - off} trailing bytes"
     assert sorted(tags) == [1, 2], tags
     assert struct.unpack(">q", tags[1]) == (3,), "FinalizedFeaturesEpoch"
-    # Two entries: name (compact string), max level, min level, no tagged fields.
+    # Three entries: name (compact string), max level, min level, no tagged fields.
     entries = b"".join(_uvarint(len(f) + 1) + f + struct.pack(">hh", level, level) + b"\x00"
-                       for f, level in ((b"transaction.version", 2), (b"group.version", 1)))
-    assert tags[2] == _uvarint(3) + entries, tags[2]
+                       for f, level in ((b"transaction.version", 2), (b"group.version", 1),
+                                        (b"share.version", 1)))
+    assert tags[2] == _uvarint(4) + entries, tags[2]
     assert apis[18][0] == 0 and apis[18][1] >= 3, apis[18]

@@ -22,7 +22,7 @@ ran out) after `group.share.delivery.count.limit` deliveries is archived instead
 - group configs: `share.isolation.level=read_committed` never delivers an aborted
   transaction's records, `share.auto.offset.reset=by_duration:PT1H` starts an hour back.
 
-The broker runs with `--group-share-enable true`, a 2 s acquisition lock (Kafka's default
+The broker runs with share groups on (`--group-share-enable true`, the default), a 2 s acquisition lock (Kafka's default
 is 30 s) and a delivery count limit of 3 (Kafka's default is 5), so that the waits stay
 short. A share group starts at the log end (`share.auto.offset.reset=latest`): each test
 sets `earliest` on its group with IncrementalAlterConfigs before any consumer joins (as
@@ -31,8 +31,7 @@ each test go to a topic of one partition, in batches of five: Kafka acquires who
 and the consumers ask for ten records per fetch (ShareFetch's MaxRecords), so a fetch does
 not take the whole partition.
 
-Share groups are a preview in strand (off unless `--group-share-enable true`; on a cluster:
-test_cluster_share_groups.py). A share group's membership is persisted in
+On a cluster: test_cluster_share_groups.py. A share group's membership is persisted in
 `__consumer_offsets`, its delivery state in `__share_group_state`: both survive kill -9.
 """
 

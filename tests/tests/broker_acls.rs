@@ -39,6 +39,8 @@ const T: &str = "matrix";
 /// Its consumer group and transactional id.
 const G: &str = "matrix-group";
 const X: &str = "matrix-txn";
+/// A share group (share groups are served by default).
+const SG: &str = "matrix-share";
 
 fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_string())
@@ -489,6 +491,167 @@ fn group_cases() -> Vec<Case> {
     ]
 }
 
+/// The share-group APIs (KIP-932) a client sends: the group's READ (DESCRIBE to describe,
+/// DELETE to delete offsets) and its topics' READ or DESCRIBE, as Kafka checks them.
+#[expect(clippy::too_many_lines, reason = "one table row per API")]
+fn share_cases() -> Vec<Case> {
+    let share_topics = &[(GROUP, SG, READ), (TOPIC, T, READ)];
+    vec![
+        case(
+            ApiKey::ShareGroupHeartbeat,
+            &[(GROUP, SG, READ), (TOPIC, T, DESCRIBE)],
+            GROUP_DENIED,
+            |c| {
+                // Joins and leaves: the group is there, empty, for the cases after it.
+                let beat = |epoch: i32| {
+                    ShareGroupHeartbeatRequest::default()
+                        .with_group_id(GroupId(s(SG)))
+                        .with_member_id(s("matrix-share-member"))
+                        .with_member_epoch(epoch)
+                        .with_subscribed_topic_names((epoch == 0).then(|| vec![topic_name(T)]))
+                };
+                vec![
+                    c.request(1, &beat(0)).error_code,
+                    c.request(1, &beat(-1)).error_code,
+                ]
+            },
+        ),
+        case(
+            ApiKey::ShareGroupDescribe,
+            &[(GROUP, SG, DESCRIBE)],
+            GROUP_DENIED,
+            |c| {
+                let req = ShareGroupDescribeRequest::default().with_group_ids(vec![GroupId(s(SG))]);
+                vec![c.request(1, &req).groups[0].error_code]
+            },
+        ),
+        case(ApiKey::ShareFetch, share_topics, GROUP_DENIED, |c| {
+            let req = ShareFetchRequest::default()
+                .with_group_id(Some(GroupId(s(SG))))
+                .with_member_id(Some(s("matrix-share-member")))
+                .with_share_session_epoch(0);
+            vec![c.request(1, &req).error_code]
+        }),
+        case(ApiKey::ShareAcknowledge, share_topics, GROUP_DENIED, |c| {
+            let req = ShareAcknowledgeRequest::default()
+                .with_group_id(Some(GroupId(s(SG))))
+                .with_member_id(Some(s("matrix-share-member")))
+                .with_share_session_epoch(1);
+            vec![c.request(1, &req).error_code]
+        }),
+        case(
+            ApiKey::DescribeShareGroupOffsets,
+            &[(GROUP, SG, DESCRIBE)],
+            GROUP_DENIED,
+            |c| {
+                let group = describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestGroup::default()
+                    .with_group_id(GroupId(s(SG)));
+                let req = DescribeShareGroupOffsetsRequest::default().with_groups(vec![group]);
+                vec![c.request(0, &req).groups[0].error_code]
+            },
+        ),
+        case(
+            ApiKey::AlterShareGroupOffsets,
+            share_topics,
+            GROUP_DENIED,
+            |c| {
+                use alter_share_group_offsets_request::{
+                    AlterShareGroupOffsetsRequestPartition, AlterShareGroupOffsetsRequestTopic,
+                };
+                let topic = AlterShareGroupOffsetsRequestTopic::default()
+                    .with_topic_name(topic_name(T))
+                    .with_partitions(vec![AlterShareGroupOffsetsRequestPartition::default()
+                        .with_partition_index(0)
+                        .with_start_offset(0)]);
+                let req = AlterShareGroupOffsetsRequest::default()
+                    .with_group_id(GroupId(s(SG)))
+                    .with_topics(vec![topic]);
+                vec![c.request(0, &req).error_code]
+            },
+        ),
+        case(
+            ApiKey::DeleteShareGroupOffsets,
+            &[(GROUP, SG, DELETE), (TOPIC, T, READ)],
+            GROUP_DENIED,
+            |c| {
+                let topic = delete_share_group_offsets_request::DeleteShareGroupOffsetsRequestTopic::default()
+                    .with_topic_name(topic_name(T));
+                let req = DeleteShareGroupOffsetsRequest::default()
+                    .with_group_id(GroupId(s(SG)))
+                    .with_topics(vec![topic]);
+                vec![c.request(0, &req).error_code]
+            },
+        ),
+    ]
+}
+
+/// The share-state requests between brokers: CLUSTER_ACTION, refused per partition. A
+/// topic id no topic has keeps them from changing anything when served.
+fn share_state_cases() -> Vec<Case> {
+    let group = || GroupId(s("matrix-share-state"));
+    let topic_id = uuid::Uuid::from_u128(0x5eed);
+    let grants = &[(CLUSTER, C, CLUSTER_ACTION)];
+    vec![
+        case(
+            ApiKey::ReadShareGroupState,
+            grants,
+            CLUSTER_DENIED,
+            move |c| {
+                use read_share_group_state_request::{PartitionData, ReadStateData};
+                let req = ReadShareGroupStateRequest::default()
+                    .with_group_id(s("matrix-share-state"))
+                    .with_topics(vec![ReadStateData::default()
+                        .with_topic_id(topic_id)
+                        .with_partitions(vec![PartitionData::default().with_partition(0)])]);
+                let r = c.request(0, &req);
+                r.results[0]
+                    .partitions
+                    .iter()
+                    .map(|p| p.error_code)
+                    .collect()
+            },
+        ),
+        case(
+            ApiKey::WriteShareGroupState,
+            grants,
+            CLUSTER_DENIED,
+            move |c| {
+                use write_share_group_state_request::{PartitionData, WriteStateData};
+                let req = WriteShareGroupStateRequest::default()
+                    .with_group_id(s("matrix-share-state"))
+                    .with_topics(vec![WriteStateData::default()
+                        .with_topic_id(topic_id)
+                        .with_partitions(vec![PartitionData::default().with_partition(0)])]);
+                let r = c.request(0, &req);
+                r.results[0]
+                    .partitions
+                    .iter()
+                    .map(|p| p.error_code)
+                    .collect()
+            },
+        ),
+        case(
+            ApiKey::DeleteShareGroupState,
+            grants,
+            CLUSTER_DENIED,
+            move |c| {
+                use delete_share_group_state_request::{DeleteStateData, PartitionData};
+                let req = DeleteShareGroupStateRequest::default()
+                    .with_group_id(group().0)
+                    .with_topics(vec![DeleteStateData::default()
+                        .with_topic_id(topic_id)
+                        .with_partitions(vec![PartitionData::default().with_partition(0)])]);
+                let r = c.request(0, &req);
+                r.results[0]
+                    .partitions
+                    .iter()
+                    .map(|p| p.error_code)
+                    .collect()
+            },
+        ),
+    ]
+}
+
 #[expect(clippy::too_many_lines, reason = "one table row per API")]
 fn txn_cases() -> Vec<Case> {
     vec![
@@ -870,10 +1033,17 @@ fn every_api_refuses_a_principal_without_its_acl_and_serves_one_with_it() {
         .iter()
         .map(|k| k.api_key)
         .collect();
-    let cases: Vec<Case> = [topic_cases(), group_cases(), txn_cases(), cluster_cases()]
-        .into_iter()
-        .flatten()
-        .collect();
+    let cases: Vec<Case> = [
+        topic_cases(),
+        group_cases(),
+        share_cases(),
+        share_state_cases(),
+        txn_cases(),
+        cluster_cases(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     let covered: BTreeSet<i16> = cases
         .iter()
         .map(|c| c.api as i16)

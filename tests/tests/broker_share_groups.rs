@@ -149,7 +149,11 @@ fn enabled(extra: &[&str]) -> Options {
 
 #[test]
 fn share_apis_are_advertised_only_when_enabled() {
-    let off = Broker::start(env!("CARGO_TARGET_TMPDIR").as_ref(), Options::default());
+    let disabled = Options {
+        extra_args: vec!["--group-share-enable".into(), "false".into()],
+        ..Options::default()
+    };
+    let off = Broker::start(env!("CARGO_TARGET_TMPDIR").as_ref(), disabled);
     let keys: Vec<i16> = off
         .connect()
         .api_versions()
@@ -168,7 +172,8 @@ fn share_apis_are_advertised_only_when_enabled() {
             "{key:?} advertised while disabled"
         );
     }
-    let on = Broker::start(env!("CARGO_TARGET_TMPDIR").as_ref(), enabled(&[]));
+    // On by default, as on a new Kafka 4.2 cluster.
+    let on = Broker::start(env!("CARGO_TARGET_TMPDIR").as_ref(), Options::default());
     let versions = on.connect().api_versions().expect("ApiVersions").api_keys;
     for key in [
         ApiKey::ShareGroupHeartbeat,

@@ -236,7 +236,7 @@ pub struct Flags {
     /// (`group.consumer.heartbeat.interval.ms`).
     #[arg(long, env = "STRAND_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS")]
     pub group_consumer_heartbeat_interval_ms: Option<u64>,
-    /// Serve share groups (KIP-932; Kafka 4.0's `group.share.enable`, 4.1's `share.version` feature): off by default while they are a preview.
+    /// Serve share groups (KIP-932; Kafka 4.0's `group.share.enable`, 4.1's `share.version` feature): on by default (false neither advertises nor serves them).
     #[arg(long, env = "STRAND_GROUP_SHARE_ENABLE")]
     pub group_share_enable: Option<bool>,
     /// Session timeout of share-group members (`group.share.session.timeout.ms`).
@@ -997,7 +997,7 @@ impl Config {
             group_share_enable: flags
                 .group_share_enable
                 .or(file.group_share_enable)
-                .unwrap_or(false),
+                .unwrap_or(true),
             group_share_session_timeout_ms: flags
                 .group_share_session_timeout_ms
                 .or(file.group_share_session_timeout_ms)

@@ -1,5 +1,4 @@
-//! Share-group APIs (KIP-932), served only with `group_share_enable` (off by default while
-//! share groups are incomplete): ShareGroupHeartbeat, run on the group's coordinator shard
+//! Share-group APIs (KIP-932), served only with `group_share_enable` (on by default): ShareGroupHeartbeat, run on the group's coordinator shard
 //! like every single-group request (`groups::route`), and ShareGroupDescribe, split per
 //! coordinator shard like ConsumerGroupDescribe. Topic ids on the wire, names in the
 //! coordinator's state.
