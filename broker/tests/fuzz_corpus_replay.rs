@@ -99,6 +99,7 @@ fn node(id: i32) -> NodeInfo {
         native_port: 9093,
         shards: 2,
         rpc_port: 33145,
+        admin_port: 9644,
         listeners: vec![Endpoint {
             name: "PLAINTEXT".into(),
             host: "127.0.0.1".into(),

@@ -29,6 +29,7 @@ from test_share_groups import (
     _run,
     _set_earliest,
     _setup,
+    _strandctl_counts,
     _twice_and_missing,
 )
 
@@ -135,6 +136,12 @@ def test_acknowledgements_hold_across_kill9_of_the_leader_and_of_the_state_leade
     offsets = _run(share_check, b, topic, group, "offsets")["start_offsets"]
     assert offsets == {"0": count}, offsets
     _only_new_records_come(ck, share_check, b, topic, group, count)
+    # strandctl asked through a node that does not lead the partition still shows its
+    # counts: it reads them from the leader's /metrics (found through /v1/nodes).
+    leader = three.leader_of(topic, 0)
+    other = next(n for n in (1, 2, 3) if n != leader)
+    shown = _strandctl_counts(three[other], group, topic)
+    assert (shown["LAG"], shown["IN-FLIGHT-ACQUIRED"]) == ("0", "0"), (leader, other, shown)
     # Deleting the group forgets its state on every node: the same group id starts over.
     deleted = _delete_group(share_check, b, topic, group)
     assert deleted["deleted"] is True, deleted

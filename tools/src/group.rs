@@ -43,7 +43,13 @@ pub fn run(
             // A share group: its start offsets (DescribeShareGroupOffsets at the coordinator)
             // and records in flight and archived (from the admin API).
             let starts = share_start_offsets(coord.as_mut().unwrap_or(&mut *client), group)?;
-            Ok(out.text + &share_partitions(group, &out.partitions, &starts, admin, timeout))
+            let (counts, notes) = share_counts_everywhere(client, group, admin, timeout)?;
+            let mut text = out.text + "\n";
+            text.push_str(&share_counts_table(&out.partitions, &starts, &counts).render());
+            for note in notes {
+                text.push_str(&format!("({note})\n"));
+            }
+            Ok(text)
         }
         GroupCmd::Delete { groups } => Ok(delete(client, groups, timeout)?),
         GroupCmd::ResetOffsets(args) => {
@@ -417,35 +423,96 @@ fn share_start_offsets(
     Ok(out)
 }
 
-/// A share group's partitions with their start offsets, lag, records in flight and
-/// archived records; the last three from the /metrics of the node whose admin API is at
-/// `admin` (on a cluster: the partitions that node leads; the others show `-`).
-fn share_partitions(
+/// The leader of every partition of `topics`, by Metadata.
+fn partition_leaders<'a>(
+    client: &mut KafkaClient,
+    topics: impl IntoIterator<Item = &'a String>,
+) -> Result<BTreeMap<TopicPartition, i32>, KafkaError> {
+    let mut out = BTreeMap::new();
+    for t in topics {
+        let md = crate::topic::one_topic(client, t, false)?;
+        for p in &md.partitions {
+            out.insert((t.clone(), p.partition_index), p.leader_id.0);
+        }
+    }
+    Ok(out)
+}
+
+/// Every node's admin API address (advertised host, admin port) from `/v1/nodes` at
+/// `admin`; empty when it lists none or cannot be asked.
+fn node_admins(admin: &str, timeout: Duration) -> BTreeMap<i32, String> {
+    let Ok(r) = crate::admin_http::get(admin, "/v1/nodes", timeout) else {
+        return BTreeMap::new();
+    };
+    if r.status != 200 {
+        return BTreeMap::new();
+    }
+    node_admins_of(&r.body)
+}
+
+/// `/v1/nodes`' nodes with an admin port (pure).
+pub fn node_admins_of(body: &str) -> BTreeMap<i32, String> {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(body) else {
+        return BTreeMap::new();
+    };
+    let nodes = v["nodes"].as_array().map_or(&[][..], Vec::as_slice);
+    nodes
+        .iter()
+        .filter_map(|n| {
+            let id = i32::try_from(n["id"].as_i64()?).ok()?;
+            let port = n["admin_port"].as_u64().filter(|&p| p > 0)?;
+            Some((id, format!("{}:{port}", n["host"].as_str()?)))
+        })
+        .collect()
+}
+
+/// Share counts by partition, and notes on where they came from or why some are missing.
+type CountsAndNotes = (BTreeMap<TopicPartition, ShareCounts>, Vec<String>);
+
+/// `group`'s lag, records in flight and archived per share partition, each from its
+/// leader's `/metrics` (every node's admin address from `/v1/nodes` of the node at
+/// `admin`; a single node, or one of an older version, lists none: then `admin`'s own
+/// `/metrics`).
+fn share_counts_everywhere(
+    client: &mut KafkaClient,
     group: &str,
-    given: &BTreeSet<TopicPartition>,
-    starts: &BTreeMap<TopicPartition, i64>,
     admin: &str,
     timeout: Duration,
-) -> String {
-    let metrics = crate::admin_http::get(admin, "/metrics", timeout);
-    let counts = match &metrics {
-        Ok(r) if r.status == 200 => share_counts(&r.body, group),
-        _ => BTreeMap::new(),
-    };
-    let mut out = String::from("\n");
-    out.push_str(&share_counts_table(given, starts, &counts).render());
-    match metrics {
-        Ok(r) if r.status == 200 => out.push_str(&format!(
-            "(in flight and archived: /metrics of the node at {admin}; on a cluster, of the \
-             partitions it leads)\n"
-        )),
-        Ok(r) => out.push_str(&format!(
-            "(no counts: {admin}/metrics answered {})\n",
-            r.status
-        )),
-        Err(e) => out.push_str(&format!("(no counts: {e})\n")),
+) -> Result<CountsAndNotes, KafkaError> {
+    let mut admins = node_admins(admin, timeout);
+    let everywhere = !admins.is_empty();
+    if !everywhere {
+        admins.insert(-1, admin.to_string());
     }
-    out
+    let mut notes = Vec::new();
+    let mut by_node = Vec::new();
+    for (id, addr) in &admins {
+        match crate::admin_http::get(addr, "/metrics", timeout) {
+            Ok(r) if r.status == 200 => by_node.push((*id, share_counts(&r.body, group))),
+            Ok(r) => notes.push(format!("no counts: {addr}/metrics answered {}", r.status)),
+            Err(e) => notes.push(format!("no counts: {e}")),
+        }
+    }
+    if !everywhere {
+        notes.push(format!(
+            "in flight and archived: /metrics of the node at {admin}"
+        ));
+        return Ok((by_node.into_iter().flat_map(|(_, c)| c).collect(), notes));
+    }
+    // A node that led a partition before may still count it: only its leader's counts.
+    let topics: BTreeSet<String> = by_node
+        .iter()
+        .flat_map(|(_, c)| c.keys().map(|(t, _)| t.clone()))
+        .collect();
+    let leaders = partition_leaders(client, &topics)?;
+    let counts = by_node
+        .into_iter()
+        .flat_map(|(id, c)| c.into_iter().map(move |(tp, n)| (id, tp, n)))
+        .filter(|(id, tp, _)| leaders.get(tp) == Some(id))
+        .map(|(_, tp, n)| (tp, n))
+        .collect();
+    notes.push("in flight and archived: /metrics of each partition's leader".into());
+    Ok((counts, notes))
 }
 
 /// The share partitions table (pure): every partition given to a member or counted.
@@ -834,6 +901,19 @@ mod tests {
             ..o
         };
         check(ResetTarget::TimestampMs(1), none, 50);
+    }
+
+    #[test]
+    fn node_admin_addresses_come_from_registered_admin_ports() {
+        let body = r#"{"nodes":[{"id":1,"host":"10.0.0.1","admin_port":9644},
+            {"id":2,"host":"10.0.0.2","admin_port":0},{"id":3,"host":"h3","admin_port":9645}]}"#;
+        let got = node_admins_of(body);
+        assert_eq!(
+            got,
+            BTreeMap::from([(1, "10.0.0.1:9644".to_string()), (3, "h3:9645".to_string())])
+        );
+        assert!(node_admins_of("not json").is_empty());
+        assert!(node_admins_of(r#"{"nodes":[]}"#).is_empty());
     }
 
     #[test]

@@ -106,6 +106,15 @@ where
     let _ = stream.close().await;
 }
 
+/// A 200 answer of JSON `body`.
+fn json(body: String) -> Response {
+    Response {
+        status: "200 OK",
+        content_type: "application/json",
+        body,
+    }
+}
+
 fn text(status: &'static str, body: &str) -> Response {
     Response {
         status,
@@ -186,6 +195,7 @@ async fn route(shard: &Rc<Shard>, head: &str, body: &[u8], client_certificate: b
             }
         }
         "/v1/log-level" => status::current_log_level(),
+        "/v1/nodes" => json(status::render_nodes(&shard.metadata())),
         "/v1/status" => {
             let snaps = snapshots(shard).await;
             let meta = shard.metadata();
@@ -198,11 +208,7 @@ async fn route(shard: &Rc<Shard>, head: &str, body: &[u8], client_certificate: b
                 ready: ready(shard),
                 space,
             };
-            Response {
-                status: "200 OK",
-                content_type: "application/json",
-                body: status::render_status(&input, &snaps),
-            }
+            json(status::render_status(&input, &snaps))
         }
         "/metrics" => {
             let snaps = snapshots(shard).await;

@@ -135,6 +135,18 @@ fn partition_row(p: &crate::common::metrics::PartitionSnapshot, leader: Option<i
     row
 }
 
+/// Renders `/v1/nodes` as JSON: every registered node's id, advertised host and admin port
+/// (0: not registered by this version), so that a tool reaches each node's `/metrics`. A
+/// single node that never registered lists none.
+pub fn render_nodes(meta: &crate::cluster::metadata::Metadata) -> String {
+    let nodes: Vec<Value> = meta
+        .nodes
+        .values()
+        .map(|n| json!({"id": n.id, "host": n.host, "admin_port": n.admin_port}))
+        .collect();
+    json!({ "nodes": nodes }).to_string()
+}
+
 /// Renders `/v1/status` as JSON.
 pub fn render_status(input: &StatusInput, shards: &[ShardSnapshot]) -> String {
     let node_id = input.config.node_id;
@@ -202,6 +214,34 @@ pub fn render_status(input: &StatusInput, shards: &[ShardSnapshot]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nodes_list_each_registered_nodes_admin_address() {
+        use crate::cluster::metadata::{Metadata, NodeInfo};
+        let mut meta = Metadata::default();
+        assert_eq!(render_nodes(&meta), r#"{"nodes":[]}"#);
+        let node = |id: i32, admin_port: u16| NodeInfo {
+            id,
+            host: format!("h{id}"),
+            kafka_port: 9092,
+            native_port: 9093,
+            shards: 1,
+            rpc_port: 33145,
+            listeners: Vec::new(),
+            admin_port,
+        };
+        meta.nodes.insert(1, node(1, 9644));
+        meta.nodes.insert(2, node(2, 0));
+        let v: Value = serde_json::from_str(&render_nodes(&meta)).expect("json");
+        assert_eq!(
+            v["nodes"][0],
+            json!({"id": 1, "host": "h1", "admin_port": 9644})
+        );
+        assert_eq!(
+            v["nodes"][1]["admin_port"], 0,
+            "registered by an older version"
+        );
+    }
 
     #[test]
     fn request_lines_and_lengths() {

@@ -68,6 +68,7 @@ pub fn node_info(config: &Config, shards: usize) -> NodeInfo {
         native_port: config.native_addr.port(),
         shards: u32::try_from(shards).unwrap_or(u32::MAX),
         rpc_port: config.rpc_addr.port(),
+        admin_port: config.admin_addr.port(),
         listeners: config
             .listeners
             .iter()

@@ -214,6 +214,10 @@ pub struct NodeInfo {
     /// listeners: `host`:`kafka_port` for every name).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub listeners: Vec<Endpoint>,
+    /// Port of its admin API (metrics; on `host`); 0 from a version before it was
+    /// registered.
+    #[serde(default)]
+    pub admin_port: u16,
 }
 
 /// A node's advertised endpoint of one Kafka listener.
@@ -1044,6 +1048,7 @@ mod tests {
                 native_port: 9093,
                 shards: 1,
                 rpc_port: 33145,
+                admin_port: 9644,
             };
             m.apply(&Command::RegisterNode(info)).expect("register");
         }
