@@ -588,66 +588,44 @@ fn share_cases() -> Vec<Case> {
 /// The share-state requests between brokers: CLUSTER_ACTION, refused per partition. A
 /// topic id no topic has keeps them from changing anything when served.
 fn share_state_cases() -> Vec<Case> {
-    let group = || GroupId(s("matrix-share-state"));
-    let topic_id = uuid::Uuid::from_u128(0x5eed);
-    let grants = &[(CLUSTER, C, CLUSTER_ACTION)];
+    /// `$request` naming partition 0 of a topic id no topic has (`$data` of `$module`);
+    /// its partitions' codes.
+    macro_rules! state_case {
+        ($api:expr, $request:ident, $module:ident, $data:ident) => {
+            case($api, &[(CLUSTER, C, CLUSTER_ACTION)], CLUSTER_DENIED, |c| {
+                use $module::{$data, PartitionData};
+                let req = $request::default()
+                    .with_group_id(s("matrix-share-state"))
+                    .with_topics(vec![$data::default()
+                        .with_topic_id(uuid::Uuid::from_u128(0x5eed))
+                        .with_partitions(vec![PartitionData::default().with_partition(0)])]);
+                let r = c.request(0, &req);
+                r.results[0]
+                    .partitions
+                    .iter()
+                    .map(|p| p.error_code)
+                    .collect()
+            })
+        };
+    }
     vec![
-        case(
+        state_case!(
             ApiKey::ReadShareGroupState,
-            grants,
-            CLUSTER_DENIED,
-            move |c| {
-                use read_share_group_state_request::{PartitionData, ReadStateData};
-                let req = ReadShareGroupStateRequest::default()
-                    .with_group_id(s("matrix-share-state"))
-                    .with_topics(vec![ReadStateData::default()
-                        .with_topic_id(topic_id)
-                        .with_partitions(vec![PartitionData::default().with_partition(0)])]);
-                let r = c.request(0, &req);
-                r.results[0]
-                    .partitions
-                    .iter()
-                    .map(|p| p.error_code)
-                    .collect()
-            },
+            ReadShareGroupStateRequest,
+            read_share_group_state_request,
+            ReadStateData
         ),
-        case(
+        state_case!(
             ApiKey::WriteShareGroupState,
-            grants,
-            CLUSTER_DENIED,
-            move |c| {
-                use write_share_group_state_request::{PartitionData, WriteStateData};
-                let req = WriteShareGroupStateRequest::default()
-                    .with_group_id(s("matrix-share-state"))
-                    .with_topics(vec![WriteStateData::default()
-                        .with_topic_id(topic_id)
-                        .with_partitions(vec![PartitionData::default().with_partition(0)])]);
-                let r = c.request(0, &req);
-                r.results[0]
-                    .partitions
-                    .iter()
-                    .map(|p| p.error_code)
-                    .collect()
-            },
+            WriteShareGroupStateRequest,
+            write_share_group_state_request,
+            WriteStateData
         ),
-        case(
+        state_case!(
             ApiKey::DeleteShareGroupState,
-            grants,
-            CLUSTER_DENIED,
-            move |c| {
-                use delete_share_group_state_request::{DeleteStateData, PartitionData};
-                let req = DeleteShareGroupStateRequest::default()
-                    .with_group_id(group().0)
-                    .with_topics(vec![DeleteStateData::default()
-                        .with_topic_id(topic_id)
-                        .with_partitions(vec![PartitionData::default().with_partition(0)])]);
-                let r = c.request(0, &req);
-                r.results[0]
-                    .partitions
-                    .iter()
-                    .map(|p| p.error_code)
-                    .collect()
-            },
+            DeleteShareGroupStateRequest,
+            delete_share_group_state_request,
+            DeleteStateData
         ),
     ]
 }

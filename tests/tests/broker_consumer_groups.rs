@@ -306,3 +306,67 @@ fn subscription(topic: &str) -> bytes::Bytes {
         .expect("encode a subscription");
     b.freeze()
 }
+
+/// A group's own `consumer.heartbeat.interval.ms` (a group config, as in Kafka) is what
+/// its members are told; out of Kafka's bounds it is refused (INVALID_CONFIG), and
+/// DescribeConfigs shows it beside the broker's defaults.
+#[test]
+fn a_group_config_sets_its_members_heartbeat_interval() {
+    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+    use kafka_protocol::messages::incremental_alter_configs_request::{
+        AlterConfigsResource, AlterableConfig,
+    };
+    use kafka_protocol::messages::{DescribeConfigsRequest, IncrementalAlterConfigsRequest};
+    const INVALID_CONFIG: i16 = 40;
+    let broker = Broker::start(env!("CARGO_TARGET_TMPDIR").as_ref(), Options::default());
+    let mut c = broker.connect();
+    c.wait_coordinator(GROUP, Deadline::after(std::time::Duration::from_secs(30)));
+    c.create_topic(TOPIC, 2);
+    let set = |name: &str, value: &str| {
+        IncrementalAlterConfigsRequest::default().with_resources(vec![
+            AlterConfigsResource::default()
+                .with_resource_type(32)
+                .with_resource_name(s(GROUP))
+                .with_configs(vec![AlterableConfig::default()
+                    .with_name(s(name))
+                    .with_config_operation(0)
+                    .with_value(Some(s(value)))]),
+        ])
+    };
+    let code = |c: &mut Client, name: &str, value: &str| {
+        c.request(1, &set(name, value)).responses[0].error_code
+    };
+    assert_eq!(
+        code(&mut c, "consumer.heartbeat.interval.ms", "1000"),
+        INVALID_CONFIG
+    );
+    assert_eq!(
+        code(&mut c, "consumer.session.timeout.ms", "600000"),
+        INVALID_CONFIG
+    );
+    assert_eq!(code(&mut c, "consumer.heartbeat.interval.ms", "7000"), 0);
+    let joined = c.request(1, &join("a"));
+    assert_eq!((joined.error_code, joined.heartbeat_interval_ms), (0, 7000));
+    let described = c.request(
+        4,
+        &DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
+            .with_resource_type(32)
+            .with_resource_name(s(GROUP))
+            .with_configuration_keys(None)]),
+    );
+    let configs: Vec<(String, Option<String>)> = described.results[0]
+        .configs
+        .iter()
+        .map(|x| {
+            (
+                x.name.to_string(),
+                x.value.as_ref().map(ToString::to_string),
+            )
+        })
+        .collect();
+    assert!(
+        configs.contains(&("consumer.heartbeat.interval.ms".into(), Some("7000".into()))),
+        "{configs:?}"
+    );
+    assert!(configs.contains(&("consumer.session.timeout.ms".into(), Some("45000".into()))));
+}

@@ -364,7 +364,7 @@ pub enum GroupCmd {
     /// Per partition: committed offset, log end offset, lag, member (like
     /// `kafka-consumer-groups.sh --describe`); of a share group: its members, and per
     /// partition its start offset, lag, records in flight and archived (the last from
-    /// /metrics of the node at --admin).
+    /// /metrics of each partition's leader, found through /v1/nodes at --admin).
     Describe {
         /// Group id.
         group: String,

@@ -1,6 +1,6 @@
 //! Group configs (Kafka's `GroupConfig`, set with IncrementalAlterConfigs on a GROUP
-//! resource): the share-group ones of KIP-932. Each overrides the broker's `group.share.*`
-//! default for one group; kept in the controller's metadata (`Metadata::group_configs`).
+//! resource): the consumer-group ones of KIP-848 and the share-group ones of KIP-932. Each
+//! overrides the broker's `group.consumer.*` or `group.share.*` default for one group; kept in the controller's metadata (`Metadata::group_configs`).
 //!
 //! Invariant: a stored value passed [`validate`]: a known key, a value of its type within
 //! Kafka's bounds.
@@ -9,6 +9,10 @@ use std::collections::BTreeMap;
 
 use crate::common::config::Config;
 
+/// Session timeout of a consumer-protocol group's members (KIP-848: the broker decides it).
+pub const CONSUMER_SESSION_TIMEOUT_MS: &str = "consumer.session.timeout.ms";
+/// Heartbeat interval told to a consumer-protocol group's members.
+pub const CONSUMER_HEARTBEAT_INTERVAL_MS: &str = "consumer.heartbeat.interval.ms";
 /// Where a share group starts reading a partition it never read (Kafka's default latest).
 pub const SHARE_AUTO_OFFSET_RESET: &str = "share.auto.offset.reset";
 /// How long a member holds records it was given.
@@ -23,7 +27,11 @@ pub const SHARE_HEARTBEAT_INTERVAL_MS: &str = "share.heartbeat.interval.ms";
 pub const SHARE_ISOLATION_LEVEL: &str = "share.isolation.level";
 
 /// Every group config this broker knows: name, and (min, max) for the numeric ones.
+/// The consumer ones are within Kafka's default `group.consumer.{min,max}.session.timeout.ms`
+/// and `group.consumer.{min,max}.heartbeat.interval.ms`.
 const NUMERIC: &[(&str, u64, u64)] = &[
+    (CONSUMER_SESSION_TIMEOUT_MS, 45_000, 60_000),
+    (CONSUMER_HEARTBEAT_INTERVAL_MS, 5_000, 15_000),
     (SHARE_RECORD_LOCK_DURATION_MS, 1_000, 3_600_000),
     (SHARE_SESSION_TIMEOUT_MS, 1, 3_600_000),
     (SHARE_HEARTBEAT_INTERVAL_MS, 1, 3_600_000),
@@ -66,7 +74,15 @@ pub fn effective(
     config: &Config,
     set: Option<&BTreeMap<String, String>>,
 ) -> Vec<(&'static str, String, bool)> {
-    let defaults: [(&'static str, String); 5] = [
+    let defaults: [(&'static str, String); 7] = [
+        (
+            CONSUMER_SESSION_TIMEOUT_MS,
+            config.group_consumer_session_timeout_ms.to_string(),
+        ),
+        (
+            CONSUMER_HEARTBEAT_INTERVAL_MS,
+            config.group_consumer_heartbeat_interval_ms.to_string(),
+        ),
         (SHARE_AUTO_OFFSET_RESET, "latest".to_string()),
         (SHARE_ISOLATION_LEVEL, "read_uncommitted".to_string()),
         (
@@ -198,7 +214,11 @@ mod tests {
             "read_committed"
         ))));
         assert!(!read_committed(None));
-        assert!(validate(&one("consumer.session.timeout.ms", "45000")).is_err());
+        assert!(validate(&one(CONSUMER_SESSION_TIMEOUT_MS, "50000")).is_ok());
+        assert!(validate(&one(CONSUMER_SESSION_TIMEOUT_MS, "6000")).is_err());
+        assert!(validate(&one(CONSUMER_HEARTBEAT_INTERVAL_MS, "7000")).is_ok());
+        assert!(validate(&one(CONSUMER_HEARTBEAT_INTERVAL_MS, "16000")).is_err());
+        assert!(validate(&one("consumer.assignor", "range")).is_err());
     }
 
     #[test]

@@ -274,12 +274,18 @@ fn downgrade<H: GroupHost>(host: &Rc<H>, g: &mut Group, now: Instant) -> Vec<Rec
 /// partitions within their rebalance timeout, and writes each changed group's state.
 pub fn expire_consumer_members<H: GroupHost>(host: &Rc<H>) {
     let now = crate::common::clock::now();
-    let session = Duration::from_millis(host.consumer_session_timeout_ms());
+    let meta = host.metadata();
     let mut records = Vec::new();
     for g in host.groups().borrow_mut().values_mut() {
         let Some(c) = g.consumer.as_mut() else {
             continue;
         };
+        // The group's `consumer.session.timeout.ms`, else the broker's.
+        let session = Duration::from_millis(crate::cluster::group_config::number(
+            meta.group_configs.get(&g.id),
+            crate::cluster::group_config::CONSUMER_SESSION_TIMEOUT_MS,
+            host.consumer_session_timeout_ms(),
+        ));
         let gone = c.expire(now, session);
         if gone.is_empty() {
             continue;

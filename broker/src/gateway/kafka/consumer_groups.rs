@@ -122,7 +122,11 @@ pub async fn heartbeat(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Byte
             .collect();
         Assignment::default().with_topic_partitions(tps)
     });
-    let interval_ms = shard.config.group_consumer_heartbeat_interval_ms;
+    let interval_ms = crate::cluster::group_config::number(
+        meta.group_configs.get(r.group_id.0.as_str()),
+        crate::cluster::group_config::CONSUMER_HEARTBEAT_INTERVAL_MS,
+        shard.config.group_consumer_heartbeat_interval_ms,
+    );
     let resp = ConsumerGroupHeartbeatResponse::default()
         .with_member_id(Some(s(a.member_id)))
         .with_member_epoch(a.member_epoch)
