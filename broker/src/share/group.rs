@@ -189,6 +189,17 @@ impl ShareGroup {
         Ok(true)
     }
 
+    /// What a heartbeat of `member_id` can change of the persisted group: the group's
+    /// epochs (the target and subscribed topics move only with them) and that member
+    /// (bar its last-seen time). Equal before and after a heartbeat: nothing to persist.
+    pub fn persisted_by(&self, member_id: &str) -> (i32, i32, Option<ShareMember>) {
+        let member = self.members.get(member_id).map(|m| ShareMember {
+            last_seen_ms: 0,
+            ..m.clone()
+        });
+        (self.epoch, self.assignment_epoch, member)
+    }
+
     /// The group as persisted now (its version unchanged): what `snapshot` would write.
     pub fn persisted(&self) -> Vec<u8> {
         serde_json::to_vec(self).unwrap_or_default()
@@ -563,6 +574,33 @@ mod tests {
         let at = seed.iter().position(|&b| b == 0).expect("key NUL value");
         let seeded = ShareGroup::restored(&seed[at + 1..], 0).expect("a share group");
         assert_eq!((seeded.version, seeded.members.len()), (3, 2));
+    }
+
+    #[test]
+    fn what_a_heartbeat_changes_is_seen_without_serializing_the_group() {
+        let mut g = ShareGroup::default();
+        let steps: Vec<(&str, Option<&[&str]>, usize, u64)> = vec![
+            ("a", Some(&["t"]), 4, 0),
+            ("a", None, 4, 1),
+            ("b", Some(&["t"]), 4, 2),
+            ("a", None, 4, 3),
+            ("a", None, 4, 4),
+            ("b", None, 6, 5),
+            ("b", Some(&["t"]), 6, 6),
+        ];
+        for (id, topics, n, now) in steps {
+            let epoch = g.members.get(id).map_or(0, |m| m.epoch);
+            let (before_bytes, before) = (g.persisted(), g.persisted_by(id));
+            g.heartbeat(hb(id, epoch, topics), &parts(n), 10, now);
+            assert_eq!(
+                g.persisted_by(id) != before,
+                g.persisted() != before_bytes,
+                "{id} at {now}"
+            );
+        }
+        let (before_bytes, before) = (g.persisted(), g.persisted_by("a"));
+        g.heartbeat(hb("a", -1, None), &parts(6), 10, 7);
+        assert!(g.persisted_by("a") != before && g.persisted() != before_bytes);
     }
 
     #[test]

@@ -199,8 +199,9 @@ fn run(shard: &Shard, group: &str, hb: Heartbeat) -> (Answer, Option<Vec<u8>>) {
     let now_ms = crate::common::clock::mono_ms();
     let session_ms = shard.share_session_ms(&meta, group);
     let g = groups.entry(group.to_string()).or_default();
-    let before = g.persisted();
-    g.expire(session_ms, now_ms);
+    let member_id = hb.member_id.clone();
+    let before = g.persisted_by(&member_id);
+    let expired = !g.expire(session_ms, now_ms).is_empty();
     let answer = g.heartbeat(hb, &partitions, c.group_share_max_size, now_ms);
     // A share group whose last member left stays, Empty, as in Kafka (described, listed);
     // a refused first heartbeat leaves no group behind.
@@ -208,7 +209,8 @@ fn run(shard: &Shard, group: &str, hb: Heartbeat) -> (Answer, Option<Vec<u8>>) {
         groups.remove(group);
         return (answer, None);
     }
-    let snapshot = (g.persisted() != before).then(|| g.snapshot());
+    let changed = expired || g.persisted_by(&member_id) != before;
+    let snapshot = changed.then(|| g.snapshot());
     (answer, snapshot)
 }
 
