@@ -39,6 +39,10 @@ pub const PREALLOCATE_MIN_BYTES: u64 = 64 * 1024;
 pub const TAIL_PENDING_BYTES_MAX: u64 = 256 * 1024 * 1024;
 const _: () = assert!(SEGMENT_BYTES_MIN <= SEGMENT_BYTES_DEFAULT);
 
+/// Largest `LogConfig::flush_min_interval_us`: pacing is for trading a fraction of a
+/// millisecond of latency for fewer I/Os, not for delaying acknowledgements by seconds.
+pub const FLUSH_MIN_INTERVAL_US_MAX: u64 = 100_000;
+
 /// Configuration of one partition log.
 #[derive(Clone, Debug)]
 pub struct LogConfig {
@@ -54,6 +58,11 @@ pub struct LogConfig {
     pub preallocate_bytes: u64,
     /// Operator opted in to buffered I/O when the directory cannot do O_DIRECT.
     pub allow_buffered_io: bool,
+    /// Least time between the starts of two flushes of this log (group commit pacing):
+    /// a flush due sooner waits out the rest, gathering the appends that arrive
+    /// meanwhile into it. 0 (the default) starts the next flush as soon as the previous
+    /// one ends. The broker's flush loop applies it (`group_commit_min_interval_us`).
+    pub flush_min_interval_us: u64,
 }
 
 impl Default for LogConfig {
@@ -65,6 +74,7 @@ impl Default for LogConfig {
             retention_bytes: -1,
             preallocate_bytes: PREALLOCATE_STEP_BYTES,
             allow_buffered_io: false,
+            flush_min_interval_us: 0,
         }
     }
 }
@@ -80,6 +90,12 @@ impl LogConfig {
         }
         if self.segment_ms <= 0 {
             return Err(format!("segment.ms {} must be positive", self.segment_ms));
+        }
+        if self.flush_min_interval_us > FLUSH_MIN_INTERVAL_US_MAX {
+            return Err(format!(
+                "flush_min_interval_us {} is above the maximum {FLUSH_MIN_INTERVAL_US_MAX}",
+                self.flush_min_interval_us
+            ));
         }
         if self.retention_ms < -1 || self.retention_bytes < -1 {
             return Err("retention.ms and retention.bytes must be -1 or non-negative".into());

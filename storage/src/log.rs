@@ -218,6 +218,11 @@ impl Log {
         self.config.borrow().clone()
     }
 
+    /// Least time between two flush starts (`LogConfig::flush_min_interval_us`).
+    pub fn flush_min_interval(&self) -> std::time::Duration {
+        std::time::Duration::from_micros(self.config.borrow().flush_min_interval_us)
+    }
+
     /// Changes the configuration (topic config altered); applies from the next append,
     /// flush or retention run.
     pub fn set_config(&self, config: LogConfig) -> Result<(), StorageError> {

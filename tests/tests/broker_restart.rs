@@ -29,3 +29,81 @@ fn restart_rebinds_its_port_while_old_connections_linger() {
         .api_versions()
         .expect("ApiVersions after SIGTERM");
 }
+
+/// Group commit pacing (`--group-commit-min-interval-us`): concurrent acks=all producers
+/// share flushes that start at most once per interval, and what was acknowledged is on
+/// disk after kill -9. The bound on flushes can fail only if pacing does not work (a slow
+/// machine makes fewer flushes, not more).
+#[test]
+fn paced_group_commit_shares_flushes_and_loses_nothing_acknowledged() {
+    use strand_storage::RaftIndex;
+    use strand_tests::clock::Stopwatch;
+
+    const INTERVAL_MS: u64 = 100;
+    const PRODUCERS: u64 = 6;
+    const BATCHES_EACH: u64 = 8;
+    let mut broker = Broker::start(
+        env!("CARGO_TARGET_TMPDIR").as_ref(),
+        Options {
+            extra_args: vec![
+                "--group-commit-min-interval-us".into(),
+                (INTERVAL_MS * 1000).to_string(),
+            ],
+            ..Options::default()
+        },
+    );
+    broker.connect().create_topic("paced", 1);
+    let syncs_before = broker.metric_sum("strand_storage_fdatasync_total");
+    let clock = Stopwatch::start();
+    let acked: Vec<i64> = std::thread::scope(|s| {
+        let producers: Vec<_> = (0..PRODUCERS)
+            .map(|p| {
+                let mut c = broker.connect();
+                s.spawn(move || {
+                    (0..BATCHES_EACH)
+                        .map(|i| {
+                            let batch = strand_tests::crash_workload::batch(p, RaftIndex(i + 1));
+                            let r = c.produce("paced", 0, batch, -1);
+                            assert_eq!(r.error_code, 0, "produce: {r:?}");
+                            r.base_offset
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        producers
+            .into_iter()
+            .flat_map(|h| h.join().expect("producer thread"))
+            .collect()
+    });
+    let elapsed_ms = u64::try_from(clock.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let syncs = broker.metric_sum("strand_storage_fdatasync_total") - syncs_before;
+    let mut bases = acked.clone();
+    bases.sort_unstable();
+    bases.dedup();
+    assert_eq!(
+        bases.len(),
+        acked.len(),
+        "two batches at one offset: {acked:?}"
+    );
+    // One flush may start at once, then one per interval; +2 for another log's flush.
+    let most = elapsed_ms / INTERVAL_MS + 3;
+    println!(
+        "PACED-GROUP-COMMIT {} acks in {elapsed_ms} ms with {syncs} fdatasyncs (at most {most})",
+        acked.len()
+    );
+    assert!(
+        syncs <= most as f64,
+        "{syncs} fdatasyncs in {elapsed_ms} ms: flushes were not paced at {INTERVAL_MS} ms"
+    );
+    let mut c = broker.connect();
+    let durable = c.latest_offset("paced", 0);
+    drop(c);
+    broker.kill9();
+    broker.restart();
+    let after = broker.connect().latest_offset("paced", 0);
+    assert!(
+        after >= durable && durable > *bases.last().unwrap_or(&0),
+        "acknowledged up to {durable}, {after} after kill -9"
+    );
+}

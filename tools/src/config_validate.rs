@@ -122,6 +122,13 @@ const KEYS: &[(&str, Kind)] = &[
         },
     ),
     (
+        "group_commit_min_interval_us",
+        Kind::Int {
+            min: 0,
+            max: 100_000,
+        },
+    ),
+    (
         "message_max_bytes",
         Kind::Int {
             min: 1,

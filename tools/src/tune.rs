@@ -1,7 +1,8 @@
 //! `strandctl tune check|apply`: the host settings Strand's design relies on (issue 8):
 //! CPU frequency governor, `fs.aio-max-nr`, `kernel.io_uring_disabled`, RLIMIT_MEMLOCK,
 //! the data directory's block I/O scheduler, transparent hugepages, IRQ/CPU isolation, and
-//! how many shards to run on a machine of few CPUs (issue 30).
+//! how many shards to run on a machine of few CPUs, and group commit pacing on a virtual
+//! machine (issue 30).
 //!
 //! Invariant: `check` never writes. Reading is split from deciding: the `*_row` functions
 //! are pure (file contents in, [`Row`] out) and a missing or unreadable file gives
@@ -356,6 +357,62 @@ pub fn shards_row(cpus: usize) -> Row {
     )
 }
 
+/// The group commit pacing to suggest on a virtual machine (bench/README.md, Light load).
+pub const VM_GROUP_COMMIT_MIN_INTERVAL_US: u64 = 500;
+
+/// Group commit pacing from `/proc/cpuinfo` (the `hypervisor` flag) and `/proc/stat` (steal
+/// time since boot). On a virtual machine the host may take CPU from the guest when the
+/// guest's I/O rate is high (measured on a 2-vCPU VM: above ~3,500 syncs/s every vCPU lost
+/// 6-13 ms at a time), so a busy partition's many small flushes cost every thread its tail.
+pub fn pacing_row(cpuinfo: Option<&str>, stat: Option<&str>) -> Row {
+    let Some(cpuinfo) = cpuinfo else {
+        return row(
+            "group commit pacing",
+            "unknown".into(),
+            "0 on bare metal",
+            "/proc/cpuinfo unreadable",
+            Status::Unknown,
+        );
+    };
+    let virtual_machine = cpuinfo
+        .lines()
+        .filter(|l| l.starts_with("flags"))
+        .any(|l| l.split_whitespace().any(|f| f == "hypervisor"));
+    let steal = stat
+        .and_then(|s| s.lines().find(|l| l.starts_with("cpu ")))
+        .and_then(|l| {
+            let v: Vec<u64> = l
+                .split_whitespace()
+                .skip(1)
+                .filter_map(|x| x.parse().ok())
+                .collect();
+            let total: u64 = v.iter().take(8).sum();
+            (total > 0).then(|| v.get(7).copied().unwrap_or(0) as f64 * 100.0 / total as f64)
+        });
+    let steal_text = steal.map_or("steal unknown".into(), |p| {
+        format!("steal {p:.2}% since boot")
+    });
+    if !virtual_machine {
+        return row(
+            "group commit pacing",
+            format!("bare metal, {steal_text}"),
+            "group_commit_min_interval_us = 0",
+            "a flush starts as soon as the previous one ends (lowest latency)",
+            Status::Ok,
+        );
+    }
+    row(
+        "group commit pacing",
+        format!("virtual machine, {steal_text}"),
+        &format!("group_commit_min_interval_us = {VM_GROUP_COMMIT_MIN_INTERVAL_US} if steal grows with load"),
+        "a host may take CPU from its guests above a few thousand I/Os per second: watch \
+         steal (top's `st`) while strand-bench light runs; if it grows, pacing each \
+         partition's flushes trades a fraction of a millisecond at the median for \
+         milliseconds at p99 (bench/README.md, Light load)",
+        Status::Advice,
+    )
+}
+
 fn read(path: &Path) -> Option<String> {
     std::fs::read_to_string(path).ok()
 }
@@ -430,6 +487,10 @@ pub fn collect(data_dir: &Path) -> Vec<Row> {
             irqbalance_present(),
         ),
         shards_row(std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)),
+        pacing_row(
+            read(Path::new("/proc/cpuinfo")).as_deref(),
+            read(Path::new("/proc/stat")).as_deref(),
+        ),
     ]
 }
 
@@ -591,6 +652,27 @@ mod tests {
             (Status::Change, "performance,powersave")
         );
         assert_eq!(governor_row(&[]).status, Status::Unknown);
+    }
+
+    #[test]
+    fn virtual_machines_are_told_about_pacing() {
+        let stat = "cpu  100 0 50 800 40 0 0 10 0 0\ncpu0 1 2 3\n";
+        let vm = pacing_row(Some("flags\t: fpu sse2 hypervisor avx\n"), Some(stat));
+        assert_eq!(vm.status, Status::Advice);
+        assert!(
+            vm.current.contains("virtual machine, steal 1.00%"),
+            "{vm:?}"
+        );
+        assert!(vm
+            .recommended
+            .contains("group_commit_min_interval_us = 500"));
+        let metal = pacing_row(Some("flags\t: fpu sse2 avx\n"), None);
+        assert_eq!(metal.status, Status::Ok);
+        assert!(
+            metal.current.contains("bare metal, steal unknown"),
+            "{metal:?}"
+        );
+        assert_eq!(pacing_row(None, Some(stat)).status, Status::Unknown);
     }
 
     #[test]

@@ -238,6 +238,7 @@ pub fn log_config(broker: &Config, overrides: &BTreeMap<String, String>) -> (Log
     let mut lc = LogConfig {
         segment_bytes: broker.segment_bytes,
         allow_buffered_io: broker.allow_buffered_io,
+        flush_min_interval_us: broker.group_commit_min_interval_us,
         ..LogConfig::default()
     };
     let num = |k: &str| overrides.get(k).and_then(|v| v.trim().parse::<i64>().ok());

@@ -937,8 +937,20 @@ impl Partition {
     }
 
     /// Group commit: flushes until nothing is pending, waking waiters after each flush.
+    /// With the log's `flush_min_interval_us`, a flush that would start sooner than that
+    /// after the previous one started waits out the rest first, taking the appends made
+    /// meanwhile with it (fewer, larger I/Os; a lone flush never waits).
     async fn flush_loop(self: Rc<Self>) {
+        let mut last_start: Option<std::time::Instant> = None;
         loop {
+            if let Some(started) = last_start {
+                let pace = self.log.flush_min_interval();
+                let since = crate::common::clock::now().saturating_duration_since(started);
+                if since < pace {
+                    crate::runtime::task::sleep(pace - since).await;
+                }
+            }
+            last_start = Some(crate::common::clock::now());
             let job = match self.log.begin_flush() {
                 Ok(Some(job)) => job,
                 Ok(None) => break,
