@@ -5,6 +5,11 @@
 //! RTT p99) of the physics, and the verdict against the goal: p99 ≤ 1.5×, p99.9 ≤ 2.5×,
 //! and no run's p99 or p99.9 over 3×.
 //!
+//! Each run also reports the CPU time the host took from this machine meanwhile (steal, from
+//! `/proc/stat`): on a virtual machine a high I/O rate can make the host stall every vCPU
+//! for milliseconds, which is then every thread's tail, the load generator's included
+//! (bench/README.md, "The I/O rate and the host").
+//!
 //! Invariant: the load is fixed (only the broker, the protocol and acks vary), so runs of
 //! different builds and machines compare.
 
@@ -84,6 +89,31 @@ impl LightArgs {
     }
 }
 
+/// `(steal, total)` CPU ticks of the `cpu` line of `/proc/stat` (user, nice, system, idle,
+/// iowait, irq, softirq, steal; guest time is inside user).
+fn cpu_ticks(stat: &str) -> Option<(u64, u64)> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .ok()?;
+    (v.len() == 8).then(|| (v[7], v.iter().sum()))
+}
+
+fn read_cpu_ticks() -> Option<(u64, u64)> {
+    cpu_ticks(&std::fs::read_to_string("/proc/stat").ok()?)
+}
+
+/// Percent of CPU time stolen between two `(steal, total)` readings.
+fn steal_percent(before: Option<(u64, u64)>, after: Option<(u64, u64)>) -> Option<f64> {
+    let ((s0, t0), (s1, t1)) = (before?, after?);
+    let total = t1.checked_sub(t0).filter(|&t| t > 0)?;
+    Some(s1.saturating_sub(s0) as f64 * 100.0 / total as f64)
+}
+
 /// One run's figures: (p99 µs, p99.9 µs, p99 ratio, p99.9 ratio).
 fn figures(r: &RunResult) -> Option<(u64, u64, f64, f64)> {
     let ratio = |q: &str| {
@@ -97,9 +127,9 @@ fn figures(r: &RunResult) -> Option<(u64, u64, f64, f64)> {
     Some((p99, p999, r99, r999))
 }
 
-/// The summary table and verdict of the runs.
-fn summary(results: &[RunResult]) -> String {
-    let mut out = String::from("\nrun   p99 ms  p99.9 ms  p99 ×   p99.9 ×\n");
+/// The summary table and verdict of the runs (`steal`: percent per run, when known).
+fn summary(results: &[RunResult], steal: &[Option<f64>]) -> String {
+    let mut out = String::from("\nrun   p99 ms  p99.9 ms  p99 ×   p99.9 ×  steal %\n");
     let mut worst: f64 = 0.0;
     let (mut r99s, mut r999s) = (Vec::new(), Vec::new());
     for (i, r) in results.iter().enumerate() {
@@ -107,8 +137,13 @@ fn summary(results: &[RunResult]) -> String {
             out.push_str(&format!("{:<5} (no ratios: no physics)\n", i + 1));
             continue;
         };
+        let stolen = steal
+            .get(i)
+            .copied()
+            .flatten()
+            .map_or("-".to_string(), |p| format!("{p:.1}"));
         out.push_str(&format!(
-            "{:<5} {:>6.3}  {:>8.3}  {:>5.2}  {:>7.2}\n",
+            "{:<5} {:>6.3}  {:>8.3}  {:>5.2}  {:>7.2}  {stolen:>7}\n",
             i + 1,
             p99 as f64 / 1000.0,
             p999 as f64 / 1000.0,
@@ -147,8 +182,10 @@ pub fn run(args: LightArgs) -> anyhow::Result<()> {
     let physics = physics_for(args.physics.as_ref(), &args.physics_dir, false)?;
     let rt = runtime()?;
     let mut results = Vec::with_capacity(args.runs);
+    let mut steal = Vec::with_capacity(args.runs);
     for i in 0..args.runs.max(1) {
         let label = format!("light {}/{}", i + 1, args.runs.max(1));
+        let before = read_cpu_ticks();
         let r = rt.block_on(run_one(
             label,
             &args.bootstrap,
@@ -156,8 +193,13 @@ pub fn run(args: LightArgs) -> anyhow::Result<()> {
             args.spec(),
             physics.clone(),
         ))?;
+        let stolen = steal_percent(before, read_cpu_ticks());
         print!("{}", r.table());
+        if let Some(p) = stolen {
+            println!("steal: the host took {p:.1}% of this machine's CPU time during the run");
+        }
         results.push(r);
+        steal.push(stolen);
     }
     if let Some(out) = &args.out {
         let lines: Vec<String> = results
@@ -166,6 +208,25 @@ pub fn run(args: LightArgs) -> anyhow::Result<()> {
             .collect::<Result<_, _>>()?;
         std::fs::write(out, lines.join("\n") + "\n")?;
     }
-    print!("{}", summary(&results));
+    print!("{}", summary(&results, &steal));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steal_is_read_from_proc_stat() {
+        let a = cpu_ticks("cpu  100 5 50 800 40 1 2 2 7 0\ncpu0 1 2 3 4 5 6 7 8\n");
+        assert_eq!(a, Some((2, 1000)));
+        let b = cpu_ticks("cpu  150 5 60 870 40 1 2 22 9 0\n");
+        assert_eq!(b, Some((22, 1150)));
+        let p = steal_percent(a, b).expect("a percentage");
+        assert!((p - 20.0 / 150.0 * 100.0).abs() < 1e-9, "{p}");
+        assert_eq!(cpu_ticks("cpu  1 2 3\n"), None, "too few fields");
+        assert_eq!(cpu_ticks("intr 1 2\n"), None);
+        assert_eq!(steal_percent(b, a), None, "time went back");
+        assert_eq!(steal_percent(None, b), None);
+    }
 }
