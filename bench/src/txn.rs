@@ -184,12 +184,14 @@ async fn produce_loop(
     tid: Option<String>,
 ) -> Result<(Latency, Latency, u64), DriverError> {
     let conn = Conn::connect(&args.bootstrap, 1).await?;
-    let coordinator = match &tid {
-        Some(id) => Some(find_coordinator(&conn, id).await?),
-        None => None,
+    let (coordinator, (mut pid, mut epoch)) = match &tid {
+        Some(id) => {
+            let (c, ids) = coordinated_init(&conn, id).await?;
+            (Some(c), ids)
+        }
+        None => (None, init_producer_id(&conn, None).await?),
     };
     let coord = coordinator.as_ref().unwrap_or(&conn);
-    let (mut pid, mut epoch) = init_producer_id(coord, tid.as_deref()).await?;
     let v2 = args.protocol == 2;
     let partitions: Vec<i32> = (0..args.partitions).collect();
     let value = Bytes::from(vec![b'x'; args.record_bytes]);
@@ -317,6 +319,22 @@ async fn find_coordinator(conn: &Conn, id: &str) -> Result<Conn, DriverError> {
         }
         check("FindCoordinator", resp.error_code)?;
         return Conn::connect(&format!("{}:{}", resp.host.as_str(), resp.port), 1).await;
+    }
+}
+
+/// The coordinator of `id` and its producer id and epoch, looking the coordinator up again
+/// while one answers NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE (Apache Kafka does
+/// while it loads a new `__transaction_state` partition), as clients do.
+async fn coordinated_init(conn: &Conn, id: &str) -> Result<(Conn, (i64, i16)), DriverError> {
+    let deadline = Instant::now() + RETRY_DEADLINE;
+    loop {
+        let coord = find_coordinator(conn, id).await?;
+        match init_producer_id(&coord, Some(id)).await {
+            Err(DriverError::Broker { code: 15 | 16, .. }) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            r => return r.map(|ids| (coord, ids)),
+        }
     }
 }
 
