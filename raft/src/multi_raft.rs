@@ -114,6 +114,11 @@ pub struct DriverConfig {
     /// Groups that announce a new commit index at once even with `lazy_commit_notice`
     /// (the controller: every node applies its metadata).
     pub eager_commit_groups: BTreeSet<GroupId>,
+    /// Least time between the starts of two store writes of one group (group commit
+    /// pacing): a group whose last write began sooner begins no `Ready` until then, so the
+    /// proposals and appends it receives meanwhile go into one later write. Zero (the
+    /// default): a group's next `Ready` begins as soon as its previous write is done.
+    pub sync_min_interval: Duration,
 }
 
 impl DriverConfig {
@@ -133,6 +138,7 @@ impl DriverConfig {
             async_persist: false,
             lazy_commit_notice: true,
             eager_commit_groups: BTreeSet::new(),
+            sync_min_interval: Duration::ZERO,
         }
     }
 
@@ -234,6 +240,8 @@ pub struct MultiRaft<S: LogStore, T: Transport, C: Clock> {
     completions: Vec<Completion>,
     next_tick_at: Duration,
     next_proposal: u64,
+    /// When each group's last store write began (only with `sync_min_interval`).
+    sync_began: BTreeMap<GroupId, Duration>,
 }
 
 impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
@@ -258,7 +266,26 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
             completions: Vec::new(),
             next_tick_at,
             next_proposal: 0,
+            sync_began: BTreeMap::new(),
         }
+    }
+
+    /// Until when `group` may begin no `Ready` (`DriverConfig::sync_min_interval`), if it
+    /// is held at `now`.
+    fn held_until(&self, group: GroupId, now: Duration) -> Option<Duration> {
+        let began = *self.sync_began.get(&group)?;
+        let until = began + self.config.sync_min_interval;
+        (now < until).then_some(until)
+    }
+
+    /// When the next turn has work for certain: the next tick, or sooner when a group
+    /// held by `sync_min_interval` with work pending is released.
+    pub fn next_wake_at(&self) -> Duration {
+        let now = self.clock.now();
+        self.pending
+            .iter()
+            .filter_map(|&g| self.held_until(g, now))
+            .fold(self.next_tick_at, Duration::min)
     }
 
     /// Starts (or restarts from its store) a group whose store holds its configuration (a
@@ -457,27 +484,7 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
     /// while the first runs, and a `Ready` is finished only by its own write.
     pub fn turn_begin(&mut self, persisting: &BTreeSet<GroupId>) -> Vec<GroupId> {
         let now = self.clock.now();
-        let tick = now >= self.next_tick_at;
-        if tick {
-            // A tick later than one interval means this loop stalled (a long turn): peers'
-            // batches wait unread in their sockets, so their silence is ours, not theirs.
-            let late = now.saturating_sub(self.next_tick_at) > self.config.tick_interval;
-            if late {
-                let floor = now.saturating_sub(self.config.tick_interval);
-                for heard in self.last_heard.values_mut() {
-                    *heard = (*heard).max(floor);
-                }
-            }
-            self.next_tick_at = (self.next_tick_at + self.config.tick_interval)
-                .max(now + self.config.tick_interval / 2);
-            self.ticks += 1;
-            self.check_liveness(now);
-            if self.ticks % self.config.heartbeat_ticks.max(1) as u64 == 0 {
-                for &p in self.last_heard.keys() {
-                    self.outbox.ping(p);
-                }
-            }
-        }
+        let tick = self.tick_if_due(now);
         let mut fx = Effects {
             outbox: &mut self.outbox,
             completions: &mut self.completions,
@@ -500,6 +507,18 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
         for &id in &visit {
             if persisting.contains(&id) {
                 continue;
+            }
+            // Paced: like a group whose write is running, it waits (and does not tick)
+            // until its interval is over; it stays pending so a later turn takes it.
+            if !self.config.sync_min_interval.is_zero() {
+                let held = self
+                    .sync_began
+                    .get(&id)
+                    .is_some_and(|&began| now < began + self.config.sync_min_interval);
+                if held {
+                    self.pending.insert(id);
+                    continue;
+                }
             }
             let Some(g) = self.groups.get_mut(&id) else {
                 continue;
@@ -528,12 +547,42 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
             g.begin_ready(&mut fx);
             if g.needs_sync() {
                 dirty.push(id);
+                if !self.config.sync_min_interval.is_zero() {
+                    self.sync_began.insert(id, now);
+                }
             }
         }
         self.visited = visit;
         // The leaders' appends leave before their own fsync (ARCHITECTURE.md, Replication).
         self.outbox.flush(self.config.node, &mut self.transport);
         dirty
+    }
+
+    /// The node's tick, when due at `now`: liveness of the peers and their pings. Whether
+    /// it ticked (the groups tick in the same turn).
+    fn tick_if_due(&mut self, now: Duration) -> bool {
+        if now < self.next_tick_at {
+            return false;
+        }
+        // A tick later than one interval means this loop stalled (a long turn): peers'
+        // batches wait unread in their sockets, so their silence is ours, not theirs.
+        let late = now.saturating_sub(self.next_tick_at) > self.config.tick_interval;
+        if late {
+            let floor = now.saturating_sub(self.config.tick_interval);
+            for heard in self.last_heard.values_mut() {
+                *heard = (*heard).max(floor);
+            }
+        }
+        self.next_tick_at = (self.next_tick_at + self.config.tick_interval)
+            .max(now + self.config.tick_interval / 2);
+        self.ticks += 1;
+        self.check_liveness(now);
+        if self.ticks % self.config.heartbeat_ticks.max(1) as u64 == 0 {
+            for &p in self.last_heard.keys() {
+                self.outbox.ping(p);
+            }
+        }
+        true
     }
 
     /// Second half of a turn: syncs (or collects the outcome of) every store written by
@@ -653,10 +702,13 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
         }
     }
 
-    /// Whether any group has work for another turn now.
+    /// Whether any group has work for another turn now (a group held by
+    /// `sync_min_interval` has none until it is released: `next_wake_at`).
     pub fn has_ready(&self) -> bool {
+        let now = self.clock.now();
         self.pending
             .iter()
+            .filter(|&&id| self.held_until(id, now).is_none())
             .filter_map(|id| self.groups.get(id))
             .any(Group::has_ready)
     }
@@ -706,6 +758,7 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
         self.awake.remove(&group);
         self.touched.remove(&group);
         self.pending.remove(&group);
+        self.sync_began.remove(&group);
         for id in g.into_pending() {
             self.completions.push(Completion {
                 id,

@@ -52,6 +52,8 @@ struct Cluster {
     pipelined: bool,
     hold: Vec<bool>,
     persisting: Vec<std::collections::BTreeSet<GroupId>>,
+    /// Store writes each node began (pipelined only).
+    writes: Vec<usize>,
 }
 
 impl Cluster {
@@ -97,6 +99,7 @@ impl Cluster {
             pipelined,
             hold: vec![false; count as usize],
             persisting: vec![Default::default(); count as usize],
+            writes: vec![0; count as usize],
         };
         c.nodes[0].campaign(G).expect("campaign");
         c.settle();
@@ -120,7 +123,9 @@ impl Cluster {
                         d.persisted(&done);
                     }
                     let persisting = self.persisting[n].clone();
-                    self.persisting[n].extend(d.turn_begin(&persisting));
+                    let dirty = d.turn_begin(&persisting);
+                    self.writes[n] += dirty.len();
+                    self.persisting[n].extend(dirty);
                     d.turn_end(&self.persisting[n]);
                 } else {
                     d.turn();
@@ -823,4 +828,59 @@ fn followers_stay_in_sync_across_check_quorum() {
         assert_eq!(c.nodes[0].lagging_voters(G), Some(0));
         c.settle();
     }
+}
+
+/// Group commit pacing (`DriverConfig::sync_min_interval`): a lone write begins at once;
+/// proposals made within the interval after it wait and go into one later write, released
+/// at `next_wake_at`; all of them commit.
+#[test]
+fn paced_groups_gather_proposals_into_one_write_per_interval() {
+    const PACE: Duration = Duration::from_millis(5);
+    let mut c = Cluster::configured(3, true, |cfg| cfg.sync_min_interval = PACE);
+    // Quiet: the leader's last write began an interval or more ago.
+    for quiet in 0.. {
+        assert!(quiet < 20, "the leader kept writing");
+        let w = c.writes[0];
+        c.advance(PACE);
+        c.settle();
+        if c.writes[0] == w {
+            break;
+        }
+    }
+    let (writes, done) = (c.writes[0], c.completions.len());
+    c.propose(0, 1).expect("leader accepts");
+    c.settle();
+    assert_eq!(c.writes[0], writes + 1, "a lone write waits for nothing");
+    for _ in 0..9 {
+        c.propose(0, 1).expect("leader accepts");
+        c.settle();
+    }
+    assert_eq!(c.writes[0], writes + 1, "a write began within the interval");
+    let now = c.clock.now();
+    assert_eq!(
+        c.nodes[0].next_wake_at(),
+        now + PACE,
+        "the release is the next wake"
+    );
+    let mut intervals = 0;
+    while c.completions.len() < done + 10 {
+        assert!(
+            intervals < 10,
+            "the proposals never committed: {:?}",
+            c.results()
+        );
+        c.advance(PACE);
+        c.settle();
+        intervals += 1;
+    }
+    assert!(
+        c.results()[done..].iter().all(|(_, r)| r.is_ok()),
+        "{:?}",
+        c.results()
+    );
+    assert!(
+        c.writes[0] - writes <= intervals + 1,
+        "{} leader writes in {intervals} intervals",
+        c.writes[0] - writes
+    );
 }

@@ -156,6 +156,44 @@ fn invariants_hold_with_pipelined_persistence() {
     assert!(acked > 0, "no write was ever acknowledged");
 }
 
+/// Seeds of the run with paced persistence (`SimConfig::sync_min_interval`).
+const PACED_SEEDS_DEFAULT: u64 = 200;
+
+/// The same invariants when every group's writes are paced (group commit pacing, 2 ms of
+/// simulated time between write starts) over pipelined persistence, under the faults.
+#[test]
+fn invariants_hold_with_paced_persistence() {
+    let config = SimConfig {
+        sync_min_interval: std::time::Duration::from_millis(2),
+        ..SimConfig::default()
+    };
+    let options = MemOptions {
+        sync_behaviour: config.sync_behaviour,
+        pipelined: true,
+    };
+    let start = env_u64("STRAND_SIM_SEED_START").unwrap_or(0);
+    let count = env_u64("STRAND_SIM_SEEDS").unwrap_or(PACED_SEEDS_DEFAULT);
+    let seeds: Vec<u64> = match env_u64("STRAND_SIM_SEED") {
+        Some(seed) => vec![seed],
+        None => (start..start + count).collect(),
+    };
+    let (mut acked, mut steps) = (0, 0);
+    for &seed in &seeds {
+        match sim::run_with::<MemLogStore>(seed, &config, &options) {
+            Ok(report) => {
+                acked += report.acked;
+                steps += report.steps;
+            }
+            Err(failure) => panic!("{failure} (the paced test: cargo test -p strand-raft --test sim invariants_hold_with_paced_persistence)"),
+        }
+    }
+    eprintln!(
+        "sim with paced persistence: {} seeds, {steps} steps, {acked} acknowledged writes",
+        seeds.len()
+    );
+    assert!(acked > 0, "no write was ever acknowledged");
+}
+
 #[test]
 fn a_seed_replays_exactly() {
     let config = SimConfig::default();

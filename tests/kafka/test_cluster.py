@@ -88,8 +88,10 @@ def owned_cluster(request, start: bool = True, **cluster_args):
 
 @pytest.fixture
 def cluster(request):
-    """Three started nodes, owned by this test (see `owned_cluster`)."""
-    with owned_cluster(request) as c:
+    """Three started nodes, owned by this test (see `owned_cluster`); a test marked
+    `cluster_args(...)` has them passed to `Cluster`."""
+    marker = request.node.get_closest_marker("cluster_args")
+    with owned_cluster(request, **(marker.kwargs if marker else {})) as c:
         yield c
 
 
@@ -529,6 +531,19 @@ def gauge(cluster: Cluster, node: int, name: str) -> float:
 # -- b. kill -9 of a leader ------------------------------------------------------------
 
 def test_kill9_of_a_leader_loses_no_acknowledged_write(ck, cluster, rf3_topic, workload, capsys):
+    kill9_of_a_leader(ck, cluster, rf3_topic, workload, capsys)
+
+
+@pytest.mark.cluster_args(extra_args=["--group-commit-min-interval-us", "2000"])
+def test_kill9_of_a_leader_loses_nothing_with_paced_group_commit(ck, cluster, rf3_topic,
+                                                                workload, capsys):
+    """Group commit pacing (each Raft group's store writes begin at most every 2 ms on every
+    node; `raft/tests/driver.rs` checks the pacing itself): the same failover, nothing
+    acknowledged lost."""
+    kill9_of_a_leader(ck, cluster, rf3_topic, workload, capsys)
+
+
+def kill9_of_a_leader(ck, cluster, rf3_topic, workload, capsys):
     topic = rf3_topic
     old = cluster.wait_leader(topic, 0)
     survivors = [n for n in NODE_IDS if n != old]

@@ -289,7 +289,8 @@ pub async fn start<H: ClusterHost>(
     let inter_broker_ssl = c.listeners[c.inter_broker_listener].protocol
         == crate::common::listeners::SecurityProtocol::Ssl;
     crate::cluster::net::set_tls(tls.clone().filter(|_| inter_broker_ssl));
-    let rep = Replicator::new((c.node_id, shard.shard_id()), &c.seeds, journal, tls);
+    let pace = std::time::Duration::from_micros(shard.config().group_commit_min_interval_us);
+    let rep = Replicator::new((c.node_id, shard.shard_id()), &c.seeds, journal, tls, pace);
     let port = c
         .rpc_addr
         .port()

@@ -238,12 +238,14 @@ impl crate::partition::RaftGroups for Replicator {
 
 impl Replicator {
     /// A replicator for shard `shard` of node `me` with peers at their shard-0 RPC
-    /// addresses, over mutual TLS when `tls` is given.
+    /// addresses, over mutual TLS when `tls` is given; each group's store writes begin at
+    /// most once per `sync_min_interval` (`group_commit_min_interval_us`; zero: no pacing).
     pub fn new(
         (me, shard): (i32, usize),
         seeds: &[(i32, SocketAddr)],
         journal: RaftJournal,
         tls: Option<net::RpcTls>,
+        sync_min_interval: Duration,
     ) -> Rc<Replicator> {
         let me_id = NodeId(me as u64);
         let tag = cluster_tag(seeds);
@@ -274,6 +276,7 @@ impl Replicator {
         ));
         let mut config = DriverConfig::new(me_id, seed);
         config.async_persist = true;
+        config.sync_min_interval = sync_min_interval;
         // Partition followers serve nothing from applied entries (Fetch goes to the leader),
         // so they learn the commit index with the next append; every node applies the
         // controller's metadata, so it is announced at once.
@@ -737,7 +740,7 @@ impl Replicator {
             }
             let (wait, ready) = {
                 let d = self.driver.borrow();
-                (d.next_tick_at(), d.has_ready())
+                (d.next_wake_at(), d.has_ready())
             };
             let now = strand_raft::Clock::now(&self.clock);
             if wait > now && !ready {

@@ -73,6 +73,8 @@ pub struct SimConfig {
     /// majority. Off only
     /// to prove that the client-visible checks catch a lost write on their own.
     pub check_durable: bool,
+    /// `DriverConfig::sync_min_interval` of every node (group commit pacing).
+    pub sync_min_interval: Duration,
 }
 
 impl Default for SimConfig {
@@ -90,6 +92,7 @@ impl Default for SimConfig {
             compaction: false,
             sync_behaviour: SyncBehaviour::Honest,
             check_durable: true,
+            sync_min_interval: Duration::ZERO,
         }
     }
 }

@@ -243,6 +243,7 @@ impl<S: SimStore> World<S> {
         let node = &mut self.nodes[i];
         let mut config = DriverConfig::new(node.id, jitter_seed);
         config.async_persist = self.pipelined;
+        config.sync_min_interval = self.config.sync_min_interval;
         let mut driver = MultiRaft::new(config, self.clock.clone(), SimTransport::default());
         let opened = open_groups(node, &mut driver, &self.groups, &self.options);
         let rt = opened.map_err(|what| self.fail(what))?;
@@ -683,6 +684,11 @@ impl<S: SimStore> World<S> {
             let us = READY_AGAIN_US;
             let soon = now + Duration::from_micros(self.rng.range(us.0, us.1));
             node.next_turn = node.next_turn.min(soon);
+        }
+        // A group held by pacing is released at a time of its own (the broker's loop
+        // waits for it, as for its next tick).
+        if !self.config.sync_min_interval.is_zero() {
+            node.next_turn = node.next_turn.min(driver.next_wake_at().max(now));
         }
     }
 
