@@ -117,47 +117,62 @@ fn invariants_hold_while_groups_move() {
 
 /// Seeds of the run with pipelined persistence (`MemOptions::pipelined`).
 const PIPELINED_SEEDS_DEFAULT: u64 = 500;
+/// Seeds of the run with paced persistence (`SimConfig::sync_min_interval`).
+const PACED_SEEDS_DEFAULT: u64 = 200;
 
-/// The same invariants when the store persists as the broker's does: each turn's writes
-/// take 0.1-3 ms of simulated disk time (sometimes 50-400 ms) while the driver keeps
-/// stepping and proposing, and a group finishes its `Ready` in the first turn after.
-#[test]
-fn invariants_hold_with_pipelined_persistence() {
-    let config = SimConfig::default();
+/// The seeds of a run: `STRAND_SIM_SEED` alone, else `count_env` (or `STRAND_SIM_SEEDS`,
+/// else `default`) seeds from `STRAND_SIM_SEED_START`.
+fn seeds_of(count_env: &str, default: u64) -> Vec<u64> {
+    if env_u64("STRAND_SIM_SEED").is_some() {
+        return seeds();
+    }
+    let start = env_u64("STRAND_SIM_SEED_START").unwrap_or(0);
+    let count = env_u64(count_env)
+        .or_else(|| env_u64("STRAND_SIM_SEEDS"))
+        .unwrap_or(default);
+    (start..start + count).collect()
+}
+
+/// Runs `seeds` over pipelined stores (`what`: the run's name; `test`: the test to rerun).
+fn run_pipelined(config: &SimConfig, seeds: &[u64], what: &str, test: &str) {
     let options = MemOptions {
         sync_behaviour: config.sync_behaviour,
         pipelined: true,
     };
-    let seeds: Vec<u64> = if env_u64("STRAND_SIM_SEED").is_some() {
-        seeds()
-    } else {
-        let start = env_u64("STRAND_SIM_SEED_START").unwrap_or(0);
-        let count = env_u64("STRAND_SIM_PIPELINED_SEEDS")
-            .or_else(|| env_u64("STRAND_SIM_SEEDS"))
-            .unwrap_or(PIPELINED_SEEDS_DEFAULT);
-        (start..start + count).collect()
-    };
     let started = Instant::now();
     let (mut acked, mut steps) = (0, 0);
-    for &seed in &seeds {
-        match sim::run_with::<MemLogStore>(seed, &config, &options) {
+    for &seed in seeds {
+        match sim::run_with::<MemLogStore>(seed, config, &options) {
             Ok(report) => {
                 acked += report.acked;
                 steps += report.steps;
             }
-            Err(failure) => panic!("{failure} (the pipelined test: cargo test -p strand-raft --test sim invariants_hold_with_pipelined_persistence)"),
+            Err(failure) => {
+                panic!("{failure} (the {what} test: cargo test -p strand-raft --test sim {test})")
+            }
         }
     }
     eprintln!(
-        "sim with pipelined persistence: {} seeds in {:.1} s, {steps} steps, {acked} acknowledged writes",
+        "sim with {what} persistence: {} seeds in {:.1} s, {steps} steps, {acked} acknowledged writes",
         seeds.len(),
         started.elapsed().as_secs_f64()
     );
     assert!(acked > 0, "no write was ever acknowledged");
 }
 
-/// Seeds of the run with paced persistence (`SimConfig::sync_min_interval`).
-const PACED_SEEDS_DEFAULT: u64 = 200;
+/// The same invariants when the store persists as the broker's does: each turn's writes
+/// take 0.1-3 ms of simulated disk time (sometimes 50-400 ms) while the driver keeps
+/// stepping and proposing, and a group finishes its `Ready` in the first turn after.
+#[test]
+fn invariants_hold_with_pipelined_persistence() {
+    let seeds = seeds_of("STRAND_SIM_PIPELINED_SEEDS", PIPELINED_SEEDS_DEFAULT);
+    run_pipelined(
+        &SimConfig::default(),
+        &seeds,
+        "pipelined",
+        "invariants_hold_with_pipelined_persistence",
+    );
+}
 
 /// The same invariants when every group's writes are paced (group commit pacing, 2 ms of
 /// simulated time between write starts) over pipelined persistence, under the faults.
@@ -167,31 +182,13 @@ fn invariants_hold_with_paced_persistence() {
         sync_min_interval: std::time::Duration::from_millis(2),
         ..SimConfig::default()
     };
-    let options = MemOptions {
-        sync_behaviour: config.sync_behaviour,
-        pipelined: true,
-    };
-    let start = env_u64("STRAND_SIM_SEED_START").unwrap_or(0);
-    let count = env_u64("STRAND_SIM_SEEDS").unwrap_or(PACED_SEEDS_DEFAULT);
-    let seeds: Vec<u64> = match env_u64("STRAND_SIM_SEED") {
-        Some(seed) => vec![seed],
-        None => (start..start + count).collect(),
-    };
-    let (mut acked, mut steps) = (0, 0);
-    for &seed in &seeds {
-        match sim::run_with::<MemLogStore>(seed, &config, &options) {
-            Ok(report) => {
-                acked += report.acked;
-                steps += report.steps;
-            }
-            Err(failure) => panic!("{failure} (the paced test: cargo test -p strand-raft --test sim invariants_hold_with_paced_persistence)"),
-        }
-    }
-    eprintln!(
-        "sim with paced persistence: {} seeds, {steps} steps, {acked} acknowledged writes",
-        seeds.len()
+    let seeds = seeds_of("STRAND_SIM_PACED_SEEDS", PACED_SEEDS_DEFAULT);
+    run_pipelined(
+        &config,
+        &seeds,
+        "paced",
+        "invariants_hold_with_paced_persistence",
     );
-    assert!(acked > 0, "no write was ever acknowledged");
 }
 
 #[test]

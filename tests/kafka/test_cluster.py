@@ -627,8 +627,20 @@ def test_a_cut_leader_is_replaced_and_writes_continue(ck, cluster, rf3_topic, wo
                  f"{elected_at - cut_at:.3f}s")
     assert new in others
     # Writes continue on the majority side (the client finds the new leader by itself).
-    w.wait_acks(ACKS_BEFORE_FAULT // PARTITIONS, partition=0, since=elected_at,
-                what=f"on partition 0 from new leader {new}")
+    try:
+        w.wait_acks(ACKS_BEFORE_FAULT // PARTITIONS, partition=0, since=elected_at,
+                    what=f"on partition 0 from new leader {new}")
+    except TimeoutError as e:
+        # What a client asking each node (the cut one answers clients too) is told, and
+        # what the producer saw: the next failure says where the client was stuck.
+        views = cluster.leader_views(topic, 0, nodes=NODE_IDS)
+        with w._lock:
+            errors = dict(w.delivery_errors)
+            fatal = list(w.fatal)
+        acks = {p: w.acks(p, since=elected_at) for p in range(PARTITIONS)}
+        raise AssertionError(f"{e}; leader of {topic}/0 per node (Metadata): {views}; acks "
+                             f"per partition since the election: {acks}; delivery errors: "
+                             f"{errors}; fatal: {fatal}") from e
     sleep_until(cut_at + FAULT_FOR_S)
     cluster.heal(old)
     finish(w)
