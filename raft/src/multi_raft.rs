@@ -508,21 +508,24 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
             if persisting.contains(&id) {
                 continue;
             }
-            // Paced: like a group whose write is running, it waits (and does not tick)
-            // until its interval is over; it stays pending so a later turn takes it.
-            if !self.config.sync_min_interval.is_zero() {
-                let held = self
-                    .sync_began
-                    .get(&id)
-                    .is_some_and(|&began| now < began + self.config.sync_min_interval);
-                if held {
-                    self.pending.insert(id);
-                    continue;
-                }
-            }
             let Some(g) = self.groups.get_mut(&id) else {
                 continue;
             };
+            // Paced: its `Ready` waits until the interval is over (it stays pending so a
+            // later turn takes it), but its clock runs — a busy leader cut off from its
+            // quorum must still step down, a follower still time out.
+            let held = !self.config.sync_min_interval.is_zero()
+                && self
+                    .sync_began
+                    .get(&id)
+                    .is_some_and(|&began| now < began + self.config.sync_min_interval);
+            if held {
+                if tick {
+                    g.tick(fx.rng);
+                }
+                self.pending.insert(id);
+                continue;
+            }
             // A leader that hibernates skips the tick: no heartbeat may follow its notices.
             // A group whose write is in flight skips it too: its clock stops while its own
             // disk is slow (it could send nothing before the write ends anyway), so a

@@ -884,3 +884,26 @@ fn paced_groups_gather_proposals_into_one_write_per_interval() {
         c.writes[0] - writes
     );
 }
+
+/// A paced leader that writes all the time still ticks: cut off from both followers while a
+/// client keeps proposing, it steps down (check-quorum) as an unpaced one does. Each tick
+/// here falls inside the pacing interval of a write begun just before it.
+#[test]
+fn a_busy_paced_leader_cut_off_still_steps_down() {
+    const PACE: Duration = Duration::from_millis(5);
+    let mut c = Cluster::configured(3, true, |cfg| cfg.sync_min_interval = PACE);
+    c.down[1] = true;
+    c.down[2] = true;
+    let ms = Duration::from_millis(1);
+    for _ in 0..(ELECTION_TICKS_MAX_DEFAULT * 3) {
+        if !c.nodes[0].is_leader(G) {
+            return;
+        }
+        c.advance(TICK_INTERVAL_DEFAULT - ms);
+        let _ = c.propose(0, 1);
+        c.settle();
+        c.advance(ms);
+        c.settle();
+    }
+    panic!("a leader cut off from its quorum while writing stayed leader");
+}
