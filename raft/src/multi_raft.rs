@@ -271,10 +271,15 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
     }
 
     /// Until when `group` may begin no `Ready` (`DriverConfig::sync_min_interval`), if it
-    /// is held at `now`.
-    fn held_until(&self, group: GroupId, now: Duration) -> Option<Duration> {
-        let began = *self.sync_began.get(&group)?;
-        let until = began + self.config.sync_min_interval;
+    /// is held at `now` (an associated function: `turn_begin` asks while it holds other
+    /// fields mutably). `sync_began` is empty without pacing, so nothing is ever held then.
+    fn held_until(
+        sync_began: &BTreeMap<GroupId, Duration>,
+        interval: Duration,
+        group: GroupId,
+        now: Duration,
+    ) -> Option<Duration> {
+        let until = *sync_began.get(&group)? + interval;
         (now < until).then_some(until)
     }
 
@@ -284,7 +289,9 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
         let now = self.clock.now();
         self.pending
             .iter()
-            .filter_map(|&g| self.held_until(g, now))
+            .filter_map(|&g| {
+                Self::held_until(&self.sync_began, self.config.sync_min_interval, g, now)
+            })
             .fold(self.next_tick_at, Duration::min)
     }
 
@@ -514,12 +521,8 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
             // Paced: its `Ready` waits until the interval is over (it stays pending so a
             // later turn takes it), but its clock runs — a busy leader cut off from its
             // quorum must still step down, a follower still time out.
-            let held = !self.config.sync_min_interval.is_zero()
-                && self
-                    .sync_began
-                    .get(&id)
-                    .is_some_and(|&began| now < began + self.config.sync_min_interval);
-            if held {
+            let interval = self.config.sync_min_interval;
+            if Self::held_until(&self.sync_began, interval, id, now).is_some() {
                 if tick {
                     g.tick(fx.rng);
                 }
@@ -711,7 +714,9 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
         let now = self.clock.now();
         self.pending
             .iter()
-            .filter(|&&id| self.held_until(id, now).is_none())
+            .filter(|&&id| {
+                Self::held_until(&self.sync_began, self.config.sync_min_interval, id, now).is_none()
+            })
             .filter_map(|id| self.groups.get(id))
             .any(Group::has_ready)
     }
