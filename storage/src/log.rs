@@ -473,7 +473,7 @@ impl Log {
             .as_mut()
             .expect("the active segment always has a tail");
         let pos = seg.meta.size_bytes;
-        tail.buf.extend(&frame);
+        tail.buf.extend(frame.clone());
         seg.meta.on_frame(FilePos(pos), &header, max_ts);
         assert_eq!(
             tail.base_pos + tail.buf.len() as u64,

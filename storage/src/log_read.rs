@@ -345,7 +345,11 @@ impl Log {
                     Some(t) if p >= t.base_pos => {
                         let a = usize::try_from(p - t.base_pos).unwrap_or(usize::MAX);
                         let b = usize::try_from(end - t.base_pos).unwrap_or(usize::MAX);
-                        t.buf.copy_to(a..b, &mut out);
+                        let tail = t.buf.slice(a..b);
+                        if out.is_empty() {
+                            return Ok(tail);
+                        }
+                        out.extend_from_slice(&tail);
                         return Ok(out.freeze());
                     }
                     Some(t) => (seg.file.clone(), end.min(t.base_pos), end),

@@ -6,6 +6,7 @@
 //! the old log, never a log with a hole. The log start offset is persisted before any
 //! segment below it is unlinked.
 
+use bytes::Bytes;
 use std::path::PathBuf;
 
 use crate::error::StorageError;
@@ -146,7 +147,7 @@ impl Log {
                 .and_then(|s| s.file.clone())
         };
         let base_pos = align_down(cut_pos);
-        let mut partial = Vec::new();
+        let mut partial = Bytes::new();
         if let Some(file) = &file {
             file.truncate(cut_pos).await?;
             file.fdatasync()
@@ -154,8 +155,7 @@ impl Log {
                 .map_err(|_| self.fence("fdatasync after truncation failed".into()))?;
             partial = file
                 .read(base_pos, usize::try_from(cut_pos - base_pos).unwrap_or(0))
-                .await?
-                .to_vec();
+                .await?;
         }
         let path = self.segment_path(key);
         for ext in ["index", "timeindex"] {
@@ -176,7 +176,7 @@ impl Log {
             }
             _ => {
                 let t = Tail {
-                    buf: TailBuf::from_vec(partial),
+                    buf: TailBuf::from_bytes(partial),
                     base_pos,
                     flushed_pos: cut_pos,
                     preallocated_to: cut_pos,

@@ -260,7 +260,7 @@ async fn open_tail(
         )
         .await?;
     let tail = Tail {
-        buf: TailBuf::from_vec(partial.to_vec()),
+        buf: TailBuf::from_bytes(partial),
         base_pos,
         flushed_pos: s.valid_end,
         preallocated_to: s.valid_end,
