@@ -4,7 +4,8 @@
 //! Invariant: for each registered log, the cached frames are a contiguous run of Raft
 //! indexes ending at that log's last appended frame (appends push at the back, eviction
 //! pops at the front, suffix truncation pops at the back). `used_bytes <= max_bytes`.
-//! Lives on one shard (`!Send`); no borrow is held across an `.await`.
+//! Lives on one shard (`!Send`); no borrow is held across an `.await`. It also keeps the
+//! shard's read-aheads (`read_ahead`), which have their own bound.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
@@ -12,6 +13,7 @@ use std::collections::{HashMap, VecDeque};
 use bytes::Bytes;
 
 use crate::frame::{FrameHeader, FRAME_HEADER_BYTES};
+use crate::read_ahead::ReadAheads;
 use crate::types::{KafkaOffset, RaftIndex};
 
 /// Default shard batch cache size.
@@ -43,6 +45,8 @@ struct Inner {
 /// Shard-wide batch cache shared (by `Rc`) among the shard's logs.
 pub struct BatchCache {
     inner: RefCell<Inner>,
+    /// The logs' read-aheads (the module `read_ahead`), bounded on their own.
+    pub(crate) read_ahead: RefCell<ReadAheads>,
 }
 
 /// Counters for metrics.
@@ -54,6 +58,10 @@ pub struct CacheStats {
     pub hits: u64,
     /// Reads that went to disk.
     pub misses: u64,
+    /// Read-aheads begun for sequential readers from disk (`read_ahead`).
+    pub read_aheads: u64,
+    /// Read-aheads that served the read they were begun for.
+    pub read_aheads_used: u64,
 }
 
 /// Heap bytes the allocator spends per allocation beyond its size (glibc: a chunk header
@@ -87,6 +95,7 @@ impl BatchCache {
                 max_bytes,
                 ..Inner::default()
             }),
+            read_ahead: RefCell::new(ReadAheads::default()),
         }
     }
 
@@ -101,6 +110,7 @@ impl BatchCache {
 
     /// Drops every frame of `log`.
     pub fn unregister(&self, log: LogId) {
+        self.read_ahead.borrow_mut().remove(log);
         let mut i = self.inner.borrow_mut();
         if let Some(q) = i.logs.remove(&log) {
             let freed: usize = q.iter().map(cost).sum();
@@ -240,6 +250,8 @@ impl BatchCache {
             used_bytes: i.used_bytes,
             hits: i.hits,
             misses: i.misses,
+            read_aheads: self.read_ahead.borrow().begun,
+            read_aheads_used: self.read_ahead.borrow().used,
         }
     }
 }

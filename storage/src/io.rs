@@ -240,6 +240,24 @@ impl SegmentFile {
         }
     }
 
+    /// Begins reading `len` bytes at `pos` in the background (a task of the shard's
+    /// executor), for read-ahead; `None` on the simulated disk. A failed read drops the
+    /// sender: the reader then reads again itself and gets the error.
+    pub(crate) fn prefetch(self: &Rc<Self>, pos: u64, len: usize) -> Option<Prefetch> {
+        let Backend::Dma(_) = &self.file else {
+            return None;
+        };
+        let (tx, rx) = futures::channel::oneshot::channel();
+        let file = Rc::clone(self);
+        glommio::spawn_local(async move {
+            if let Ok(bytes) = file.read(pos, len).await {
+                let _ = tx.send(bytes);
+            }
+        })
+        .detach();
+        Some(rx)
+    }
+
     /// Sets the file size.
     pub async fn truncate(&self, size_bytes: u64) -> Result<(), StorageError> {
         match &self.file {
@@ -285,6 +303,9 @@ impl SegmentFile {
 
 /// Shared handle to a segment file; reads in flight keep a removed file readable.
 pub type SharedFile = Rc<SegmentFile>;
+
+/// The bytes of a read begun ahead of its reader ([`SegmentFile::prefetch`]).
+pub(crate) type Prefetch = futures::channel::oneshot::Receiver<Bytes>;
 
 /// A segment file the log no longer lists (renamed over by compaction, deleted by
 /// retention or truncation), held until its readers are done so that its last close runs

@@ -24,6 +24,7 @@ pub mod log_clean;
 pub mod log_flush;
 pub mod log_read;
 pub mod log_truncate;
+pub mod read_ahead;
 pub mod recovery;
 pub mod segment;
 mod tail_buf;

@@ -179,6 +179,9 @@ pub struct Log {
     /// compaction rewrite renames its file over a segment, so an unlinked segment is
     /// never brought back by a rename.
     pub(crate) files_lock: futures::lock::Mutex<()>,
+    /// Where the next read by Kafka offset starts if its reader reads in order (segment,
+    /// position), as the last read from disk predicted (`read_ahead`).
+    pub(crate) read_next: std::cell::Cell<Option<(RaftIndex, FilePos)>>,
 }
 
 impl Drop for Log {

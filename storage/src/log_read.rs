@@ -4,7 +4,8 @@
 //! aligned DMA reads in windows the size of what the caller asked for (between
 //! `READ_WINDOW_BYTES` and `READ_WINDOW_MAX_BYTES`: a consumer fetching 1 MiB gets one
 //! read, not four in a row), and the active segment's bytes not
-//! yet on disk come from its tail buffer. Every frame read from disk has both CRCs checked;
+//! yet on disk come from its tail buffer. A sequential reader's next window is read ahead
+//! (`read_ahead`). Every frame read from disk has both CRCs checked;
 //! a bad frame below the logical end fences the log with the file and position.
 //!
 //! Invariant: a read never returns a frame past the log end at the time of the read, and
@@ -15,6 +16,7 @@ use bytes::{Bytes, BytesMut};
 use crate::error::StorageError;
 use crate::frame::{decode_frame, FrameError, FrameHeader};
 use crate::log::Log;
+use crate::read_ahead::Ahead;
 use crate::types::{FilePos, KafkaOffset, RaftIndex};
 
 /// Bytes read from disk per window at least (frames larger than the window are read whole).
@@ -110,10 +112,75 @@ impl Log {
             take(&f.header, &f.body) == Walk::Continue
         });
         if !cached {
-            self.walk(Start::Offset(from), window_for(max_bytes), &mut take)
-                .await?;
+            let started = self.locate(Start::Offset(from));
+            let window = window_for(max_bytes);
+            self.walk(Start::Offset(from), window, &mut take).await?;
+            self.read_ahead_after(started, out.next_offset, window);
         }
         Ok(out)
+    }
+
+    /// After a read from disk that started at `started` and ended before `next`: predicts
+    /// where the next read starts and, when this read started where the previous one
+    /// predicted (a sequential reader), begins reading `window` bytes from there (see
+    /// `read_ahead`).
+    fn read_ahead_after(
+        &self,
+        started: Option<(RaftIndex, FilePos)>,
+        next: KafkaOffset,
+        window: u64,
+    ) {
+        let next_at = self.locate(Start::Offset(next));
+        let predicted = self.read_next.replace(next_at);
+        let Some((key, pos)) = next_at.filter(|_| started.is_some() && started == predicted) else {
+            return;
+        };
+        let (file, len, swaps) = {
+            let st = self.st.borrow();
+            let Some(seg) = st
+                .segments
+                .iter()
+                .find(|s| s.meta.name.raft_base_index == key)
+            else {
+                return;
+            };
+            let durable_end = seg
+                .tail
+                .as_ref()
+                .map_or(seg.meta.size_bytes, |t| t.base_pos.min(seg.meta.size_bytes));
+            let (Some(file), true) = (seg.file.clone(), pos.0 < durable_end) else {
+                return;
+            };
+            (file, (durable_end - pos.0).min(window), st.swaps)
+        };
+        let len = usize::try_from(len).unwrap_or(usize::MAX);
+        if let Some(bytes) = file.prefetch(pos.0, len) {
+            let ahead = Ahead {
+                key,
+                pos: pos.0,
+                len,
+                swaps,
+                bytes,
+            };
+            self.cache.read_ahead.borrow_mut().put(self.cache_id, ahead);
+        }
+    }
+
+    /// Drops the log's read-ahead and its prediction (its bytes may change).
+    pub(crate) fn forget_read_ahead(&self) {
+        self.cache.read_ahead.borrow_mut().remove(self.cache_id);
+        self.read_next.set(None);
+    }
+
+    /// The bytes a read-ahead holds for the read of `len` bytes of segment `key` at `pos`.
+    async fn read_ahead_of(&self, key: RaftIndex, pos: u64, len: usize) -> Option<Bytes> {
+        let swaps = self.st.borrow().swaps;
+        let ahead = self
+            .cache
+            .read_ahead
+            .borrow_mut()
+            .take(self.cache_id, key, pos, len, swaps)?;
+        ahead.bytes(len).await
     }
 
     /// Reads frames with Raft index in `lo..hi`, at most `max_bytes` of bodies but at least
@@ -362,7 +429,10 @@ impl Log {
                 ));
             };
             let len_now = usize::try_from(disk_end - p).unwrap_or(usize::MAX);
-            let bytes = file.read(p, len_now).await?;
+            let bytes = match self.read_ahead_of(key, p, len_now).await {
+                Some(bytes) => bytes,
+                None => file.read(p, len_now).await?,
+            };
             if bytes.len() < len_now {
                 let reason = format!("short read: {} of {len_now} bytes", bytes.len());
                 return Err(StorageError::Corrupt {

@@ -55,9 +55,12 @@ impl Log {
         let Some(cut) = cut.first().map(|f| f.header) else {
             return Err(StorageError::Usage("entry to truncate from vanished"));
         };
+        self.forget_read_ahead();
         let (removed, keep) = self.truncate_suffix_in_memory(&cut)?;
         let result = self.truncate_suffix_on_disk(removed, keep, &cut).await;
         self.st.borrow_mut().busy = false;
+        // A read begun during the truncation may have read ahead what it cut.
+        self.forget_read_ahead();
         result
     }
 
@@ -466,6 +469,7 @@ impl Log {
             paths
         };
         self.cache.truncate_from(self.cache_id, RaftIndex(0));
+        self.forget_read_ahead();
         io::write_small_file_atomic_async(
             &self.dir.join(LOG_START_FILE),
             &encode_log_start(next_offset),

@@ -125,6 +125,7 @@ impl Log {
             cache_id,
             log_start_write: futures::lock::Mutex::new(()),
             files_lock: futures::lock::Mutex::new(()),
+            read_next: std::cell::Cell::new(None),
             st: std::cell::RefCell::new(State {
                 segments,
                 log_start_offset,

@@ -989,3 +989,111 @@ fn a_dropped_segment_file_is_closed_once_its_readers_are_done() {
         assert_eq!(deleted_files_open(dir.path()), 0);
     });
 }
+
+/// Reads from `from` to the log end in reads of `max_bytes`, as a consumer does; returns
+/// each batch's (base offset, first timestamp).
+async fn consume(log: &Log, from: i64, max_bytes: usize) -> Vec<(i64, i64)> {
+    let mut seen = Vec::new();
+    let mut at = from;
+    while at < log.log_end_offset().0 {
+        let r = log
+            .read(KafkaOffset(at), log.log_end_offset(), max_bytes, true)
+            .await
+            .expect("read");
+        for b in r.batches {
+            let b = RecordBatch::parse(b).expect("batch parses");
+            b.validate().expect("batch valid");
+            seen.push((b.base_offset(), b.first_timestamp()));
+        }
+        at = r.next_offset.0;
+    }
+    seen
+}
+
+#[test]
+fn a_sequential_reader_from_disk_is_read_ahead_and_reads_what_was_written() {
+    let dir = tempfile::tempdir_in(".").expect("tempdir");
+    run(async {
+        let cache = Rc::new(BatchCache::new(0));
+        let clock = Rc::new(FakeClock(Cell::new(1_000_000)));
+        let log = Log::open(dir.path(), config(1 << 20), clock, Rc::clone(&cache))
+            .await
+            .expect("open");
+        for i in 0..2000 {
+            log.append_one(&data(1, batch(1, 1_000 + i, 1000)))
+                .expect("append");
+        }
+        log.flush().await.expect("flush");
+        log.flush().await.expect("finalize");
+        let want: Vec<(i64, i64)> = (0..2000).map(|i| (i, 1_000 + i)).collect();
+        assert_eq!(consume(&log, 0, 64 * 1024).await, want);
+        let s = cache.stats();
+        // About 2 MiB over 256 KiB windows in two segments: every window after the first
+        // of each segment run is read ahead, and each read ahead is used.
+        assert!(s.read_aheads >= 4, "{s:?}");
+        assert!(s.read_aheads_used + 2 >= s.read_aheads, "{s:?}");
+        // A reader that jumps around starts no read-ahead.
+        let before = cache.stats().read_aheads;
+        for from in [1500, 100, 900, 20] {
+            let r = log
+                .read(KafkaOffset(from), log.log_end_offset(), 4096, true)
+                .await
+                .expect("read");
+            assert_eq!(r.batches.len(), 3, "from {from}");
+        }
+        assert_eq!(cache.stats().read_aheads, before);
+    });
+}
+
+#[test]
+fn a_read_ahead_never_serves_bytes_a_truncation_replaced() {
+    let dir = tempfile::tempdir_in(".").expect("tempdir");
+    run(async {
+        let cache = Rc::new(BatchCache::new(0));
+        let clock = Rc::new(FakeClock(Cell::new(1_000_000)));
+        let log = Log::open(dir.path(), config(8 << 20), clock, Rc::clone(&cache))
+            .await
+            .expect("open");
+        for i in 0..1000 {
+            log.append_one(&data(1, batch(1, 1_000 + i, 1000)))
+                .expect("append");
+        }
+        log.flush().await.expect("flush");
+        // Two reads in order: the second begins reading ahead from where it ends.
+        let mut at = 0;
+        for _ in 0..2 {
+            let r = log
+                .read(KafkaOffset(at), log.log_end_offset(), 256 * 1024, true)
+                .await
+                .expect("read");
+            at = r.next_offset.0;
+        }
+        assert_eq!(cache.stats().read_aheads, 1);
+        // Raft replaces everything from inside the read-ahead window with other batches
+        // of the same size.
+        log.truncate_suffix(RaftIndex(u64::try_from(at).expect("offset") + 11))
+            .await
+            .expect("truncate");
+        for i in 0..(1000 - at - 10) {
+            log.append_one(&data(2, batch(1, 900_000 + i, 1000)))
+                .expect("append");
+        }
+        log.flush().await.expect("flush");
+        let read = consume(&log, at, 256 * 1024).await;
+        let want: Vec<(i64, i64)> = (at..1000)
+            .map(|o| {
+                (
+                    o,
+                    if o < at + 10 {
+                        1_000 + o
+                    } else {
+                        900_000 + o - at - 10
+                    },
+                )
+            })
+            .collect();
+        let wrong = read.iter().zip(&want).find(|(r, w)| r != w);
+        assert_eq!(wrong, None, "first batch read unlike what was written");
+        assert_eq!(read.len(), want.len());
+    });
+}

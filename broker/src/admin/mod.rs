@@ -202,6 +202,20 @@ pub fn render_metrics(shards: &[ShardSnapshot]) -> String {
         true,
     );
     per_shard(
+        "strand_read_aheads",
+        "Windows read ahead for sequential readers from disk",
+        &mut reg,
+        &|s| s.cache.read_aheads,
+        true,
+    );
+    per_shard(
+        "strand_read_aheads_used",
+        "Windows read ahead that served the read they were begun for",
+        &mut reg,
+        &|s| s.cache.read_aheads_used,
+        true,
+    );
+    per_shard(
         "strand_batch_cache_bytes",
         "Heap bytes held by the batch cache (frames and their bookkeeping)",
         &mut reg,
