@@ -37,6 +37,12 @@ pub const PREALLOCATE_MIN_BYTES: u64 = 64 * 1024;
 /// Largest amount of appended-but-unflushed data a log holds; appends past it fail with
 /// `TailFull` until a flush succeeds (bounds memory while the disk is full or slow).
 pub const TAIL_PENDING_BYTES_MAX: u64 = 256 * 1024 * 1024;
+/// Appended-but-unflushed bytes past which a writer that does not wait for durability
+/// (acks=0/1) should wait for the flush anyway: producers then go at the disk's rate (as
+/// a page-cache broker's writes block on dirty pages) instead of filling the tail up to
+/// `TAIL_PENDING_BYTES_MAX` and being refused ([`crate::Log::pending_bytes`]).
+pub const TAIL_PENDING_BYTES_WAIT: u64 = 32 * 1024 * 1024;
+const _: () = assert!(TAIL_PENDING_BYTES_WAIT * 4 <= TAIL_PENDING_BYTES_MAX);
 const _: () = assert!(SEGMENT_BYTES_MIN <= SEGMENT_BYTES_DEFAULT);
 
 /// Largest `LogConfig::flush_min_interval_us`: pacing is for trading a fraction of a

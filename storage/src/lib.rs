@@ -32,7 +32,9 @@ pub mod types;
 
 pub use budget::{ForegroundWrite, IoBudget};
 pub use cache::{BatchCache, CacheStats, BATCH_CACHE_BYTES_DEFAULT};
-pub use config::{Clock, LogConfig, SystemClock, ZERO_AHEAD_MIN_SEGMENT_BYTES};
+pub use config::{
+    Clock, LogConfig, SystemClock, TAIL_PENDING_BYTES_WAIT, ZERO_AHEAD_MIN_SEGMENT_BYTES,
+};
 pub use error::StorageError;
 pub use frame::{FrameHeader, FrameKind};
 pub use log::{AppendEntry, Appended, Durable, Log, LogStats};

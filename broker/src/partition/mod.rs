@@ -531,7 +531,12 @@ impl Partition {
         }
         self.note_transactional(view, appended.kafka_base_offset);
         let durable = acks_all.then(|| self.wait_durable(appended.index));
+        let backpressure = (!acks_all).then(|| self.backpressure()).flatten();
         self.ensure_flushing();
+        if let Some(rx) = backpressure {
+            // The answer is the append's; only its timing waits for the disk.
+            let _ = rx.await;
+        }
         if let Some(rx) = durable {
             rx.await.map_err(|_| KafkaError::NotLeader)??;
             self.metrics.produce_stage(
@@ -881,6 +886,20 @@ impl Partition {
         self.checkpointing.set(false);
     }
 
+    /// For a write that does not wait for durability (acks=0/1), while the log holds more
+    /// than `TAIL_PENDING_BYTES_WAIT` unflushed: a wait for the next flush to complete,
+    /// so producers go at the disk's rate instead of filling the tail until appends fail
+    /// (TailFull, KAFKA_STORAGE_ERROR). Waiting for that flush, not for the write's own,
+    /// keeps the producer appending while the disk writes what came before.
+    fn backpressure(&self) -> Option<oneshot::Receiver<Result<(), KafkaError>>> {
+        if self.log.pending_bytes() <= strand_storage::TAIL_PENDING_BYTES_WAIT
+            || self.durable_waiters.borrow().len() >= WAITERS_MAX
+        {
+            return None;
+        }
+        Some(self.wait_durable(self.log.durable().last_index.next()))
+    }
+
     fn wait_durable(&self, index: RaftIndex) -> oneshot::Receiver<Result<(), KafkaError>> {
         let (tx, rx) = oneshot::channel();
         let mut w = self.durable_waiters.borrow_mut();
@@ -1190,6 +1209,42 @@ mod tests {
             assert_eq!(produce(part, pid, seq).await, offset, "producer {pid}");
         }
         assert_eq!(part.log().log_end_offset(), end, "a retry appended");
+    }
+
+    /// An acks=1 producer faster than the flushes waits for them once its log holds
+    /// `TAIL_PENDING_BYTES_WAIT` unflushed, rather than filling the tail until appends
+    /// fail with KAFKA_STORAGE_ERROR (found with `strand-bench produce --acks 1` on a
+    /// disk slower than the producer).
+    #[test]
+    fn acks_1_producers_wait_for_flushes_past_the_unflushed_bound() {
+        const BATCH_BYTES: usize = 512 << 10;
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("t-0");
+        strand_storage::io_runtime::block_on("partition-test", 1, async {
+            // Flushes at most every 100 ms: without the bound the appends below would
+            // all be pending at once.
+            let lc = LogConfig {
+                flush_min_interval_us: 100_000,
+                ..LogConfig::default()
+            };
+            let part = open_with(&dir, lc, None).await;
+            let value = vec![b'x'; BATCH_BYTES];
+            let batches = 2 * strand_storage::TAIL_PENDING_BYTES_WAIT as usize / BATCH_BYTES;
+            let mut most = 0;
+            for _ in 0..batches {
+                let mut b = strand_wire::BatchBuilder::new(1);
+                b.push(0, None, Some(&value), &[]);
+                part.produce(b.build(), false).await.expect("produced");
+                most = most.max(part.log().pending_bytes());
+            }
+            let bound = strand_storage::TAIL_PENDING_BYTES_WAIT + 2 * BATCH_BYTES as u64;
+            assert!(
+                most <= bound,
+                "{most} bytes unflushed after an acks=1 answer"
+            );
+            assert_eq!(part.log().log_end_offset().0, batches as i64);
+        })
+        .expect("executor");
     }
 
     /// A produce reaching a newly elected leader before it serves waits for it (its
