@@ -15,7 +15,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use strand_wire::native::generated::{BodyT, MessageT};
 use strand_wire::native::{
-    decode_body, Encoder, FrameHeader, FRAME_BYTES_MAX, FRAME_HEADER_BYTES, PROTOCOL_VERSION,
+    decode_body, split_trailer, Encoder, FrameError, FrameHeader, FRAME_BYTES_MAX,
+    FRAME_HEADER_BYTES, PROTOCOL_VERSION,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -48,10 +49,35 @@ async fn write_frames<W: tokio::io::AsyncWrite + Unpin>(
     let _ = wr.shutdown().await;
 }
 
+/// The answer a frame from the broker carries (an error for another protocol version), or
+/// why the frame is not one (the connection then fails).
+fn answer_of(
+    h: &FrameHeader,
+    body: Vec<u8>,
+) -> std::result::Result<Result<(BodyT, Bytes)>, FrameError> {
+    let (message, trailer) = split_trailer(h, Bytes::from(body))?;
+    let m = decode_body(&message)?;
+    if h.version == PROTOCOL_VERSION {
+        return Ok(Ok((m.body, trailer)));
+    }
+    Ok(Err(match m.body {
+        BodyT::ErrorResponse(e) => Error::UnsupportedVersion(
+            e.error
+                .and_then(|e| e.message)
+                .unwrap_or_else(|| format!("broker speaks version {}", h.version)),
+        ),
+        _ => Error::UnsupportedVersion(format!(
+            "broker answered in version {}, we speak {PROTOCOL_VERSION}",
+            h.version
+        )),
+    }))
+}
+
 /// Frames queued for the socket writer before senders wait.
 const WRITE_QUEUE_FRAMES: usize = 256;
 
-type Waiter = oneshot::Sender<Result<BodyT>>;
+/// Waits for an answer: its body and its frame's trailer (empty without one).
+type Waiter = oneshot::Sender<Result<(BodyT, Bytes)>>;
 
 struct Pending {
     waiters: HashMap<u64, Waiter>,
@@ -159,19 +185,8 @@ impl Connection {
                 if let Err(e) = rd.read_exact(&mut body).await {
                     break format!("read failed: {e}");
                 }
-                let answer = match decode_body(&body) {
-                    Ok(m) if h.version == PROTOCOL_VERSION => Ok(m.body),
-                    Ok(m) => match m.body {
-                        BodyT::ErrorResponse(e) => Err(Error::UnsupportedVersion(
-                            e.error
-                                .and_then(|e| e.message)
-                                .unwrap_or_else(|| format!("broker speaks version {}", h.version)),
-                        )),
-                        _ => Err(Error::UnsupportedVersion(format!(
-                            "broker answered in version {}, we speak {PROTOCOL_VERSION}",
-                            h.version
-                        ))),
-                    },
+                let answer = match answer_of(&h, body) {
+                    Ok(answer) => answer,
                     Err(e) => break format!("undecodable frame from broker: {e}"),
                 };
                 let waiter = lock(&reader_pending).waiters.remove(&h.correlation_id);
@@ -208,6 +223,17 @@ impl Connection {
 
     /// Sends `body` and waits for its answer (an `ErrorResponse` becomes an `Err`).
     pub(crate) async fn request(&self, body: BodyT, timeout: Duration) -> Result<BodyT> {
+        self.request_with_trailer(body, timeout)
+            .await
+            .map(|(body, _)| body)
+    }
+
+    /// [`Connection::request`], with the answer's frame trailer (a fetch's records).
+    pub(crate) async fn request_with_trailer(
+        &self,
+        body: BodyT,
+        timeout: Duration,
+    ) -> Result<(BodyT, Bytes)> {
         let _slot = self
             .slots
             .acquire()
@@ -241,7 +267,7 @@ impl Connection {
             }
         }?;
         match answer {
-            BodyT::ErrorResponse(e) => Err(e
+            (BodyT::ErrorResponse(e), _) => Err(e
                 .error
                 .as_deref()
                 .map(Error::from_wire)

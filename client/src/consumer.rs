@@ -165,7 +165,7 @@ impl Consumer {
         let answers = futures::future::join_all(fetches).await;
         let mut out = Vec::new();
         for answer in answers {
-            for p in answer? {
+            for (p, records) in answer? {
                 let topic = p.topic.clone().unwrap_or_default();
                 if let Some(e) = p.error.as_deref() {
                     if e.moved_to_shard >= 0 {
@@ -181,7 +181,6 @@ impl Consumer {
                 let Some(pos) = self.positions.get_mut(&(topic.clone(), p.partition)) else {
                     continue;
                 };
-                let records = bytes::Bytes::from(p.records.unwrap_or_default());
                 let decoded = crate::records::decode(&topic, p.partition, records, *pos)?;
                 if let Some(next) = decoded.next_offset {
                     *pos = next;
@@ -192,7 +191,12 @@ impl Consumer {
         Ok(out)
     }
 
-    async fn fetch_shard(&self, parts: Vec<FetchPartitionT>) -> Result<Vec<FetchPartitionResultT>> {
+    /// Fetches `parts` from their shard: each partition's answer with its records (sliced
+    /// out of the response frame's trailer, not copied).
+    async fn fetch_shard(
+        &self,
+        parts: Vec<FetchPartitionT>,
+    ) -> Result<Vec<(FetchPartitionResultT, bytes::Bytes)>> {
         let first = parts
             .first()
             .map(|p| (p.topic.clone().unwrap_or_default(), p.partition));
@@ -207,14 +211,27 @@ impl Consumer {
             max_bytes: self.config.max_bytes,
             isolation: Isolation::ReadUncommitted,
             partitions: Some(parts),
+            records_in_trailer: true,
         }));
         let timeout = self.client.request_timeout() + self.config.max_wait;
-        match conn.request(req, timeout).await? {
-            BodyT::FetchResponse(r) => Ok(r.partitions.unwrap_or_default()),
-            _ => Err(Error::Protocol(
+        let (BodyT::FetchResponse(r), mut trailer) =
+            conn.request_with_trailer(req, timeout).await?
+        else {
+            return Err(Error::Protocol(
                 "fetch answered with another message".into(),
-            )),
+            ));
+        };
+        let mut out = Vec::new();
+        for mut p in r.partitions.unwrap_or_default() {
+            let records = if p.trailer_bytes > 0 {
+                strand_wire::native::take_trailer(&mut trailer, p.trailer_bytes)
+                    .map_err(|e| Error::Protocol(e.to_string()))?
+            } else {
+                bytes::Bytes::from(p.records.take().unwrap_or_default())
+            };
+            out.push((p, records));
         }
+        Ok(out)
     }
 
     fn group(&self) -> Result<&str> {

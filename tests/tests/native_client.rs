@@ -11,7 +11,10 @@ use std::time::Duration;
 use strand_client::{Client, ClientConfig, ConsumerConfig, Offset, ProducerConfig, ProducerRecord};
 use strand_tests::broker::{Broker, Options};
 use strand_wire::native::generated::*;
-use strand_wire::native::{codes, decode_body, Encoder, FrameHeader, FRAME_HEADER_BYTES};
+use strand_wire::native::{
+    codes, decode_body, split_trailer, take_trailer, Encoder, FrameHeader, FLAG_TRAILER,
+    FRAME_HEADER_BYTES,
+};
 
 fn tmp() -> &'static Path {
     Path::new(env!("CARGO_TARGET_TMPDIR"))
@@ -239,6 +242,114 @@ fn read_frame(s: &mut TcpStream) -> Option<(FrameHeader, MessageT)> {
     let mut body = vec![0u8; h.body_bytes];
     s.read_exact(&mut body).ok()?;
     Some((h, decode_body(&body).ok()?))
+}
+
+/// Reads a frame whose body may carry a trailer: header, message, trailer.
+fn read_frame_with_trailer(s: &mut TcpStream) -> (FrameHeader, MessageT, bytes::Bytes) {
+    let mut h = [0u8; FRAME_HEADER_BYTES];
+    s.read_exact(&mut h).expect("header");
+    let h = FrameHeader::parse(&h, 1 << 26).expect("valid header");
+    let mut body = vec![0u8; h.body_bytes];
+    s.read_exact(&mut body).expect("body");
+    let (message, trailer) = split_trailer(&h, body.into()).expect("valid trailer");
+    (h, decode_body(&message).expect("valid body"), trailer)
+}
+
+/// A fetch of partition 0 of `topic` from its start, asking for the records in the trailer
+/// or not: each partition's (records, trailer_bytes) and the frame's trailer.
+fn raw_fetch(
+    s: &mut TcpStream,
+    topic: &str,
+    records_in_trailer: bool,
+) -> (bool, FetchPartitionResultT, bytes::Bytes) {
+    let req = MessageT {
+        body: BodyT::FetchRequest(Box::new(FetchRequestT {
+            max_wait_ms: 0,
+            min_bytes: 1,
+            max_bytes: 1 << 20,
+            isolation: Isolation::ReadUncommitted,
+            partitions: Some(vec![FetchPartitionT {
+                topic: Some(topic.into()),
+                partition: 0,
+                offset: 0,
+                max_bytes: 1 << 20,
+            }]),
+            records_in_trailer,
+        })),
+    };
+    s.write_all(&Encoder::new().frame(1, 3, &req))
+        .expect("send");
+    let (h, msg, trailer) = read_frame_with_trailer(s);
+    let BodyT::FetchResponse(r) = msg.body else {
+        panic!("expected FetchResponse, got {:?}", msg.body)
+    };
+    let mut parts = r.partitions.expect("partitions");
+    assert_eq!(parts.len(), 1);
+    (h.trailer, parts.remove(0), trailer)
+}
+
+/// A client that asks gets a fetch's records in the frame's trailer (sent from where the
+/// broker read them; the client slices them out), and one that does not — every client
+/// before the trailer — gets them inline as before: the same bytes either way.
+#[test]
+fn a_fetch_answers_records_in_the_trailer_only_when_asked() {
+    let broker = Broker::start(
+        tmp(),
+        Options {
+            smp: 1,
+            ..Options::default()
+        },
+    );
+    runtime().block_on(async {
+        let c = client(&broker).await;
+        let p = c.producer(ProducerConfig::default()).await.unwrap();
+        for i in 0..50 {
+            p.send(
+                ProducerRecord::new("trailer")
+                    .partition(0)
+                    .value(format!("v{i}")),
+            )
+            .await
+            .unwrap()
+            .await
+            .expect("produced");
+        }
+        let got = consume_all(&c, "trailer", 50).await;
+        let values: Vec<_> = got
+            .iter()
+            .map(|r| r.value.clone().unwrap_or_default())
+            .collect();
+        let want: Vec<bytes::Bytes> = (0..50).map(|i| format!("v{i}").into()).collect();
+        assert_eq!(
+            values, want,
+            "the client reads what it wrote through the trailer"
+        );
+    });
+    let mut s = TcpStream::connect(broker.native_addr()).unwrap();
+    let (flagged, inline, trailer) = raw_fetch(&mut s, "trailer", false);
+    assert!(!flagged && trailer.is_empty() && inline.trailer_bytes == 0);
+    let inline = inline.records.expect("records inline");
+    let (flagged, part, mut trailer) = raw_fetch(&mut s, "trailer", true);
+    assert!(flagged && part.records.is_none());
+    let records = take_trailer(&mut trailer, part.trailer_bytes).expect("in the trailer");
+    assert_eq!(&records[..], &inline[..], "the same records either way");
+    assert!(trailer.is_empty());
+    // A request may not carry a trailer: the connection closes.
+    let mut frame = Encoder::new()
+        .frame(
+            1,
+            9,
+            &MessageT {
+                body: BodyT::HandshakeRequest(Box::default()),
+            },
+        )
+        .to_vec();
+    frame[6..8].copy_from_slice(&FLAG_TRAILER.to_le_bytes());
+    s.write_all(&frame).unwrap();
+    assert!(
+        closed(&mut s),
+        "a request with a trailer closes its connection"
+    );
 }
 
 fn closed(s: &mut TcpStream) -> bool {

@@ -136,7 +136,9 @@ fn read_all_fields(batch: &RecordBatch) {
 /// Panics if a decoded message does not survive re-encoding unchanged, or if the header
 /// parser accepts a length past its limit.
 pub fn native_frame(data: &[u8]) {
-    use crate::native::{decode_body, Encoder, FrameHeader, FRAME_HEADER_BYTES};
+    use crate::native::{
+        decode_body, split_trailer, take_trailer, Encoder, FrameHeader, FRAME_HEADER_BYTES,
+    };
     const LIMIT_BYTES: usize = 1 << 20;
     let mut rest = data;
     let mut encoder = Encoder::new();
@@ -149,9 +151,17 @@ pub fn native_frame(data: &[u8]) {
             break;
         };
         rest = tail;
-        let Ok(msg) = decode_body(body) else {
+        let Ok((body, mut trailer)) = split_trailer(&h, Bytes::copy_from_slice(body)) else {
             continue;
         };
+        let Ok(msg) = decode_body(&body) else {
+            continue;
+        };
+        if let crate::native::generated::BodyT::FetchResponse(f) = &msg.body {
+            for part in f.partitions.iter().flatten() {
+                black_box(take_trailer(&mut trailer, part.trailer_bytes).ok());
+            }
+        }
         let frame = encoder.frame(h.version, h.correlation_id, &msg);
         let again = decode_body(&frame[FRAME_HEADER_BYTES..]).expect("re-encoded body decodes");
         assert_eq!(msg, again, "re-encoding changed the message");

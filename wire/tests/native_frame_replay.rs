@@ -1,6 +1,7 @@
 //! Replays the `native_frame` fuzz corpus (`wire/fuzz/corpus/native_frame/`), and seeded
 //! mutations of it, through the target body on stable Rust (STYLE.md 9.2). The seeds are
-//! frames of the native protocol's requests as the client encodes them; a crash input
+//! frames of the native protocol's requests as the client encodes them (and a fetch answer
+//! with its records in the trailer); a crash input
 //! from `cargo fuzz run native_frame` goes into the corpus and runs here from then on.
 //! `STRAND_WRITE_FUZZ_SEEDS=1 cargo test -p strand-wire --test native_frame_replay` rewrites
 //! the seeds.
@@ -27,6 +28,31 @@ fn frame(correlation_id: u64, body: BodyT) -> Vec<u8> {
         .to_vec()
 }
 
+/// A fetch answer carrying `batch` in its trailer, as the broker writes it.
+fn fetch_answer_with_trailer(batch: &[u8]) -> Vec<u8> {
+    Encoder::new()
+        .frame_with_trailer(
+            PROTOCOL_VERSION,
+            3,
+            &MessageT {
+                body: BodyT::FetchResponse(Box::new(FetchResponseT {
+                    partitions: Some(vec![FetchPartitionResultT {
+                        topic: Some("t".into()),
+                        partition: 0,
+                        high_watermark: 1,
+                        log_start_offset: 0,
+                        records: None,
+                        error: None,
+                        trailer_bytes: u32::try_from(batch.len()).expect("small"),
+                    }]),
+                })),
+            },
+            vec![bytes::Bytes::copy_from_slice(batch)],
+        )
+        .expect("encodes")
+        .concat()
+}
+
 fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     let batch = {
         let mut b = strand_wire::BatchBuilder::new(1_700_000_000_000);
@@ -41,7 +67,7 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
             partitions: Some(vec![ProducePartitionT {
                 topic: Some("t".into()),
                 partition: 0,
-                records: Some(batch),
+                records: Some(batch.clone()),
             }]),
         })),
     );
@@ -58,8 +84,10 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
                 offset: 0,
                 max_bytes: 1 << 20,
             }]),
+            records_in_trailer: true,
         })),
     );
+    let fetched = fetch_answer_with_trailer(&batch);
     let handshake = frame(1, BodyT::HandshakeRequest(Box::default()));
     let metadata = frame(
         4,
@@ -78,6 +106,7 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         ("metadata", metadata),
         ("pipelined", pipelined),
         ("cut-produce", cut),
+        ("fetch-answer-trailer", fetched),
     ]
 }
 

@@ -18,10 +18,15 @@
 //!  byte size  field           type    notes
 //!     0    4  length          u32     bytes after this field: 12 + body bytes
 //!     4    2  version         u16     protocol version of the sender (PROTOCOL_VERSION)
-//!     6    2  flags           u16     0; any other value is refused (reserved)
+//!     6    2  flags           u16     0, or FLAG_TRAILER; any other bit is refused (reserved)
 //!     8    8  correlation_id  u64     echoed by the response; responses may come out of order
 //!    16    …  body                    one flatbuffer, root table `Message`
 //! ```
+//!
+//! With `FLAG_TRAILER` (only on a FetchResponse to a request with `records_in_trailer`)
+//! the body is `u32 flatbuffer length | flatbuffer | trailer`: each partition's records
+//! are the next `trailer_bytes` of the trailer, so the broker writes them from where it
+//! read them and the client slices them out of the frame — neither copies them.
 //!
 //! A broker that receives a frame of another version answers with an `ErrorResponse` of
 //! code [`codes::UNSUPPORTED_VERSION`] in version-1 layout, which never changes, then
@@ -57,6 +62,10 @@ pub const FRAME_HEADER_BYTES: usize = 16;
 const HEADER_AFTER_LENGTH_BYTES: usize = FRAME_HEADER_BYTES - 4;
 /// Default ceiling on one frame, header included (Kafka's `socket.request.max.bytes`).
 pub const FRAME_BYTES_MAX: usize = 100 * 1024 * 1024;
+/// Frame flag: the body is a length-prefixed flatbuffer followed by a trailer of records.
+pub const FLAG_TRAILER: u16 = 1;
+/// Bytes of the flatbuffer length that opens a body with a trailer.
+const TRAILER_PREFIX_BYTES: usize = 4;
 /// Tables one body may hold. 100 000 partitions in one request is far past any real
 /// client; the bound keeps an unpacked body within a small multiple of its bytes.
 pub const BODY_TABLES_MAX: usize = 100_000;
@@ -113,6 +122,9 @@ pub enum FrameError {
         /// The flags field.
         flags: u16,
     },
+    /// A trailer's lengths do not fit the frame.
+    #[error("frame trailer: {0}")]
+    Trailer(&'static str),
     /// The body is not a valid `Message` flatbuffer within the limits.
     #[error("invalid message body: {0}")]
     Body(String),
@@ -130,6 +142,8 @@ pub struct FrameHeader {
     pub version: u16,
     /// Correlation id.
     pub correlation_id: u64,
+    /// Whether the body carries a trailer (`FLAG_TRAILER`).
+    pub trailer: bool,
 }
 
 impl FrameHeader {
@@ -151,7 +165,7 @@ impl FrameHeader {
             });
         }
         let flags = u16::from_le_bytes([f0, f1]);
-        if flags != 0 {
+        if flags & !FLAG_TRAILER != 0 {
             return Err(FrameError::Flags { flags });
         }
         let body_bytes = usize::try_from(length).map_err(|_| FrameError::TooShort { length })?
@@ -160,8 +174,34 @@ impl FrameHeader {
             body_bytes,
             version: u16::from_le_bytes([v0, v1]),
             correlation_id: u64::from_le_bytes(c),
+            trailer: flags & FLAG_TRAILER != 0,
         })
     }
+}
+
+/// A frame body as received: the flatbuffer, and the trailer (empty without one).
+pub fn split_trailer(h: &FrameHeader, body: Bytes) -> Result<(Bytes, Bytes), FrameError> {
+    if !h.trailer {
+        return Ok((body, Bytes::new()));
+    }
+    let Some(prefix) = body.first_chunk::<TRAILER_PREFIX_BYTES>() else {
+        return Err(FrameError::Trailer("no flatbuffer length"));
+    };
+    let message_bytes = usize::try_from(u32::from_le_bytes(*prefix)).unwrap_or(usize::MAX);
+    if message_bytes > body.len() - TRAILER_PREFIX_BYTES {
+        return Err(FrameError::Trailer("flatbuffer length past the frame"));
+    }
+    let end = TRAILER_PREFIX_BYTES + message_bytes;
+    Ok((body.slice(TRAILER_PREFIX_BYTES..end), body.slice(end..)))
+}
+
+/// The next `n` bytes of `trailer` (consumed from it), or an error when it holds fewer.
+pub fn take_trailer(trailer: &mut Bytes, n: u32) -> Result<Bytes, FrameError> {
+    let n = usize::try_from(n).unwrap_or(usize::MAX);
+    if n > trailer.len() {
+        return Err(FrameError::Trailer("records past the trailer"));
+    }
+    Ok(trailer.split_to(n))
 }
 
 /// Encodes frames, reusing one flatbuffers builder (one per connection).
@@ -198,6 +238,45 @@ impl Encoder {
         out.put_u64_le(correlation_id);
         out.put_slice(body);
         out.freeze()
+    }
+
+    /// One whole frame carrying `msg` and, after it, `trailer` (`FLAG_TRAILER`): the
+    /// header, length and flatbuffer in the first piece, then the trailer's pieces as
+    /// given (not copied). Fails when the frame would not fit the length field.
+    pub fn frame_with_trailer(
+        &mut self,
+        version: u16,
+        correlation_id: u64,
+        msg: &MessageT,
+        trailer: Vec<Bytes>,
+    ) -> Result<Vec<Bytes>, FrameError> {
+        self.builder.reset();
+        let root = msg.pack(&mut self.builder);
+        self.builder.finish(root, None);
+        let body = self.builder.finished_data();
+        let trailer_bytes: usize = trailer.iter().map(Bytes::len).sum();
+        let too_large = || FrameError::TooLarge {
+            frame_bytes: (FRAME_HEADER_BYTES + TRAILER_PREFIX_BYTES + body.len() + trailer_bytes)
+                as u64,
+            limit_bytes: u32::MAX as usize,
+        };
+        let length = u32::try_from(
+            HEADER_AFTER_LENGTH_BYTES + TRAILER_PREFIX_BYTES + body.len() + trailer_bytes,
+        )
+        .map_err(|_| too_large())?;
+        let message_bytes = u32::try_from(body.len()).map_err(|_| too_large())?;
+        let mut head =
+            BytesMut::with_capacity(FRAME_HEADER_BYTES + TRAILER_PREFIX_BYTES + body.len());
+        head.put_u32_le(length);
+        head.put_u16_le(version);
+        head.put_u16_le(FLAG_TRAILER);
+        head.put_u64_le(correlation_id);
+        head.put_u32_le(message_bytes);
+        head.put_slice(body);
+        let mut pieces = Vec::with_capacity(1 + trailer.len());
+        pieces.push(head.freeze());
+        pieces.extend(trailer.into_iter().filter(|p| !p.is_empty()));
+        Ok(pieces)
     }
 }
 

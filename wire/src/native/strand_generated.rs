@@ -3658,6 +3658,7 @@ pub mod strand {
             pub const VT_MAX_BYTES: ::flatbuffers::VOffsetT = 8;
             pub const VT_ISOLATION: ::flatbuffers::VOffsetT = 10;
             pub const VT_PARTITIONS: ::flatbuffers::VOffsetT = 12;
+            pub const VT_RECORDS_IN_TRAILER: ::flatbuffers::VOffsetT = 14;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -3680,6 +3681,7 @@ pub mod strand {
                 builder.add_max_bytes(args.max_bytes);
                 builder.add_min_bytes(args.min_bytes);
                 builder.add_max_wait_ms(args.max_wait_ms);
+                builder.add_records_in_trailer(args.records_in_trailer);
                 builder.add_isolation(args.isolation);
                 builder.finish()
             }
@@ -3692,12 +3694,14 @@ pub mod strand {
                 let partitions = self
                     .partitions()
                     .map(|x| x.iter().map(|t| t.unpack()).collect());
+                let records_in_trailer = self.records_in_trailer();
                 FetchRequestT {
                     max_wait_ms,
                     min_bytes,
                     max_bytes,
                     isolation,
                     partitions,
+                    records_in_trailer,
                 }
             }
 
@@ -3762,6 +3766,20 @@ pub mod strand {
                     >>(FetchRequest::VT_PARTITIONS, None)
                 }
             }
+            /// Answer with each partition's records in the response frame's trailer (after the
+            /// body, `FLAG_TRAILER`), not in `records`: the broker sends them from where it read
+            /// them and the client slices them out of the frame, neither copying them.
+            #[inline]
+            pub fn records_in_trailer(&self) -> bool {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<bool>(FetchRequest::VT_RECORDS_IN_TRAILER, Some(false))
+                        .unwrap()
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for FetchRequest<'_> {
@@ -3778,6 +3796,7 @@ pub mod strand {
                     .visit_field::<::flatbuffers::ForwardsUOffset<
                         ::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<FetchPartition>>,
                     >>("partitions", Self::VT_PARTITIONS, false)?
+                    .visit_field::<bool>("records_in_trailer", Self::VT_RECORDS_IN_TRAILER, false)?
                     .finish();
                 Ok(())
             }
@@ -3792,6 +3811,7 @@ pub mod strand {
                     ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<FetchPartition<'a>>>,
                 >,
             >,
+            pub records_in_trailer: bool,
         }
         impl<'a> Default for FetchRequestArgs<'a> {
             #[inline]
@@ -3802,6 +3822,7 @@ pub mod strand {
                     max_bytes: 52428800,
                     isolation: Isolation::ReadUncommitted,
                     partitions: None,
+                    records_in_trailer: false,
                 }
             }
         }
@@ -3847,6 +3868,14 @@ pub mod strand {
                 );
             }
             #[inline]
+            pub fn add_records_in_trailer(&mut self, records_in_trailer: bool) {
+                self.fbb_.push_slot::<bool>(
+                    FetchRequest::VT_RECORDS_IN_TRAILER,
+                    records_in_trailer,
+                    false,
+                );
+            }
+            #[inline]
             pub fn new(
                 _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
             ) -> FetchRequestBuilder<'a, 'b, A> {
@@ -3871,6 +3900,7 @@ pub mod strand {
                 ds.field("max_bytes", &self.max_bytes());
                 ds.field("isolation", &self.isolation());
                 ds.field("partitions", &self.partitions());
+                ds.field("records_in_trailer", &self.records_in_trailer());
                 ds.finish()
             }
         }
@@ -3881,6 +3911,7 @@ pub mod strand {
             pub max_bytes: i32,
             pub isolation: Isolation,
             pub partitions: Option<alloc::vec::Vec<FetchPartitionT>>,
+            pub records_in_trailer: bool,
         }
         impl Default for FetchRequestT {
             fn default() -> Self {
@@ -3890,6 +3921,7 @@ pub mod strand {
                     max_bytes: 52428800,
                     isolation: Isolation::ReadUncommitted,
                     partitions: None,
+                    records_in_trailer: false,
                 }
             }
         }
@@ -3906,6 +3938,7 @@ pub mod strand {
                     let w: alloc::vec::Vec<_> = x.iter().map(|t| t.pack(_fbb)).collect();
                     _fbb.create_vector(&w)
                 });
+                let records_in_trailer = self.records_in_trailer;
                 FetchRequest::create(
                     _fbb,
                     &FetchRequestArgs {
@@ -3914,6 +3947,7 @@ pub mod strand {
                         max_bytes,
                         isolation,
                         partitions,
+                        records_in_trailer,
                     },
                 )
             }
@@ -3942,6 +3976,7 @@ pub mod strand {
             pub const VT_LOG_START_OFFSET: ::flatbuffers::VOffsetT = 10;
             pub const VT_RECORDS: ::flatbuffers::VOffsetT = 12;
             pub const VT_ERROR: ::flatbuffers::VOffsetT = 14;
+            pub const VT_TRAILER_BYTES: ::flatbuffers::VOffsetT = 16;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -3960,6 +3995,7 @@ pub mod strand {
                 let mut builder = FetchPartitionResultBuilder::new(_fbb);
                 builder.add_log_start_offset(args.log_start_offset);
                 builder.add_high_watermark(args.high_watermark);
+                builder.add_trailer_bytes(args.trailer_bytes);
                 if let Some(x) = args.error {
                     builder.add_error(x);
                 }
@@ -3980,6 +4016,7 @@ pub mod strand {
                 let log_start_offset = self.log_start_offset();
                 let records = self.records().map(|x| x.into_iter().collect());
                 let error = self.error().map(|x| alloc::boxed::Box::new(x.unpack()));
+                let trailer_bytes = self.trailer_bytes();
                 FetchPartitionResultT {
                     topic,
                     partition,
@@ -3987,6 +4024,7 @@ pub mod strand {
                     log_start_offset,
                     records,
                     error,
+                    trailer_bytes,
                 }
             }
 
@@ -4061,6 +4099,19 @@ pub mod strand {
                     )
                 }
             }
+            /// With `records_in_trailer`: the records are the next this many bytes of the frame's
+            /// trailer (partitions in order) and `records` is absent.
+            #[inline]
+            pub fn trailer_bytes(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(FetchPartitionResult::VT_TRAILER_BYTES, Some(0))
+                        .unwrap()
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for FetchPartitionResult<'_> {
@@ -4088,6 +4139,7 @@ pub mod strand {
                         Self::VT_ERROR,
                         false,
                     )?
+                    .visit_field::<u32>("trailer_bytes", Self::VT_TRAILER_BYTES, false)?
                     .finish();
                 Ok(())
             }
@@ -4099,6 +4151,7 @@ pub mod strand {
             pub log_start_offset: i64,
             pub records: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u8>>>,
             pub error: Option<::flatbuffers::WIPOffset<Error<'a>>>,
+            pub trailer_bytes: u32,
         }
         impl<'a> Default for FetchPartitionResultArgs<'a> {
             #[inline]
@@ -4110,6 +4163,7 @@ pub mod strand {
                     log_start_offset: -1,
                     records: None,
                     error: None,
+                    trailer_bytes: 0,
                 }
             }
         }
@@ -4166,6 +4220,14 @@ pub mod strand {
                     );
             }
             #[inline]
+            pub fn add_trailer_bytes(&mut self, trailer_bytes: u32) {
+                self.fbb_.push_slot::<u32>(
+                    FetchPartitionResult::VT_TRAILER_BYTES,
+                    trailer_bytes,
+                    0,
+                );
+            }
+            #[inline]
             pub fn new(
                 _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
             ) -> FetchPartitionResultBuilder<'a, 'b, A> {
@@ -4191,6 +4253,7 @@ pub mod strand {
                 ds.field("log_start_offset", &self.log_start_offset());
                 ds.field("records", &self.records());
                 ds.field("error", &self.error());
+                ds.field("trailer_bytes", &self.trailer_bytes());
                 ds.finish()
             }
         }
@@ -4202,6 +4265,7 @@ pub mod strand {
             pub log_start_offset: i64,
             pub records: Option<alloc::vec::Vec<u8>>,
             pub error: Option<alloc::boxed::Box<ErrorT>>,
+            pub trailer_bytes: u32,
         }
         impl Default for FetchPartitionResultT {
             fn default() -> Self {
@@ -4212,6 +4276,7 @@ pub mod strand {
                     log_start_offset: -1,
                     records: None,
                     error: None,
+                    trailer_bytes: 0,
                 }
             }
         }
@@ -4226,6 +4291,7 @@ pub mod strand {
                 let log_start_offset = self.log_start_offset;
                 let records = self.records.as_ref().map(|x| _fbb.create_vector(x));
                 let error = self.error.as_ref().map(|x| x.pack(_fbb));
+                let trailer_bytes = self.trailer_bytes;
                 FetchPartitionResult::create(
                     _fbb,
                     &FetchPartitionResultArgs {
@@ -4235,6 +4301,7 @@ pub mod strand {
                         log_start_offset,
                         records,
                         error,
+                        trailer_bytes,
                     },
                 )
             }

@@ -164,7 +164,7 @@ fn body() -> impl Strategy<Value = BodyT> {
             any::<i32>(),
             any::<i32>(),
             any::<i32>(),
-            any::<bool>(),
+            (any::<bool>(), any::<bool>()),
             option::of(vec(
                 (name(), any::<i32>(), any::<i64>(), any::<i32>()).prop_map(
                     |(topic, partition, offset, max_bytes)| FetchPartitionT {
@@ -178,7 +178,13 @@ fn body() -> impl Strategy<Value = BodyT> {
             ))
         )
             .prop_map(
-                |(max_wait_ms, min_bytes, max_bytes, committed, partitions)| {
+                |(
+                    max_wait_ms,
+                    min_bytes,
+                    max_bytes,
+                    (committed, records_in_trailer),
+                    partitions,
+                )| {
                     BodyT::FetchRequest(Box::new(FetchRequestT {
                         max_wait_ms,
                         min_bytes,
@@ -189,6 +195,7 @@ fn body() -> impl Strategy<Value = BodyT> {
                             Isolation::ReadUncommitted
                         },
                         partitions,
+                        records_in_trailer,
                     }))
                 }
             ),
@@ -199,10 +206,17 @@ fn body() -> impl Strategy<Value = BodyT> {
                 any::<i64>(),
                 any::<i64>(),
                 bytes(),
-                err()
+                (err(), any::<u32>())
             )
                 .prop_map(
-                    |(topic, partition, high_watermark, log_start_offset, records, error)| {
+                    |(
+                        topic,
+                        partition,
+                        high_watermark,
+                        log_start_offset,
+                        records,
+                        (error, trailer_bytes),
+                    )| {
                         FetchPartitionResultT {
                             topic,
                             partition,
@@ -210,6 +224,7 @@ fn body() -> impl Strategy<Value = BodyT> {
                             log_start_offset,
                             records,
                             error,
+                            trailer_bytes,
                         }
                     }
                 ),
@@ -307,6 +322,33 @@ proptest! {
     }
 
     #[test]
+    fn a_frame_with_a_trailer_round_trips(
+        body in body(),
+        pieces in vec(vec(any::<u8>(), 0..64), 0..5),
+        correlation_id in any::<u64>(),
+    ) {
+        let msg = message(body);
+        let trailer: Vec<Bytes> = pieces.iter().cloned().map(Bytes::from).collect();
+        let frame: Vec<u8> = Encoder::new()
+            .frame_with_trailer(PROTOCOL_VERSION, correlation_id, &msg, trailer)
+            .unwrap()
+            .concat();
+        let h = header_of(&frame);
+        prop_assert!(h.trailer);
+        prop_assert_eq!(h.body_bytes + FRAME_HEADER_BYTES, frame.len());
+        let body = Bytes::copy_from_slice(&frame[FRAME_HEADER_BYTES..]);
+        let (message_bytes, mut trailer) = split_trailer(&h, body).unwrap();
+        prop_assert_eq!(decode_body(&message_bytes).unwrap(), msg);
+        for p in &pieces {
+            let n = u32::try_from(p.len()).unwrap();
+            prop_assert_eq!(&take_trailer(&mut trailer, n).unwrap()[..], &p[..]);
+        }
+        prop_assert!(trailer.is_empty());
+        prop_assert!(take_trailer(&mut trailer, 1).is_err());
+        crate::fuzz::native_frame(&frame);
+    }
+
+    #[test]
     fn flipped_and_cut_frames_never_panic(body in body(), bit in any::<usize>(), cut in any::<usize>()) {
         let frame = Encoder::new().frame(PROTOCOL_VERSION, 7, &message(body)).to_vec();
         let mut flipped = frame.clone();
@@ -332,10 +374,10 @@ fn header_limits_are_checked_before_allocation() {
         Err(FrameError::TooShort { length: 11 })
     ));
     h[..4].copy_from_slice(&12u32.to_le_bytes());
-    h[6] = 1;
+    h[6] = 2;
     assert!(matches!(
         FrameHeader::parse(&h, FRAME_BYTES_MAX),
-        Err(FrameError::Flags { flags: 1 })
+        Err(FrameError::Flags { flags: 2 })
     ));
     h[6] = 0;
     let ok = FrameHeader::parse(&h, FRAME_BYTES_MAX).unwrap();
@@ -371,4 +413,34 @@ fn the_version_one_error_layout_is_stable() {
         panic!("not an error response")
     };
     assert_eq!(e.error.unwrap().code, codes::UNSUPPORTED_VERSION);
+}
+
+#[test]
+fn a_trailer_length_past_the_frame_and_unknown_flags_are_refused() {
+    let msg = message(BodyT::FetchResponse(Box::default()));
+    let mut frame = Encoder::new()
+        .frame_with_trailer(PROTOCOL_VERSION, 1, &msg, vec![Bytes::from_static(b"abc")])
+        .unwrap()
+        .concat();
+    // The flatbuffer length claims more than the body holds.
+    let body_bytes = frame.len() - FRAME_HEADER_BYTES;
+    frame[FRAME_HEADER_BYTES..FRAME_HEADER_BYTES + 4]
+        .copy_from_slice(&u32::try_from(body_bytes).unwrap().to_le_bytes());
+    let h = header_of(&frame);
+    let body = Bytes::copy_from_slice(&frame[FRAME_HEADER_BYTES..]);
+    assert!(matches!(
+        split_trailer(&h, body),
+        Err(FrameError::Trailer(_))
+    ));
+    let no_prefix = FrameHeader { body_bytes: 3, ..h };
+    assert!(split_trailer(&no_prefix, Bytes::from_static(b"abc")).is_err());
+    // Any flag bit but FLAG_TRAILER is reserved.
+    frame[6..8].copy_from_slice(&(FLAG_TRAILER | 2).to_le_bytes());
+    let head: &[u8; FRAME_HEADER_BYTES] = frame[..FRAME_HEADER_BYTES].try_into().unwrap();
+    assert_eq!(
+        FrameHeader::parse(head, FRAME_BYTES_MAX),
+        Err(FrameError::Flags {
+            flags: FLAG_TRAILER | 2
+        })
+    );
 }

@@ -48,9 +48,9 @@ fn code_error(code: i16, message: &str) -> Option<Box<ErrorT>> {
 
 /// The response to one request body; `None` when none is due (produce with acks 0).
 /// `held` is the request's share of the shard's in-flight bytes; a fetch adds its records'.
-pub async fn handle(shard: &Rc<Shard>, body: BodyT, held: &Held) -> Option<BodyT> {
+pub async fn handle(shard: &Rc<Shard>, body: BodyT, held: &Held) -> Option<Answer> {
     shard.count_native_request();
-    Some(match body {
+    Some(Answer::from(match body {
         BodyT::HandshakeRequest(r) => handshake(shard, *r).await,
         BodyT::MetadataRequest(r) => {
             let topics = r.topics.unwrap_or_default();
@@ -62,8 +62,8 @@ pub async fn handle(shard: &Rc<Shard>, body: BodyT, held: &Held) -> Option<BodyT
                 shard_ports: Some(ports(shard).await),
             }))
         }
-        BodyT::ProduceRequest(r) => return produce(shard, *r).await,
-        BodyT::FetchRequest(r) => fetch(shard, *r, held).await,
+        BodyT::ProduceRequest(r) => return produce(shard, *r).await.map(Answer::from),
+        BodyT::FetchRequest(r) => return Some(fetch(shard, *r, held).await),
         BodyT::ListOffsetsRequest(r) => list_offsets(shard, *r).await,
         BodyT::CommitOffsetsRequest(r) => commit_offsets(shard, *r).await,
         BodyT::FetchOffsetsRequest(r) => fetch_offsets(shard, *r).await,
@@ -78,7 +78,26 @@ pub async fn handle(shard: &Rc<Shard>, body: BodyT, held: &Held) -> Option<BodyT
                 false,
             ),
         })),
-    })
+    }))
+}
+
+/// A response body and the records to send after it in the frame's trailer (a fetch with
+/// `records_in_trailer`; empty otherwise).
+#[derive(Debug)]
+pub struct Answer {
+    /// The response.
+    pub body: BodyT,
+    /// The trailer's pieces, in the order the body's `trailer_bytes` name them.
+    pub trailer: Vec<bytes::Bytes>,
+}
+
+impl From<BodyT> for Answer {
+    fn from(body: BodyT) -> Self {
+        Answer {
+            body,
+            trailer: Vec::new(),
+        }
+    }
 }
 
 async fn handshake(shard: &Rc<Shard>, r: HandshakeRequestT) -> BodyT {
@@ -246,7 +265,7 @@ async fn produce(shard: &Rc<Shard>, r: ProduceRequestT) -> Option<BodyT> {
     })
 }
 
-async fn fetch(shard: &Rc<Shard>, r: FetchRequestT, held: &Held) -> BodyT {
+async fn fetch(shard: &Rc<Shard>, r: FetchRequestT, held: &Held) -> Answer {
     let max_wait_ms = u64::try_from(r.max_wait_ms)
         .unwrap_or(0)
         .min(crate::gateway::kafka::fetch::MAX_WAIT_MS_MAX);
@@ -290,17 +309,33 @@ async fn fetch(shard: &Rc<Shard>, r: FetchRequestT, held: &Held) -> BodyT {
         }
     }
     held.shrink_to(request_bytes + results.iter().map(|r| r.records.len()).sum::<usize>());
+    let mut records: Vec<Option<bytes::Bytes>> = vec![None; out.len()];
     for (slot, r) in slots.into_iter().zip(results) {
         if let Some(o) = out.get_mut(slot) {
             o.high_watermark = r.high_watermark.0;
             o.log_start_offset = r.log_start_offset.0;
             o.error = r.error.as_ref().and_then(kafka_error);
-            o.records = (!r.records.is_empty()).then(|| r.records.to_vec());
+            records[slot] = (!r.records.is_empty()).then_some(r.records);
         }
     }
-    BodyT::FetchResponse(Box::new(FetchResponseT {
-        partitions: Some(out),
-    }))
+    let mut trailer = Vec::new();
+    for (o, rs) in out.iter_mut().zip(records) {
+        let Some(rs) = rs else { continue };
+        // A fetch answer is bounded by `fetch_max_bytes`, far below 4 GiB.
+        match u32::try_from(rs.len()) {
+            Ok(n) if r.records_in_trailer => {
+                o.trailer_bytes = n;
+                trailer.push(rs);
+            }
+            _ => o.records = Some(rs.to_vec()),
+        }
+    }
+    Answer {
+        body: BodyT::FetchResponse(Box::new(FetchResponseT {
+            partitions: Some(out),
+        })),
+        trailer,
+    }
 }
 
 /// Reads `parts` on this shard until `min_bytes` are there, an error shows or `deadline`

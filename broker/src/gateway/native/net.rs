@@ -15,6 +15,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 
 use anyhow::Context;
+use bytes::Bytes;
 use futures::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use glommio::channels::local_channel;
 use glommio::net::{TcpListener, TcpStream};
@@ -27,6 +28,7 @@ use crate::common::config::REQUEST_BYTES_MAX;
 use crate::gateway::kafka::net::{
     IDLE_TIMEOUT, PIPELINE_DEPTH, REQUEST_READ_TIMEOUT, TLS_HANDSHAKE_TIMEOUT,
 };
+use crate::gateway::kafka::response::Response;
 use crate::runtime::task::spawn_local;
 use crate::security::tls::Reloading;
 use crate::shard::budget::Held;
@@ -100,9 +102,9 @@ async fn secured(shard: Rc<Shard>, stream: TcpStream, tls: Option<Rc<Reloading>>
     }
 }
 
-/// A response to write: correlation id, message, and the in-flight bytes it holds until
-/// written (none for a refusal written before closing).
-type Outgoing = (u64, MessageT, Option<Held>);
+/// A response to write: correlation id, message, its trailer's pieces, and the
+/// in-flight bytes it holds until written (none for a refusal written before closing).
+type Outgoing = (u64, MessageT, Vec<Bytes>, Option<Held>);
 
 /// Writes the answers as they complete, each flushed (a TLS stream holds what is written
 /// until flushed; plain TCP has nothing to flush); each answer's in-flight bytes are
@@ -112,13 +114,23 @@ async fn write_answers<W: AsyncWrite + Unpin>(
     rx: local_channel::LocalReceiver<Outgoing>,
 ) {
     let mut encoder = Encoder::new();
-    while let Some((correlation_id, msg, held)) = rx.recv().await {
-        let frame = encoder.frame(PROTOCOL_VERSION, correlation_id, &msg);
+    while let Some((correlation_id, msg, trailer, held)) = rx.recv().await {
+        let frame = if trailer.is_empty() {
+            Response::One(encoder.frame(PROTOCOL_VERSION, correlation_id, &msg))
+        } else {
+            match encoder.frame_with_trailer(PROTOCOL_VERSION, correlation_id, &msg, trailer) {
+                Ok(pieces) => Response::Pieces(pieces),
+                Err(e) => {
+                    tracing::warn!(error = %e, "native answer not encodable: closing connection");
+                    break;
+                }
+            }
+        };
         drop(msg);
         if let Some(held) = &held {
             held.shrink_to(frame.len());
         }
-        if wr.write_all(&frame).await.is_err() || wr.flush().await.is_err() {
+        if frame.write_to(&mut wr).await.is_err() || wr.flush().await.is_err() {
             break;
         }
         drop(held);
@@ -149,9 +161,10 @@ async fn connection<S: AsyncRead + AsyncWrite + Unpin + 'static>(
         spawn_local(async move {
             let answer = crate::gateway::native::handle(&s, msg.body, &held).await;
             s.request_finished();
-            if let Some(body) = answer {
+            if let Some(a) = answer {
+                let msg = MessageT { body: a.body };
                 let _ = tx
-                    .send((h.correlation_id, MessageT { body }, Some(held)))
+                    .send((h.correlation_id, msg, a.trailer, Some(held)))
                     .await;
             }
             drop(slot);
@@ -193,7 +206,11 @@ async fn read_request<R: AsyncRead + Unpin>(
                 h.version
             ),
         );
-        let _ = tx.send((h.correlation_id, msg, None)).await;
+        let _ = tx.send((h.correlation_id, msg, Vec::new(), None)).await;
+        return None;
+    }
+    if h.trailer {
+        tracing::debug!(?peer, "native request with a trailer: closing connection");
         return None;
     }
     let held = shard.reserve_request_bytes(h.body_bytes.max(1)).await?;
