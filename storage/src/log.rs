@@ -94,6 +94,13 @@ pub(crate) struct State {
 }
 
 impl State {
+    /// The segment whose first Raft index is `key`.
+    pub(crate) fn segment(&self, key: RaftIndex) -> Option<&Segment> {
+        self.segments
+            .iter()
+            .find(|s| s.meta.name.raft_base_index == key)
+    }
+
     /// Bytes appended to the segments' tails and not yet flushed.
     pub(crate) fn pending_bytes(&self) -> u64 {
         self.segments

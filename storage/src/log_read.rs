@@ -137,11 +137,7 @@ impl Log {
         };
         let (file, len, swaps) = {
             let st = self.st.borrow();
-            let Some(seg) = st
-                .segments
-                .iter()
-                .find(|s| s.meta.name.raft_base_index == key)
-            else {
+            let Some(seg) = st.segment(key) else {
                 return;
             };
             let durable_end = seg
@@ -373,11 +369,7 @@ impl Log {
 
     pub(crate) fn segment_path(&self, key: RaftIndex) -> std::path::PathBuf {
         let st = self.st.borrow();
-        match st
-            .segments
-            .iter()
-            .find(|s| s.meta.name.raft_base_index == key)
-        {
+        match st.segment(key) {
             Some(s) => s.path(&self.dir),
             None => self.dir.clone(),
         }
@@ -397,11 +389,7 @@ impl Log {
         loop {
             let disk = {
                 let st = self.st.borrow();
-                let Some(seg) = st
-                    .segments
-                    .iter()
-                    .find(|s| s.meta.name.raft_base_index == key)
-                else {
+                let Some(seg) = st.segment(key) else {
                     return Ok(out.freeze());
                 };
                 let end = (pos + len).min(seg.meta.size_bytes);

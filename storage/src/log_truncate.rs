@@ -144,10 +144,7 @@ impl Log {
         let rebuilt = self.rebuild_prefix(key, cut_pos).await?;
         let file = {
             let st = self.st.borrow();
-            st.segments
-                .iter()
-                .find(|s| s.meta.name.raft_base_index == key)
-                .and_then(|s| s.file.clone())
+            st.segment(key).and_then(|s| s.file.clone())
         };
         let base_pos = align_down(cut_pos);
         let mut partial = Bytes::new();
@@ -221,10 +218,7 @@ impl Log {
     async fn rebuild_prefix(&self, key: RaftIndex, end: u64) -> Result<SegmentMeta, StorageError> {
         let (name, created_ms) = {
             let st = self.st.borrow();
-            let s = st
-                .segments
-                .iter()
-                .find(|s| s.meta.name.raft_base_index == key);
+            let s = st.segment(key);
             let s = s.ok_or(StorageError::Usage("segment vanished during truncation"))?;
             (s.meta.name, s.meta.created_ms)
         };
