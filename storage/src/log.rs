@@ -155,6 +155,8 @@ pub struct LogStats {
     pub fdatasyncs: u64,
     /// Segments rolled.
     pub rolls: u64,
+    /// Reads from disk (read-aheads included).
+    pub disk_reads: u64,
 }
 
 /// One entry to append.

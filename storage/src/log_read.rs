@@ -14,7 +14,7 @@
 use bytes::{Bytes, BytesMut};
 
 use crate::error::StorageError;
-use crate::frame::{decode_frame, FrameError, FrameHeader};
+use crate::frame::{decode_frame, decode_header, FrameError, FrameHeader};
 use crate::log::Log;
 use crate::read_ahead::Ahead;
 use crate::types::{FilePos, KafkaOffset, RaftIndex};
@@ -95,21 +95,25 @@ impl Log {
             next_offset: from,
             ..ReadBatches::default()
         };
-        let mut take = |h: &FrameHeader, body: &Bytes| {
+        let mut take = |h: &FrameHeader, body: Option<&Bytes>| {
             if !h.kind.has_kafka_batch() || h.next_offset() <= from {
                 return Walk::Continue;
             }
-            let fits = out.bytes + body.len() <= max_bytes || (min_one && out.batches.is_empty());
+            let len = h.body_len_bytes();
+            let fits = out.bytes + len <= max_bytes || (min_one && out.batches.is_empty());
             if h.next_offset() > end || !fits {
                 return Walk::Stop;
             }
-            out.bytes += body.len();
+            let Some(body) = body else {
+                return Walk::Continue;
+            };
+            out.bytes += len;
             out.batches.push(body.clone());
             out.next_offset = h.next_offset();
             Walk::Continue
         };
         let cached = self.cache.read_from_offset(self.cache_id, from, |f| {
-            take(&f.header, &f.body) == Walk::Continue
+            take(&f.header, Some(&f.body)) == Walk::Continue
         });
         if !cached {
             let started = self.locate(Start::Offset(from));
@@ -151,6 +155,7 @@ impl Log {
         };
         let len = usize::try_from(len).unwrap_or(usize::MAX);
         if let Some(bytes) = file.prefetch(pos.0, len) {
+            self.st.borrow_mut().stats.disk_reads += 1;
             let ahead = Ahead {
                 key,
                 pos: pos.0,
@@ -204,14 +209,18 @@ impl Log {
         }
         let mut out: Vec<LogFrame> = Vec::new();
         let mut bytes = 0usize;
-        let mut take = |h: &FrameHeader, body: &Bytes| {
+        let mut take = |h: &FrameHeader, body: Option<&Bytes>| {
             if h.index < lo {
                 return Walk::Continue;
             }
-            if h.index >= hi || (!out.is_empty() && bytes + body.len() > max_bytes) {
+            let len = h.body_len_bytes();
+            if h.index >= hi || (!out.is_empty() && bytes + len > max_bytes) {
                 return Walk::Stop;
             }
-            bytes += body.len();
+            let Some(body) = body else {
+                return Walk::Continue;
+            };
+            bytes += len;
             out.push(LogFrame {
                 header: *h,
                 body: body.clone(),
@@ -222,7 +231,7 @@ impl Log {
             return Ok(out);
         }
         let cached = self.cache.read_from_index(self.cache_id, lo, |f| {
-            take(&f.header, &f.body) == Walk::Continue
+            take(&f.header, Some(&f.body)) == Walk::Continue
         });
         if !cached {
             self.walk(Start::Index(lo), window_for(max_bytes), &mut take)
@@ -248,10 +257,11 @@ impl Log {
     pub async fn find_by_timestamp(&self, ts: i64) -> Result<Option<LogFrame>, StorageError> {
         let start = self.log_start_offset();
         let mut found = None;
-        let mut take = |h: &FrameHeader, body: &Bytes| {
-            if !h.kind.has_kafka_batch() || h.next_offset() <= start {
+        let mut take = |h: &FrameHeader, body: Option<&Bytes>| {
+            let Some(body) = body.filter(|_| h.kind.has_kafka_batch() && h.next_offset() > start)
+            else {
                 return Walk::Continue;
-            }
+            };
             match strand_wire::RecordBatch::parse(body.clone()) {
                 Ok(b) if b.max_timestamp() >= ts => {
                     found = Some(LogFrame {
@@ -294,12 +304,14 @@ impl Log {
         st.segments.get(k + 1).map(|s| s.meta.name.raft_base_index)
     }
 
-    /// Visits frames in log order from `start` until `visit` stops or the log ends.
+    /// Visits frames in log order from `start` until `visit` stops or the log ends. A frame
+    /// whose header is read but whose body the window cut is first shown to `visit` without
+    /// its body: `Stop` ends the walk there; `Continue` reads on (and visits it whole).
     async fn walk(
         &self,
         start: Start,
         window_bytes: u64,
-        visit: &mut dyn FnMut(&FrameHeader, &Bytes) -> Walk,
+        visit: &mut dyn FnMut(&FrameHeader, Option<&Bytes>) -> Walk,
     ) -> Result<(), StorageError> {
         let Some((mut key, mut pos)) = self.locate(start) else {
             return Ok(());
@@ -334,7 +346,7 @@ impl Log {
                     Ok((h, body)) => {
                         let body = window.slice(at + body.start..at + body.end);
                         if h.index >= visited_below {
-                            if visit(&h, &body) == Walk::Stop {
+                            if visit(&h, Some(&body)) == Walk::Stop {
                                 return Ok(());
                             }
                             visited_below = h.index.next();
@@ -342,7 +354,17 @@ impl Log {
                         }
                         at += h.frame_len_bytes as usize;
                     }
-                    Err(FrameError::Truncated { .. }) if at > 0 => break,
+                    Err(FrameError::Truncated { .. }) if at > 0 => {
+                        // A frame cut by the window's end: when its header alone says
+                        // the walk stops there (a batch that does not fit), do not read
+                        // the next window just to find that out.
+                        if let Ok(h) = decode_header(&window[at..]) {
+                            if h.index >= visited_below && visit(&h, None) == Walk::Stop {
+                                return Ok(());
+                            }
+                        }
+                        break;
+                    }
                     Err(FrameError::Truncated { needed, .. }) if window.len() as u64 == want => {
                         // The first frame is larger than the window: read it whole.
                         want = (needed as u64).max(want + 1);
@@ -419,7 +441,10 @@ impl Log {
             let len_now = usize::try_from(disk_end - p).unwrap_or(usize::MAX);
             let bytes = match self.read_ahead_of(key, p, len_now).await {
                 Some(bytes) => bytes,
-                None => file.read(p, len_now).await?,
+                None => {
+                    self.st.borrow_mut().stats.disk_reads += 1;
+                    file.read(p, len_now).await?
+                }
             };
             if bytes.len() < len_now {
                 let reason = format!("short read: {} of {len_now} bytes", bytes.len());

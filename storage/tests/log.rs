@@ -1097,3 +1097,34 @@ fn a_read_ahead_never_serves_bytes_a_truncation_replaced() {
         assert_eq!(read.len(), want.len());
     });
 }
+
+/// A consumer whose batches are each about its `max_bytes` (librdkafka's large batches
+/// against a 1 MiB partition fetch) reads each window once: the batch the window cut is
+/// judged by its header (it does not fit) instead of by reading the next window.
+#[test]
+fn a_batch_cut_by_the_window_is_not_read_just_to_stop_before_it() {
+    let dir = tempfile::tempdir_in(".").expect("tempdir");
+    run(async {
+        let clock = Rc::new(FakeClock(Cell::new(1_000_000)));
+        let log = Log::open(
+            dir.path(),
+            config(64 << 20),
+            clock,
+            Rc::new(BatchCache::new(0)),
+        )
+        .await
+        .expect("open");
+        for i in 0..20 {
+            log.append_one(&data(1, batch(1, 1_000 + i, 900 * 1024)))
+                .expect("append");
+        }
+        log.flush().await.expect("flush");
+        let before = log.stats().disk_reads;
+        let want: Vec<(i64, i64)> = (0..20).map(|i| (i, 1_000 + i)).collect();
+        assert_eq!(consume(&log, 0, 1 << 20).await, want);
+        let reads = log.stats().disk_reads - before;
+        // One read per batch (its window, or the read-ahead of it), and the read of the
+        // tail's partial block at the end.
+        assert!(reads <= 21, "{reads} disk reads for 20 batches");
+    });
+}

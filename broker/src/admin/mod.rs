@@ -202,6 +202,13 @@ pub fn render_metrics(shards: &[ShardSnapshot]) -> String {
         true,
     );
     per_shard(
+        "strand_storage_disk_reads",
+        "Reads from disk by partition logs (read-aheads included)",
+        &mut reg,
+        &|s| s.storage.disk_reads,
+        true,
+    );
+    per_shard(
         "strand_read_aheads",
         "Windows read ahead for sequential readers from disk",
         &mut reg,

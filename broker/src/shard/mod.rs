@@ -536,6 +536,7 @@ impl Shard {
             storage.rolls += s.rolls;
             storage.frames_appended += s.frames_appended;
             storage.writes += s.writes;
+            storage.disk_reads += s.disk_reads;
             log_bytes += p.log().size_bytes();
         }
         let requests = self
