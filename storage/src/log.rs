@@ -179,6 +179,9 @@ pub struct Appended {
     pub kafka_base_offset: KafkaOffset,
     /// The log end offset after it.
     pub next_offset: KafkaOffset,
+    /// Bytes appended and not yet flushed, this entry included (see
+    /// `TAIL_PENDING_BYTES_WAIT`).
+    pub pending_bytes: u64,
 }
 
 /// A partition log. See the module docs for its invariants.
@@ -512,6 +515,7 @@ impl Log {
             index: header.index,
             kafka_base_offset: header.kafka_base_offset,
             next_offset: header.next_offset(),
+            pending_bytes: pending + u64::from(header.frame_len_bytes),
         })
     }
 

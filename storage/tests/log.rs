@@ -102,6 +102,7 @@ fn append_flush_read_reopen() {
                 .expect("append");
             assert_eq!(a.kafka_base_offset, KafkaOffset(i * 3));
             assert_eq!(a.index, RaftIndex(i as u64 + 1));
+            assert_eq!(a.pending_bytes, log.pending_bytes());
         }
         log.append_one(&noop(2)).expect("noop");
         log.append_one(&data(2, batch(2, 500, 10))).expect("append");

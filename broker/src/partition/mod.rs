@@ -531,7 +531,9 @@ impl Partition {
         }
         self.note_transactional(view, appended.kafka_base_offset);
         let durable = acks_all.then(|| self.wait_durable(appended.index));
-        let backpressure = (!acks_all).then(|| self.backpressure()).flatten();
+        let backpressure = (!acks_all)
+            .then(|| self.backpressure(appended.pending_bytes))
+            .flatten();
         self.ensure_flushing();
         if let Some(rx) = backpressure {
             // The answer is the append's; only its timing waits for the disk.
@@ -886,13 +888,17 @@ impl Partition {
         self.checkpointing.set(false);
     }
 
-    /// For a write that does not wait for durability (acks=0/1), while the log holds more
-    /// than `TAIL_PENDING_BYTES_WAIT` unflushed: a wait for the next flush to complete,
+    /// For a write that does not wait for durability (acks=0/1), when the log holds
+    /// `pending_bytes` unflushed, more than `TAIL_PENDING_BYTES_WAIT`: a wait for the next
+    /// flush to complete,
     /// so producers go at the disk's rate instead of filling the tail until appends fail
     /// (TailFull, KAFKA_STORAGE_ERROR). Waiting for that flush, not for the write's own,
     /// keeps the producer appending while the disk writes what came before.
-    fn backpressure(&self) -> Option<oneshot::Receiver<Result<(), KafkaError>>> {
-        if self.log.pending_bytes() <= strand_storage::TAIL_PENDING_BYTES_WAIT
+    fn backpressure(
+        &self,
+        pending_bytes: u64,
+    ) -> Option<oneshot::Receiver<Result<(), KafkaError>>> {
+        if pending_bytes <= strand_storage::TAIL_PENDING_BYTES_WAIT
             || self.durable_waiters.borrow().len() >= WAITERS_MAX
         {
             return None;

@@ -276,6 +276,7 @@ async fn fetch(shard: &Rc<Shard>, r: FetchRequestT, held: &Held) -> Answer {
         .min(shard.config.fetch_max_bytes);
     // The records answered count against the shard's in-flight bytes until written.
     let request_bytes = held.bytes();
+    let records_in_trailer = r.records_in_trailer;
     let requested = r.partitions.unwrap_or_default();
     let mut out: Vec<FetchPartitionResultT> = Vec::with_capacity(requested.len());
     let mut parts = Vec::new();
@@ -309,25 +310,23 @@ async fn fetch(shard: &Rc<Shard>, r: FetchRequestT, held: &Held) -> Answer {
         }
     }
     held.shrink_to(request_bytes + results.iter().map(|r| r.records.len()).sum::<usize>());
-    let mut records: Vec<Option<bytes::Bytes>> = vec![None; out.len()];
-    for (slot, r) in slots.into_iter().zip(results) {
-        if let Some(o) = out.get_mut(slot) {
-            o.high_watermark = r.high_watermark.0;
-            o.log_start_offset = r.log_start_offset.0;
-            o.error = r.error.as_ref().and_then(kafka_error);
-            records[slot] = (!r.records.is_empty()).then_some(r.records);
-        }
-    }
+    // `slots` rise, so the trailer's pieces follow the partitions' order.
     let mut trailer = Vec::new();
-    for (o, rs) in out.iter_mut().zip(records) {
-        let Some(rs) = rs else { continue };
+    for (slot, r) in slots.into_iter().zip(results) {
+        let Some(o) = out.get_mut(slot) else { continue };
+        o.high_watermark = r.high_watermark.0;
+        o.log_start_offset = r.log_start_offset.0;
+        o.error = r.error.as_ref().and_then(kafka_error);
+        if r.records.is_empty() {
+            continue;
+        }
         // A fetch answer is bounded by `fetch_max_bytes`, far below 4 GiB.
-        match u32::try_from(rs.len()) {
-            Ok(n) if r.records_in_trailer => {
+        match u32::try_from(r.records.len()) {
+            Ok(n) if records_in_trailer => {
                 o.trailer_bytes = n;
-                trailer.push(rs);
+                trailer.push(r.records);
             }
-            _ => o.records = Some(rs.to_vec()),
+            _ => o.records = Some(r.records.to_vec()),
         }
     }
     Answer {
