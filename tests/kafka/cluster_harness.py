@@ -844,7 +844,11 @@ class Cluster:
             leader = self.leader_of(topic, partition, nodes, agree)
             return leader if leader is not None and leader not in exclude else None
         what = f"a leader of {topic}/{partition} not in {sorted(exclude)} (agree={agree})"
-        return wait_until(new_leader, timeout, what, interval=0.02)
+        try:
+            return wait_until(new_leader, timeout, what, interval=0.02)
+        except TimeoutError as e:
+            views = self.leader_views(topic, partition, nodes)
+            raise TimeoutError(f"{e}; each node's leader at the end: {views}") from None
 
     # -- is the proxy really in the way? ----------------------------------------------
 

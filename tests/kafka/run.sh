@@ -9,6 +9,7 @@
 #
 # Env: STRAND_BIN (broker binary; default: build target/debug/strand),
 #      STRAND_REQUIRE_CLIENTS=1 (a missing client fails instead of skipping),
+#      STRAND_KEEP_DIRS=1 (a cluster test keeps its data dirs and logs even when it passes),
 #      PYTHON (interpreter for a new venv; default python3).
 set -euo pipefail
 

@@ -57,14 +57,53 @@ def require_clients() -> bool:
 BROKER_DEFAULT_PORTS = (range(9092, 9100), range(9644, 9645), range(33145, 33145 + 64))
 
 
+# Ports handed to brokers come from below Linux's ephemeral range: a port taken there
+# with bind(port 0) and released could be taken again by any connection's local end (a
+# client's, or another test process's free port) before the broker binds it. Each test
+# process (pytest-xdist worker gwN, or a process of its own) draws from its own slice.
+_OWN_PORTS_LOW = 10000
+_OWN_PORTS_SLICE = 2000
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _own_port_slice() -> range:
+    slices = max(1, (_ephemeral_low() - _OWN_PORTS_LOW) // _OWN_PORTS_SLICE)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if worker.startswith("gw") and worker[2:].isdigit() and int(worker[2:]) < slices // 2:
+        index = int(worker[2:])
+    else:
+        # Processes outside pytest-xdist share the upper half of the slices by pid.
+        index = slices // 2 + os.getpid() % max(1, slices - slices // 2)
+    low = _OWN_PORTS_LOW + index * _OWN_PORTS_SLICE
+    return range(low, low + _OWN_PORTS_SLICE)
+
+
+_own_ports = _own_port_slice()
+_next_own_port = _own_ports.start
+
+
 def free_port() -> int:
-    """A loopback port nobody listens on right now, and none a broker binds by default."""
-    while True:
+    """A loopback port nobody listens on right now, below the ephemeral range (from this
+    process's slice, in turn), and none a broker binds by default."""
+    global _next_own_port
+    for _ in range(len(_own_ports)):
+        port = _next_own_port
+        _next_own_port = port + 1 if port + 1 < _own_ports.stop else _own_ports.start
+        if any(port in r for r in BROKER_DEFAULT_PORTS):
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if not any(port in r for r in BROKER_DEFAULT_PORTS):
-            return port
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError(f"no free port in {_own_ports}")
 
 
 def read_partition(ck, bootstrap: str, topic: str, partition: int = 0, start: int = 0,
@@ -138,13 +177,22 @@ def kill9_process(proc: subprocess.Popen | None):
     proc.wait(timeout=STOP_DEADLINE_S)
 
 
+# Log lines every start or roll writes, once per partition or segment: left out of the
+# tails printed for a failure, where they pushed out the lines that explain it.
+_ROUTINE = ("partition log opened", "segment rolled")
+
+
 def tail(path: Path, lines: int = 60) -> str:
+    """The last `lines` lines of a broker log that are not `_ROUTINE`."""
     try:
         data = path.read_bytes()
     except OSError as e:
         return f"<cannot read {path}: {e}>"
-    text = _ANSI.sub("", data[-64 * 1024 :].decode("utf-8", "replace"))
-    return "\n".join(text.splitlines()[-lines:])
+    text = _ANSI.sub("", data[-256 * 1024 :].decode("utf-8", "replace"))
+    kept = [line for line in text.splitlines() if not any(r in line for r in _ROUTINE)]
+    left_out = len(text.splitlines()) - len(kept)
+    note = [f"({left_out} routine lines left out: {', '.join(_ROUTINE)})"] if left_out else []
+    return "\n".join(note + kept[-lines:])
 
 
 def _child_env() -> dict:

@@ -17,6 +17,7 @@ minute there should be none.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import struct
 import threading
@@ -79,7 +80,7 @@ def owned_cluster(request, start: bool = True, **cluster_args):
     finally:
         rcs = c.close()
         bad = {n: rc for n, rc in rcs.items() if rc != 0}
-        if not bad and not _failed(request.node):
+        if not bad and not _failed(request.node) and not os.environ.get("STRAND_KEEP_DIRS"):
             c.cleanup()
         else:
             print(f"\nkept data dirs of {c.name}: {c.root}")

@@ -94,6 +94,9 @@ struct Hosted {
     preferred: NodeId,
     leader: Option<NodeId>,
     term: u64,
+    /// The last leader known (`leader` is none during an election): a change from one
+    /// known leader to another is logged, so a failover leaves a line on every node.
+    known_leader: Option<NodeId>,
     /// Counted in the shard's `ReplicaHealth` after its last turn.
     leaderless: bool,
     under_replicated: bool,
@@ -511,6 +514,7 @@ impl Replicator {
                 preferred,
                 leader: None,
                 term: 0,
+                known_leader: None,
                 leaderless: false,
                 under_replicated: false,
                 isr: Default::default(),
@@ -900,6 +904,13 @@ impl Replicator {
                         Vec::new()
                     }
                 };
+                if let Some(now_leading) = leader {
+                    if let Some(was) = h.known_leader.filter(|&was| was != now_leading) {
+                        tracing::info!(topic = %h.part.topic, partition = h.part.index, term,
+                            leader = %now_leading, %was, "partition leader changed");
+                    }
+                    h.known_leader = Some(now_leading);
+                }
                 if (leader, term) != (h.leader, h.term) || out_of_sync != h.out_of_sync {
                     h.leader = leader;
                     h.term = term;
