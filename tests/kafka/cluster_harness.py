@@ -22,6 +22,7 @@ whose tail a failing test's report shows, and data dirs live under target/kafka-
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -592,6 +593,21 @@ class Node:
         if b"panicked at" in self.stderr_path.read_bytes():
             self.kill9()
             raise StartupPanic(f"{self.name}:\n{tail(self.stderr_path, 200)}")
+
+    def log_end(self, topic: str, partition: int) -> int | None:
+        """This replica's own log end offset of the partition (GET /v1/status), or None
+        when the node does not answer or does not host it."""
+        try:
+            url = f"http://127.0.0.1:{self.admin_port}/v1/status"
+            with urllib.request.urlopen(url, timeout=5) as r:
+                status = json.loads(r.read())
+        except (urllib.error.URLError, OSError, ValueError):
+            return None
+        for shard in status.get("shards", []):
+            for p in shard.get("partitions", []):
+                if p.get("topic") == topic and p.get("partition") == partition:
+                    return p.get("log_end_offset")
+        return None
 
     def ready(self) -> bool:
         """GET /v1/health/ready answers 200 and the Kafka listener answers ApiVersions."""

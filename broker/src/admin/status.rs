@@ -162,9 +162,9 @@ pub fn render_status(input: &StatusInput, shards: &[ShardSnapshot]) -> String {
                 .iter()
                 .map(|p| {
                     partitions_bytes_total += p.size_bytes;
-                    // One replica per partition until Raft: this node leads what it hosts,
-                    // unless the log is fenced.
-                    let leader = (!p.fenced).then_some(node_id);
+                    // This node, when it serves the partition (a single node: every one
+                    // whose log is not fenced; a cluster: those it leads); null otherwise.
+                    let leader = (p.serving && !p.fenced).then_some(node_id);
                     leaders.push(json!({"topic": p.topic, "partition": p.partition,
                         "leader": leader, "shard": s.shard}));
                     partition_row(p, leader)
@@ -270,6 +270,16 @@ mod tests {
                 topic: "t".into(),
                 partition: 0,
                 size_bytes: 100,
+                serving: true,
+                ..Default::default()
+            });
+        // A follower's replica (a cluster): hosted here, led elsewhere.
+        s.detail
+            .partitions
+            .push(crate::common::metrics::PartitionSnapshot {
+                topic: "t".into(),
+                partition: 1,
+                serving: false,
                 ..Default::default()
             });
         let input = StatusInput {
@@ -283,8 +293,9 @@ mod tests {
         };
         let v: Value = serde_json::from_str(&render_status(&input, &[s])).expect("json");
         assert_eq!(v["node_id"], 3);
-        assert_eq!(v["shards"][0]["partition_count"], 1);
+        assert_eq!(v["shards"][0]["partition_count"], 2);
         assert_eq!(v["leaders"][0]["leader"], 3);
+        assert_eq!(v["leaders"][1]["leader"], Value::Null);
         assert_eq!(v["disk"]["partitions_bytes_total"], 100);
         assert_eq!(v["disk"]["filesystem"]["available_bytes"], 7);
         assert_eq!(v["config"]["node_id"], 3);

@@ -423,6 +423,9 @@ pub struct PartitionSnapshot {
     pub size_bytes: u64,
     /// Its log refuses I/O after an fdatasync failure (ARCHITECTURE.md, Bad input).
     pub fenced: bool,
+    /// This replica serves the partition to clients (without a cluster: always; on a
+    /// cluster: as the Raft leader with its term's high watermark).
+    pub serving: bool,
     /// A compacted topic's partition: its cleanable bytes not compacted yet and their share
     /// of the cleanable bytes; `None` for other topics.
     pub dirty: Option<(u64, f64)>,

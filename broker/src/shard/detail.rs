@@ -19,6 +19,7 @@ fn snapshot(
         log_end_offset: p.log().log_end_offset().0,
         size_bytes: p.log().size_bytes(),
         fenced: p.log().fenced().is_some(),
+        serving: p.serving(),
         dirty: p
             .cleanable(now_ms)
             .map(|c| (c.dirty_bytes, c.dirty_ratio())),
