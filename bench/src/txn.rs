@@ -217,12 +217,7 @@ async fn produce_loop(
         } else {
             PRODUCE_VERSION
         };
-        let resp = conn.request(&req, version).await?;
-        for t in &resp.responses {
-            for p in &t.partition_responses {
-                check("Produce", p.error_code)?;
-            }
-        }
+        produce_retrying(&conn, &req, version).await?;
         if let Some(id) = &tid {
             let t0 = Instant::now();
             let next = retrying(|| end_txn(coord, id, (pid, epoch), v2)).await?;
@@ -284,6 +279,32 @@ fn check(api: &'static str, code: i16) -> Result<(), DriverError> {
             code,
             name: e.to_string(),
         }),
+    }
+}
+
+/// Sends `req` again while a partition answers NOT_LEADER_OR_FOLLOWER (6) or
+/// UNKNOWN_TOPIC_OR_PARTITION (3), up to `RETRY_DEADLINE`: Kafka's leader refuses writes for
+/// a moment after the topic's creation although Metadata names it. The batches keep their
+/// sequences, so a partition that wrote its batch answers the resend as a duplicate.
+async fn produce_retrying(
+    conn: &Conn,
+    req: &ProduceRequest,
+    version: i16,
+) -> Result<(), DriverError> {
+    let deadline = Instant::now() + RETRY_DEADLINE;
+    loop {
+        let resp = conn.request(req, version).await?;
+        let mut again = false;
+        for p in resp.responses.iter().flat_map(|t| &t.partition_responses) {
+            match p.error_code {
+                6 | 3 if Instant::now() < deadline => again = true,
+                code => check("Produce", code)?,
+            }
+        }
+        if !again {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

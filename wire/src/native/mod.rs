@@ -204,6 +204,14 @@ pub fn take_trailer(trailer: &mut Bytes, n: u32) -> Result<Bytes, FrameError> {
     Ok(trailer.split_to(n))
 }
 
+/// Writes a frame header (`FRAME_HEADER_BYTES`): length, version, flags, correlation id.
+fn put_header(out: &mut BytesMut, length: u32, version: u16, flags: u16, correlation_id: u64) {
+    out.put_u32_le(length);
+    out.put_u16_le(version);
+    out.put_u16_le(flags);
+    out.put_u64_le(correlation_id);
+}
+
 /// Encodes frames, reusing one flatbuffers builder (one per connection).
 #[derive(Default)]
 pub struct Encoder {
@@ -232,10 +240,7 @@ impl Encoder {
         // A body larger than u32 cannot be built: flatbuffers itself is limited to 2 GiB.
         let length = u32::try_from(HEADER_AFTER_LENGTH_BYTES + body.len())
             .expect("flatbuffers bodies are below 2 GiB");
-        out.put_u32_le(length);
-        out.put_u16_le(version);
-        out.put_u16_le(0);
-        out.put_u64_le(correlation_id);
+        put_header(&mut out, length, version, 0, correlation_id);
         out.put_slice(body);
         out.freeze()
     }
@@ -267,10 +272,7 @@ impl Encoder {
         let message_bytes = u32::try_from(body.len()).map_err(|_| too_large())?;
         let mut head =
             BytesMut::with_capacity(FRAME_HEADER_BYTES + TRAILER_PREFIX_BYTES + body.len());
-        head.put_u32_le(length);
-        head.put_u16_le(version);
-        head.put_u16_le(FLAG_TRAILER);
-        head.put_u64_le(correlation_id);
+        put_header(&mut head, length, version, FLAG_TRAILER, correlation_id);
         head.put_u32_le(message_bytes);
         head.put_slice(body);
         let mut pieces = Vec::with_capacity(1 + trailer.len());
