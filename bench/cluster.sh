@@ -70,7 +70,12 @@ for admin in 9644 9744 9844; do
     exit 1
   fi
 done
-DATA_DIR="$BENCH_DATA_DIR/cluster" STRAND_BIN="$ROOT/target/release/strand" \
+# Every node hosts every idle partition (RF=3 on three nodes): the per-shard partition
+# limit (default 1000) must leave room for the largest IDLE_COUNTS beside rf3 and
+# __consumer_offsets, or the idle topic is refused.
+largest_idle=$(printf '%s\n' $IDLE_COUNTS 0 | sort -n | tail -1)
+STRAND_TOPIC_PARTITIONS_PER_SHARD=$(( largest_idle / ${SMP:-1} + 200 )) \
+  DATA_DIR="$BENCH_DATA_DIR/cluster" STRAND_BIN="$ROOT/target/release/strand" \
   scripts/run-cluster.sh >"$OUT_DIR/cluster.log" 2>&1 &
 CLUSTER=$!
 # A background job of a script ignores SIGINT: stop the cluster with TERM.
