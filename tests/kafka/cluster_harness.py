@@ -594,15 +594,19 @@ class Node:
             self.kill9()
             raise StartupPanic(f"{self.name}:\n{tail(self.stderr_path, 200)}")
 
-    def log_end(self, topic: str, partition: int) -> int | None:
-        """This replica's own log end offset of the partition (GET /v1/status), or None
-        when the node does not answer or does not host it."""
+    def status(self) -> dict | None:
+        """GET /v1/status, or None when the node does not answer."""
         try:
             url = f"http://127.0.0.1:{self.admin_port}/v1/status"
             with urllib.request.urlopen(url, timeout=5) as r:
-                status = json.loads(r.read())
+                return json.loads(r.read())
         except (urllib.error.URLError, OSError, ValueError):
             return None
+
+    def log_end(self, topic: str, partition: int) -> int | None:
+        """This replica's own log end offset of the partition (GET /v1/status), or None
+        when the node does not answer or does not host it."""
+        status = self.status() or {}
         for shard in status.get("shards", []):
             for p in shard.get("partitions", []):
                 if p.get("topic") == topic and p.get("partition") == partition:

@@ -488,6 +488,32 @@ def test_metadata_reports_the_in_sync_replicas(ck, cluster, rf3_topic):
     assert cluster.wait_leader(topic, 0) == leader
 
 
+def test_status_names_a_node_leader_only_of_the_partitions_it_leads(cluster, rf3_topic):
+    """/v1/status lists each hosted partition with this node as leader only where it leads
+    (every node hosts every replica here); it used to name itself for all of them."""
+    topic = rf3_topic
+    seen = {}
+
+    def status_leaders(n: int) -> dict[int, int | None]:
+        rows = (cluster[n].status() or {}).get("leaders", [])
+        return {r["partition"]: r["leader"] for r in rows if r["topic"] == topic}
+
+    def agree() -> bool:
+        # Leaders may still move to their preferred replicas: compare with the current ones.
+        leaders = {p: cluster.leader_of(topic, p) for p in range(PARTITIONS)}
+        seen["metadata"] = leaders
+        seen["status"] = {n: status_leaders(n) for n in NODE_IDS}
+        return None not in leaders.values() and all(
+            seen["status"][n] == {p: (n if leader == n else None) for p, leader in leaders.items()}
+            for n in NODE_IDS)
+
+    try:
+        wait_until(agree, LEADERS_DEADLINE_S,
+                   "each node's /v1/status to name it leader only of what it leads")
+    except TimeoutError as e:
+        raise AssertionError(f"{e}; last seen: {seen}") from None
+
+
 def test_a_restarted_node_names_the_leaders_of_partitions_it_does_not_host(ck, cluster, topic):
     """A node learns who leads the partitions it hosts no replica of only from the nodes
     leading them. A node that restarted used to wait for their next periodic announcement
