@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from strand_harness import Broker, free_port, need_module, produce_one_error
+from strand_harness import Broker, free_port, need_module, produce_one_error, wait_until
 
 USERS = {"alice": "alice pw", "bob": "bob pw"}
 
@@ -209,3 +209,52 @@ def test_strandctl_acl_adds_lists_and_removes(guarded, topic):
     r = ctl(b, "acl", "add", "--topic", topic, "--principal", "User:dave", "--operation", "FLY",
             expect_rc=None)
     assert r.returncode != 0 and "unknown operation FLY" in r.stderr
+
+
+def test_a_regex_subscription_takes_only_topics_its_principal_may_describe(guarded, topic):
+    """KIP-848: the coordinator resolves a consumer's regex only to topics its principal
+    may describe (Kafka's GroupMetadataManager filters the matches with the member's
+    request context), so a member is never assigned, and its group never shows, a topic
+    hidden from it. An ACL granted later brings the topic in at a next heartbeat."""
+    ck = need_module("confluent_kafka")
+    adm = need_module("confluent_kafka.admin")
+    b, sasl = guarded
+    admin = adm.AdminClient({"bootstrap.servers": b.bootstrap})
+    shown, hidden = f"re-{topic}-shown", f"re-{topic}-hidden"
+    for t in (shown, hidden):
+        admin.create_topics([adm.NewTopic(t, num_partitions=1,
+                                          replication_factor=1)])[t].result(20)
+    R, P, O, A = adm.ResourceType, adm.ResourcePatternType, adm.AclOperation, \
+        adm.AclPermissionType
+    group = f"g-re-{topic}"
+    create_acls(admin, [
+        binding(adm, R.TOPIC, shown, P.LITERAL, "User:alice", O.READ, A.ALLOW),
+        binding(adm, R.GROUP, group, P.LITERAL, "User:alice", O.READ, A.ALLOW),
+    ])
+
+    def assigned() -> set[str]:
+        # The super user's view of the group (ConsumerGroupDescribe): the coordinator's
+        # assignment, whatever the client made of it.
+        d = admin.describe_consumer_groups([group], request_timeout=10)[group].result(15)
+        return {tp.topic for m in d.members for tp in m.assignment.topic_partitions}
+
+    c = ck.Consumer(as_user(sasl, "alice", **{"group.id": group, "group.protocol": "consumer",
+                                              "auto.offset.reset": "earliest"}))
+    c.subscribe([f"^re-{topic}-.*"])
+    try:
+        def settled(want):
+            c.poll(0.1)
+            return assigned() == want
+        wait_until(lambda: settled({shown}), 30, f"alice's member to be assigned {shown}")
+        # A few heartbeats later the hidden topic is still not hers.
+        end = time.monotonic() + 3
+        while time.monotonic() < end:
+            c.poll(0.2)
+            got = assigned()
+            assert hidden not in got, f"{hidden} assigned to a principal that may not see it"
+        create_acls(admin, [binding(adm, R.TOPIC, hidden, P.LITERAL, "User:alice", O.READ,
+                                    A.ALLOW)])
+        wait_until(lambda: settled({shown, hidden}), 30,
+                   f"{hidden} in the assignment once alice may describe it")
+    finally:
+        c.close()

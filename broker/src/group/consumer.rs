@@ -125,6 +125,11 @@ pub struct ConsumerMember {
     /// For a member speaking the classic protocol (JoinGroup, SyncGroup, Heartbeat).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub classic: Option<ClassicMeta>,
+    /// With the authorizer: the topics its regex matched that its principal may describe,
+    /// as of its last heartbeat (Kafka resolves a regex to those only); `None`: every
+    /// match counts (no authorizer, or a member loaded from the log until it heartbeats).
+    #[serde(skip)]
+    pub regex_describable: Option<BTreeSet<String>>,
     /// Liveness.
     #[serde(skip)]
     pub live: Liveness,
@@ -165,6 +170,10 @@ pub struct Heartbeat {
     pub subscribed_topic_names: Option<Vec<String>>,
     /// Regex (`None`: unchanged; empty: none).
     pub subscribed_topic_regex: Option<String>,
+    /// With the authorizer: the topics the member's regex matches that the request's
+    /// principal may describe (`None`: no authorizer or no regex; see
+    /// `ConsumerMember::regex_describable`).
+    pub regex_describable: Option<BTreeSet<String>>,
     /// Assignor (`None`: unchanged).
     pub server_assignor: Option<String>,
     /// Partitions the client owns (`None`: unchanged since its last heartbeat).
@@ -414,11 +423,15 @@ impl ConsumerMember {
             changed |= re != self.subscribed_topic_regex;
             self.subscribed_topic_regex = re;
         }
+        let describable = hb.regex_describable.take();
+        changed |= describable != self.regex_describable;
+        self.regex_describable = describable;
         changed
     }
 
     /// The existing topics it subscribes to (by name, or by regex; internal topics, whose
-    /// names start with `__`, only by name).
+    /// names start with `__`, only by name; with the authorizer, a regex only those its
+    /// principal may describe).
     pub fn topics<'a>(&self, topics: &'a BTreeMap<String, i32>) -> BTreeSet<&'a str> {
         let mut out: BTreeSet<&str> = self
             .subscribed_topic_names
@@ -430,10 +443,15 @@ impl ConsumerMember {
             .as_deref()
             .and_then(|r| compile_regex(r).ok())
         {
+            let describable = |t: &str| {
+                self.regex_describable
+                    .as_ref()
+                    .is_none_or(|d| d.contains(t))
+            };
             out.extend(
                 topics
                     .keys()
-                    .filter(|t| !t.starts_with("__") && re.is_match(t))
+                    .filter(|t| !t.starts_with("__") && re.is_match(t) && describable(t))
                     .map(String::as_str),
             );
         }
@@ -1307,6 +1325,29 @@ mod tests {
         assert_eq!(
             r.assignment,
             Some(a(&[("orders-1", &[0, 1]), ("orders-2", &[0])]))
+        );
+    }
+
+    #[test]
+    fn a_regex_takes_only_the_topics_its_principal_may_describe() {
+        let mut g = ConsumerGroup::default();
+        let now = crate::common::clock::now();
+        let t = topics(&[("orders-1", 1), ("orders-2", 1)]);
+        let describable = |names: &[&str]| Some(names.iter().map(|n| n.to_string()).collect());
+        let mut j = join("a", &[]);
+        j.subscribed_topic_regex = Some("orders-.*".into());
+        j.regex_describable = describable(&["orders-1"]);
+        let r = g.heartbeat(j, &t, now, 10);
+        assert_eq!(r.assignment, Some(a(&[("orders-1", &[0])])));
+        // The principal may describe the other topic now (an ACL added): the next heartbeat
+        // brings it in and moves the group epoch.
+        let mut b = beat("a", 1, None);
+        b.regex_describable = describable(&["orders-1", "orders-2"]);
+        let r = g.heartbeat(b, &t, now, 10);
+        assert_eq!(r.member_epoch, 2);
+        assert_eq!(
+            r.assignment,
+            Some(a(&[("orders-1", &[0]), ("orders-2", &[0])]))
         );
     }
 

@@ -82,6 +82,18 @@ pub async fn consumer_heartbeat<H: GroupHost>(host: &Rc<H>, group: &str, hb: Hea
     }
 }
 
+/// The regex member `member_id` of consumer group `group` subscribed with, if any.
+pub fn member_regex<H: GroupHost>(host: &H, group: &str, member_id: &str) -> Option<String> {
+    let groups = host.groups().borrow();
+    let member = groups
+        .get(group)?
+        .consumer
+        .as_ref()?
+        .members
+        .get(member_id)?;
+    member.subscribed_topic_regex.clone()
+}
+
 /// The heartbeat applied to the group's state: the answer, and the records to make
 /// durable before it when the state changed.
 fn apply<H: GroupHost>(host: &Rc<H>, group: &str, hb: Heartbeat) -> (Answer, Vec<Record>) {

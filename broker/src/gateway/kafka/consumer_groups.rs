@@ -3,6 +3,7 @@
 //! ConsumerGroupDescribe, split per coordinator shard like DescribeGroups. Topic ids on
 //! the wire, topic names in the coordinator's state.
 
+use std::collections::BTreeSet;
 use std::rc::Rc;
 
 use bytes::Bytes;
@@ -83,11 +84,37 @@ fn read(ctx: &Ctx, r: &ConsumerGroupHeartbeatRequest, meta: &Metadata) -> Heartb
             .as_ref()
             .map(|ts| ts.iter().map(|t| t.0.to_string()).collect()),
         subscribed_topic_regex: r.subscribed_topic_regex.as_ref().map(|x| x.to_string()),
+        regex_describable: None,
         server_assignor: r.server_assignor.as_ref().map(|x| x.to_string()),
         owned,
         client_id: ctx.client_id.clone(),
         client_host: ctx.client_host.clone(),
     }
+}
+
+/// The topics the member's regex (this heartbeat's, else the one it subscribed with
+/// before) matches that the request's principal may describe: Kafka resolves a regex to
+/// those only. `None` without a regex.
+fn regex_describable(
+    shard: &Shard,
+    ctx: &Ctx,
+    group: &str,
+    hb: &Heartbeat,
+) -> Option<BTreeSet<String>> {
+    let regex = match &hb.subscribed_topic_regex {
+        Some(re) => Some(re.clone()).filter(|r| !r.is_empty()),
+        None => crate::group::heartbeat::member_regex(shard, group, &hb.member_id),
+    }?;
+    let re = crate::group::consumer::compile_regex(&regex).ok()?;
+    let meta = shard.metadata();
+    let describable = meta
+        .topics
+        .keys()
+        .filter(|t| !t.starts_with("__") && re.is_match(t))
+        .filter(|t| ctx.allowed(shard, acl_op::DESCRIBE, resource::TOPIC, t))
+        .cloned()
+        .collect();
+    Some(describable)
 }
 
 /// ConsumerGroupHeartbeat, on the group's coordinator shard.
@@ -99,7 +126,10 @@ pub async fn heartbeat(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Byte
             .with_error_message(Some(s(why)));
         return ctx.respond(&resp);
     }
-    let hb = read(ctx, &r, &shard.metadata());
+    let mut hb = read(ctx, &r, &shard.metadata());
+    if shard.config.authorizer_enabled {
+        hb.regex_describable = regex_describable(shard, ctx, &r.group_id.0, &hb);
+    }
     let a = crate::group::heartbeat::consumer_heartbeat(shard, &r.group_id.0, hb).await;
     if a.error != crate::common::errors::code::NONE {
         let resp = ConsumerGroupHeartbeatResponse::default()
