@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import socket
 import struct
 import threading
 import time
@@ -28,7 +29,7 @@ import pytest
 
 from cluster_harness import Cluster, NODE_IDS, strand_bin
 from jepsen_check import OK, UNKNOWN, Write, check
-from strand_harness import need_module, wait_until
+from strand_harness import frame, need_module, recv_response, wait_until
 
 try:  # conftest.py attaches the stderr tail of the brokers it knows to a failing report
     from conftest import _BROKERS_OF_TEST
@@ -512,6 +513,133 @@ def test_status_names_a_node_leader_only_of_the_partitions_it_leads(cluster, rf3
                    "each node's /v1/status to name it leader only of what it leads")
     except TimeoutError as e:
         raise AssertionError(f"{e}; last seen: {seen}") from None
+
+
+def _uvarint(n: int) -> bytes:
+    out = b""
+    while True:
+        b, n = n & 0x7F, n >> 7
+        if n:
+            out += bytes([b | 0x80])
+        else:
+            return out + bytes([b])
+
+
+class _Flexible:
+    """Reads a flexible (compact, tagged) Kafka response body."""
+
+    def __init__(self, buf: bytes):
+        self.buf, self.off = buf, 0
+
+    def take(self, fmt: str):
+        v = struct.unpack_from(">" + fmt, self.buf, self.off)
+        self.off += struct.calcsize(">" + fmt)
+        return v if len(v) > 1 else v[0]
+
+    def uvarint(self) -> int:
+        n, shift = 0, 0
+        while True:
+            b = self.buf[self.off]
+            self.off += 1
+            n |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return n
+            shift += 7
+
+    def string(self) -> str | None:
+        n = self.uvarint() - 1
+        if n < 0:
+            return None
+        s = self.buf[self.off:self.off + n].decode()
+        self.off += n
+        return s
+
+    def tags(self) -> dict[int, bytes]:
+        out = {}
+        for _ in range(self.uvarint()):
+            tag, size = self.uvarint(), self.uvarint()
+            out[tag] = self.buf[self.off:self.off + size]
+            self.off += size
+        return out
+
+
+def produce_v10(bootstrap: str, topic: str, partition: int, batch: bytes):
+    """Produce v10 (KIP-951), acks=all, one batch: (error code, current leader (id, epoch)
+    or None, {node id: (host, port)} of the response's NodeEndpoints)."""
+    name = topic.encode()
+    body = (b"\x00" + struct.pack(">hi", -1, 30000)          # no transactional id
+            + _uvarint(2) + _uvarint(len(name) + 1) + name   # one topic
+            + _uvarint(2) + struct.pack(">i", partition)     # one partition
+            + _uvarint(len(batch) + 1) + batch + b"\x00"     # records, no tags
+            + b"\x00" + b"\x00")                            # topic tags, request tags
+    host, port = bootstrap.split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(frame(0, 10, 5, body, flexible=True))
+        r = _Flexible(recv_response(s))
+    assert r.take("i") == 5, "correlation id"
+    r.tags()
+    assert r.uvarint() - 1 == 1, "one topic"
+    r.string()
+    assert r.uvarint() - 1 == 1, "one partition"
+    _index, error, _base, _append, _start = r.take("ihqqq")
+    for _ in range(r.uvarint() - 1):  # record errors
+        r.take("i")
+        r.string()
+        r.tags()
+    r.string()  # error message
+    leader = None
+    tags = r.tags()
+    if 0 in tags:
+        leader = struct.unpack(">ii", tags[0][:8])
+    r.tags()  # topic
+    r.take("i")  # throttle
+    endpoints = {}
+    tags = r.tags()
+    if 0 in tags:
+        e = _Flexible(tags[0])
+        for _ in range(e.uvarint() - 1):
+            node = e.take("i")
+            ep_host = e.string()
+            endpoints[node] = (ep_host, e.take("i"))
+            e.string()  # rack
+            e.tags()
+    return error, leader, endpoints
+
+
+def test_a_produce_to_a_follower_names_the_leader_kip_951(cluster, rf3_topic):
+    """KIP-951: a Produce v10+ a follower answers NOT_LEADER_OR_FOLLOWER carries the leader
+    it knows (id and epoch) and that leader's endpoint, so a client (the Java client from
+    3.7) sends there without asking Metadata first."""
+    records = need_module("kafka.record.default_records")
+    topic = rf3_topic
+    b = records.DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+                                          producer_id=-1, producer_epoch=-1,
+                                          base_sequence=-1, batch_size=1 << 20)
+    b.append(0, timestamp=int(time.time() * 1000), key=None, value=b"v", headers=[])
+    batch = bytes(b.build())
+    seen = {}
+
+    def answers(to_leader: bool) -> bool:
+        # Leaders may still move to their preferred replicas: ask the current ones.
+        leader = cluster.leader_of(topic, 0)
+        if leader is None:
+            return False
+        node = leader if to_leader else next(n for n in NODE_IDS if n != leader)
+        error, hint, endpoints = produce_v10(cluster[node].bootstrap, topic, 0, batch)
+        seen["last"] = dict(leader=leader, asked=node, error=error, hint=hint,
+                            endpoints=endpoints)
+        if to_leader:
+            # The leader writes the batch and names nobody.
+            return (error, hint, endpoints) == (0, None, {})
+        return (error == 6 and hint is not None and hint[0] == leader and hint[1] >= 1
+                and endpoints == {leader: ("127.0.0.1", cluster[leader].kafka_port)})
+
+    for to_leader, what in ((False, "a follower's NOT_LEADER_OR_FOLLOWER to name the leader"),
+                            (True, "the leader to write the batch")):
+        try:
+            wait_until(lambda: answers(to_leader), LEADERS_DEADLINE_S, what)
+        except TimeoutError as e:
+            raise AssertionError(f"{e}; last answer: {seen.get('last')}") from None
 
 
 def test_a_restarted_node_names_the_leaders_of_partitions_it_does_not_host(ck, cluster, topic):

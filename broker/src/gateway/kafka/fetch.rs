@@ -2,18 +2,21 @@
 //! `min_bytes` are there or `max_wait_ms` passes; appends wake waiting fetches.
 //! Fetch sessions (KIP-227) are declined (session id 0), so every fetch is a full one.
 //! From v13 a topic is named by its id, echoed in the answer (an unknown id is answered
-//! UNKNOWN_TOPIC_ID, as Kafka does); v14-v17 add nothing a consumer's fetch uses (tiered
-//! storage's error, the replica state, the new leader's endpoints on NOT_LEADER, which are
-//! optional tagged fields, and a follower's directory id).
+//! UNKNOWN_TOPIC_ID, as Kafka does); from v16 a partition answered NOT_LEADER_OR_FOLLOWER
+//! names the leader this node knows and the response its endpoint (KIP-951); v14, v15 and
+//! v17 add nothing a consumer's fetch uses (tiered storage's error, the replica state, a
+//! follower's directory id).
 
+use std::collections::BTreeSet;
 use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use kafka_protocol::messages::fetch_response::{
-    AbortedTransaction, FetchableTopicResponse, PartitionData,
+    AbortedTransaction, FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
 };
-use kafka_protocol::messages::{FetchRequest, FetchResponse, ProducerId};
+use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, ProducerId};
+use kafka_protocol::protocol::StrBytes;
 
 use super::response::{Response, PIECE_MIN_BYTES};
 
@@ -22,7 +25,7 @@ use strand_storage::KafkaOffset;
 
 use super::quotas;
 use crate::cluster::metadata::Metadata;
-use crate::common::errors::KafkaError;
+use crate::common::errors::{code, KafkaError};
 use crate::security::acl::{op, resource};
 use crate::security::quota::CONSUMER_BYTE_RATE;
 use crate::shard::budget::Held;
@@ -35,6 +38,9 @@ pub const MAX_WAIT_MS_MAX: u64 = 30_000;
 pub const TOPIC_IDS_VERSION: i16 = 13;
 /// The first Fetch version with `isolation_level` (and the LSO and aborted transactions).
 const ISOLATION_VERSION: i16 = 4;
+/// The first Fetch version whose NOT_LEADER_OR_FOLLOWER answer names the leader and its
+/// endpoint (KIP-951).
+const LEADER_HINTS_VERSION: i16 = 16;
 
 /// Fetch: plans the read per shard, reads until `min_bytes` are there, an error shows or
 /// `max_wait_ms` passes (waiting for appends in between), then answers. The records it
@@ -100,6 +106,7 @@ pub async fn handle(
         .map(|r| r.records.clone())
         .collect();
     let body = answer(&req, results, ctx.version).with_throttle_time_ms(throttle_ms);
+    let body = with_leader_hints(shard, ctx, body);
     ctx.respond_pieces(&body, &sources)
 }
 
@@ -257,6 +264,50 @@ fn answer(req: &FetchRequest, results: Vec<Vec<FetchResult>>, version: i16) -> F
     FetchResponse::default()
         .with_session_id(0)
         .with_responses(topics)
+}
+
+/// KIP-951 (Fetch v16+): each partition answered NOT_LEADER_OR_FOLLOWER names the leader
+/// this node knows, and the response lists those leaders' endpoints.
+fn with_leader_hints(shard: &Shard, ctx: &Ctx, mut body: FetchResponse) -> FetchResponse {
+    if ctx.version < LEADER_HINTS_VERSION {
+        return body;
+    }
+    let meta = shard.metadata();
+    let mut leaders = BTreeSet::new();
+    for t in &mut body.responses {
+        let topic = if ctx.version >= TOPIC_IDS_VERSION {
+            meta.topic_name_of(t.topic_id.as_u128())
+        } else {
+            Some(t.topic.0.as_str())
+        };
+        let Some(topic) = topic else {
+            continue;
+        };
+        for p in &mut t.partitions {
+            if p.error_code != code::NOT_LEADER_OR_FOLLOWER {
+                continue;
+            }
+            let Some((leader, epoch)) =
+                super::metadata::known_leader(shard, topic, p.partition_index)
+            else {
+                continue;
+            };
+            leaders.insert(leader);
+            p.current_leader = LeaderIdAndEpoch::default()
+                .with_leader_id(BrokerId(leader))
+                .with_leader_epoch(epoch);
+        }
+    }
+    body.node_endpoints = super::metadata::endpoints_of(shard, ctx, &leaders)
+        .into_iter()
+        .map(|(id, host, port)| {
+            NodeEndpoint::default()
+                .with_node_id(BrokerId(id))
+                .with_host(StrBytes::from_string(host))
+                .with_port(i32::from(port))
+        })
+        .collect();
+    body
 }
 
 /// Waits until a high watermark moves past what the last read saw (or the fetch offset),

@@ -222,3 +222,36 @@ fn partition_metadata(
         base
     }
 }
+
+/// KIP-951: the leader (id, epoch) this node knows for a partition it answered
+/// NOT_LEADER_OR_FOLLOWER for, when it knows one other than itself, so that the client
+/// sends there at once instead of asking Metadata first.
+pub fn known_leader(shard: &Shard, topic: &str, partition: i32) -> Option<(i32, i32)> {
+    if !shard.clustered() {
+        return None;
+    }
+    let meta = shard.metadata();
+    let t = meta.topics.get(topic)?;
+    if usize::try_from(partition).ok()? >= t.shards.len() {
+        return None;
+    }
+    let (leader, epoch) = shard.leader_of_group(t.group_of(partition));
+    (leader >= 0 && leader != shard.config.node_id).then_some((leader, epoch))
+}
+
+/// KIP-951's NodeEndpoints: the addresses of `nodes` on this connection's listener, as
+/// Metadata would list them.
+pub fn endpoints_of(
+    shard: &Shard,
+    ctx: &Ctx,
+    nodes: &std::collections::BTreeSet<i32>,
+) -> Vec<(i32, String, u16)> {
+    if nodes.is_empty() {
+        return Vec::new();
+    }
+    shard
+        .brokers(ctx.listener_name(shard))
+        .into_iter()
+        .filter(|(id, _, _)| nodes.contains(id))
+        .collect()
+}

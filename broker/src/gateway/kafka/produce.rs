@@ -1,13 +1,15 @@
 //! Produce: split once per owning shard, append there, merge; acks 0 / 1 / -1.
 //! Record batches are never decoded: the header is checked and the bytes stored as sent.
 
+use std::collections::BTreeSet;
 use std::rc::Rc;
 
 use bytes::Bytes;
 use kafka_protocol::messages::produce_response::{
-    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+    BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse,
+    TopicProduceResponse,
 };
-use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+use kafka_protocol::messages::{BrokerId, ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 
 use super::{Ctx, FramingError};
@@ -22,6 +24,10 @@ use crate::shard::Shard;
 /// The first Produce version whose transactional batch adds its partition to the
 /// transaction (transaction version 2, KIP-890 part 2).
 pub const PRODUCE_ADDS_TO_TXN: i16 = 12;
+
+/// The first Produce version whose NOT_LEADER_OR_FOLLOWER answer may name the leader and
+/// its endpoint (KIP-951).
+const LEADER_HINTS_VERSION: i16 = 10;
 
 /// Produce; `None` for acks=0 (no response at all).
 #[expect(
@@ -101,6 +107,7 @@ pub async fn handle(
     if req.acks == 0 {
         return Ok(None);
     }
+    let mut leaders = BTreeSet::new();
     let responses = req
         .topic_data
         .iter()
@@ -111,12 +118,13 @@ pub async fn handle(
                 .iter()
                 .zip(row)
                 .map(|(p, r)| {
-                    partition_response(
+                    let out = partition_response(
                         p.index,
                         r.unwrap_or_else(|| failed(KafkaError::NotLeader)),
                         req.acks,
                         ctx.version,
-                    )
+                    );
+                    with_leader_hint(shard, ctx, &t.name.0, out, &mut leaders)
                 })
                 .collect();
             TopicProduceResponse::default()
@@ -124,12 +132,47 @@ pub async fn handle(
                 .with_partition_responses(parts)
         })
         .collect();
+    let endpoints = super::metadata::endpoints_of(shard, ctx, &leaders)
+        .into_iter()
+        .map(|(id, host, port)| {
+            NodeEndpoint::default()
+                .with_node_id(BrokerId(id))
+                .with_host(StrBytes::from_string(host))
+                .with_port(i32::from(port))
+        })
+        .collect();
     ctx.respond(
         &ProduceResponse::default()
             .with_responses(responses)
+            .with_node_endpoints(endpoints)
             .with_throttle_time_ms(i32::try_from(throttle_ms).unwrap_or(i32::MAX)),
     )
     .map(Some)
+}
+
+/// KIP-951 (Produce v10+): a partition answered NOT_LEADER_OR_FOLLOWER names the leader
+/// this node knows (its endpoint goes in the response's NodeEndpoints, `leaders`).
+fn with_leader_hint(
+    shard: &Shard,
+    ctx: &Ctx,
+    topic: &str,
+    out: PartitionProduceResponse,
+    leaders: &mut BTreeSet<i32>,
+) -> PartitionProduceResponse {
+    if ctx.version < LEADER_HINTS_VERSION || out.error_code != code::NOT_LEADER_OR_FOLLOWER {
+        return out;
+    }
+    match super::metadata::known_leader(shard, topic, out.index) {
+        Some((leader, epoch)) => {
+            leaders.insert(leader);
+            out.with_current_leader(
+                LeaderIdAndEpoch::default()
+                    .with_leader_id(BrokerId(leader))
+                    .with_leader_epoch(epoch),
+            )
+        }
+        None => out,
+    }
 }
 
 fn partition_response(
