@@ -870,6 +870,32 @@ class Cluster:
             views = self.leader_views(topic, partition, nodes)
             raise TimeoutError(f"{e}; each node's leader at the end: {views}") from None
 
+    def wait_preferred_leader(self, topic: str, partition: int, timeout: float = 60.0) -> int:
+        """Waits until the partition is led by its preferred (first) replica, where the
+        nodes' leader balancing hands it back after a failover (every few seconds, so a
+        test that needs its leader to stay put waits for this first); returns that node."""
+        def preferred() -> int | None:
+            for n in self.reachable():
+                try:
+                    part = self.metadata(n).topics.get(topic, {}).get(partition)
+                except (OSError, ConnectionError, AssertionError, struct.error):
+                    continue
+                if part is not None and part.replicas:
+                    return part.replicas[0]
+            return None
+
+        def settled():
+            first = preferred()
+            return first if first is not None and self.leader_of(topic, partition) == first \
+                else None
+        try:
+            return wait_until(settled, timeout, f"{topic}/{partition} led by its preferred "
+                              "replica", interval=0.2)
+        except TimeoutError as e:
+            views = self.leader_views(topic, partition)
+            raise TimeoutError(f"{e}; preferred {preferred()}, each node's leader at the "
+                               f"end: {views}") from None
+
     # -- is the proxy really in the way? ----------------------------------------------
 
     def direct_rpc_connections(self) -> list[tuple[int, int, int]]:

@@ -840,12 +840,8 @@ def test_topics_and_data_survive_a_restart_of_every_node(ck, cluster, rf3_topic)
     # Leadership goes back to each partition's preferred (first) replica, which placement
     # spreads over the nodes, whoever won the elections after the restart.
     preferred = {p: pm.replicas[0] for p, pm in parts.items()}
-
-    def balanced():
-        return all(cluster.leader_of(topic, p) == preferred[p] for p in range(PARTITIONS))
-
-    wait_until(balanced, 60, f"leaders of {topic} back on the preferred replicas {preferred}",
-               interval=0.5)
+    for p in range(PARTITIONS):
+        assert cluster.wait_preferred_leader(topic, p) == preferred[p], (p, preferred)
 
 
 # -- f. a node joins through the seeds -----------------------------------------------------

@@ -363,6 +363,11 @@ def test_rejected_and_accepted_records_are_not_delivered_again(broker, ck, share
     assert sorted(out["first"]) == list(range(count)), out["first"]
     assert out["again"] == [], f"delivered again: {out['again']}"
     _only_new_records_come(ck, share_check, broker, topic, group, count)
+    # The group is Empty now (its consumers closed): its start offset still shows, as
+    # Kafka's DescribeShareGroupOffsets without topics answers every partition that holds
+    # a state, members or not.
+    shown = _strandctl_counts(broker, group, topic)
+    assert (shown["members"], shown["START-OFFSET"]) == ("0", str(count + 1)), shown
 
 
 def test_a_poison_record_is_archived_after_the_delivery_count_limit(broker, ck, share_check):

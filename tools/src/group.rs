@@ -383,7 +383,7 @@ fn prometheus_labels(text: &str) -> Option<BTreeMap<String, String>> {
 }
 
 /// The start offset of each share partition of `group` that has one
-/// (DescribeShareGroupOffsets for the topics its members subscribe to); empty when the
+/// (DescribeShareGroupOffsets of all its topics holding a state); empty when the
 /// broker does not serve it.
 fn share_start_offsets(
     client: &mut KafkaClient,
@@ -398,7 +398,10 @@ fn share_start_offsets(
         return Ok(BTreeMap::new());
     }
     let req = DescribeShareGroupOffsetsRequest::default().with_groups(vec![
-        DescribeShareGroupOffsetsRequestGroup::default().with_group_id(group_id(group)),
+        // No topics (null, not empty): every partition that holds a state for the group.
+        DescribeShareGroupOffsetsRequestGroup::default()
+            .with_group_id(group_id(group))
+            .with_topics(None),
     ]);
     let mut out = BTreeMap::new();
     for g in client.send(&req)?.groups {

@@ -34,6 +34,13 @@ impl Shard {
             Op::ForgetShareGroup(forget) => {
                 Reply::Codes(vec![self.forget_share_group(&forget).await])
             }
+            Op::NoteShareTopics {
+                group,
+                topics,
+                initialized,
+            } => Reply::Codes(vec![
+                self.note_share_topics(&group, &topics, initialized).await,
+            ]),
             Op::ReadShareState(key, leader_epoch) => {
                 Reply::ShareState(self.read_share_state_here(&key, leader_epoch))
             }

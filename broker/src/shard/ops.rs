@@ -244,6 +244,13 @@ pub enum Op {
     DescribeConsumerGroups(Vec<String>),
     /// Describe these share groups (all coordinated here; KIP-932).
     DescribeShareGroups(Vec<String>),
+    /// Note on share group `group` (coordinated here) that `topics` hold a state (`true`:
+    /// their offsets were altered) or no longer do (deleted); answered `Codes` with one.
+    NoteShareTopics {
+        group: String,
+        topics: Vec<String>,
+        initialized: bool,
+    },
     /// List the groups coordinated here.
     ListGroups,
     /// Delete these groups (all coordinated here).
@@ -319,9 +326,7 @@ pub enum Reply {
     /// A share partition's persisted state, if any.
     ShareState(Result<Option<crate::share::partition::ShareState>, i16>),
     /// Described share groups, in order.
-    DescribedShareGroups(
-        Vec<kafka_protocol::messages::share_group_describe_response::DescribedGroup>,
-    ),
+    DescribedShareGroups(Vec<super::share::ShareDescribed>),
     /// Listed groups.
     Listed(Vec<kafka_protocol::messages::list_groups_response::ListedGroup>),
     /// Error codes, in order.

@@ -35,9 +35,17 @@ fn s(v: impl Into<String>) -> StrBytes {
     StrBytes::from_string(v.into())
 }
 
+/// A share group as its coordinator shard describes it: the ShareGroupDescribe answer,
+/// and the topics whose share partitions may hold a state for it (empty for an error).
+#[derive(Clone, Debug, Default)]
+pub struct ShareDescribed {
+    pub group: DescribedGroup,
+    pub initialized: std::collections::BTreeSet<String>,
+}
+
 impl Shard {
     /// ShareGroupDescribe of `ids`, all coordinated here, in order.
-    pub fn describe_share_groups_local(&self, ids: Vec<String>) -> Vec<DescribedGroup> {
+    pub fn describe_share_groups_local(&self, ids: Vec<String>) -> Vec<ShareDescribed> {
         let meta = self.metadata();
         let assignment = |a: &crate::group::consumer::Assignment| {
             let tps = a
@@ -58,13 +66,18 @@ impl Shard {
         ids.into_iter()
             .map(|id| {
                 let base = DescribedGroup::default().with_group_id(GroupId(s(id.clone())));
+                let refused = |group: DescribedGroup| ShareDescribed {
+                    group,
+                    initialized: Default::default(),
+                };
                 if let Err(error) = self.coordinator_check(&id) {
-                    return base.with_error_code(error);
+                    return refused(base.with_error_code(error));
                 }
                 let Some(g) = groups.get(&id) else {
-                    return base
-                        .with_error_code(code::GROUP_ID_NOT_FOUND)
-                        .with_error_message(Some(s(format!("Group {id} not found."))));
+                    return refused(
+                        base.with_error_code(code::GROUP_ID_NOT_FOUND)
+                            .with_error_message(Some(s(format!("Group {id} not found.")))),
+                    );
                 };
                 let members = g
                     .members
@@ -90,11 +103,16 @@ impl Shard {
                 } else {
                     "Stable"
                 };
-                base.with_group_state(StrBytes::from_static_str(state))
+                let group = base
+                    .with_group_state(StrBytes::from_static_str(state))
                     .with_group_epoch(g.epoch)
                     .with_assignment_epoch(g.assignment_epoch)
                     .with_assignor_name(StrBytes::from_static_str("simple"))
-                    .with_members(members)
+                    .with_members(members);
+                ShareDescribed {
+                    group,
+                    initialized: g.initialized().clone(),
+                }
             })
             .collect()
     }
@@ -504,6 +522,33 @@ impl Shard {
         crate::group::coordinator::persist_group_records(self, group, vec![record], None)
             .await
             .map(|_| ())
+    }
+
+    /// On `group`'s coordinator shard: notes that `topics` hold a state for it (`true`) or
+    /// no longer do, and writes the group when that changed it; a code.
+    pub async fn note_share_topics(
+        &self,
+        group: &str,
+        topics: &[String],
+        initialized: bool,
+    ) -> i16 {
+        if let Err(error) = self.coordinator_check(group) {
+            return error;
+        }
+        let snapshot = {
+            let mut groups = self.share_groups.borrow_mut();
+            let Some(g) = groups.get_mut(group) else {
+                return code::GROUP_ID_NOT_FOUND;
+            };
+            if !g.note_initialized(topics, initialized) {
+                return code::NONE;
+            }
+            g.snapshot()
+        };
+        match self.persist_share_group(group, Some(snapshot)).await {
+            Ok(()) => code::NONE,
+            Err(error) => error,
+        }
     }
 
     /// Share group `group`'s session timeout: its group config, else the broker's.

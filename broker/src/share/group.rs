@@ -83,6 +83,12 @@ pub struct ShareGroup {
     topics_seen: BTreeMap<String, usize>,
     /// Each member's partitions at `assignment_epoch`.
     target: BTreeMap<String, Assignment>,
+    /// The topics whose share partitions may hold a state for this group (Kafka's
+    /// initialized partitions, by topic): each topic ever given to a member or whose
+    /// offsets were altered, until its offsets are deleted. What DescribeShareGroupOffsets
+    /// without topics answers, members or not.
+    #[serde(default)]
+    initialized: BTreeSet<String>,
 }
 
 impl ShareGroup {
@@ -263,6 +269,27 @@ impl ShareGroup {
             .collect();
         self.target = simple_assign(&subscriptions, &self.topics_seen, &current);
         self.assignment_epoch = self.epoch;
+        let given = self.target.values().flat_map(|a| a.keys());
+        self.initialized.extend(given.cloned());
+    }
+
+    /// The topics whose share partitions may hold a state for this group, whether or not
+    /// it has members now.
+    pub fn initialized(&self) -> &BTreeSet<String> {
+        &self.initialized
+    }
+
+    /// Notes that `topics` hold a state (`true`: their offsets were altered) or no longer
+    /// do (their offsets were deleted); whether that changed anything.
+    pub fn note_initialized(&mut self, topics: &[String], initialized: bool) -> bool {
+        let before = self.initialized.len();
+        for t in topics {
+            match initialized {
+                true => self.initialized.insert(t.clone()),
+                false => self.initialized.remove(t),
+            };
+        }
+        self.initialized.len() != before
     }
 }
 
@@ -620,5 +647,28 @@ mod tests {
         // The topic grew: a new epoch and the assignment with the new partition.
         let grown = g.heartbeat(hb("a", e, None), &parts(4), 10, 2);
         assert_eq!(owned(&grown), 4);
+    }
+
+    #[test]
+    fn topics_given_once_stay_initialized_after_the_members_leave() {
+        let mut g = ShareGroup::default();
+        let two = |t: &str| ["t", "u"].contains(&t).then_some(2);
+        g.heartbeat(hb("a", 0, Some(&["t", "u"])), &two, 10, 0);
+        assert_eq!(g.heartbeat(hb("a", -1, None), &two, 10, 1), Answer::Left);
+        assert!(g.members.is_empty());
+        let both = BTreeSet::from(["t".to_string(), "u".to_string()]);
+        assert_eq!(g.initialized(), &both);
+        // A snapshot keeps them; altered offsets add a topic, deleted ones remove it.
+        let mut g = ShareGroup::restored(&g.snapshot(), 2).expect("a snapshot");
+        assert_eq!(g.initialized(), &both);
+        assert!(g.note_initialized(&["v".to_string()], true));
+        assert!(!g.note_initialized(&["v".to_string()], true));
+        assert!(g.note_initialized(&["t".to_string()], false));
+        let now = BTreeSet::from(["u".to_string(), "v".to_string()]);
+        assert_eq!(g.initialized(), &now);
+        // A snapshot written before the field existed loads with none.
+        let old = br#"{"epoch":1,"assignment_epoch":1,"members":{},"topics_seen":{},"target":{}}"#;
+        let g = ShareGroup::restored(old, 0).expect("an older snapshot");
+        assert!(g.initialized().is_empty());
     }
 }

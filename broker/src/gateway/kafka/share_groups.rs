@@ -18,6 +18,7 @@ use crate::common::errors::code;
 use crate::security::acl::{op as acl_op, resource};
 use crate::shard::groups::s;
 use crate::shard::ops::{Op, Reply};
+use crate::shard::share::ShareDescribed;
 use crate::shard::Shard;
 use crate::share::group::{Answer, Heartbeat, JOIN_EPOCH, LEAVE_EPOCH};
 
@@ -218,7 +219,11 @@ fn run(shard: &Shard, group: &str, hb: Heartbeat) -> (Answer, Option<Vec<u8>>) {
 pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
     let r: ShareGroupDescribeRequest = ctx.decode(body)?;
     let all: Vec<String> = r.group_ids.iter().map(|g| g.0.to_string()).collect();
-    let mut out = described(shard, ctx, &all).await;
+    let mut out: Vec<_> = described(shard, ctx, &all)
+        .await
+        .into_iter()
+        .map(|d| d.group)
+        .collect();
     for d in &mut out {
         if r.include_authorized_operations && d.error_code == code::NONE {
             d.authorized_operations = super::authorized::of_group(ctx, shard, &d.group_id.0);
@@ -229,23 +234,23 @@ pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes
 
 /// The share groups `all` as their coordinator shards describe them, in order (a group
 /// the principal may not describe: GROUP_AUTHORIZATION_FAILED).
-pub async fn described(
-    shard: &Rc<Shard>,
-    ctx: &Ctx,
-    all: &[String],
-) -> Vec<kafka_protocol::messages::share_group_describe_response::DescribedGroup> {
+pub async fn described(shard: &Rc<Shard>, ctx: &Ctx, all: &[String]) -> Vec<ShareDescribed> {
     use kafka_protocol::messages::share_group_describe_response::DescribedGroup;
     let allowed = |g: &String| ctx.allowed(shard, acl_op::DESCRIBE, resource::GROUP, g);
-    let mut out: Vec<DescribedGroup> = all
+    let mut out: Vec<ShareDescribed> = all
         .iter()
         .map(|g| {
             let error = match allowed(g) {
                 true => code::COORDINATOR_NOT_AVAILABLE,
                 false => code::GROUP_AUTHORIZATION_FAILED,
             };
-            DescribedGroup::default()
+            let group = DescribedGroup::default()
                 .with_group_id(GroupId(s(g.clone())))
-                .with_error_code(error)
+                .with_error_code(error);
+            ShareDescribed {
+                group,
+                initialized: Default::default(),
+            }
         })
         .collect();
     let (ids, at) = super::groups::permitted(all, allowed);

@@ -8,7 +8,9 @@
 //! state another node could not forget yet); otherwise the ShareGroupDescribe
 //! answer's error (GROUP_ID_NOT_FOUND). A partition whose share partition has
 //! no state yet has start offset -1, as in Kafka; without topics the partitions of every
-//! topic the group's members subscribe to are answered.
+//! topic the group's members subscribe to and of every topic whose share partitions may
+//! hold a state (given to a member once, or altered; Kafka's initialized partitions) are
+//! answered, so an Empty group still shows its offsets.
 
 use std::collections::BTreeSet;
 use std::rc::Rc;
@@ -26,6 +28,7 @@ use super::{Ctx, FramingError};
 use crate::common::errors::code;
 use crate::security::acl::{op as acl_op, resource};
 use crate::shard::groups::s;
+use crate::shard::share::ShareDescribed;
 use crate::shard::Shard;
 
 /// The leader epoch asked with: reading to describe fences no writer.
@@ -37,7 +40,14 @@ pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes
     let ids: Vec<String> = r.groups.iter().map(|g| g.group_id.0.to_string()).collect();
     let described = super::share_groups::described(shard, ctx, &ids).await;
     let mut groups = Vec::with_capacity(r.groups.len());
-    for (g, d) in r.groups.iter().zip(described) {
+    for (
+        g,
+        ShareDescribed {
+            group: d,
+            initialized,
+        },
+    ) in r.groups.iter().zip(described)
+    {
         let base =
             DescribeShareGroupOffsetsResponseGroup::default().with_group_id(g.group_id.clone());
         // A group known only by the state of the partitions asked (its membership gone, its
@@ -55,14 +65,21 @@ pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes
                 .iter()
                 .map(|t| (t.topic_name.0.to_string(), Some(t.partitions.clone())))
                 .collect(),
-            None => d
-                .members
-                .iter()
-                .flat_map(|m| m.subscribed_topic_names.iter().map(|t| t.0.to_string()))
-                .collect::<BTreeSet<String>>()
-                .into_iter()
-                .map(|t| (t, None))
-                .collect(),
+            None => {
+                // A topic that once held a state and has since been deleted is left out.
+                let meta = shard.metadata();
+                let stated = initialized
+                    .into_iter()
+                    .filter(|t| meta.topics.contains_key(t));
+                d.members
+                    .iter()
+                    .flat_map(|m| m.subscribed_topic_names.iter().map(|t| t.0.to_string()))
+                    .chain(stated)
+                    .collect::<BTreeSet<String>>()
+                    .into_iter()
+                    .map(|t| (t, None))
+                    .collect()
+            }
         };
         let mut topics = Vec::with_capacity(asked.len());
         for (topic, partitions) in asked {

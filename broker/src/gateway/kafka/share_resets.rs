@@ -29,6 +29,7 @@ use super::{Ctx, FramingError};
 use crate::common::errors::code;
 use crate::security::acl::{op as acl_op, resource};
 use crate::shard::groups::s;
+use crate::shard::ops::{Op, Reply};
 use crate::shard::Shard;
 use crate::share::partition::ShareState;
 use crate::share::records::Forget;
@@ -44,7 +45,7 @@ async fn refusal(shard: &Rc<Shard>, ctx: &Ctx, group: &str) -> Option<(i16, Stri
         return Some((code::INVALID_GROUP_ID, "The group id is empty.".into()));
     }
     let described = super::share_groups::described(shard, ctx, &[group.to_string()]).await;
-    let d = described.into_iter().next()?;
+    let d = described.into_iter().next()?.group;
     if d.error_code != code::NONE {
         let message = d.error_message.map_or_else(String::new, |m| m.to_string());
         return Some((d.error_code, message));
@@ -140,6 +141,15 @@ pub async fn alter(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, F
         });
     }
     reset_partitions(shard, &group, &reset, &mut codes).await;
+    let stated = codes.iter().filter(|t| {
+        let starts = reset.get(&t.topic);
+        let written = |(p, error): &(i32, i16)| {
+            *error == code::NONE && starts.and_then(|s| s.get(p)).is_some_and(|&o| o >= 0)
+        };
+        t.partitions.iter().any(written)
+    });
+    let stated = stated.map(|t| t.topic.clone()).collect();
+    note_topics(shard, &group, stated, true).await;
     let responses = codes.into_iter().map(alter_topic).collect();
     ctx.respond(&AlterShareGroupOffsetsResponse::default().with_responses(responses))
 }
@@ -225,6 +235,7 @@ pub async fn delete(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
         return refused(error, message);
     }
     let mut responses = Vec::with_capacity(r.topics.len());
+    let mut deleted = Vec::new();
     for t in &r.topics {
         let topic = t.topic_name.0.to_string();
         let (refused, count, id) = topic_check(shard, ctx, &topic);
@@ -232,6 +243,9 @@ pub async fn delete(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
             Some(error) => (error, None),
             None => delete_topic(shard, &group, &topic, count).await,
         };
+        if error == code::NONE {
+            deleted.push(topic.clone());
+        }
         responses.push(
             DeleteShareGroupOffsetsResponseTopic::default()
                 .with_topic_name(TopicName(s(topic)))
@@ -240,7 +254,32 @@ pub async fn delete(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
                 .with_error_message(message.map(s)),
         );
     }
+    note_topics(shard, &group, deleted, false).await;
     ctx.respond(&DeleteShareGroupOffsetsResponse::default().with_responses(responses))
+}
+
+/// Notes on `group`'s coordinator that `topics` hold a state for it (`true`) or no longer
+/// do, for DescribeShareGroupOffsets without topics. A failure is logged, not answered:
+/// the states themselves are written (or forgotten) already.
+async fn note_topics(shard: &Rc<Shard>, group: &str, topics: Vec<String>, initialized: bool) {
+    if topics.is_empty() {
+        return;
+    }
+    let Some(target) = super::groups::coordinator_shard(shard, group) else {
+        return;
+    };
+    let op = Op::NoteShareTopics {
+        group: group.to_string(),
+        topics,
+        initialized,
+    };
+    let error = match shard.call(target, op).await {
+        Reply::Codes(c) => c.first().copied().unwrap_or(code::UNKNOWN_SERVER_ERROR),
+        _ => code::UNKNOWN_SERVER_ERROR,
+    };
+    if error != code::NONE {
+        tracing::warn!(%group, initialized, code = error, "noting a share group's topics failed");
+    }
 }
 
 /// Forgets `group`'s state of every partition of `topic` (`count` of them), if it has
