@@ -587,12 +587,19 @@ def produce_v10(bootstrap: str, topic: str, partition: int, batch: bytes):
         r.string()
         r.tags()
     r.string()  # error message
-    leader = None
-    tags = r.tags()
-    if 0 in tags:
-        leader = struct.unpack(">ii", tags[0][:8])
+    partition_tags = r.tags()
     r.tags()  # topic
     r.take("i")  # throttle
+    leader, endpoints = _leader_hint_and_endpoints(r, partition_tags, leader_tag=0)
+    return error, leader, endpoints
+
+
+def _leader_hint_and_endpoints(r: _Flexible, partition_tags: dict[int, bytes], leader_tag: int):
+    """A KIP-951 partition's CurrentLeader (tag `leader_tag` of its tagged fields), then
+    the response's NodeEndpoints (tag 0 of its top-level tagged fields, read from `r`)."""
+    leader = None
+    if leader_tag in partition_tags:
+        leader = struct.unpack(">ii", partition_tags[leader_tag][:8])
     endpoints = {}
     tags = r.tags()
     if 0 in tags:
@@ -603,13 +610,48 @@ def produce_v10(bootstrap: str, topic: str, partition: int, batch: bytes):
             endpoints[node] = (ep_host, e.take("i"))
             e.string()  # rack
             e.tags()
+    return leader, endpoints
+
+
+def fetch_v16(bootstrap: str, topic_id: bytes, partition: int):
+    """Fetch v16 (KIP-951) of one partition from offset 0, no wait: (error code, current
+    leader (id, epoch) or None, {node id: (host, port)} of the response's NodeEndpoints)."""
+    body = (struct.pack(">iiibii", 0, 1, 1 << 20, 0, 0, -1)  # wait, min/max bytes, read
+            #                                                  uncommitted, no session
+            + _uvarint(2) + topic_id                           # one topic, by id
+            + _uvarint(2) + struct.pack(">iiqiqi", partition, -1, 0, -1, -1, 1 << 20)
+            + b"\x00" + b"\x00"                                # partition tags, topic tags
+            + _uvarint(1) + _uvarint(1)                        # no forgotten topics, no rack
+            + b"\x00")                                         # request tags
+    host, port = bootstrap.split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(frame(1, 16, 6, body, flexible=True))
+        r = _Flexible(recv_response(s))
+    assert r.take("i") == 6, "correlation id"
+    r.tags()
+    _throttle, top_error, _session = r.take("ihi")
+    assert top_error == 0, top_error
+    assert r.uvarint() - 1 == 1, "one topic"
+    assert r.buf[r.off:r.off + 16] == topic_id, "the topic asked"
+    r.off += 16
+    assert r.uvarint() - 1 == 1, "one partition"
+    _index, error, _hw, _lso, _start = r.take("ihqqq")
+    for _ in range(max(r.uvarint() - 1, 0)):  # aborted transactions
+        r.take("qq")
+        r.tags()
+    r.take("i")  # preferred read replica
+    n = r.uvarint() - 1  # records
+    r.off += max(n, 0)
+    partition_tags = r.tags()
+    r.tags()  # topic
+    leader, endpoints = _leader_hint_and_endpoints(r, partition_tags, leader_tag=1)
     return error, leader, endpoints
 
 
 def test_a_produce_to_a_follower_names_the_leader_kip_951(cluster, rf3_topic):
-    """KIP-951: a Produce v10+ a follower answers NOT_LEADER_OR_FOLLOWER carries the leader
-    it knows (id and epoch) and that leader's endpoint, so a client (the Java client from
-    3.7) sends there without asking Metadata first."""
+    """KIP-951: a Produce v10+ (and a Fetch v16+) a follower answers NOT_LEADER_OR_FOLLOWER
+    carries the leader it knows (id and epoch) and that leader's endpoint, so a client (the
+    Java client from 3.7) sends there without asking Metadata first."""
     records = need_module("kafka.record.default_records")
     topic = rf3_topic
     b = records.DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
@@ -638,6 +680,34 @@ def test_a_produce_to_a_follower_names_the_leader_kip_951(cluster, rf3_topic):
                             (True, "the leader to write the batch")):
         try:
             wait_until(lambda: answers(to_leader), LEADERS_DEADLINE_S, what)
+        except TimeoutError as e:
+            raise AssertionError(f"{e}; last answer: {seen.get('last')}") from None
+
+    # Fetch v16 the same way (by topic id): a follower names the leader, the leader serves.
+    admin = need_module("confluent_kafka.admin")
+    ck = need_module("confluent_kafka")
+    a = admin.AdminClient({"bootstrap.servers": cluster.bootstrap()})
+    desc = a.describe_topics(ck.TopicCollection([topic]))[topic].result(30)
+    topic_id = struct.pack(">qq", desc.topic_id.get_most_significant_bits(),
+                           desc.topic_id.get_least_significant_bits())
+
+    def fetched(from_leader: bool) -> bool:
+        leader = cluster.leader_of(topic, 0)
+        if leader is None:
+            return False
+        node = leader if from_leader else next(n for n in NODE_IDS if n != leader)
+        error, hint, endpoints = fetch_v16(cluster[node].bootstrap, topic_id, 0)
+        seen["last"] = dict(leader=leader, asked=node, error=error, hint=hint,
+                            endpoints=endpoints)
+        if from_leader:
+            return (error, hint, endpoints) == (0, None, {})
+        return (error == 6 and hint is not None and hint[0] == leader and hint[1] >= 1
+                and endpoints == {leader: ("127.0.0.1", cluster[leader].kafka_port)})
+
+    for from_leader, what in ((False, "a follower's Fetch NOT_LEADER_OR_FOLLOWER to name "
+                               "the leader"), (True, "the leader to serve the fetch")):
+        try:
+            wait_until(lambda: fetched(from_leader), LEADERS_DEADLINE_S, what)
         except TimeoutError as e:
             raise AssertionError(f"{e}; last answer: {seen.get('last')}") from None
 

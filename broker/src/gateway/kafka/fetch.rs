@@ -269,7 +269,12 @@ fn answer(req: &FetchRequest, results: Vec<Vec<FetchResult>>, version: i16) -> F
 /// KIP-951 (Fetch v16+): each partition answered NOT_LEADER_OR_FOLLOWER names the leader
 /// this node knows, and the response lists those leaders' endpoints.
 fn with_leader_hints(shard: &Shard, ctx: &Ctx, mut body: FetchResponse) -> FetchResponse {
-    if ctx.version < LEADER_HINTS_VERSION {
+    let refused = |p: &PartitionData| p.error_code == code::NOT_LEADER_OR_FOLLOWER;
+    let any_refused = body
+        .responses
+        .iter()
+        .any(|t| t.partitions.iter().any(refused));
+    if ctx.version < LEADER_HINTS_VERSION || !any_refused {
         return body;
     }
     let meta = shard.metadata();
@@ -284,15 +289,16 @@ fn with_leader_hints(shard: &Shard, ctx: &Ctx, mut body: FetchResponse) -> Fetch
             continue;
         };
         for p in &mut t.partitions {
-            if p.error_code != code::NOT_LEADER_OR_FOLLOWER {
-                continue;
-            }
-            let Some((leader, epoch)) =
-                super::metadata::known_leader(shard, topic, p.partition_index)
-            else {
+            let hint = super::metadata::leader_hint(
+                shard,
+                topic,
+                p.partition_index,
+                p.error_code,
+                &mut leaders,
+            );
+            let Some((leader, epoch)) = hint else {
                 continue;
             };
-            leaders.insert(leader);
             p.current_leader = LeaderIdAndEpoch::default()
                 .with_leader_id(BrokerId(leader))
                 .with_leader_epoch(epoch);

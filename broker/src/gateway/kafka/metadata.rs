@@ -223,11 +223,18 @@ fn partition_metadata(
     }
 }
 
-/// KIP-951: the leader (id, epoch) this node knows for a partition it answered
-/// NOT_LEADER_OR_FOLLOWER for, when it knows one other than itself, so that the client
-/// sends there at once instead of asking Metadata first.
-pub fn known_leader(shard: &Shard, topic: &str, partition: i32) -> Option<(i32, i32)> {
-    if !shard.clustered() {
+/// KIP-951: the leader (id, epoch) to name in a partition's answer carrying `error_code`:
+/// only for NOT_LEADER_OR_FOLLOWER, when this node knows a leader other than itself, so
+/// that the client sends there at once instead of asking Metadata first. The leader is
+/// added to `leaders`, whose endpoints (`endpoints_of`) the response then carries.
+pub fn leader_hint(
+    shard: &Shard,
+    topic: &str,
+    partition: i32,
+    error_code: i16,
+    leaders: &mut std::collections::BTreeSet<i32>,
+) -> Option<(i32, i32)> {
+    if error_code != code::NOT_LEADER_OR_FOLLOWER || !shard.clustered() {
         return None;
     }
     let meta = shard.metadata();
@@ -236,7 +243,11 @@ pub fn known_leader(shard: &Shard, topic: &str, partition: i32) -> Option<(i32, 
         return None;
     }
     let (leader, epoch) = shard.leader_of_group(t.group_of(partition));
-    (leader >= 0 && leader != shard.config.node_id).then_some((leader, epoch))
+    if leader < 0 || leader == shard.config.node_id {
+        return None;
+    }
+    leaders.insert(leader);
+    Some((leader, epoch))
 }
 
 /// KIP-951's NodeEndpoints: the addresses of `nodes` on this connection's listener, as

@@ -159,18 +159,15 @@ fn with_leader_hint(
     out: PartitionProduceResponse,
     leaders: &mut BTreeSet<i32>,
 ) -> PartitionProduceResponse {
-    if ctx.version < LEADER_HINTS_VERSION || out.error_code != code::NOT_LEADER_OR_FOLLOWER {
+    if ctx.version < LEADER_HINTS_VERSION {
         return out;
     }
-    match super::metadata::known_leader(shard, topic, out.index) {
-        Some((leader, epoch)) => {
-            leaders.insert(leader);
-            out.with_current_leader(
-                LeaderIdAndEpoch::default()
-                    .with_leader_id(BrokerId(leader))
-                    .with_leader_epoch(epoch),
-            )
-        }
+    match super::metadata::leader_hint(shard, topic, out.index, out.error_code, leaders) {
+        Some((leader, epoch)) => out.with_current_leader(
+            LeaderIdAndEpoch::default()
+                .with_leader_id(BrokerId(leader))
+                .with_leader_epoch(epoch),
+        ),
         None => out,
     }
 }
