@@ -54,6 +54,9 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
         config.node_id = crate::cluster::join::node_id(&config, count)?;
     }
     crate::runtime::preflight::check(&config)?;
+    if !config.seeds.is_empty() {
+        config.incarnation = crate::cluster::incarnation::load_or_create(&config.data_dir)?;
+    }
     config.admin_token = crate::common::config::Secret(crate::admin::token::load_or_create(
         &config.admin_token_file,
     )?);

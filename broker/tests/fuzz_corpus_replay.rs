@@ -100,6 +100,7 @@ fn node(id: i32) -> NodeInfo {
         shards: 2,
         rpc_port: 33145,
         admin_port: 9644,
+        incarnation: 0,
         listeners: vec![Endpoint {
             name: "PLAINTEXT".into(),
             host: "127.0.0.1".into(),

@@ -19,7 +19,11 @@
 //! refusing a candidate ahead of it protects nothing), it votes for no candidate whose log holds
 //! entries it lacks: otherwise a stale replica and a wiped one, a majority together, could
 //! elect the stale one and lose what the third (down) replica and the wiped one had
-//! committed. Candidates as blank as it (a new group's first election) get its vote.
+//! committed. Candidates as blank as it (a new group's first election) get its vote. A
+//! caller that knows the replica is blank because the group is new on this node (the
+//! broker records each replica's data-directory incarnation when it creates a partition)
+//! lifts this at once (`trust_blank`): a new group whose leader died before it reached
+//! one follower then elects the other, as Kafka elects from a new partition's full ISR.
 //!
 //! Invariants: a fenced group (its sync failed, or its log lost entries it had acknowledged)
 //! is never touched again and acknowledges or votes for nothing; a proposal completes `Ok` only when its own entry (same index *and* term) is
@@ -231,6 +235,12 @@ impl<S: LogStore> Group<S> {
         }
         let applied_term = self.store().index().term_of(self.applied).ok()?;
         (applied_term == self.term()).then(|| self.applied_kafka_end())
+    }
+
+    /// Ends blank mode (see the module doc): this replica is blank because the group is new
+    /// here, which only the caller can know.
+    pub fn trust_blank(&mut self) {
+        self.blank_until_leader = false;
     }
 
     /// After every raft-rs call that may change the term, the role or the leader: a known

@@ -787,6 +787,15 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
         out.append(&mut self.completions);
     }
 
+    /// `group` opened blank because it is new on this node, not because its state was lost
+    /// (the caller knows: the broker's `cluster::incarnation`): it votes like any replica
+    /// from now on instead of refusing candidates ahead of it until a leader reaches it.
+    pub fn trust_blank(&mut self, group: GroupId) {
+        if let Some(g) = self.groups.get_mut(&group) {
+            g.trust_blank();
+        }
+    }
+
     /// Starts an election in `group` now (bootstrap and tests; elections otherwise time out).
     pub fn campaign(&mut self, group: GroupId) -> Result<(), RaftError> {
         let g = self

@@ -485,6 +485,37 @@ fn a_blank_replica_votes_for_no_stale_candidate_until_a_leader_reaches_it() {
     );
 }
 
+/// A replica blank because its group is new on its node (the leader never reached it
+/// before it died) and trusted as such by its caller (`trust_blank`: the broker knows from
+/// its data directory's incarnation) votes like any: the follower holding the committed
+/// entries leads. Untrusted, it refuses that follower (the test above).
+#[test]
+fn a_replica_trusted_as_new_votes_for_the_follower_holding_the_entries() {
+    let mut c = Cluster::new();
+    c.down[1] = true;
+    for _ in 0..3 {
+        c.propose(0, 1).expect("leader accepts");
+    }
+    c.settle();
+    assert_eq!(c.nodes[0].high_watermark(G), Some(KafkaOffset(3)));
+    // The leader dies; node 2 holds nothing of the group (as if it had never been
+    // reached) and its caller knows the group is new there.
+    c.down[0] = true;
+    c.wipe(2);
+    c.nodes[1].trust_blank(G);
+    c.down[1] = false;
+    c.ticks(3 * ELECTION_TICKS_MAX_DEFAULT);
+    assert!(
+        c.nodes[2].is_leader(G),
+        "node 3, holding the entries, leads"
+    );
+    c.propose(2, 1).expect("leader accepts");
+    c.settle();
+    assert_eq!(c.nodes[2].high_watermark(G), Some(KafkaOffset(4)));
+    c.ticks(HEARTBEAT_TICKS_DEFAULT + 1); // the follower learns the commit index
+    assert_eq!(c.nodes[1].applied_kafka_end(G), Some(KafkaOffset(4)));
+}
+
 /// A replica that opened blank and then led the group itself (a new group's first leader)
 /// knows a leader: later it votes as any replica. Found by the storage simulator (seed
 /// 3029): the first leader of a group kept refusing votes to candidates ahead of it, and

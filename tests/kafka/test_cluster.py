@@ -122,10 +122,10 @@ def workload(ck, cluster):
 def rf3_topic(ck, cluster, topic):
     """`topic` created with 3 partitions and replication factor 3, every partition led and
     every replica reached by its leader. Tests kill nodes right after: a replica its leader
-    has not reached yet is blank (no Raft state), and a blank replica votes for no
-    candidate holding entries it lacks (it cannot tell a new group from a wiped data
-    directory, see raft/src/group.rs), so a leader killed before it reached both followers
-    would leave its partition without a leader until it returned."""
+    has not reached yet is blank (no Raft state), and a blank replica whose data directory
+    the controller cannot vouch for votes for no candidate holding entries it lacks (see
+    raft/src/group.rs and cluster::incarnation), so a leader killed before it reached both
+    followers could leave its partition without a leader until it returned."""
     admin = need_module("confluent_kafka.admin")
     a = admin.AdminClient({"bootstrap.servers": cluster.bootstrap()})
     new = admin.NewTopic(topic, num_partitions=PARTITIONS, replication_factor=REPLICATION_FACTOR)
@@ -1347,6 +1347,35 @@ def test_a_seed_is_replaced_by_a_joined_node(ck, cluster, rf3_topic):
 
 
 # -- i. a node the cluster cannot reach is fenced ---------------------------------------------
+
+def test_a_new_partition_elects_without_its_dead_leader_when_a_follower_was_never_reached(
+        ck, cluster, topic):
+    """Kafka elects a new leader from a new partition's ISR, which starts with every
+    replica. Here node 3 is cut off while the topic is created, so the leader never reaches
+    its replica: that replica opens blank (no Raft state). The leader dies after a write
+    the other follower holds; node 3 comes back. A blank replica cannot tell a new group
+    from a wiped data directory unless the controller recorded, at creation, the
+    incarnation of the data directory it still has (cluster::incarnation): it does, so
+    node 3 votes and the follower holding the write leads. Before that, the partition had
+    no leader until the dead node returned."""
+    admin = need_module("confluent_kafka.admin")
+    cluster.cut(3)
+    a = admin.AdminClient({"bootstrap.servers": cluster[1].bootstrap})
+    new = admin.NewTopic(topic, num_partitions=PARTITIONS, replication_factor=REPLICATION_FACTOR)
+    a.create_topics([new])[topic].result(30)
+    leaders = {p: cluster.wait_leader(topic, p, nodes=[1, 2], timeout=LEADERS_DEADLINE_S)
+               for p in range(PARTITIONS)}
+    acked = produce_all(ck, cluster, topic, range(PARTITIONS))
+    dead = leaders[0]
+    cluster.kill9(dead)
+    cluster.heal(3)
+    survivor = 3 - dead  # of nodes 1 and 2
+    for p in range(PARTITIONS):
+        cluster.wait_leader(topic, p, nodes=[survivor, 3], exclude=(dead,),
+                            timeout=LEADERS_DEADLINE_S)
+    got = {v: (p, o) for p, o, v in read_pass(ck, cluster[survivor].bootstrap, topic)}
+    assert got == acked, f"acknowledged {acked}, read {got}"
+
 
 def test_a_cut_off_node_is_fenced_from_metadata_and_returns(cluster, capsys):
     """Kafka leaves a fenced broker (one the controller has not heard from for

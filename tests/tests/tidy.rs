@@ -35,8 +35,8 @@ const BINARIES: &[&str] = &["*/src/bin/*", "*/src/main.rs"];
 /// Code that runs on the broker's shard threads: the broker and its storage engine.
 const SHARD_CODE: &[&str] = &["broker/src/*", "storage/src/*"];
 /// Where shard code's crates may block: start-up before the shards serve (configuration,
-/// preflight checks, joining a cluster, the crash report and data directory lock, the
-/// admin token file) and the
+/// preflight checks, joining a cluster, the data directory's incarnation, the crash report
+/// and data directory lock, the admin token file) and the
 /// storage engine's I/O module, home of the blocking functions and of `off_shard`, which
 /// runs them on the executor's blocking thread pool (issue 24).
 const BLOCKING_HOMES: &[&str] = &[
@@ -44,6 +44,7 @@ const BLOCKING_HOMES: &[&str] = &[
     "broker/src/runtime/preflight.rs",
     "broker/src/runtime/crash.rs",
     "broker/src/cluster/join.rs",
+    "broker/src/cluster/incarnation.rs",
     "broker/src/admin/token.rs",
     // Reads the TLS PEM files: at start, and again within a second of their change.
     "broker/src/security/tls.rs",

@@ -229,6 +229,7 @@ mod tests {
             rpc_port: 33145,
             listeners: Vec::new(),
             admin_port,
+            incarnation: 0,
         };
         meta.nodes.insert(1, node(1, 9644));
         meta.nodes.insert(2, node(2, 0));

@@ -69,6 +69,7 @@ pub fn node_info(config: &Config, shards: usize) -> NodeInfo {
         shards: u32::try_from(shards).unwrap_or(u32::MAX),
         rpc_port: config.rpc_addr.port(),
         admin_port: config.admin_addr.port(),
+        incarnation: config.incarnation,
         listeners: config
             .listeners
             .iter()

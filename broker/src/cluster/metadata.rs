@@ -218,6 +218,13 @@ pub struct NodeInfo {
     /// registered.
     #[serde(default)]
     pub admin_port: u16,
+    /// Its data directory's incarnation (`cluster::incarnation`); 0 from a version before.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub incarnation: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A node's advertised endpoint of one Kafka listener.
@@ -263,6 +270,9 @@ pub struct Topic {
     /// Replica node ids each partition was created with: the configuration its Raft group
     /// starts from, before the configuration changes in its log.
     pub origin: Vec<Vec<i32>>,
+    /// The incarnation each `origin` replica's node had registered when the partition was
+    /// created (0: unknown), in `origin`'s shape (`cluster::incarnation`).
+    pub origin_incarnations: Vec<Vec<u64>>,
     /// Partitions being moved (`ReassignPartition`), by index. Their `replicas` are the
     /// target followed by the other replicas still in the group.
     pub moving: BTreeMap<i32, Reassignment>,
@@ -325,6 +335,27 @@ impl Topic {
             .ok()
             .and_then(|p| self.replicas.get(p))
             .map_or(&[], Vec::as_slice)
+    }
+
+    /// Whether `node`, under `incarnation`, is one of the replicas partition `p` was
+    /// created with and has kept the data directory it had then (`cluster::incarnation`):
+    /// a blank replica there never held anything of the partition. False for a moved
+    /// partition (its replicas may have been removed and added back since).
+    pub fn born_on(&self, p: i32, node: i32, incarnation: u64) -> bool {
+        let Ok(i) = usize::try_from(p) else {
+            return false;
+        };
+        let (Some(origin), Some(incarnations)) =
+            (self.origin.get(i), self.origin_incarnations.get(i))
+        else {
+            return false;
+        };
+        incarnation != 0
+            && !self.moved.contains(&p)
+            && origin
+                .iter()
+                .zip(incarnations)
+                .any(|(&n, &at)| n == node && at == incarnation)
     }
 }
 
@@ -550,6 +581,15 @@ pub fn validate_topic_name(name: &str) -> Result<(), MetaError> {
 pub const JOIN_TOKEN_BYTES_MAX: usize = 64;
 
 impl Metadata {
+    /// The incarnation each node of `replicas` has registered (0: unknown), same shape.
+    fn incarnations_of(&self, replicas: &[Vec<i32>]) -> Vec<Vec<u64>> {
+        let of = |n: &i32| self.nodes.get(n).map_or(0, |info| info.incarnation);
+        replicas
+            .iter()
+            .map(|rs| rs.iter().map(of).collect())
+            .collect()
+    }
+
     /// The id a joining node gets (see `Command::AdmitNode`).
     fn admitted_id(&self, info: &NodeInfo, seeds: &[i32]) -> i32 {
         let taken_by_other = |id: i32| {
@@ -829,6 +869,7 @@ impl Metadata {
                     replicas: replicas.clone(),
                     seq: self.topics_created,
                     origin: replicas.clone(),
+                    origin_incarnations: self.incarnations_of(replicas),
                     moving: BTreeMap::new(),
                     moved: Default::default(),
                 };
@@ -843,10 +884,12 @@ impl Metadata {
                 shards,
                 replicas,
             } => {
+                let incarnations = self.incarnations_of(replicas);
                 if let Some(t) = self.topics.get_mut(name) {
                     t.shards.extend_from_slice(shards);
                     t.replicas.extend_from_slice(replicas);
                     t.origin.extend_from_slice(replicas);
+                    t.origin_incarnations.extend(incarnations);
                 }
             }
             Command::ReassignPartition {
@@ -1049,6 +1092,8 @@ mod tests {
                 shards: 1,
                 rpc_port: 33145,
                 admin_port: 9644,
+                // Node 4's incarnation is unknown (a node of an older version).
+                incarnation: if id == 4 { 0 } else { 100 + id as u64 },
             };
             m.apply(&Command::RegisterNode(info)).expect("register");
         }
@@ -1069,6 +1114,44 @@ mod tests {
             partition: p,
             target,
         }
+    }
+
+    #[test]
+    fn a_blank_replica_is_new_only_under_the_incarnation_its_partition_was_created_with() {
+        let mut m = four_nodes();
+        let t = &m.topics["t"];
+        assert!(t.born_on(0, 1, 101) && t.born_on(1, 3, 103));
+        assert!(
+            !t.born_on(0, 1, 999),
+            "a wiped data directory has a new incarnation"
+        );
+        assert!(!t.born_on(0, 4, 0), "node 4 holds no replica of it");
+        assert!(
+            !t.born_on(2, 1, 101) && !t.born_on(-1, 1, 101),
+            "no such partition"
+        );
+        // Node 1 comes back wiped (a new incarnation) before partitions are added: the new
+        // ones are born under its new one, the old ones keep the old one.
+        let mut info = m.nodes[&1].clone();
+        info.incarnation = 201;
+        m.apply(&Command::RegisterNode(info))
+            .expect("register again");
+        m.apply(&Command::CreatePartitions {
+            name: "t".into(),
+            shards: vec![0],
+            replicas: vec![vec![1, 2, 4]],
+        })
+        .expect("add a partition");
+        let t = &m.topics["t"];
+        assert!(t.born_on(2, 1, 201) && !t.born_on(0, 1, 201));
+        assert!(
+            !t.born_on(2, 4, 0),
+            "an unknown incarnation vouches for nothing"
+        );
+        // A moved partition's replicas may have been removed and added back since.
+        m.apply(&reassign(0, Some(vec![4, 2, 3]))).expect("move");
+        assert!(!m.topics["t"].born_on(0, 2, 102));
+        assert!(m.topics["t"].born_on(1, 2, 102));
     }
 
     #[test]

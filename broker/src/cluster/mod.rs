@@ -21,6 +21,7 @@
 
 pub mod adopt;
 pub mod group_config;
+pub mod incarnation;
 pub mod join;
 pub mod markers;
 pub mod metadata;
@@ -46,7 +47,7 @@ use crate::cluster::metadata::{Command, MetaError, Metadata};
 use crate::common::config::Config;
 use crate::common::metrics::ShardMetrics;
 use crate::partition::Partition;
-use crate::replication::{LeaderChange, OnLeaderChanges, Replicator, CONTROLLER_GROUP};
+use crate::replication::{LeaderChange, Newness, OnLeaderChanges, Replicator, CONTROLLER_GROUP};
 use crate::runtime::task::sleep;
 
 /// Directory of the controller group's log under the data directory.
@@ -361,7 +362,12 @@ async fn start_controller<H: ClusterHost>(
             }
         }));
     }
-    rep.host(CONTROLLER_GROUP, part, &voters, &learners, first)
+    // A blank controller replica keeps the guard: nothing records when it was created.
+    let new = Newness {
+        campaign: first,
+        blank_is_new: false,
+    };
+    rep.host(CONTROLLER_GROUP, part, &voters, &learners, new)
         .await?;
     {
         let weak = Rc::downgrade(shard);
@@ -706,10 +712,11 @@ pub async fn host_partition<H: ClusterHost>(shard: &Rc<H>, meta: &Metadata, part
     if let Some(hook) = shard.on_leader_gain(&part) {
         part.set_on_leader_gain(hook);
     }
-    if let Err(e) = rep
-        .host(group, part.clone(), &voters, &learners, preferred)
-        .await
-    {
+    let new = Newness {
+        campaign: preferred,
+        blank_is_new: t.born_on(p, me, shard.config().incarnation),
+    };
+    if let Err(e) = rep.host(group, part.clone(), &voters, &learners, new).await {
         tracing::error!(topic = %part.topic, partition = part.index, error = %format!("{e:#}"),
             "cannot start the partition's raft group");
     }

@@ -860,6 +860,11 @@ pub struct Config {
     /// broker starts (`start::run`); empty until then, which authorizes nothing.
     #[serde(skip)]
     pub admin_token: Secret,
+    /// This node's incarnation (`cluster::incarnation`): not a setting, read from the data
+    /// directory when a cluster node starts (`start::run`); 0 until then, and on a single
+    /// node.
+    #[serde(skip)]
+    pub incarnation: u64,
     /// `group.initial.rebalance.delay.ms`.
     pub group_initial_rebalance_delay_ms: u64,
     /// Log level filter at start.
@@ -1115,6 +1120,7 @@ impl Config {
                 .or(file.admin_token_file)
                 .unwrap_or_else(|| data_dir.join(ADMIN_TOKEN_FILE_NAME)),
             admin_token: Secret::default(),
+            incarnation: 0,
             group_initial_rebalance_delay_ms: flags
                 .group_initial_rebalance_delay_ms
                 .or(file.group_initial_rebalance_delay_ms)

@@ -239,6 +239,17 @@ impl crate::partition::RaftGroups for Replicator {
     }
 }
 
+/// What a replica that opens blank (no Raft state) is, for `Replicator::host`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Newness {
+    /// Start an election at once (the preferred leader of a new group).
+    pub campaign: bool,
+    /// Blank because the group is new here, not because its state was lost: it votes
+    /// like any replica from the start (`cluster::incarnation`), instead of refusing
+    /// candidates ahead of it until a leader reaches it.
+    pub blank_is_new: bool,
+}
+
 impl Replicator {
     /// A replicator for shard `shard` of node `me` with peers at their shard-0 RPC
     /// addresses, over mutual TLS when `tls` is given; each group's store writes begin at
@@ -473,15 +484,14 @@ impl Replicator {
     }
 
     /// Adds the group of `part` with `voters` and `learners` (a new group when the store
-    /// holds none); `campaign` starts an election at once (the preferred leader of a new
-    /// group).
+    /// holds none); `new` says what to do when it opens blank.
     pub async fn host(
         self: &Rc<Self>,
         group: GroupId,
         part: Rc<Partition>,
         voters: &[u64],
         learners: &[u64],
-        campaign: bool,
+        new: Newness,
     ) -> anyhow::Result<()> {
         if self.hosted.borrow().contains_key(&group) {
             return Ok(());
@@ -499,7 +509,10 @@ impl Replicator {
             let mut d = self.driver.borrow_mut();
             d.add_group(group, store)
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
-            if campaign && fresh {
+            if fresh && new.blank_is_new {
+                d.trust_blank(group);
+            }
+            if new.campaign && fresh {
                 let _ = d.campaign(group);
             }
         }
