@@ -9,7 +9,10 @@
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use crate::cluster::metadata::Metadata;
 
 use super::consumer::ClassicJoin;
 use super::consumer::{
@@ -24,15 +27,38 @@ use super::state::JoinOutcome;
 use super::state::{Group, GroupState, Member};
 use super::GroupHost;
 
-/// The cluster's topics and partition counts, as the assignors see them.
-pub fn topic_partitions(meta: &crate::cluster::metadata::Metadata) -> BTreeMap<String, i32> {
-    meta.topics
-        .iter()
-        .map(|(name, t)| {
-            let n = i32::try_from(t.shards.len()).unwrap_or(i32::MAX);
-            (name.clone(), n)
-        })
-        .collect()
+/// A `topic_partitions` map and the metadata it was made of.
+type TopicPartitionsOf = (Arc<Metadata>, Rc<BTreeMap<String, i32>>);
+
+thread_local! {
+    /// This shard's last `topic_partitions`.
+    static TOPIC_PARTITIONS: std::cell::RefCell<Option<TopicPartitionsOf>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// The cluster's topics and partition counts, as the assignors see them: made once per
+/// metadata change on each shard (it was made at every heartbeat, one string per topic),
+/// and remembered for the regex matches (`consumer::remember_topics`).
+pub fn topic_partitions(meta: &Arc<Metadata>) -> Rc<BTreeMap<String, i32>> {
+    TOPIC_PARTITIONS.with(|cached| {
+        if let Some((of, map)) = &*cached.borrow() {
+            if Arc::ptr_eq(of, meta) {
+                return map.clone();
+            }
+        }
+        let map: Rc<BTreeMap<String, i32>> = Rc::new(
+            meta.topics
+                .iter()
+                .map(|(name, t)| {
+                    let n = i32::try_from(t.shards.len()).unwrap_or(i32::MAX);
+                    (name.clone(), n)
+                })
+                .collect(),
+        );
+        super::consumer::remember_topics(map.clone());
+        *cached.borrow_mut() = Some((meta.clone(), map.clone()));
+        map
+    })
 }
 
 /// An `__consumer_offsets` record: key, and value (`None`: a tombstone).

@@ -105,12 +105,10 @@ fn regex_describable(
         Some(re) => Some(re.clone()).filter(|r| !r.is_empty()),
         None => crate::group::heartbeat::member_regex(shard, group, &hb.member_id),
     }?;
-    let re = crate::group::consumer::compile_regex(&regex).ok()?;
-    let meta = shard.metadata();
-    let describable = meta
-        .topics
-        .keys()
-        .filter(|t| !t.starts_with("__") && re.is_match(t))
+    let topics = crate::group::heartbeat::topic_partitions(&shard.metadata());
+    let matched = crate::group::consumer::regex_matches(&topics, &regex)?;
+    let describable = matched
+        .iter()
         .filter(|t| ctx.allowed(shard, acl_op::DESCRIBE, resource::TOPIC, t))
         .cloned()
         .collect();
