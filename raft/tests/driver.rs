@@ -166,6 +166,17 @@ impl Cluster {
             .collect()
     }
 
+    /// Node 2 cut off (down), three entries proposed by leader node 1 and committed on
+    /// nodes 1 and 3.
+    fn commit_three_without_node_2(&mut self) {
+        self.down[1] = true;
+        for _ in 0..3 {
+            self.propose(0, 1).expect("leader accepts");
+        }
+        self.settle();
+        assert_eq!(self.nodes[0].high_watermark(G), Some(KafkaOffset(3)));
+    }
+
     /// Node `id` restarted on an empty data directory (wiped): same id, no log, no vote.
     fn wipe(&mut self, id: u64) {
         let store = MemLogStore::recover(DurableImage::new(&[1, 2, 3]), SyncBehaviour::Honest)
@@ -438,12 +449,7 @@ fn a_follower_that_lost_acknowledged_entries_is_fenced_and_the_group_goes_on() {
 fn a_blank_replica_votes_for_no_stale_candidate_until_a_leader_reaches_it() {
     let mut c = Cluster::new();
     // Node 2 is cut off; three entries commit on nodes 1 and 3.
-    c.down[1] = true;
-    for _ in 0..3 {
-        c.propose(0, 1).expect("leader accepts");
-    }
-    c.settle();
-    assert_eq!(c.nodes[0].high_watermark(G), Some(KafkaOffset(3)));
+    c.commit_three_without_node_2();
     // Node 1 goes down; node 3 comes back wiped; node 2 returns without the entries.
     c.down[0] = true;
     c.wipe(3);
@@ -492,12 +498,7 @@ fn a_blank_replica_votes_for_no_stale_candidate_until_a_leader_reaches_it() {
 #[test]
 fn a_replica_trusted_as_new_votes_for_the_follower_holding_the_entries() {
     let mut c = Cluster::new();
-    c.down[1] = true;
-    for _ in 0..3 {
-        c.propose(0, 1).expect("leader accepts");
-    }
-    c.settle();
-    assert_eq!(c.nodes[0].high_watermark(G), Some(KafkaOffset(3)));
+    c.commit_three_without_node_2();
     // The leader dies; node 2 holds nothing of the group (as if it had never been
     // reached) and its caller knows the group is new there.
     c.down[0] = true;

@@ -563,6 +563,17 @@ class _Flexible:
         return out
 
 
+def _flexible_call(bootstrap: str, api_key: int, version: int, body: bytes) -> _Flexible:
+    """One flexible request on a new connection; its response body, past the header."""
+    host, port = bootstrap.split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(frame(api_key, version, 7, body, flexible=True))
+        r = _Flexible(recv_response(s))
+    assert r.take("i") == 7, "correlation id"
+    r.tags()
+    return r
+
+
 def produce_v10(bootstrap: str, topic: str, partition: int, batch: bytes):
     """Produce v10 (KIP-951), acks=all, one batch: (error code, current leader (id, epoch)
     or None, {node id: (host, port)} of the response's NodeEndpoints)."""
@@ -572,12 +583,7 @@ def produce_v10(bootstrap: str, topic: str, partition: int, batch: bytes):
             + _uvarint(2) + struct.pack(">i", partition)     # one partition
             + _uvarint(len(batch) + 1) + batch + b"\x00"     # records, no tags
             + b"\x00" + b"\x00")                            # topic tags, request tags
-    host, port = bootstrap.split(":")
-    with socket.create_connection((host, int(port)), timeout=10) as s:
-        s.sendall(frame(0, 10, 5, body, flexible=True))
-        r = _Flexible(recv_response(s))
-    assert r.take("i") == 5, "correlation id"
-    r.tags()
+    r = _flexible_call(bootstrap, 0, 10, body)
     assert r.uvarint() - 1 == 1, "one topic"
     r.string()
     assert r.uvarint() - 1 == 1, "one partition"
@@ -623,12 +629,7 @@ def fetch_v16(bootstrap: str, topic_id: bytes, partition: int):
             + b"\x00" + b"\x00"                                # partition tags, topic tags
             + _uvarint(1) + _uvarint(1)                        # no forgotten topics, no rack
             + b"\x00")                                         # request tags
-    host, port = bootstrap.split(":")
-    with socket.create_connection((host, int(port)), timeout=10) as s:
-        s.sendall(frame(1, 16, 6, body, flexible=True))
-        r = _Flexible(recv_response(s))
-    assert r.take("i") == 6, "correlation id"
-    r.tags()
+    r = _flexible_call(bootstrap, 1, 16, body)
     _throttle, top_error, _session = r.take("ihi")
     assert top_error == 0, top_error
     assert r.uvarint() - 1 == 1, "one topic"

@@ -135,6 +135,9 @@ pub struct ConsumerMember {
     pub live: Liveness,
 }
 
+/// `ConsumerGroup::persisted_by`: group epoch, assignment epoch, member ids, the member.
+type PersistedBy = (i32, i32, Vec<String>, Option<ConsumerMember>);
+
 /// A consumer group's protocol state (its committed offsets are the classic group's).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ConsumerGroup {
@@ -710,7 +713,11 @@ impl ConsumerGroup {
         let full = hb.rebalance_timeout_ms != -1
             && (hb.subscribed_topic_names.is_some() || hb.subscribed_topic_regex.is_some())
             && hb.owned.is_some();
-        let before = self.clone();
+        // What this heartbeat may change, not the whole group: cloning and comparing a
+        // group of thousands of partitions at every heartbeat cost more than the rest.
+        let before = self.persisted_by(&hb.member_id);
+        #[cfg(debug_assertions)]
+        let whole_before = self.clone();
         let new_member = match self.admit(&mut hb, max_size) {
             Ok(new) => new,
             Err(a) => return a,
@@ -733,14 +740,35 @@ impl ConsumerGroup {
         if assignment.is_some() {
             m.live.sent = Some(m.assigned.clone());
         }
+        let member_epoch = m.member_epoch;
+        let changed = self.persisted_by(&hb.member_id) != before;
+        #[cfg(debug_assertions)]
+        assert_eq!(
+            changed,
+            *self != whole_before,
+            "persisted_by missed a change"
+        );
         Answer {
             error: code::NONE,
             message: None,
             member_id: hb.member_id.clone(),
-            member_epoch: m.member_epoch,
+            member_epoch,
             assignment,
-            changed: *self != before,
+            changed,
         }
+    }
+
+    /// What a heartbeat of `member_id` can change of the persisted group: the epochs (the
+    /// target and the subscribed topics change only with them), which members there are
+    /// (a join; a static member taking its instance over), and that member (reconciliation
+    /// touches no other). Equal before and after a heartbeat: nothing to persist.
+    fn persisted_by(&self, member_id: &str) -> PersistedBy {
+        (
+            self.group_epoch,
+            self.assignment_epoch,
+            self.members.keys().cloned().collect(),
+            self.members.get(member_id).cloned(),
+        )
     }
 
     /// Lets the heartbeat's member in: a join, or a member at its epoch (or at the one
