@@ -234,7 +234,12 @@ impl SegmentFile {
         match &self.file {
             Backend::Dma(f) => {
                 let r = f.read_at(pos, len).await.map_err(|e| io_err(to_io(e)))?;
-                Ok(Bytes::copy_from_slice(&r))
+                // A large read lands in heap memory that becomes the `Bytes` itself (no
+                // copy); a small one in the registered pool, copied out.
+                Ok(match r.into_heap() {
+                    Ok(heap) => Bytes::from_owner(heap),
+                    Err(r) => Bytes::copy_from_slice(&r),
+                })
             }
             Backend::Sim(f) => Ok(Bytes::from(f.read(pos, len).map_err(io_err)?)),
         }
@@ -907,5 +912,56 @@ mod tests {
             create_dir_all_blocking(&file.join("d")).is_err(),
             "a file on the way"
         );
+    }
+
+    /// Reads of 64 KiB and more hand over the buffer the kernel read into (glommio's
+    /// `ReadResult::into_heap`); smaller ones are copied out of the registered pool. Either
+    /// way the bytes are the file's, also at unaligned positions and at the end of file.
+    #[test]
+    fn large_reads_keep_their_buffer_and_every_read_returns_the_files_bytes() {
+        let tmp = tempfile::tempdir_in(".").expect("tempdir");
+        let path = tmp.path().join("seg");
+        let size = 3 * 64 * 1024 + 4096;
+        let data: Vec<u8> = (0..size).map(|i| (i * 7 + i / 4096) as u8).collect();
+        crate::io_runtime::block_on("read-heap-test", 1, async move {
+            prime_device_probe(tmp.path()).await.expect("probe");
+            let f = SegmentFile::create(&path, WriteSync::Fdatasync)
+                .await
+                .expect("create");
+            f.write_aligned(0, &data).await.expect("write");
+            for (pos, len) in [(0, 128 * 1024), (777, 150_000), (0, 100), (1000, 5000)] {
+                let got = f
+                    .read(pos as u64, len)
+                    .await
+                    .unwrap_or_else(|e| panic!("read {pos}+{len}: {e}"));
+                assert_eq!(&got[..], &data[pos..pos + len], "read {pos}+{len}");
+            }
+            // Past the end: what is there.
+            let got = f.read(size as u64 - 10, 100_000).await.expect("read");
+            assert_eq!(&got[..], &data[size - 10..]);
+            // The buffer itself, not a copy: a 64 KiB read at an unaligned position.
+            let Backend::Dma(dma) = &f.file else {
+                panic!("a real file")
+            };
+            let r = dma.read_at(100, 64 * 1024).await.expect("read_at");
+            let at = r.as_ptr();
+            let heap = r.into_heap().expect("a large read is heap memory");
+            assert_eq!(heap.as_ref().as_ptr(), at, "the same bytes, not a copy");
+            assert_eq!(heap.as_ref(), &data[100..100 + 64 * 1024]);
+            let b = Bytes::from_owner(heap);
+            let moved = std::thread::spawn(move || b.len()).join().expect("thread");
+            assert_eq!(moved, 64 * 1024, "the bytes cross threads");
+            // A small read, and a large one with a slice of it still alive, stay where
+            // they are.
+            let small = dma.read_at(0, 4096).await.expect("read_at");
+            assert!(small.into_heap().is_err(), "a small read is pool memory");
+            let big = dma.read_at(0, 64 * 1024).await.expect("read_at");
+            let part = glommio::io::ReadResult::slice(&big, 0, 10).expect("slice");
+            let big = big.into_heap().expect_err("a slice of it is alive");
+            assert_eq!(&part[..], &data[..10]);
+            assert_eq!(&big[..], &data[..64 * 1024]);
+            f.close().await.expect("close");
+        })
+        .expect("executor");
     }
 }

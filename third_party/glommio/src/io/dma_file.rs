@@ -410,10 +410,13 @@ impl DmaFile {
         );
 
         let read_size = enhanced_try!(source.collect_rw().await, "Reading", self.file)?;
+        // strand patch: the kernel read `read_size` bytes from `eff_pos`, `b` of them before
+        // `pos`; 0.9.0 returned `min(read_size, size)` bytes from `b`, which near the end of
+        // the file ran `b` bytes past what was read.
         Ok(ReadResult::from_sliced_buffer(
             source,
             b,
-            std::cmp::min(read_size, size),
+            std::cmp::min(read_size.saturating_sub(b), size),
         ))
     }
 

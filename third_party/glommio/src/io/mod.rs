@@ -172,6 +172,8 @@ pub use self::{
     stat::Stat,
 };
 pub use crate::sys::DmaBuffer;
+/// strand patch: see `ReadResult::into_heap`.
+pub use crate::sys::HeapBuffer;
 
 #[cfg(test)]
 mod test {

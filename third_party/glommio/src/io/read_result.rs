@@ -62,6 +62,19 @@ impl ReadResult {
         )
     }
 
+    /// strand patch: the bytes of this result as an owned, `Send` [`HeapBuffer`](crate::io::HeapBuffer)
+    /// without copying them, when the read landed in heap memory (reads of at least 64 KiB
+    /// do) and no other slice of it is alive; the result back otherwise (copy it then).
+    pub fn into_heap(self) -> Result<crate::io::HeapBuffer, ReadResult> {
+        let Some(inner) = self.0 else {
+            return Err(ReadResult(None));
+        };
+        let ReadResultInner { buffer, mem, len } = inner;
+        buffer
+            .take_heap(mem.as_ptr(), len.get())
+            .map_err(|buffer| ReadResult(Some(ReadResultInner { buffer, mem, len })))
+    }
+
     /// Creates a slice of this ReadResult with the given offset and length.
     ///
     /// Returns `None` if either offset or offset + len would not fit in the

@@ -217,6 +217,43 @@ impl ScheduledSource {
     }
 }
 
+impl ScheduledSource {
+    /// strand patch: the `ptr..ptr + len` bytes of this completed read as a
+    /// [`HeapBuffer`](crate::io::HeapBuffer), when nothing else holds the read (no slice of
+    /// it, no file scheduler) and its buffer is heap memory; the source back otherwise.
+    pub(crate) fn take_heap(
+        self,
+        ptr: *const u8,
+        len: usize,
+    ) -> Result<crate::io::HeapBuffer, ScheduledSource> {
+        if Rc::strong_count(&self.inner) != 1 || self.file.upgrade().is_some() {
+            return Err(self);
+        }
+        let taken = {
+            let mut stype = self.inner.source.source_type_mut();
+            match std::mem::replace(&mut *stype, crate::sys::SourceType::Invalid) {
+                crate::sys::SourceType::Read(p, Some(crate::sys::IoBuffer::DmaSink(buf))) => {
+                    match buf.into_heap(ptr, len) {
+                        Ok(heap) => Some(heap),
+                        Err(buf) => {
+                            *stype = crate::sys::SourceType::Read(
+                                p,
+                                Some(crate::sys::IoBuffer::DmaSink(buf)),
+                            );
+                            None
+                        }
+                    }
+                }
+                other => {
+                    *stype = other;
+                    None
+                }
+            }
+        };
+        taken.ok_or(self)
+    }
+}
+
 impl Deref for ScheduledSource {
     type Target = Source;
 

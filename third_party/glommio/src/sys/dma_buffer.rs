@@ -159,6 +159,53 @@ impl DmaBuffer {
     }
 }
 
+/// strand patch: the heap memory of a read buffer, taken out of its `DmaBuffer` by
+/// [`crate::io::ReadResult::into_heap`]: the `start..start + len` bytes the read returned.
+///
+/// It is `Send` and `Sync`: it owns an ordinary heap allocation (not the executor's
+/// registered pool, whose buffers belong to their ring), the kernel finished writing it
+/// before it was taken, and after that it is only read.
+#[derive(Debug)]
+pub struct HeapBuffer {
+    alloc: SysAlloc,
+    start: usize,
+    len: usize,
+}
+
+// SAFETY: see the type's documentation: an owned, completed, read-only heap allocation.
+unsafe impl Send for HeapBuffer {}
+// SAFETY: as above; no interior mutability.
+unsafe impl Sync for HeapBuffer {}
+
+impl AsRef<[u8]> for HeapBuffer {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: `start..start + len` lies within the allocation (checked when taken).
+        unsafe { std::slice::from_raw_parts(self.alloc.as_ptr().add(self.start), self.len) }
+    }
+}
+
+impl DmaBuffer {
+    /// strand patch: the bytes at `ptr..ptr + len` of this buffer as a [`HeapBuffer`], when
+    /// the buffer is heap memory and the range lies within it; the buffer back otherwise.
+    pub(crate) fn into_heap(self, ptr: *const u8, len: usize) -> Result<HeapBuffer, DmaBuffer> {
+        let base = self.as_ptr() as usize;
+        let at = (ptr as usize).wrapping_sub(base);
+        let within = (ptr as usize) >= base && at.checked_add(len).is_some_and(|e| e <= self.size);
+        match self.storage {
+            BufferStorage::Sys(alloc) if within => Ok(HeapBuffer {
+                alloc,
+                start: self.trim + at,
+                len,
+            }),
+            storage => Err(DmaBuffer {
+                storage,
+                trim: self.trim,
+                size: self.size,
+            }),
+        }
+    }
+}
+
 impl AsRef<[u8]> for DmaBuffer {
     #[inline(always)]
     fn as_ref(&self) -> &[u8] {

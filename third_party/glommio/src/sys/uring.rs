@@ -164,6 +164,21 @@ impl Drop for UringBufferAllocator {
     }
 }
 
+/// strand patch: reads of at least this many bytes land in ordinary aligned heap memory
+/// rather than the registered pool, so that the reader can take the buffer whole
+/// (`ReadResult::into_heap`) instead of copying out of it; the pool (a few MiB under the
+/// memlock limit) is left to writes and small reads.
+pub(crate) const HEAP_READ_MIN_BYTES: usize = 64 * 1024;
+
+/// strand patch: the buffer a read of `size` bytes lands in (see `HEAP_READ_MIN_BYTES`).
+fn read_buffer(allocator: &Rc<UringBufferAllocator>, size: usize) -> Option<DmaBuffer> {
+    if size >= HEAP_READ_MIN_BYTES {
+        DmaBuffer::new(size)
+    } else {
+        allocator.new_buffer(size)
+    }
+}
+
 pub(crate) struct UringBuffer {
     allocator: Rc<UringBufferAllocator>,
     data: ptr::NonNull<u8>,
@@ -870,7 +885,7 @@ impl UringCommon for PollRing {
                     fill_sqe(
                         &mut sqe,
                         &op,
-                        move |size| allocator.new_buffer(size),
+                        move |size| read_buffer(&allocator, size),
                         source_map,
                     );
                 }
@@ -1222,7 +1237,7 @@ impl UringCommon for SleepableRing {
                     fill_sqe(
                         &mut sqe,
                         &op,
-                        move |size| allocator.new_buffer(size),
+                        move |size| read_buffer(&allocator, size),
                         source_map,
                     );
                 }
