@@ -301,9 +301,9 @@ impl ShardMetrics {
     }
 
     /// Batches were returned to a fetcher.
-    pub fn fetched(&self, records: &bytes::Bytes) {
-        add(&self.fetch_bytes, records.len() as u64);
-        add(&self.fetch_records, count_records(records));
+    pub fn fetched(&self, bytes: usize, records: u64) {
+        add(&self.fetch_bytes, bytes as u64);
+        add(&self.fetch_records, records);
     }
 
     /// A connection was accepted.
@@ -362,15 +362,6 @@ impl ShardMetrics {
             ],
         }
     }
-}
-
-/// Records in the whole batches of a fetch response (batch headers only; a batch that
-/// does not frame counts nothing: it was read from our own log and checked there).
-fn count_records(records: &bytes::Bytes) -> u64 {
-    strand_wire::batches(records.clone())
-        .filter_map(Result::ok)
-        .map(|b| u64::try_from(b.record_count()).unwrap_or(0))
-        .sum()
 }
 
 /// One shard's metrics at scrape time.

@@ -20,6 +20,7 @@ pub mod compacted;
 pub mod compaction;
 pub mod lookup;
 pub mod producer_state;
+pub mod record_set;
 pub mod txn_index;
 
 use std::cell::{Cell, RefCell};
@@ -38,6 +39,7 @@ use crate::partition::checkpoint::{Checkpoint, CheckpointError, CHECKPOINT_INTER
 use crate::partition::compacted::{Compacted, KeyScope, PendingRecord, PendingTxnRecords};
 use crate::partition::producer_state::{batch_ids, ProducerStates, Verdict, PENDING_OFFSET};
 use crate::partition::txn_index::{AbortedTxn, TxnIndex};
+use record_set::RecordSet;
 use strand_raft::{Ack, GroupId};
 
 /// Durability waiters and append watchers are bounded by the requests in flight, which
@@ -1038,15 +1040,15 @@ impl Partition {
     }
 
     /// Reads whole batches from `offset` up to the high watermark (`read_committed`: the
-    /// last stable offset), concatenated; read_committed also gets the aborted
-    /// transactions of the range read (`None` otherwise).
+    /// last stable offset), each where the read left it; read_committed also gets the
+    /// aborted transactions of the range read (`None` otherwise).
     pub async fn fetch(
         &self,
         offset: KafkaOffset,
         max_bytes: usize,
         min_one: bool,
         read_committed: bool,
-    ) -> Result<(Bytes, Option<Vec<AbortedTxn>>), KafkaError> {
+    ) -> Result<(RecordSet, Option<Vec<AbortedTxn>>), KafkaError> {
         if !self.serving() {
             return Err(KafkaError::NotLeader);
         }
@@ -1055,7 +1057,7 @@ impl Partition {
         } else {
             self.high_watermark.get()
         };
-        let nothing = || Ok((Bytes::new(), read_committed.then(Vec::new)));
+        let nothing = || Ok((RecordSet::default(), read_committed.then(Vec::new)));
         if offset == end {
             return nothing();
         }
@@ -1071,14 +1073,7 @@ impl Partition {
                 .borrow()
                 .aborted_between(offset.0, r.next_offset.0)
         });
-        if r.batches.len() == 1 {
-            return Ok((r.batches.into_iter().next().unwrap_or_default(), aborted));
-        }
-        let mut out = bytes::BytesMut::with_capacity(r.bytes);
-        for b in &r.batches {
-            out.extend_from_slice(b);
-        }
-        Ok((out.freeze(), aborted))
+        Ok((RecordSet::from_batches(r.batches), aborted))
     }
 
     /// The Kafka error for a storage failure of this partition; one that reaches the
@@ -1560,10 +1555,15 @@ mod tests {
         p.base_offset.0
     }
 
-    /// Offsets of the batches in fetched bytes.
-    fn fetched_offsets(bytes: Bytes) -> Vec<i64> {
-        strand_wire::batches(bytes)
-            .map(|b| b.expect("batch").base_offset())
+    /// Offsets of the batches fetched (each element one whole batch).
+    fn fetched_offsets(set: RecordSet) -> Vec<i64> {
+        set.batches()
+            .iter()
+            .map(|b| {
+                RecordBatch::parse(b.clone())
+                    .expect("one whole batch")
+                    .base_offset()
+            })
             .collect()
     }
 

@@ -9,14 +9,13 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-
 use crate::cluster::metadata::{Command, MetaError};
 use crate::cluster::ClusterHost;
 use crate::common::errors::KafkaError;
 
 use strand_storage::KafkaOffset;
 
+use crate::partition::record_set::RecordSet;
 use crate::partition::Partition;
 use crate::shard::ops::*;
 use crate::shard::Shard;
@@ -224,17 +223,17 @@ impl Shard {
             let budget = p.max_bytes.min(max_bytes.saturating_sub(used));
             let min_one = first_batch_whole && used == 0;
             let r = if budget == 0 && !min_one {
-                Ok((Bytes::new(), p.read_committed.then(Vec::new)))
+                Ok((RecordSet::default(), p.read_committed.then(Vec::new)))
             } else {
                 part.fetch(p.offset, budget, min_one, p.read_committed)
                     .await
             };
             let (error, records, aborted) = match r {
                 Ok((b, aborted)) => (None, b, aborted),
-                Err(e) => (Some(e), Bytes::new(), None),
+                Err(e) => (Some(e), RecordSet::default(), None),
             };
             used += records.len();
-            self.metrics.fetched(&records);
+            self.metrics.fetched(records.len(), records.record_count());
             out.push(FetchResult {
                 error,
                 high_watermark: part.high_watermark(),

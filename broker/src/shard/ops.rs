@@ -75,8 +75,8 @@ pub struct FetchResult {
     pub log_start_offset: KafkaOffset,
     /// Last stable offset.
     pub last_stable_offset: KafkaOffset,
-    /// Whole batches, concatenated.
-    pub records: Bytes,
+    /// Whole batches.
+    pub records: crate::partition::record_set::RecordSet,
     /// read_committed: the aborted transactions of the range read (`None`: read
     /// uncommitted, where Kafka sends null).
     pub aborted: Option<Vec<crate::partition::txn_index::AbortedTxn>>,

@@ -199,6 +199,8 @@ impl Shard {
                 return done;
             }
         };
+        // Share fetch cuts acquired ranges out of one contiguous record set.
+        let records = records.to_bytes();
         let batches = log_batches(&records, aborted.as_deref().unwrap_or_default());
         self.acquire(
             &key,

@@ -18,7 +18,7 @@ use kafka_protocol::messages::fetch_response::{
 use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, ProducerId};
 use kafka_protocol::protocol::StrBytes;
 
-use super::response::{Response, PIECE_MIN_BYTES};
+use super::response::{RecordPieces, RecordSet, Response};
 
 use super::{Ctx, FramingError};
 use strand_storage::KafkaOffset;
@@ -80,7 +80,7 @@ pub async fn handle(
             break room;
         }
         for r in results.iter_mut().flatten() {
-            r.records = Bytes::new();
+            r.records = RecordSet::default();
         }
         held.shrink_to(request_bytes);
         wait_for_appends(shard, &split, &results, &involved, deadline - now).await;
@@ -94,20 +94,15 @@ pub async fn handle(
     }
     if throttle_ms > 0 || !held.cover(records, room, deadline).await {
         for r in results.iter_mut().flatten() {
-            r.records = Bytes::new();
+            r.records = RecordSet::default();
         }
     }
     let throttle_ms = i32::try_from(throttle_ms).unwrap_or(i32::MAX);
     // The record sets go out from where the reads left them, not copied into the frame.
-    let sources: Vec<Bytes> = results
-        .iter()
-        .flatten()
-        .filter(|r| r.records.len() >= PIECE_MIN_BYTES)
-        .map(|r| r.records.clone())
-        .collect();
-    let body = answer(&req, results, ctx.version).with_throttle_time_ms(throttle_ms);
+    let mut records = RecordPieces::default();
+    let body = answer(&req, results, ctx.version, &mut records).with_throttle_time_ms(throttle_ms);
     let body = with_leader_hints(shard, ctx, body);
-    ctx.respond_pieces(&body, &sources)
+    ctx.respond_pieces(&body, &records)
 }
 
 /// The read of each requested partition, per owning shard, and the answers so far: each
@@ -214,36 +209,22 @@ fn trim_to_max_bytes(results: &mut [Vec<FetchResult>], max_bytes: usize) {
     let mut total = 0usize;
     for r in results.iter_mut().flatten() {
         if total > 0 {
-            r.records = whole_batches_within(&r.records, max_bytes.saturating_sub(total));
+            r.records = r
+                .records
+                .whole_batches_within(max_bytes.saturating_sub(total));
         }
         total += r.records.len();
     }
 }
 
-/// The longest prefix of whole record batches of `records` (as read from the log) that is
-/// at most `room` bytes.
-fn whole_batches_within(records: &Bytes, room: usize) -> Bytes {
-    /// A batch's length field follows its base offset and counts the bytes after itself.
-    const LENGTH_END: usize = 12;
-    let mut end = 0usize;
-    while let Some(field) = records.get(end + 8..end + LENGTH_END) {
-        let mut length = [0u8; 4];
-        length.copy_from_slice(field);
-        let Ok(length) = usize::try_from(i32::from_be_bytes(length)) else {
-            break;
-        };
-        let next = end + LENGTH_END + length;
-        if next > room || next > records.len() {
-            break;
-        }
-        end = next;
-    }
-    records.slice(..end)
-}
-
 /// The response: each requested topic as it was named (by name, or by id from v13), its
-/// partitions in request order.
-fn answer(req: &FetchRequest, results: Vec<Vec<FetchResult>>, version: i16) -> FetchResponse {
+/// partitions in request order, each partition's records as `records` lays them out.
+fn answer(
+    req: &FetchRequest,
+    results: Vec<Vec<FetchResult>>,
+    version: i16,
+    records: &mut RecordPieces,
+) -> FetchResponse {
     let topics = req
         .topics
         .iter()
@@ -253,7 +234,7 @@ fn answer(req: &FetchRequest, results: Vec<Vec<FetchResult>>, version: i16) -> F
                 .partitions
                 .iter()
                 .zip(row)
-                .map(|(p, r)| partition_data(p.partition, r, version))
+                .map(|(p, r)| partition_data(p.partition, r, version, records))
                 .collect();
             FetchableTopicResponse::default()
                 .with_topic(t.topic.clone())
@@ -344,7 +325,12 @@ async fn wait_for_appends(
     let _ = futures::future::select_all(waits).await;
 }
 
-fn partition_data(index: i32, r: FetchResult, version: i16) -> PartitionData {
+fn partition_data(
+    index: i32,
+    r: FetchResult,
+    version: i16,
+    records: &mut RecordPieces,
+) -> PartitionData {
     let aborted = r.aborted.map(|list| {
         list.into_iter()
             .map(|t| {
@@ -364,7 +350,7 @@ fn partition_data(index: i32, r: FetchResult, version: i16) -> PartitionData {
         } else {
             -1
         })
-        .with_records(Some(r.records));
+        .with_records(Some(records.body_bytes(&r.records)));
     if let Some(e) = r.error {
         d = d.with_error_code(e.code());
     }
@@ -375,17 +361,11 @@ fn partition_data(index: i32, r: FetchResult, version: i16) -> PartitionData {
 mod tests {
     use super::*;
 
-    /// A fetch result holding batches of the given sizes (each at least 12 bytes).
+    /// A fetch result holding batches of the given sizes.
     fn read(batches: &[usize]) -> FetchResult {
-        let mut records = Vec::new();
-        for &n in batches {
-            let mut b = vec![0u8; n];
-            let length = i32::try_from(n - 12).expect("small");
-            b[8..12].copy_from_slice(&length.to_be_bytes());
-            records.extend_from_slice(&b);
-        }
+        let batches = batches.iter().map(|&n| Bytes::from(vec![0u8; n])).collect();
         FetchResult {
-            records: Bytes::from(records),
+            records: RecordSet::from_batches(batches),
             ..Default::default()
         }
     }

@@ -433,27 +433,23 @@ impl Ctx {
         T::decode(&mut body, self.version).map_err(|e| FramingError::Malformed(e.to_string()))
     }
 
-    /// Encodes a response as `respond` does, leaving each of `sources` (record sets the
-    /// body holds) of at least `response::PIECE_MIN_BYTES` out of the copy: a piece of its
-    /// own (see `response`).
+    /// Encodes a response as `respond` does, leaving each of `records.sources` (record
+    /// sets the body holds) of at least `response::PIECE_MIN_BYTES` out of the copy: a
+    /// piece of its own, and writing each of `records.chains`' pieces in place of its
+    /// stand-in (see `response`).
     pub fn respond_pieces<T: Encodable>(
         &self,
         body: &T,
-        sources: &[Bytes],
+        records: &response::RecordPieces,
     ) -> Result<response::Response, FramingError> {
         let header = ResponseHeader::default().with_correlation_id(self.correlation_id);
         let hv = self.key.response_header_version(self.version);
         let bad = |e: anyhow::Error| FramingError::Malformed(format!("encoding response: {e}"));
         let size =
             header.compute_size(hv).map_err(bad)? + body.compute_size(self.version).map_err(bad)?;
-        let inline = 4 + size
-            - sources
-                .iter()
-                .map(Bytes::len)
-                .filter(|&n| n >= response::PIECE_MIN_BYTES)
-                .sum::<usize>()
-                .min(size);
-        let mut out = response::PieceBuf::new(inline, sources, response::PIECE_MIN_BYTES);
+        let inline = 4 + size - records.pieces_bytes().min(size);
+        let mut out = response::PieceBuf::new(inline, &records.sources, response::PIECE_MIN_BYTES)
+            .with_chains(&records.chains);
         out.put_i32(
             i32::try_from(size)
                 .map_err(|_| FramingError::Malformed("response too large".into()))?,
@@ -560,7 +556,8 @@ mod tests {
                 .with_responses(vec![topic]);
             let c = ctx(ApiKey::Fetch, version);
             let whole = c.respond(&body).unwrap();
-            let pieces = c.respond_pieces(&body, &sources).unwrap();
+            let records = response::RecordPieces::of_sources(sources.to_vec());
+            let pieces = c.respond_pieces(&body, &records).unwrap();
             let joined: Vec<u8> = pieces.pieces().iter().flat_map(|p| p.to_vec()).collect();
             assert_eq!(joined, whole.to_vec(), "version {version}");
             let p = pieces.pieces();
@@ -574,6 +571,101 @@ mod tests {
             assert_eq!(p[1].as_ptr(), a.as_ptr(), "version {version}");
             assert_eq!(p[3].as_ptr(), b.as_ptr(), "version {version}");
         }
+    }
+
+    #[test]
+    fn a_fetch_answer_of_batches_in_pieces_is_the_same_frame() {
+        use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+        use kafka_protocol::messages::{FetchResponse, TopicName};
+        use kafka_protocol::protocol::StrBytes;
+        let batch = |len: usize, seed: u8| -> Bytes {
+            (0..len)
+                .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed))
+                .collect::<Vec<u8>>()
+                .into()
+        };
+        let big = response::PIECE_MIN_BYTES + 100;
+        let sets = [
+            // Large batches with runs of small ones between them.
+            response::RecordSet::from_batches(vec![
+                batch(big, 1),
+                batch(700, 2),
+                batch(900, 3),
+                batch(big + 7, 4),
+                batch(50, 5),
+            ]),
+            // Small batches only: one joined piece, copied.
+            response::RecordSet::from_batches(vec![batch(300, 6), batch(400, 7)]),
+            response::RecordSet::default(),
+            // One large batch: the batch itself.
+            response::RecordSet::from_batches(vec![batch(big * 2, 8)]),
+        ];
+        let body_of = |records: Vec<Bytes>, version: i16| {
+            let parts = records
+                .into_iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    PartitionData::default()
+                        .with_partition_index(i as i32)
+                        .with_records(Some(r))
+                })
+                .collect();
+            let mut topic = FetchableTopicResponse::default().with_partitions(parts);
+            if version >= 13 {
+                topic = topic.with_topic_id(uuid::Uuid::from_u128(5));
+            } else {
+                topic = topic.with_topic(TopicName(StrBytes::from_static_str("t")));
+            }
+            FetchResponse::default().with_responses(vec![topic])
+        };
+        for version in 4..=17 {
+            let c = ctx(ApiKey::Fetch, version);
+            let whole = c
+                .respond(&body_of(
+                    sets.iter().map(|s| s.to_bytes()).collect(),
+                    version,
+                ))
+                .unwrap();
+            let mut records = response::RecordPieces::default();
+            let stand_ins = sets.iter().map(|s| records.body_bytes(s)).collect();
+            assert_eq!(records.chains.len(), 1, "only the first set needs a chain");
+            let pieces = c
+                .respond_pieces(&body_of(stand_ins, version), &records)
+                .unwrap();
+            let joined: Vec<u8> = pieces.pieces().iter().flat_map(|p| p.to_vec()).collect();
+            assert_eq!(joined, whole.to_vec(), "version {version}");
+            // Every large batch goes out as itself, not copied.
+            let sent: Vec<*const u8> = pieces.pieces().iter().map(|p| p.as_ptr()).collect();
+            for b in [
+                &sets[0].batches()[0],
+                &sets[0].batches()[3],
+                &sets[3].batches()[0],
+            ] {
+                assert!(sent.contains(&b.as_ptr()), "version {version}");
+            }
+            assert!(
+                pieces.len() - records.pieces_bytes() < 4096,
+                "version {version}: only the small batches and the fields are copied"
+            );
+        }
+    }
+
+    #[test]
+    fn stand_ins_are_cut_from_their_region_only() {
+        use crate::runtime::piece_buf::STAND_IN_BYTES_MAX;
+        let piece = |n: usize| vec![Bytes::from(vec![1u8; n])];
+        let last = response::Chain::stand_in_for(piece(1), STAND_IN_BYTES_MAX - 1);
+        let last = last.expect("the region's last byte");
+        assert_eq!(last.stand_in.len(), 1);
+        assert!(response::Chain::stand_in_for(piece(2), STAND_IN_BYTES_MAX - 1).is_none());
+        assert!(response::Chain::stand_in_for(piece(1), usize::MAX).is_none());
+        let a = response::Chain::stand_in_for(piece(10), 0).expect("fits");
+        let b = response::Chain::stand_in_for(piece(10), 10).expect("fits");
+        assert_eq!(
+            a.stand_in.as_ptr() as usize + 10,
+            b.stand_in.as_ptr() as usize
+        );
+        assert!(a.stand_in.iter().all(|&x| x == 0));
     }
 
     fn ctx(key: ApiKey, version: i16) -> Ctx {

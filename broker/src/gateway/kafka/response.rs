@@ -12,13 +12,70 @@ use futures::io::{AsyncWrite, AsyncWriteExt};
 
 use kafka_protocol::protocol::buf::ByteBufMut;
 
-pub use crate::runtime::piece_buf::PieceBuf;
+pub use crate::partition::record_set::RecordSet;
+pub use crate::runtime::piece_buf::{Chain, PieceBuf};
 
 /// A record set shorter than this is copied into the frame: one more `iovec` (and the
 /// bookkeeping around it) costs more than copying a few KiB.
 pub const PIECE_MIN_BYTES: usize = 16 * 1024;
 /// Pieces given to one `sendmsg` (Linux's `IOV_MAX` is 1024).
 const PIECES_PER_WRITE_MAX: usize = 64;
+
+/// The record sets of a response, laid out for `Ctx::respond_pieces`: what the body holds
+/// for each ([`RecordPieces::body_bytes`]), and the sources and chains that put them back.
+#[derive(Debug, Default)]
+pub struct RecordPieces {
+    /// Record sets the body holds as they are.
+    pub sources: Vec<Bytes>,
+    /// Record sets in several pieces, which the body holds as stand-ins.
+    pub chains: Vec<Chain>,
+    /// Stand-in bytes given out so far.
+    stand_ins_bytes: usize,
+}
+
+impl RecordPieces {
+    /// Record sets given as plain buffers (no chains).
+    pub fn of_sources(sources: Vec<Bytes>) -> Self {
+        RecordPieces {
+            sources,
+            ..Default::default()
+        }
+    }
+
+    /// What the body holds for `set`: the set itself when it is one piece, else a stand-in
+    /// for its pieces (large batches as they are, runs of small ones joined); past
+    /// `STAND_IN_BYTES_MAX` of stand-ins in one response, the batches joined by copying.
+    pub fn body_bytes(&mut self, set: &RecordSet) -> Bytes {
+        let mut pieces = set.pieces(PIECE_MIN_BYTES);
+        let whole = match pieces.len() {
+            0 | 1 => pieces.pop().unwrap_or_default(),
+            _ => match Chain::stand_in_for(pieces, self.stand_ins_bytes) {
+                Some(chain) => {
+                    let stand_in = chain.stand_in.clone();
+                    self.stand_ins_bytes += stand_in.len();
+                    self.chains.push(chain);
+                    return stand_in;
+                }
+                None => set.to_bytes(),
+            },
+        };
+        if whole.len() >= PIECE_MIN_BYTES {
+            self.sources.push(whole.clone());
+        }
+        whole
+    }
+
+    /// Bytes that go out as pieces of their own rather than copied into the frame.
+    pub fn pieces_bytes(&self) -> usize {
+        let chained = self.chains.iter().flat_map(|c| c.pieces.iter());
+        self.sources
+            .iter()
+            .chain(chained)
+            .map(Bytes::len)
+            .filter(|&n| n >= PIECE_MIN_BYTES)
+            .sum()
+    }
+}
 
 /// An encoded response: one buffer, or the pieces of one.
 #[derive(Debug)]

@@ -426,7 +426,7 @@ fn answer_fetch(
     let body = ShareFetchResponse::default()
         .with_acquisition_lock_timeout_ms(i32::try_from(lock_ms).unwrap_or(i32::MAX))
         .with_responses(responses);
-    ctx.respond_pieces(&body, &sources)
+    ctx.respond_pieces(&body, &super::response::RecordPieces::of_sources(sources))
 }
 
 /// ShareAcknowledge.

@@ -20,6 +20,7 @@ use strand_wire::native::{codes, error, PROTOCOL_VERSION};
 
 use crate::common::errors::code;
 use crate::common::errors::KafkaError;
+use crate::gateway::kafka::response::{RecordSet, PIECE_MIN_BYTES};
 use crate::group::state::Committed;
 use crate::shard::budget::Held;
 use crate::shard::ops::{
@@ -306,7 +307,7 @@ async fn fetch(shard: &Rc<Shard>, r: FetchRequestT, held: &Held) -> Answer {
     let records: usize = results.iter().map(|r| r.records.len()).sum();
     if !held.cover(records, room, deadline).await {
         for r in &mut results {
-            r.records = bytes::Bytes::new();
+            r.records = RecordSet::default();
         }
     }
     held.shrink_to(request_bytes + results.iter().map(|r| r.records.len()).sum::<usize>());
@@ -324,9 +325,9 @@ async fn fetch(shard: &Rc<Shard>, r: FetchRequestT, held: &Held) -> Answer {
         match u32::try_from(r.records.len()) {
             Ok(n) if records_in_trailer => {
                 o.trailer_bytes = n;
-                trailer.push(r.records);
+                trailer.extend(r.records.pieces(PIECE_MIN_BYTES));
             }
-            _ => o.records = Some(r.records.to_vec()),
+            _ => o.records = Some(r.records.to_bytes().to_vec()),
         }
     }
     Answer {
@@ -372,7 +373,7 @@ async fn read_until(
             break;
         }
         for r in &mut results {
-            r.records = bytes::Bytes::new();
+            r.records = RecordSet::default();
         }
         held.shrink_to(request_bytes);
         // Wake when a high watermark passes what this read saw.
