@@ -17,13 +17,15 @@ minute there should be none.
 from __future__ import annotations
 
 import contextlib
+import itertools
+import logging
 import os
 import shutil
 import socket
 import struct
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 
 import pytest
 
@@ -179,15 +181,41 @@ def producer_config(bootstrap: str, **extra) -> dict:
     return conf
 
 
+# The producer's own log (librdkafka debug contexts) kept for a failing test to show where
+# the client waited; the last CLIENT_LOG_LINES lines.
+CLIENT_DEBUG = "broker,topic,msg,eos"
+CLIENT_LOG_LINES = 20_000
+_workload_ids = itertools.count()
+
+
+class _RingHandler(logging.Handler):
+    """Keeps the last `n` formatted log lines."""
+
+    def __init__(self, n: int):
+        super().__init__()
+        self.lines: deque[str] = deque(maxlen=n)
+
+    def emit(self, record):
+        self.lines.append(f"{time.strftime('%H:%M:%S')}.{int(record.created * 1000) % 1000:03d} "
+                          f"{record.getMessage()}")
+
+
 class Workload:
     """A thread producing unique values `<topic>:<i>` to partition i % PARTITIONS at
-    RATE_PER_S, recording each write's outcome for jepsen_check."""
+    RATE_PER_S, recording each write's outcome for jepsen_check. The producer's debug log
+    is kept (`client_log`) for a failing test to print."""
 
     def __init__(self, ck, bootstrap: str, topic: str, rate_per_s: float = RATE_PER_S):
         self.ck = ck
         self.topic = topic
         self.rate_per_s = rate_per_s
-        self.conf = producer_config(bootstrap, error_cb=self._on_error)
+        self._log = _RingHandler(CLIENT_LOG_LINES)
+        logger = logging.getLogger(f"strand.workload.{next(_workload_ids)}")
+        logger.propagate = False
+        logger.setLevel(logging.DEBUG)
+        logger.addHandler(self._log)
+        self.conf = producer_config(bootstrap, error_cb=self._on_error, logger=logger,
+                                    debug=CLIENT_DEBUG)
         self._lock = threading.Lock()
         self.partition_of: dict[bytes, int] = {}
         self.outcome: dict[bytes, tuple[str, int, int | None]] = {}
@@ -270,6 +298,11 @@ class Workload:
                 p.flush(5)
         except BaseException as e:  # noqa: BLE001 - re-raised by stop()
             self.exc = e
+
+    def client_log(self, last: int = 400) -> str:
+        """The producer's last `last` log lines (librdkafka debug)."""
+        lines = list(self._log.lines)[-last:]
+        return "\n".join(lines)
 
     def acks(self, partition: int | None = None, since: float = 0.0) -> int:
         with self._lock:
@@ -864,6 +897,7 @@ def test_a_cut_leader_is_replaced_and_writes_continue(ck, cluster, rf3_topic, wo
             errors = dict(w.delivery_errors)
             fatal = list(w.fatal)
         acks = {p: w.acks(p, since=elected_at) for p in range(PARTITIONS)}
+        print(f"producer log (last lines):\n{w.client_log()}")
         raise AssertionError(f"{e}; leader of {topic}/0 per node (Metadata): {views}; acks "
                              f"per partition since the election: {acks}; delivery errors: "
                              f"{errors}; fatal: {fatal}") from e
