@@ -29,7 +29,7 @@ from collections import Counter, deque
 
 import pytest
 
-from cluster_harness import Cluster, NODE_IDS, strand_bin
+from cluster_harness import Cluster, NODE_IDS, metadata_v1, strand_bin
 from jepsen_check import OK, UNKNOWN, Write, check
 from strand_harness import frame, need_module, recv_response, wait_until
 
@@ -358,15 +358,33 @@ def produce_all(ck, cluster: Cluster, topic: str, indexes,
 def read_pass(ck, bootstrap: str, topic: str, deadline_s: float = READ_DEADLINE_S) -> list:
     """Every record of every partition from offset 0 up to its high watermark, in the order
     the consumer delivered them, as (partition, offset, value)."""
+    log = _RingHandler(CLIENT_LOG_LINES)
+    logger = logging.getLogger(f"strand.read_pass.{next(_workload_ids)}")
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)
+    logger.addHandler(log)
     c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "strand-tests-unused",
-                     "enable.auto.commit": False, "auto.offset.reset": "error"})
+                     "enable.auto.commit": False, "auto.offset.reset": "error",
+                     "logger": logger, "debug": "broker,topic,metadata"})
     try:
         high = {}
         for p in range(PARTITIONS):
-            lo, hi = wait_until(
-                lambda p=p: c.get_watermark_offsets(ck.TopicPartition(topic, p), timeout=5,
-                                                    cached=False),
-                LEADERS_DEADLINE_S, f"watermarks of {topic}/{p} via {bootstrap}")
+            try:
+                lo, hi = wait_until(
+                    lambda p=p: c.get_watermark_offsets(ck.TopicPartition(topic, p), timeout=5,
+                                                        cached=False),
+                    LEADERS_DEADLINE_S, f"watermarks of {topic}/{p} via {bootstrap}")
+            except TimeoutError:
+                # What the bootstrap node tells clients, and where the client waited (a CI
+                # failure once: _UNKNOWN_PARTITION for 30 s while a node led the partition).
+                try:
+                    md = metadata_v1(int(bootstrap.rsplit(":", 1)[1]))
+                    told = f"brokers {sorted(md.brokers)}, leaders {md.topics.get(topic)}"
+                except (OSError, AssertionError, struct.error) as e:
+                    told = f"no Metadata: {e!r}"
+                print(f"Metadata via {bootstrap}: {told}")
+                print("consumer log (last lines):\n" + "\n".join(list(log.lines)[-300:]))
+                raise
             assert lo == 0, f"{topic}/{p}: log start offset {lo}, nothing was deleted"
             high[p] = hi
         c.assign([ck.TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
