@@ -42,48 +42,27 @@ impl RecordSet {
     /// The batches as one contiguous buffer: the batch itself when there is one, a copy of
     /// them all otherwise.
     pub fn to_bytes(&self) -> Bytes {
-        match self.batches.as_slice() {
-            [] => Bytes::new(),
-            [one] => one.clone(),
-            many => {
-                let mut out = BytesMut::with_capacity(self.len_bytes);
-                for b in many {
-                    out.extend_from_slice(b);
-                }
-                out.freeze()
-            }
-        }
+        join(&self.batches)
     }
 
     /// The same bytes as pieces to write in order: each batch of at least `min_piece_bytes`
     /// as it is, each run of smaller ones between them copied into one piece (an `iovec`
     /// per small batch would cost more than the copy). None empty.
     pub fn pieces(&self, min_piece_bytes: usize) -> Vec<Bytes> {
-        fn join(run: &mut Vec<&Bytes>, out: &mut Vec<Bytes>) {
-            match run.as_slice() {
-                [] => {}
-                [one] => out.push((*one).clone()),
-                many => {
-                    let mut joined = BytesMut::with_capacity(many.iter().map(|b| b.len()).sum());
-                    for b in many {
-                        joined.extend_from_slice(b);
-                    }
-                    out.push(joined.freeze());
-                }
-            }
-            run.clear();
-        }
         let mut out = Vec::new();
-        let mut run: Vec<&Bytes> = Vec::new();
-        for b in &self.batches {
+        let mut run_from = 0usize;
+        for (i, b) in self.batches.iter().enumerate() {
             if b.len() >= min_piece_bytes {
-                join(&mut run, &mut out);
+                if run_from < i {
+                    out.push(join(&self.batches[run_from..i]));
+                }
                 out.push(b.clone());
-            } else {
-                run.push(b);
+                run_from = i + 1;
             }
         }
-        join(&mut run, &mut out);
+        if run_from < self.batches.len() {
+            out.push(join(&self.batches[run_from..]));
+        }
         out
     }
 
@@ -112,6 +91,22 @@ impl RecordSet {
             .filter_map(|b| strand_wire::RecordBatch::parse(b.clone()).ok())
             .map(|b| u64::try_from(b.record_count()).unwrap_or(0))
             .sum()
+    }
+}
+
+/// `batches` as one contiguous buffer: the batch itself when there is one, a copy of them
+/// all otherwise.
+fn join(batches: &[Bytes]) -> Bytes {
+    match batches {
+        [] => Bytes::new(),
+        [one] => one.clone(),
+        many => {
+            let mut out = BytesMut::with_capacity(many.iter().map(Bytes::len).sum());
+            for b in many {
+                out.extend_from_slice(b);
+            }
+            out.freeze()
+        }
     }
 }
 

@@ -20,8 +20,9 @@ use strand_wire::native::{codes, error, PROTOCOL_VERSION};
 
 use crate::common::errors::code;
 use crate::common::errors::KafkaError;
-use crate::gateway::kafka::response::{RecordSet, PIECE_MIN_BYTES};
+use crate::gateway::kafka::response::PIECE_MIN_BYTES;
 use crate::group::state::Committed;
+use crate::partition::record_set::RecordSet;
 use crate::shard::budget::Held;
 use crate::shard::ops::{
     FetchLimit, FetchPart, FetchResult, ListOffsetsPart, Op, ProducePart, Reply,
