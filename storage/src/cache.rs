@@ -74,8 +74,8 @@ const SHARED_HEADER_BYTES: usize = 24;
 /// What a cached frame costs the heap, so that `max_bytes` bounds memory rather than
 /// payload: small frames cost about twice their body (in the one-hour cluster soak of
 /// issue 24, one record per batch, a cache counted by body bytes held 1.7-1.8 times its
-/// count in heap). The body is a slice of the frame buffer `build_frame` allocated
-/// (header included) and shares its `bytes` header; the frame sits in its log's
+/// count in heap). The body is a slice of the tail memory the frame was built in
+/// (`tail_buf`, header included) with a `bytes` header of its own; the frame sits in its log's
 /// `VecDeque`, whose spare capacity can equal its length, and has an entry in `fifo`,
 /// which holds up to twice as many entries as frames (`compact_fifo`) plus spare capacity.
 fn cost(f: &CachedFrame) -> usize {

@@ -15,6 +15,7 @@ use bytes::Bytes;
 use glommio::io::{DmaFile, OpenOptions};
 
 use crate::error::StorageError;
+pub use crate::io_mem::{AppendMem, WriteSource};
 use crate::io_sim::{SimDisk, SimFile};
 
 /// The simulated disk entered on this thread, if any (never in production).
@@ -211,6 +212,34 @@ impl SegmentFile {
         fill: impl FnOnce(&mut [u8]),
     ) -> Result<(), IoFault> {
         self.write_with(pos, len, fill).await?;
+        self.sync_after_write().await
+    }
+
+    /// Writes `src` at `pos` from where its bytes are (no copy into a DMA buffer) and
+    /// returns once they are durable, as [`SegmentFile::write_durable`]. `pos` and the
+    /// source's length must be aligned; the write holds the memory until it completes.
+    pub async fn write_durable_from(&self, pos: u64, src: WriteSource) -> Result<(), IoFault> {
+        assert_eq!(pos % WRITE_ALIGN_BYTES, 0, "unaligned write position {pos}");
+        let len = src.len();
+        assert_eq!(len as u64 % WRITE_ALIGN_BYTES, 0, "unaligned write length");
+        let file = match &self.file {
+            Backend::Dma(f) => f,
+            Backend::Sim(f) => {
+                f.write(pos, src.as_slice()).map_err(classify)?;
+                return self.sync_after_write().await;
+            }
+        };
+        let written = file
+            .write_at(src.into_dma_buffer(), pos)
+            .await
+            .map_err(|e| classify(to_io(e)))?;
+        if written != len {
+            return Err(IoFault::NoSpace);
+        }
+        self.sync_after_write().await
+    }
+
+    async fn sync_after_write(&self) -> Result<(), IoFault> {
         match self.sync {
             WriteSync::EachWrite => Ok(()),
             WriteSync::Fdatasync => self.fdatasync().await,

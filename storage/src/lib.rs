@@ -17,6 +17,7 @@ pub mod error;
 pub mod frame;
 pub mod fuzz;
 pub mod io;
+mod io_mem;
 pub mod io_runtime;
 pub mod io_sim;
 pub mod log;

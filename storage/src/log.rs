@@ -18,14 +18,14 @@ use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use strand_wire::RecordBatch;
 
 use crate::cache::{BatchCache, CachedFrame, LogId};
 use crate::config::{Clock, LogConfig, TAIL_PENDING_BYTES_MAX};
 use crate::error::StorageError;
 use crate::frame::{encode_header, FrameHeader, FrameKind, FRAME_BYTES_MAX, FRAME_HEADER_BYTES};
-use crate::io::SharedFile;
+use crate::io::{AppendMem, SharedFile};
 use crate::segment::{SegmentMeta, SegmentName};
 use crate::tail_buf::TailBuf;
 use crate::types::{FilePos, KafkaOffset, RaftIndex, RaftTerm};
@@ -468,33 +468,27 @@ impl Log {
             "term went back: {:?} < {last_term:?}",
             e.term
         );
-        let (frame, header, max_ts) = build_frame(e, st.next_index, st.log_end_offset)?;
-        let now_ms = self.clock.now_ms();
-        self.roll_if_needed(st, header.frame_len_bytes, now_ms);
-        if st.segments.last().is_none_or(|s| s.closed) {
-            let name = SegmentName {
-                kafka_base_offset: st.log_end_offset,
-                raft_base_index: st.next_index,
-                term: e.term,
-            };
-            st.segments.push(Segment {
-                meta: SegmentMeta::new(name, now_ms),
-                file: None,
-                tail: Some(Tail::default()),
-                closed: false,
-            });
-        }
-        let seg = st
-            .segments
-            .last_mut()
-            .expect("an open segment was just ensured");
+        let (index, base_offset) = (st.next_index, st.log_end_offset);
+        let plan = plan_frame(e)?;
+        let seg = self.segment_for(st, e.term, plan.frame_len_bytes);
         let tail = seg
             .tail
             .as_mut()
             .expect("the active segment always has a tail");
         let pos = seg.meta.size_bytes;
-        tail.buf.extend(frame.clone());
-        seg.meta.on_frame(FilePos(pos), &header, max_ts);
+        let (frame, header) = tail.buf.append_with(plan.frame_len_bytes as usize, |mem| {
+            write_frame(mem, e, &plan, index, base_offset)
+        });
+        let header = match header {
+            Ok(h) => h,
+            Err(err) => {
+                // Unreachable after `plan_frame`'s checks; leave the tail as it was.
+                tail.buf
+                    .truncate(usize::try_from(pos - tail.base_pos).unwrap_or(usize::MAX));
+                return Err(err);
+            }
+        };
+        seg.meta.on_frame(FilePos(pos), &header, plan.max_ts);
         assert_eq!(
             tail.base_pos + tail.buf.len() as u64,
             seg.meta.size_bytes,
@@ -517,6 +511,34 @@ impl Log {
             next_offset: header.next_offset(),
             pending_bytes: pending + u64::from(header.frame_len_bytes),
         })
+    }
+
+    /// The segment the next frame (`frame_len` bytes, of `term`) goes to: the active one,
+    /// or a new one when there is none or it rolls.
+    fn segment_for<'s>(
+        &self,
+        st: &'s mut State,
+        term: RaftTerm,
+        frame_len: u32,
+    ) -> &'s mut Segment {
+        let now_ms = self.clock.now_ms();
+        self.roll_if_needed(st, frame_len, now_ms);
+        if st.segments.last().is_none_or(|s| s.closed) {
+            let name = SegmentName {
+                kafka_base_offset: st.log_end_offset,
+                raft_base_index: st.next_index,
+                term,
+            };
+            st.segments.push(Segment {
+                meta: SegmentMeta::new(name, now_ms),
+                file: None,
+                tail: Some(Tail::default()),
+                closed: false,
+            });
+        }
+        st.segments
+            .last_mut()
+            .expect("an open segment was just ensured")
     }
 
     /// Closes the active segment once it is older than `segment.ms` even without an
@@ -554,12 +576,18 @@ impl Log {
     }
 }
 
-/// Builds the stored frame for `e` at `index`, assigning Kafka offsets from `next_offset`.
-fn build_frame(
-    e: &AppendEntry,
-    index: RaftIndex,
-    next_offset: KafkaOffset,
-) -> Result<(Bytes, FrameHeader, Option<i64>), StorageError> {
+/// What an entry's frame will be, checked before anything is written.
+struct FramePlan {
+    frame_len_bytes: u32,
+    /// Kafka offsets the frame takes (0 for entries without a Kafka batch).
+    offset_count: u32,
+    max_ts: Option<i64>,
+    /// Partition leader epoch written into a Kafka batch.
+    epoch: i32,
+}
+
+/// Checks `e` and plans its frame: size, offsets, timestamp.
+fn plan_frame(e: &AppendEntry) -> Result<FramePlan, StorageError> {
     if e.kind == FrameKind::Cleaned {
         return Err(StorageError::Usage(
             "only log compaction writes cleaned frames",
@@ -569,29 +597,50 @@ fn build_frame(
     if frame_len > FRAME_BYTES_MAX as usize {
         return Err(StorageError::Usage("entry larger than FRAME_BYTES_MAX"));
     }
-    let mut buf = BytesMut::with_capacity(frame_len);
-    buf.resize(FRAME_HEADER_BYTES, 0);
-    buf.extend_from_slice(&e.body);
-    let (offset_count, max_ts) = if e.kind.has_kafka_batch() {
+    let (offset_count, max_ts, epoch) = if e.kind.has_kafka_batch() {
         let batch = RecordBatch::parse(e.body.clone())?;
         let count = u32::try_from(i64::from(batch.last_offset_delta()) + 1)
             .map_err(|_| StorageError::Usage("negative last offset delta"))?;
         let epoch = i32::try_from(e.term.0).map_err(|_| StorageError::Usage("term > i32"))?;
-        strand_wire::set_base_offset(&mut buf[FRAME_HEADER_BYTES..], next_offset.0)?;
-        strand_wire::set_partition_leader_epoch(&mut buf[FRAME_HEADER_BYTES..], epoch)?;
-        (count, Some(batch.max_timestamp()))
+        (count, Some(batch.max_timestamp()), epoch)
     } else {
-        (0, None)
+        (0, None, 0)
     };
-    let header = FrameHeader {
+    Ok(FramePlan {
         frame_len_bytes: frame_len as u32,
-        body_crc: crc32c::crc32c(&buf[FRAME_HEADER_BYTES..]),
+        offset_count,
+        max_ts,
+        epoch,
+    })
+}
+
+/// Appends the frame `plan` describes for `e` at `index` to `mem`, assigning Kafka
+/// offsets from `next_offset`: the body copied once, its Kafka base offset and leader
+/// epoch rewritten in place, its CRC computed while those bytes are in cache.
+fn write_frame(
+    mem: &mut AppendMem,
+    e: &AppendEntry,
+    plan: &FramePlan,
+    index: RaftIndex,
+    next_offset: KafkaOffset,
+) -> Result<FrameHeader, StorageError> {
+    let head = mem.append_copy(&[0u8; FRAME_HEADER_BYTES]);
+    let body = mem.append_copy(&e.body);
+    if e.kind.has_kafka_batch() {
+        // `plan_frame` parsed the batch: its header is there to rewrite.
+        let batch = mem.patch(body.clone());
+        strand_wire::set_base_offset(batch, next_offset.0)?;
+        strand_wire::set_partition_leader_epoch(batch, plan.epoch)?;
+    }
+    let header = FrameHeader {
+        frame_len_bytes: plan.frame_len_bytes,
+        body_crc: crc32c::crc32c(mem.read(body)),
         kind: e.kind,
         term: e.term,
         index,
         kafka_base_offset: next_offset,
-        offset_count,
+        offset_count: plan.offset_count,
     };
-    buf[..FRAME_HEADER_BYTES].copy_from_slice(&encode_header(&header));
-    Ok((buf.freeze(), header, max_ts))
+    mem.patch(head).copy_from_slice(&encode_header(&header));
+    Ok(header)
 }

@@ -103,8 +103,8 @@ impl Log {
             if !pending && finalize.is_none() {
                 continue;
             }
-            // The write copies the tail's bytes into its DMA buffer when it starts (no
-            // copy here); appends meanwhile only add after them.
+            // The write goes from the tail's memory (no copy here); appends meanwhile
+            // only add after its bytes.
             let data = pending.then(|| {
                 let to_len = |end: u64| usize::try_from(end - tail.base_pos).unwrap_or(0);
                 tail.buf.for_flush(to_len(size), to_len(align_up(size)))
@@ -329,9 +329,13 @@ async fn run_op(
         };
         let _first = crate::budget::ForegroundWrite::begin();
         let len = bytes.write_len();
-        file.write_durable(op.pos, len, |b| bytes.fill(b))
-            .await
-            .map(|()| len)
+        // From the tail's memory as it is when one chunk holds it all (the usual case),
+        // else copied into a DMA buffer.
+        match bytes.in_place() {
+            Some(src) => file.write_durable_from(op.pos, src).await,
+            None => file.write_durable(op.pos, len, |b| bytes.fill(b)).await,
+        }
+        .map(|()| len)
     };
     // Zeros only into space this op's preallocation (if it had one) reserved: they must
     // not take the blocks a data write on a full disk needs.

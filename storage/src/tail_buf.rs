@@ -1,48 +1,144 @@
-//! A segment's unflushed bytes, shared between the log and the flush in flight, kept as
-//! the frames themselves: an append adds the frame it built (the same bytes the batch
-//! cache holds, not a copy of them), and the flush's write copies the frames straight into
-//! its DMA buffer. So a stored byte is copied once in memory on its way to disk (into its
-//! frame) plus the fill of the DMA buffer.
+//! A segment's unflushed bytes, shared between the log and the flush in flight, built in
+//! place: an append writes its frame straight into the tail's aligned memory (one copy of
+//! the batch, from the request into that memory) and gets back the frame as a `Bytes`
+//! slice of it, which the batch cache keeps; a flush writes the tail to disk from that same
+//! memory (no copy into a separate DMA buffer) when its range lies in one chunk.
 //!
-//! Invariant: while a flush holds a [`FlushBytes`], the bytes `[0, data_len)` it was made
-//! with do not change: appends only add at the end, and the two operations that remove
-//! bytes — dropping the front once a flush completes, and truncation — never run while a
-//! flush is in flight (`Log::begin_flush` and truncation refuse each other). `len` is
-//! always the sum of the chunks' lengths, and no chunk is empty.
+//! The memory is a list of chunks ([`AlignedMem`]); a chunk starts at a block-aligned tail
+//! position and holds the tail from there until the next chunk starts. A new chunk begins
+//! with a copy of the partial last block (at most one block) so that a flush, which always
+//! rewrites that block whole, finds it in the same chunk.
+//!
+//! Invariants:
+//! - A byte of a chunk is written once, before the frame holding it is handed out, and never
+//!   again: appends only write past the end of the last chunk, and after a truncation the
+//!   next append starts a new chunk (`sealed`) instead of writing over the cut frames,
+//!   which readers may still hold.
+//! - While a flush holds a [`FlushBytes`], the bytes `[0, data_len)` it was made with do not
+//!   change: appends only add at the end, and the two operations that remove bytes —
+//!   dropping the front once a flush completes, and truncation — never run while a flush is
+//!   in flight (`Log::begin_flush` and truncation refuse each other). Appends during a
+//!   flush may write past its data, into the zero padding it writes from the same memory:
+//!   those bytes on disk are past the flushed length, which recovery treats as a torn tail
+//!   and the next flush rewrites.
+//! - A tail position is block-aligned in the file when it is block-aligned here: the tail
+//!   starts at a block boundary (`Log` keeps `base_pos` aligned while a segment takes
+//!   appends) and positions never shift.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::ops::Range;
 use std::rc::Rc;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 
-/// The chunks (frames, or the part of a block read back at recovery) and their total.
+use crate::io::{AppendMem, WriteSource, WRITE_ALIGN_BYTES};
+
+/// The write alignment as a memory size.
+const BLOCK_BYTES: usize = WRITE_ALIGN_BYTES as usize;
+/// The largest chunk made for ordinary appends (a frame larger than this gets a chunk of
+/// its own size); chunks double from one block up to this while a partition keeps filling
+/// them.
+pub(crate) const CHUNK_BYTES_MAX: usize = 256 * 1024;
+/// A chunk with more room than this left unused when the tail goes quiet (everything
+/// flushed) is swapped for a one-block chunk holding the partial block, so that idle
+/// partitions hold a block each rather than a large chunk.
+const QUIET_SPARE_BYTES_MAX: usize = 16 * 1024;
+
+/// One piece of aligned memory and the tail positions it holds.
+#[derive(Debug)]
+struct Chunk {
+    mem: AppendMem,
+    /// Tail position of the memory's first byte.
+    start: usize,
+    /// Bytes of the memory holding the tail: positions `[start, start + len)`.
+    len: usize,
+    /// Takes no more appends (a truncation cut frames in it).
+    sealed: bool,
+}
+
+impl Chunk {
+    fn end(&self) -> usize {
+        self.start + self.len
+    }
+}
+
+/// The chunks and the tail positions they hold.
 #[derive(Debug, Default)]
 struct Chunks {
-    chunks: VecDeque<Bytes>,
-    len: usize,
+    /// In position order; chunk `k` holds `[start_k, start_{k+1})`, the last `[start, end)`.
+    chunks: VecDeque<Chunk>,
+    /// Tail position of the first byte held (earlier ones were dropped).
+    front: usize,
+    /// Tail position after the last byte.
+    end: usize,
+    /// Capacity of the next chunk (doubles up to `CHUNK_BYTES_MAX`).
+    next_cap: usize,
 }
 
 impl Chunks {
-    /// Calls `f` with each chunk's part inside `range`, in order.
-    fn each_in(&self, range: Range<usize>, mut f: impl FnMut(&Bytes, Range<usize>)) {
-        let mut start = 0usize;
-        for c in &self.chunks {
-            let end = start + c.len();
-            if end > range.start {
-                let a = range.start.max(start) - start;
-                let b = range.end.min(end) - start;
-                if a < b {
-                    f(c, a..b);
-                }
+    /// Where chunk `k`'s authority ends.
+    fn authority_end(&self, k: usize) -> usize {
+        self.chunks.get(k + 1).map_or(self.end, |next| next.start)
+    }
+
+    /// Calls `f` with each chunk's memory range holding tail positions `range`, in order.
+    fn each_in(&self, range: Range<usize>, mut f: impl FnMut(&Chunk, Range<usize>)) {
+        for (k, c) in self.chunks.iter().enumerate() {
+            let (a, b) = (
+                range.start.max(c.start),
+                range.end.min(self.authority_end(k)),
+            );
+            if a < b {
+                f(c, a - c.start..b - c.start);
             }
-            if end >= range.end {
-                return;
-            }
-            start = end;
         }
     }
+
+    /// Copies tail positions `range` into `dst`.
+    fn copy_out(&self, range: Range<usize>, dst: &mut [u8]) {
+        let mut at = 0usize;
+        self.each_in(range, |c, r| {
+            let n = r.len();
+            dst[at..at + n].copy_from_slice(c.mem.read(r));
+            at += n;
+        });
+    }
+
+    /// A new chunk holding tail positions `start..self.end` (a copy), with room for at
+    /// least `cap` bytes in all.
+    fn chunk_from(&self, start: usize, cap: usize) -> Chunk {
+        let mut mem = AppendMem::new(cap);
+        self.each_in(start..self.end, |c, r| {
+            mem.append_copy(c.mem.read(r));
+        });
+        Chunk {
+            len: mem.written(),
+            mem,
+            start,
+            sealed: false,
+        }
+    }
+
+    /// Makes the last chunk one that can take `n` more bytes: a new chunk, starting at the
+    /// partial block's start with a copy of it, when the last is sealed or full.
+    fn room_for(&mut self, n: usize) {
+        if let Some(last) = self.chunks.back() {
+            if !last.sealed && last.end() == self.end && last.mem.room() >= n {
+                return;
+            }
+        }
+        let start = align_down(self.end).max(self.front);
+        let cap = (self.end - start + n).max(self.next_cap.min(CHUNK_BYTES_MAX));
+        let chunk = self.chunk_from(start, cap);
+        self.next_cap = (chunk.mem.cap() * 2).min(CHUNK_BYTES_MAX);
+        self.chunks.push_back(chunk);
+    }
+}
+
+/// Rounds a tail position down to the block.
+fn align_down(pos: usize) -> usize {
+    pos - pos % BLOCK_BYTES
 }
 
 /// The bytes of a segment from its tail's `base_pos`; cloning shares them.
@@ -50,60 +146,90 @@ impl Chunks {
 pub(crate) struct TailBuf(Rc<RefCell<Chunks>>);
 
 impl TailBuf {
+    /// A tail holding `bytes` (the partial block read back at recovery or truncation).
     pub(crate) fn from_bytes(bytes: Bytes) -> Self {
         let t = Self::default();
-        t.extend(bytes);
+        t.extend(&bytes);
         t
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.0.borrow().len
+        let c = self.0.borrow();
+        c.end - c.front
     }
 
-    /// Adds `bytes` at the end, without copying them.
-    pub(crate) fn extend(&self, bytes: Bytes) {
-        if bytes.is_empty() {
-            return;
-        }
+    /// Appends `n` bytes that `build` appends to the tail's memory (exactly `n`, with
+    /// [`AppendMem::append_copy`], patching them before it returns if it likes), and
+    /// returns them as a `Bytes` sharing that memory, with what `build` returned.
+    pub(crate) fn append_with<R>(
+        &self,
+        n: usize,
+        build: impl FnOnce(&mut AppendMem) -> R,
+    ) -> (Bytes, R) {
         let mut c = self.0.borrow_mut();
-        c.len += bytes.len();
-        c.chunks.push_back(bytes);
+        c.room_for(n);
+        let last = c.chunks.back_mut().expect("room_for leaves a last chunk");
+        let at = last.mem.written();
+        let out = build(&mut last.mem);
+        assert_eq!(
+            last.mem.written(),
+            at + n,
+            "an append of {n} bytes wrote another length"
+        );
+        last.len += n;
+        let frame = last.mem.bytes(at..at + n);
+        c.end += n;
+        (frame, out)
     }
 
-    /// Keeps the first `len` bytes (all when it holds fewer).
+    /// Appends a copy of `bytes`.
+    pub(crate) fn extend(&self, bytes: &[u8]) {
+        if !bytes.is_empty() {
+            self.append_with(bytes.len(), |mem| {
+                mem.append_copy(bytes);
+            });
+        }
+    }
+
+    /// Keeps the first `len` bytes (all when it holds fewer). The next append starts a
+    /// new chunk: the cut bytes may be held by readers.
     pub(crate) fn truncate(&self, len: usize) {
         let mut c = self.0.borrow_mut();
-        while c.len > len {
-            let excess = c.len - len;
-            let Some(last) = c.chunks.back_mut() else {
-                break;
-            };
-            if last.len() <= excess {
-                c.len -= last.len();
-                c.chunks.pop_back();
-            } else {
-                last.truncate(last.len() - excess);
-                c.len = len;
-            }
+        let new_end = c.front + len;
+        if new_end >= c.end {
+            return;
         }
+        while c.chunks.len() > 1 && c.chunks.back().is_some_and(|l| l.start >= new_end) {
+            c.chunks.pop_back();
+        }
+        if let Some(last) = c.chunks.back_mut() {
+            last.len = new_end.saturating_sub(last.start).min(last.len);
+            last.sealed = true;
+        }
+        c.end = new_end;
     }
 
-    /// Drops the first `n` bytes (fewer when it holds fewer).
+    /// Drops the first `n` bytes (fewer when it holds fewer). When that leaves less than a
+    /// block in a large chunk (the tail went quiet), those bytes move to a one-block chunk
+    /// and the large one is left to the frames readers hold.
     pub(crate) fn drop_front(&self, n: usize) {
         let mut c = self.0.borrow_mut();
-        let mut left = n.min(c.len);
-        c.len -= left;
-        while left > 0 {
-            let Some(first) = c.chunks.front_mut() else {
-                break;
-            };
-            if first.len() <= left {
-                left -= first.len();
-                c.chunks.pop_front();
-            } else {
-                first.advance(left);
-                left = 0;
-            }
+        c.front += n.min(c.end - c.front);
+        while c.chunks.len() > 1 && c.chunks.get(1).is_some_and(|next| next.start <= c.front) {
+            c.chunks.pop_front();
+        }
+        let quiet = c.end - c.front < BLOCK_BYTES
+            && c.chunks.len() == 1
+            && c.chunks
+                .back()
+                .is_some_and(|l| l.mem.room() > QUIET_SPARE_BYTES_MAX);
+        if quiet {
+            // All it holds (less than a block, starting the block while the segment takes
+            // appends: `front` is then aligned).
+            let chunk = c.chunk_from(c.front, BLOCK_BYTES);
+            c.chunks.clear();
+            c.chunks.push_back(chunk);
+            c.next_cap = BLOCK_BYTES;
         }
     }
 
@@ -111,20 +237,19 @@ impl TailBuf {
     pub(crate) fn slice(&self, range: Range<usize>) -> Bytes {
         let c = self.0.borrow();
         assert!(
-            range.start <= range.end && range.end <= c.len,
+            range.start <= range.end && range.end <= c.end - c.front,
             "range {range:?} of a tail of {}",
-            c.len
+            c.end - c.front
         );
+        let abs = c.front + range.start..c.front + range.end;
         let mut parts = Vec::new();
-        c.each_in(range.clone(), |chunk, r| parts.push(chunk.slice(r)));
+        c.each_in(abs.clone(), |chunk, r| parts.push(chunk.mem.bytes(r)));
         match parts.len() {
             0 => Bytes::new(),
             1 => parts.pop().unwrap_or_default(),
             _ => {
-                let mut out = BytesMut::with_capacity(range.len());
-                for p in &parts {
-                    out.extend_from_slice(p);
-                }
+                let mut out = BytesMut::zeroed(abs.len());
+                c.copy_out(abs, &mut out);
                 out.freeze()
             }
         }
@@ -132,13 +257,15 @@ impl TailBuf {
 
     /// The first `data_len` bytes, to be written as `write_len` bytes (zeros after them).
     pub(crate) fn for_flush(&self, data_len: usize, write_len: usize) -> FlushBytes {
+        let c = self.0.borrow();
         assert!(
-            data_len <= self.len() && data_len <= write_len,
+            data_len <= c.end - c.front && data_len <= write_len,
             "flush of {data_len} bytes from a tail of {} into {write_len}",
-            self.len()
+            c.end - c.front
         );
         FlushBytes {
             buf: Self(Rc::clone(&self.0)),
+            from: c.front,
             data_len,
             write_len,
         }
@@ -149,6 +276,8 @@ impl TailBuf {
 /// `write_len` (the write alignment).
 pub(crate) struct FlushBytes {
     buf: TailBuf,
+    /// Tail position of the first byte.
+    from: usize,
     data_len: usize,
     write_len: usize,
 }
@@ -158,17 +287,42 @@ impl FlushBytes {
         self.write_len
     }
 
+    /// The memory to write from as it is, when the last chunk holds all of the data at an
+    /// aligned place and has room for the padding (zeroed now); `None` otherwise (then
+    /// [`FlushBytes::fill`] a buffer).
+    pub(crate) fn in_place(&self) -> Option<WriteSource> {
+        let mut c = self.buf.0.borrow_mut();
+        let last = c.chunks.back_mut()?;
+        let (data_end, write_end) = (self.from + self.data_len, self.from + self.write_len);
+        let fits = last.start <= self.from
+            && self.from % BLOCK_BYTES == 0
+            && (self.from - last.start) % BLOCK_BYTES == 0
+            && !last.sealed
+            && last.end() >= data_end
+            && write_end - last.start <= last.mem.cap();
+        if !fits {
+            return None;
+        }
+        let at = self.from - last.start;
+        // Frames appended since the flush began may fill part of the padding: the write
+        // then carries them past `data_len` (the module's second invariant); the rest of it
+        // is zeros.
+        last.mem.zero_to(write_end - last.start);
+        Some(last.mem.write_source(at..at + self.write_len))
+    }
+
     /// Fills the write buffer `dst` (`write_len` bytes).
     pub(crate) fn fill(&self, dst: &mut [u8]) {
         let c = self.buf.0.borrow();
         // The module's invariant: nothing removed bytes under a flush.
-        assert!(c.len >= self.data_len, "tail bytes removed under a flush");
-        let mut at = 0usize;
-        c.each_in(0..self.data_len, |chunk, r| {
-            let n = r.len();
-            dst[at..at + n].copy_from_slice(&chunk[r]);
-            at += n;
-        });
+        assert!(
+            c.front <= self.from && c.end >= self.from + self.data_len,
+            "tail bytes removed under a flush"
+        );
+        c.copy_out(
+            self.from..self.from + self.data_len,
+            &mut dst[..self.data_len],
+        );
         dst[self.data_len..].fill(0);
     }
 }
@@ -181,7 +335,7 @@ mod tests {
     fn tail_of(chunks: &[&'static [u8]]) -> TailBuf {
         let t = TailBuf::default();
         for c in chunks {
-            t.extend(Bytes::from_static(c));
+            t.extend(c);
         }
         t
     }
@@ -191,7 +345,7 @@ mod tests {
         let tail = tail_of(&[b"ab", b"c"]);
         let flush = tail.for_flush(3, 8);
         // An append after the flush began is not part of it.
-        tail.extend(Bytes::from_static(b"def"));
+        tail.extend(b"def");
         let mut dst = [0xff; 8];
         flush.fill(&mut dst);
         assert_eq!(&dst, b"abc\0\0\0\0\0");
@@ -215,12 +369,83 @@ mod tests {
 
     #[test]
     fn a_range_inside_one_chunk_is_that_chunk_not_a_copy() {
-        let frame = Bytes::from(vec![5u8; 100]);
         let tail = tail_of(&[b"xyz"]);
-        tail.extend(frame.clone());
+        let (frame, ()) = tail.append_with(100, |m| {
+            m.append_copy(&[5u8; 100]);
+        });
         let s = tail.slice(13..53);
         assert_eq!(s.as_ptr(), frame[10..].as_ptr());
-        assert_eq!(s.len(), 40);
+        assert_eq!(&s[..], &[5u8; 40][..]);
+    }
+
+    #[test]
+    fn a_flush_writes_from_the_frames_memory_zero_padded() {
+        let tail = TailBuf::default();
+        let (frame, ()) = tail.append_with(5000, |m| {
+            m.append_copy(&[7u8; 5000]);
+        });
+        let flush = tail.for_flush(5000, 8192);
+        let src = flush.in_place().expect("one chunk holds it");
+        let written = src.as_slice();
+        assert_eq!(written.len(), 8192);
+        assert_eq!(
+            written.as_ptr(),
+            frame.as_ptr(),
+            "the frame's memory itself"
+        );
+        assert!(written[..5000].iter().all(|&b| b == 7));
+        assert!(written[5000..].iter().all(|&b| b == 0), "zero padding");
+    }
+
+    #[test]
+    fn frames_handed_out_never_change_through_truncation_and_appends() {
+        let tail = TailBuf::default();
+        let (a, ()) = tail.append_with(3000, |m| {
+            m.append_copy(&[1u8; 3000]);
+        });
+        let (b, ()) = tail.append_with(3000, |m| {
+            m.append_copy(&[2u8; 3000]);
+        });
+        tail.truncate(3000);
+        let (c, ()) = tail.append_with(3000, |m| {
+            m.append_copy(&[3u8; 3000]);
+        });
+        assert!(a.iter().all(|&x| x == 1));
+        assert!(
+            b.iter().all(|&x| x == 2),
+            "a cut frame a reader holds is intact"
+        );
+        assert!(c.iter().all(|&x| x == 3));
+        assert_ne!(
+            c.as_ptr(),
+            b.as_ptr(),
+            "the append after a cut went elsewhere"
+        );
+        let mut dst = vec![0xff; 8192];
+        tail.for_flush(6000, 8192).fill(&mut dst);
+        assert!(dst[..3000].iter().all(|&x| x == 1));
+        assert!(dst[3000..6000].iter().all(|&x| x == 3));
+        // The new chunk began at the partial block: a flush from it is in place.
+        let src = tail.for_flush(6000, 8192).in_place().expect("one chunk");
+        assert_eq!(src.len(), 8192);
+    }
+
+    #[test]
+    fn a_quiet_tail_keeps_one_block_not_a_large_chunk() {
+        let tail = TailBuf::default();
+        for _ in 0..40 {
+            tail.extend(&[9u8; 4000]);
+        }
+        let held = tail.len();
+        tail.drop_front(held - held % BLOCK_BYTES);
+        let c = tail.0.borrow();
+        assert_eq!(c.chunks.len(), 1);
+        assert_eq!(c.chunks[0].mem.cap(), BLOCK_BYTES);
+        drop(c);
+        assert_eq!(
+            &tail.slice(0..tail.len())[..],
+            &vec![9u8; held % BLOCK_BYTES][..]
+        );
     }
 
     /// Every sequence of appends, drops, truncations, reads and flush fills agrees with a
@@ -242,7 +467,7 @@ mod tests {
                     let n = next(40);
                     let b: Vec<u8> = (0..n).map(|i| (step + i) as u8).collect();
                     model.extend_from_slice(&b);
-                    tail.extend(Bytes::from(b));
+                    tail.extend(&b);
                 }
                 2 => {
                     let n = next(model.len() + 3);
@@ -259,9 +484,17 @@ mod tests {
                     let b = a + next(model.len() - a + 1);
                     assert_eq!(&tail.slice(a..b)[..], &model[a..b], "step {step}");
                     let mut dst = vec![0xff; b + 7];
-                    tail.for_flush(b, b + 7).fill(&mut dst);
+                    let flush = tail.for_flush(b, b + 7);
+                    flush.fill(&mut dst);
                     assert_eq!(&dst[..b], &model[..b], "step {step}");
                     assert!(dst[b..].iter().all(|&x| x == 0));
+                    // A flush of everything, from the tail's own memory: the same bytes.
+                    let all = tail.for_flush(model.len(), model.len() + 7);
+                    if let Some(src) = all.in_place() {
+                        let got = src.as_slice();
+                        assert_eq!(&got[..model.len()], &model[..], "step {step}");
+                        assert!(got[model.len()..].iter().all(|&x| x == 0), "step {step}");
+                    }
                 }
             }
             assert_eq!(tail.len(), model.len(), "step {step}");

@@ -53,6 +53,9 @@ pub(crate) enum BufferStorage {
     Sys(SysAlloc),
     Uring(UringBuffer),
     EventFd(*mut u8),
+    /// strand patch: memory the caller owns (see `DmaBuffer::from_foreign`), kept alive by
+    /// `_keep` until the buffer drops.
+    Foreign(*mut u8, Box<dyn std::any::Any>),
 }
 
 impl BufferStorage {
@@ -61,6 +64,7 @@ impl BufferStorage {
             BufferStorage::Sys(x) => x.as_ptr(),
             BufferStorage::Uring(x) => x.as_ptr(),
             BufferStorage::EventFd(x) => *x as *const u8,
+            BufferStorage::Foreign(x, _) => *x as *const u8,
         }
     }
 
@@ -69,6 +73,7 @@ impl BufferStorage {
             BufferStorage::Sys(x) => x.as_mut_ptr(),
             BufferStorage::Uring(x) => x.as_mut_ptr(),
             BufferStorage::EventFd(x) => *x,
+            BufferStorage::Foreign(x, _) => *x,
         }
     }
 }
@@ -96,6 +101,22 @@ impl DmaBuffer {
             size,
             trim: 0,
         })
+    }
+
+    /// strand patch: a buffer over `len` bytes at `ptr` that the caller owns, for writing
+    /// from where the bytes already are; `keep` holds the memory and drops with the buffer.
+    ///
+    /// # Safety
+    ///
+    /// `ptr..ptr + len` must stay valid for reads until `keep` drops, and nothing may
+    /// write it through this buffer (`as_bytes_mut`, `as_mut_ptr`): a write source only.
+    /// For an O_DIRECT file, `ptr` and `len` must meet the file's alignment.
+    pub unsafe fn from_foreign(ptr: *mut u8, len: usize, keep: Box<dyn std::any::Any>) -> DmaBuffer {
+        DmaBuffer {
+            storage: BufferStorage::Foreign(ptr, keep),
+            size: len,
+            trim: 0,
+        }
     }
 
     pub(crate) fn with_storage(size: usize, storage: BufferStorage) -> DmaBuffer {
