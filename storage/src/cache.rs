@@ -3,7 +3,11 @@
 //!
 //! Invariant: for each registered log, the cached frames are a contiguous run of Raft
 //! indexes ending at that log's last appended frame (appends push at the back, eviction
-//! pops at the front, suffix truncation pops at the back). `used_bytes <= max_bytes`.
+//! pops at the front, suffix truncation pops at the back). `used_bytes <= max_bytes`
+//! (unless the tails' own chunks alone exceed it), where `used_bytes` is the memory the
+//! cached frames keep alive: a frame that is a slice of a tail chunk (`tail_buf`) keeps
+//! the whole chunk, so each chunk is charged once, whole, while any of its frames is
+//! cached, and such a frame itself costs only its bookkeeping.
 //! Lives on one shard (`!Send`); no borrow is held across an `.await`. It also keeps the
 //! shard's read-aheads (`read_ahead`), which have their own bound.
 
@@ -29,6 +33,17 @@ pub struct CachedFrame {
     pub header: FrameHeader,
     /// The frame body.
     pub body: Bytes,
+    /// The memory `body` is a slice of, when it is shared with other frames (a tail chunk).
+    pub chunk: Option<ChunkCharge>,
+}
+
+/// A piece of memory several cached frames may be slices of, charged once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkCharge {
+    /// Identifies the memory while any slice of it is alive (its address).
+    pub id: usize,
+    /// What it costs the heap.
+    pub bytes: usize,
 }
 
 #[derive(Default)]
@@ -38,6 +53,8 @@ struct Inner {
     next_log_id: LogId,
     fifo: VecDeque<(LogId, RaftIndex, usize)>,
     logs: HashMap<LogId, VecDeque<CachedFrame>>,
+    /// Cached frames per chunk of the frames that have one.
+    chunk_frames: HashMap<usize, usize>,
     hits: u64,
     misses: u64,
 }
@@ -78,9 +95,15 @@ const SHARED_HEADER_BYTES: usize = 24;
 /// (`tail_buf`, header included) with a `bytes` header of its own; the frame sits in its log's
 /// `VecDeque`, whose spare capacity can equal its length, and has an entry in `fifo`,
 /// which holds up to twice as many entries as frames (`compact_fifo`) plus spare capacity.
+/// A frame that is a slice of a chunk costs its bookkeeping here; its bytes are the
+/// chunk's, charged by `charge`.
 fn cost(f: &CachedFrame) -> usize {
-    FRAME_HEADER_BYTES
-        + f.body.len()
+    let bytes = if f.chunk.is_some() {
+        0
+    } else {
+        FRAME_HEADER_BYTES + f.body.len()
+    };
+    bytes
         + 2 * ALLOCATION_OVERHEAD_BYTES
         + SHARED_HEADER_BYTES
         + 2 * std::mem::size_of::<CachedFrame>()
@@ -108,13 +131,20 @@ impl BatchCache {
         id
     }
 
+    /// The largest chunk a log on this shard builds frames in (`tail_buf::chunk_bytes_max`).
+    pub(crate) fn tail_chunk_bytes_max(&self) -> usize {
+        let i = self.inner.borrow();
+        crate::tail_buf::chunk_bytes_max(i.max_bytes, i.logs.len())
+    }
+
     /// Drops every frame of `log`.
     pub fn unregister(&self, log: LogId) {
         self.read_ahead.borrow_mut().remove(log);
         let mut i = self.inner.borrow_mut();
         if let Some(q) = i.logs.remove(&log) {
-            let freed: usize = q.iter().map(cost).sum();
-            i.used_bytes -= freed;
+            for f in &q {
+                release(&mut i, f);
+            }
         }
     }
 
@@ -123,13 +153,17 @@ impl BatchCache {
     pub fn insert(&self, log: LogId, frame: CachedFrame) {
         let mut guard = self.inner.borrow_mut();
         let i = &mut *guard;
-        let c = cost(&frame);
-        if c > i.max_bytes / 4 {
+        let c = charge_of(i, &frame);
+        let alone_bytes = cost(&frame)
+            + frame
+                .chunk
+                .map_or(0, |_| FRAME_HEADER_BYTES + frame.body.len());
+        if alone_bytes > i.max_bytes / 4 {
             drop(guard);
             self.truncate_from(log, RaftIndex(0));
             return;
         }
-        while i.used_bytes + c > i.max_bytes {
+        while i.used_bytes + charge_of(i, &frame) > i.max_bytes {
             if !evict_oldest(i) {
                 break;
             }
@@ -145,8 +179,10 @@ impl BatchCache {
             );
         }
         i.fifo.push_back((log, frame.header.index, c));
-        q.push_back(frame);
-        i.used_bytes += c;
+        charge(i, &frame);
+        if let Some(q) = i.logs.get_mut(&log) {
+            q.push_back(frame);
+        }
         compact_fifo(i);
     }
 
@@ -156,13 +192,13 @@ impl BatchCache {
         let Some(q) = i.logs.get_mut(&log) else {
             return;
         };
-        let mut freed = 0;
+        let mut cut = Vec::new();
         while q.back().is_some_and(|f| f.header.index >= from) {
-            if let Some(f) = q.pop_back() {
-                freed += cost(&f);
-            }
+            cut.extend(q.pop_back());
         }
-        i.used_bytes -= freed;
+        for f in &cut {
+            release(&mut i, f);
+        }
     }
 
     /// Drops frames of `log` with index < `below` (prefix truncation).
@@ -171,13 +207,13 @@ impl BatchCache {
         let Some(q) = i.logs.get_mut(&log) else {
             return;
         };
-        let mut freed = 0;
+        let mut cut = Vec::new();
         while q.front().is_some_and(|f| f.header.index < below) {
-            if let Some(f) = q.pop_front() {
-                freed += cost(&f);
-            }
+            cut.extend(q.pop_front());
         }
-        i.used_bytes -= freed;
+        for f in &cut {
+            release(&mut i, f);
+        }
     }
 
     /// If the cache holds every frame of `log` from the one containing Kafka offset
@@ -256,6 +292,38 @@ impl BatchCache {
     }
 }
 
+/// What caching `f` adds to `used_bytes`: its cost, and its chunk's if no other cached
+/// frame holds that chunk.
+fn charge_of(i: &Inner, f: &CachedFrame) -> usize {
+    cost(f)
+        + f.chunk
+            .filter(|ch| !i.chunk_frames.contains_key(&ch.id))
+            .map_or(0, |ch| ch.bytes)
+}
+
+/// Counts `f` in `used_bytes` (it has just been cached).
+fn charge(i: &mut Inner, f: &CachedFrame) {
+    i.used_bytes += charge_of(i, f);
+    if let Some(ch) = f.chunk {
+        *i.chunk_frames.entry(ch.id).or_insert(0) += 1;
+    }
+}
+
+/// Takes `f` out of `used_bytes` (it has just left the cache), with its chunk when it was
+/// the chunk's last cached frame.
+fn release(i: &mut Inner, f: &CachedFrame) {
+    i.used_bytes -= cost(f);
+    if let Some(ch) = f.chunk {
+        if let Some(n) = i.chunk_frames.get_mut(&ch.id) {
+            *n -= 1;
+            if *n == 0 {
+                i.chunk_frames.remove(&ch.id);
+                i.used_bytes -= ch.bytes;
+            }
+        }
+    }
+}
+
 /// Evicts the globally oldest cached frame; false when nothing is left to evict.
 fn evict_oldest(i: &mut Inner) -> bool {
     while let Some((log, index, _)) = i.fifo.pop_front() {
@@ -264,7 +332,7 @@ fn evict_oldest(i: &mut Inner) -> bool {
         };
         if q.front().is_some_and(|f| f.header.index == index) {
             if let Some(f) = q.pop_front() {
-                i.used_bytes -= cost(&f);
+                release(i, &f);
             }
             return true;
         }
@@ -306,6 +374,7 @@ mod tests {
                 offset_count: 10,
             },
             body: Bytes::from(vec![0u8; body_len]),
+            chunk: None,
         }
     }
 
@@ -343,5 +412,41 @@ mod tests {
         c.unregister(a);
         c.unregister(b);
         assert_eq!(c.stats().used_bytes, 0);
+    }
+
+    #[test]
+    fn a_chunk_is_charged_once_while_any_of_its_frames_is_cached() {
+        let in_chunk = |index: u64, id: usize| CachedFrame {
+            chunk: Some(ChunkCharge {
+                id,
+                bytes: 64 * 1024,
+            }),
+            ..frame(index, index as i64 * 10, 1000)
+        };
+        let per = cost(&in_chunk(1, 1));
+        let c = BatchCache::new(1 << 20);
+        let a = c.register();
+        c.insert(a, in_chunk(1, 1));
+        assert_eq!(c.stats().used_bytes, 64 * 1024 + per);
+        c.insert(a, in_chunk(2, 1));
+        c.insert(a, in_chunk(3, 2));
+        assert_eq!(c.stats().used_bytes, 2 * 64 * 1024 + 3 * per);
+        // Frame 3 leaves, and with it chunk 2; chunk 1 stays while frame 1 or 2 is cached.
+        c.truncate_from(a, RaftIndex(3));
+        assert_eq!(c.stats().used_bytes, 64 * 1024 + 2 * per);
+        c.truncate_below(a, RaftIndex(2));
+        assert_eq!(c.stats().used_bytes, 64 * 1024 + per);
+        c.unregister(a);
+        assert_eq!(c.stats().used_bytes, 0);
+
+        // Bounded by chunks: three chunks of 64 KiB in a cache of 150 KiB keep two.
+        let c = BatchCache::new(150 * 1024);
+        let b = c.register();
+        for index in 1..=6u64 {
+            c.insert(b, in_chunk(index, index.div_ceil(2) as usize));
+        }
+        assert!(c.stats().used_bytes <= 150 * 1024);
+        assert_eq!(offsets_from(&c, b, 0), None);
+        assert_eq!(offsets_from(&c, b, 30), Some(vec![30, 40, 50, 60]));
     }
 }

@@ -476,9 +476,12 @@ impl Log {
             .as_mut()
             .expect("the active segment always has a tail");
         let pos = seg.meta.size_bytes;
-        let (frame, header) = tail.buf.append_with(plan.frame_len_bytes as usize, |mem| {
-            write_frame(mem, e, &plan, index, base_offset)
-        });
+        let chunk_bytes_max = self.cache.tail_chunk_bytes_max();
+        let (frame, chunk, header) =
+            tail.buf
+                .append_with(plan.frame_len_bytes as usize, chunk_bytes_max, |mem| {
+                    write_frame(mem, e, &plan, index, base_offset)
+                });
         let header = match header {
             Ok(h) => h,
             Err(err) => {
@@ -503,8 +506,14 @@ impl Log {
         st.stats.bytes_appended += u64::from(header.frame_len_bytes);
         drop(guard);
         let body = frame.slice(FRAME_HEADER_BYTES..);
-        self.cache
-            .insert(self.cache_id, CachedFrame { header, body });
+        self.cache.insert(
+            self.cache_id,
+            CachedFrame {
+                header,
+                body,
+                chunk: Some(chunk),
+            },
+        );
         Ok(Appended {
             index: header.index,
             kafka_base_offset: header.kafka_base_offset,

@@ -32,14 +32,34 @@ use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
 
+use crate::cache::ChunkCharge;
 use crate::io::{AppendMem, WriteSource, WRITE_ALIGN_BYTES};
 
 /// The write alignment as a memory size.
 const BLOCK_BYTES: usize = WRITE_ALIGN_BYTES as usize;
 /// The largest chunk made for ordinary appends (a frame larger than this gets a chunk of
-/// its own size); chunks double from one block up to this while a partition keeps filling
-/// them.
+/// its own size); chunks double from one block up to this (or the lower cap of
+/// [`chunk_bytes_max`]) while a partition keeps filling them.
 pub(crate) const CHUNK_BYTES_MAX: usize = 256 * 1024;
+/// Divides the batch cache's bound per log into the chunk cap (see [`chunk_bytes_max`]).
+const CACHE_SHARE_PER_CHUNK: usize = 8;
+
+/// The largest chunk for a tail whose frames go to a batch cache bounded at `cache_bytes`
+/// that serves `logs` logs. Cached frames are slices of their chunks, so a chunk outlives
+/// the tail's use of it until the cache evicts its last frame: each log can hold about two
+/// chunks the cache's byte bound does not count (the tail chunk's spare room, and the part
+/// of its oldest cached chunk whose frames were already evicted). Chunks of at most an
+/// eighth of the cache's share per log keep that within a quarter of the bound, so many
+/// partitions on a shard get small chunks (whose appends copy more: a new chunk starts
+/// with the partial block, and a flush spanning chunks is copied) and few get large ones.
+pub(crate) fn chunk_bytes_max(cache_bytes: usize, logs: usize) -> usize {
+    if cache_bytes == 0 {
+        // No cache: nothing outlives the tail's use of a chunk.
+        return CHUNK_BYTES_MAX;
+    }
+    let share = cache_bytes / (CACHE_SHARE_PER_CHUNK * logs.max(1));
+    align_down(share.clamp(BLOCK_BYTES, CHUNK_BYTES_MAX))
+}
 /// A chunk with more room than this left unused when the tail goes quiet (everything
 /// flushed) is swapped for a one-block chunk holding the partial block, so that idle
 /// partitions hold a block each rather than a large chunk.
@@ -122,16 +142,18 @@ impl Chunks {
 
     /// Makes the last chunk one that can take `n` more bytes: a new chunk, starting at the
     /// partial block's start with a copy of it, when the last is sealed or full.
-    fn room_for(&mut self, n: usize) {
+    /// New chunks hold at most `cap_max` bytes unless `n` needs more.
+    fn room_for(&mut self, n: usize, cap_max: usize) {
         if let Some(last) = self.chunks.back() {
             if !last.sealed && last.end() == self.end && last.mem.room() >= n {
                 return;
             }
         }
         let start = align_down(self.end).max(self.front);
-        let cap = (self.end - start + n).max(self.next_cap.min(CHUNK_BYTES_MAX));
+        let cap_max = cap_max.min(CHUNK_BYTES_MAX);
+        let cap = (self.end - start + n).max(self.next_cap.min(cap_max));
         let chunk = self.chunk_from(start, cap);
-        self.next_cap = (chunk.mem.cap() * 2).min(CHUNK_BYTES_MAX);
+        self.next_cap = (chunk.mem.cap() * 2).min(cap_max);
         self.chunks.push_back(chunk);
     }
 }
@@ -160,14 +182,18 @@ impl TailBuf {
 
     /// Appends `n` bytes that `build` appends to the tail's memory (exactly `n`, with
     /// [`AppendMem::append_copy`], patching them before it returns if it likes), and
-    /// returns them as a `Bytes` sharing that memory, with what `build` returned.
+    /// returns them as a `Bytes` sharing that memory, with what that memory costs the
+    /// batch cache while it holds the bytes, and what `build` returned. A new
+    /// chunk, if one is needed, holds at most `chunk_bytes_max` (see [`chunk_bytes_max`])
+    /// unless the `n` bytes need more.
     pub(crate) fn append_with<R>(
         &self,
         n: usize,
+        chunk_bytes_max: usize,
         build: impl FnOnce(&mut AppendMem) -> R,
-    ) -> (Bytes, R) {
+    ) -> (Bytes, ChunkCharge, R) {
         let mut c = self.0.borrow_mut();
-        c.room_for(n);
+        c.room_for(n, chunk_bytes_max);
         let last = c.chunks.back_mut().expect("room_for leaves a last chunk");
         let at = last.mem.written();
         let out = build(&mut last.mem);
@@ -178,14 +204,19 @@ impl TailBuf {
         );
         last.len += n;
         let frame = last.mem.bytes(at..at + n);
+        let charge = ChunkCharge {
+            id: last.mem.id(),
+            // An aligned allocation can waste up to its alignment.
+            bytes: last.mem.cap() + BLOCK_BYTES,
+        };
         c.end += n;
-        (frame, out)
+        (frame, charge, out)
     }
 
     /// Appends a copy of `bytes`.
     pub(crate) fn extend(&self, bytes: &[u8]) {
         if !bytes.is_empty() {
-            self.append_with(bytes.len(), |mem| {
+            self.append_with(bytes.len(), CHUNK_BYTES_MAX, |mem| {
                 mem.append_copy(bytes);
             });
         }
@@ -368,9 +399,39 @@ mod tests {
     }
 
     #[test]
+    fn chunks_shrink_as_more_logs_share_the_cache() {
+        let cache_bytes = 64 << 20;
+        assert_eq!(chunk_bytes_max(cache_bytes, 6), CHUNK_BYTES_MAX);
+        assert_eq!(chunk_bytes_max(cache_bytes, 100), 80 * 1024);
+        assert_eq!(chunk_bytes_max(cache_bytes, 2000), BLOCK_BYTES);
+        assert_eq!(chunk_bytes_max(cache_bytes, 0), CHUNK_BYTES_MAX);
+        assert_eq!(chunk_bytes_max(0, 2000), CHUNK_BYTES_MAX);
+        // A tail capped at a block holds chunks of about a block and the frame each
+        // began with, and its bytes stay right across them.
+        let tail = TailBuf::default();
+        let mut frames = Vec::new();
+        for k in 0..100u8 {
+            let (frame, _, ()) = tail.append_with(1000, BLOCK_BYTES, |m| {
+                m.append_copy(&[k; 1000]);
+            });
+            frames.push(frame);
+        }
+        assert!(tail
+            .0
+            .borrow()
+            .chunks
+            .iter()
+            .all(|c| c.mem.cap() <= 2 * BLOCK_BYTES));
+        for (k, frame) in frames.iter().enumerate() {
+            assert_eq!(&frame[..], &[k as u8; 1000][..]);
+            assert_eq!(tail.slice(k * 1000..(k + 1) * 1000), frame);
+        }
+    }
+
+    #[test]
     fn a_range_inside_one_chunk_is_that_chunk_not_a_copy() {
         let tail = tail_of(&[b"xyz"]);
-        let (frame, ()) = tail.append_with(100, |m| {
+        let (frame, _, ()) = tail.append_with(100, CHUNK_BYTES_MAX, |m| {
             m.append_copy(&[5u8; 100]);
         });
         let s = tail.slice(13..53);
@@ -381,7 +442,7 @@ mod tests {
     #[test]
     fn a_flush_writes_from_the_frames_memory_zero_padded() {
         let tail = TailBuf::default();
-        let (frame, ()) = tail.append_with(5000, |m| {
+        let (frame, _, ()) = tail.append_with(5000, CHUNK_BYTES_MAX, |m| {
             m.append_copy(&[7u8; 5000]);
         });
         let flush = tail.for_flush(5000, 8192);
@@ -400,14 +461,14 @@ mod tests {
     #[test]
     fn frames_handed_out_never_change_through_truncation_and_appends() {
         let tail = TailBuf::default();
-        let (a, ()) = tail.append_with(3000, |m| {
+        let (a, _, ()) = tail.append_with(3000, CHUNK_BYTES_MAX, |m| {
             m.append_copy(&[1u8; 3000]);
         });
-        let (b, ()) = tail.append_with(3000, |m| {
+        let (b, _, ()) = tail.append_with(3000, CHUNK_BYTES_MAX, |m| {
             m.append_copy(&[2u8; 3000]);
         });
         tail.truncate(3000);
-        let (c, ()) = tail.append_with(3000, |m| {
+        let (c, _, ()) = tail.append_with(3000, CHUNK_BYTES_MAX, |m| {
             m.append_copy(&[3u8; 3000]);
         });
         assert!(a.iter().all(|&x| x == 1));

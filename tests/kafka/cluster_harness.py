@@ -949,3 +949,18 @@ def _tcp_remote_ports_by_inode() -> dict[int, int]:
                 continue
             out[int(cols[9])] = int(cols[2].rsplit(":", 1)[1], 16)
     return out
+
+
+def partition_watermarks(ck, c, topic: str, p: int) -> tuple[int, int]:
+    """The partition's watermarks. A failure asks for the topic's metadata before it is
+    raised (for the caller to retry): librdkafka keeps a partition whose last Metadata
+    showed no leader (a Raft election under way) as unknown and does not ask again by
+    itself — a CI run once failed with _UNKNOWN_PARTITION for 30 s that way."""
+    try:
+        return c.get_watermark_offsets(ck.TopicPartition(topic, p), timeout=5, cached=False)
+    except ck.KafkaException:
+        try:
+            c.list_topics(topic, timeout=5)
+        except ck.KafkaException:
+            pass
+        raise

@@ -29,7 +29,7 @@ from collections import Counter, deque
 
 import pytest
 
-from cluster_harness import Cluster, NODE_IDS, metadata_v1, strand_bin
+from cluster_harness import Cluster, NODE_IDS, metadata_v1, strand_bin, partition_watermarks
 from jepsen_check import OK, UNKNOWN, Write, check
 from strand_harness import frame, need_module, recv_response, wait_until
 
@@ -371,8 +371,7 @@ def read_pass(ck, bootstrap: str, topic: str, deadline_s: float = READ_DEADLINE_
         for p in range(PARTITIONS):
             try:
                 lo, hi = wait_until(
-                    lambda p=p: c.get_watermark_offsets(ck.TopicPartition(topic, p), timeout=5,
-                                                        cached=False),
+                    lambda p=p: partition_watermarks(ck, c, topic, p),
                     LEADERS_DEADLINE_S, f"watermarks of {topic}/{p} via {bootstrap}")
             except TimeoutError:
                 # What the bootstrap node tells clients, and where the client waited (a CI

@@ -26,7 +26,7 @@ import time
 
 import pytest
 
-from cluster_harness import Cluster, _Reader
+from cluster_harness import Cluster, _Reader, partition_watermarks
 from jepsen_check import OK, Write, check
 from strand_harness import frame, need_module, recv_response, wait_until
 from test_cluster import ck, gauge, owned_cluster, producer_config  # noqa: F401 (ck: fixture)
@@ -90,13 +90,13 @@ def watermarks(ck, bootstrap: str, topic: str = TOPIC) -> tuple[int, int]:
     leader (its metadata is a moment old) and get NOT_LEADER_FOR_PARTITION or
     LEADER_NOT_AVAILABLE: like a client, it refreshes and asks again, for up to 10 s."""
     c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "strand-tests-unused"})
-    moved = (ck.KafkaError.NOT_LEADER_FOR_PARTITION, ck.KafkaError.LEADER_NOT_AVAILABLE)
+    moved = (ck.KafkaError.NOT_LEADER_FOR_PARTITION, ck.KafkaError.LEADER_NOT_AVAILABLE,
+             ck.KafkaError._UNKNOWN_PARTITION)
     deadline = time.monotonic() + 10
     try:
         while True:
             try:
-                return c.get_watermark_offsets(ck.TopicPartition(topic, 0), timeout=5,
-                                               cached=False)
+                return partition_watermarks(ck, c, topic, 0)
             except ck.KafkaException as e:
                 if e.args[0].code() not in moved or time.monotonic() > deadline:
                     raise
