@@ -7,7 +7,10 @@
 //! (unless the tails' own chunks alone exceed it), where `used_bytes` is the memory the
 //! cached frames keep alive: a frame that is a slice of a tail chunk (`tail_buf`) keeps
 //! the whole chunk, so each chunk is charged once, whole, while any of its frames is
-//! cached, and such a frame itself costs only its bookkeeping.
+//! cached, and such a frame itself costs only its bookkeeping. A tail appends only to its
+//! last chunk, so a chunk's cached frames are contiguous in their log's run: the chunk is
+//! charged with the first of them that enters and released with the last that leaves,
+//! which its neighbours in the run tell (`frame_charge`), with no table of chunks.
 //! Lives on one shard (`!Send`); no borrow is held across an `.await`. It also keeps the
 //! shard's read-aheads (`read_ahead`), which have their own bound.
 
@@ -53,8 +56,8 @@ struct Inner {
     next_log_id: LogId,
     fifo: VecDeque<(LogId, RaftIndex, usize)>,
     logs: HashMap<LogId, VecDeque<CachedFrame>>,
-    /// Cached frames per chunk of the frames that have one.
-    chunk_frames: HashMap<usize, usize>,
+    /// Frames in `logs`, all logs together.
+    frames: usize,
     hits: u64,
     misses: u64,
 }
@@ -142,9 +145,12 @@ impl BatchCache {
         self.read_ahead.borrow_mut().remove(log);
         let mut i = self.inner.borrow_mut();
         if let Some(q) = i.logs.remove(&log) {
+            let mut prev = None;
             for f in &q {
-                release(&mut i, f);
+                i.used_bytes -= frame_charge(f, prev);
+                prev = Some(f);
             }
+            i.frames -= q.len();
         }
     }
 
@@ -153,7 +159,6 @@ impl BatchCache {
     pub fn insert(&self, log: LogId, frame: CachedFrame) {
         let mut guard = self.inner.borrow_mut();
         let i = &mut *guard;
-        let c = charge_of(i, &frame);
         let alone_bytes = cost(&frame)
             + frame
                 .chunk
@@ -163,12 +168,7 @@ impl BatchCache {
             self.truncate_from(log, RaftIndex(0));
             return;
         }
-        while i.used_bytes + charge_of(i, &frame) > i.max_bytes {
-            if !evict_oldest(i) {
-                break;
-            }
-        }
-        let Some(q) = i.logs.get_mut(&log) else {
+        let Some(q) = i.logs.get(&log) else {
             return;
         };
         if let Some(back) = q.back() {
@@ -178,10 +178,22 @@ impl BatchCache {
                 "cache run not contiguous"
             );
         }
+        let mut back_shares = shares_chunk(q.back(), &frame);
+        let c = loop {
+            let c = charge_beside(&frame, back_shares);
+            if i.used_bytes + c <= i.max_bytes {
+                break c;
+            }
+            match evict_oldest(i) {
+                Some((from, emptied)) => back_shares &= !(from == log && emptied),
+                None => break c,
+            }
+        };
         i.fifo.push_back((log, frame.header.index, c));
-        charge(i, &frame);
+        i.used_bytes += c;
         if let Some(q) = i.logs.get_mut(&log) {
             q.push_back(frame);
+            i.frames += 1;
         }
         compact_fifo(i);
     }
@@ -192,13 +204,16 @@ impl BatchCache {
         let Some(q) = i.logs.get_mut(&log) else {
             return;
         };
-        let mut cut = Vec::new();
+        let mut freed = 0;
+        let mut cut = 0;
         while q.back().is_some_and(|f| f.header.index >= from) {
-            cut.extend(q.pop_back());
+            if let Some(f) = q.pop_back() {
+                freed += frame_charge(&f, q.back());
+                cut += 1;
+            }
         }
-        for f in &cut {
-            release(&mut i, f);
-        }
+        i.used_bytes -= freed;
+        i.frames -= cut;
     }
 
     /// Drops frames of `log` with index < `below` (prefix truncation).
@@ -207,13 +222,16 @@ impl BatchCache {
         let Some(q) = i.logs.get_mut(&log) else {
             return;
         };
-        let mut cut = Vec::new();
+        let mut freed = 0;
+        let mut cut = 0;
         while q.front().is_some_and(|f| f.header.index < below) {
-            cut.extend(q.pop_front());
+            if let Some(f) = q.pop_front() {
+                freed += frame_charge(&f, q.front());
+                cut += 1;
+            }
         }
-        for f in &cut {
-            release(&mut i, f);
-        }
+        i.used_bytes -= freed;
+        i.frames -= cut;
     }
 
     /// If the cache holds every frame of `log` from the one containing Kafka offset
@@ -292,59 +310,52 @@ impl BatchCache {
     }
 }
 
-/// What caching `f` adds to `used_bytes`: its cost, and its chunk's if no other cached
-/// frame holds that chunk.
-fn charge_of(i: &Inner, f: &CachedFrame) -> usize {
-    cost(f)
-        + f.chunk
-            .filter(|ch| !i.chunk_frames.contains_key(&ch.id))
-            .map_or(0, |ch| ch.bytes)
+/// Whether `f` is a slice of the same chunk as `neighbour`, its neighbour in its log's run.
+fn shares_chunk(neighbour: Option<&CachedFrame>, f: &CachedFrame) -> bool {
+    matches!(
+        (neighbour.and_then(|n| n.chunk), f.chunk),
+        (Some(a), Some(b)) if a.id == b.id
+    )
 }
 
-/// Counts `f` in `used_bytes` (it has just been cached).
-fn charge(i: &mut Inner, f: &CachedFrame) {
-    i.used_bytes += charge_of(i, f);
-    if let Some(ch) = f.chunk {
-        *i.chunk_frames.entry(ch.id).or_insert(0) += 1;
-    }
+/// What `f` counts in `used_bytes`: its cost, and its chunk's unless a neighbour in its
+/// log's run (the one that stays when `f` enters or leaves) holds that chunk too.
+fn frame_charge(f: &CachedFrame, neighbour: Option<&CachedFrame>) -> usize {
+    charge_beside(f, shares_chunk(neighbour, f))
 }
 
-/// Takes `f` out of `used_bytes` (it has just left the cache), with its chunk when it was
-/// the chunk's last cached frame.
-fn release(i: &mut Inner, f: &CachedFrame) {
-    i.used_bytes -= cost(f);
-    if let Some(ch) = f.chunk {
-        if let Some(n) = i.chunk_frames.get_mut(&ch.id) {
-            *n -= 1;
-            if *n == 0 {
-                i.chunk_frames.remove(&ch.id);
-                i.used_bytes -= ch.bytes;
-            }
-        }
-    }
+/// `frame_charge` when whether a neighbour shares `f`'s chunk is known.
+fn charge_beside(f: &CachedFrame, neighbour_shares: bool) -> usize {
+    let chunk = if neighbour_shares {
+        0
+    } else {
+        f.chunk.map_or(0, |ch| ch.bytes)
+    };
+    cost(f) + chunk
 }
 
-/// Evicts the globally oldest cached frame; false when nothing is left to evict.
-fn evict_oldest(i: &mut Inner) -> bool {
+/// Evicts the globally oldest cached frame: its log and whether that log's run is now
+/// empty; `None` when nothing is left to evict.
+fn evict_oldest(i: &mut Inner) -> Option<(LogId, bool)> {
     while let Some((log, index, _)) = i.fifo.pop_front() {
         let Some(q) = i.logs.get_mut(&log) else {
             continue;
         };
         if q.front().is_some_and(|f| f.header.index == index) {
             if let Some(f) = q.pop_front() {
-                release(i, &f);
+                i.used_bytes -= frame_charge(&f, q.front());
+                i.frames -= 1;
             }
-            return true;
+            return Some((log, q.is_empty()));
         }
         // Stale entry: the frame was truncated or its log unregistered.
     }
-    false
+    None
 }
 
 /// Drops stale FIFO entries once they outnumber live frames, bounding the FIFO's length.
 fn compact_fifo(i: &mut Inner) {
-    let live: usize = i.logs.values().map(VecDeque::len).sum();
-    if i.fifo.len() <= 2 * live + 1024 {
+    if i.fifo.len() <= 2 * i.frames + 1024 {
         return;
     }
     let logs = &i.logs;
@@ -448,5 +459,80 @@ mod tests {
         assert!(c.stats().used_bytes <= 150 * 1024);
         assert_eq!(offsets_from(&c, b, 0), None);
         assert_eq!(offsets_from(&c, b, 30), Some(vec![30, 40, 50, 60]));
+
+        // Room for a chunk and one frame: the second frame of the chunk evicts the first,
+        // and then it holds the chunk itself.
+        let c = BatchCache::new(64 * 1024 + per + per / 2);
+        let d = c.register();
+        c.insert(d, in_chunk(1, 7));
+        c.insert(d, in_chunk(2, 7));
+        assert_eq!(offsets_from(&c, d, 20), Some(vec![20]));
+        assert_eq!(c.stats().used_bytes, 64 * 1024 + per);
+        assert_eq!(recount(&c), 64 * 1024 + per);
+    }
+
+    /// `used_bytes` recomputed from what is cached: every frame's cost and each chunk once.
+    fn recount(c: &BatchCache) -> usize {
+        let i = c.inner.borrow();
+        let mut chunks = std::collections::HashSet::new();
+        let mut total = 0;
+        for f in i.logs.values().flatten() {
+            total += cost(f);
+            if let Some(ch) = f.chunk {
+                if chunks.insert(ch.id) {
+                    total += ch.bytes;
+                }
+            }
+        }
+        assert_eq!(i.frames, i.logs.values().map(VecDeque::len).sum::<usize>());
+        total
+    }
+
+    #[test]
+    fn chunk_charges_match_what_is_cached_through_any_operations() {
+        use rand::{Rng, SeedableRng};
+        for seed in 0..50u64 {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let c = BatchCache::new(rng.gen_range(20_000..200_000));
+            let logs: Vec<LogId> = (0..3).map(|_| c.register()).collect();
+            // Per log: next index, and the chunk its tail appends to.
+            let mut next = [1u64; 3];
+            let mut chunk = [0usize; 3];
+            let mut chunk_ids = 0usize;
+            for _ in 0..400 {
+                let k = rng.gen_range(0..3);
+                match rng.gen_range(0..10) {
+                    0 => {
+                        let back = rng.gen_range(1..=next[k]);
+                        c.truncate_from(logs[k], RaftIndex(back));
+                        next[k] = back;
+                        // The tail starts a new chunk after a truncation.
+                        chunk[k] = 0;
+                    }
+                    1 => c.truncate_below(logs[k], RaftIndex(rng.gen_range(1..=next[k]))),
+                    _ => {
+                        if chunk[k] == 0 || rng.gen_range(0..4) == 0 {
+                            chunk_ids += 1;
+                            chunk[k] = chunk_ids;
+                        }
+                        let f = CachedFrame {
+                            chunk: Some(ChunkCharge {
+                                id: chunk[k],
+                                bytes: 8192,
+                            }),
+                            ..frame(next[k], next[k] as i64 * 10, rng.gen_range(0..3000))
+                        };
+                        c.insert(logs[k], f);
+                        next[k] += 1;
+                    }
+                }
+                assert_eq!(c.stats().used_bytes, recount(&c), "seed {seed}");
+                assert!(c.stats().used_bytes <= c.inner.borrow().max_bytes);
+            }
+            for log in logs {
+                c.unregister(log);
+            }
+            assert_eq!(c.stats().used_bytes, 0);
+        }
     }
 }
