@@ -42,6 +42,11 @@ use crate::partition::txn_index::{AbortedTxn, TxnIndex};
 use record_set::RecordSet;
 use strand_raft::{Ack, GroupId};
 
+thread_local! {
+    /// A background checkpoint move runs on this shard (`Partition::maybe_checkpoint`).
+    static SHARD_CHECKPOINT_MOVING: Cell<bool> = const { Cell::new(false) };
+}
+
 /// Durability waiters and append watchers are bounded by the requests in flight, which
 /// the connection pipeline depth bounds; this caps one partition's list regardless.
 pub const WAITERS_MAX: usize = 65_536;
@@ -749,15 +754,24 @@ impl Partition {
 
     /// Moves the checkpoint up to `committed_end` in the background once
     /// `CHECKPOINT_INTERVAL_BYTES` were appended since the last move, and saves it.
+    ///
+    /// One background move at a time per shard (`SHARD_CHECKPOINT_MOVING`): a move reads
+    /// back and parses what was appended since the last one (16 MiB), and partitions loaded
+    /// alike reach their interval together — 16 partitions moving at once held a shard's
+    /// produce answers for ~20 ms every 256 MiB written (open loop, 70k rec/s of 1 KiB:
+    /// p99.9 of each such second ~100 ms). A partition that finds a move running tries
+    /// again at its next flush.
     fn maybe_checkpoint(self: &Rc<Self>, committed_end: KafkaOffset) {
         let appended = self.log.stats().bytes_appended;
         let since = appended.saturating_sub(self.checkpoint_mark_bytes.get());
         if self.checkpointing.get()
             || since < CHECKPOINT_INTERVAL_BYTES
             || committed_end <= self.checkpoint.borrow().offset
+            || SHARD_CHECKPOINT_MOVING.get()
         {
             return;
         }
+        SHARD_CHECKPOINT_MOVING.set(true);
         self.checkpointing.set(true);
         self.checkpoint_mark_bytes.set(appended);
         let me = self.clone();
@@ -767,6 +781,7 @@ impl Partition {
                     "partition-state checkpoint not moved; the next one retries");
             }
             me.checkpointing.set(false);
+            SHARD_CHECKPOINT_MOVING.set(false);
         });
     }
 
