@@ -99,7 +99,7 @@ const SHARED_HEADER_BYTES: usize = 24;
 /// `VecDeque`, whose spare capacity can equal its length, and has an entry in `fifo`,
 /// which holds up to twice as many entries as frames (`compact_fifo`) plus spare capacity.
 /// A frame that is a slice of a chunk costs its bookkeeping here; its bytes are the
-/// chunk's, charged by `charge`.
+/// chunk's, charged by `frame_charge`.
 fn cost(f: &CachedFrame) -> usize {
     let bytes = if f.chunk.is_some() {
         0
