@@ -370,6 +370,11 @@ impl Broker {
         }
     }
 
+    /// The whole log of the current start.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(self.log_path(self.starts)).unwrap_or_default()
+    }
+
     /// The last lines of the current start's log.
     pub fn log_tail(&self) -> String {
         let path = self.log_path(self.starts);

@@ -3,6 +3,9 @@
 //! JVM sets SO_REUSEADDR on server sockets); clients and operators know a broker by its
 //! address, so a broker that cannot rebind for a minute (the TIME_WAIT period) after every
 //! restart is down for that minute.
+//!
+//! Also group commit pacing (what was acknowledged survives kill -9) and the slow-produce
+//! log that pacing makes easy to provoke.
 
 use strand_tests::broker::{Broker, Options};
 
@@ -106,4 +109,63 @@ fn paced_group_commit_shares_flushes_and_loses_nothing_acknowledged() {
         after >= durable && durable > *bases.last().unwrap_or(&0),
         "acknowledged up to {durable}, {after} after kill -9"
     );
+}
+
+/// The slow-produce log (`--produce-slow-log-ms`): with flushes paced at 100 ms, a produce
+/// appended while a flush is in flight waits for the next one, and the broker logs such a
+/// request with its timeline, naming that wait. Concurrent acks=all producers on one
+/// partition always meet it (the test above bounds the flushes they share).
+#[test]
+fn a_slow_produce_is_logged_with_its_timeline() {
+    use strand_storage::RaftIndex;
+
+    const THRESHOLD_MS: f64 = 30.0;
+    let mut broker = Broker::start(
+        env!("CARGO_TARGET_TMPDIR").as_ref(),
+        Options {
+            extra_args: vec![
+                "--group-commit-min-interval-us".into(),
+                "100000".into(),
+                "--produce-slow-log-ms".into(),
+                "30".into(),
+            ],
+            ..Options::default()
+        },
+    );
+    broker.connect().create_topic("slow", 1);
+    std::thread::scope(|s| {
+        for p in 0..6 {
+            let mut c = broker.connect();
+            s.spawn(move || {
+                for i in 0..4 {
+                    let batch = strand_tests::crash_workload::batch(p, RaftIndex(i + 1));
+                    let r = c.produce("slow", 0, batch, -1);
+                    assert_eq!(r.error_code, 0, "produce: {r:?}");
+                }
+            });
+        }
+    });
+    let log = broker.log_text();
+    let line = log
+        .lines()
+        .find(|l| l.contains("slow produce"))
+        .unwrap_or_else(|| panic!("no slow produce logged; log:\n{}", broker.log_tail()));
+    for part in [
+        "handler ",
+        "slow-0 on shard 0: began ",
+        "waiting for the flush in flight",
+        "durable ",
+        "all partitions answered ",
+        "acks=-1",
+    ] {
+        assert!(line.contains(part), "{part:?} missing from: {line}");
+    }
+    let took_ms: f64 = line
+        .split("took_ms=")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no took_ms in: {line}"));
+    assert!(took_ms >= THRESHOLD_MS, "logged at {took_ms} ms: {line}");
+    broker.assert_alive();
 }

@@ -129,6 +129,13 @@ const KEYS: &[(&str, Kind)] = &[
         },
     ),
     (
+        "produce_slow_log_ms",
+        Kind::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+    ),
+    (
         "message_max_bytes",
         Kind::Int {
             min: 1,

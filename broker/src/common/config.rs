@@ -20,6 +20,9 @@ const _: () = assert!(MESSAGE_MAX_BYTES_DEFAULT <= REQUEST_BYTES_MAX);
 pub const FETCH_MAX_BYTES_DEFAULT: usize = 55 * 1024 * 1024;
 /// Kafka's `log.retention.check.interval.ms` default (5 minutes).
 pub const RETENTION_CHECK_INTERVAL_MS_DEFAULT: u64 = 300_000;
+/// Default `produce_slow_log_ms`: a produce answered a second or more after it was read
+/// is logged with its timeline.
+pub const PRODUCE_SLOW_LOG_MS_DEFAULT: u64 = 1_000;
 /// Kafka's `log.cleaner.backoff.ms` default: how long a shard's cleaner sleeps when no
 /// compacted partition is worth a pass.
 pub const LOG_CLEANER_BACKOFF_MS_DEFAULT: u64 = 15_000;
@@ -217,6 +220,12 @@ pub struct Flags {
     /// busy partition better with a few hundred (README, Tail latency and CPUs).
     #[arg(long, env = "STRAND_GROUP_COMMIT_MIN_INTERVAL_US")]
     pub group_commit_min_interval_us: Option<u64>,
+    /// A Produce whose answer is ready this many milliseconds or more after its request
+    /// was read is logged at WARN with its timeline (handler, append, wait for the flush
+    /// in flight, flush, answer; at most one line per shard per second). 0 = off.
+    /// Default 1000.
+    #[arg(long, env = "STRAND_PRODUCE_SLOW_LOG_MS")]
+    pub produce_slow_log_ms: Option<u64>,
     /// Largest record batch accepted (`message.max.bytes`).
     #[arg(long, env = "STRAND_MESSAGE_MAX_BYTES")]
     pub message_max_bytes: Option<usize>,
@@ -489,6 +498,7 @@ struct FileConfig {
     allow_buffered_io: Option<bool>,
     segment_bytes: Option<u64>,
     group_commit_min_interval_us: Option<u64>,
+    produce_slow_log_ms: Option<u64>,
     message_max_bytes: Option<usize>,
     fetch_max_bytes: Option<usize>,
     group_max_size: Option<usize>,
@@ -794,6 +804,8 @@ pub struct Config {
     pub segment_bytes: u64,
     /// Least microseconds between two flush starts of a partition (0: none).
     pub group_commit_min_interval_us: u64,
+    /// Produce requests this slow or slower are logged with their timeline (0: none).
+    pub produce_slow_log_ms: u64,
     /// `message.max.bytes`.
     pub message_max_bytes: usize,
     /// `fetch.max.bytes`.
@@ -992,6 +1004,10 @@ impl Config {
                 .group_commit_min_interval_us
                 .or(file.group_commit_min_interval_us)
                 .unwrap_or(0),
+            produce_slow_log_ms: flags
+                .produce_slow_log_ms
+                .or(file.produce_slow_log_ms)
+                .unwrap_or(PRODUCE_SLOW_LOG_MS_DEFAULT),
             message_max_bytes: flags
                 .message_max_bytes
                 .or(file.message_max_bytes)

@@ -89,13 +89,15 @@ pub fn parse_filter(filter: &str) -> Result<EnvFilter, LogLevelError> {
     })
 }
 
-/// Installs the global subscriber (stderr).
+/// Installs the global subscriber (stderr). Text has colours only on a terminal: a log
+/// file or the journal gets plain lines that grep and log shippers read as written.
 pub fn init(format: LogFormat, level: &str) -> anyhow::Result<()> {
     let (filter, handle) = reload::Layer::new(parse_filter(level)?);
     let registry = tracing_subscriber::registry().with(filter);
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let installed = match format {
         LogFormat::Text => registry
-            .with(fmt::layer().with_writer(std::io::stderr))
+            .with(fmt::layer().with_ansi(ansi).with_writer(std::io::stderr))
             .try_init(),
         LogFormat::Json => registry
             .with(fmt::layer().json().with_writer(std::io::stderr))

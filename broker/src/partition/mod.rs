@@ -111,14 +111,36 @@ pub trait RaftGroups {
     ) -> LocalBoxFuture<'_, Result<KafkaOffset, KafkaError>>;
 }
 
-/// A produce waiting for its entry to become durable.
-type DurableWaiter = (RaftIndex, oneshot::Sender<Result<(), KafkaError>>);
+/// A produce waiting for its entry to become durable; told when the flush that made it
+/// durable began (`None`: not known, e.g. a shutdown's flush).
+type DurableWaiter = (
+    RaftIndex,
+    oneshot::Sender<Result<Option<std::time::Instant>, KafkaError>>,
+);
 
 /// Result of a produce to this partition.
 #[derive(Clone, Copy, Debug)]
 pub struct Produced {
     /// Offset of the batch's first record.
     pub base_offset: KafkaOffset,
+    /// When its steps happened here (`None` where not traced: a duplicate, a replicated
+    /// partition).
+    pub timing: Option<AppendTiming>,
+}
+
+/// When a produce's steps happened on its partition's shard: the partition's part of a
+/// slow request's timeline (`gateway::kafka::slow_log`).
+#[derive(Clone, Copy, Debug)]
+pub struct AppendTiming {
+    /// The partition began on the batch (after the hop to its shard).
+    pub started: std::time::Instant,
+    /// The batch was in the log's memory.
+    pub appended: std::time::Instant,
+    /// The flush that made it durable began (acks=all; after `appended` when the batch
+    /// waited for a flush in flight, group commit).
+    pub flush_started: Option<std::time::Instant>,
+    /// It was durable (acks=all).
+    pub durable: Option<std::time::Instant>,
 }
 
 /// A partition hosted on this shard.
@@ -508,6 +530,7 @@ impl Partition {
                 }
                 return Ok(Produced {
                     base_offset: KafkaOffset(base_offset),
+                    timing: None,
                 });
             }
         }
@@ -546,16 +569,33 @@ impl Partition {
             // The answer is the append's; only its timing waits for the disk.
             let _ = rx.await;
         }
-        if let Some(rx) = durable {
-            rx.await.map_err(|_| KafkaError::NotLeader)??;
-            self.metrics.produce_stage(
-                ProduceStage::Flush,
-                crate::common::clock::now() - append_done,
-            );
-        }
+        let (flush_started, durable) = match durable {
+            Some(rx) => self.durable_at(rx, append_done).await?,
+            None => (None, None),
+        };
         Ok(Produced {
             base_offset: appended.kafka_base_offset,
+            timing: Some(AppendTiming {
+                started,
+                appended: append_done,
+                flush_started,
+                durable,
+            }),
         })
+    }
+
+    /// Waits for an append made at `appended` to be durable: when its flush began and
+    /// when it was durable (the produce's flush stage).
+    async fn durable_at(
+        &self,
+        rx: oneshot::Receiver<Result<Option<std::time::Instant>, KafkaError>>,
+        appended: std::time::Instant,
+    ) -> Result<(Option<std::time::Instant>, Option<std::time::Instant>), KafkaError> {
+        let flush_started = rx.await.map_err(|_| KafkaError::NotLeader)??;
+        let now = crate::common::clock::now();
+        self.metrics
+            .produce_stage(ProduceStage::Flush, now - appended);
+        Ok((flush_started, Some(now)))
     }
 
     /// Takes an appended batch at `base` into the transaction index, and a marker's epoch
@@ -598,6 +638,7 @@ impl Partition {
                     self.wait_committed(KafkaOffset(base_offset)).await;
                     return Ok(Produced {
                         base_offset: KafkaOffset(base_offset),
+                        timing: None,
                     });
                 }
                 // Recorded at proposal, so pipelined batches of the producer follow it.
@@ -642,7 +683,10 @@ impl Partition {
                 self.wait_committed(KafkaOffset(last)).await;
             }
         }
-        Ok(Produced { base_offset: base })
+        Ok(Produced {
+            base_offset: base,
+            timing: None,
+        })
     }
 
     /// Waits until the high watermark passes `offset` (a retried batch's original).
@@ -914,7 +958,7 @@ impl Partition {
     fn backpressure(
         &self,
         pending_bytes: u64,
-    ) -> Option<oneshot::Receiver<Result<(), KafkaError>>> {
+    ) -> Option<oneshot::Receiver<Result<Option<std::time::Instant>, KafkaError>>> {
         if pending_bytes <= strand_storage::TAIL_PENDING_BYTES_WAIT
             || self.durable_waiters.borrow().len() >= WAITERS_MAX
         {
@@ -923,7 +967,10 @@ impl Partition {
         Some(self.wait_durable(self.log.durable().last_index.next()))
     }
 
-    fn wait_durable(&self, index: RaftIndex) -> oneshot::Receiver<Result<(), KafkaError>> {
+    fn wait_durable(
+        &self,
+        index: RaftIndex,
+    ) -> oneshot::Receiver<Result<Option<std::time::Instant>, KafkaError>> {
         let (tx, rx) = oneshot::channel();
         let mut w = self.durable_waiters.borrow_mut();
         if w.len() < WAITERS_MAX {
@@ -1008,7 +1055,7 @@ impl Partition {
                 .storage_flush(crate::common::clock::now() - flush_started);
             match self.log.complete_flush(outcome) {
                 Ok(d) => {
-                    self.on_durable(d.last_index, d.next_offset);
+                    self.on_durable(d.last_index, d.next_offset, Some(flush_started));
                     self.maybe_checkpoint(d.next_offset);
                 }
                 Err(e) => {
@@ -1021,7 +1068,14 @@ impl Partition {
         self.flushing.set(false);
     }
 
-    fn on_durable(&self, index: RaftIndex, next_offset: KafkaOffset) {
+    /// Advances the high watermark to `next_offset` and answers the produces waiting for
+    /// entries up to `index`, telling them when their flush began (`flush_started`).
+    fn on_durable(
+        &self,
+        index: RaftIndex,
+        next_offset: KafkaOffset,
+        flush_started: Option<std::time::Instant>,
+    ) {
         if next_offset > self.high_watermark.get() {
             self.high_watermark.set(next_offset);
             self.txns.borrow_mut().settle(next_offset.0);
@@ -1034,7 +1088,7 @@ impl Partition {
         while k < waiters.len() {
             if waiters[k].0 <= index {
                 let (_, tx) = waiters.swap_remove(k);
-                let _ = tx.send(Ok(()));
+                let _ = tx.send(Ok(flush_started));
             } else {
                 k += 1;
             }
@@ -1118,7 +1172,7 @@ impl Partition {
             return Ok(());
         }
         let d = self.log.flush().await?;
-        self.on_durable(d.last_index, d.next_offset);
+        self.on_durable(d.last_index, d.next_offset, None);
         Ok(())
     }
 }

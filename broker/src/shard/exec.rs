@@ -164,6 +164,7 @@ impl Shard {
                             error: Some(e),
                             base_offset: KafkaOffset(-1),
                             log_start_offset: KafkaOffset(-1),
+                            timing: None,
                         }
                     }
                 };
@@ -189,11 +190,13 @@ impl Shard {
                         error: None,
                         base_offset: done.base_offset,
                         log_start_offset,
+                        timing: done.timing,
                     },
                     Err(e) => ProduceResult {
                         error: Some(e),
                         base_offset: KafkaOffset(-1),
                         log_start_offset,
+                        timing: None,
                     },
                 }
             }

@@ -46,6 +46,8 @@ pub struct ProduceResult {
     pub base_offset: KafkaOffset,
     /// Log start offset.
     pub log_start_offset: KafkaOffset,
+    /// When its steps happened on the partition's shard (a slow request's timeline).
+    pub timing: Option<crate::partition::AppendTiming>,
 }
 
 /// One partition of a fetch.

@@ -186,6 +186,7 @@ pub fn on_coordinator(
             muted_until: Rc::default(),
             throttle_ms: 0,
             conn_id: 0,
+            received: None,
         };
         if super::txn::is_coordinator_api(key) {
             return super::txn::on_coordinator(shard, &ctx, req.body)

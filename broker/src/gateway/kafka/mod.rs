@@ -31,6 +31,7 @@ pub mod share_groups;
 pub mod share_offsets;
 pub mod share_resets;
 pub mod share_state;
+pub mod slow_log;
 pub mod throttle;
 pub mod topics;
 pub mod txn;
@@ -359,6 +360,8 @@ pub struct Conn {
     pub muted_until: Rc<std::cell::Cell<Option<std::time::Instant>>>,
     /// The throttle time of the request this copy goes with (`quotas::record_produce`).
     pub throttle_ms: u64,
+    /// When the frame of the request this copy goes with was read (`slow_log`).
+    pub received: Option<std::time::Instant>,
 }
 
 /// What every handler needs from the request header.
@@ -383,6 +386,9 @@ pub struct Ctx {
     pub throttle_ms: u64,
     /// The connection's `Conn::id` (0 for a request run away from its connection's shard).
     pub conn_id: u64,
+    /// When the request's frame was read (`None` for a request run away from its
+    /// connection's shard).
+    pub received: Option<std::time::Instant>,
 }
 
 impl Ctx {
@@ -411,6 +417,7 @@ impl Ctx {
             muted_until: conn.muted_until.clone(),
             throttle_ms: conn.throttle_ms,
             conn_id: conn.id,
+            received: conn.received,
         };
         Ok((ctx, buf))
     }
@@ -680,6 +687,7 @@ mod tests {
             muted_until: Rc::default(),
             throttle_ms: 0,
             conn_id: 0,
+            received: None,
         }
     }
 

@@ -231,6 +231,7 @@ async fn secured(
         principal: kafka::ANONYMOUS.into(),
         muted_until: Rc::default(),
         throttle_ms: 0,
+        received: None,
     };
     let Some(tls) = security.tls.as_ref().filter(|_| protocol.tls()) else {
         return connection(shard.clone(), stream, peer, conn).await;
@@ -437,6 +438,7 @@ where
         shard.request_started();
         let s = shard.clone();
         let mut conn = conn.clone();
+        conn.received = Some(received);
         if api == Some(PRODUCE_API_INDEX) {
             conn.throttle_ms = kafka::quotas::record_produce(&shard, &conn, &frame);
         }

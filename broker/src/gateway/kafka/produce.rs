@@ -12,7 +12,7 @@ use kafka_protocol::messages::produce_response::{
 use kafka_protocol::messages::{BrokerId, ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 
-use super::{Ctx, FramingError};
+use super::{slow_log, Ctx, FramingError};
 use strand_storage::KafkaOffset;
 
 use crate::common::errors::code;
@@ -39,6 +39,7 @@ pub async fn handle(
     ctx: &Ctx,
     body: Bytes,
 ) -> Result<Option<Bytes>, FramingError> {
+    let handler_started = crate::common::clock::now();
     let req: ProduceRequest = ctx.decode(body)?;
     // As Kafka: Produce never creates a topic (only Metadata does, when the client allows
     // it and auto.create.topics.enable is on); a missing one is UNKNOWN_TOPIC_OR_PARTITION,
@@ -102,6 +103,9 @@ pub async fn handle(
             );
         }
     }
+    if let Some(received) = ctx.received {
+        log_if_slow(shard, ctx, &req, &results, received, handler_started);
+    }
     // Counted against the producer's quota when its frame was read (`quotas::record_produce`).
     let throttle_ms = ctx.throttle_ms;
     if req.acks == 0 {
@@ -148,6 +152,42 @@ pub async fn handle(
             .with_throttle_time_ms(i32::try_from(throttle_ms).unwrap_or(i32::MAX)),
     )
     .map(Some)
+}
+
+/// Hands a slow request's timeline to `slow_log` (which decides whether it was slow).
+fn log_if_slow(
+    shard: &Rc<Shard>,
+    ctx: &Ctx,
+    req: &ProduceRequest,
+    results: &[Vec<Option<ProduceResult>>],
+    received: std::time::Instant,
+    handler_started: std::time::Instant,
+) {
+    let stamps = slow_log::Stamps {
+        received,
+        handler_started,
+        parts_done: crate::common::clock::now(),
+    };
+    let threshold_ms = shard.config.produce_slow_log_ms;
+    let took = stamps.parts_done.saturating_duration_since(received);
+    if threshold_ms == 0 || took < std::time::Duration::from_millis(threshold_ms) {
+        return;
+    }
+    let meta = shard.metadata();
+    let parts: Vec<_> = req
+        .topic_data
+        .iter()
+        .zip(results)
+        .flat_map(|(t, row)| {
+            let meta = &meta;
+            t.partition_data.iter().zip(row).filter_map(move |(p, r)| {
+                let topic = t.name.0.as_str();
+                r.as_ref()
+                    .map(|r| (topic, p.index, meta.shard_of(topic, p.index), r))
+            })
+        })
+        .collect();
+    slow_log::check(threshold_ms, stamps, req.acks, &ctx.client_id, &parts);
 }
 
 /// KIP-951 (Produce v10+): a partition answered NOT_LEADER_OR_FOLLOWER names the leader
@@ -218,6 +258,7 @@ fn failed(e: KafkaError) -> ProduceResult {
         error: Some(e),
         base_offset: KafkaOffset(-1),
         log_start_offset: KafkaOffset(-1),
+        timing: None,
     }
 }
 
