@@ -305,7 +305,8 @@ def test_tune_check_reports_without_writing(ctl_broker):
     rows = block(r.stdout, "SETTING")
     settings = "\n".join(rows)
     for s in ("governor", "fs.aio-max-nr", "io_uring_disabled", "RLIMIT_MEMLOCK", "scheduler",
-              "hugepages", "isolation", "shards", "group commit pacing"):
+              "hugepages", "isolation", "shards", "group commit pacing",
+              "kernel memory monitor"):
         assert s in settings, r.stdout
     statuses = {line.split()[-1] for line in rows}
     assert statuses <= {"OK", "CHANGE", "UNKNOWN", "ADVICE"}, r.stdout

@@ -113,7 +113,7 @@ fn paced_group_commit_shares_flushes_and_loses_nothing_acknowledged() {
 
 /// The slow-produce log (`--produce-slow-log-ms`): with flushes paced at 100 ms, a produce
 /// appended while a flush is in flight waits for the next one, and the broker logs such a
-/// request with its timeline, naming that wait. Concurrent acks=all producers on one
+/// request with its timeline, its flush's start apart from its append. Concurrent acks=all producers on one
 /// partition always meet it (the test above bounds the flushes they share).
 #[test]
 fn a_slow_produce_is_logged_with_its_timeline() {
@@ -153,7 +153,7 @@ fn a_slow_produce_is_logged_with_its_timeline() {
     for part in [
         "handler ",
         "slow-0 on shard 0: began ",
-        "waiting for the flush in flight",
+        "after the append), durable ",
         "durable ",
         "all partitions answered ",
         "acks=-1",

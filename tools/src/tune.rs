@@ -413,6 +413,63 @@ pub fn pacing_row(cpuinfo: Option<&str>, stat: Option<&str>) -> Row {
     )
 }
 
+/// Kernel memory monitors (DAMON) from the `state` of each kdamond in sysfs and the
+/// `enabled` parameter of the DAMON modules: `(path, contents)`. A kdamond is a kernel
+/// thread that wakes on any CPU and runs for milliseconds (issue 30: on a 2-vCPU VM one ran
+/// 1.2-3.8 ms at a time on the load generator's CPU, the light load's p99.9).
+pub fn damon_row(states: &[(PathBuf, String)]) -> Row {
+    let on: Vec<&PathBuf> = states
+        .iter()
+        .filter(|(_, v)| matches!(v.trim(), "on" | "Y"))
+        .map(|(p, _)| p)
+        .collect();
+    if on.is_empty() {
+        return row(
+            "kernel memory monitor",
+            "no DAMON kdamond running".into(),
+            "none running",
+            "DAMON's kdamond threads take a CPU for milliseconds at a time",
+            Status::Ok,
+        );
+    }
+    let current = on
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    row(
+        "kernel memory monitor",
+        format!("DAMON running ({current})"),
+        "off, or away from strand's and its clients' CPUs",
+        "a kdamond thread runs for milliseconds at a time on any CPU, and a request or a \
+         client it lands on waits that long (perf sched timehist shows it); if nothing on \
+         this host relies on it, write `off` to the kdamond's state (`N` to a module's \
+         enabled), else keep it off the latency-critical CPUs with taskset",
+        Status::Advice,
+    )
+}
+
+/// The DAMON switches `damon_row` reads.
+fn damon_states() -> Vec<(PathBuf, String)> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir("/sys/kernel/mm/damon/admin/kdamonds")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("state"))
+        .collect();
+    for module in ["damon_reclaim", "damon_lru_sort", "damon_stat"] {
+        paths.push(
+            Path::new("/sys/module")
+                .join(module)
+                .join("parameters/enabled"),
+        );
+    }
+    paths
+        .into_iter()
+        .filter_map(|p| read(&p).map(|v| (p, v)))
+        .collect()
+}
+
 fn read(path: &Path) -> Option<String> {
     std::fs::read_to_string(path).ok()
 }
@@ -491,6 +548,7 @@ pub fn collect(data_dir: &Path) -> Vec<Row> {
             read(Path::new("/proc/cpuinfo")).as_deref(),
             read(Path::new("/proc/stat")).as_deref(),
         ),
+        damon_row(&damon_states()),
     ]
 }
 
@@ -673,6 +731,22 @@ mod tests {
             "{metal:?}"
         );
         assert_eq!(pacing_row(None, Some(stat)).status, Status::Unknown);
+    }
+
+    #[test]
+    fn a_running_memory_monitor_is_named() {
+        let kdamond = PathBuf::from("/sys/kernel/mm/damon/admin/kdamonds/0/state");
+        let module = PathBuf::from("/sys/module/damon_reclaim/parameters/enabled");
+        let r = damon_row(&[
+            (kdamond.clone(), "on\n".into()),
+            (module.clone(), "N\n".into()),
+        ]);
+        assert_eq!(r.status, Status::Advice);
+        assert!(r.current.contains("kdamonds/0/state"), "{r:?}");
+        assert!(!r.current.contains("damon_reclaim"), "{r:?}");
+        let off = damon_row(&[(kdamond, "off\n".into()), (module, "N\n".into())]);
+        assert_eq!(off.status, Status::Ok);
+        assert_eq!(damon_row(&[]).status, Status::Ok);
     }
 
     #[test]

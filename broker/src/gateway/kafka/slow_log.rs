@@ -1,8 +1,9 @@
 //! The slow-produce log: a Produce whose answer was ready `produce_slow_log_ms` or more
 //! after its frame was read is logged with its timeline — when each step happened, in
 //! microseconds from the read — so that a tail can be taken apart (issue 30): the wait
-//! for the handler, the hop to the partition's shard, the append, the wait for a flush
-//! already in flight (group commit), the flush itself, and the hop back.
+//! for the handler, the hop to the partition's shard, the append, the wait until its
+//! flush begins (a flush already in flight finishing first, group commit pacing), the
+//! flush itself, and the hop back.
 //!
 //! Invariant: at most one line per shard per `SLOW_LOG_INTERVAL` (the others are counted
 //! in the next line's `suppressed`); nothing is computed unless the request was slow.
@@ -90,7 +91,7 @@ pub fn timeline(stamps: Stamps, parts: &[(&str, i32, Option<usize>, &ProduceResu
             let waited = f.saturating_duration_since(appended).as_micros();
             let _ = write!(
                 out,
-                ", its flush began {} (after {waited} waiting for the flush in flight)",
+                ", its flush began {} ({waited} after the append)",
                 us(f)
             );
         }
@@ -144,8 +145,7 @@ mod tests {
         assert_eq!(
             timeline(stamps, &parts),
             "handler 12, b-3 on shard 1: began 25, appended 31, its flush began 2000 \
-             (after 1969 waiting for the flush in flight), durable 8900 (flush 6900), \
-             all partitions answered 9000"
+             (1969 after the append), durable 8900 (flush 6900), all partitions answered 9000"
         );
     }
 
