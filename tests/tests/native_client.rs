@@ -171,6 +171,69 @@ fn a_stale_shard_map_recovers_through_moved() {
     });
 }
 
+/// The slow-produce log covers native produces too: with flushes paced at 100 ms,
+/// concurrent producers on one partition wait for the next flush, and one such request is
+/// logged with its timeline from the frame's read.
+#[test]
+fn a_slow_native_produce_is_logged_with_its_timeline() {
+    let broker = Broker::start(
+        tmp(),
+        Options {
+            extra_args: vec![
+                "--group-commit-min-interval-us".into(),
+                "100000".into(),
+                "--produce-slow-log-ms".into(),
+                "30".into(),
+            ],
+            ..Options::default()
+        },
+    );
+    runtime().block_on(async {
+        let first = client(&broker).await;
+        first.partition_count("slow").await.expect("created");
+        let addr = broker.native_addr().to_string();
+        let producers: Vec<_> = (0..4)
+            .map(|p| {
+                let addr = addr.clone();
+                tokio::spawn(async move {
+                    let c = Client::connect(ClientConfig::new(addr))
+                        .await
+                        .expect("native handshake");
+                    let producer = c
+                        .producer(ProducerConfig::default())
+                        .await
+                        .expect("producer");
+                    for i in 0..5 {
+                        let value = format!("{p}-{i}");
+                        producer
+                            .send(ProducerRecord::new("slow").partition(0).value(value))
+                            .await
+                            .expect("queued")
+                            .await
+                            .expect("delivered");
+                    }
+                })
+            })
+            .collect();
+        for p in producers {
+            p.await.expect("producer task");
+        }
+    });
+    let log = broker.log_text();
+    let line = log
+        .lines()
+        .find(|l| l.contains("slow produce") && l.contains("client_id=\"native\""))
+        .unwrap_or_else(|| panic!("no slow native produce logged; log:\n{}", broker.log_tail()));
+    for part in [
+        "handler ",
+        "slow-0 on shard 0: began ",
+        "durable ",
+        "acks=-1",
+    ] {
+        assert!(line.contains(part), "{part:?} missing from: {line}");
+    }
+}
+
 #[test]
 fn idempotent_retries_across_kill9_lose_and_duplicate_nothing() {
     let mut broker = Broker::start(tmp(), Options::default());

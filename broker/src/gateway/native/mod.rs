@@ -50,7 +50,13 @@ fn code_error(code: i16, message: &str) -> Option<Box<ErrorT>> {
 
 /// The response to one request body; `None` when none is due (produce with acks 0).
 /// `held` is the request's share of the shard's in-flight bytes; a fetch adds its records'.
-pub async fn handle(shard: &Rc<Shard>, body: BodyT, held: &Held) -> Option<Answer> {
+/// `received`: when the request was read (a slow produce's timeline starts there).
+pub async fn handle(
+    shard: &Rc<Shard>,
+    body: BodyT,
+    held: &Held,
+    received: std::time::Instant,
+) -> Option<Answer> {
     shard.count_native_request();
     Some(Answer::from(match body {
         BodyT::HandshakeRequest(r) => handshake(shard, *r).await,
@@ -64,7 +70,7 @@ pub async fn handle(shard: &Rc<Shard>, body: BodyT, held: &Held) -> Option<Answe
                 shard_ports: Some(ports(shard).await),
             }))
         }
-        BodyT::ProduceRequest(r) => return produce(shard, *r).await.map(Answer::from),
+        BodyT::ProduceRequest(r) => return produce(shard, *r, received).await.map(Answer::from),
         BodyT::FetchRequest(r) => return Some(fetch(shard, *r, held).await),
         BodyT::ListOffsetsRequest(r) => list_offsets(shard, *r).await,
         BodyT::CommitOffsetsRequest(r) => commit_offsets(shard, *r).await,
@@ -186,7 +192,12 @@ fn not_here(shard: &Shard, topic: &str, partition: i32) -> Option<Box<ErrorT>> {
     clippy::too_many_lines,
     reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
 )]
-async fn produce(shard: &Rc<Shard>, r: ProduceRequestT) -> Option<BodyT> {
+async fn produce(
+    shard: &Rc<Shard>,
+    r: ProduceRequestT,
+    received: std::time::Instant,
+) -> Option<BodyT> {
+    let handler_started = crate::common::clock::now();
     let acks = r.acks;
     let requested = r.partitions.unwrap_or_default();
     let mut results: Vec<ProducePartitionResultT> = Vec::with_capacity(requested.len());
@@ -239,6 +250,15 @@ async fn produce(shard: &Rc<Shard>, r: ProduceRequestT) -> Option<BodyT> {
         });
         match crate::runtime::task::timeout(Duration::from_millis(timeout_ms), rx).await {
             Some(Ok(Reply::Produce(rs))) => {
+                log_if_slow(
+                    shard,
+                    i16::from(acks),
+                    &results,
+                    &slots,
+                    &rs,
+                    received,
+                    handler_started,
+                );
                 for (slot, pr) in slots.into_iter().zip(rs) {
                     if let Some(out) = results.get_mut(slot) {
                         out.base_offset = pr.base_offset.0;
@@ -265,6 +285,42 @@ async fn produce(shard: &Rc<Shard>, r: ProduceRequestT) -> Option<BodyT> {
             partitions: Some(results),
         }))
     })
+}
+
+/// Hands a slow native produce's timeline to the slow-produce log (`slow_log`).
+fn log_if_slow(
+    shard: &Rc<Shard>,
+    acks: i16,
+    results: &[ProducePartitionResultT],
+    slots: &[usize],
+    replies: &[crate::shard::ops::ProduceResult],
+    received: std::time::Instant,
+    handler_started: std::time::Instant,
+) {
+    let stamps = crate::gateway::kafka::slow_log::Stamps {
+        received,
+        handler_started,
+        parts_done: crate::common::clock::now(),
+    };
+    let threshold_ms = shard.config.produce_slow_log_ms;
+    let took = stamps.parts_done.saturating_duration_since(received);
+    if threshold_ms == 0 || took < Duration::from_millis(threshold_ms) {
+        return;
+    }
+    let parts: Vec<_> = slots
+        .iter()
+        .zip(replies)
+        .filter_map(|(&slot, r)| {
+            let p = results.get(slot)?;
+            Some((
+                p.topic.as_deref().unwrap_or(""),
+                p.partition,
+                Some(shard.id),
+                r,
+            ))
+        })
+        .collect();
+    crate::gateway::kafka::slow_log::check(threshold_ms, stamps, acks, "native", &parts);
 }
 
 async fn fetch(shard: &Rc<Shard>, r: FetchRequestT, held: &Held) -> Answer {

@@ -153,13 +153,14 @@ async fn connection<S: AsyncRead + AsyncWrite + Unpin + 'static>(
         let Some((h, msg, held)) = read_request(&shard, &mut rd, peer, &tx).await else {
             break;
         };
+        let received = crate::common::clock::now();
         let Ok(slot) = running.acquire_static_permit(1).await else {
             break;
         };
         let (s, tx) = (shard.clone(), tx.clone());
         shard.request_started();
         spawn_local(async move {
-            let answer = crate::gateway::native::handle(&s, msg.body, &held).await;
+            let answer = crate::gateway::native::handle(&s, msg.body, &held, received).await;
             s.request_finished();
             if let Some(a) = answer {
                 let msg = MessageT { body: a.body };
