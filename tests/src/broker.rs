@@ -70,6 +70,23 @@ pub struct Options {
     pub sasl_listener: bool,
 }
 
+impl Options {
+    /// Flushes paced at 100 ms and produces answered 30 ms or more after their read logged
+    /// with their timeline (`--produce-slow-log-ms`): concurrent acks=all producers on one
+    /// partition then wait for the next flush, and the log shows such a request.
+    pub fn slow_produces_logged() -> Options {
+        Options {
+            extra_args: vec![
+                "--group-commit-min-interval-us".into(),
+                "100000".into(),
+                "--produce-slow-log-ms".into(),
+                "30".into(),
+            ],
+            ..Options::default()
+        }
+    }
+}
+
 impl Default for Options {
     /// One shard, 4 offsets partitions, no initial rebalance delay, 1 partition per topic.
     fn default() -> Options {
@@ -370,9 +387,14 @@ impl Broker {
         }
     }
 
-    /// The whole log of the current start.
-    pub fn log_text(&self) -> String {
-        std::fs::read_to_string(self.log_path(self.starts)).unwrap_or_default()
+    /// The first line of the current start's log holding every one of `parts`; panics
+    /// with the log's tail when there is none.
+    pub fn log_line_with(&self, parts: &[&str]) -> String {
+        let text = std::fs::read_to_string(self.log_path(self.starts)).unwrap_or_default();
+        text.lines()
+            .find(|l| parts.iter().all(|p| l.contains(p)))
+            .map(str::to_string)
+            .unwrap_or_else(|| panic!("no log line with {parts:?}; log:\n{}", self.log_tail()))
     }
 
     /// The last lines of the current start's log.

@@ -113,8 +113,8 @@ fn paced_group_commit_shares_flushes_and_loses_nothing_acknowledged() {
 
 /// The slow-produce log (`--produce-slow-log-ms`): with flushes paced at 100 ms, a produce
 /// appended while a flush is in flight waits for the next one, and the broker logs such a
-/// request with its timeline, its flush's start apart from its append. Concurrent acks=all producers on one
-/// partition always meet it (the test above bounds the flushes they share).
+/// request with its timeline, its flush's start apart from its append. Concurrent acks=all
+/// producers on one partition always meet it (the test above bounds the flushes they share).
 #[test]
 fn a_slow_produce_is_logged_with_its_timeline() {
     use strand_storage::RaftIndex;
@@ -122,15 +122,7 @@ fn a_slow_produce_is_logged_with_its_timeline() {
     const THRESHOLD_MS: f64 = 30.0;
     let mut broker = Broker::start(
         env!("CARGO_TARGET_TMPDIR").as_ref(),
-        Options {
-            extra_args: vec![
-                "--group-commit-min-interval-us".into(),
-                "100000".into(),
-                "--produce-slow-log-ms".into(),
-                "30".into(),
-            ],
-            ..Options::default()
-        },
+        Options::slow_produces_logged(),
     );
     broker.connect().create_topic("slow", 1);
     std::thread::scope(|s| {
@@ -145,11 +137,7 @@ fn a_slow_produce_is_logged_with_its_timeline() {
             });
         }
     });
-    let log = broker.log_text();
-    let line = log
-        .lines()
-        .find(|l| l.contains("slow produce"))
-        .unwrap_or_else(|| panic!("no slow produce logged; log:\n{}", broker.log_tail()));
+    let line = broker.log_line_with(&["slow produce", "client_id=\"strand-tests\""]);
     for part in [
         "handler ",
         "slow-0 on shard 0: began ",

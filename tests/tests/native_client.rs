@@ -176,18 +176,7 @@ fn a_stale_shard_map_recovers_through_moved() {
 /// logged with its timeline from the frame's read.
 #[test]
 fn a_slow_native_produce_is_logged_with_its_timeline() {
-    let broker = Broker::start(
-        tmp(),
-        Options {
-            extra_args: vec![
-                "--group-commit-min-interval-us".into(),
-                "100000".into(),
-                "--produce-slow-log-ms".into(),
-                "30".into(),
-            ],
-            ..Options::default()
-        },
-    );
+    let broker = Broker::start(tmp(), Options::slow_produces_logged());
     runtime().block_on(async {
         let first = client(&broker).await;
         first.partition_count("slow").await.expect("created");
@@ -219,11 +208,7 @@ fn a_slow_native_produce_is_logged_with_its_timeline() {
             p.await.expect("producer task");
         }
     });
-    let log = broker.log_text();
-    let line = log
-        .lines()
-        .find(|l| l.contains("slow produce") && l.contains("client_id=\"native\""))
-        .unwrap_or_else(|| panic!("no slow native produce logged; log:\n{}", broker.log_tail()));
+    let line = broker.log_line_with(&["slow produce", "client_id=\"native\""]);
     for part in [
         "handler ",
         "slow-0 on shard 0: began ",
