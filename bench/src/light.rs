@@ -10,16 +10,25 @@
 //! for milliseconds, which is then every thread's tail, the load generator's included
 //! (bench/README.md, "The I/O rate and the host").
 //!
+//! Before the runs it measures the disk's own floor for this load (`--floor-s`): the same
+//! open-loop arrivals made durable by one writer, each batch with one 4 KiB O_DSYNC write
+//! into written blocks, as a partition's group commit does, with no network and no broker.
+//! A device's rare stalls (a write taking milliseconds) delay every record arriving
+//! meanwhile, so this floor's p99.9 can be far above the idle write+fdatasync p99 the goal
+//! divides by; each run's ratio to the floor is the broker's own share.
+//!
 //! Invariant: the load is fixed (only the broker, the protocol and acks vary), so runs of
 //! different builds and machines compare.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use clap::Args;
 
 use crate::driver::{Acks, Codec, Protocol};
 use crate::load::{KeyDist, LoadSpec, Mode, Rate};
 use crate::result::RunResult;
+use crate::stats::Latency;
 use crate::workload::{parse_acks, physics_for, run_one, runtime};
 
 /// The workload's fixed figures.
@@ -62,6 +71,10 @@ pub struct LightArgs {
     /// Every run's result as JSON lines.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Seconds of the disk's group-commit floor for this load, measured in the physics
+    /// directory before the runs (0: not measured).
+    #[arg(long, default_value_t = 20.0)]
+    pub floor_s: f64,
 }
 
 impl LightArgs {
@@ -127,9 +140,75 @@ fn figures(r: &RunResult) -> Option<(u64, u64, f64, f64)> {
     Some((p99, p999, r99, r999))
 }
 
-/// The summary table and verdict of the runs (`steal`: percent per run, when known).
-fn summary(results: &[RunResult], steal: &[Option<f64>]) -> String {
-    let mut out = String::from("\nrun   p99 ms  p99.9 ms  p99 ×   p99.9 ×  steal %\n");
+/// Bytes of each floor write (a partition's partial last page, rewritten by each flush).
+const FLOOR_WRITE_BYTES: usize = 4096;
+/// The floor's file: zeroed first, so writes land in written blocks (as the broker's do).
+const FLOOR_FILE_BYTES: usize = 64 << 20;
+/// Writes into one block before the next, as 100 B records fill a 4 KiB page.
+const FLOOR_WRITES_PER_BLOCK: usize = 40;
+
+/// The disk's floor for `rate` records/s over `secs`: open-loop arrivals, one writer that
+/// makes everything arrived so far durable with one O_DSYNC write (group commit), each
+/// record's latency from its intended arrival to its write's return. The writer spins
+/// between arrivals (no timer slack).
+fn group_commit_floor(dir: &Path, rate: f64, secs: f64) -> anyhow::Result<Latency> {
+    use std::io::Write;
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join("light-floor");
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .custom_flags(libc::O_DIRECT | libc::O_DSYNC)
+        .open(&path)?;
+    // O_DIRECT wants aligned memory: the aligned 1 MiB inside a larger Vec.
+    let mut backing = vec![0u8; (1 << 20) + FLOOR_WRITE_BYTES];
+    let skip = backing.as_ptr().align_offset(FLOOR_WRITE_BYTES);
+    let buf = &mut backing[skip..skip + (1 << 20)];
+    let result = (|| {
+        for _ in 0..FLOOR_FILE_BYTES / buf.len() {
+            file.write_all(buf)?;
+        }
+        file.sync_all()?;
+        buf[..FLOOR_WRITE_BYTES].fill(0x5A);
+        let block = &buf[..FLOOR_WRITE_BYTES];
+        let gap = Duration::from_secs_f64(1.0 / rate);
+        let records = (rate * secs) as u64;
+        let mut lat = Latency::new();
+        let (mut next, mut writes) = (0u64, 0usize);
+        let start = Instant::now() + Duration::from_millis(10);
+        while next < records {
+            let since = Instant::now().saturating_duration_since(start);
+            let due = (since.as_nanos() / gap.as_nanos().max(1)) as u64 + 1;
+            let due = due.min(records);
+            if Instant::now() < start || due <= next {
+                std::hint::spin_loop();
+                continue;
+            }
+            let block_index = writes / FLOOR_WRITES_PER_BLOCK;
+            let pos = (block_index * FLOOR_WRITE_BYTES) % FLOOR_FILE_BYTES;
+            file.write_all_at(block, pos as u64)?;
+            writes += 1;
+            let done = Instant::now();
+            for i in next..due {
+                let intended = start + gap * u32::try_from(i).unwrap_or(u32::MAX);
+                lat.record(done.saturating_duration_since(intended));
+            }
+            next = due;
+        }
+        anyhow::Ok(lat)
+    })();
+    let _ = std::fs::remove_file(&path);
+    result
+}
+
+/// The summary table and verdict of the runs (`steal`: percent per run, when known; `floor`:
+/// the disk's group-commit floor, when measured).
+fn summary(results: &[RunResult], steal: &[Option<f64>], floor: Option<&Latency>) -> String {
+    let mut out = String::from(
+        "\nrun   p99 ms  p99.9 ms  p99 ×   p99.9 ×  steal %  p99/floor  p99.9/floor\n",
+    );
     let mut worst: f64 = 0.0;
     let (mut r99s, mut r999s) = (Vec::new(), Vec::new());
     for (i, r) in results.iter().enumerate() {
@@ -142,13 +221,20 @@ fn summary(results: &[RunResult], steal: &[Option<f64>]) -> String {
             .copied()
             .flatten()
             .map_or("-".to_string(), |p| format!("{p:.1}"));
+        let over = |v: u64, q: f64| {
+            floor.map_or("-".to_string(), |f| {
+                format!("{:.2}", v as f64 / f.quantile_us(q).max(1) as f64)
+            })
+        };
         out.push_str(&format!(
-            "{:<5} {:>6.3}  {:>8.3}  {:>5.2}  {:>7.2}  {stolen:>7}\n",
+            "{:<5} {:>6.3}  {:>8.3}  {:>5.2}  {:>7.2}  {stolen:>7}  {:>9}  {:>11}\n",
             i + 1,
             p99 as f64 / 1000.0,
             p999 as f64 / 1000.0,
             r99,
-            r999
+            r999,
+            over(p99, 0.99),
+            over(p999, 0.999),
         ));
         worst = worst.max(r99).max(r999);
         r99s.push(r99);
@@ -170,6 +256,12 @@ fn summary(results: &[RunResult], steal: &[Option<f64>]) -> String {
             ph.rtt.p99_us as f64 / 1000.0
         ));
     }
+    if let Some(f) = floor {
+        out.push_str(&format!(
+            "floor: the disk alone at this load (open loop, group commit, O_DSYNC 4 KiB): {}\n",
+            f.summary()
+        ));
+    }
     out.push_str(&format!(
         "median p99 {m99:.2}× (goal ≤ {GOAL_P99}), median p99.9 {m999:.2}× (goal ≤ {GOAL_P999}), \
          worst {worst:.2}× (goal ≤ {GOAL_WORST}): {}\n",
@@ -180,6 +272,18 @@ fn summary(results: &[RunResult], steal: &[Option<f64>]) -> String {
 
 pub fn run(args: LightArgs) -> anyhow::Result<()> {
     let physics = physics_for(args.physics.as_ref(), &args.physics_dir, false)?;
+    let floor = if args.floor_s > 0.0 {
+        let f = group_commit_floor(&args.physics_dir, RATE_RECORDS_PER_S, args.floor_s).map_err(
+            |e| anyhow::anyhow!("the disk's floor in {}: {e}", args.physics_dir.display()),
+        )?;
+        println!(
+            "floor: the disk alone at this load (open loop, group commit, O_DSYNC 4 KiB): {}",
+            f.summary()
+        );
+        Some(f)
+    } else {
+        None
+    };
     let rt = runtime()?;
     let mut results = Vec::with_capacity(args.runs);
     let mut steal = Vec::with_capacity(args.runs);
@@ -208,13 +312,27 @@ pub fn run(args: LightArgs) -> anyhow::Result<()> {
             .collect::<Result<_, _>>()?;
         std::fs::write(out, lines.join("\n") + "\n")?;
     }
-    print!("{}", summary(&results, &steal));
+    print!("{}", summary(&results, &steal, floor.as_ref()));
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_floor_measures_every_record_of_its_load() {
+        let dir = std::env::temp_dir().join(format!("strand-light-floor-{}", std::process::id()));
+        match group_commit_floor(&dir, 2_000.0, 0.2) {
+            Ok(lat) => {
+                assert_eq!(lat.len(), 400, "every record of 0.2 s at 2,000/s");
+                assert!(lat.quantile_us(0.5) > 0);
+            }
+            // tmpfs and some filesystems refuse O_DIRECT: nothing to measure there.
+            Err(e) => assert!(e.to_string().contains("Invalid argument"), "{e}"),
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn steal_is_read_from_proc_stat() {
