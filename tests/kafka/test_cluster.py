@@ -819,6 +819,40 @@ def test_kill9_of_a_leader_loses_nothing_with_paced_group_commit(ck, cluster, rf
     kill9_of_a_leader(ck, cluster, rf3_topic, workload, capsys)
 
 
+@pytest.mark.cluster_args(extra_args=["--group-commit-min-interval-us", "100000",
+                                      "--produce-slow-log-ms", "30"])
+def test_a_slow_replicated_produce_is_logged_with_its_timeline(ck, cluster, rf3_topic):
+    """The slow-produce log on a replicated partition: with each Raft group's writes paced
+    at 100 ms, concurrent acks=all producers wait for the group, and the leader logs such a
+    request with its timeline, naming the Raft group's answer."""
+    topic = rf3_topic
+    leader = cluster.wait_leader(topic, 0)
+    producers = [ck.Producer({"bootstrap.servers": cluster.bootstrap(), "acks": "all",
+                              "linger.ms": 0}) for _ in range(4)]
+    failed = []
+
+    def report(err, _msg):
+        if err is not None:
+            failed.append(err)
+
+    for i in range(5):
+        for p in producers:
+            p.produce(topic, f"v{i}".encode(), partition=0, on_delivery=report)
+        for p in producers:
+            assert p.flush(30) == 0, "undelivered records"
+    assert not failed, failed
+
+    def slow_line():
+        text = cluster[leader].stderr_path.read_text(errors="replace")
+        return next((line for line in text.splitlines()
+                     if "slow produce" in line and "answered by its Raft group" in line), None)
+
+    wait_until(lambda: slow_line() is not None, 10,
+               f"node {leader} logging a slow produce of {topic}/0")
+    line = slow_line()
+    assert f"{topic}-0 on shard " in line and "all partitions answered " in line, line
+
+
 def kill9_of_a_leader(ck, cluster, rf3_topic, workload, capsys):
     topic = rf3_topic
     old = cluster.wait_leader(topic, 0)

@@ -141,6 +141,9 @@ pub struct AppendTiming {
     pub flush_started: Option<std::time::Instant>,
     /// It was durable (acks=all).
     pub durable: Option<std::time::Instant>,
+    /// A replicated partition's: `appended` is when its Raft group answered (a majority
+    /// had it for acks=all, the leader for acks=1); no flush of its own.
+    pub replicated: bool,
 }
 
 /// A partition hosted on this shard.
@@ -580,6 +583,7 @@ impl Partition {
                 appended: append_done,
                 flush_started,
                 durable,
+                replicated: false,
             }),
         })
     }
@@ -685,7 +689,13 @@ impl Partition {
         }
         Ok(Produced {
             base_offset: base,
-            timing: None,
+            timing: Some(AppendTiming {
+                started,
+                appended: crate::common::clock::now(),
+                flush_started: None,
+                durable: None,
+                replicated: true,
+            }),
         })
     }
 

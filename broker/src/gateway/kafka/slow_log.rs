@@ -79,11 +79,17 @@ pub fn timeline(stamps: Stamps, parts: &[(&str, i32, Option<usize>, &ProduceResu
             appended,
             flush_started,
             durable,
+            replicated,
         } = t;
         let on = shard.map_or_else(|| "?".to_string(), |s| s.to_string());
+        let step = if replicated {
+            "answered by its Raft group"
+        } else {
+            "appended"
+        };
         let _ = write!(
             out,
-            ", {topic}-{p} on shard {on}: began {}, appended {}",
+            ", {topic}-{p} on shard {on}: began {}, {step} {}",
             us(started),
             us(appended)
         );
@@ -100,7 +106,7 @@ pub fn timeline(stamps: Stamps, parts: &[(&str, i32, Option<usize>, &ProduceResu
             let _ = write!(out, ", durable {} (flush {disk})", us(d));
         }
     } else if !parts.is_empty() {
-        out.push_str(", no partition timeline (replicated, duplicate or refused)");
+        out.push_str(", no partition timeline (a duplicate or refused)");
     }
     let _ = write!(out, ", all partitions answered {}", us(stamps.parts_done));
     out
@@ -134,12 +140,14 @@ mod tests {
             appended: at(30),
             flush_started: Some(at(40)),
             durable: Some(at(300)),
+            replicated: false,
         }));
         let slow = result(Some(AppendTiming {
             started: at(25),
             appended: at(31),
             flush_started: Some(at(2_000)),
             durable: Some(at(8_900)),
+            replicated: false,
         }));
         let parts = [("a", 0, Some(0), &fast), ("b", 3, Some(1), &slow)];
         assert_eq!(
@@ -163,16 +171,28 @@ mod tests {
             appended: at(20),
             flush_started: None,
             durable: None,
+            replicated: false,
         }));
         assert_eq!(
             timeline(stamps, &[("t", 0, None, &acks1)]),
             "handler 5, t-0 on shard ?: began 10, appended 20, all partitions answered 50"
         );
+        let raft = result(Some(AppendTiming {
+            started: at(10),
+            appended: at(40),
+            flush_started: None,
+            durable: None,
+            replicated: true,
+        }));
+        assert_eq!(
+            timeline(stamps, &[("t", 1, Some(1), &raft)]),
+            "handler 5, t-1 on shard 1: began 10, answered by its Raft group 40, \
+             all partitions answered 50"
+        );
         let untraced = result(None);
         assert_eq!(
             timeline(stamps, &[("t", 0, Some(0), &untraced)]),
-            "handler 5, no partition timeline (replicated, duplicate or refused), \
-             all partitions answered 50"
+            "handler 5, no partition timeline (a duplicate or refused), all partitions answered 50"
         );
     }
 
