@@ -179,10 +179,11 @@ fn group_commit_floor(dir: &Path, rate: f64, secs: f64) -> anyhow::Result<Latenc
         let (mut next, mut writes) = (0u64, 0usize);
         let start = Instant::now() + Duration::from_millis(10);
         while next < records {
-            let since = Instant::now().saturating_duration_since(start);
+            let now = Instant::now();
+            let since = now.saturating_duration_since(start);
             let due = (since.as_nanos() / gap.as_nanos().max(1)) as u64 + 1;
             let due = due.min(records);
-            if Instant::now() < start || due <= next {
+            if now < start || due <= next {
                 std::hint::spin_loop();
                 continue;
             }

@@ -123,8 +123,7 @@ type DurableWaiter = (
 pub struct Produced {
     /// Offset of the batch's first record.
     pub base_offset: KafkaOffset,
-    /// When its steps happened here (`None` where not traced: a duplicate, a replicated
-    /// partition).
+    /// When its steps happened here (`None` for a duplicate, which is not traced).
     pub timing: Option<AppendTiming>,
 }
 

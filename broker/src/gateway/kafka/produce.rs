@@ -154,7 +154,7 @@ pub async fn handle(
     .map(Some)
 }
 
-/// Hands a slow request's timeline to `slow_log` (which decides whether it was slow).
+/// Hands the request's timeline to `slow_log`, which logs it if it was slow.
 fn log_if_slow(
     shard: &Rc<Shard>,
     ctx: &Ctx,
@@ -169,25 +169,21 @@ fn log_if_slow(
         parts_done: crate::common::clock::now(),
     };
     let threshold_ms = shard.config.produce_slow_log_ms;
-    let took = stamps.parts_done.saturating_duration_since(received);
-    if threshold_ms == 0 || took < std::time::Duration::from_millis(threshold_ms) {
-        return;
-    }
-    let meta = shard.metadata();
-    let parts: Vec<_> = req
-        .topic_data
-        .iter()
-        .zip(results)
-        .flat_map(|(t, row)| {
-            let meta = &meta;
-            t.partition_data.iter().zip(row).filter_map(move |(p, r)| {
+    slow_log::check(threshold_ms, stamps, req.acks, &ctx.client_id, || {
+        let meta = shard.metadata();
+        req.topic_data
+            .iter()
+            .zip(results)
+            .flat_map(|(t, row)| {
                 let topic = t.name.0.as_str();
-                r.as_ref()
-                    .map(|r| (topic, p.index, meta.shard_of(topic, p.index), r))
+                let meta = &meta;
+                t.partition_data.iter().zip(row).filter_map(move |(p, r)| {
+                    r.as_ref()
+                        .map(|r| (topic, p.index, meta.shard_of(topic, p.index), r))
+                })
             })
-        })
-        .collect();
-    slow_log::check(threshold_ms, stamps, req.acks, &ctx.client_id, &parts);
+            .collect()
+    });
 }
 
 /// KIP-951 (Produce v10+): a partition answered NOT_LEADER_OR_FOLLOWER names the leader

@@ -34,13 +34,14 @@ pub struct Stamps {
 }
 
 /// Logs the request at WARN when it took `threshold_ms` or more (0: never), with the
-/// timeline of its slowest partition. `parts` are (topic, partition, shard, result).
-pub fn check(
+/// timeline of its slowest partition. `parts` lists (topic, partition, shard, result); it
+/// is called only for a slow request the rate limit lets through.
+pub fn check<'a>(
     threshold_ms: u64,
     stamps: Stamps,
     acks: i16,
     client_id: &str,
-    parts: &[(&str, i32, Option<usize>, &ProduceResult)],
+    parts: impl FnOnce() -> Vec<Part<'a>>,
 ) {
     if threshold_ms == 0 {
         return;
@@ -52,7 +53,8 @@ pub fn check(
     let Some(suppressed) = SLOW_LOG.with(|l| l.allow(stamps.parts_done)) else {
         return;
     };
-    let timeline = timeline(stamps, parts);
+    let parts = parts();
+    let timeline = timeline(stamps, &parts);
     tracing::warn!(
         took_ms = took.as_secs_f64() * 1e3,
         threshold_ms,
@@ -64,9 +66,12 @@ pub fn check(
     );
 }
 
+/// One partition of a produce: topic, partition, the shard that owns it, its result.
+pub type Part<'a> = (&'a str, i32, Option<usize>, &'a ProduceResult);
+
 /// The timeline as text: the handler's start, then the slowest partition's steps (the
 /// one whose last step came latest), then when every partition had answered.
-pub fn timeline(stamps: Stamps, parts: &[(&str, i32, Option<usize>, &ProduceResult)]) -> String {
+pub fn timeline(stamps: Stamps, parts: &[Part<'_>]) -> String {
     let us = |t: Instant| t.saturating_duration_since(stamps.received).as_micros();
     let mut out = format!("handler {}", us(stamps.handler_started));
     let slowest = parts
@@ -206,8 +211,8 @@ mod tests {
             handler_started: t0,
             parts_done: t0 + Duration::from_millis(1),
         };
-        check(5, fast, -1, "c", &[]);
-        check(0, fast, -1, "c", &[]);
+        check(5, fast, -1, "c", || panic!("parts asked of a fast request"));
+        check(0, fast, -1, "c", || panic!("parts asked with the log off"));
         assert_eq!(
             SLOW_LOG.with(|l| l.allow(t0 + Duration::from_millis(1))),
             Some(0)

@@ -287,7 +287,8 @@ async fn produce(
     })
 }
 
-/// Hands a slow native produce's timeline to the slow-produce log (`slow_log`).
+/// Hands a native produce's timeline to the slow-produce log (`slow_log`), which logs it
+/// if it was slow.
 fn log_if_slow(
     shard: &Rc<Shard>,
     acks: i16,
@@ -303,24 +304,17 @@ fn log_if_slow(
         parts_done: crate::common::clock::now(),
     };
     let threshold_ms = shard.config.produce_slow_log_ms;
-    let took = stamps.parts_done.saturating_duration_since(received);
-    if threshold_ms == 0 || took < Duration::from_millis(threshold_ms) {
-        return;
-    }
-    let parts: Vec<_> = slots
-        .iter()
-        .zip(replies)
-        .filter_map(|(&slot, r)| {
-            let p = results.get(slot)?;
-            Some((
-                p.topic.as_deref().unwrap_or(""),
-                p.partition,
-                Some(shard.id),
-                r,
-            ))
-        })
-        .collect();
-    crate::gateway::kafka::slow_log::check(threshold_ms, stamps, acks, "native", &parts);
+    crate::gateway::kafka::slow_log::check(threshold_ms, stamps, acks, "native", || {
+        slots
+            .iter()
+            .zip(replies)
+            .filter_map(|(&slot, r)| {
+                let p = results.get(slot)?;
+                let topic = p.topic.as_deref().unwrap_or("");
+                Some((topic, p.partition, Some(shard.id), r))
+            })
+            .collect()
+    });
 }
 
 async fn fetch(shard: &Rc<Shard>, r: FetchRequestT, held: &Held) -> Answer {
