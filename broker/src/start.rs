@@ -294,11 +294,10 @@ async fn shard_main(
     } else if id == 0 {
         start_single_node_metadata(&shard).await?;
     }
-    // Serve Kafka only once the first metadata snapshot arrived, so no request sees an
-    // empty cluster (and auto-creates a topic that exists).
-    while shard.metadata().version == 0 && !shard.stopping() {
-        sleep(Duration::from_millis(1)).await;
-    }
+    // Serve Kafka only once every shard has applied the first metadata snapshot, so no
+    // request sees an empty cluster (and auto-creates a topic that exists), or a partition
+    // still opening on its shard (answered as unknown).
+    shard.every_shard_has_metadata().await;
     spawn_local(retention_loop(shard.clone()));
     crate::runtime::task::spawn_background("log-cleaner", cleaner_loop(shard.clone()));
     spawn_local(session_sweeper(shard.clone()));

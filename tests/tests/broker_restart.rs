@@ -4,10 +4,14 @@
 //! address, so a broker that cannot rebind for a minute (the TIME_WAIT period) after every
 //! restart is down for that minute.
 //!
+//! The same restart serves every partition its metadata names from its first answer.
+//!
 //! Also group commit pacing (what was acknowledged survives kill -9) and the slow-produce
 //! log that pacing makes easy to provoke.
 
-use strand_tests::broker::{Broker, Options};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::ListOffsetsRequest;
+use strand_tests::broker::{topic_name, Broker, Options};
 
 #[test]
 fn restart_rebinds_its_port_while_old_connections_linger() {
@@ -156,4 +160,61 @@ fn a_slow_produce_is_logged_with_its_timeline() {
         .unwrap_or_else(|| panic!("no took_ms in: {line}"));
     assert!(took_ms >= THRESHOLD_MS, "logged at {took_ms} ms: {line}");
     broker.assert_alive();
+}
+
+/// A restarted broker serves Kafka only once every shard has opened the partitions its
+/// metadata names: a partition still opening on its shard was answered
+/// UNKNOWN_TOPIC_OR_PARTITION (a client is told the topic may not exist; librdkafka's
+/// watermark query fails at once), while Kafka does not listen before its logs are loaded.
+/// One partition with a long tail to recover after kill -9 opens well after the other
+/// shard is ready; the query goes to whichever shard accepts the connection.
+#[test]
+fn a_restarted_broker_serves_every_partition_it_names() {
+    use strand_storage::RaftIndex;
+
+    const BATCHES: u64 = 6_000;
+    const RESTARTS: usize = 4;
+    let options = Options {
+        smp: 2,
+        ..Options::default()
+    };
+    let mut broker = Broker::start(env!("CARGO_TARGET_TMPDIR").as_ref(), options);
+    let mut c = broker.connect();
+    c.create_topic("opening", 2);
+    for i in 0..BATCHES {
+        let batch = strand_tests::crash_workload::batch(7, RaftIndex(i + 1));
+        let r = c.produce("opening", 0, batch, 1);
+        assert_eq!(r.error_code, 0, "produce: {r:?}");
+    }
+    drop(c);
+    for restart in 0..RESTARTS {
+        broker.kill9();
+        broker.restart();
+        let parts = (0..2)
+            .map(|p| {
+                ListOffsetsPartition::default()
+                    .with_partition_index(p)
+                    .with_current_leader_epoch(-1)
+                    .with_timestamp(-1)
+            })
+            .collect();
+        let req = ListOffsetsRequest::default()
+            .with_replica_id((-1).into())
+            .with_topics(vec![ListOffsetsTopic::default()
+                .with_name(topic_name("opening"))
+                .with_partitions(parts)]);
+        let resp = broker.connect().request(5, &req);
+        let answers: Vec<(i32, i16, i64)> = resp
+            .topics
+            .iter()
+            .flat_map(|t| t.partitions.iter())
+            .map(|p| (p.partition_index, p.error_code, p.offset))
+            .collect();
+        assert_eq!(
+            answers.iter().map(|a| (a.0, a.1)).collect::<Vec<_>>(),
+            [(0, 0), (1, 0)],
+            "after kill -9 number {restart}: {answers:?}"
+        );
+        assert!(answers[0].2 > 0, "{answers:?}");
+    }
 }

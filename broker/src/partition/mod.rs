@@ -21,6 +21,7 @@ pub mod compaction;
 pub mod lookup;
 pub mod producer_state;
 pub mod record_set;
+pub mod turns;
 pub mod txn_index;
 
 use std::cell::{Cell, RefCell};
@@ -38,6 +39,7 @@ use crate::common::metrics::{ProduceStage, ShardMetrics};
 use crate::partition::checkpoint::{Checkpoint, CheckpointError, CHECKPOINT_INTERVAL_BYTES};
 use crate::partition::compacted::{Compacted, KeyScope, PendingRecord, PendingTxnRecords};
 use crate::partition::producer_state::{batch_ids, ProducerStates, Verdict, PENDING_OFFSET};
+use crate::partition::turns::{Turn, Turns};
 use crate::partition::txn_index::{AbortedTxn, TxnIndex};
 use record_set::RecordSet;
 use strand_raft::{Ack, GroupId};
@@ -159,6 +161,8 @@ pub struct Partition {
     append_watchers: RefCell<Vec<oneshot::Sender<()>>>,
     max_message_bytes: Cell<usize>,
     producers: RefCell<ProducerStates>,
+    /// The arrival order of producers' transactional batches (`turns`).
+    txn_turns: Turns,
     /// The transactions of the log as appended (leader state, rebuilt with `producers`).
     txns: RefCell<TxnIndex>,
     /// Partition state (producers; an offsets partition's records) of the committed log
@@ -224,6 +228,7 @@ impl Partition {
             append_watchers: RefCell::new(Vec::new()),
             max_message_bytes: Cell::new(max_message_bytes),
             producers: RefCell::new(ProducerStates::default()),
+            txn_turns: Turns::default(),
             txns: RefCell::new(TxnIndex::default()),
             checkpoint: RefCell::new(Checkpoint::default()),
             keyed: Cell::new(None),
@@ -436,34 +441,47 @@ impl Partition {
         batch: Bytes,
         acks_all: bool,
     ) -> Result<Produced, KafkaError> {
-        self.produce_checked(batch, acks_all, false).await
+        self.produce_checked(batch, acks_all, None).await
     }
 
     /// [`Self::produce`] for a batch that may be transactional: the caller verified with
     /// the transaction's coordinator that this partition is in its producer's open
-    /// transaction (KIP-890 part 1, so no transaction is left hanging).
+    /// transaction (KIP-890 part 1, so no transaction is left hanging). Its sequence is
+    /// checked in its `turn` (taken with [`Self::txn_turn`] when the batch arrived, before
+    /// the verification), after the producer's batches that arrived before it.
     pub async fn produce_transactional(
         self: &Rc<Self>,
         batch: Bytes,
         acks_all: bool,
+        turn: Turn,
     ) -> Result<Produced, KafkaError> {
-        self.produce_checked(batch, acks_all, true).await
+        self.produce_checked(batch, acks_all, Some(turn)).await
     }
 
+    /// The turn of `producer_id`'s transactional batch of `epoch` starting at `first_seq`:
+    /// taken when the batch arrives, before anything awaits (see [`turns`]).
+    pub fn txn_turn(&self, producer_id: i64, epoch: i16, first_seq: i32) -> Turn {
+        self.txn_turns.take(producer_id, epoch, first_seq)
+    }
+
+    /// `verified`: the turn of a batch verified with its transaction's coordinator.
     async fn produce_checked(
         self: &Rc<Self>,
         batch: Bytes,
         acks_all: bool,
-        verified: bool,
+        mut verified: Option<Turn>,
     ) -> Result<Produced, KafkaError> {
         let started = crate::common::clock::now();
+        if let Some(turn) = &mut verified {
+            turn.wait().await?;
+        }
         if batch.len() > self.max_message_bytes.get() {
             return Err(KafkaError::MessageTooLarge);
         }
         let view = RecordBatch::parse(batch.clone()).map_err(KafkaError::from_batch)?;
         view.validate().map_err(KafkaError::from_batch)?;
         view.validate_produce().map_err(KafkaError::from_batch)?;
-        if view.attributes().is_transactional() && !verified {
+        if view.attributes().is_transactional() && verified.is_none() {
             // Not verified with a coordinator: this partition is in no transaction of the
             // producer's (KIP-890: refused, never left hanging; Kafka's
             // InvalidTxnStateException).
@@ -471,7 +489,7 @@ impl Partition {
         }
         self.require_keys(&view)?;
         let ids = batch_ids(&view);
-        self.append_batch(batch, &view, ids, acks_all, started)
+        self.append_batch(batch, &view, ids, acks_all, started, verified)
             .await
     }
 
@@ -484,7 +502,9 @@ impl Partition {
     ) -> Result<KafkaOffset, KafkaError> {
         let started = crate::common::clock::now();
         let view = RecordBatch::parse(batch.clone()).map_err(KafkaError::from_batch)?;
-        let p = self.append_batch(batch, &view, None, true, started).await?;
+        let p = self
+            .append_batch(batch, &view, None, true, started, None)
+            .await?;
         Ok(p.base_offset)
     }
 
@@ -504,12 +524,15 @@ impl Partition {
         self.producers
             .borrow()
             .check_marker(producer_id, producer_epoch)?;
-        let p = self.append_batch(batch, &view, None, true, started).await?;
+        let p = self
+            .append_batch(batch, &view, None, true, started, None)
+            .await?;
         Ok(p.base_offset)
     }
 
     /// Appends a checked batch (a producer's with its idempotence fields `ids`, a marker,
-    /// or a coordinator's); with `acks_all`, waits until durable.
+    /// or a coordinator's); with `acks_all`, waits until durable. A transactional batch's
+    /// `turn` ends once its sequence is checked and recorded (it fails if it is not).
     async fn append_batch(
         self: &Rc<Self>,
         batch: Bytes,
@@ -517,24 +540,22 @@ impl Partition {
         ids: Option<(i64, i16, i32, i32)>,
         acks_all: bool,
         started: std::time::Instant,
+        mut turn: Option<Turn>,
     ) -> Result<Produced, KafkaError> {
         let replication = self.replication.borrow().clone();
-        if let Some((rep, group)) = replication {
+        if let Some(rep) = replication {
             return self
-                .produce_replicated(rep, group, batch, view, ids, acks_all)
+                .produce_replicated(rep, batch, view, ids, acks_all, turn)
                 .await;
         }
-        if let Some((pid, epoch, first, last)) = ids {
-            let verdict = self.producers.borrow().check(pid, epoch, first, last)?;
-            if let Verdict::Duplicate { base_offset } = verdict {
-                if acks_all {
-                    self.wait_committed(KafkaOffset(base_offset)).await;
-                }
-                return Ok(Produced {
-                    base_offset: KafkaOffset(base_offset),
-                    timing: None,
-                });
+        if let Some(base_offset) = self.check_sequence(ids, &mut turn)? {
+            if acks_all {
+                self.wait_committed(KafkaOffset(base_offset)).await;
             }
+            return Ok(Produced {
+                base_offset: KafkaOffset(base_offset),
+                timing: None,
+            });
         }
         let (batch_bytes, records) = (batch.len(), u64::try_from(view.record_count()).unwrap_or(0));
         let entry = AppendEntry {
@@ -552,15 +573,7 @@ impl Partition {
         self.metrics
             .produce_stage(ProduceStage::Append, append_done - started);
         self.metrics.produced(batch_bytes, records);
-        if let Some((pid, epoch, first, last)) = ids {
-            self.producers.borrow_mut().record(
-                pid,
-                epoch,
-                first,
-                last,
-                appended.kafka_base_offset.0,
-            );
-        }
+        self.record_sequence(ids, appended.kafka_base_offset.0, turn);
         self.note_transactional(view, appended.kafka_base_offset);
         let durable = acks_all.then(|| self.wait_durable(appended.index));
         let backpressure = (!acks_all)
@@ -585,6 +598,46 @@ impl Partition {
                 replicated: false,
             }),
         })
+    }
+
+    /// The producer-state check of a batch with idempotence fields `ids`: `Some(base
+    /// offset)` of the batch it retries (then its `turn` ends: it is recorded), `None` to
+    /// append it.
+    fn check_sequence(
+        &self,
+        ids: Option<(i64, i16, i32, i32)>,
+        turn: &mut Option<Turn>,
+    ) -> Result<Option<i64>, KafkaError> {
+        let Some((pid, epoch, first, last)) = ids else {
+            return Ok(None);
+        };
+        match self.producers.borrow().check(pid, epoch, first, last)? {
+            Verdict::Append => Ok(None),
+            Verdict::Duplicate { base_offset } => {
+                if let Some(t) = turn.take() {
+                    t.pass();
+                }
+                Ok(Some(base_offset))
+            }
+        }
+    }
+
+    /// Records a checked batch's sequences at `base_offset` (`PENDING_OFFSET`: proposed);
+    /// its `turn` ends.
+    fn record_sequence(
+        &self,
+        ids: Option<(i64, i16, i32, i32)>,
+        base_offset: i64,
+        turn: Option<Turn>,
+    ) {
+        if let Some((pid, epoch, first, last)) = ids {
+            self.producers
+                .borrow_mut()
+                .record(pid, epoch, first, last, base_offset);
+        }
+        if let Some(t) = turn {
+            t.pass();
+        }
     }
 
     /// Waits for an append made at `appended` to be durable: when its flush began and
@@ -619,38 +672,29 @@ impl Partition {
     /// committed).
     async fn produce_replicated(
         self: &Rc<Self>,
-        rep: Weak<dyn RaftGroups>,
-        group: GroupId,
+        (rep, group): (Weak<dyn RaftGroups>, GroupId),
         batch: Bytes,
         view: &RecordBatch,
         ids: Option<(i64, i16, i32, i32)>,
         acks_all: bool,
+        mut turn: Option<Turn>,
     ) -> Result<Produced, KafkaError> {
         let started = crate::common::clock::now();
         self.wait_serving().await?;
         let rep = rep.upgrade().ok_or(KafkaError::NotLeader)?;
-        if let Some((pid, epoch, first, last)) = ids {
-            let verdict = self.producers.borrow().check(pid, epoch, first, last)?;
-            match verdict {
-                // A retry of a batch still in flight: answered retriable, the next retry
-                // finds its offset.
-                Verdict::Duplicate { base_offset } if base_offset == PENDING_OFFSET => {
-                    return Err(KafkaError::RequestTimedOut);
-                }
-                Verdict::Duplicate { base_offset } => {
-                    self.wait_committed(KafkaOffset(base_offset)).await;
-                    return Ok(Produced {
-                        base_offset: KafkaOffset(base_offset),
-                        timing: None,
-                    });
-                }
-                // Recorded at proposal, so pipelined batches of the producer follow it.
-                Verdict::Append => {
-                    self.producers
-                        .borrow_mut()
-                        .record(pid, epoch, first, last, PENDING_OFFSET)
-                }
+        match self.check_sequence(ids, &mut turn)? {
+            // A retry of a batch still in flight: answered retriable, the next retry
+            // finds its offset.
+            Some(PENDING_OFFSET) => return Err(KafkaError::RequestTimedOut),
+            Some(base_offset) => {
+                self.wait_committed(KafkaOffset(base_offset)).await;
+                return Ok(Produced {
+                    base_offset: KafkaOffset(base_offset),
+                    timing: None,
+                });
             }
+            // Recorded at proposal, so pipelined batches of the producer follow it.
+            None => self.record_sequence(ids, PENDING_OFFSET, turn),
         }
         let records = u32::try_from(view.record_count()).unwrap_or(0).max(1);
         let batch_bytes = batch.len();
@@ -1616,7 +1660,12 @@ mod tests {
 
     /// A transactional batch of producer `pid`.
     fn txn_batch(pid: i64) -> Bytes {
-        let plain = RecordBatch::parse(batch(pid, 0)).expect("batch");
+        txn_batch_at(pid, 0)
+    }
+
+    /// A transactional batch of producer `pid` at sequence `seq`.
+    fn txn_batch_at(pid: i64, seq: i32) -> Bytes {
+        let plain = RecordBatch::parse(batch(pid, seq)).expect("batch");
         strand_wire::BatchHeader {
             attributes: strand_wire::Attributes::from_raw(strand_wire::Attributes::TRANSACTIONAL),
             ..strand_wire::BatchHeader::of(&plain)
@@ -1626,11 +1675,64 @@ mod tests {
 
     /// Appends `txn_batch(pid)` as a Produce the coordinator verified does.
     async fn append_txn_data(part: &Rc<Partition>, pid: i64) -> i64 {
+        let b = txn_batch(pid);
+        let view = RecordBatch::parse(b.clone()).expect("batch");
+        let turn = part.txn_turn(pid, view.producer_epoch(), view.base_sequence());
         let p = part
-            .produce_transactional(txn_batch(pid), true)
+            .produce_transactional(b, true, turn)
             .await
             .expect("appended");
         p.base_offset.0
+    }
+
+    /// The turn of a transactional batch, taken as it arrives.
+    fn turn_of(part: &Partition, b: &Bytes) -> Turn {
+        let view = RecordBatch::parse(b.clone()).expect("batch");
+        part.txn_turn(
+            view.producer_id(),
+            view.producer_epoch(),
+            view.base_sequence(),
+        )
+    }
+
+    /// A producer's transactional batches land in the order they arrived, whichever's
+    /// coordinator check ends first; once one fails, the later ones of its epoch are out
+    /// of order until its retry lands (a client retries them after it).
+    #[test]
+    fn transactional_batches_land_in_arrival_order() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("t-0");
+        strand_storage::io_runtime::block_on("partition-test", 1, async {
+            let part = open(&dir).await;
+            let (first, second) = (txn_batch_at(9, 0), txn_batch_at(9, 1));
+            let (t1, t2) = (turn_of(&part, &first), turn_of(&part, &second));
+            // The second's check ended first: it waits for the first.
+            let p = part.clone();
+            let (tx, second_done) = oneshot::channel();
+            crate::runtime::task::spawn_local(async move {
+                let _ = tx.send(p.produce_transactional(second, true, t2).await);
+            });
+            crate::runtime::task::sleep(std::time::Duration::from_millis(20)).await;
+            assert_eq!(part.log().log_end_offset(), KafkaOffset(0), "it went first");
+            let one = part.produce_transactional(first, true, t1).await;
+            assert_eq!(one.expect("first").base_offset, KafkaOffset(0));
+            let two = second_done.await.expect("answered").expect("second");
+            assert_eq!(two.base_offset, KafkaOffset(1));
+
+            // Batches 2 and 3 arrive; 2 fails its check (its turn ends unrecorded).
+            let (b2, b3) = (txn_batch_at(9, 2), txn_batch_at(9, 3));
+            let (t2, t3) = (turn_of(&part, &b2), turn_of(&part, &b3));
+            drop(t2);
+            let refused = part.produce_transactional(b3.clone(), true, t3).await;
+            assert_eq!(refused.err(), Some(KafkaError::OutOfOrderSequence));
+            // The retries, in order, land.
+            let (t2, t3) = (turn_of(&part, &b2), turn_of(&part, &b3));
+            let two = part.produce_transactional(b2, true, t2).await;
+            assert_eq!(two.expect("retry of 2").base_offset, KafkaOffset(2));
+            let three = part.produce_transactional(b3, true, t3).await;
+            assert_eq!(three.expect("retry of 3").base_offset, KafkaOffset(3));
+        })
+        .expect("runtime");
     }
 
     /// Offsets of the batches fetched (each element one whole batch).

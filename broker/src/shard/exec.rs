@@ -16,6 +16,7 @@ use crate::common::errors::KafkaError;
 use strand_storage::KafkaOffset;
 
 use crate::partition::record_set::RecordSet;
+use crate::partition::turns::Turn;
 use crate::partition::Partition;
 use crate::shard::ops::*;
 use crate::shard::Shard;
@@ -50,10 +51,7 @@ impl Shard {
             Op::ListOffsets { parts } => Reply::ListOffsets(self.list_offsets(parts).await),
             Op::DeleteRecords { parts } => Reply::Parts(self.delete_records(parts).await),
             Op::EpochEnd { parts } => Reply::Parts(self.epoch_end(parts).await),
-            Op::ApplyMetadata(meta) => {
-                self.apply_metadata(meta).await;
-                Reply::Done
-            }
+            op @ (Op::ApplyMetadata(_) | Op::FirstMetadata) => self.execute_placement_op(op).await,
             Op::MetaCommands(cmds) => Reply::Meta(self.meta_commands(cmds).await),
             Op::Group(req) => Reply::Encoded(self.run_group_request(req).await),
             op @ (Op::DescribeGroups(_)
@@ -150,12 +148,24 @@ impl Shard {
         parts: Vec<ProducePart>,
         acks_all: bool,
     ) -> Vec<ProduceResult> {
+        // Each transactional batch takes its producer's turn at its partition here, in
+        // arrival order, before anything awaits (`partition::turns`).
+        let placed: Vec<_> = parts
+            .iter()
+            .map(|p| {
+                let part = self.serving(&p.topic, p.partition);
+                let turn = match (&part, &p.transactional_id) {
+                    (Ok(part), Some(_)) => txn_turn(part, &p.batch),
+                    _ => None,
+                };
+                (part, turn)
+            })
+            .collect();
         // Transaction version 2: the partitions starting the producer's transaction here
         // are added in one ask (not one per partition, each waiting for the last).
         let added = self.add_to_txn_at_once(&parts).await;
         let added = &added;
-        let futs = parts.into_iter().map(|p| {
-            let part = self.serving(&p.topic, p.partition);
+        let futs = parts.into_iter().zip(placed).map(|(p, (part, turn))| {
             async move {
                 let part = match part {
                     Ok(part) => part,
@@ -168,8 +178,8 @@ impl Shard {
                         }
                     }
                 };
-                let r = match p.transactional_id.as_deref() {
-                    Some(id) if transactional(&p.batch) => {
+                let r = match (p.transactional_id.as_deref(), turn) {
+                    (Some(id), Some(turn)) => {
                         let verified = match added {
                             Some((tps, r)) if tps.contains(&(p.topic.clone(), p.partition)) => *r,
                             _ => {
@@ -178,7 +188,9 @@ impl Shard {
                             }
                         };
                         match verified {
-                            Ok(()) => part.produce_transactional(p.batch, acks_all).await,
+                            Ok(()) => part.produce_transactional(p.batch, acks_all, turn).await,
+                            // The turn ends failed: the producer's later batches wait for
+                            // its retry of this one.
                             Err(c) => Err(KafkaError::TxnVerification(c)),
                         }
                     }
@@ -520,8 +532,15 @@ impl Shard {
     }
 }
 
-/// Whether a produced batch claims to be part of a transaction (a malformed one is not:
-/// the partition's checks refuse it).
-fn transactional(batch: &bytes::Bytes) -> bool {
-    strand_wire::RecordBatch::parse(batch.clone()).is_ok_and(|v| v.attributes().is_transactional())
+/// The producer's turn at `part` for a batch that claims to be part of a transaction
+/// (`None` for any other, a malformed one included: the partition's checks refuse it).
+fn txn_turn(part: &Partition, batch: &bytes::Bytes) -> Option<Turn> {
+    let view = strand_wire::RecordBatch::parse(batch.clone()).ok()?;
+    view.attributes().is_transactional().then(|| {
+        part.txn_turn(
+            view.producer_id(),
+            view.producer_epoch(),
+            view.base_sequence(),
+        )
+    })
 }

@@ -298,6 +298,9 @@ pub enum Op {
     AdmitConnection(std::net::IpAddr),
     /// Shard 0: a connection `AdmitConnection` counted has ended.
     ReleaseConnection(std::net::IpAddr),
+    /// Answered once this shard has applied its first metadata snapshot (its partitions
+    /// are open), or is stopping.
+    FirstMetadata,
     /// Stop accepting, flush, and let the shard exit.
     Shutdown,
 }

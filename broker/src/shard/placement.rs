@@ -12,13 +12,42 @@ use std::sync::Arc;
 use crate::cluster::metadata::Metadata;
 use crate::cluster::ClusterHost;
 use crate::partition::Partition;
-use crate::shard::ops::Op;
+use crate::shard::ops::{Op, Reply};
 use crate::shard::Shard;
+
+/// How often a shard looks whether its first metadata snapshot has been applied.
+const FIRST_METADATA_POLL: std::time::Duration = std::time::Duration::from_millis(1);
 
 impl Shard {
     /// Sends a snapshot to every shard (itself included) and waits until all applied it.
     pub async fn publish(self: &Rc<Self>, snapshot: Arc<Metadata>) {
         let calls = (0..self.count).map(|s| self.call(s, Op::ApplyMetadata(snapshot.clone())));
+        futures::future::join_all(calls).await;
+    }
+
+    /// Runs `Op::ApplyMetadata` or `Op::FirstMetadata`.
+    pub(super) async fn execute_placement_op(self: &Rc<Self>, op: Op) -> Reply {
+        match op {
+            Op::ApplyMetadata(meta) => self.apply_metadata(meta).await,
+            Op::FirstMetadata => self.first_metadata().await,
+            _ => {}
+        }
+        Reply::Done
+    }
+
+    /// Returns once this shard has applied its first snapshot (then its partitions are
+    /// open: the snapshot becomes its metadata only after that), or is stopping.
+    async fn first_metadata(&self) {
+        while self.metadata().version == 0 && !self.stopping() {
+            crate::runtime::task::sleep(FIRST_METADATA_POLL).await;
+        }
+    }
+
+    /// Returns once every shard has applied its first snapshot: from then on no partition
+    /// the metadata names is still opening on its shard (a client served earlier would be
+    /// told it does not exist).
+    pub async fn every_shard_has_metadata(self: &Rc<Self>) {
+        let calls = (0..self.count).map(|s| self.call(s, Op::FirstMetadata));
         futures::future::join_all(calls).await;
     }
 
