@@ -166,15 +166,15 @@ def _set_earliest(bootstrap: str, group: str, **more: str):
     a.incremental_alter_configs([res], request_timeout=15)[res].result(timeout=20)
 
 
-def _setup(ck, b: Broker, tag: str, count: int) -> tuple[str, str]:
+def _setup(ck, b: Broker, tag: str, count: int, **configs: str) -> tuple[str, str]:
     """A topic of one partition holding records 0..count, and a share group reading it from
-    the start: (topic, group)."""
+    the start (and the group `configs`, as `_set_earliest` takes them): (topic, group)."""
     topic, group = f"share-{tag}-{_uid()}", f"grp-share-{tag}-{_uid()}"
     admin = need_module("confluent_kafka.admin")
     a = admin.AdminClient({"bootstrap.servers": b.bootstrap})
     a.create_topics([admin.NewTopic(topic, num_partitions=1, replication_factor=-1)],
                     operation_timeout=10, request_timeout=15)[topic].result(timeout=20)
-    _set_earliest(b.bootstrap, group)
+    _set_earliest(b.bootstrap, group, **configs)
     _produce(ck, b.bootstrap, topic, 0, count)
     return topic, group
 
@@ -328,8 +328,11 @@ def test_records_held_by_a_stuck_consumer_come_back_after_the_lock(broker, ck, s
     background fetch, still running, acquired them once more in between: its application
     never sees them, and their lock runs out again), and not before."""
     count = 20
-    topic, group = _setup(ck, broker, "stuck", count)
-    hold_s = 3 * LOCK_MS // 1000 + 10
+    # Longer than the module's lock: strandctl must see the records held before it runs
+    # out (it counts a lock that ran out as given back), on a busy machine too.
+    lock_ms = 5000
+    topic, group = _setup(ck, broker, "stuck", count, share_record_lock_duration_ms=str(lock_ms))
+    hold_s = 3 * lock_ms // 1000 + 10
     cmd = [*share_check, broker.bootstrap, topic, group, "hang-holder", str(hold_s)]
     holder = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               cwd=HERE)

@@ -91,7 +91,8 @@ impl Turn {
         let Outcome::Failed { epoch, first_seq } = self.outcome else {
             return Ok(());
         };
-        // A turn dropped unfinished (its request went away) says nothing.
+        // A turn dropped without `pass` (its request failed, or went away with its
+        // connection) says failed: the producer retries that batch first.
         if let Ok(Outcome::Failed {
             epoch: e,
             first_seq: s,

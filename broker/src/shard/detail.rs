@@ -118,14 +118,15 @@ fn transactions(shard: &Shard, now_ms: i64) -> (Vec<(&'static str, u64)>, u64) {
 }
 
 /// The share partitions (KIP-932) of this shard's partitions: start offset and records in
-/// flight.
+/// flight now (a lock that ran out counts as given back).
 fn share_partitions(shard: &Shard) -> Vec<crate::common::metrics::ShareSnapshot> {
+    let now_ms = crate::common::clock::mono_ms();
     shard
         .share_partitions
         .borrow()
         .iter()
         .map(|((group, topic, partition), sp)| {
-            let (available, acquired) = sp.in_flight();
+            let (available, acquired, archived) = sp.in_flight_at(now_ms);
             crate::common::metrics::ShareSnapshot {
                 group: group.clone(),
                 topic: topic.clone(),
@@ -133,7 +134,7 @@ fn share_partitions(shard: &Shard) -> Vec<crate::common::metrics::ShareSnapshot>
                 start: sp.start(),
                 available: available as u64,
                 acquired: acquired as u64,
-                archived: sp.archived(),
+                archived,
             }
         })
         .collect()

@@ -218,6 +218,23 @@ impl SharePartition {
         (self.records.len() - acquired, acquired)
     }
 
+    /// What `in_flight` and `archived` say once the locks that ran out by `now_ms` are
+    /// given back: `(available, acquired, archived)`. Locks are applied when a fetch or an
+    /// acknowledgement of the partition comes (`expire_locks`); this is the view of a
+    /// partition nobody fetches from (a stuck member's records are not held any more).
+    pub fn in_flight_at(&self, now_ms: u64) -> (usize, usize, u64) {
+        let limit = self.limits.delivery_count_limit;
+        let (mut available, mut acquired, mut archived) = (0, 0, self.archived);
+        for r in self.records.values() {
+            match r.slot {
+                Slot::Acquired { lock_until_ms, .. } if lock_until_ms > now_ms => acquired += 1,
+                Slot::Acquired { .. } if r.delivery_count >= limit => archived += 1,
+                _ => available += 1,
+            }
+        }
+        (available, acquired, archived)
+    }
+
     /// The first offset a fetch should read the log from: the first available offset
     /// already delivered once, else the end when there is room for new records; `None`
     /// when nothing can be acquired now.
@@ -541,6 +558,29 @@ mod tests {
         assert_eq!(p.acknowledge("a", &late), Err(AckError::NotAcquired(10)));
         assert_eq!(p.acknowledge("b", &late), Ok(true));
         assert_eq!((p.start(), p.end()), (13, 13));
+    }
+
+    /// The view of a partition nobody fetches from: a lock that ran out counts as given
+    /// back (archived at the delivery limit) before `expire_locks` applies it.
+    #[test]
+    fn in_flight_now_counts_run_out_locks_as_given_back() {
+        let limits = Limits {
+            delivery_count_limit: 2,
+            ..Limits::default()
+        };
+        let mut p = SharePartition::new(0, limits);
+        let a = m("a");
+        p.acquire(&a, &[data(0, 1)], 10, 1_000);
+        assert_eq!(p.in_flight_at(999), (0, 2, 0));
+        assert_eq!(p.in_flight_at(1_000), (2, 0, 0));
+        assert!(p.expire_locks(1_000));
+        p.acquire(&a, &[data(0, 2)], 10, 2_000);
+        assert_eq!(p.in_flight_at(1_500), (0, 3, 0));
+        // Offsets 0-1 at their second delivery (the limit): archived once their lock runs
+        // out; offset 2 at its first: available.
+        assert_eq!(p.in_flight_at(2_000), (1, 0, 2));
+        assert!(p.expire_locks(2_000));
+        assert_eq!((p.in_flight(), p.archived()), ((1, 0), 2));
     }
 
     #[test]
