@@ -4,7 +4,8 @@
 # Installs what the tests need, skipping each step that is already done: the Python venv
 # at .venv (tests/kafka/requirements.txt), kafkajs (tests/kafka/js, `npm ci`), the Java
 # client jars (fetch_java_clients.sh). Builds strand unless STRAND_BIN is set.
-# Extra arguments go to pytest, e.g. `tests/kafka/run.sh -k confluent -x`.
+# Extra arguments go to pytest, e.g. `tests/kafka/run.sh -k confluent -x`, or
+# `tests/kafka/run.sh tests/kafka/test_quotas.py` (then only those files run).
 # Exit code: pytest's.
 #
 # Env: STRAND_BIN (broker binary; default: build target/debug/strand),
@@ -51,6 +52,16 @@ if [[ -z "${STRAND_BIN:-}" ]]; then
   cargo build --quiet -p strand-broker -j 1
 fi
 
+# Test files or node ids among the arguments (tests/kafka/test_x.py[::test]) are what
+# runs; without any, the whole directory.
+targets=("$here")
+for a in "$@"; do
+  if [[ "$a" == *.py || "$a" == *.py::* ]]; then
+    targets=()
+    break
+  fi
+done
+
 set +e
-.venv/bin/python -m pytest -q "$here" "$@"
+.venv/bin/python -m pytest -q "${targets[@]}" "$@"
 exit $?
