@@ -23,6 +23,7 @@ use anyhow::{bail, Context};
 use bytes::{Buf, Bytes, BytesMut};
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::list_offsets_response::ListOffsetsPartitionResponse;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::produce_response::PartitionProduceResponse;
 use kafka_protocol::messages::{
@@ -734,26 +735,40 @@ impl Client {
         assert_eq!(codes, [0], "CreateTopics {topic}: {resp:?}");
     }
 
+    /// ListOffsets v5 latest (-1) of `partitions` of `topic`, in one request: the
+    /// partitions' answers.
+    pub fn list_latest(
+        &mut self,
+        topic: &str,
+        partitions: &[i32],
+    ) -> Vec<ListOffsetsPartitionResponse> {
+        let parts = partitions
+            .iter()
+            .map(|&p| {
+                ListOffsetsPartition::default()
+                    .with_partition_index(p)
+                    .with_current_leader_epoch(-1)
+                    .with_timestamp(-1)
+            })
+            .collect();
+        let req = ListOffsetsRequest::default()
+            .with_replica_id((-1).into())
+            .with_topics(vec![ListOffsetsTopic::default()
+                .with_name(topic_name(topic))
+                .with_partitions(parts)]);
+        let resp = self.request(5, &req);
+        resp.topics.into_iter().flat_map(|t| t.partitions).collect()
+    }
+
     /// ListOffsets v5 latest (-1): the high watermark of one partition (retried while the
     /// partition is not yet served, as after a restart).
     pub fn latest_offset(&mut self, topic: &str, partition: i32) -> i64 {
         let deadline = Deadline::after(IO_TIMEOUT);
         loop {
-            let p = ListOffsetsPartition::default()
-                .with_partition_index(partition)
-                .with_current_leader_epoch(-1)
-                .with_timestamp(-1);
-            let req = ListOffsetsRequest::default()
-                .with_replica_id((-1).into())
-                .with_topics(vec![ListOffsetsTopic::default()
-                    .with_name(topic_name(topic))
-                    .with_partitions(vec![p])]);
-            let resp = self.request(5, &req);
-            let p = resp
-                .topics
+            let answers = self.list_latest(topic, &[partition]);
+            let p = answers
                 .first()
-                .and_then(|t| t.partitions.first())
-                .unwrap_or_else(|| panic!("ListOffsets {topic}-{partition}: {resp:?}"));
+                .unwrap_or_else(|| panic!("ListOffsets {topic}-{partition}: no answer"));
             if p.error_code == 0 {
                 return p.offset;
             }

@@ -9,9 +9,7 @@
 //! Also group commit pacing (what was acknowledged survives kill -9) and the slow-produce
 //! log that pacing makes easy to provoke.
 
-use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kafka_protocol::messages::ListOffsetsRequest;
-use strand_tests::broker::{topic_name, Broker, Options};
+use strand_tests::broker::{Broker, Options};
 
 #[test]
 fn restart_rebinds_its_port_while_old_connections_linger() {
@@ -190,24 +188,10 @@ fn a_restarted_broker_serves_every_partition_it_names() {
     for restart in 0..RESTARTS {
         broker.kill9();
         broker.restart();
-        let parts = (0..2)
-            .map(|p| {
-                ListOffsetsPartition::default()
-                    .with_partition_index(p)
-                    .with_current_leader_epoch(-1)
-                    .with_timestamp(-1)
-            })
-            .collect();
-        let req = ListOffsetsRequest::default()
-            .with_replica_id((-1).into())
-            .with_topics(vec![ListOffsetsTopic::default()
-                .with_name(topic_name("opening"))
-                .with_partitions(parts)]);
-        let resp = broker.connect().request(5, &req);
-        let answers: Vec<(i32, i16, i64)> = resp
-            .topics
+        let answers: Vec<(i32, i16, i64)> = broker
+            .connect()
+            .list_latest("opening", &[0, 1])
             .iter()
-            .flat_map(|t| t.partitions.iter())
             .map(|p| (p.partition_index, p.error_code, p.offset))
             .collect();
         assert_eq!(

@@ -58,7 +58,9 @@ impl Turns {
             id,
             before,
             done: Some(tx),
-            outcome: Outcome::Failed { epoch, first_seq },
+            epoch,
+            lowest_seq: first_seq,
+            passed: false,
             tails: self.tails.clone(),
         }
     }
@@ -77,7 +79,12 @@ pub struct Turn {
     id: u64,
     before: Option<oneshot::Receiver<Outcome>>,
     done: Option<oneshot::Sender<Outcome>>,
-    outcome: Outcome,
+    /// The batch's epoch.
+    epoch: i16,
+    /// Its first sequence, or a failed earlier batch's lower one it was refused for.
+    lowest_seq: i32,
+    /// The batch was recorded.
+    passed: bool,
     tails: Tails,
 }
 
@@ -88,21 +95,11 @@ impl Turn {
         let Some(before) = self.before.take() else {
             return Ok(());
         };
-        let Outcome::Failed { epoch, first_seq } = self.outcome else {
-            return Ok(());
-        };
         // A turn dropped without `pass` (its request failed, or went away with its
         // connection) says failed: the producer retries that batch first.
-        if let Ok(Outcome::Failed {
-            epoch: e,
-            first_seq: s,
-        }) = before.await
-        {
-            if e == epoch && s < first_seq {
-                self.outcome = Outcome::Failed {
-                    epoch,
-                    first_seq: s,
-                };
+        if let Ok(Outcome::Failed { epoch, first_seq }) = before.await {
+            if epoch == self.epoch && first_seq < self.lowest_seq {
+                self.lowest_seq = first_seq;
                 return Err(KafkaError::OutOfOrderSequence);
             }
         }
@@ -111,14 +108,22 @@ impl Turn {
 
     /// The batch was recorded: the next batch may go on.
     pub fn pass(mut self) {
-        self.outcome = Outcome::Passed;
+        self.passed = true;
     }
 }
 
 impl Drop for Turn {
     fn drop(&mut self) {
+        let outcome = if self.passed {
+            Outcome::Passed
+        } else {
+            Outcome::Failed {
+                epoch: self.epoch,
+                first_seq: self.lowest_seq,
+            }
+        };
         if let Some(tx) = self.done.take() {
-            let _ = tx.send(self.outcome);
+            let _ = tx.send(outcome);
         }
         let mut tails = self.tails.borrow_mut();
         if tails
