@@ -355,6 +355,9 @@ async fn engine_case(
     let batch = make_batch(batch_bytes);
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
     let start = Instant::now();
+    if std::env::var_os("STRAND_BENCH_GATHER").is_some() {
+        return gathered(&logs, &batch, per_flush, deadline, start).await;
+    }
     let runs = logs.iter().map(|log| {
         let batch = batch.clone();
         async move {
@@ -400,6 +403,64 @@ async fn engine_case(
         total += bytes;
         flush.merge(&l);
     }
+    Ok(EngineResult {
+        mib_s: total as f64 / MIB / elapsed,
+        flush,
+    })
+}
+
+async fn gathered(
+    logs: &[Log],
+    batch: &Bytes,
+    per_flush: usize,
+    deadline: Instant,
+    start: Instant,
+) -> anyhow::Result<EngineResult> {
+    let entry = AppendEntry {
+        term: RaftTerm(1),
+        kind: FrameKind::Data,
+        body: batch.clone(),
+    };
+    let mut total = 0u64;
+    let append_all = |total: &mut u64| -> anyhow::Result<()> {
+        for log in logs {
+            for _ in 0..per_flush {
+                log.append_one(&entry)?;
+                *total += entry.body.len() as u64;
+            }
+        }
+        Ok(())
+    };
+    append_all(&mut total)?;
+    let mut flush = Latency::new();
+    while Instant::now() < deadline {
+        let t = Instant::now();
+        let mut jobs = Vec::new();
+        for log in logs {
+            jobs.push(log.begin_flush()?);
+        }
+        let runs = join_all(jobs.into_iter().map(|j| async move {
+            match j {
+                Some(j) => Some(j.run().await),
+                None => None,
+            }
+        }));
+        let (outcomes, appended) = futures::join!(runs, async {
+            futures::pending!();
+            append_all(&mut total)
+        });
+        for (log, o) in logs.iter().zip(outcomes) {
+            if let Some(o) = o {
+                log.complete_flush(o)?;
+                flush.record(t.elapsed());
+            }
+        }
+        appended?;
+    }
+    for log in logs {
+        log.flush().await?;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
     Ok(EngineResult {
         mib_s: total as f64 / MIB / elapsed,
         flush,

@@ -165,7 +165,8 @@ def test_compaction_configs_are_described_and_validated(ck, cbroker, topic):
         {"cleanup.policy": "compact,compact"},
         {"min.cleanable.dirty.ratio": "1.5"},
         {"min.compaction.lag.ms": "5000", "max.compaction.lag.ms": "1000"},
-        {"message.timestamp.type": "LogAppendTime"},
+        {"message.timestamp.type": "AppendTime"},
+        {"compression.type": "brotli"},
         {"delete.retention.ms": "-1"},
     ]
     for i, configs in enumerate(bad):

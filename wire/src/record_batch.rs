@@ -597,6 +597,14 @@ impl Attributes {
         Attributes((self.0 & !(COMPRESSION_MASK as i16)) | compression.code() as i16)
     }
 
+    /// These attributes with the timestamp-type bit saying `t`.
+    pub const fn with_timestamp_type(self, t: TimestampType) -> Attributes {
+        match t {
+            TimestampType::CreateTime => Attributes(self.0 & !TIMESTAMP_TYPE_BIT),
+            TimestampType::LogAppendTime => Attributes(self.0 | TIMESTAMP_TYPE_BIT),
+        }
+    }
+
     /// These attributes with the delete-horizon bit set.
     pub const fn with_delete_horizon(self) -> Attributes {
         Attributes(self.0 | DELETE_HORIZON_BIT)

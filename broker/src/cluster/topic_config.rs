@@ -10,6 +10,7 @@ use crate::common::config::Config;
 use crate::partition::cleaner::{
     CleanupConfig, DELETE_RETENTION_MS_DEFAULT, MIN_CLEANABLE_DIRTY_RATIO_DEFAULT,
 };
+use crate::partition::stamp::{BatchPolicy, TopicCompression};
 
 /// Kafka's DescribeConfigs config types.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,6 +58,11 @@ pub const TOPIC_CONFIGS: &[Def] = &[
         doc: "delete (retention), compact (keep the latest record per key), or compact,delete",
     },
     Def {
+        name: "compression.type",
+        kind: Kind::String,
+        doc: "producer (keep the producer's codec), or uncompressed, gzip, snappy, lz4, zstd (re-compress every batch with it)",
+    },
+    Def {
         name: "delete.retention.ms",
         kind: Kind::Long,
         doc: "how long a tombstone stays in a compacted topic after the cleaner first saw it",
@@ -74,7 +80,7 @@ pub const TOPIC_CONFIGS: &[Def] = &[
     Def {
         name: "message.timestamp.type",
         kind: Kind::String,
-        doc: "CreateTime (the producer's timestamps; LogAppendTime is not supported)",
+        doc: "CreateTime (the producer's timestamps) or LogAppendTime (the broker stamps each batch with the time it appended it)",
     },
     Def {
         name: "min.cleanable.dirty.ratio",
@@ -119,6 +125,7 @@ pub fn default_value(broker: &Config, name: &str) -> (String, bool) {
     let d = LogConfig::default();
     match name {
         "cleanup.policy" => ("delete".into(), false),
+        "compression.type" => ("producer".into(), false),
         "delete.retention.ms" => (DELETE_RETENTION_MS_DEFAULT.to_string(), false),
         "max.compaction.lag.ms" => (i64::MAX.to_string(), false),
         "message.timestamp.type" => ("CreateTime".into(), false),
@@ -152,11 +159,15 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
     };
     match (d.name, d.kind) {
         ("cleanup.policy", _) => parse_policy(value).map(|_| ()),
+        ("compression.type", _) => TopicCompression::parse(value).map(|_| ()).ok_or_else(|| {
+            format!(
+                "compression.type must be one of {}, got '{value}'",
+                TopicCompression::NAMES.join(", ")
+            )
+        }),
         ("message.timestamp.type", _) => match value.trim() {
             "CreateTime" => Ok(()),
-            "LogAppendTime" => {
-                Err("message.timestamp.type LogAppendTime is not supported; only CreateTime".into())
-            }
+            "LogAppendTime" => Ok(()),
             other => Err(format!(
                 "message.timestamp.type must be CreateTime or LogAppendTime, got '{other}'"
             )),
@@ -231,6 +242,20 @@ pub fn cleanup_config(overrides: &BTreeMap<String, String>) -> CleanupConfig {
         c.min_cleanable_dirty_ratio = r;
     }
     c
+}
+
+/// What a topic with `overrides` does to produced batches (`message.timestamp.type`,
+/// `compression.type`).
+pub fn batch_policy(overrides: &BTreeMap<String, String>) -> BatchPolicy {
+    BatchPolicy {
+        log_append_time: overrides
+            .get("message.timestamp.type")
+            .is_some_and(|v| v.trim() == "LogAppendTime"),
+        compression: overrides
+            .get("compression.type")
+            .and_then(|v| TopicCompression::parse(v))
+            .unwrap_or_default(),
+    }
 }
 
 /// The storage config and max batch size for a topic with `overrides`.

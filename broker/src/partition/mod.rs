@@ -21,6 +21,7 @@ pub mod compaction;
 pub mod lookup;
 pub mod producer_state;
 pub mod record_set;
+pub mod stamp;
 pub mod turns;
 pub mod txn_index;
 
@@ -127,6 +128,8 @@ pub struct Produced {
     pub base_offset: KafkaOffset,
     /// When its steps happened here (`None` for a duplicate, which is not traced).
     pub timing: Option<AppendTiming>,
+    /// The time stamped into the batch when the topic has `LogAppendTime`.
+    pub log_append_time_ms: Option<i64>,
 }
 
 /// When a produce's steps happened on its partition's shard: the partition's part of a
@@ -160,6 +163,8 @@ pub struct Partition {
     durable_waiters: RefCell<Vec<DurableWaiter>>,
     append_watchers: RefCell<Vec<oneshot::Sender<()>>>,
     max_message_bytes: Cell<usize>,
+    /// What the topic's configs make of a produced batch.
+    batch_policy: Cell<stamp::BatchPolicy>,
     producers: RefCell<ProducerStates>,
     /// The arrival order of producers' transactional batches (`turns`).
     txn_turns: Turns,
@@ -227,6 +232,7 @@ impl Partition {
             durable_waiters: RefCell::new(Vec::new()),
             append_watchers: RefCell::new(Vec::new()),
             max_message_bytes: Cell::new(max_message_bytes),
+            batch_policy: Cell::new(stamp::BatchPolicy::default()),
             producers: RefCell::new(ProducerStates::default()),
             txn_turns: Turns::default(),
             txns: RefCell::new(TxnIndex::default()),
@@ -489,8 +495,34 @@ impl Partition {
         }
         self.require_keys(&view)?;
         let ids = batch_ids(&view);
-        self.append_batch(batch, &view, ids, acks_all, started, verified)
-            .await
+        let stamped =
+            self.batch_policy
+                .get()
+                .apply(batch, view, crate::common::clock::wall_ms())?;
+        if stamped.batch.len() > self.max_message_bytes.get() {
+            // Re-compressed with the topic's codec, it grew past the limit.
+            return Err(KafkaError::MessageTooLarge);
+        }
+        let mut produced = self
+            .append_batch(
+                stamped.batch,
+                &stamped.view,
+                ids,
+                acks_all,
+                started,
+                verified,
+            )
+            .await?;
+        if produced.timing.is_some() {
+            // Appended now (not the retry of an earlier append, which Kafka answers -1).
+            produced.log_append_time_ms = stamped.log_append_time_ms;
+        }
+        Ok(produced)
+    }
+
+    /// Applies the topic's `message.timestamp.type` and `compression.type`.
+    pub fn set_batch_policy(&self, policy: stamp::BatchPolicy) {
+        self.batch_policy.set(policy);
     }
 
     /// Appends a transactional batch a coordinator built (TxnOffsetCommit's offsets in
@@ -555,6 +587,7 @@ impl Partition {
             return Ok(Produced {
                 base_offset: KafkaOffset(base_offset),
                 timing: None,
+                log_append_time_ms: None,
             });
         }
         let (batch_bytes, records) = (batch.len(), u64::try_from(view.record_count()).unwrap_or(0));
@@ -597,6 +630,7 @@ impl Partition {
                 durable,
                 replicated: false,
             }),
+            log_append_time_ms: None,
         })
     }
 
@@ -691,6 +725,7 @@ impl Partition {
                 return Ok(Produced {
                     base_offset: KafkaOffset(base_offset),
                     timing: None,
+                    log_append_time_ms: None,
                 });
             }
             // Recorded at proposal, so pipelined batches of the producer follow it.
@@ -739,6 +774,7 @@ impl Partition {
                 durable: None,
                 replicated: true,
             }),
+            log_append_time_ms: None,
         })
     }
 

@@ -175,6 +175,7 @@ impl Shard {
                             base_offset: KafkaOffset(-1),
                             log_start_offset: KafkaOffset(-1),
                             timing: None,
+                            log_append_time_ms: -1,
                         }
                     }
                 };
@@ -203,12 +204,14 @@ impl Shard {
                         base_offset: done.base_offset,
                         log_start_offset,
                         timing: done.timing,
+                        log_append_time_ms: done.log_append_time_ms.unwrap_or(-1),
                     },
                     Err(e) => ProduceResult {
                         error: Some(e),
                         base_offset: KafkaOffset(-1),
                         log_start_offset,
                         timing: None,
+                        log_append_time_ms: -1,
                     },
                 }
             }

@@ -48,6 +48,8 @@ pub struct ProduceResult {
     pub log_start_offset: KafkaOffset,
     /// When its steps happened on the partition's shard (a slow request's timeline).
     pub timing: Option<crate::partition::AppendTiming>,
+    /// The append time stamped into the batch (topics with `LogAppendTime`), else -1.
+    pub log_append_time_ms: i64,
 }
 
 /// One partition of a fetch.

@@ -95,6 +95,7 @@ impl Shard {
                 let (lc, max) = crate::cluster::topic_config::log_config(&self.config, &configs);
                 part.set_config(lc, max);
                 part.set_cleanup(crate::cluster::topic_config::cleanup_config(&configs));
+                part.set_batch_policy(crate::cluster::topic_config::batch_policy(&configs));
                 if self.clustered() {
                     crate::cluster::refresh_partition(&**self, &meta, &part);
                 }

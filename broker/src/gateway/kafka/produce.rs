@@ -217,7 +217,7 @@ fn partition_response(
     let mut out = PartitionProduceResponse::default()
         .with_index(index)
         .with_base_offset(r.base_offset.0)
-        .with_log_append_time_ms(-1)
+        .with_log_append_time_ms(r.log_append_time_ms)
         .with_log_start_offset(if version >= 5 {
             r.log_start_offset.0
         } else {
@@ -255,6 +255,7 @@ fn failed(e: KafkaError) -> ProduceResult {
         base_offset: KafkaOffset(-1),
         log_start_offset: KafkaOffset(-1),
         timing: None,
+        log_append_time_ms: -1,
     }
 }
 

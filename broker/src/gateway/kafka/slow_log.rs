@@ -128,6 +128,7 @@ mod tests {
             base_offset: KafkaOffset(0),
             log_start_offset: KafkaOffset(0),
             timing,
+            log_append_time_ms: -1,
         }
     }
 
