@@ -55,6 +55,12 @@ pub struct DiskArgs {
     /// Batch sizes for the engine cases.
     #[arg(long, value_delimiter = ',', default_value = "1024,65536")]
     batch_bytes: Vec<usize>,
+    /// Flush every partition in rounds: each round begins all partitions' flushes in one
+    /// turn and waits for all of them before the next (a shard-wide gathered flush),
+    /// instead of each partition flushing again as soon as its own flush ends (the
+    /// broker's way). Measured slower on a virtio disk (issue 25's note, session 32).
+    #[arg(long)]
+    flush_rounds: bool,
 }
 
 /// The physics of the disk.
@@ -175,7 +181,8 @@ async fn run_all(args: &DiskArgs, work: &Path) -> anyhow::Result<()> {
                 ("latency", 1),
             ] {
                 let dir = work.join(format!("engine-{p}-{b}-{mode}"));
-                let r = engine_case(&dir, p, b, per_flush, args.engine_secs).await?;
+                let shape = (p, b, per_flush, args.flush_rounds);
+                let r = engine_case(&dir, shape, args.engine_secs).await?;
                 let write_bytes = per_flush * (b + strand_storage::frame::FRAME_HEADER_BYTES);
                 let raw_p99 = physics.sync_p99_us(write_bytes).max(1);
                 println!(
@@ -330,12 +337,11 @@ struct EngineResult {
 }
 
 /// One engine case: `partitions` logs, each appending `per_flush` batches of about
-/// `batch_bytes` per flush while the previous flush is in flight, for `secs` seconds.
+/// `batch_bytes` per flush while the previous flush is in flight, for `secs` seconds;
+/// with `rounds`, all logs flush together (`flush_rounds`).
 async fn engine_case(
     dir: &Path,
-    partitions: usize,
-    batch_bytes: usize,
-    per_flush: usize,
+    (partitions, batch_bytes, per_flush, rounds): (usize, usize, usize, bool),
     secs: f64,
 ) -> anyhow::Result<EngineResult> {
     let cache = Rc::new(BatchCache::new(64 << 20));
@@ -355,8 +361,8 @@ async fn engine_case(
     let batch = make_batch(batch_bytes);
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
     let start = Instant::now();
-    if std::env::var_os("STRAND_BENCH_GATHER").is_some() {
-        return gathered(&logs, &batch, per_flush, deadline, start).await;
+    if rounds {
+        return flush_in_rounds(&logs, &batch, per_flush, deadline, start).await;
     }
     let runs = logs.iter().map(|log| {
         let batch = batch.clone();
@@ -409,7 +415,9 @@ async fn engine_case(
     })
 }
 
-async fn gathered(
+/// The engine case with every log's flush begun in the same turn and all awaited
+/// together, round after round; each flush's latency is its round's.
+async fn flush_in_rounds(
     logs: &[Log],
     batch: &Bytes,
     per_flush: usize,

@@ -234,3 +234,52 @@ def test_a_batch_with_a_keyless_record_names_it(ck, cbroker, topic):
     assert codes == {i: ck.KafkaError.INVALID_RECORD if i in (3, 7) else different
                      for i in range(10)}, codes
     assert read_all(ck, cbroker, topic) == []
+
+
+def test_an_aborted_write_never_removes_the_committed_value(ck, cbroker, topic):
+    """A transaction that wrote key k and aborted does not shadow k's committed value when
+    the cleaner runs, and the cleaner removes the aborted record (a read_uncommitted
+    consumer stops seeing it), as Kafka's cleaner does; read_committed reads the committed
+    values throughout."""
+    create(ck, cbroker, topic, {"cleanup.policy": "compact", "segment.ms": "500"})
+    p = ck.Producer({"bootstrap.servers": cbroker.bootstrap,
+                     "transactional.id": f"{topic}-txn"})
+    p.init_transactions(30)
+    for writes, commit in [([(b"k", b"committed"), (b"j", b"j1")], True),
+                           ([(b"k", b"aborted")], False),
+                           ([(b"j", b"j2")], True)]:
+        p.begin_transaction()
+        for k, v in writes:
+            p.produce(topic, key=k, value=v, partition=0)
+        assert p.flush(30) == 0
+        if commit:
+            p.commit_transaction(30)
+        else:
+            p.abort_transaction(30)
+
+    def values(isolation):
+        c = ck.Consumer({"bootstrap.servers": cbroker.bootstrap, "group.id": "unused",
+                         "enable.auto.commit": False, "enable.partition.eof": True,
+                         "isolation.level": isolation})
+        c.assign([ck.TopicPartition(topic, 0, 0)])
+        out = []
+        deadline = time.monotonic() + 20
+        try:
+            while time.monotonic() < deadline:
+                m = c.poll(0.5)
+                if m is None:
+                    continue
+                if m.error() is not None:
+                    assert m.error().code() == ck.KafkaError._PARTITION_EOF, m.error()
+                    return out
+                out.append((m.key(), m.value()))
+        finally:
+            c.close()
+        raise AssertionError(f"no end of {topic} within 20 s: {out}")
+
+    assert values("read_committed") == [(b"k", b"committed"), (b"j", b"j1"), (b"j", b"j2")]
+    want = [(b"k", b"committed"), (b"j", b"j2")]
+    seen = []
+    wait_until(lambda: seen.append(values("read_uncommitted")) or seen[-1] == want, 30,
+               f"{topic} compacted to {want} (last read: {seen[-1:]})", 0.3)
+    assert values("read_committed") == want

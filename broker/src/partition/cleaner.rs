@@ -13,6 +13,10 @@
 //!   producer and the log's last data batch, which stay as empty batches (sequence checks
 //!   and consumers reaching the end need them).
 //! - A batch that cannot be read is kept whole and counted; nothing is dropped on doubt.
+//! - The records of aborted transactions are never mapped, so they never supersede a
+//!   committed record of their key, and every pass removes them (as Kafka's cleaner
+//!   does); markers stay. The caller's bound stops before any transaction whose outcome
+//!   is not known yet.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -25,6 +29,7 @@ use strand_wire::records::{encode_record, Record};
 use strand_wire::{empty_batch, BatchHeader, RecordBatch, TimestampType};
 
 use crate::partition::codec;
+use crate::partition::txn_index::AbortedTxn;
 
 /// Bytes of one key slot of the offset map.
 const SLOT_BYTES: usize = std::mem::size_of::<Slot>();
@@ -186,6 +191,41 @@ pub struct CleanContext {
     /// record per key already, and a key the map lacks keeps its record), so a pass
     /// neither maps the compacted part again nor stops where a full map stopped before.
     pub map_from: KafkaOffset,
+    /// The aborted transactions of the cleaned range.
+    pub aborted: AbortedRanges,
+}
+
+/// Aborted transactions by producer: a transactional data batch of producer `p` at offset
+/// `o` is aborted when one of `p`'s ranges `[first offset, marker offset)` holds `o` (a
+/// producer's transactions in a partition never overlap).
+#[derive(Clone, Debug, Default)]
+pub struct AbortedRanges(HashMap<i64, Vec<(i64, i64)>>);
+
+impl AbortedRanges {
+    /// The ranges of `txns` (ordered by marker offset, as `TxnIndex` keeps them).
+    pub fn of(txns: &[AbortedTxn]) -> AbortedRanges {
+        let mut by_producer: HashMap<i64, Vec<(i64, i64)>> = HashMap::new();
+        for t in txns {
+            by_producer
+                .entry(t.producer_id)
+                .or_default()
+                .push((t.first_offset, t.last_offset));
+        }
+        AbortedRanges(by_producer)
+    }
+
+    /// Whether `view` is a data batch of an aborted transaction.
+    pub fn holds(&self, view: &RecordBatch) -> bool {
+        let a = view.attributes();
+        if !a.is_transactional() || a.is_control() {
+            return false;
+        }
+        let at = view.base_offset();
+        self.0.get(&view.producer_id()).is_some_and(|ranges| {
+            let i = ranges.partition_point(|(_, marker)| *marker <= at);
+            ranges.get(i).is_some_and(|(first, _)| *first <= at)
+        })
+    }
 }
 
 /// What one pass did.
@@ -231,7 +271,7 @@ pub async fn clean_once(
     };
     map.clear();
     let from = first.base_offset.max(ctx.map_from);
-    out.map_end = build_map(log, (map, budget), from, last.next_offset, &mut out).await?;
+    out.map_end = build_map(log, (map, budget), (from, last.next_offset), ctx, &mut out).await?;
     let last_data_offset = last_data_batch(log).await?;
     let map_end = out.map_end;
     for seg in segments.iter().take_while(|s| s.base_offset < map_end) {
@@ -248,13 +288,13 @@ pub async fn clean_once(
     Ok(out)
 }
 
-/// Maps the keys of `from..end`; returns where the map stops (at a batch boundary when
-/// it filled up, else `end`).
+/// Maps the keys of `from..end` but those of aborted transactions; returns where the map
+/// stops (at a batch boundary when it filled up, else `end`).
 async fn build_map(
     log: &Log,
     (map, budget): (&mut OffsetMap, &mut IoBudget),
-    from: KafkaOffset,
-    end: KafkaOffset,
+    (from, end): (KafkaOffset, KafkaOffset),
+    ctx: &CleanContext,
     out: &mut CleanOutcome,
 ) -> Result<KafkaOffset, StorageError> {
     let mut next = from.max(log.log_start_offset());
@@ -269,7 +309,7 @@ async fn build_map(
                 out.unreadable_batches += 1;
                 continue;
             };
-            if view.attributes().is_control() {
+            if view.attributes().is_control() || ctx.aborted.holds(&view) {
                 continue;
             }
             let Ok(records) = codec::records_of(&view) else {
@@ -346,10 +386,14 @@ fn decide_frame(
         ctx.now_ms.saturating_add(ctx.delete_retention_ms)
     };
     let total = records.len();
+    let aborted = ctx.aborted.holds(&view);
     let kept: Vec<Record> = records
         .into_iter()
         .filter(|r| {
             let Some(k) = &r.key else { return false };
+            if aborted {
+                return false;
+            }
             let offset = base + i64::from(r.offset_delta);
             if map.get(k).is_some_and(|latest| latest > offset) {
                 return false;
@@ -533,6 +577,7 @@ mod tests {
             producer_last_batches: producers,
             clean_end: log.log_end_offset(),
             map_from: KafkaOffset(0),
+            aborted: AbortedRanges::default(),
         }
     }
 

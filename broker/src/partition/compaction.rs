@@ -208,9 +208,8 @@ impl Partition {
     /// The end of the committed data a pass may clean: what this replica applied, or on
     /// one node the last stable offset (as Kafka's cleaner stops at the first unstable
     /// offset: a record of an open transaction, which may yet abort, must not supersede an
-    /// older value). A Raft replica is bounded by what it applied only: followers keep no
-    /// transaction index yet (issue 22), which is harmless while clients cannot open
-    /// transactions.
+    /// older value). A pass is also bounded by the last stable offset of the
+    /// partition-state checkpoint (`Partition::compact`), which every replica keeps.
     pub(super) fn committed_end(&self) -> KafkaOffset {
         if self.replicated() {
             self.applied_end.get()

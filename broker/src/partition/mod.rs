@@ -949,9 +949,15 @@ impl Partition {
             .map_or(KafkaOffset(i64::MAX), |s| s.base_offset);
         let clean_end = committed.min(lag_end);
         self.checkpoint_through(clean_end).await?;
-        let (clean_end, producer_last_batches) = {
+        let (clean_end, producer_last_batches, aborted) = {
             let c = self.checkpoint.borrow();
-            (clean_end.min(c.offset), c.states.last_batch_offsets())
+            // Not past the first record of a transaction open at the checkpoint: it may
+            // yet abort (Kafka's cleaner stops at the first unstable offset). The
+            // checkpoint knows the transactions on every replica, a follower's included.
+            let stable = KafkaOffset(c.txns.last_stable_offset(c.offset.0));
+            let end = clean_end.min(c.offset).min(stable);
+            let aborted = c.txns.aborted_between(0, end.0);
+            (end, c.states.last_batch_offsets(), aborted)
         };
         let ctx = cleaner::CleanContext {
             now_ms,
@@ -959,6 +965,7 @@ impl Partition {
             producer_last_batches,
             clean_end,
             map_from: self.progress.get().cleaned_to,
+            aborted: cleaner::AbortedRanges::of(&aborted),
         };
         cleaner::clean_once(&self.log, map, budget, &ctx).await
     }
@@ -1571,6 +1578,122 @@ mod tests {
             drop(part);
             let part = open_with(&dir, lc, None).await;
             retries_are_duplicates(&part, &last).await;
+        })
+        .expect("runtime");
+    }
+
+    /// The values of `key` a read_uncommitted fetch of the whole log returns, in order.
+    async fn values_of(part: &Rc<Partition>, key: &[u8]) -> Vec<Vec<u8>> {
+        let (set, _) = part
+            .fetch(KafkaOffset(0), usize::MAX, true, false)
+            .await
+            .expect("fetch");
+        let mut out = Vec::new();
+        for b in set.batches() {
+            let view = RecordBatch::parse(b.clone()).expect("batch");
+            if view.attributes().is_control() {
+                continue;
+            }
+            for r in codec::records_of(&view).expect("records") {
+                if r.key.as_deref() == Some(key) {
+                    out.push(r.value.map(|v| v.to_vec()).unwrap_or_default());
+                }
+            }
+        }
+        out
+    }
+
+    /// Appends a transactional batch of producer `pid` (epoch 0) at `seq` setting key `k`.
+    async fn append_keyed_txn(
+        part: &Rc<Partition>,
+        (pid, seq): (i64, i32),
+        value: &[u8],
+        now_ms: i64,
+    ) {
+        let mut b = strand_wire::BatchBuilder::new(now_ms)
+            .producer(pid, 0, seq)
+            .transactional();
+        b.push(now_ms, Some(b"k"), Some(value), &[]);
+        let b = b.build();
+        let turn = turn_of(part, &b);
+        part.produce_transactional(b, true, turn)
+            .await
+            .expect("appended");
+    }
+
+    /// Twelve records of three other keys: enough to roll 4 KiB segments.
+    async fn fill_other_keys(part: &Rc<Partition>, now_ms: i64) {
+        for i in 0..12 {
+            let mut b = strand_wire::BatchBuilder::new(now_ms);
+            b.push(
+                now_ms,
+                Some(format!("f{}", i % 3).as_bytes()),
+                Some(&[7u8; 700]),
+                &[],
+            );
+            part.produce(b.build(), true).await.expect("filler");
+        }
+    }
+
+    fn marker(kind: strand_wire::MarkerKind) -> strand_wire::Marker {
+        strand_wire::Marker {
+            kind,
+            coordinator_epoch: 0,
+        }
+    }
+
+    /// Records of aborted transactions never supersede the committed value of their key,
+    /// and a pass removes them; a transaction still open bounds the pass, so its record
+    /// does not supersede the committed one either, and goes once it aborted.
+    #[test]
+    fn the_cleaner_keeps_committed_values_over_aborted_ones_and_drops_the_aborted() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("t-0");
+        let lc = LogConfig {
+            segment_bytes: 4096,
+            ..LogConfig::default()
+        };
+        strand_storage::io_runtime::block_on("partition-test", 1, async {
+            let part = open_with(&dir, lc, None).await;
+            part.set_cleanup(cleaner::CleanupConfig {
+                compact: true,
+                delete: false,
+                ..cleaner::CleanupConfig::default()
+            });
+            let now_ms = crate::common::clock::wall_ms();
+            append_keyed_txn(&part, (1, 0), b"committed", now_ms).await;
+            part.append_marker(1, 0, marker(strand_wire::MarkerKind::Commit))
+                .await
+                .expect("commit");
+            append_keyed_txn(&part, (1, 1), b"aborted", now_ms).await;
+            part.append_marker(1, 0, marker(strand_wire::MarkerKind::Abort))
+                .await
+                .expect("abort");
+            fill_other_keys(&part, now_ms).await;
+            append_keyed_txn(&part, (2, 0), b"open", now_ms).await;
+            fill_other_keys(&part, now_ms).await;
+            assert_eq!(
+                values_of(&part, b"k").await,
+                [&b"committed"[..], b"aborted", b"open"]
+            );
+
+            let mut map = cleaner::OffsetMap::with_memory(1 << 16);
+            let mut budget = strand_storage::IoBudget::unlimited();
+            let out = part
+                .compact_now(&mut map, &mut budget, now_ms + 1_000)
+                .await
+                .expect("pass");
+            assert!(out.records_removed > 0, "{out:?}");
+            assert_eq!(values_of(&part, b"k").await, [&b"committed"[..], b"open"]);
+
+            part.append_marker(2, 0, marker(strand_wire::MarkerKind::Abort))
+                .await
+                .expect("abort");
+            fill_other_keys(&part, now_ms).await;
+            part.compact_now(&mut map, &mut budget, now_ms + 2_000)
+                .await
+                .expect("pass");
+            assert_eq!(values_of(&part, b"k").await, [&b"committed"[..]]);
         })
         .expect("runtime");
     }
