@@ -180,14 +180,23 @@ impl Broker {
 
     /// `GET path` on the admin listener: the response body.
     pub fn admin_get(&self, path: &str) -> String {
+        let addr = self.admin_addr.expect("broker has an admin listener");
+        self.try_admin_get(path)
+            .unwrap_or_else(|e| panic!("GET {path} from {addr}: {e}"))
+    }
+
+    /// `GET path` on the admin listener: the response body, or why there is none (a
+    /// broker not listening yet).
+    pub fn try_admin_get(&self, path: &str) -> std::io::Result<String> {
         use std::io::{Read, Write};
         let addr = self.admin_addr.expect("broker has an admin listener");
-        let mut s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
-        write!(s, "GET {path} HTTP/1.0\r\nHost: strand\r\n\r\n").expect("send GET");
+        let mut s = TcpStream::connect(addr)?;
+        write!(s, "GET {path} HTTP/1.0\r\nHost: strand\r\n\r\n")?;
         let mut out = String::new();
-        s.read_to_string(&mut out).expect("read response");
-        out.split_once("\r\n\r\n")
-            .map_or(out.clone(), |(_, b)| b.to_string())
+        s.read_to_string(&mut out)?;
+        Ok(out
+            .split_once("\r\n\r\n")
+            .map_or(out.clone(), |(_, b)| b.to_string()))
     }
 
     /// The sum over shards of a Prometheus counter or gauge (`name` as exposed).
@@ -245,6 +254,12 @@ impl Broker {
     /// outlive the reaped process by a few milliseconds (io_uring releases its files
     /// asynchronously), and the start-up check refuses a port something listens on.
     pub fn restart(&mut self) {
+        self.restart_observing(&mut |_| {});
+    }
+
+    /// [`Self::restart`], calling `observe` on the starting broker between its polls of
+    /// the Kafka listener (its admin listener answers from early in the start).
+    pub fn restart_observing(&mut self, observe: &mut dyn FnMut(&Broker)) {
         assert!(self.child.is_none(), "restart of a running broker");
         let deadline = Deadline::after(STOP_TIMEOUT);
         while TcpStream::connect_timeout(&self.addr, POLL).is_ok() {
@@ -255,7 +270,7 @@ impl Broker {
             );
             std::thread::sleep(POLL);
         }
-        if let Err(e) = self.launch() {
+        if let Err(e) = self.launch(observe) {
             panic!("restart on the same port {} failed: {e}", self.addr);
         }
     }
@@ -277,7 +292,7 @@ impl Broker {
             if self.options.sasl_listener {
                 self.sasl_addr = Some(SocketAddr::from(([127, 0, 0, 1], free_port())));
             }
-            match self.launch() {
+            match self.launch(&mut |_| {}) {
                 Ok(()) => return,
                 Err(e) if e.contains("Address already in use") && attempt < PORT_ATTEMPTS => {
                     eprintln!("port {} taken meanwhile, trying another: {e}", self.addr);
@@ -295,7 +310,7 @@ impl Broker {
 
     /// Spawns the process and waits until it serves; `Err` (with its log) if it exits
     /// first.
-    fn launch(&mut self) -> Result<(), String> {
+    fn launch(&mut self, observe: &mut dyn FnMut(&Broker)) -> Result<(), String> {
         self.starts += 1;
         let log = File::create(self.log_path(self.starts)).expect("create broker log");
         let o = &self.options;
@@ -328,14 +343,15 @@ impl Broker {
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {}: {e}", self.bin.display()));
         self.child = Some(child);
-        self.wait_serving()
+        self.wait_serving(observe)
     }
 
     /// Waits until ApiVersions succeeds; `Err` if the process exits first, panics when it
     /// is still not serving after `START_TIMEOUT`.
-    fn wait_serving(&mut self) -> Result<(), String> {
+    fn wait_serving(&mut self, observe: &mut dyn FnMut(&Broker)) -> Result<(), String> {
         let deadline = Deadline::after(START_TIMEOUT);
         loop {
+            observe(self);
             let child = self.child.as_mut().expect("just spawned");
             if let Some(status) = child.try_wait().expect("poll strand") {
                 self.child = None;

@@ -165,7 +165,8 @@ fn a_slow_produce_is_logged_with_its_timeline() {
 /// UNKNOWN_TOPIC_OR_PARTITION (a client is told the topic may not exist; librdkafka's
 /// watermark query fails at once), while Kafka does not listen before its logs are loaded.
 /// One partition with a long tail to recover after kill -9 opens well after the other
-/// shard is ready; the query goes to whichever shard accepts the connection.
+/// shard is ready; the query goes to whichever shard accepts the connection. Readiness
+/// (`/v1/health/ready`, which shard 0 answers) must not say ready before either.
 #[test]
 fn a_restarted_broker_serves_every_partition_it_names() {
     use strand_storage::RaftIndex;
@@ -181,13 +182,14 @@ fn a_restarted_broker_serves_every_partition_it_names() {
     c.create_topic("opening", 2);
     for i in 0..BATCHES {
         let batch = strand_tests::crash_workload::batch(7, RaftIndex(i + 1));
-        let r = c.produce("opening", 0, batch, 1);
+        let r = c.produce("opening", 1, batch, 1);
         assert_eq!(r.error_code, 0, "produce: {r:?}");
     }
     drop(c);
     for restart in 0..RESTARTS {
         broker.kill9();
-        broker.restart();
+        broker.restart_observing(&mut |b| ready_only_once_every_partition_is_open(b));
+        assert_eq!(broker.admin_get("/v1/health/ready").trim(), "ready");
         let answers: Vec<(i32, i16, i64)> = broker
             .connect()
             .list_latest("opening", &[0, 1])
@@ -199,6 +201,24 @@ fn a_restarted_broker_serves_every_partition_it_names() {
             [(0, 0), (1, 0)],
             "after kill -9 number {restart}: {answers:?}"
         );
-        assert!(answers[0].2 > 0, "{answers:?}");
+        assert!(answers[1].2 > 0, "{answers:?}");
     }
+}
+
+/// While a broker starts: `/v1/health/ready` says ready only once every shard opened the
+/// partitions it hosts (`/v1/status` lists both of topic "opening").
+fn ready_only_once_every_partition_is_open(b: &Broker) {
+    let Ok(ready) = b.try_admin_get("/v1/health/ready") else {
+        return;
+    };
+    if ready.trim() != "ready" {
+        return;
+    }
+    let status = b.admin_get("/v1/status");
+    let listed = status.matches(r#""topic":"opening""#).count();
+    // Each partition shows twice: its shard's row and the leaders list.
+    assert_eq!(
+        listed, 4,
+        "ready while a partition is not open yet: {status}"
+    );
 }

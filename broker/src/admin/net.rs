@@ -28,6 +28,10 @@ pub const ADMIN_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long an HTTPS client may take over its TLS handshake.
 pub const ADMIN_TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long readiness waits for every shard to say it applied its first metadata (one
+/// that has answers at once; one still opening its partitions makes the answer not
+/// ready).
+const READY_SHARDS_WAIT: Duration = Duration::from_millis(200);
 
 /// Serves admin HTTP (HTTPS with `tls`, `admin_tls`) until the shard stops.
 pub async fn serve(shard: Rc<Shard>, tls: Option<Loaded>) -> anyhow::Result<()> {
@@ -152,9 +156,18 @@ where
     true
 }
 
-fn ready(shard: &Shard) -> bool {
+/// Ready: not stopping, (in a cluster) the cluster is ready, and every shard applied its
+/// first metadata snapshot, which is when the shards start serving Kafka (start.rs): its
+/// partitions are open then. A shard that does not say so within
+/// `READY_SHARDS_WAIT` makes the answer not ready.
+async fn ready(shard: &Rc<Shard>) -> bool {
     let clustered_ready = !shard.clustered() || shard.cluster_ready();
-    shard.metadata().version > 0 && !shard.stopping() && clustered_ready
+    if shard.metadata().version == 0 || shard.stopping() || !clustered_ready {
+        return false;
+    }
+    crate::runtime::task::timeout(READY_SHARDS_WAIT, shard.every_shard_has_metadata())
+        .await
+        .is_some()
 }
 
 async fn route(shard: &Rc<Shard>, head: &str, body: &[u8], client_certificate: bool) -> Response {
@@ -188,7 +201,7 @@ async fn route(shard: &Rc<Shard>, head: &str, body: &[u8], client_certificate: b
         "/v1/self-test/network" => crate::admin::netcheck::network(query).await,
         "/v1/health/live" => text("200 OK", "live\n"),
         "/v1/health" | "/v1/health/ready" => {
-            if ready(shard) {
+            if ready(shard).await {
                 text("200 OK", "ready\n")
             } else {
                 text("503 Service Unavailable", "not ready\n")
@@ -197,6 +210,8 @@ async fn route(shard: &Rc<Shard>, head: &str, body: &[u8], client_certificate: b
         "/v1/log-level" => status::current_log_level(),
         "/v1/nodes" => json(status::render_nodes(&shard.metadata())),
         "/v1/status" => {
+            // Readiness first: once ready, the snapshots show every shard's partitions.
+            let ready = ready(shard).await;
             let snaps = snapshots(shard).await;
             let meta = shard.metadata();
             let space = strand_storage::io::filesystem_space(&shard.config.data_dir)
@@ -205,7 +220,7 @@ async fn route(shard: &Rc<Shard>, head: &str, body: &[u8], client_certificate: b
             let input = status::StatusInput {
                 config: &shard.config,
                 cluster_id: &meta.cluster_id,
-                ready: ready(shard),
+                ready,
                 space,
             };
             json(status::render_status(&input, &snaps))
