@@ -2,7 +2,10 @@
 wire: `message.timestamp.type=LogAppendTime` (the broker's append time replaces the
 producer's timestamps, in the produce answer and in what consumers read) and
 `compression.type` (the stored batch carries the topic's codec, whatever the producer
-used, and every record reads back the same). Both apply when altered on a live topic."""
+used, and every record reads back the same). Both apply when altered on a live topic.
+`min.insync.replicas` above the in-sync replicas (one, on one node) refuses acks=all
+produces with NOT_ENOUGH_REPLICAS and leaves acks=1 alone (the cluster case is in
+test_cluster.py)."""
 
 from __future__ import annotations
 
@@ -159,3 +162,25 @@ def test_kafka_python_reads_the_append_time(ck, broker, topic):
     c.close()
     assert (r.key, r.value, r.timestamp_type, r.timestamp) == (b"k", b"v", 1, sent.timestamp)
     assert stored_batch_attributes(broker, topic, 0) & 0x0f == 0x08 | CODECS["gzip"]
+
+
+def test_min_insync_replicas_above_the_replicas_refuses_acks_all(ck, broker, topic):
+    from strand_harness import produce_one_error
+
+    admin = create(ck, broker, topic, {"min.insync.replicas": "2"})
+    strict = ck.Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "retries": 0})
+    err = produce_one_error(strict, topic, partition=0)
+    assert err is not None and err.code() == ck.KafkaError.NOT_ENOUGH_REPLICAS, err
+    relaxed = ck.Producer({"bootstrap.servers": broker.bootstrap, "acks": 1})
+    assert produce_one_error(relaxed, topic, partition=0) is None
+    alter(admin, topic, "min.insync.replicas", "1")
+    assert produce_one_error(strict, topic, partition=0) is None
+    assert [m.offset() for m in consume(ck, broker, topic, 0, 2)] == [0, 1]
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    bad = AdminClient({"bootstrap.servers": broker.bootstrap})
+    fut = bad.create_topics([NewTopic(f"{topic}-bad", 1, 1,
+                                      config={"min.insync.replicas": "0"})])[f"{topic}-bad"]
+    with pytest.raises(ck.KafkaException) as e:
+        fut.result(15)
+    assert e.value.args[0].code() == ck.KafkaError.INVALID_CONFIG

@@ -31,7 +31,7 @@ import pytest
 
 from cluster_harness import Cluster, NODE_IDS, metadata_v1, strand_bin, partition_watermarks
 from jepsen_check import OK, UNKNOWN, Write, check
-from strand_harness import frame, need_module, recv_response, wait_until
+from strand_harness import frame, need_module, produce_one_error, recv_response, wait_until
 
 try:  # conftest.py attaches the stderr tail of the brokers it knows to a failing report
     from conftest import _BROKERS_OF_TEST
@@ -516,7 +516,9 @@ def test_every_metadata_answer_lists_the_controller_it_names(request):
 
 def test_metadata_reports_the_in_sync_replicas(ck, cluster, rf3_topic):
     """Metadata's isr_nodes is the leader's in-sync set, on every node: a killed follower
-    leaves it (silent for an election timeout), and returns once restarted and caught up."""
+    leaves it (silent for an election timeout), and returns once restarted and caught up.
+    An acks=all produce gets NOT_ENOUGH_REPLICAS while fewer are in sync than the topic's
+    min.insync.replicas."""
     topic = rf3_topic
     leader = cluster.wait_leader(topic, 0)
     follower, other = [n for n in NODE_IDS if n != leader]
@@ -531,12 +533,42 @@ def test_metadata_reports_the_in_sync_replicas(ck, cluster, rf3_topic):
     without = tuple(sorted((leader, other)))
     wait_until(lambda: isr_views((leader, other)) == {without}, LEADERS_DEADLINE_S,
                f"node {follower} out of the in-sync replicas on the live nodes")
+    # min.insync.replicas: acks=all needs that many in sync (NOT_ENOUGH_REPLICAS, as Kafka
+    # answers); acks=1 does not.
+    set_min_insync(cluster, topic, 3)
+    # No retries: the broker's answer is the delivery error (a retried one ends timed out).
+    strict = ck.Producer(producer_config(cluster.bootstrap(),
+                                         **{"enable.idempotence": False, "retries": 0}))
+    err = produce_one_error(strict, topic, partition=0)
+    assert err is not None and err.code() == ck.KafkaError.NOT_ENOUGH_REPLICAS, err
+    relaxed = producer_config(cluster.bootstrap(), acks=1, **{"enable.idempotence": False})
+    assert produce_one_error(ck.Producer(relaxed), topic, partition=0) is None
+    set_min_insync(cluster, topic, 2)
     # Writes it misses while down; it rejoins the set only once it has them.
     produce_all(ck, cluster, topic, range(50))
     cluster.restart(follower)
     wait_until(lambda: isr_views(NODE_IDS) == set(everyone), LEADERS_DEADLINE_S,
                f"node {follower} back in the in-sync replicas on every node")
     assert cluster.wait_leader(topic, 0) == leader
+    set_min_insync(cluster, topic, 3)
+    assert produce_one_error(strict, topic, partition=0) is None
+
+
+def set_min_insync(cluster: Cluster, topic: str, n: int):
+    """Sets the topic's min.insync.replicas and waits until every node took it."""
+    from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry,
+                                       ConfigResource, ResourceType)
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap()})
+    r = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry("min.insync.replicas", str(n), incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([r])[r].result(30)
+
+    def described() -> bool:
+        d = ConfigResource(ResourceType.TOPIC, topic)
+        return admin.describe_configs([d])[d].result(30)["min.insync.replicas"].value == str(n)
+
+    wait_until(described, LEADERS_DEADLINE_S, f"min.insync.replicas {n} on {topic}")
 
 
 def test_status_names_a_node_leader_only_of_the_partitions_it_leads(cluster, rf3_topic):

@@ -83,6 +83,11 @@ pub const TOPIC_CONFIGS: &[Def] = &[
         doc: "CreateTime (the producer's timestamps) or LogAppendTime (the broker stamps each batch with the time it appended it)",
     },
     Def {
+        name: "min.insync.replicas",
+        kind: Kind::Int,
+        doc: "replicas that must be in sync for an acks=all produce to be taken (else NOT_ENOUGH_REPLICAS); an acknowledged write is on a Raft majority",
+    },
+    Def {
         name: "min.cleanable.dirty.ratio",
         kind: Kind::Double,
         doc: "share of uncleaned bytes in the log that makes a compaction pass due",
@@ -131,6 +136,7 @@ pub fn default_value(broker: &Config, name: &str) -> (String, bool) {
         "message.timestamp.type" => ("CreateTime".into(), false),
         "min.cleanable.dirty.ratio" => (MIN_CLEANABLE_DIRTY_RATIO_DEFAULT.to_string(), false),
         "min.compaction.lag.ms" => ("0".into(), false),
+        "min.insync.replicas" => ("1".into(), false),
         "max.message.bytes" => (
             broker.message_max_bytes.to_string(),
             broker.message_max_bytes != crate::common::config::MESSAGE_MAX_BYTES_DEFAULT,
@@ -181,6 +187,7 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
             i64::from(i32::MAX),
         ),
         ("max.message.bytes", _) => num(0, strand_wire::BATCH_BYTES_MAX as i64),
+        ("min.insync.replicas", _) => num(1, i64::from(i32::MAX)),
         ("segment.ms" | "max.compaction.lag.ms", _) => num(1, i64::MAX),
         ("delete.retention.ms" | "min.compaction.lag.ms", _) => num(0, i64::MAX),
         (_, Kind::Long) => num(-1, i64::MAX),
@@ -256,6 +263,15 @@ pub fn batch_policy(overrides: &BTreeMap<String, String>) -> BatchPolicy {
             .and_then(|v| TopicCompression::parse(v))
             .unwrap_or_default(),
     }
+}
+
+/// `min.insync.replicas` of a topic with `overrides` (1 by default, as in Kafka).
+pub fn min_insync_replicas(overrides: &BTreeMap<String, String>) -> usize {
+    overrides
+        .get("min.insync.replicas")
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|n| *n >= 1)
+        .unwrap_or(1)
 }
 
 /// The storage config and max batch size for a topic with `overrides`.

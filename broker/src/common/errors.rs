@@ -176,6 +176,15 @@ pub enum KafkaError {
     /// MESSAGE_TOO_LARGE (10).
     #[error("message too large")]
     MessageTooLarge,
+    /// NOT_ENOUGH_REPLICAS (19): an acks=all produce while fewer replicas are in sync than
+    /// the topic's `min.insync.replicas`.
+    #[error("{in_sync} replicas in sync, fewer than min.insync.replicas {min}")]
+    NotEnoughReplicas {
+        /// Replicas in sync now.
+        in_sync: usize,
+        /// The topic's `min.insync.replicas`.
+        min: usize,
+    },
     /// INVALID_RECORD (87).
     #[error("invalid record: {0}")]
     InvalidRecord(String),
@@ -239,6 +248,7 @@ impl KafkaError {
             KafkaError::NotLeader => code::NOT_LEADER_OR_FOLLOWER,
             KafkaError::RequestTimedOut => code::REQUEST_TIMED_OUT,
             KafkaError::MessageTooLarge => code::MESSAGE_TOO_LARGE,
+            KafkaError::NotEnoughReplicas { .. } => code::NOT_ENOUGH_REPLICAS,
             KafkaError::InvalidRequest(_) => code::INVALID_REQUEST,
             KafkaError::OutOfOrderSequence => code::OUT_OF_ORDER_SEQUENCE_NUMBER,
             KafkaError::InvalidProducerEpoch => code::INVALID_PRODUCER_EPOCH,

@@ -165,6 +165,8 @@ pub struct Partition {
     max_message_bytes: Cell<usize>,
     /// What the topic's configs make of a produced batch.
     batch_policy: Cell<stamp::BatchPolicy>,
+    /// The topic's `min.insync.replicas` (checked by the shard before an acks=all append).
+    min_insync_replicas: Cell<usize>,
     producers: RefCell<ProducerStates>,
     /// The arrival order of producers' transactional batches (`turns`).
     txn_turns: Turns,
@@ -233,6 +235,7 @@ impl Partition {
             append_watchers: RefCell::new(Vec::new()),
             max_message_bytes: Cell::new(max_message_bytes),
             batch_policy: Cell::new(stamp::BatchPolicy::default()),
+            min_insync_replicas: Cell::new(1),
             producers: RefCell::new(ProducerStates::default()),
             txn_turns: Turns::default(),
             txns: RefCell::new(TxnIndex::default()),
@@ -523,6 +526,16 @@ impl Partition {
     /// Applies the topic's `message.timestamp.type` and `compression.type`.
     pub fn set_batch_policy(&self, policy: stamp::BatchPolicy) {
         self.batch_policy.set(policy);
+    }
+
+    /// Applies the topic's `min.insync.replicas`.
+    pub fn set_min_insync_replicas(&self, min: usize) {
+        self.min_insync_replicas.set(min);
+    }
+
+    /// The topic's `min.insync.replicas`.
+    pub fn min_insync_replicas(&self) -> usize {
+        self.min_insync_replicas.get()
     }
 
     /// Appends a transactional batch a coordinator built (TxnOffsetCommit's offsets in

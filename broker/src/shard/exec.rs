@@ -153,7 +153,12 @@ impl Shard {
         let placed: Vec<_> = parts
             .iter()
             .map(|p| {
-                let part = self.serving(&p.topic, p.partition);
+                let part = self.serving(&p.topic, p.partition).and_then(|part| {
+                    if acks_all {
+                        self.check_in_sync(&p.topic, p.partition, &part)?;
+                    }
+                    Ok(part)
+                });
                 let turn = match (&part, &p.transactional_id) {
                     (Ok(part), Some(_)) => txn_turn(part, &p.batch),
                     _ => None,
@@ -510,6 +515,31 @@ impl Shard {
     /// The partition if this node serves it to clients. Cluster mode: a partition hosted
     /// elsewhere, or here but led by another node, is NOT_LEADER_OR_FOLLOWER (clients
     /// refresh metadata and retry); without a cluster only unknown partitions fail.
+    /// An acks=all produce needs the topic's `min.insync.replicas` replicas in sync, as
+    /// in Kafka (checked before the append; NOT_ENOUGH_REPLICAS otherwise). One node is
+    /// one replica.
+    fn check_in_sync(&self, topic: &str, p: i32, part: &Partition) -> Result<(), KafkaError> {
+        let min = part.min_insync_replicas();
+        if min <= 1 {
+            return Ok(());
+        }
+        let in_sync = if self.clustered() {
+            let meta = self.metadata();
+            let Some(t) = meta.topics.get(topic) else {
+                return Err(KafkaError::UnknownTopicOrPartition);
+            };
+            let group = t.group_of(p);
+            let (_, epoch) = self.leader_of_group(group);
+            self.in_sync_replicas(group, epoch, t.replicas_of(p)).len()
+        } else {
+            1
+        };
+        if in_sync < min {
+            return Err(KafkaError::NotEnoughReplicas { in_sync, min });
+        }
+        Ok(())
+    }
+
     pub(crate) fn serving(&self, topic: &str, p: i32) -> Result<Rc<Partition>, KafkaError> {
         match self.partition(topic, p) {
             Some(part) if part.serving() => Ok(part),

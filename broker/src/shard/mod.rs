@@ -418,6 +418,7 @@ impl Shard {
         ));
         part.set_cleanup(crate::cluster::topic_config::cleanup_config(configs));
         part.set_batch_policy(crate::cluster::topic_config::batch_policy(configs));
+        part.set_min_insync_replicas(crate::cluster::topic_config::min_insync_replicas(configs));
         let offsets = topic == crate::group::OFFSETS_TOPIC;
         let txn_state = topic == crate::txn::coordinator::TXN_STATE_TOPIC;
         let share_state = topic == crate::common::config::SHARE_STATE_TOPIC;

@@ -96,6 +96,9 @@ impl Shard {
                 part.set_config(lc, max);
                 part.set_cleanup(crate::cluster::topic_config::cleanup_config(&configs));
                 part.set_batch_policy(crate::cluster::topic_config::batch_policy(&configs));
+                part.set_min_insync_replicas(crate::cluster::topic_config::min_insync_replicas(
+                    &configs,
+                ));
                 if self.clustered() {
                     crate::cluster::refresh_partition(&**self, &meta, &part);
                 }
