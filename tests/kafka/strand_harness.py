@@ -107,14 +107,16 @@ def free_port() -> int:
 
 
 def read_partition(ck, bootstrap: str, topic: str, partition: int = 0, start: int = 0,
-                   timeout_s: float = 20.0) -> list[tuple[int, bytes | None, bytes | None]]:
+                   timeout_s: float = 20.0, isolation: str = "read_committed",
+                   ) -> list[tuple[int, bytes | None, bytes | None]]:
     """Every record of one partition from offset `start` to its end, with confluent-kafka
-    (`ck`): [(offset, key, value)]. Fails on a fetch error or when the end is not reached
-    in `timeout_s`."""
+    (`ck`) at `isolation` (librdkafka's default, read_committed, unless told):
+    [(offset, key, value)]. Fails on a fetch error or when the end is not reached in
+    `timeout_s`."""
     # An out-of-range fetch fails the read instead of jumping to the end.
     c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "strand-tests-unused",
                      "enable.auto.commit": False, "enable.partition.eof": True,
-                     "auto.offset.reset": "error"})
+                     "auto.offset.reset": "error", "isolation.level": isolation})
     c.assign([ck.TopicPartition(topic, partition, start)])
     out = []
     deadline = time.monotonic() + timeout_s

@@ -31,7 +31,7 @@ pub const ADMIN_TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long readiness waits for every shard to say it applied its first metadata (one
 /// that has answers at once; one still opening its partitions makes the answer not
 /// ready).
-const READY_SHARDS_WAIT: Duration = Duration::from_millis(200);
+const READY_SHARDS_WAIT: Duration = Duration::from_millis(500);
 
 /// Serves admin HTTP (HTTPS with `tls`, `admin_tls`) until the shard stops.
 pub async fn serve(shard: Rc<Shard>, tls: Option<Loaded>) -> anyhow::Result<()> {

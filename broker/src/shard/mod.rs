@@ -102,6 +102,9 @@ pub struct Shard {
     /// A metadata snapshot is being applied (partitions opening); group state may be
     /// partial until it is done.
     pub(crate) applying_metadata: Cell<bool>,
+    /// Every shard has applied its first metadata snapshot (`every_shard_has_metadata`
+    /// found it once; it stays so).
+    pub(crate) every_shard_had_metadata: Cell<bool>,
     /// Requests received, indexed like `api_names` (the gateway's supported APIs).
     requests: RefCell<Vec<u64>>,
     /// Metric label of each API the gateway serves, in its order.
@@ -239,6 +242,7 @@ impl Shard {
             txns_resume: Cell::new(false),
             requests: RefCell::new(vec![0; api_names.len()]),
             applying_metadata: Cell::new(false),
+            every_shard_had_metadata: Cell::new(false),
             connections: Cell::new(0),
             admission,
             native_connections: Cell::new(0),

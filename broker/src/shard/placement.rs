@@ -47,8 +47,16 @@ impl Shard {
     /// the metadata names is still opening on its shard (a client served earlier would be
     /// told it does not exist).
     pub async fn every_shard_has_metadata(self: &Rc<Self>) {
+        if self.every_shard_had_metadata.get() {
+            return;
+        }
         let calls = (0..self.count).map(|s| self.call(s, Op::FirstMetadata));
         futures::future::join_all(calls).await;
+        // A shard's metadata never goes back to none: once all had some, known for good
+        // (a stopping shard answers without: then nothing is kept).
+        if !self.stopping() {
+            self.every_shard_had_metadata.set(true);
+        }
     }
 
     /// Opens partitions this shard now owns; closes and deletes those it no longer does.
