@@ -41,9 +41,9 @@ def alter(admin, topic, name, value):
     admin.incremental_alter_configs([r])[r].result(15)
 
 
-def produce(ck, broker, topic, records, codec="none"):
+def produce(ck, broker, topic, records, codec="none", acks="all"):
     """Sends `records` (key, value, headers, timestamp) as one batch; the delivery reports."""
-    p = ck.Producer({"bootstrap.servers": broker.bootstrap, "acks": "all",
+    p = ck.Producer({"bootstrap.servers": broker.bootstrap, "acks": acks,
                      "compression.type": codec, "linger.ms": 100})
     reports = []
     for key, value, headers, ts in records:
@@ -184,3 +184,32 @@ def test_min_insync_replicas_above_the_replicas_refuses_acks_all(ck, broker, top
     with pytest.raises(ck.KafkaException) as e:
         fut.result(15)
     assert e.value.args[0].code() == ck.KafkaError.INVALID_CONFIG
+
+
+def test_the_broker_sets_the_defaults_of_topics_that_set_none(ck, strand, topic):
+    """`--compression-type`, `--log-message-timestamp-type` and `--min-insync-replicas`
+    (Kafka's broker configs of those names) apply to every topic that does not set its
+    own, and DescribeConfigs names the broker as their source, as Kafka does."""
+    from confluent_kafka.admin import ConfigResource, ConfigSource, ResourceType
+
+    from strand_harness import produce_one_error
+
+    broker = strand(name="defaults", extra_args=[
+        "--compression-type", "zstd", "--log-message-timestamp-type", "LogAppendTime",
+        "--min-insync-replicas", "2"])
+    admin = create(ck, broker, topic, {})
+    r = ConfigResource(ResourceType.TOPIC, topic)
+    described = admin.describe_configs([r])[r].result(15)
+    static = ConfigSource.STATIC_BROKER_CONFIG.value
+    for name, value in [("compression.type", "zstd"), ("message.timestamp.type", "LogAppendTime"),
+                        ("min.insync.replicas", "2")]:
+        assert (described[name].value, described[name].source) == (value, static), name
+    strict = ck.Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "retries": 0})
+    err = produce_one_error(strict, topic, partition=0)
+    assert err is not None and err.code() == ck.KafkaError.NOT_ENOUGH_REPLICAS, err
+    [m] = produce(ck, broker, topic, records(1, 1_600_000_000_000), acks=1)
+    assert m.timestamp()[0] == ck.TIMESTAMP_LOG_APPEND_TIME
+    assert stored_batch_attributes(broker, topic, 0) & 0x0f == 0x08 | CODECS["zstd"]
+    # A topic's own value wins over the broker's.
+    alter(admin, topic, "min.insync.replicas", "1")
+    assert produce_one_error(strict, topic, partition=0) is None

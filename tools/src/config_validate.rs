@@ -143,6 +143,21 @@ const KEYS: &[(&str, Kind)] = &[
         },
     ),
     (
+        "compression_type",
+        Kind::OneOf(&["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"]),
+    ),
+    (
+        "log_message_timestamp_type",
+        Kind::OneOf(&["CreateTime", "LogAppendTime"]),
+    ),
+    (
+        "min_insync_replicas",
+        Kind::Int {
+            min: 1,
+            max: i32::MAX as i64,
+        },
+    ),
+    (
         "fetch_max_bytes",
         Kind::Int {
             min: 1,

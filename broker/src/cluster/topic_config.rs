@@ -130,13 +130,23 @@ pub fn default_value(broker: &Config, name: &str) -> (String, bool) {
     let d = LogConfig::default();
     match name {
         "cleanup.policy" => ("delete".into(), false),
-        "compression.type" => ("producer".into(), false),
+        "compression.type" => (
+            broker.compression_type.clone(),
+            broker.compression_type != crate::common::config::COMPRESSION_TYPE_DEFAULT,
+        ),
         "delete.retention.ms" => (DELETE_RETENTION_MS_DEFAULT.to_string(), false),
         "max.compaction.lag.ms" => (i64::MAX.to_string(), false),
-        "message.timestamp.type" => ("CreateTime".into(), false),
+        "message.timestamp.type" => (
+            broker.log_message_timestamp_type.clone(),
+            broker.log_message_timestamp_type
+                != crate::common::config::MESSAGE_TIMESTAMP_TYPE_DEFAULT,
+        ),
         "min.cleanable.dirty.ratio" => (MIN_CLEANABLE_DIRTY_RATIO_DEFAULT.to_string(), false),
         "min.compaction.lag.ms" => ("0".into(), false),
-        "min.insync.replicas" => ("1".into(), false),
+        "min.insync.replicas" => (
+            broker.min_insync_replicas.to_string(),
+            broker.min_insync_replicas != 1,
+        ),
         "max.message.bytes" => (
             broker.message_max_bytes.to_string(),
             broker.message_max_bytes != crate::common::config::MESSAGE_MAX_BYTES_DEFAULT,
@@ -168,7 +178,7 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
         ("compression.type", _) => TopicCompression::parse(value).map(|_| ()).ok_or_else(|| {
             format!(
                 "compression.type must be one of {}, got '{value}'",
-                TopicCompression::NAMES.join(", ")
+                crate::common::config::COMPRESSION_TYPES.join(", ")
             )
         }),
         ("message.timestamp.type", _) => match value.trim() {
@@ -252,26 +262,28 @@ pub fn cleanup_config(overrides: &BTreeMap<String, String>) -> CleanupConfig {
 }
 
 /// What a topic with `overrides` does to produced batches (`message.timestamp.type`,
-/// `compression.type`).
-pub fn batch_policy(overrides: &BTreeMap<String, String>) -> BatchPolicy {
+/// `compression.type`; the broker's defaults where it sets none).
+pub fn batch_policy(broker: &Config, overrides: &BTreeMap<String, String>) -> BatchPolicy {
+    let value = |name: &str| {
+        overrides
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| default_value(broker, name).0)
+    };
     BatchPolicy {
-        log_append_time: overrides
-            .get("message.timestamp.type")
-            .is_some_and(|v| v.trim() == "LogAppendTime"),
-        compression: overrides
-            .get("compression.type")
-            .and_then(|v| TopicCompression::parse(v))
-            .unwrap_or_default(),
+        log_append_time: value("message.timestamp.type").trim() == "LogAppendTime",
+        compression: TopicCompression::parse(&value("compression.type")).unwrap_or_default(),
     }
 }
 
-/// `min.insync.replicas` of a topic with `overrides` (1 by default, as in Kafka).
-pub fn min_insync_replicas(overrides: &BTreeMap<String, String>) -> usize {
+/// `min.insync.replicas` of a topic with `overrides` (the broker's default, 1 unless
+/// set, where it sets none).
+pub fn min_insync_replicas(broker: &Config, overrides: &BTreeMap<String, String>) -> usize {
     overrides
         .get("min.insync.replicas")
         .and_then(|v| v.trim().parse::<usize>().ok())
         .filter(|n| *n >= 1)
-        .unwrap_or(1)
+        .unwrap_or(broker.min_insync_replicas)
 }
 
 /// The storage config and max batch size for a topic with `overrides`.

@@ -13,6 +13,15 @@ pub use crate::common::listeners::{ListenerConfig, SecurityProtocol};
 pub const REQUEST_BYTES_MAX: usize = 100 * 1024 * 1024;
 /// Kafka's `message.max.bytes` default: the largest record batch accepted.
 pub const MESSAGE_MAX_BYTES_DEFAULT: usize = 1_048_588;
+/// The `compression.type` values Kafka accepts, for topics and the broker default.
+pub const COMPRESSION_TYPES: [&str; 6] =
+    ["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"];
+/// Kafka's default `compression.type`: keep the producer's codec.
+pub const COMPRESSION_TYPE_DEFAULT: &str = "producer";
+/// The `message.timestamp.type` values.
+pub const MESSAGE_TIMESTAMP_TYPES: [&str; 2] = ["CreateTime", "LogAppendTime"];
+/// Kafka's default `message.timestamp.type`.
+pub const MESSAGE_TIMESTAMP_TYPE_DEFAULT: &str = "CreateTime";
 const _: () = assert!(MESSAGE_MAX_BYTES_DEFAULT <= REQUEST_BYTES_MAX);
 /// Kafka's `fetch.max.bytes` default (55 MiB): the most record bytes one Fetch response
 /// holds, whatever the request asks (the first batch of the first non-empty partition is
@@ -229,6 +238,17 @@ pub struct Flags {
     /// Largest record batch accepted (`message.max.bytes`).
     #[arg(long, env = "STRAND_MESSAGE_MAX_BYTES")]
     pub message_max_bytes: Option<usize>,
+    /// `compression.type` of topics that do not set it: `producer` (default: keep the
+    /// producer's codec), `uncompressed`, `gzip`, `snappy`, `lz4` or `zstd`.
+    #[arg(long, env = "STRAND_COMPRESSION_TYPE")]
+    pub compression_type: Option<String>,
+    /// `message.timestamp.type` of topics that do not set it (Kafka's
+    /// `log.message.timestamp.type`): `CreateTime` (default) or `LogAppendTime`.
+    #[arg(long, env = "STRAND_LOG_MESSAGE_TIMESTAMP_TYPE")]
+    pub log_message_timestamp_type: Option<String>,
+    /// `min.insync.replicas` of topics that do not set it (default 1).
+    #[arg(long, env = "STRAND_MIN_INSYNC_REPLICAS")]
+    pub min_insync_replicas: Option<usize>,
     /// Partition replicas a node may host per shard (Redpanda's `topic_partitions_per_shard`).
     #[arg(long, env = "STRAND_TOPIC_PARTITIONS_PER_SHARD")]
     pub topic_partitions_per_shard: Option<usize>,
@@ -500,6 +520,9 @@ struct FileConfig {
     group_commit_min_interval_us: Option<u64>,
     produce_slow_log_ms: Option<u64>,
     message_max_bytes: Option<usize>,
+    compression_type: Option<String>,
+    log_message_timestamp_type: Option<String>,
+    min_insync_replicas: Option<usize>,
     fetch_max_bytes: Option<usize>,
     group_max_size: Option<usize>,
     group_consumer_session_timeout_ms: Option<u64>,
@@ -808,6 +831,12 @@ pub struct Config {
     pub produce_slow_log_ms: u64,
     /// `message.max.bytes`.
     pub message_max_bytes: usize,
+    /// `compression.type` of topics that do not set it.
+    pub compression_type: String,
+    /// `message.timestamp.type` of topics that do not set it.
+    pub log_message_timestamp_type: String,
+    /// `min.insync.replicas` of topics that do not set it.
+    pub min_insync_replicas: usize,
     /// `fetch.max.bytes`.
     pub fetch_max_bytes: usize,
     /// `group.max.size`.
@@ -1012,6 +1041,20 @@ impl Config {
                 .message_max_bytes
                 .or(file.message_max_bytes)
                 .unwrap_or(MESSAGE_MAX_BYTES_DEFAULT),
+            compression_type: flags
+                .compression_type
+                .clone()
+                .or(file.compression_type.clone())
+                .unwrap_or_else(|| COMPRESSION_TYPE_DEFAULT.to_string()),
+            log_message_timestamp_type: flags
+                .log_message_timestamp_type
+                .clone()
+                .or(file.log_message_timestamp_type.clone())
+                .unwrap_or_else(|| MESSAGE_TIMESTAMP_TYPE_DEFAULT.to_string()),
+            min_insync_replicas: flags
+                .min_insync_replicas
+                .or(file.min_insync_replicas)
+                .unwrap_or(1),
             fetch_max_bytes: flags
                 .fetch_max_bytes
                 .or(file.fetch_max_bytes)
@@ -1218,6 +1261,7 @@ impl Config {
             }
         }
         crate::common::logging::parse_filter(&self.log_level).context("log_level")?;
+        self.validate_topic_defaults()?;
         self.validate_limits()
     }
 
@@ -1347,6 +1391,27 @@ impl Config {
     }
 
     /// The checks of sizes, counts and intervals.
+    /// The broker's defaults of topic configs: values Kafka accepts.
+    fn validate_topic_defaults(&self) -> anyhow::Result<()> {
+        if !COMPRESSION_TYPES.contains(&self.compression_type.as_str()) {
+            bail!(
+                "compression_type must be one of {}, got '{}'",
+                COMPRESSION_TYPES.join(", "),
+                self.compression_type
+            );
+        }
+        if !MESSAGE_TIMESTAMP_TYPES.contains(&self.log_message_timestamp_type.as_str()) {
+            bail!(
+                "log_message_timestamp_type must be CreateTime or LogAppendTime, got '{}'",
+                self.log_message_timestamp_type
+            );
+        }
+        if self.min_insync_replicas == 0 {
+            bail!("min_insync_replicas must be at least 1");
+        }
+        Ok(())
+    }
+
     fn validate_limits(&self) -> anyhow::Result<()> {
         if self.group_consumer_heartbeat_interval_ms >= self.group_consumer_session_timeout_ms {
             bail!(

@@ -402,6 +402,20 @@ impl Shard {
         self.partitions.borrow_mut().remove(&(topic.to_string(), p))
     }
 
+    /// Applies the topic configs a partition reads as it runs: cleanup, what a produce
+    /// does to a batch, `min.insync.replicas` (the broker's defaults where `configs` sets
+    /// none).
+    pub(crate) fn apply_running_configs(
+        &self,
+        part: &Partition,
+        configs: &BTreeMap<String, String>,
+    ) {
+        use crate::cluster::topic_config as tc;
+        part.set_cleanup(tc::cleanup_config(configs));
+        part.set_batch_policy(tc::batch_policy(&self.config, configs));
+        part.set_min_insync_replicas(tc::min_insync_replicas(&self.config, configs));
+    }
+
     /// Opens partition `p` of `topic` as `meta` (the snapshot being applied) places it.
     pub(crate) async fn open_partition(
         &self,
@@ -420,9 +434,7 @@ impl Shard {
             max_message,
             self.metrics.clone(),
         ));
-        part.set_cleanup(crate::cluster::topic_config::cleanup_config(configs));
-        part.set_batch_policy(crate::cluster::topic_config::batch_policy(configs));
-        part.set_min_insync_replicas(crate::cluster::topic_config::min_insync_replicas(configs));
+        self.apply_running_configs(&part, configs);
         let offsets = topic == crate::group::OFFSETS_TOPIC;
         let txn_state = topic == crate::txn::coordinator::TXN_STATE_TOPIC;
         let share_state = topic == crate::common::config::SHARE_STATE_TOPIC;

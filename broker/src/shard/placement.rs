@@ -102,11 +102,7 @@ impl Shard {
             if let Some(part) = self.partition(&topic, p) {
                 let (lc, max) = crate::cluster::topic_config::log_config(&self.config, &configs);
                 part.set_config(lc, max);
-                part.set_cleanup(crate::cluster::topic_config::cleanup_config(&configs));
-                part.set_batch_policy(crate::cluster::topic_config::batch_policy(&configs));
-                part.set_min_insync_replicas(crate::cluster::topic_config::min_insync_replicas(
-                    &configs,
-                ));
+                self.apply_running_configs(&part, &configs);
                 if self.clustered() {
                     crate::cluster::refresh_partition(&**self, &meta, &part);
                 }

@@ -235,6 +235,13 @@ fn broker_configs(shard: &Shard) -> Vec<(&'static str, String, i8)> {
         ("log.cleaner.max.compaction.lag.ms", i64::MAX.to_string(), 5),
         ("fetch.max.bytes", c.fetch_max_bytes.to_string(), 3),
         ("message.max.bytes", c.message_max_bytes.to_string(), 3),
+        ("compression.type", c.compression_type.clone(), 2),
+        (
+            "log.message.timestamp.type",
+            c.log_message_timestamp_type.clone(),
+            2,
+        ),
+        ("min.insync.replicas", c.min_insync_replicas.to_string(), 3),
         ("num.partitions", c.num_partitions.to_string(), 3),
     ]
 }
