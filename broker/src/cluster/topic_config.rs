@@ -181,13 +181,17 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
                 crate::common::config::COMPRESSION_TYPES.join(", ")
             )
         }),
-        ("message.timestamp.type", _) => match value.trim() {
-            "CreateTime" => Ok(()),
-            "LogAppendTime" => Ok(()),
-            other => Err(format!(
-                "message.timestamp.type must be CreateTime or LogAppendTime, got '{other}'"
-            )),
-        },
+        ("message.timestamp.type", _) => {
+            let types = crate::common::config::MESSAGE_TIMESTAMP_TYPES;
+            if types.contains(&value.trim()) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "message.timestamp.type must be one of {}, got '{value}'",
+                    types.join(", ")
+                ))
+            }
+        }
         ("min.cleanable.dirty.ratio", _) => match value.trim().parse::<f64>() {
             Ok(v) if (0.0..=1.0).contains(&v) => Ok(()),
             _ => Err(format!("{name} must be a number in 0..=1, got '{value}'")),

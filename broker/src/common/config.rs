@@ -1390,7 +1390,6 @@ impl Config {
         Ok(())
     }
 
-    /// The checks of sizes, counts and intervals.
     /// The broker's defaults of topic configs: values Kafka accepts.
     fn validate_topic_defaults(&self) -> anyhow::Result<()> {
         if !COMPRESSION_TYPES.contains(&self.compression_type.as_str()) {
@@ -1402,7 +1401,8 @@ impl Config {
         }
         if !MESSAGE_TIMESTAMP_TYPES.contains(&self.log_message_timestamp_type.as_str()) {
             bail!(
-                "log_message_timestamp_type must be CreateTime or LogAppendTime, got '{}'",
+                "log_message_timestamp_type must be one of {}, got '{}'",
+                MESSAGE_TIMESTAMP_TYPES.join(", "),
                 self.log_message_timestamp_type
             );
         }
@@ -1412,6 +1412,7 @@ impl Config {
         Ok(())
     }
 
+    /// The checks of sizes, counts and intervals.
     fn validate_limits(&self) -> anyhow::Result<()> {
         if self.group_consumer_heartbeat_interval_ms >= self.group_consumer_session_timeout_ms {
             bail!(

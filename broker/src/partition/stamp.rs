@@ -87,13 +87,18 @@ impl BatchPolicy {
             None => section,
             Some(codec) => {
                 header.attributes = header.attributes.with_compression(codec);
-                let plain = match from {
-                    Compression::None => section.to_vec(),
-                    _ => codec::decompress(from, &section, codec::DECOMPRESSED_BYTES_MAX)
-                        .map_err(|e| KafkaError::CorruptMessage(e.to_string()))?,
+                let decompressed;
+                let plain: &[u8] = match from {
+                    Compression::None => &section,
+                    _ => {
+                        decompressed =
+                            codec::decompress(from, &section, codec::DECOMPRESSED_BYTES_MAX)
+                                .map_err(|e| KafkaError::CorruptMessage(e.to_string()))?;
+                        &decompressed
+                    }
                 };
                 Bytes::from(
-                    codec::compress(codec, &plain)
+                    codec::compress(codec, plain)
                         .map_err(|e| KafkaError::CorruptMessage(e.to_string()))?,
                 )
             }
@@ -216,15 +221,13 @@ mod tests {
     #[test]
     fn records_that_do_not_decompress_are_a_corrupt_message() {
         let view = produced(Compression::None);
-        let mut bytes = view.as_bytes().to_vec();
         // Claims gzip over records that are not a gzip stream.
-        let attributes = view.attributes().with_compression(Compression::Gzip);
         let header = BatchHeader {
-            attributes,
+            attributes: view.attributes().with_compression(Compression::Gzip),
             ..BatchHeader::of(&view)
         };
-        bytes = header.encode(&bytes[BATCH_HEADER_BYTES..]).to_vec();
-        let bad = RecordBatch::parse(Bytes::from(bytes)).expect("parse");
+        let bad = RecordBatch::parse(header.encode(&view.as_bytes()[BATCH_HEADER_BYTES..]))
+            .expect("parse");
         let policy = BatchPolicy {
             compression: TopicCompression::Codec(Compression::Zstd),
             ..BatchPolicy::default()
