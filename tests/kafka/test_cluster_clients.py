@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 
 from test_cluster import owned_cluster
-from strand_harness import need_module
+from strand_harness import need_module, wait_until
 from test_groups import (  # noqa: F401 (tests and fixtures collected here too)
     OFFSETS_PARTITIONS,
     PARTS,
@@ -65,6 +65,12 @@ def test_the_topics_of_these_tests_are_replicated_on_every_node(ck, three_nodes)
     admin = need_module("confluent_kafka.admin").AdminClient({"bootstrap.servers": three_nodes.bootstrap()})
     name = f"rf-{_uid()}"
     create_topic(ck, three_nodes.bootstrap(), name)
+    # CreateTopics answers once the node that took it applied the topic; the others apply
+    # it from the controller log a moment later (as Kafka's brokers do), and list_topics
+    # may ask any of them.
+    for p in range(PARTS):
+        wait_until(lambda p=p: all(v is not None for v in three_nodes.leader_views(name, p).values()),
+                   30, f"every node to know {name}/{p}")
     parts = admin.list_topics(name, timeout=10).topics[name].partitions
     assert sorted(parts) == list(range(PARTS))
     assert all(len(p.replicas) == 3 for p in parts.values()), parts
