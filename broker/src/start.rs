@@ -614,12 +614,16 @@ async fn clean_partition(
     match r {
         Ok(out) => {
             let freed = out.bytes_before.saturating_sub(out.bytes_after);
-            p.metrics()
-                .cleaner_pass(freed, out.records_removed, out.unreadable_batches);
+            p.metrics().cleaner_pass(
+                freed,
+                (out.records_removed, out.markers_removed),
+                out.unreadable_batches,
+            );
             if out.segments > 0 {
                 tracing::info!(topic = %p.topic, partition = p.index, segments = out.segments,
                     bytes_before = out.bytes_before, bytes_after = out.bytes_after,
-                    records_removed = out.records_removed, cleaned_to = out.map_end.0,
+                    records_removed = out.records_removed, markers_removed = out.markers_removed,
+                    cleaned_to = out.map_end.0,
                     "log compacted");
             }
         }

@@ -420,6 +420,39 @@ def recv_response(sock: socket.socket) -> bytes:
     return recv_exact(sock, n)
 
 
+def stored_batches(bootstrap: str, topic: str, offset: int = 0,
+                   max_bytes: int = 1 << 20) -> list[tuple[int, int]]:
+    """(base offset, attributes) of each whole batch a raw Fetch v4 (read_uncommitted,
+    partition 0) returns from `offset`: the batches as stored, control batches included."""
+    name = topic.encode()
+    body = struct.pack(">iiiib", -1, 1000, 1, max_bytes, 0)
+    body += struct.pack(">ih", 1, len(name)) + name
+    body += struct.pack(">iiqi", 1, 0, offset, max_bytes)
+    host, port = bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(frame(1, 4, 11, body))
+        resp = recv_response(s)
+    at = 4 + 4  # correlation id, throttle time
+    (topics,) = struct.unpack_from(">i", resp, at)
+    assert topics == 1
+    (n,) = struct.unpack_from(">h", resp, at + 4)
+    at += 4 + 2 + n
+    (parts, _, error, _, _, aborted) = struct.unpack_from(">iihqqi", resp, at)
+    assert (parts, error) == (1, 0), (parts, error)
+    at += 4 + 4 + 2 + 8 + 8 + 4 + max(aborted, 0) * 16
+    (size,) = struct.unpack_from(">i", resp, at)
+    records = resp[at + 4: at + 4 + size]
+    out, at = [], 0
+    while at + 61 <= len(records):
+        base, length = struct.unpack_from(">qi", records, at)
+        if at + 12 + length > len(records):
+            break
+        (attributes,) = struct.unpack_from(">h", records, at + 21)
+        out.append((base, attributes))
+        at += 12 + length
+    return out
+
+
 def closed_by_peer(sock: socket.socket, timeout: float = 10.0) -> bool:
     """True when the peer closes (EOF or reset) within `timeout`; False if data arrives or
     the connection stays open."""

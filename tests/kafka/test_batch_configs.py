@@ -9,13 +9,11 @@ test_cluster.py)."""
 
 from __future__ import annotations
 
-import socket
-import struct
 import time
 
 import pytest
 
-from strand_harness import frame, need_module, recv_response
+from strand_harness import need_module, stored_batches
 
 CODECS = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
@@ -72,27 +70,9 @@ def consume(ck, broker, topic, offset, n, timeout_s=20.0):
 
 def stored_batch_attributes(broker, topic, offset):
     """The attributes of the stored batch holding `offset`, from a raw Fetch v4."""
-    name = topic.encode()
-    body = struct.pack(">iiiib", -1, 1000, 1, 1 << 20, 0)
-    body += struct.pack(">ih", 1, len(name)) + name
-    body += struct.pack(">iiqi", 1, 0, offset, 1 << 20)
-    host, port = broker.bootstrap.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=10) as s:
-        s.sendall(frame(1, 4, 11, body))
-        resp = recv_response(s)
-    at = 4 + 4  # correlation id, throttle time
-    (topics,) = struct.unpack_from(">i", resp, at)
-    assert topics == 1
-    (n,) = struct.unpack_from(">h", resp, at + 4)
-    at += 4 + 2 + n
-    (parts, _, error, _, _, aborted) = struct.unpack_from(">iihqqi", resp, at)
-    assert (parts, error) == (1, 0), (parts, error)
-    at += 4 + 4 + 2 + 8 + 8 + 4 + max(aborted, 0) * 16
-    (size,) = struct.unpack_from(">i", resp, at)
-    records = resp[at + 4: at + 4 + size]
-    assert len(records) >= 61, f"no batch at {offset}"
-    (attributes,) = struct.unpack_from(">h", records, 21)
-    return attributes
+    batches = stored_batches(broker.bootstrap, topic, offset)
+    assert batches, f"no batch at {offset}"
+    return batches[0][1]
 
 
 def records(n, ts):

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from strand_harness import need_module, read_partition, wait_until
+from strand_harness import need_module, read_partition, stored_batches, wait_until
 
 # The cleaner looks every 200 ms (default 15 s), so a test waits about a second.
 CLEANER_ARGS = ["--log-cleaner-backoff-ms", "200"]
@@ -266,3 +266,41 @@ def test_an_aborted_write_never_removes_the_committed_value(ck, cbroker, topic):
     wait_until(lambda: values("read_uncommitted") == want, 30,
                f"{topic} compacted to {want}", 0.3)
     assert values("read_committed") == want
+
+
+def test_the_markers_of_emptied_transactions_go(ck, cbroker, topic):
+    """Twenty transactions each set key k: compaction leaves the last one's record, and
+    the commit markers of the nineteen it emptied go `delete.retention.ms` after a pass
+    stamped them (Kafka's cleaner, KIP-534); the last marker stays (its producer's last
+    entry). Consumers of either isolation read k's last value from the start."""
+    import urllib.request
+
+    create(ck, cbroker, topic, {"cleanup.policy": "compact", "segment.ms": "300",
+                                "delete.retention.ms": "1000",
+                                "min.cleanable.dirty.ratio": "0.01"})
+    p = ck.Producer({"bootstrap.servers": cbroker.bootstrap,
+                     "transactional.id": f"{topic}-txn"})
+    p.init_transactions(30)
+    for i in range(20):
+        p.begin_transaction()
+        p.produce(topic, key=b"k", value=f"v{i}".encode(), partition=0)
+        p.commit_transaction(30)
+    control = 0x20
+
+    def markers():
+        return [o for o, a in stored_batches(cbroker.bootstrap, topic) if a & control]
+
+    assert len(markers()) == 20
+
+    def removed():
+        text = urllib.request.urlopen(f"http://127.0.0.1:{cbroker.admin_port}/metrics",
+                                      timeout=5).read()
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.decode().splitlines()
+                   if line.startswith("strand_cleaner_markers_removed_total"))
+
+    wait_until(lambda: len(markers()) == 1, 30, f"{topic}: one marker left", 0.3)
+    assert markers() == [39], "the last transaction's marker"
+    assert removed() == 19
+    for isolation in ("read_committed", "read_uncommitted"):
+        got = read_partition(ck, cbroker.bootstrap, topic, isolation=isolation)
+        assert [(o, k, v) for o, k, v in got] == [(38, b"k", b"v19")], (isolation, got)

@@ -274,7 +274,7 @@ impl Scrape {
     }
 
     fn cleaner(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
-        let rows: [(&str, &str, ShardField); 7] = [
+        let rows: [(&str, &str, ShardField); 8] = [
             (
                 "strand_cleaner_passes",
                 "Log compaction passes over compacted partitions (cleanup.policy compact).",
@@ -289,6 +289,11 @@ impl Scrape {
                 "strand_cleaner_records_removed",
                 "Records removed by log compaction (older values of a key, expired tombstones).",
                 |s| s.metrics.cleaner.records_removed,
+            ),
+            (
+                "strand_cleaner_markers_removed",
+                "Transaction markers removed by log compaction (their transactions had no records left and delete.retention.ms passed).",
+                |s| s.metrics.cleaner.markers_removed,
             ),
             (
                 "strand_cleaner_unreadable_batches",

@@ -190,6 +190,8 @@ pub struct CleanerCounters {
     pub bytes_removed: u64,
     /// Records the passes removed.
     pub records_removed: u64,
+    /// Transaction markers the passes removed.
+    pub markers_removed: u64,
     /// Batches kept whole because they could not be read.
     pub unreadable_batches: u64,
     /// Passes that failed (a storage error; the log is left as it was).
@@ -231,13 +233,19 @@ impl ShardMetrics {
         }
     }
 
-    /// A compaction pass ended: `bytes_removed` freed, `records_removed` records gone,
-    /// `unreadable` batches kept whole.
-    pub fn cleaner_pass(&self, bytes_removed: u64, records_removed: u64, unreadable: u64) {
+    /// A compaction pass ended: `bytes_removed` freed, `records_removed` records and
+    /// `markers_removed` transaction markers gone, `unreadable` batches kept whole.
+    pub fn cleaner_pass(
+        &self,
+        bytes_removed: u64,
+        (records_removed, markers_removed): (u64, u64),
+        unreadable: u64,
+    ) {
         let mut c = self.cleaner.get();
         c.passes = c.passes.wrapping_add(1);
         c.bytes_removed = c.bytes_removed.wrapping_add(bytes_removed);
         c.records_removed = c.records_removed.wrapping_add(records_removed);
+        c.markers_removed = c.markers_removed.wrapping_add(markers_removed);
         c.unreadable_batches = c.unreadable_batches.wrapping_add(unreadable);
         self.cleaner.set(c);
     }

@@ -15,10 +15,16 @@
 //! - A batch that cannot be read is kept whole and counted; nothing is dropped on doubt.
 //! - The records of aborted transactions are never mapped, so they never supersede a
 //!   committed record of their key, and every pass removes them (as Kafka's cleaner
-//!   does); markers stay. The caller's bound stops before any transaction whose outcome
-//!   is not known yet.
+//!   does). The caller's bound stops before any transaction whose outcome is not known
+//!   yet.
+//! - A transaction marker stays while any batch of its transaction is in the log (an
+//!   emptied batch kept for its producer included: replaying the log never meets a
+//!   transaction without its end), and while it may be its producer's last entry (a
+//!   remembered producer with no later entry seen: its epoch). Past that it goes as a
+//!   tombstone does: the first pass stamps its delete horizon, a pass after the horizon
+//!   removes it (Kafka's cleaner, KIP-534).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 
 use bytes::{Bytes, BytesMut};
@@ -184,6 +190,9 @@ pub struct CleanContext {
     pub delete_retention_ms: i64,
     /// Each producer's last batch (base offset), kept as an empty batch at least.
     pub producer_last_batches: HashMap<i64, i64>,
+    /// The producers the partition remembers: a marker that may be the last entry of one
+    /// stays (replaying the log gives the producer its epoch).
+    pub producers: HashSet<i64>,
     /// Offsets from here on are not touched (the caller's bound: committed, applied,
     /// below the partition-state checkpoint, past `min.compaction.lag.ms`).
     pub clean_end: KafkaOffset,
@@ -243,9 +252,43 @@ pub struct CleanOutcome {
     pub records_removed: u64,
     /// Batches kept whole because they could not be read.
     pub unreadable_batches: u64,
-    /// The earliest delete horizon of a tombstone kept (`i64::MAX`: none): the partition
-    /// is worth a pass then even if nothing else changed.
+    /// Transaction markers removed.
+    pub markers_removed: u64,
+    /// The earliest delete horizon of a tombstone or marker kept (`i64::MAX`: none): the
+    /// partition is worth a pass then even if nothing else changed.
     pub earliest_horizon_ms: i64,
+}
+
+/// What one pass learns of producers while it reads the log, for the markers.
+#[derive(Debug, Default)]
+struct MarkerWatch {
+    /// Each producer's latest batch (data or marker) seen while mapping: a marker below
+    /// it is not the producer's last entry.
+    latest: HashMap<i64, i64>,
+    /// Producers with a transactional data batch met by the rewrite since their last
+    /// marker, and whether one of those batches stays after this pass: the marker stays
+    /// then; when all of them go in this pass it may be stamped, not removed (a pass after
+    /// the batches' removal is durable removes it).
+    open: HashMap<i64, bool>,
+    /// A batch whose producer could not be read was met: markers after it stay.
+    doubt: bool,
+}
+
+impl MarkerWatch {
+    /// Notes a batch read while mapping.
+    fn mapped(&mut self, view: &RecordBatch) {
+        if view.producer_id() >= 0 {
+            let latest = self.latest.entry(view.producer_id()).or_insert(i64::MIN);
+            *latest = (*latest).max(view.base_offset());
+        }
+    }
+
+    /// Notes a data batch the rewrite met, and whether it `stays` (in any form).
+    fn met(&mut self, view: &RecordBatch, stays: bool) {
+        if view.attributes().is_transactional() {
+            *self.open.entry(view.producer_id()).or_default() |= stays;
+        }
+    }
 }
 
 /// Maps every key of the closed segments below `clean_end` (from the log start), up to
@@ -271,12 +314,20 @@ pub async fn clean_once(
     };
     map.clear();
     let from = first.base_offset.max(ctx.map_from);
-    out.map_end = build_map(log, (map, budget), (from, last.next_offset), ctx, &mut out).await?;
+    let mut watch = MarkerWatch::default();
+    out.map_end = build_map(
+        log,
+        (map, budget, &mut watch),
+        (from, last.next_offset),
+        ctx,
+        &mut out,
+    )
+    .await?;
     let last_data_offset = last_data_batch(log).await?;
     let map_end = out.map_end;
     for seg in segments.iter().take_while(|s| s.base_offset < map_end) {
         let mut decide = |h: &FrameHeader, body: &Bytes| {
-            decide_frame(h, body, map, ctx, &mut out, last_data_offset)
+            decide_frame(h, body, map, ctx, (&mut out, &mut watch), last_data_offset)
         };
         let rewritten = log.rewrite_segment(seg, &mut decide, budget).await?;
         if let Some(r) = rewritten.filter(|r| r.frames_replaced + r.frames_stubbed > 0) {
@@ -292,7 +343,7 @@ pub async fn clean_once(
 /// stops (at a batch boundary when it filled up, else `end`).
 async fn build_map(
     log: &Log,
-    (map, budget): (&mut OffsetMap, &mut IoBudget),
+    (map, budget, watch): (&mut OffsetMap, &mut IoBudget, &mut MarkerWatch),
     (from, end): (KafkaOffset, KafkaOffset),
     ctx: &CleanContext,
     out: &mut CleanOutcome,
@@ -309,6 +360,7 @@ async fn build_map(
                 out.unreadable_batches += 1;
                 continue;
             };
+            watch.mapped(&view);
             if view.attributes().is_control() || ctx.aborted.holds(&view) {
                 continue;
             }
@@ -364,7 +416,7 @@ fn decide_frame(
     body: &Bytes,
     map: &OffsetMap,
     ctx: &CleanContext,
-    out: &mut CleanOutcome,
+    (out, watch): (&mut CleanOutcome, &mut MarkerWatch),
     last_data_offset: Option<i64>,
 ) -> FrameRewrite {
     if h.kind != FrameKind::Data || h.next_offset() > out.map_end {
@@ -372,9 +424,26 @@ fn decide_frame(
     }
     let Ok(view) = RecordBatch::parse(body.clone()) else {
         out.unreadable_batches += 1;
+        watch.doubt = true;
         return FrameRewrite::Keep;
     };
-    let Ok(records) = codec::records_of(&view) else {
+    if view.attributes().is_control() {
+        return decide_marker(&view, ctx, watch, out, last_data_offset);
+    }
+    let rewrite = decide_data(&view, map, ctx, out, last_data_offset);
+    watch.met(&view, rewrite != FrameRewrite::Stub);
+    rewrite
+}
+
+/// What the rewrite does with a data batch.
+fn decide_data(
+    view: &RecordBatch,
+    map: &OffsetMap,
+    ctx: &CleanContext,
+    out: &mut CleanOutcome,
+    last_data_offset: Option<i64>,
+) -> FrameRewrite {
+    let Ok(records) = codec::records_of(view) else {
         out.unreadable_batches += 1;
         return FrameRewrite::Keep;
     };
@@ -386,7 +455,7 @@ fn decide_frame(
         ctx.now_ms.saturating_add(ctx.delete_retention_ms)
     };
     let total = records.len();
-    let aborted = ctx.aborted.holds(&view);
+    let aborted = ctx.aborted.holds(view);
     let kept: Vec<Record> = records
         .into_iter()
         .filter(|r| {
@@ -414,15 +483,65 @@ fn decide_frame(
         let producers_last = view.producer_id() >= 0
             && ctx.producer_last_batches.get(&view.producer_id()) == Some(&base);
         return if producers_last || last_data_offset == Some(base) {
-            FrameRewrite::Replace(empty_batch(&view))
+            FrameRewrite::Replace(empty_batch(view))
         } else {
             FrameRewrite::Stub
         };
     }
-    match rebuild(&view, &kept, tombstones.then_some(horizon)) {
+    match rebuild(view, &kept, tombstones.then_some(horizon)) {
         Ok(b) => FrameRewrite::Replace(b),
         Err(e) => {
             tracing::warn!(error = %e, offset = base, "a cleaned batch could not be re-compressed; kept whole");
+            out.unreadable_batches += 1;
+            FrameRewrite::Keep
+        }
+    }
+}
+
+/// What the rewrite does with a transaction marker (see the module invariants).
+fn decide_marker(
+    view: &RecordBatch,
+    ctx: &CleanContext,
+    watch: &mut MarkerWatch,
+    out: &mut CleanOutcome,
+    last_data_offset: Option<i64>,
+) -> FrameRewrite {
+    let (producer, base) = (view.producer_id(), view.base_offset());
+    let batches = watch.open.remove(&producer);
+    if batches == Some(true) || watch.doubt || last_data_offset == Some(base) {
+        return FrameRewrite::Keep;
+    }
+    let a = view.attributes();
+    // A stamped marker was not its producer's last entry when a pass stamped it, and
+    // stays so: the later entry that showed it is followed by the producer's last, which
+    // no pass removes.
+    if !a.has_delete_horizon() {
+        let latest = watch
+            .latest
+            .get(&producer)
+            .copied()
+            .max(ctx.producer_last_batches.get(&producer).copied());
+        let maybe_last = ctx.producers.contains(&producer) && latest.is_none_or(|l| l <= base);
+        if maybe_last {
+            return FrameRewrite::Keep;
+        }
+    }
+    let horizon = if a.has_delete_horizon() {
+        view.first_timestamp()
+    } else {
+        ctx.now_ms.saturating_add(ctx.delete_retention_ms)
+    };
+    if ctx.now_ms >= horizon && batches.is_none() {
+        out.markers_removed += 1;
+        return FrameRewrite::Stub;
+    }
+    out.earliest_horizon_ms = out.earliest_horizon_ms.min(horizon);
+    if a.has_delete_horizon() {
+        return FrameRewrite::Keep;
+    }
+    match codec::records_of(view).map(|records| rebuild(view, &records, Some(horizon))) {
+        Ok(Ok(b)) => FrameRewrite::Replace(b),
+        _ => {
             out.unreadable_batches += 1;
             FrameRewrite::Keep
         }
@@ -575,6 +694,7 @@ mod tests {
             now_ms,
             delete_retention_ms: RETENTION_MS,
             producer_last_batches: producers,
+            producers: HashSet::new(),
             clean_end: log.log_end_offset(),
             map_from: KafkaOffset(0),
             aborted: AbortedRanges::default(),

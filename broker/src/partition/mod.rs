@@ -962,7 +962,7 @@ impl Partition {
             .map_or(KafkaOffset(i64::MAX), |s| s.base_offset);
         let clean_end = committed.min(lag_end);
         self.checkpoint_through(clean_end).await?;
-        let (clean_end, producer_last_batches, aborted) = {
+        let (clean_end, producer_last_batches, producers, aborted) = {
             let c = self.checkpoint.borrow();
             // Not past the first record of a transaction open at the checkpoint: it may
             // yet abort (Kafka's cleaner stops at the first unstable offset). The
@@ -970,12 +970,13 @@ impl Partition {
             let stable = KafkaOffset(c.txns.last_stable_offset(c.offset.0));
             let end = clean_end.min(c.offset).min(stable);
             let aborted = c.txns.aborted_between(0, end.0);
-            (end, c.states.last_batch_offsets(), aborted)
+            (end, c.states.last_batch_offsets(), c.states.ids(), aborted)
         };
         let ctx = cleaner::CleanContext {
             now_ms,
             delete_retention_ms,
             producer_last_batches,
+            producers,
             clean_end,
             map_from: self.progress.get().cleaned_to,
             aborted: cleaner::AbortedRanges::of(&aborted),
@@ -1623,15 +1624,42 @@ mod tests {
         value: &[u8],
         now_ms: i64,
     ) {
+        append_txn(part, (pid, seq), (b"k", value), now_ms).await;
+    }
+
+    /// Appends a transactional batch of producer `pid` (epoch 0) at `seq` of one record.
+    async fn append_txn(
+        part: &Rc<Partition>,
+        (pid, seq): (i64, i32),
+        (key, value): (&[u8], &[u8]),
+        now_ms: i64,
+    ) {
         let mut b = strand_wire::BatchBuilder::new(now_ms)
             .producer(pid, 0, seq)
             .transactional();
-        b.push(now_ms, Some(b"k"), Some(value), &[]);
+        b.push(now_ms, Some(key), Some(value), &[]);
         let b = b.build();
         let turn = turn_of(part, &b);
         part.produce_transactional(b, true, turn)
             .await
             .expect("appended");
+    }
+
+    /// The log's transaction markers: (offset, producer, delete horizon stamped).
+    async fn markers_of(part: &Rc<Partition>) -> Vec<(i64, i64, bool)> {
+        let (set, _) = part
+            .fetch(KafkaOffset(0), usize::MAX, true, false)
+            .await
+            .expect("fetch");
+        set.batches()
+            .iter()
+            .map(|b| RecordBatch::parse(b.clone()).expect("batch"))
+            .filter(|v| v.attributes().is_control())
+            .map(|v| {
+                let stamped = v.attributes().has_delete_horizon();
+                (v.base_offset(), v.producer_id(), stamped)
+            })
+            .collect()
     }
 
     /// Twelve records of three other keys: enough to roll 4 KiB segments.
@@ -1707,6 +1735,124 @@ mod tests {
                 .await
                 .expect("pass");
             assert_eq!(values_of(&part, b"k").await, [&b"committed"[..]]);
+        })
+        .expect("runtime");
+    }
+
+    /// The transactions of `the_cleaner_removes_the_markers_of_transactions_without_batches`;
+    /// returns their markers' offsets.
+    async fn write_marker_cases(part: &Rc<Partition>, now_ms: i64) -> [i64; 6] {
+        let end = |pid, kind| {
+            let part = part.clone();
+            async move {
+                part.append_marker(pid, 0, marker(kind))
+                    .await
+                    .expect("marker")
+                    .0
+            }
+        };
+        use strand_wire::MarkerKind::{Abort, Commit};
+        // Producer 1: k=a1, then k=a2 (the first transaction loses its record).
+        append_txn(part, (1, 0), (b"k", b"a1"), now_ms).await;
+        let m1 = end(1, Commit).await;
+        append_txn(part, (1, 1), (b"k", b"a2"), now_ms).await;
+        let m2 = end(1, Commit).await;
+        // Producer 3: an aborted j, then a committed x.
+        append_txn(part, (3, 0), (b"j", b"aborted"), now_ms).await;
+        let m3 = end(3, Abort).await;
+        append_txn(part, (3, 1), (b"x", b"x1"), now_ms).await;
+        let m4 = end(3, Commit).await;
+        // Producer 5: y=y1, superseded by a plain record; it writes nothing after.
+        append_txn(part, (5, 0), (b"y", b"y1"), now_ms).await;
+        let m5 = end(5, Commit).await;
+        let plain = async |key: &[u8], value: &[u8]| {
+            let mut b = strand_wire::BatchBuilder::new(now_ms);
+            b.push(now_ms, Some(key), Some(value), &[]);
+            part.produce(b.build(), true).await.expect("plain");
+        };
+        plain(b"y", b"y2").await;
+        // Producer 7: w=w1 ended by a marker that bumps its epoch (transaction
+        // version 2), so the partition remembers no batch of it; w superseded.
+        append_txn(part, (7, 0), (b"w", b"w1"), now_ms).await;
+        let m7 = part
+            .append_marker(7, 1, marker(Commit))
+            .await
+            .expect("marker")
+            .0;
+        plain(b"w", b"w2").await;
+        fill_other_keys(part, now_ms).await;
+        [m1, m2, m3, m4, m5, m7]
+    }
+
+    /// A transaction marker goes once its transaction has no batch left and it is not its
+    /// producer's last entry: the pass after its transaction's last batch went stamps its
+    /// delete horizon, a pass past the horizon removes it. Markers whose transactions keep
+    /// a record or an emptied batch stay, and so does each producer's last marker.
+    #[test]
+    fn the_cleaner_removes_the_markers_of_transactions_without_batches() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("t-0");
+        let lc = LogConfig {
+            segment_bytes: 4096,
+            ..LogConfig::default()
+        };
+        strand_storage::io_runtime::block_on("partition-test", 1, async {
+            let part = open_with(&dir, lc, None).await;
+            let retention_ms = 60_000;
+            part.set_cleanup(cleaner::CleanupConfig {
+                compact: true,
+                delete: false,
+                delete_retention_ms: retention_ms,
+                ..cleaner::CleanupConfig::default()
+            });
+            let now_ms = crate::common::clock::wall_ms();
+            let [m1, m2, m3, m4, m5, m7] = write_marker_cases(&part, now_ms).await;
+
+            let mut map = cleaner::OffsetMap::with_memory(1 << 16);
+            let mut pass = async |at_ms| {
+                let mut budget = strand_storage::IoBudget::unlimited();
+                part.compact_now(&mut map, &mut budget, at_ms)
+                    .await
+                    .expect("pass")
+            };
+            // The first pass removes the records, and stamps the markers of the
+            // transactions it emptied (m1, m3); m2's and m4's keep a record, m5's keeps
+            // producer 5's last batch, emptied; m7 is producer 7's last entry.
+            let out = pass(now_ms + 1_000).await;
+            assert_eq!(out.markers_removed, 0, "{out:?}");
+            assert_eq!(out.earliest_horizon_ms, now_ms + 1_000 + retention_ms);
+            let stamped = [
+                (m1, 1, true),
+                (m2, 1, false),
+                (m3, 3, true),
+                (m4, 3, false),
+                (m5, 5, false),
+                (m7, 7, false),
+            ];
+            assert_eq!(markers_of(&part).await, stamped);
+            assert_eq!(values_of(&part, b"k").await, [b"a2".to_vec()]);
+            assert_eq!(values_of(&part, b"j").await, Vec::<Vec<u8>>::new());
+
+            // Before the horizon they stay; past it they go.
+            let out = pass(now_ms + 3_000).await;
+            assert_eq!(out.markers_removed, 0, "{out:?}");
+            assert_eq!(markers_of(&part).await, stamped);
+            let out = pass(now_ms + 1_000 + retention_ms).await;
+            assert_eq!(out.markers_removed, 2, "{out:?}");
+            assert_eq!(out.earliest_horizon_ms, i64::MAX, "{out:?}");
+            assert_eq!(
+                markers_of(&part).await,
+                [
+                    (m2, 1, false),
+                    (m4, 3, false),
+                    (m5, 5, false),
+                    (m7, 7, false)
+                ]
+            );
+            for (key, value) in [(b"k", b"a2"), (b"x", b"x1"), (b"y", b"y2"), (b"w", b"w2")] {
+                assert_eq!(values_of(&part, key).await, [value.to_vec()], "{key:?}");
+            }
+            assert_eq!(part.last_stable_offset(), part.high_watermark());
         })
         .expect("runtime");
     }

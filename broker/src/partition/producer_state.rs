@@ -8,7 +8,7 @@
 //! each producer's `last_write` to its id, one entry per producer (eviction of the least
 //! recently written at the cap is a lookup, not a scan).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use crate::common::errors::KafkaError;
 
@@ -233,6 +233,11 @@ impl ProducerStates {
         self.by_age.insert(clock, producer_id);
         p.last_write = clock;
         p
+    }
+
+    /// The producers remembered.
+    pub fn ids(&self) -> HashSet<i64> {
+        self.producers.keys().copied().collect()
     }
 
     /// Each producer's last batch by base offset (settled batches only): the log cleaner
