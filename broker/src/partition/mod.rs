@@ -1683,24 +1683,31 @@ mod tests {
         }
     }
 
+    /// A compact-only partition in `parent` with 4 KiB segments.
+    async fn open_compacted(parent: &Path, delete_retention_ms: i64) -> Rc<Partition> {
+        let lc = LogConfig {
+            segment_bytes: 4096,
+            ..LogConfig::default()
+        };
+        let part = open_with(&parent.join("t-0"), lc, None).await;
+        part.set_cleanup(cleaner::CleanupConfig {
+            compact: true,
+            delete: false,
+            delete_retention_ms,
+            ..cleaner::CleanupConfig::default()
+        });
+        part
+    }
+
     /// Records of aborted transactions never supersede the committed value of their key,
     /// and a pass removes them; a transaction still open bounds the pass, so its record
     /// does not supersede the committed one either, and goes once it aborted.
     #[test]
     fn the_cleaner_keeps_committed_values_over_aborted_ones_and_drops_the_aborted() {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let dir = tmp.path().join("t-0");
-        let lc = LogConfig {
-            segment_bytes: 4096,
-            ..LogConfig::default()
-        };
         strand_storage::io_runtime::block_on("partition-test", 1, async {
-            let part = open_with(&dir, lc, None).await;
-            part.set_cleanup(cleaner::CleanupConfig {
-                compact: true,
-                delete: false,
-                ..cleaner::CleanupConfig::default()
-            });
+            let delete_retention_ms = cleaner::CleanupConfig::default().delete_retention_ms;
+            let part = open_compacted(tmp.path(), delete_retention_ms).await;
             let now_ms = crate::common::clock::wall_ms();
             append_keyed_txn(&part, (1, 0), b"committed", now_ms).await;
             part.append_marker(1, 0, marker(strand_wire::MarkerKind::Commit))
@@ -1791,20 +1798,9 @@ mod tests {
     #[test]
     fn the_cleaner_removes_the_markers_of_transactions_without_batches() {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let dir = tmp.path().join("t-0");
-        let lc = LogConfig {
-            segment_bytes: 4096,
-            ..LogConfig::default()
-        };
         strand_storage::io_runtime::block_on("partition-test", 1, async {
-            let part = open_with(&dir, lc, None).await;
             let retention_ms = 60_000;
-            part.set_cleanup(cleaner::CleanupConfig {
-                compact: true,
-                delete: false,
-                delete_retention_ms: retention_ms,
-                ..cleaner::CleanupConfig::default()
-            });
+            let part = open_compacted(tmp.path(), retention_ms).await;
             let now_ms = crate::common::clock::wall_ms();
             let [m1, m2, m3, m4, m5, m7] = write_marker_cases(&part, now_ms).await;
 
