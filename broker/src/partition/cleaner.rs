@@ -32,7 +32,7 @@ use strand_storage::{
     FrameHeader, FrameKind, FrameRewrite, IoBudget, KafkaOffset, Log, StorageError,
 };
 use strand_wire::records::{encode_record, Record};
-use strand_wire::{empty_batch, BatchHeader, RecordBatch, TimestampType};
+use strand_wire::{empty_batch, BatchHeader, Marker, MarkerKind, RecordBatch, TimestampType};
 
 use crate::partition::codec;
 use crate::partition::txn_index::AbortedTxn;
@@ -238,7 +238,7 @@ impl AbortedRanges {
 }
 
 /// What one pass did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CleanOutcome {
     /// Offsets below this were compacted (the next pass maps from here).
     pub map_end: KafkaOffset,
@@ -254,6 +254,9 @@ pub struct CleanOutcome {
     pub unreadable_batches: u64,
     /// Transaction markers removed.
     pub markers_removed: u64,
+    /// The offsets of the abort markers removed, ascending: the partition forgets those
+    /// aborted transactions (no record of theirs is left to skip).
+    pub aborts_removed: Vec<i64>,
     /// The earliest delete horizon of a tombstone or marker kept (`i64::MAX`: none): the
     /// partition is worth a pass then even if nothing else changed.
     pub earliest_horizon_ms: i64,
@@ -533,6 +536,9 @@ fn decide_marker(
     };
     if ctx.now_ms >= horizon && batches.is_none() {
         out.markers_removed += 1;
+        if Marker::of(view).is_ok_and(|m| m.kind == MarkerKind::Abort) {
+            out.aborts_removed.push(base);
+        }
         return FrameRewrite::Stub;
     }
     out.earliest_horizon_ms = out.earliest_horizon_ms.min(horizon);

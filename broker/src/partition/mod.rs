@@ -981,7 +981,14 @@ impl Partition {
             map_from: self.progress.get().cleaned_to,
             aborted: cleaner::AbortedRanges::of(&aborted),
         };
-        cleaner::clean_once(&self.log, map, budget, &ctx).await
+        let out = cleaner::clean_once(&self.log, map, budget, &ctx).await?;
+        if !out.aborts_removed.is_empty() {
+            // The checkpoint saves the shorter list at its next move; until then a restart
+            // reads the longer one, whose extra entries cover no record.
+            self.txns.borrow_mut().forget_aborted(&out.aborts_removed);
+            (self.checkpoint.borrow_mut().txns).forget_aborted(&out.aborts_removed);
+        }
+        Ok(out)
     }
 
     /// Moves the checkpoint past `end` before `what` deletes the records below it. A
@@ -1833,8 +1840,11 @@ mod tests {
             let out = pass(now_ms + 3_000).await;
             assert_eq!(out.markers_removed, 0, "{out:?}");
             assert_eq!(markers_of(&part).await, stamped);
+            assert_eq!(part.txns.borrow().aborted_between(0, i64::MAX).len(), 1);
             let out = pass(now_ms + 1_000 + retention_ms).await;
             assert_eq!(out.markers_removed, 2, "{out:?}");
+            assert_eq!(out.aborts_removed, [m3], "{out:?}");
+            assert_eq!(part.txns.borrow().aborted_between(0, i64::MAX), []);
             assert_eq!(out.earliest_horizon_ms, i64::MAX, "{out:?}");
             assert_eq!(
                 markers_of(&part).await,

@@ -138,6 +138,13 @@ impl TxnIndex {
             .collect()
     }
 
+    /// Forgets the aborted transactions whose abort marker was at one of `markers`
+    /// (ascending): log compaction removed their records and then their markers.
+    pub fn forget_aborted(&mut self, markers: &[i64]) {
+        self.aborted
+            .retain(|t| markers.binary_search(&t.last_offset).is_err());
+    }
+
     /// Drops what lies wholly below `log_start` (deleted by retention or DeleteRecords).
     pub fn trim_below(&mut self, log_start: i64) {
         while self
