@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use futures::channel::{mpsc, oneshot};
+use futures::future::Either;
 use futures::StreamExt;
 use glommio::{ExecutorJoinHandle, LocalExecutorBuilder, Placement};
 use strand_storage::{IoBudget, LogConfig};
@@ -350,6 +351,26 @@ async fn serve_queue(
         let is_shutdown = matches!(env.op, Op::Shutdown);
         let shard = shard.clone();
         if is_shutdown {
+            // Controlled shutdown first, with the queue still served: leader changes reach
+            // every shard of this node, so its Metadata names the new leaders meanwhile.
+            let mut drain = Box::pin(shard.drain_leadership());
+            loop {
+                match futures::future::select(drain, rx.next()).await {
+                    Either::Left(((), _)) => break,
+                    Either::Right((Some(next), d)) => {
+                        drain = d;
+                        let shard = shard.clone();
+                        spawn_local(async move {
+                            let r = shard.execute(next.op).await;
+                            let _ = next.reply.send(r);
+                        });
+                    }
+                    Either::Right((None, d)) => {
+                        d.await;
+                        break;
+                    }
+                }
+            }
             shard.execute(env.op).await;
             let _ = env.reply.send(Reply::Done);
             if let Some(tx) = done.take() {

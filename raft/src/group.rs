@@ -984,6 +984,12 @@ impl<S: LogStore> Group<S> {
         }
     }
 
+    /// As leader: whether a leader transfer is under way (raft-rs gives it up after an
+    /// election timeout).
+    pub fn transferring(&self) -> bool {
+        self.is_leader() && self.node.raft.lead_transferee.is_some()
+    }
+
     /// Whether raft-rs has work for the next turn.
     pub fn has_ready(&self) -> bool {
         !self.fenced && self.in_flight_async.is_none() && self.node.has_ready()

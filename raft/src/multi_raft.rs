@@ -1021,6 +1021,11 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
         }
     }
 
+    /// Whether this node leads `group` and is handing its leadership to another voter.
+    pub fn transferring(&self, group: GroupId) -> bool {
+        self.groups.get(&group).is_some_and(Group::transferring)
+    }
+
     /// Whether `group` is fenced (a failed log write, or a log that lost acknowledged entries).
     pub fn is_fenced(&self, group: GroupId) -> bool {
         self.groups.get(&group).is_some_and(Group::is_fenced)

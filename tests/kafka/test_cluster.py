@@ -554,6 +554,32 @@ def test_metadata_reports_the_in_sync_replicas(ck, cluster, rf3_topic):
     assert produce_one_error(strict, topic, partition=0) is None
 
 
+def test_a_stopping_node_hands_its_leaderships_away_first(ck, cluster, rf3_topic):
+    """SIGTERM stops a node as Kafka's controlled shutdown does: before it exits it hands
+    the leadership of its partitions to in-sync replicas, so when it has exited the other
+    nodes already name new leaders (after a crash they would wait an election timeout, 0.5
+    s or more, to elect one), and acks=all writes go on. Restarted, it leads again."""
+    topic = rf3_topic
+    node = replicas_of(cluster, topic, 0, NODE_IDS[0])[0]
+    wait_until(lambda: cluster.leader_of(topic, 0) == node, LEADERS_DEADLINE_S,
+               f"node {node}, the preferred replica, to lead partition 0")
+    leaders = wait_leaders(cluster, topic)
+    led = sorted(p for p, n in leaders.items() if n == node)
+    assert 0 in led, leaders
+    others = [n for n in NODE_IDS if n != node]
+    cluster[node].terminate()
+    assert cluster[node].wait() == 0
+    for p in led:
+        views = cluster.leader_views(topic, p, nodes=others)
+        assert all(v in others for v in views.values()), \
+            f"partition {p} at node {node}'s exit: {views}\n{cluster.log_tails()}"
+    produce_all(ck, cluster, topic, range(30))
+    cluster.restart(node)
+    # Preferred-leader balancing hands partition 0 back.
+    wait_until(lambda: cluster.leader_of(topic, 0) == node, LEADERS_DEADLINE_S,
+               f"node {node} to lead partition 0 again")
+
+
 def set_min_insync(cluster: Cluster, topic: str, n: int):
     """Sets the topic's min.insync.replicas and waits until every node took it."""
     from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry,

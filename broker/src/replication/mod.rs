@@ -208,6 +208,9 @@ pub struct Replicator {
     persist_done: RefCell<Vec<(GroupId, Result<(), String>)>>,
     slow_turn_log: crate::common::logging::RateLimit,
     stopping: Cell<bool>,
+    /// The node is shutting down and hands its leaderships away (`balance`): none is
+    /// handed back to it.
+    draining: Cell<bool>,
 }
 
 /// A partition proposes through its group's replicator (`partition::RaftGroups`).
@@ -325,6 +328,7 @@ impl Replicator {
             persist_done: RefCell::new(Vec::new()),
             slow_turn_log: crate::common::logging::RateLimit::new(SLOW_TURN_LOG_INTERVAL),
             stopping: Cell::new(false),
+            draining: Cell::new(false),
         })
     }
 
@@ -751,7 +755,7 @@ impl Replicator {
         };
         let mut balance_at = crate::common::clock::now() + LEADER_BALANCE_INTERVAL;
         while !self.stopping.get() {
-            if crate::common::clock::now() >= balance_at {
+            if crate::common::clock::now() >= balance_at && !self.draining.get() {
                 self.balance_leaders();
                 balance_at = crate::common::clock::now() + LEADER_BALANCE_INTERVAL;
             }

@@ -608,6 +608,16 @@ impl Shard {
         self.in_flight.set(self.in_flight.get().saturating_sub(1));
     }
 
+    /// Controlled shutdown, before `shutdown`: this shard's leaderships move to in-sync
+    /// replicas while the node still answers clients (`replication::balance`).
+    pub(crate) async fn drain_leadership(self: &Rc<Self>) {
+        if let Some(rep) = self.replicator() {
+            rep.drain_leadership().await;
+        }
+    }
+
+    /// Stops serving: the listeners close, requests in flight finish (at most
+    /// `SHUTDOWN_GRACE`), replication stops and every partition is flushed.
     pub(crate) async fn shutdown(self: &Rc<Self>) {
         self.stopping.set(true);
         if let Some(tx) = self.stop_tx.borrow_mut().take() {
