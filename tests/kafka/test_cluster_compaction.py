@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from cluster_harness import Cluster
-from strand_harness import need_module, read_partition, wait_until
+from strand_harness import need_module, read_partition, stored_batches, wait_until
 from test_cluster import ck, gauge, owned_cluster, producer_config  # noqa: F401 (ck: fixture)
 
 TOPIC = "compacted-rf3"
@@ -25,12 +25,13 @@ def cluster(request):
         yield c
 
 
-def create_topic(cluster: Cluster):
+def create_topic(cluster: Cluster, **configs: str):
     admin = need_module("confluent_kafka.admin")
     a = admin.AdminClient({"bootstrap.servers": cluster.bootstrap()})
     new = admin.NewTopic(TOPIC, num_partitions=1, replication_factor=3,
                          config={"cleanup.policy": "compact", "segment.bytes": "4096",
-                                 "segment.ms": "300", "min.cleanable.dirty.ratio": "0.01"})
+                                 "segment.ms": "300", "min.cleanable.dirty.ratio": "0.01",
+                                 **configs})
     a.create_topics([new])[TOPIC].result(30)
     wait_until(lambda: all(v is not None for v in cluster.leader_views(TOPIC, 0).values()),
                30, f"every node to know {TOPIC}/0")
@@ -121,3 +122,36 @@ def test_every_replica_compacts_and_serves_the_latest_values(ck, cluster):
         wait_until(lambda now=now: gauge(cluster, now, "strand_under_replicated_partitions") == 0,
                    DEADLINE_S, f"node {leader} to catch up")
     assert len(served) >= 2, served
+
+
+def test_every_replica_removes_the_markers_of_emptied_transactions(ck, cluster):
+    """Sixty transactions overwrite five keys: every replica removes the commit markers of
+    the transactions compaction emptied (`delete.retention.ms` 500), and after a leader kill
+    the new leader serves every key's latest committed value to read_committed consumers
+    (its last stable offset not held back by a transaction left without its marker)."""
+    create_topic(cluster, **{"delete.retention.ms": "500"})
+    p = ck.Producer(producer_config(cluster.bootstrap(), **{"transactional.id": "markers-rf3"}))
+    p.init_transactions(30)
+    latest: dict[bytes, tuple[int, bytes]] = {}
+
+    def on_delivery(err, msg):
+        assert err is None, err
+        latest[msg.key()] = (msg.offset(), msg.value())
+
+    for i in range(60):
+        p.begin_transaction()
+        p.produce(TOPIC, key=f"k{i % 5}".encode(), value=f"{i:08d}".encode().ljust(200, b"."),
+                  partition=0, on_delivery=on_delivery)
+        p.commit_transaction(30)
+    p.flush(30)
+    assert len(latest) == 5
+    for n in sorted(cluster.nodes):
+        wait_until(lambda n=n: gauge(cluster, n, "strand_cleaner_markers_removed_total") > 0,
+                   DEADLINE_S, f"node {n} to remove markers from its replica")
+    first = cluster.wait_leader(TOPIC, 0)
+    cluster.kill9(first)
+    second = cluster.wait_leader(TOPIC, 0, exclude=(first,), timeout=DEADLINE_S)
+    served_after_election(ck, cluster, second, latest)
+    control = 0x20
+    markers = [o for o, a in stored_batches(cluster[second].bootstrap, TOPIC) if a & control]
+    assert 0 < len(markers) < 60, markers
