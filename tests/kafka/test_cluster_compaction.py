@@ -90,16 +90,23 @@ def served_after_election(ck, cluster: Cluster, node: int, latest):
         print(f"node {node} served the latest values at read {len(reads)}: records {reads}")
 
 
+def kill_the_leader_once_every_node_counted(cluster: Cluster, counter: str) -> tuple[int, int]:
+    """Waits until `counter` is above 0 on every node (each compacted its own replica),
+    then kill -9s the partition's leader; returns it and the leader elected after it."""
+    for n in sorted(cluster.nodes):
+        wait_until(lambda n=n: gauge(cluster, n, counter) > 0, DEADLINE_S,
+                   f"node {n} to count {counter}")
+    first = cluster.wait_leader(TOPIC, 0)
+    cluster.kill9(first)
+    return first, cluster.wait_leader(TOPIC, 0, exclude=(first,), timeout=DEADLINE_S)
+
+
 def test_every_replica_compacts_and_serves_the_latest_values(ck, cluster):
     create_topic(cluster)
     latest: dict[bytes, tuple[int, bytes]] = {}
     produce(ck, cluster.bootstrap(), 0, 150, latest)
-    for n in sorted(cluster.nodes):
-        wait_until(lambda n=n: gauge(cluster, n, "strand_cleaner_records_removed_total") > 0,
-                   DEADLINE_S, f"node {n} to compact its replica")
-    first = cluster.wait_leader(TOPIC, 0)
-    cluster.kill9(first)
-    second = cluster.wait_leader(TOPIC, 0, exclude=(first,), timeout=DEADLINE_S)
+    first, second = kill_the_leader_once_every_node_counted(
+        cluster, "strand_cleaner_records_removed_total")
     produce(ck, cluster.bootstrap([n for n in cluster.nodes if n != first]), 150, 150, latest)
     records = read_all(ck, cluster[second].bootstrap)
     check_served(records, latest)
@@ -145,12 +152,8 @@ def test_every_replica_removes_the_markers_of_emptied_transactions(ck, cluster):
         p.commit_transaction(30)
     p.flush(30)
     assert len(latest) == 5
-    for n in sorted(cluster.nodes):
-        wait_until(lambda n=n: gauge(cluster, n, "strand_cleaner_markers_removed_total") > 0,
-                   DEADLINE_S, f"node {n} to remove markers from its replica")
-    first = cluster.wait_leader(TOPIC, 0)
-    cluster.kill9(first)
-    second = cluster.wait_leader(TOPIC, 0, exclude=(first,), timeout=DEADLINE_S)
+    _, second = kill_the_leader_once_every_node_counted(
+        cluster, "strand_cleaner_markers_removed_total")
     served_after_election(ck, cluster, second, latest)
     control = 0x20
     markers = [o for o, a in stored_batches(cluster[second].bootstrap, TOPIC) if a & control]
