@@ -938,6 +938,12 @@ impl<S: LogStore, T: Transport, C: Clock> MultiRaft<S, T, C> {
         Some(self.clock.now().saturating_sub(*heard))
     }
 
+    /// Whether this shard has heard from none of the nodes it replicates with for an
+    /// election timeout (it is cut off, or every peer is down); false while it tracks none.
+    pub fn isolated(&self) -> bool {
+        !self.last_heard.is_empty() && self.silent.len() >= self.last_heard.len()
+    }
+
     /// As `group`'s leader: whether voter `node` is in sync (see `Group::voter_in_sync`).
     pub fn voter_in_sync(&self, group: GroupId, node: NodeId) -> bool {
         self.groups

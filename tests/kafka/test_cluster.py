@@ -1021,6 +1021,57 @@ def test_a_cut_leader_is_replaced_and_writes_continue(ck, cluster, rf3_topic, wo
     assert_consistent(w, read_everywhere(ck, cluster, topic), min_ok=ACKS_BEFORE_FAULT)
 
 
+def test_a_client_that_knows_only_the_cut_leader_finds_the_new_one(ck, cluster, topic):
+    """A producer that bootstrapped from a partition's leader and writes only there talks to
+    that node alone (librdkafka connects to the brokers it needs and asks Metadata of the
+    one it used last). Cut off, the old leader knows no leader: it answered Metadata with
+    none, so the producer never asked anyone else and stalled for as long as the cut lasted
+    (CI on 14914fa: a cut leader of every partition left the workload without a write for
+    30 s). As Redpanda does, a node that lost its leadership without learning its successor,
+    or hears from no peer, names another replica (LEADER_NOT_AVAILABLE, its last epoch):
+    the client goes there and finds the new leader."""
+    admin = need_module("confluent_kafka.admin")
+    a = admin.AdminClient({"bootstrap.servers": cluster.bootstrap()})
+    new = admin.NewTopic(topic, num_partitions=1, replication_factor=REPLICATION_FACTOR)
+    a.create_topics([new])[topic].result(30)
+    old = cluster.wait_leader(topic, 0, timeout=LEADERS_DEADLINE_S)
+    wait_until(lambda: all(gauge(cluster, n, "strand_under_replicated_partitions") == 0
+                           for n in NODE_IDS),
+               LEADERS_DEADLINE_S, f"every replica of {topic} reached by its leader")
+    acked: list[float] = []
+
+    def on_delivery(err, _msg):
+        if err is None:
+            acked.append(time.monotonic())
+
+    p = ck.Producer({"bootstrap.servers": cluster[old].bootstrap, "acks": "all",
+                     "linger.ms": 0, "message.timeout.ms": MESSAGE_TIMEOUT_MS})
+    try:
+        p.produce(topic, b"before", on_delivery=on_delivery)
+        assert p.flush(30) == 0 and len(acked) == 1, "the first write was not acknowledged"
+        cluster.cut(old)
+        cut_at = time.monotonic()
+        new_leader = cluster.wait_leader(topic, 0, nodes=[n for n in NODE_IDS if n != old],
+                                         timeout=ELECTION_DEADLINE_S)
+
+        def written_after_the_cut():
+            p.produce(topic, b"after", on_delivery=on_delivery)
+            p.poll(0.1)
+            return any(t > cut_at for t in acked)
+
+        try:
+            wait_until(written_after_the_cut, PROGRESS_DEADLINE_S,
+                       f"a write acknowledged after node {old} was cut off", interval=0.1)
+        except TimeoutError as e:
+            views = cluster.leader_views(topic, 0, nodes=NODE_IDS)
+            raise AssertionError(f"{e}; leader of {topic}/0 per node: {views}") from None
+        print(f"node {old} cut off; new leader {new_leader}; first write acknowledged "
+              f"{min(t for t in acked if t > cut_at) - cut_at:.3f}s after the cut")
+    finally:
+        p.flush(5)
+        cluster.heal(old)
+
+
 # -- d. restart of every node ------------------------------------------------------------
 
 def test_topics_and_data_survive_a_restart_of_every_node(ck, cluster, rf3_topic):

@@ -66,6 +66,38 @@ const APPLY_READ_BYTES: usize = 1 << 20;
 /// How often the controller's leader looks for admitted nodes not yet following it.
 const LEARNER_CHECK_INTERVAL: Duration = Duration::from_millis(500);
 
+/// Whom Metadata names as the leader of a partition whose leader this node (`me`) does not
+/// know, so that a client does not stall on it (Redpanda's heuristic): a client asks
+/// Metadata of the broker it used last, and when that is a node cut off from the others it
+/// would be told "no leader" for as long as the cut lasts and never ask anyone else.
+/// - This node led the partition last (`former` is `me`): it lost the leadership without
+///   learning the successor, so another replica (of those `listed`, picked by `seed`).
+/// - This node hears from no peer (`isolated`): the last leader it knew when that is
+///   another listed node, else another replica.
+/// - Otherwise an election is under way among nodes this node hears: `None` (no leader;
+///   naming a former leader that died would send clients to a dead node).
+///
+/// The answer carries LEADER_NOT_AVAILABLE and this node's last epoch, so a client that
+/// knows a newer leader keeps it and one that goes to the stand-in is redirected from there.
+pub fn stand_in_leader(
+    me: i32,
+    former: Option<i32>,
+    isolated: bool,
+    replicas: &[i32],
+    listed: &[i32],
+    seed: usize,
+) -> Option<i32> {
+    let other = |n: &i32| *n != me && listed.contains(n);
+    match former {
+        Some(f) if f == me => {}
+        Some(f) if isolated && other(&f) => return Some(f),
+        _ if isolated => {}
+        _ => return None,
+    }
+    let others: Vec<i32> = replicas.iter().copied().filter(other).collect();
+    (!others.is_empty()).then(|| others[seed % others.len()])
+}
+
 /// Per-shard cluster state.
 #[derive(Default)]
 pub struct ClusterState {
@@ -73,6 +105,8 @@ pub struct ClusterState {
     pub replicator: RefCell<Option<Rc<Replicator>>>,
     /// Leader node (-1 unknown) and epoch of every group, as broadcast by the shards.
     pub leaders: RefCell<HashMap<u64, (i32, i32)>>,
+    /// The last leader known of every group that had one (kept while none is known).
+    pub former_leaders: RefCell<HashMap<u64, i32>>,
     /// The replicas out of Kafka's in-sync set of every group, as its leader reported them,
     /// with the leader's epoch.
     pub out_of_sync: RefCell<HashMap<u64, (i32, Vec<i32>)>>,
@@ -128,6 +162,28 @@ pub trait ClusterHost: 'static {
             .get(&group)
             .copied()
             .unwrap_or((-1, -1))
+    }
+
+    /// The leader Metadata names for `group` (replicas `replicas`, of which the answer
+    /// lists `listed`) and its epoch, with whether this node knows it: the leader when
+    /// known, else the stand-in of [`stand_in_leader`] (`seed` picks among equals), else
+    /// -1.
+    fn leader_for_clients(
+        &self,
+        group: u64,
+        replicas: &[i32],
+        listed: &[i32],
+        seed: usize,
+    ) -> (i32, i32, bool) {
+        let (leader, epoch) = self.leader_of_group(group);
+        if leader >= 0 {
+            return (leader, epoch, true);
+        }
+        let former = self.cluster().former_leaders.borrow().get(&group).copied();
+        let isolated = self.replicator().is_some_and(|r| r.isolated());
+        let me = self.config().node_id;
+        let stand_in = stand_in_leader(me, former, isolated, replicas, listed, seed);
+        (stand_in.unwrap_or(-1), epoch, false)
     }
 
     /// The node leading the controller, if known.
@@ -214,9 +270,13 @@ pub trait ClusterHost: 'static {
     /// Records leader changes broadcast by a shard of this node (it hosts those groups).
     fn note_leaders(&self, changes: Vec<LeaderChange>) {
         let mut l = self.cluster().leaders.borrow_mut();
+        let mut former = self.cluster().former_leaders.borrow_mut();
         let mut out = self.cluster().out_of_sync.borrow_mut();
         for c in changes {
             l.insert(c.group, (c.leader, c.epoch));
+            if c.leader >= 0 {
+                former.insert(c.group, c.leader);
+            }
             if c.leader == self.config().node_id {
                 out.insert(c.group, (c.epoch, c.out_of_sync));
             }
@@ -227,6 +287,7 @@ pub trait ClusterHost: 'static {
     /// epoch, or a leader where the same epoch had none).
     fn note_remote_leaders(&self, changes: Vec<LeaderChange>) {
         let mut l = self.cluster().leaders.borrow_mut();
+        let mut former = self.cluster().former_leaders.borrow_mut();
         let mut out = self.cluster().out_of_sync.borrow_mut();
         for c in changes {
             let newer = l.get(&c.group).is_none_or(|&(old, old_epoch)| {
@@ -234,6 +295,9 @@ pub trait ClusterHost: 'static {
             });
             if newer {
                 l.insert(c.group, (c.leader, c.epoch));
+                if c.leader >= 0 {
+                    former.insert(c.group, c.leader);
+                }
             }
             // Every announced group is led by the announcer: its in-sync set is current.
             if out.get(&c.group).is_none_or(|&(e, _)| c.epoch >= e) {
@@ -870,4 +934,59 @@ pub fn peer_addrs(meta: &Metadata) -> Vec<(i32, std::net::SocketAddr)> {
             Some((n.id, std::net::SocketAddr::new(ip, n.rpc_port)))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stand_in_leader;
+
+    const REPLICAS: [i32; 3] = [1, 2, 3];
+
+    #[test]
+    fn a_node_that_lost_its_leadership_names_another_replica() {
+        for seed in 0..4 {
+            let named = stand_in_leader(1, Some(1), false, &REPLICAS, &REPLICAS, seed);
+            assert!(matches!(named, Some(2 | 3)), "{named:?}");
+        }
+        let seen: Vec<_> = (0..2)
+            .map(|seed| stand_in_leader(1, Some(1), false, &REPLICAS, &REPLICAS, seed))
+            .collect();
+        assert_eq!(seen, [Some(2), Some(3)], "the seed picks among the others");
+    }
+
+    #[test]
+    fn an_isolated_node_names_the_leader_it_knew_last() {
+        assert_eq!(
+            stand_in_leader(3, Some(1), true, &REPLICAS, &REPLICAS, 7),
+            Some(1)
+        );
+        // Never a leader known, or the last one is not listed (fenced): another replica.
+        assert_eq!(
+            stand_in_leader(3, None, true, &REPLICAS, &REPLICAS, 0),
+            Some(1)
+        );
+        assert_eq!(
+            stand_in_leader(3, Some(1), true, &REPLICAS, &[2, 3], 0),
+            Some(2)
+        );
+    }
+
+    #[test]
+    fn a_node_hearing_its_peers_names_no_leader_during_an_election() {
+        // The last leader (node 1) may be dead: naming it would send clients there.
+        assert_eq!(
+            stand_in_leader(3, Some(1), false, &REPLICAS, &REPLICAS, 0),
+            None
+        );
+        assert_eq!(
+            stand_in_leader(3, None, false, &REPLICAS, &REPLICAS, 0),
+            None
+        );
+    }
+
+    #[test]
+    fn with_no_other_listed_replica_there_is_no_stand_in() {
+        assert_eq!(stand_in_leader(1, Some(1), true, &[1], &REPLICAS, 0), None);
+        assert_eq!(stand_in_leader(1, Some(1), false, &REPLICAS, &[1], 0), None);
+    }
 }

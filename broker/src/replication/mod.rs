@@ -452,6 +452,12 @@ impl Replicator {
         self.driver.borrow().view(CONTROLLER_GROUP)
     }
 
+    /// Whether this shard heard from no peer for an election timeout (see
+    /// `MultiRaft::isolated`).
+    pub fn isolated(&self) -> bool {
+        self.driver.borrow().isolated()
+    }
+
     /// The voters and learners of the controller group as applied here.
     pub fn controller_members(&self) -> Option<(Vec<u64>, Vec<u64>)> {
         self.driver.borrow().members(CONTROLLER_GROUP)

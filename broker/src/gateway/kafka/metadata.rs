@@ -192,7 +192,8 @@ fn topic_metadata(
 
 /// One partition's leader, epoch and replicas: this node without replication; the Raft
 /// group's leader and term (as this node last heard) with it. An unknown leader is
-/// LEADER_NOT_AVAILABLE (5), which clients retry.
+/// LEADER_NOT_AVAILABLE (5), which clients retry, with the stand-in of
+/// `cluster::stand_in_leader` (or -1) as the leader.
 fn partition_metadata(
     shard: &Shard,
     ctx: &Ctx,
@@ -209,18 +210,37 @@ fn partition_metadata(
             .with_isr_nodes(vec![BrokerId(node)]);
     }
     let group = t.group_of(p);
-    let (leader, epoch) = shard.leader_of_group(group);
+    let (leader, epoch, known) = match shard.leader_of_group(group) {
+        (leader, epoch) if leader >= 0 => (leader, epoch, true),
+        _ => {
+            // Rare (no leader known): the listed brokers are worked out for this partition.
+            let listed: Vec<i32> = shard
+                .brokers(ctx.listener_name(shard))
+                .into_iter()
+                .map(|(id, _, _)| id)
+                .collect();
+            shard.leader_for_clients(group, t.replicas_of(p), &listed, stand_in_seed())
+        }
+    };
     let isr = shard.in_sync_replicas(group, epoch, t.replicas_of(p));
     let base = base
         .with_leader_id(BrokerId(leader))
         .with_leader_epoch(if ctx.version >= 7 { epoch } else { -1 })
         .with_replica_nodes(t.replicas_of(p).iter().map(|&n| BrokerId(n)).collect())
         .with_isr_nodes(isr.into_iter().map(BrokerId).collect());
-    if leader < 0 {
-        base.with_error_code(code::LEADER_NOT_AVAILABLE)
-    } else {
+    if known {
         base
+    } else {
+        base.with_error_code(code::LEADER_NOT_AVAILABLE)
     }
+}
+
+/// Varies the stand-in leader between answers, so that a client whose stand-in is cut off
+/// too is sent elsewhere next time.
+fn stand_in_seed() -> usize {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos() as usize)
 }
 
 /// KIP-951: the leader (id, epoch) to name in a partition's answer carrying `error_code`:
