@@ -939,3 +939,23 @@ fn a_busy_paced_leader_cut_off_still_steps_down() {
     }
     panic!("a leader cut off from its quorum while writing stayed leader");
 }
+
+/// A node hearing from none of its peers for an election timeout is isolated (Metadata
+/// then names stand-in leaders); one peer heard again ends that.
+#[test]
+fn a_node_that_hears_no_peer_is_isolated_until_one_answers() {
+    let mut c = Cluster::new();
+    assert!(!c.nodes[0].isolated(), "heard from both followers");
+    c.down[1] = true;
+    c.ticks(ELECTION_TICKS_MAX_DEFAULT * 2);
+    assert!(!c.nodes[0].isolated(), "node 3 still answers");
+    c.down[2] = true;
+    c.ticks(ELECTION_TICKS_MAX_DEFAULT * 2);
+    assert!(
+        c.nodes[0].isolated(),
+        "no peer heard for an election timeout"
+    );
+    c.down[2] = false;
+    c.ticks(ELECTION_TICKS_MAX_DEFAULT);
+    assert!(!c.nodes[0].isolated(), "node 3 answers again");
+}
