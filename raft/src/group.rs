@@ -971,6 +971,7 @@ impl<S: LogStore> Group<S> {
             term: r.term,
             commit: r.raft_log.committed,
             last_index: r.raft_log.last_index(),
+            applied: r.raft_log.applied,
             voters,
             learners,
             matched,
@@ -1255,6 +1256,8 @@ pub struct GroupView {
     pub commit: u64,
     /// This node's last log index.
     pub last_index: u64,
+    /// The index of the last entry applied here.
+    pub applied: u64,
     pub voters: Vec<u64>,
     pub learners: Vec<u64>,
     /// On the leader: each member's highest index known to match the leader's log.

@@ -1072,6 +1072,43 @@ def test_a_client_that_knows_only_the_cut_leader_finds_the_new_one(ck, cluster, 
         cluster.heal(old)
 
 
+def test_a_topic_created_through_one_node_is_altered_at_once_through_another(ck, cluster, topic):
+    """Kafka forwards topic changes to its active controller, so a topic whose creation was
+    answered can be grown, reconfigured or deleted through any broker at once (librdkafka's
+    0081 test creates topics and grows them the next millisecond, through whichever broker
+    its last Metadata came from). A node that has not applied the creation yet from the
+    controller log must catch up before it calls the topic unknown."""
+    admin = need_module("confluent_kafka.admin")
+    through = {n: admin.AdminClient({"bootstrap.servers": cluster[n].bootstrap})
+               for n in NODE_IDS}
+    for n in NODE_IDS:  # every client connected, so the timing below is the brokers' own
+        through[n].list_topics(timeout=10)
+    for i in range(8):
+        name = f"{topic}-{i}"
+        creator, grower, configurer = NODE_IDS[i % 3], NODE_IDS[(i + 1) % 3], NODE_IDS[(i + 2) % 3]
+        through[creator].create_topics([admin.NewTopic(name, num_partitions=1,
+                                                        replication_factor=3)])[name].result(30)
+        grown = through[grower].create_partitions([admin.NewPartitions(name, 2)])
+        altered = through[configurer].incremental_alter_configs([admin.ConfigResource(
+            admin.ResourceType.TOPIC, name, incremental_configs=[admin.ConfigEntry(
+                "retention.ms", "3600000",
+                incremental_operation=admin.AlterConfigOpType.SET)])])
+        try:
+            grown[name].result(30)
+            for f in altered.values():
+                f.result(30)
+        except ck.KafkaException as e:
+            raise AssertionError(f"{name}: created through node {creator}, grown through node "
+                                 f"{grower}, configured through node {configurer}: {e}") from None
+    # A topic nobody created is still unknown (once the node caught up).
+    started = time.monotonic()
+    missing = f"{topic}-never-created"
+    with pytest.raises(ck.KafkaException) as refused:
+        through[2].create_partitions([admin.NewPartitions(missing, 2)])[missing].result(30)
+    assert refused.value.args[0].code() == ck.KafkaError.UNKNOWN_TOPIC_OR_PART, refused.value
+    print(f"an unknown topic refused after {time.monotonic() - started:.3f}s")
+
+
 # -- d. restart of every node ------------------------------------------------------------
 
 def test_topics_and_data_survive_a_restart_of_every_node(ck, cluster, rf3_topic):

@@ -620,6 +620,58 @@ fn committed_here<H: ClusterHost>(shard: &H, check: impl Fn(&Metadata) -> bool) 
     }
 }
 
+/// How long a node catching up with the controller log waits at most (`catch_up`).
+pub const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Cluster mode, shard 0: waits until `found` holds for the applied metadata, or until this
+/// node has every controller record committed before the call, as far as it can tell: it
+/// heard from the controller's leader since the call began (a peer's batches arrive in the
+/// order sent, so what that leader sent before is in this node's log), its log is committed
+/// through its last entry (the leader's own log is), all of it is applied, and the snapshot
+/// is published on every shard. At most `CATCH_UP_TIMEOUT`. Kafka forwards topic changes
+/// to its active controller; a node here answers from the metadata it applied, so a topic
+/// created through another node a moment ago must not be called unknown before this.
+pub async fn catch_up<H: ClusterHost>(shard: &Rc<H>, found: impl Fn(&Metadata) -> bool) {
+    let began = std::time::Instant::now();
+    let deadline = crate::common::clock::now() + CATCH_UP_TIMEOUT;
+    while crate::common::clock::now() < deadline && !shard.stopping() {
+        if found(&shard.cluster().applied.borrow()) && !shard.cluster().applying.get() {
+            return;
+        }
+        if caught_up(&**shard, began.elapsed()) {
+            return;
+        }
+        sleep(META_POLL).await;
+    }
+    tracing::debug!("not caught up with the controller log in time");
+}
+
+/// See [`catch_up`]: whether this node holds every controller record committed more than
+/// `since` ago.
+fn caught_up<H: ClusterHost>(shard: &H, since: Duration) -> bool {
+    let Some(rep) = shard.replicator() else {
+        return true;
+    };
+    let Some(v) = rep.controller_view() else {
+        return false;
+    };
+    let Some(leader) = v.leader.and_then(|l| i32::try_from(l).ok()) else {
+        return false;
+    };
+    let current = if leader == shard.config().node_id {
+        true
+    } else {
+        rep.silent_for(leader).is_some_and(|t| t < since) && v.commit >= v.last_index
+    };
+    let c = shard.cluster();
+    current
+        && v.applied >= v.commit
+        && rep
+            .controller_applied_end()
+            .is_some_and(|end| c.applied_to.get() >= end.0)
+        && !c.applying.get()
+}
+
 /// Cluster mode: checks commands against the current metadata, proposes the accepted ones
 /// to the controller (forwarded to its leader), and waits until they are visible here.
 pub async fn meta_commands<H: ClusterHost>(

@@ -452,6 +452,12 @@ impl Replicator {
         self.driver.borrow().view(CONTROLLER_GROUP)
     }
 
+    /// How long since this shard last heard from `node` (see `MultiRaft::silent_for`).
+    pub fn silent_for(&self, node: i32) -> Option<Duration> {
+        let node = NodeId(u64::try_from(node).ok()?);
+        self.driver.borrow().silent_for(node)
+    }
+
     /// Whether this shard heard from no peer for an election timeout (see
     /// `MultiRaft::isolated`).
     pub fn isolated(&self) -> bool {

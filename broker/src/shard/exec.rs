@@ -53,6 +53,7 @@ impl Shard {
             Op::EpochEnd { parts } => Reply::Parts(self.epoch_end(parts).await),
             op @ (Op::ApplyMetadata(_) | Op::FirstMetadata) => self.execute_placement_op(op).await,
             Op::MetaCommands(cmds) => Reply::Meta(self.meta_commands(cmds).await),
+            Op::CatchUpTopics(names) => self.catch_up_topics(names).await,
             Op::Group(req) => Reply::Encoded(self.run_group_request(req).await),
             op @ (Op::DescribeGroups(_)
             | Op::DescribeConsumerGroups(_)
@@ -427,6 +428,12 @@ impl Shard {
             });
         }
         out
+    }
+
+    /// `Op::CatchUpTopics`.
+    async fn catch_up_topics(self: &Rc<Self>, names: Vec<String>) -> Reply {
+        crate::cluster::catch_up(self, |m| names.iter().all(|n| m.topics.contains_key(n))).await;
+        Reply::Done
     }
 
     async fn meta_commands(self: &Rc<Self>, cmds: Vec<Command>) -> Vec<Result<(), MetaError>> {

@@ -239,6 +239,9 @@ pub enum Op {
     ApplyMetadata(Arc<Metadata>),
     /// Commit metadata commands (shard 0 only) and publish the result to every shard.
     MetaCommands(Vec<Command>),
+    /// Cluster mode, shard 0: catch up with the controller log until these topics are
+    /// known or nothing committed is missing (`cluster::catch_up`); answers `Done`.
+    CatchUpTopics(Vec<String>),
     /// A single-group request, run on the group's coordinator shard by the gateway's
     /// handler (`Shard::run_group_request`).
     Group(GroupRequest),

@@ -349,7 +349,11 @@ async fn alter(
     resources: Vec<AlterResource>,
     validate_only: bool,
 ) -> Vec<(i16, Option<String>)> {
-    let meta = shard.metadata();
+    let topics = resources
+        .iter()
+        .filter(|r| r.0 == RESOURCE_TOPIC)
+        .map(|r| r.1.as_str());
+    let meta = super::topics::metadata_naming(shard, topics).await;
     let mut out = Vec::with_capacity(resources.len());
     let mut cmds = Vec::new();
     let mut slots = Vec::new();

@@ -40,7 +40,8 @@ pub async fn alter(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, F
                 .with_allow_replication_factor_change(req.allow_replication_factor_change),
         );
     }
-    let meta = shard.metadata();
+    let topics = req.topics.iter().map(|t| t.name.0.as_str());
+    let meta = super::topics::metadata_naming(shard, topics).await;
     // Per partition: its slot in the response and the command, or the refusal.
     let mut slots: Vec<(usize, usize, Result<Command, MetaError>)> = Vec::new();
     let mut responses = Vec::with_capacity(req.topics.len());

@@ -34,6 +34,30 @@ pub async fn commit(shard: &Rc<Shard>, cmds: Vec<Command>) -> Vec<Result<(), Met
     }
 }
 
+/// The shard's metadata for a request that changes the topics `names`. Cluster mode: when
+/// one is unknown here, this node first catches up with the controller log
+/// (`cluster::catch_up`): Kafka forwards topic changes to its active controller, so a topic
+/// whose creation another node answered a moment ago must not be unknown here.
+pub async fn metadata_naming<'n>(
+    shard: &Rc<Shard>,
+    names: impl IntoIterator<Item = &'n str>,
+) -> std::sync::Arc<crate::cluster::metadata::Metadata> {
+    let meta = shard.metadata();
+    if !shard.clustered() {
+        return meta;
+    }
+    let missing: Vec<String> = names
+        .into_iter()
+        .filter(|n| !meta.topics.contains_key(*n))
+        .map(str::to_string)
+        .collect();
+    if missing.is_empty() {
+        return meta;
+    }
+    shard.call(0, Op::CatchUpTopics(missing)).await;
+    shard.metadata()
+}
+
 /// A CreateTopic command with placement and a fresh id; `replication_factor` -1 means
 /// the configured default. Without replication (no seeds) there are no replica lists.
 pub fn create_command(
@@ -387,7 +411,12 @@ fn created_configs(shard: &Shard, set: &BTreeMap<String, String>) -> Vec<Creatab
 /// DeleteTopics (by name; by topic id from v6).
 pub async fn delete(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {
     let req: DeleteTopicsRequest = ctx.decode(body)?;
-    let meta = shard.metadata();
+    let by_name = req.topic_names.iter().map(|n| n.0.as_str());
+    let in_topics = req
+        .topics
+        .iter()
+        .filter_map(|t| t.name.as_ref().map(|n| n.0.as_str()));
+    let meta = metadata_naming(shard, by_name.chain(in_topics)).await;
     let mut names: Vec<(Option<TopicName>, uuid::Uuid)> = req
         .topic_names
         .iter()
@@ -486,7 +515,7 @@ pub async fn create_partitions(
     body: Bytes,
 ) -> Result<Bytes, FramingError> {
     let req: CreatePartitionsRequest = ctx.decode(body)?;
-    let meta = shard.metadata();
+    let meta = metadata_naming(shard, req.topics.iter().map(|t| t.name.0.as_str())).await;
     let mut results = Vec::with_capacity(req.topics.len());
     let mut cmds = Vec::new();
     let mut slots = Vec::new();
