@@ -82,8 +82,16 @@ def load_runs(path: Path) -> list[Run]:
 
 
 # What every broker of a run is started with: 4 partitions per auto-created topic (as
-# librdkafka's default test scenario expects) and a short initial rebalance delay.
-BROKER_ARGS = ["--group-initial-rebalance-delay-ms", "100"]
+# librdkafka's default test scenario expects), a short initial rebalance delay, and an
+# authorizer that allows what no ACL names (librdkafka's test clusters run Kafka with an
+# authorizer: its Admin API tests create, describe and delete ACLs).
+BROKER_ARGS = ["--group-initial-rebalance-delay-ms", "100", "--authorizer-enabled", "true",
+               "--allow-everyone-if-no-acl-found", "true"]
+# The suite creates topics and never deletes them: three nodes of one shard each run out of
+# the default 1000 partition replicas per shard before its end. The nodes' own requests
+# (transaction markers) come unauthenticated over the PLAINTEXT inter-broker listener, which
+# the authorizer then needs to allow (the node refuses to start otherwise).
+CLUSTER_ARGS = ["--topic-partitions-per-shard", "4000", "--super-users", "User:ANONYMOUS"]
 
 
 class SingleNode:
@@ -115,7 +123,8 @@ class ThreeNodes:
 
     def __init__(self):
         self.cluster = Cluster("librdkafka-compat", smp=1,
-                               extra_args=["--num-partitions", "4", *BROKER_ARGS])
+                               extra_args=["--num-partitions", "4", *BROKER_ARGS,
+                                           *CLUSTER_ARGS])
 
     def start(self) -> str:
         self.cluster.start()
