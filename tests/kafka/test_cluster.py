@@ -1109,6 +1109,32 @@ def test_a_topic_created_through_one_node_is_altered_at_once_through_another(ck,
     print(f"an unknown topic refused after {time.monotonic() - started:.3f}s")
 
 
+def test_a_created_topic_has_a_leader_for_every_partition_when_the_creation_is_answered(
+        ck, cluster, topic):
+    """Kafka's controller names each partition's leader in the record that creates the topic,
+    so a client that created one (or a Metadata that auto-created it) finds every partition
+    led. Here each partition's Raft group elects its first leader once started, and the node
+    that answered a creation may not even have published the topic to the shard serving the
+    client's next request. CreateTopics and CreatePartitions now answer once the serving
+    shard knows the new partitions and a leader for each (within the request's timeout, at
+    most 5 s), and a Metadata that auto-creates a topic waits the same way (at most 2 s).
+    (librdkafka's 0054 on three nodes still meets a leaderless partition of a topic
+    auto-created a moment before, asking another node than the one that created it.)"""
+    admin = need_module("confluent_kafka.admin")
+    for n in NODE_IDS:
+        a = admin.AdminClient({"bootstrap.servers": cluster[n].bootstrap})
+        name = f"{topic}-{n}"
+        a.create_topics([admin.NewTopic(name, num_partitions=6, replication_factor=3)],
+                        operation_timeout=30)[name].result(30)
+        leaders = {p: cluster.leader_views(name, p, nodes=[n])[n] for p in range(6)}
+        assert all(v is not None and v >= 0 for v in leaders.values()), \
+            f"{name} created through node {n}; its leaders there: {leaders}"
+        a.create_partitions([admin.NewPartitions(name, 9)], operation_timeout=30)[name].result(30)
+        leaders = {p: cluster.leader_views(name, p, nodes=[n])[n] for p in range(9)}
+        assert all(v is not None and v >= 0 for v in leaders.values()), \
+            f"{name} grown through node {n}; its leaders there: {leaders}"
+
+
 # -- d. restart of every node ------------------------------------------------------------
 
 def test_topics_and_data_survive_a_restart_of_every_node(ck, cluster, rf3_topic):

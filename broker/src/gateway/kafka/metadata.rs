@@ -50,9 +50,23 @@ pub async fn auto_create(shard: &Rc<Shard>, names: &[String]) {
         ));
     }
     if !cmds.is_empty() {
+        let names: Vec<(String, usize)> = cmds
+            .iter()
+            .filter_map(|c| match c {
+                crate::cluster::metadata::Command::CreateTopic { name, .. } => {
+                    Some((name.clone(), 1))
+                }
+                _ => None,
+            })
+            .collect();
         topics::commit(shard, cmds).await;
+        topics::wait_for_leaders(shard, &names, AUTO_CREATE_LEADERS_WAIT).await;
     }
 }
+
+/// How long the Metadata request that auto-creates a topic waits for its partitions' first
+/// leaders (`topics::wait_for_leaders`) before it answers.
+const AUTO_CREATE_LEADERS_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Metadata.
 pub async fn handle(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, FramingError> {

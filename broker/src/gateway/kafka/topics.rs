@@ -23,6 +23,50 @@ use crate::security::acl::{op as acl_op, resource};
 use crate::shard::ops::{Op, Reply};
 use crate::shard::Shard;
 
+/// The longest a topic creation (or a new partition) waits for its partitions' first
+/// leaders before it answers (`wait_for_leaders`).
+pub const NEW_LEADERS_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+/// How often `wait_for_leaders` looks.
+const NEW_LEADERS_POLL: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// Cluster mode: waits, at most `wait`, until this shard knows each of `topics` (created or
+/// grown a moment ago) with at least its partition count and a leader for every partition, so that a client told the topic exists finds a leader for each
+/// partition (Kafka's controller names the leaders in the record that creates the topic;
+/// here each partition's Raft group elects its first leader once started).
+pub async fn wait_for_leaders(
+    shard: &Rc<Shard>,
+    topics: &[(String, usize)],
+    wait: std::time::Duration,
+) {
+    if !shard.clustered() || topics.is_empty() {
+        return;
+    }
+    let deadline = crate::common::clock::now() + wait;
+    loop {
+        let meta = shard.metadata();
+        let led = topics.iter().all(|(n, partitions)| {
+            // A topic (or partition count) this shard has not applied yet (shard 0 applies
+            // the controller log before it publishes to the others) is not led here yet.
+            meta.topics.get(n).is_some_and(|t| {
+                t.shards.len() >= *partitions
+                    && (0..t.shards.len() as i32)
+                        .all(|p| shard.leader_of_group(t.group_of(p)).0 >= 0)
+            })
+        });
+        if led || crate::common::clock::now() >= deadline || shard.stopping() {
+            return;
+        }
+        glommio::timer::sleep(NEW_LEADERS_POLL).await;
+    }
+}
+
+/// The wait of a request whose `timeout_ms` says how long the client waits for the
+/// creation: none for 0 or less (Kafka then only starts it), at most `NEW_LEADERS_WAIT_MAX`.
+fn leaders_wait(timeout_ms: i32) -> std::time::Duration {
+    let ms = u64::try_from(timeout_ms).unwrap_or(0);
+    std::time::Duration::from_millis(ms).min(NEW_LEADERS_WAIT_MAX)
+}
+
 /// Commits metadata commands on shard 0 (the metadata log's home).
 pub async fn commit(shard: &Rc<Shard>, cmds: Vec<Command>) -> Vec<Result<(), MetaError>> {
     let n = cmds.len();
@@ -383,14 +427,18 @@ pub async fn create(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
         results.push(r);
     }
     if !cmds.is_empty() {
+        let mut created = Vec::new();
         for (slot, res) in slots.into_iter().zip(commit(shard, cmds).await) {
             if let Err(e) = res {
                 let r = std::mem::take(&mut results[slot]);
                 results[slot] = r
                     .with_error_code(e.kafka_code())
                     .with_error_message(Some(StrBytes::from_string(e.to_string())));
+            } else {
+                created.push((results[slot].name.0.to_string(), 1));
             }
         }
+        wait_for_leaders(shard, &created, leaders_wait(req.timeout_ms)).await;
     }
     ctx.respond(&CreateTopicsResponse::default().with_topics(results))
 }
@@ -571,16 +619,34 @@ pub async fn create_partitions(
         }
     }
     if !cmds.is_empty() {
-        for (slot, res) in slots.into_iter().zip(commit(shard, cmds).await) {
-            if let Err(e) = res {
-                let r = std::mem::take(&mut results[slot]);
-                results[slot] = r
-                    .with_error_code(e.kafka_code())
-                    .with_error_message(Some(StrBytes::from_string(e.to_string())));
-            }
-        }
+        let outcomes = commit(shard, cmds).await;
+        let grown = note_grown(&req, &mut results, slots, outcomes);
+        wait_for_leaders(shard, &grown, leaders_wait(req.timeout_ms)).await;
     }
     ctx.respond(&CreatePartitionsResponse::default().with_results(results))
+}
+
+/// CreatePartitions: the committed outcome of each topic at `slots` into `results`; the
+/// topics grown, with their new partition counts.
+fn note_grown(
+    req: &CreatePartitionsRequest,
+    results: &mut [CreatePartitionsTopicResult],
+    slots: Vec<usize>,
+    outcomes: Vec<Result<(), MetaError>>,
+) -> Vec<(String, usize)> {
+    let mut grown = Vec::new();
+    for (slot, res) in slots.into_iter().zip(outcomes) {
+        if let Err(e) = res {
+            let r = std::mem::take(&mut results[slot]);
+            results[slot] = r
+                .with_error_code(e.kafka_code())
+                .with_error_message(Some(StrBytes::from_string(e.to_string())));
+        } else {
+            let wanted = req.topics.get(slot).map_or(0, |t| t.count);
+            grown.push((results[slot].name.0.to_string(), wanted.max(0) as usize));
+        }
+    }
+    grown
 }
 
 /// Replication factor of an existing topic (its first partition's replica count).
