@@ -632,13 +632,14 @@ pub const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(2);
 /// to its active controller; a node here answers from the metadata it applied, so a topic
 /// created through another node a moment ago must not be called unknown before this.
 pub async fn catch_up<H: ClusterHost>(shard: &Rc<H>, found: impl Fn(&Metadata) -> bool) {
-    let began = std::time::Instant::now();
-    let deadline = crate::common::clock::now() + CATCH_UP_TIMEOUT;
+    let began = crate::common::clock::now();
+    let deadline = began + CATCH_UP_TIMEOUT;
     while crate::common::clock::now() < deadline && !shard.stopping() {
         if found(&shard.cluster().applied.borrow()) && !shard.cluster().applying.get() {
             return;
         }
-        if caught_up(&**shard, began.elapsed()) {
+        let since = crate::common::clock::now().saturating_duration_since(began);
+        if caught_up(&**shard, since) {
             return;
         }
         sleep(META_POLL).await;

@@ -56,7 +56,7 @@ pub async fn wait_for_leaders(
         if led || crate::common::clock::now() >= deadline || shard.stopping() {
             return;
         }
-        glommio::timer::sleep(NEW_LEADERS_POLL).await;
+        crate::runtime::task::sleep(NEW_LEADERS_POLL).await;
     }
 }
 
