@@ -164,26 +164,26 @@ pub trait ClusterHost: 'static {
             .unwrap_or((-1, -1))
     }
 
-    /// The leader Metadata names for `group` (replicas `replicas`, of which the answer
-    /// lists `listed`) and its epoch, with whether this node knows it: the leader when
-    /// known, else the stand-in of [`stand_in_leader`] (`seed` picks among equals), else
-    /// -1.
-    fn leader_for_clients(
+    /// The stand-in Metadata names for `group` while this node knows no leader of it
+    /// (replicas `replicas`, of which the answer lists `listed`; `seed` picks among equals):
+    /// see [`stand_in_leader`].
+    fn stand_in_for(
         &self,
         group: u64,
         replicas: &[i32],
         listed: &[i32],
         seed: usize,
-    ) -> (i32, i32, bool) {
-        let (leader, epoch) = self.leader_of_group(group);
-        if leader >= 0 {
-            return (leader, epoch, true);
-        }
+    ) -> Option<i32> {
         let former = self.cluster().former_leaders.borrow().get(&group).copied();
         let isolated = self.replicator().is_some_and(|r| r.isolated());
-        let me = self.config().node_id;
-        let stand_in = stand_in_leader(me, former, isolated, replicas, listed, seed);
-        (stand_in.unwrap_or(-1), epoch, false)
+        stand_in_leader(
+            self.config().node_id,
+            former,
+            isolated,
+            replicas,
+            listed,
+            seed,
+        )
     }
 
     /// The node leading the controller, if known.

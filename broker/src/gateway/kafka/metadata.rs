@@ -224,17 +224,19 @@ fn partition_metadata(
             .with_isr_nodes(vec![BrokerId(node)]);
     }
     let group = t.group_of(p);
-    let (leader, epoch, known) = match shard.leader_of_group(group) {
-        (leader, epoch) if leader >= 0 => (leader, epoch, true),
-        _ => {
-            // Rare (no leader known): the listed brokers are worked out for this partition.
-            let listed: Vec<i32> = shard
-                .brokers(ctx.listener_name(shard))
-                .into_iter()
-                .map(|(id, _, _)| id)
-                .collect();
-            shard.leader_for_clients(group, t.replicas_of(p), &listed, stand_in_seed())
-        }
+    let (known, epoch) = shard.leader_of_group(group);
+    let leader = if known >= 0 {
+        known
+    } else {
+        // Rare (no leader known): the listed brokers are worked out for this partition.
+        let listed: Vec<i32> = shard
+            .brokers(ctx.listener_name(shard))
+            .into_iter()
+            .map(|(id, _, _)| id)
+            .collect();
+        shard
+            .stand_in_for(group, t.replicas_of(p), &listed, stand_in_seed())
+            .unwrap_or(-1)
     };
     let isr = shard.in_sync_replicas(group, epoch, t.replicas_of(p));
     let base = base
@@ -242,7 +244,7 @@ fn partition_metadata(
         .with_leader_epoch(if ctx.version >= 7 { epoch } else { -1 })
         .with_replica_nodes(t.replicas_of(p).iter().map(|&n| BrokerId(n)).collect())
         .with_isr_nodes(isr.into_iter().map(BrokerId).collect());
-    if known {
+    if known >= 0 {
         base
     } else {
         base.with_error_code(code::LEADER_NOT_AVAILABLE)

@@ -30,9 +30,10 @@ pub const NEW_LEADERS_WAIT_MAX: std::time::Duration = std::time::Duration::from_
 const NEW_LEADERS_POLL: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// Cluster mode: waits, at most `wait`, until this shard knows each of `topics` (created or
-/// grown a moment ago) with at least its partition count and a leader for every partition, so that a client told the topic exists finds a leader for each
-/// partition (Kafka's controller names the leaders in the record that creates the topic;
-/// here each partition's Raft group elects its first leader once started).
+/// grown a moment ago) with at least its partition count and a leader for every partition,
+/// so that a client told the topic exists finds a leader for each partition (Kafka's
+/// controller names the leaders in the record that creates the topic; here each
+/// partition's Raft group elects its first leader once started).
 pub async fn wait_for_leaders(
     shard: &Rc<Shard>,
     topics: &[(String, usize)],
