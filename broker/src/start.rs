@@ -422,16 +422,26 @@ async fn start_single_node_metadata(shard: &Rc<Shard>) -> anyhow::Result<()> {
         allow_buffered_io: config.allow_buffered_io,
         ..LogConfig::default()
     };
-    let store = MetaStore::open(&config.data_dir, lc)
+    let mut store = MetaStore::open(&config.data_dir, lc)
         .await
         .context("opening the metadata log")?;
+    // `__consumer_offsets` is in the first snapshot every shard applies: a client served
+    // from the start finds it on any shard (it was created after the first publish, so a
+    // shard could serve a moment without it).
+    if let Some(cmd) = offsets_topic_command(shard, store.state()) {
+        match store.commit(vec![cmd]).await {
+            Ok(mut r) => log_offsets_topic_outcome(r.pop()),
+            Err(e) => {
+                return Err(e).context("writing __consumer_offsets to the metadata log");
+            }
+        }
+    }
     let snapshot = Arc::new(store.state().clone());
     shard
         .producer_id_floor
         .set(snapshot.producer_ids_reserved_to);
     shard.put_metastore(store);
     shard.publish(snapshot).await;
-    ensure_offsets_topic(shard).await;
     Ok(())
 }
 
@@ -459,37 +469,55 @@ fn offsets_topic_configs() -> BTreeMap<String, String> {
     ])
 }
 
-/// Creates `__consumer_offsets` at first start; makes one created by an older version
-/// (time retention, no compaction) compacted.
-async fn ensure_offsets_topic(shard: &Rc<Shard>) {
+/// The command that creates `__consumer_offsets` at first start, or makes one created by
+/// an older version (time retention, no compaction) compacted; none when it is in place.
+fn offsets_topic_command(
+    shard: &Shard,
+    meta: &crate::cluster::metadata::Metadata,
+) -> Option<crate::cluster::metadata::Command> {
     use crate::cluster::metadata::Command;
     use crate::group::OFFSETS_TOPIC;
-    let existing = shard
-        .metadata()
-        .topics
-        .get(OFFSETS_TOPIC)
-        .map(|t| t.configs.clone());
-    let cmd = match existing {
-        Some(c) if c.contains_key("cleanup.policy") => return,
-        Some(_) => Command::AlterConfig {
+    match meta.topics.get(OFFSETS_TOPIC).map(|t| &t.configs) {
+        Some(c) if c.contains_key("cleanup.policy") => None,
+        Some(_) => Some(Command::AlterConfig {
             name: OFFSETS_TOPIC.to_string(),
             set: offsets_topic_configs(),
             delete: Vec::new(),
-        },
+        }),
         None => {
             let n = shard.config.offsets_topic_num_partitions;
             let configs = offsets_topic_configs();
-            crate::gateway::kafka::topics::create_command(shard, OFFSETS_TOPIC, n, configs, -1)
+            Some(crate::gateway::kafka::topics::create_command(
+                shard,
+                OFFSETS_TOPIC,
+                n,
+                configs,
+                -1,
+            ))
         }
-    };
-    match crate::gateway::kafka::topics::commit(shard, vec![cmd])
-        .await
-        .pop()
-    {
+    }
+}
+
+/// Logs a failed creation or reconfiguration of `__consumer_offsets`.
+fn log_offsets_topic_outcome(r: Option<Result<(), crate::cluster::metadata::MetaError>>) {
+    match r {
         // Another node created it, or this node's metadata was not applied yet at start.
         Some(Err(crate::cluster::metadata::MetaError::TopicExists(_))) | Some(Ok(())) | None => {}
-        Some(Err(e)) => tracing::error!(error = %e, "cannot create or configure {OFFSETS_TOPIC}"),
+        Some(Err(e)) => tracing::error!(
+            error = %e,
+            "cannot create or configure {}",
+            crate::group::OFFSETS_TOPIC
+        ),
     }
+}
+
+/// Cluster mode: creates or reconfigures `__consumer_offsets` through the controller log.
+async fn ensure_offsets_topic(shard: &Rc<Shard>) {
+    let Some(cmd) = offsets_topic_command(shard, &shard.metadata()) else {
+        return;
+    };
+    let r = crate::gateway::kafka::topics::commit(shard, vec![cmd]).await;
+    log_offsets_topic_outcome(r.into_iter().next_back());
 }
 
 /// Expires group member sessions.

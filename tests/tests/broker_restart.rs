@@ -205,6 +205,39 @@ fn a_restarted_broker_serves_every_partition_it_names() {
     }
 }
 
+/// A new broker's `__consumer_offsets` is there from its first Kafka answer, on every shard
+/// (clients describe it or commit at once; it was created after the first metadata reached
+/// the shards, so a connection on another shard could be told it does not exist).
+#[test]
+fn a_new_broker_names_the_offsets_topic_from_its_first_answer() {
+    use kafka_protocol::messages::{metadata_request::MetadataRequestTopic, MetadataRequest};
+    use strand_tests::broker::topic_name;
+
+    const STARTS: usize = 3;
+    const CONNECTIONS: usize = 8;
+    for start in 0..STARTS {
+        let options = Options {
+            smp: 2,
+            ..Options::default()
+        };
+        let broker = Broker::start(env!("CARGO_TARGET_TMPDIR").as_ref(), options);
+        let mut clients: Vec<_> = (0..CONNECTIONS).map(|_| broker.connect()).collect();
+        let req = MetadataRequest::default()
+            .with_allow_auto_topic_creation(false)
+            .with_topics(Some(vec![
+                MetadataRequestTopic::default().with_name(Some(topic_name("__consumer_offsets")))
+            ]));
+        for (i, c) in clients.iter_mut().enumerate() {
+            let r = c.request(9, &req);
+            assert_eq!(
+                r.topics[0].error_code, 0,
+                "start {start}, connection {i}: {:?}",
+                r.topics[0]
+            );
+        }
+    }
+}
+
 /// While a broker starts: `/v1/health/ready` says ready only once every shard opened the
 /// partitions it hosts (`/v1/status` lists both of topic "opening").
 fn ready_only_once_every_partition_is_open(b: &Broker) {
