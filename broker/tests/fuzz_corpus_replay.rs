@@ -133,6 +133,8 @@ fn commands() -> Vec<Command> {
             name: "t".into(),
             shards: vec![0],
             replicas: vec![vec![1]],
+            // Some(_) is in the log from this version on; None keeps the seed as it was.
+            from_count: None,
         },
         Command::ReserveProducerIds {
             up_to: 1000,

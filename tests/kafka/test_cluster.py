@@ -1109,6 +1109,50 @@ def test_a_topic_created_through_one_node_is_altered_at_once_through_another(ck,
     print(f"an unknown topic refused after {time.monotonic() - started:.3f}s")
 
 
+def test_one_topic_created_or_grown_through_every_node_at_once_changes_once(ck, cluster,
+                                                                            topic):
+    """Two clients creating the same topic at the same time through different brokers: Kafka's
+    controller takes one creation and answers the other TOPIC_ALREADY_EXISTS (applications
+    such as Kafka Streams tell "I created it" from "it was there"). Here each node checks a
+    creation against the metadata it applied and proposes it to the controller log, whose
+    apply refuses the second: that node must not answer success when it sees the topic."""
+    admin = need_module("confluent_kafka.admin")
+    through = [admin.AdminClient({"bootstrap.servers": cluster[n].bootstrap}) for n in NODE_IDS]
+    for a in through:  # every client connected, so the requests leave together
+        a.list_topics(timeout=10)
+    for i in range(10):
+        name = f"{topic}-{i}"
+        futures = [a.create_topics([admin.NewTopic(name, num_partitions=1,
+                                                   replication_factor=3)])[name]
+                   for a in through]
+        outcomes = []
+        for f in futures:
+            try:
+                f.result(30)
+                outcomes.append("created")
+            except ck.KafkaException as e:
+                outcomes.append(e.args[0].code())
+        assert outcomes.count("created") == 1, f"{name}: {outcomes}"
+        assert outcomes.count(ck.KafkaError.TOPIC_ALREADY_EXISTS) == 2, f"{name}: {outcomes}"
+    # Grown to one count through every node at once: grown once. (Which requests are told
+    # INVALID_PARTITIONS is not checked here: a node that lost the race answers success when
+    # the topic has the count it asked for.)
+    for i in range(10):
+        name = f"{topic}-{i}"
+        futures = [a.create_partitions([admin.NewPartitions(name, 3)])[name] for a in through]
+        outcomes = []
+        for f in futures:
+            try:
+                f.result(30)
+                outcomes.append("grown")
+            except ck.KafkaException as e:
+                outcomes.append(e.args[0].code())
+        assert set(outcomes) <= {"grown", ck.KafkaError.INVALID_PARTITIONS}, f"{name}: {outcomes}"
+        assert "grown" in outcomes, f"{name}: {outcomes}"
+        wait_until(lambda: {len(a.list_topics(name, timeout=10).topics[name].partitions)
+                            for a in through} == {3}, 10, f"{name} to have 3 partitions")
+
+
 def test_a_created_topic_has_a_leader_for_every_partition_when_the_creation_is_answered(
         ck, cluster, topic):
     """Kafka's controller names each partition's leader in the record that creates the topic,

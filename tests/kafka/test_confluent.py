@@ -210,6 +210,33 @@ def test_create_existing_topic_is_topic_already_exists(broker, confluent, admin_
     assert ei.value.args[0].code() == ck.KafkaError.TOPIC_ALREADY_EXISTS, ei.value
 
 
+def test_growing_a_topic_to_one_count_twice_at_once_grows_it_once(broker, confluent, admin_cls,
+                                                                  topic):
+    """CreatePartitions names the count a topic grows to: two clients asking for 4 at the same
+    time get 4 partitions, one success and one INVALID_PARTITIONS (as Kafka answers); the
+    second must not add two more partitions on top of the first's."""
+    ck = confluent
+    create_topic(admin_cls, broker, topic, 2)
+    admins = [admin_cls.AdminClient({"bootstrap.servers": broker.bootstrap}) for _ in range(3)]
+    for a in admins:  # connected, so the requests leave together
+        a.list_topics(timeout=10)
+    for count in (4, 6, 8):
+        futures = [a.create_partitions([admin_cls.NewPartitions(topic, count)])[topic]
+                   for a in admins]
+        outcomes = []
+        for f in futures:
+            try:
+                f.result(20)
+                outcomes.append("grown")
+            except ck.KafkaException as e:
+                outcomes.append(e.args[0].code())
+        assert sorted(outcomes, key=str) == sorted(
+            ["grown", ck.KafkaError.INVALID_PARTITIONS, ck.KafkaError.INVALID_PARTITIONS],
+            key=str), f"to {count}: {outcomes}"
+        got = len(admins[0].list_topics(topic, timeout=10).topics[topic].partitions)
+        assert got == count, f"asked {count} three times at once, got {got}"
+
+
 def test_delete_topic_leaves_metadata_promptly(broker, confluent, admin_cls, topic):
     ck = confluent
     admin = create_topic(admin_cls, broker, topic, 2)

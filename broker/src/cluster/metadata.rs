@@ -56,6 +56,11 @@ pub enum Command {
         /// Replica node ids of the new partitions (empty without replication).
         #[serde(default)]
         replicas: Vec<Vec<i32>>,
+        /// The partition count the request grew from: refused when the topic has another
+        /// by then (two requests for the same count must not both add; Kafka refuses the
+        /// second INVALID_PARTITIONS). None in entries written before it was recorded.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        from_count: Option<usize>,
     },
     /// A node announces its listeners (cluster mode).
     RegisterNode(NodeInfo),
@@ -684,13 +689,18 @@ impl Metadata {
                 .get(name)
                 .map(|_| ())
                 .ok_or(MetaError::UnknownTopic(name.clone())),
-            Command::CreatePartitions { name, shards, .. } => {
+            Command::CreatePartitions {
+                name,
+                shards,
+                from_count,
+                ..
+            } => {
                 let t = self
                     .topics
                     .get(name)
                     .ok_or(MetaError::UnknownTopic(name.clone()))?;
                 check_count(t.shards.len() + shards.len())?;
-                if shards.is_empty() {
+                if shards.is_empty() || from_count.is_some_and(|f| f != t.shards.len()) {
                     return Err(MetaError::InvalidPartitions(t.shards.len() as i64));
                 }
                 Ok(())
@@ -883,6 +893,7 @@ impl Metadata {
                 name,
                 shards,
                 replicas,
+                ..
             } => {
                 let incarnations = self.incarnations_of(replicas);
                 if let Some(t) = self.topics.get_mut(name) {
@@ -1044,8 +1055,11 @@ mod tests {
             name: "a".into(),
             shards: vec![1],
             replicas: Vec::new(),
+            from_count: Some(2),
         };
         m.apply(&add).expect("add partitions");
+        // A second request that grew from 2 too (sent at the same time) adds nothing.
+        assert_eq!(m.apply(&add), Err(MetaError::InvalidPartitions(3)));
         assert_eq!(m.shard_of("a", 2), Some(1));
         m.apply(&Command::DeleteTopic { name: "a".into() })
             .expect("delete");
@@ -1140,6 +1154,7 @@ mod tests {
             name: "t".into(),
             shards: vec![0],
             replicas: vec![vec![1, 2, 4]],
+            from_count: None,
         })
         .expect("add a partition");
         let t = &m.topics["t"];

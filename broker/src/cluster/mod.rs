@@ -530,6 +530,50 @@ pub fn encode_commands(cmds: &[Command]) -> anyhow::Result<Bytes> {
     Ok(b.build())
 }
 
+/// When every accepted command is visible in the committed metadata `m`: per command of
+/// `cmds`, the error of one that lost a race to another node's change committed before it
+/// (the controller's apply refused it; this node's trial had not seen that change yet).
+fn committed(
+    m: &Metadata,
+    after: &Metadata,
+    cmds: &[Command],
+    accepted: &[Command],
+) -> Option<Vec<Option<MetaError>>> {
+    accepted
+        .iter()
+        .all(|c| visible(m, after, c))
+        .then(|| cmds.iter().map(|c| lost_race(m, c)).collect())
+}
+
+/// The error a committed `cmd` ended with when another node's change won: a topic created
+/// by another node's request at the same time has another id (Kafka's controller answers
+/// the second TOPIC_ALREADY_EXISTS).
+fn lost_race(m: &Metadata, cmd: &Command) -> Option<MetaError> {
+    match cmd {
+        Command::CreateTopic { name, id, .. } => m
+            .topics
+            .get(name)
+            .is_some_and(|t| t.id != *id)
+            .then(|| MetaError::TopicExists(name.clone())),
+        _ => None,
+    }
+}
+
+/// `results` with the lost races of `committed` in place of their success.
+fn with_lost_races(
+    results: Vec<Result<(), MetaError>>,
+    lost: Vec<Option<MetaError>>,
+) -> Vec<Result<(), MetaError>> {
+    results
+        .into_iter()
+        .zip(lost.into_iter().chain(std::iter::repeat(None)))
+        .map(|(r, l)| match (r, l) {
+            (Ok(()), Some(e)) => Err(e),
+            (r, _) => r,
+        })
+        .collect()
+}
+
 /// Whether `cmd` is visible in `m` (`after` is the state the command was checked against,
 /// with it applied).
 fn visible(m: &Metadata, after: &Metadata, cmd: &Command) -> bool {
@@ -612,7 +656,7 @@ fn holds<V: PartialEq>(
 
 /// Whether `check` holds for the committed metadata: the state applied from the controller
 /// log on shard 0 (where metadata commands run), else the published snapshot.
-fn committed_here<H: ClusterHost>(shard: &H, check: impl Fn(&Metadata) -> bool) -> bool {
+fn committed_here<H: ClusterHost, T>(shard: &H, check: impl Fn(&Metadata) -> T) -> T {
     if shard.shard_id() == 0 {
         check(&shard.cluster().applied.borrow())
     } else {
@@ -730,16 +774,17 @@ pub async fn meta_commands<H: ClusterHost>(
         while crate::common::clock::now() < retry_at {
             // The committed state, as applied from the controller log: publishing it (opening
             // thousands of partitions) may take longer than a client waits.
-            if committed_here(&**shard, |m| accepted.iter().all(|c| visible(m, &trial, c))) {
-                return results;
+            if let Some(lost) = committed_here(&**shard, |m| committed(m, &trial, &cmds, &accepted))
+            {
+                return with_lost_races(results, lost);
             }
             sleep(META_POLL).await;
         }
     }
     // The shard may have been busy (opening thousands of partitions) past the deadline:
     // look once more before reporting a failure.
-    if committed_here(&**shard, |m| accepted.iter().all(|c| visible(m, &trial, c))) {
-        return results;
+    if let Some(lost) = committed_here(&**shard, |m| committed(m, &trial, &cmds, &accepted)) {
+        return with_lost_races(results, lost);
     }
     fail(
         &mut results,
@@ -1041,5 +1086,40 @@ mod tests {
     fn with_no_other_listed_replica_there_is_no_stand_in() {
         assert_eq!(stand_in_leader(1, Some(1), true, &[1], &REPLICAS, 0), None);
         assert_eq!(stand_in_leader(1, Some(1), false, &REPLICAS, &[1], 0), None);
+    }
+
+    fn create(name: &str, id: u128) -> super::Command {
+        super::Command::CreateTopic {
+            name: name.to_string(),
+            id,
+            shards: vec![0],
+            configs: Default::default(),
+            replicas: vec![REPLICAS.to_vec()],
+        }
+    }
+
+    #[test]
+    fn a_creation_that_another_nodes_creation_beat_is_answered_topic_exists() {
+        use super::{committed, with_lost_races, MetaError, Metadata};
+        let mut ours = Metadata::default();
+        ours.apply(&create("t", 1)).expect("trial");
+        let mut theirs = Metadata::default();
+        theirs
+            .apply(&create("t", 2))
+            .expect("the other node's creation");
+        let cmds = [create("t", 1), create("u", 3)];
+        let mut both = theirs.clone();
+        both.apply(&cmds[1]).expect("ours of u");
+        let lost = committed(&both, &ours, &cmds, &cmds).expect("both visible");
+        let answered = with_lost_races(vec![Ok(()), Ok(())], lost);
+        assert!(
+            matches!(&answered[..], [Err(MetaError::TopicExists(t)), Ok(())] if t == "t"),
+            "{answered:?}"
+        );
+        // Our own creation committed: success.
+        let lost = committed(&ours, &ours, &cmds[..1], &cmds[..1]).expect("visible");
+        assert!(with_lost_races(vec![Ok(())], lost)[0].is_ok());
+        // Not committed yet: no answer.
+        assert!(committed(&Metadata::default(), &ours, &cmds[..1], &cmds[..1]).is_none());
     }
 }

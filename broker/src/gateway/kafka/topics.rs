@@ -616,6 +616,7 @@ pub async fn create_partitions(
                 shards,
                 replicas: chosen
                     .unwrap_or_else(|| replicas_for(shard, name, current, wanted - current, rf)),
+                from_count: Some(current),
             });
         }
     }
