@@ -31,7 +31,7 @@ pub mod reassign;
 pub mod topic_config;
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -107,6 +107,9 @@ pub struct ClusterState {
     pub leaders: RefCell<HashMap<u64, (i32, i32)>>,
     /// The last leader known of every group that had one (kept while none is known).
     pub former_leaders: RefCell<HashMap<u64, i32>>,
+    /// Groups whose entry in `leaders` another node's announcement set (this node's own
+    /// shards have not reported a change of them since).
+    announced: RefCell<HashSet<u64>>,
     /// The replicas out of Kafka's in-sync set of every group, as its leader reported them,
     /// with the leader's epoch.
     pub out_of_sync: RefCell<HashMap<u64, (i32, Vec<i32>)>>,
@@ -118,6 +121,62 @@ pub struct ClusterState {
     applying: Cell<bool>,
     /// Shard 0: the controller log.
     controller: RefCell<Option<Rc<Partition>>>,
+}
+
+impl ClusterState {
+    /// Records leader changes a shard of node `me` saw in the groups it hosts. A change to
+    /// "no leader known" in the epoch whose leader another node's announcement named keeps
+    /// that leader: a replica that voted in an election reports the new term before it
+    /// hears from the winner, whose announcement may have come first (Metadata answered -1
+    /// meanwhile). Once this node's own view named a leader of the epoch, losing it (a
+    /// pre-vote after the leader went silent) is recorded as leaderless.
+    pub fn note_local(&self, me: i32, changes: Vec<LeaderChange>) {
+        let mut l = self.leaders.borrow_mut();
+        let mut former = self.former_leaders.borrow_mut();
+        let mut out = self.out_of_sync.borrow_mut();
+        let mut announced = self.announced.borrow_mut();
+        for c in changes {
+            let keep = c.leader < 0
+                && announced.contains(&c.group)
+                && l.get(&c.group)
+                    .is_some_and(|&(old, old_epoch)| old >= 0 && old != me && old_epoch == c.epoch);
+            if !keep {
+                l.insert(c.group, (c.leader, c.epoch));
+                announced.remove(&c.group);
+            }
+            if c.leader >= 0 {
+                former.insert(c.group, c.leader);
+            }
+            if c.leader == me {
+                out.insert(c.group, (c.epoch, c.out_of_sync));
+            }
+        }
+    }
+
+    /// Records the leaders another node announced: newer than what is known (a higher
+    /// epoch, or a leader where the same epoch had none).
+    pub fn note_remote(&self, changes: Vec<LeaderChange>) {
+        let mut l = self.leaders.borrow_mut();
+        let mut former = self.former_leaders.borrow_mut();
+        let mut out = self.out_of_sync.borrow_mut();
+        let mut announced = self.announced.borrow_mut();
+        for c in changes {
+            let newer = l.get(&c.group).is_none_or(|&(old, old_epoch)| {
+                c.epoch > old_epoch || (c.epoch == old_epoch && old < 0)
+            });
+            if newer {
+                l.insert(c.group, (c.leader, c.epoch));
+                announced.insert(c.group);
+                if c.leader >= 0 {
+                    former.insert(c.group, c.leader);
+                }
+            }
+            // Every announced group is led by the announcer: its in-sync set is current.
+            if out.get(&c.group).is_none_or(|&(e, _)| c.epoch >= e) {
+                out.insert(c.group, (c.epoch, c.out_of_sync));
+            }
+        }
+    }
 }
 
 /// What the cluster layer uses of the shard it runs on (`shard::Shard` implements the
@@ -269,41 +328,13 @@ pub trait ClusterHost: 'static {
 
     /// Records leader changes broadcast by a shard of this node (it hosts those groups).
     fn note_leaders(&self, changes: Vec<LeaderChange>) {
-        let mut l = self.cluster().leaders.borrow_mut();
-        let mut former = self.cluster().former_leaders.borrow_mut();
-        let mut out = self.cluster().out_of_sync.borrow_mut();
-        for c in changes {
-            l.insert(c.group, (c.leader, c.epoch));
-            if c.leader >= 0 {
-                former.insert(c.group, c.leader);
-            }
-            if c.leader == self.config().node_id {
-                out.insert(c.group, (c.epoch, c.out_of_sync));
-            }
-        }
+        self.cluster().note_local(self.config().node_id, changes);
     }
 
     /// Records the leaders another node announced: newer than what is known (a higher
     /// epoch, or a leader where the same epoch had none).
     fn note_remote_leaders(&self, changes: Vec<LeaderChange>) {
-        let mut l = self.cluster().leaders.borrow_mut();
-        let mut former = self.cluster().former_leaders.borrow_mut();
-        let mut out = self.cluster().out_of_sync.borrow_mut();
-        for c in changes {
-            let newer = l.get(&c.group).is_none_or(|&(old, old_epoch)| {
-                c.epoch > old_epoch || (c.epoch == old_epoch && old < 0)
-            });
-            if newer {
-                l.insert(c.group, (c.leader, c.epoch));
-                if c.leader >= 0 {
-                    former.insert(c.group, c.leader);
-                }
-            }
-            // Every announced group is led by the announcer: its in-sync set is current.
-            if out.get(&c.group).is_none_or(|&(e, _)| c.epoch >= e) {
-                out.insert(c.group, (c.epoch, c.out_of_sync));
-            }
-        }
+        self.cluster().note_remote(changes);
     }
 
     /// Kafka's in-sync replicas of `group` with leader epoch `epoch`: `replicas` less those
@@ -1121,5 +1152,38 @@ mod tests {
         assert!(with_lost_races(vec![Ok(())], lost)[0].is_ok());
         // Not committed yet: no answer.
         assert!(committed(&Metadata::default(), &ours, &cmds[..1], &cmds[..1]).is_none());
+    }
+
+    fn change(group: u64, leader: i32, epoch: i32) -> crate::replication::LeaderChange {
+        crate::replication::LeaderChange {
+            group,
+            leader,
+            epoch,
+            out_of_sync: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_voter_that_has_not_heard_the_winner_keeps_the_announced_leader() {
+        let state = super::ClusterState::default();
+        let leader = |g| state.leaders.borrow().get(&g).copied();
+        // Node 2 hears node 1's announcement of epoch 1, then its own replica reports the
+        // term it voted in, with no leader heard yet.
+        state.note_remote(vec![change(7, 1, 1)]);
+        state.note_local(2, vec![change(7, -1, 1)]);
+        assert_eq!(leader(7), Some((1, 1)));
+        // Its replica hears the leader, then loses it in the same epoch (a pre-vote after
+        // the leader went silent): leaderless.
+        state.note_local(2, vec![change(7, 1, 1)]);
+        state.note_local(2, vec![change(7, -1, 1)]);
+        assert_eq!(leader(7), Some((-1, 1)));
+        // A later epoch is taken as reported.
+        state.note_remote(vec![change(7, 3, 2)]);
+        state.note_local(2, vec![change(7, -1, 3)]);
+        assert_eq!(leader(7), Some((-1, 3)));
+        // A node that led the epoch itself and stepped down (check-quorum) is leaderless.
+        state.note_local(2, vec![change(8, 2, 4)]);
+        state.note_local(2, vec![change(8, -1, 4)]);
+        assert_eq!(leader(8), Some((-1, 4)));
     }
 }
