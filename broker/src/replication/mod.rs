@@ -71,6 +71,12 @@ const SLOW_TURN_LOG_INTERVAL: Duration = Duration::from_secs(10);
 /// a node learns the leaders of partitions it does not host, and one that missed an
 /// announcement (it joined, or was cut off) catches up.
 pub const LEADERS_ANNOUNCE_INTERVAL: Duration = Duration::from_secs(5);
+/// How long a new group's preferred replica waits for a leader before it campaigns again
+/// (`Replicator::retry_first_campaign`): longer than a vote round on a loaded node, well
+/// under the election timeout.
+const FIRST_CAMPAIGN_RETRY: Duration = Duration::from_millis(50);
+/// How many times it campaigns again before the election timeout alone is left.
+const FIRST_CAMPAIGN_ATTEMPTS: usize = 12;
 /// Kafka's `broker.session.timeout.ms` default: a node the controller's leader has not
 /// heard from for this long is fenced (left out of Metadata).
 pub const BROKER_SESSION_TIMEOUT: Duration = Duration::from_secs(9);
@@ -532,6 +538,9 @@ impl Replicator {
                 let _ = d.campaign(group);
             }
         }
+        if new.campaign && fresh {
+            self.retry_first_campaign(group);
+        }
         let weak: std::rc::Weak<Replicator> = Rc::downgrade(self);
         let driver: std::rc::Weak<dyn crate::partition::RaftGroups> = weak;
         part.attach_replication(driver, group);
@@ -552,6 +561,33 @@ impl Replicator {
         );
         self.wake();
         Ok(())
+    }
+
+    /// A new group's first campaign can reach peers that have not created the group yet
+    /// (they apply the topic from the controller log a moment later, and drop messages of
+    /// groups they do not host): it would then wait out an election timeout without a
+    /// leader (Metadata answers LEADER_NOT_AVAILABLE for that second). Until a leader is
+    /// known, the preferred replica campaigns again every `FIRST_CAMPAIGN_RETRY`, at most
+    /// `FIRST_CAMPAIGN_ATTEMPTS` times. Pre-vote makes a campaign harmless where another
+    /// node already leads: its peers refuse it without a new term.
+    fn retry_first_campaign(self: &Rc<Self>, group: GroupId) {
+        let weak = Rc::downgrade(self);
+        crate::runtime::task::spawn_local(async move {
+            for _ in 0..FIRST_CAMPAIGN_ATTEMPTS {
+                crate::runtime::task::sleep(FIRST_CAMPAIGN_RETRY).await;
+                let Some(rep) = weak.upgrade() else {
+                    return;
+                };
+                {
+                    let mut d = rep.driver.borrow_mut();
+                    if !d.has_group(group) || d.leader_of(group).is_some() {
+                        return;
+                    }
+                    let _ = d.campaign(group);
+                }
+                rep.wake();
+            }
+        });
     }
 
     /// Sets the replica leadership returns to (`balance_leaders`): the first replica.
