@@ -135,6 +135,19 @@ def read_partition(ck, bootstrap: str, topic: str, partition: int = 0, start: in
                          f"read {len(out)}: {out[-3:]}")
 
 
+def admin_outcomes(ck, futures, done: str, timeout: float = 30) -> list:
+    """Each confluent-kafka admin future's outcome, in order: `done`, or the Kafka error
+    code it failed with (for requests raced against each other)."""
+    out = []
+    for f in futures:
+        try:
+            f.result(timeout)
+            out.append(done)
+        except ck.KafkaException as e:
+            out.append(e.args[0].code())
+    return out
+
+
 def wait_until(cond, timeout: float, what: str, interval: float = 0.02):
     """Polls `cond()` until it returns a truthy value or `timeout` seconds pass."""
     deadline = time.monotonic() + timeout

@@ -31,7 +31,8 @@ import pytest
 
 from cluster_harness import Cluster, NODE_IDS, metadata_v1, strand_bin, partition_watermarks
 from jepsen_check import OK, UNKNOWN, Write, check
-from strand_harness import frame, need_module, produce_one_error, recv_response, wait_until
+from strand_harness import (admin_outcomes, frame, need_module, produce_one_error, recv_response,
+                            wait_until)
 
 try:  # conftest.py attaches the stderr tail of the brokers it knows to a failing report
     from conftest import _BROKERS_OF_TEST
@@ -1125,13 +1126,7 @@ def test_one_topic_created_or_grown_through_every_node_at_once_changes_once(ck, 
         futures = [a.create_topics([admin.NewTopic(name, num_partitions=1,
                                                    replication_factor=3)])[name]
                    for a in through]
-        outcomes = []
-        for f in futures:
-            try:
-                f.result(30)
-                outcomes.append("created")
-            except ck.KafkaException as e:
-                outcomes.append(e.args[0].code())
+        outcomes = admin_outcomes(ck, futures, "created")
         assert outcomes.count("created") == 1, f"{name}: {outcomes}"
         assert outcomes.count(ck.KafkaError.TOPIC_ALREADY_EXISTS) == 2, f"{name}: {outcomes}"
     # Grown to one count through every node at once: grown once. (Which requests are told
@@ -1140,13 +1135,7 @@ def test_one_topic_created_or_grown_through_every_node_at_once_changes_once(ck, 
     for i in range(10):
         name = f"{topic}-{i}"
         futures = [a.create_partitions([admin.NewPartitions(name, 3)])[name] for a in through]
-        outcomes = []
-        for f in futures:
-            try:
-                f.result(30)
-                outcomes.append("grown")
-            except ck.KafkaException as e:
-                outcomes.append(e.args[0].code())
+        outcomes = admin_outcomes(ck, futures, "grown")
         assert set(outcomes) <= {"grown", ck.KafkaError.INVALID_PARTITIONS}, f"{name}: {outcomes}"
         assert "grown" in outcomes, f"{name}: {outcomes}"
         wait_until(lambda: {len(a.list_topics(name, timeout=10).topics[name].partitions)

@@ -8,7 +8,7 @@ from collections import defaultdict
 
 import pytest
 
-from strand_harness import need_module, wait_until
+from strand_harness import admin_outcomes, need_module, wait_until
 
 
 @pytest.fixture
@@ -223,13 +223,7 @@ def test_growing_a_topic_to_one_count_twice_at_once_grows_it_once(broker, conflu
     for count in (4, 6, 8):
         futures = [a.create_partitions([admin_cls.NewPartitions(topic, count)])[topic]
                    for a in admins]
-        outcomes = []
-        for f in futures:
-            try:
-                f.result(20)
-                outcomes.append("grown")
-            except ck.KafkaException as e:
-                outcomes.append(e.args[0].code())
+        outcomes = admin_outcomes(ck, futures, "grown")
         assert sorted(outcomes, key=str) == sorted(
             ["grown", ck.KafkaError.INVALID_PARTITIONS, ck.KafkaError.INVALID_PARTITIONS],
             key=str), f"to {count}: {outcomes}"
