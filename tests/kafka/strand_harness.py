@@ -466,6 +466,78 @@ def stored_batches(bootstrap: str, topic: str, offset: int = 0,
     return out
 
 
+def _kstr(v: str | None) -> bytes:
+    if v is None:
+        return struct.pack(">h", -1)
+    b = v.encode()
+    return struct.pack(">h", len(b)) + b
+
+
+class _Reader:
+    def __init__(self, data: bytes):
+        self.data, self.at = data, 0
+
+    def take(self, fmt: str):
+        out = struct.unpack_from(fmt, self.data, self.at)
+        self.at += struct.calcsize(fmt)
+        return out if len(out) > 1 else out[0]
+
+    def string(self):
+        n = self.take(">h")
+        if n < 0:
+            return None
+        v = self.data[self.at:self.at + n].decode()
+        self.at += n
+        return v
+
+
+def _ask(bootstrap: str, api_key: int, version: int, body: bytes) -> _Reader:
+    host, port = bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(frame(api_key, version, 21, body))
+        r = _Reader(recv_response(sock))
+    assert r.take(">i") == 21
+    return r
+
+
+def alter_default(bootstrap: str, *changes) -> tuple[int, str | None]:
+    """IncrementalAlterConfigs v0 of the cluster default (the empty BROKER resource name,
+    `kafka-configs.sh --entity-default`), on the wire: confluent-kafka and kafka-python
+    refuse an empty broker name. `changes` are (name, SET|DELETE|APPEND|SUBTRACT, value).
+    Returns (error code, message)."""
+    body = struct.pack(">i", 1) + struct.pack(">b", 4) + _kstr("")
+    body += struct.pack(">i", len(changes))
+    for name, op, value in changes:
+        body += _kstr(name) + struct.pack(">b", ["SET", "DELETE", "APPEND", "SUBTRACT"].index(op))
+        body += _kstr(value)
+    body += struct.pack(">?", False)
+    r = _ask(bootstrap, 44, 0, body)
+    r.take(">i")  # throttle
+    assert r.take(">i") == 1
+    code, message = r.take(">h"), r.string()
+    assert (r.take(">b"), r.string()) == (4, "")
+    return code, message
+
+
+def describe_default(bootstrap: str) -> dict:
+    """The cluster default's configs (name → (value, source)), DescribeConfigs v1."""
+    body = struct.pack(">i", 1) + struct.pack(">b", 4) + _kstr("") + struct.pack(">i", -1)
+    body += struct.pack(">?", False)
+    r = _ask(bootstrap, 32, 1, body)
+    r.take(">i")  # throttle
+    assert r.take(">i") == 1
+    code, _ = r.take(">h"), r.string()
+    assert code == 0, code
+    r.take(">b"), r.string()
+    out = {}
+    for _ in range(r.take(">i")):
+        name, value = r.string(), r.string()
+        _, source, _ = r.take(">?b?")
+        assert r.take(">i") == 0  # synonyms
+        out[name] = (value, source)
+    return out
+
+
 def closed_by_peer(sock: socket.socket, timeout: float = 10.0) -> bool:
     """True when the peer closes (EOF or reset) within `timeout`; False if data arrives or
     the connection stays open."""

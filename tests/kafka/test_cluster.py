@@ -1110,6 +1110,39 @@ def test_a_topic_created_through_one_node_is_altered_at_once_through_another(ck,
     print(f"an unknown topic refused after {time.monotonic() - started:.3f}s")
 
 
+def test_a_dynamic_broker_default_set_through_one_node_reaches_every_node(ck, cluster, topic):
+    """`kafka-configs.sh --entity-type brokers --entity-default` through any broker: the
+    value goes through the controller log, so every node describes it as the cluster
+    default and runs its topics with it; a node's own value is that node's alone."""
+    from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry,
+                                       ConfigResource, ConfigSource, NewTopic, ResourceType)
+
+    from strand_harness import alter_default
+
+    through = {n: AdminClient({"bootstrap.servers": cluster[n].bootstrap}) for n in NODE_IDS}
+    through[1].create_topics([NewTopic(topic, 1, 3)])[topic].result(30)
+    assert alter_default(cluster[1].bootstrap, ("log.retention.ms", "SET", "3600000")) == (0, None)
+    own = ConfigResource(ResourceType.BROKER, "3", incremental_configs=[ConfigEntry(
+        "log.retention.ms", "7200000", incremental_operation=AlterConfigOpType.SET)])
+    through[3].incremental_alter_configs([own])[own].result(30)
+    want = {1: ("3600000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value),
+            2: ("3600000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value),
+            3: ("7200000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)}
+
+    def described(n):
+        r = ConfigResource(ResourceType.BROKER, str(n))
+        c = through[n].describe_configs([r])[r].result(30)["log.retention.ms"]
+        t = ConfigResource(ResourceType.TOPIC, topic)
+        tc = through[n].describe_configs([t])[t].result(30)["retention.ms"]
+        return (c.value, c.source), (tc.value, tc.source)
+
+    for n in NODE_IDS:
+        wait_until(lambda n=n: described(n)[0] == want[n], 10,
+                   f"node {n} describing its log.retention.ms as {want[n]}")
+    # A topic described through a node shows the default that node runs it with.
+    assert described(1)[1] == want[1]
+
+
 def test_one_topic_created_or_grown_through_every_node_at_once_changes_once(ck, cluster,
                                                                             topic):
     """Two clients creating the same topic at the same time through different brokers: Kafka's

@@ -162,6 +162,17 @@ pub enum Command {
         /// Keys to remove (back to the default).
         delete: Vec<String>,
     },
+    /// Sets and removes dynamic broker configs of one node, or the cluster default
+    /// (IncrementalAlterConfigs and AlterConfigs on a BROKER resource;
+    /// `cluster::broker_config`).
+    AlterBrokerConfig {
+        /// The node's id, or "" for the cluster default.
+        broker: String,
+        /// Keys to set.
+        set: BTreeMap<String, String>,
+        /// Keys to remove (back to the cluster default or the static setting).
+        delete: Vec<String>,
+    },
     /// Changes topic config overrides.
     AlterConfig {
         /// Topic name.
@@ -195,6 +206,7 @@ impl Command {
             Command::DeleteAcls { .. } => "delete_acls",
             Command::AlterClientQuota { .. } => "alter_client_quota",
             Command::AlterGroupConfig { .. } => "alter_group_config",
+            Command::AlterBrokerConfig { .. } => "alter_broker_config",
         }
     }
 }
@@ -394,6 +406,9 @@ pub struct Metadata {
     pub quotas: Quotas,
     /// Group configs set with IncrementalAlterConfigs (`cluster::group_config`).
     pub group_configs: BTreeMap<String, BTreeMap<String, String>>,
+    /// Dynamic broker configs by resource name (a node id, or "" for the cluster default;
+    /// `cluster::broker_config`).
+    pub broker_configs: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 /// A stored SCRAM credential (RFC 5802: never the password).
@@ -633,6 +648,12 @@ impl Metadata {
             Command::AlterClientQuota { entity, set, .. } => check_quota(entity, set),
             Command::AlterGroupConfig { set, .. } => {
                 crate::cluster::group_config::validate(set).map_err(MetaError::InvalidRequest)
+            }
+            Command::AlterBrokerConfig { broker, set, .. } => {
+                use crate::cluster::broker_config as bc;
+                bc::validate_resource(broker)
+                    .and_then(|()| set.iter().try_for_each(|(k, v)| bc::validate(k, v)))
+                    .map_err(|e| MetaError::InvalidRequest(e.to_string()))
             }
             Command::UpsertScramCredential {
                 user,
@@ -931,6 +952,18 @@ impl Metadata {
                 values.retain(|k, _| !delete.contains(k));
                 if values.is_empty() {
                     self.group_configs.remove(group);
+                }
+            }
+            Command::AlterBrokerConfig {
+                broker,
+                set,
+                delete,
+            } => {
+                let values = self.broker_configs.entry(broker.clone()).or_default();
+                values.extend(set.iter().map(|(k, v)| (k.clone(), v.clone())));
+                values.retain(|k, _| !delete.contains(k));
+                if values.is_empty() {
+                    self.broker_configs.remove(broker);
                 }
             }
             Command::AlterClientQuota {

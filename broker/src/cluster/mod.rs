@@ -20,6 +20,7 @@
 //! shard it is on through [`ClusterHost`], which the shard implements.
 
 pub mod adopt;
+pub mod broker_config;
 pub mod group_config;
 pub mod incarnation;
 pub mod join;
@@ -664,6 +665,11 @@ fn visible(m: &Metadata, after: &Metadata, cmd: &Command) -> bool {
         Command::AlterGroupConfig { group, set, delete } => {
             holds(m.group_configs.get(group), set, delete)
         }
+        Command::AlterBrokerConfig {
+            broker,
+            set,
+            delete,
+        } => holds(m.broker_configs.get(broker), set, delete),
         Command::AlterClientQuota {
             entity,
             set,

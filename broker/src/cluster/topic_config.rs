@@ -68,6 +68,16 @@ pub const TOPIC_CONFIGS: &[Def] = &[
         doc: "how long a tombstone stays in a compacted topic after the cleaner first saw it",
     },
     Def {
+        name: "flush.messages",
+        kind: Kind::Long,
+        doc: "Kafka's bound on records between fsyncs: Strand makes every batch durable as it writes it (acks=all answers after that), which meets any value",
+    },
+    Def {
+        name: "flush.ms",
+        kind: Kind::Long,
+        doc: "Kafka's bound on the time between fsyncs: Strand makes every batch durable as it writes it (acks=all answers after that), which meets any value",
+    },
+    Def {
         name: "max.compaction.lag.ms",
         kind: Kind::Long,
         doc: "uncleaned records older than this make the partition due for compaction",
@@ -135,6 +145,7 @@ pub fn default_value(broker: &Config, name: &str) -> (String, bool) {
             broker.compression_type != crate::common::config::COMPRESSION_TYPE_DEFAULT,
         ),
         "delete.retention.ms" => (DELETE_RETENTION_MS_DEFAULT.to_string(), false),
+        "flush.messages" | "flush.ms" => (i64::MAX.to_string(), false),
         "max.compaction.lag.ms" => (i64::MAX.to_string(), false),
         "message.timestamp.type" => (
             broker.log_message_timestamp_type.clone(),
@@ -202,7 +213,8 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
         ),
         ("max.message.bytes", _) => num(0, strand_wire::BATCH_BYTES_MAX as i64),
         ("min.insync.replicas", _) => num(1, i64::from(i32::MAX)),
-        ("segment.ms" | "max.compaction.lag.ms", _) => num(1, i64::MAX),
+        ("segment.ms" | "max.compaction.lag.ms" | "flush.messages", _) => num(1, i64::MAX),
+        ("flush.ms", _) => num(0, i64::MAX),
         ("delete.retention.ms" | "min.compaction.lag.ms", _) => num(0, i64::MAX),
         (_, Kind::Long) => num(-1, i64::MAX),
         (_, Kind::Int) => num(0, i64::from(i32::MAX)),

@@ -94,11 +94,16 @@ impl Shard {
             }
         }
         for ((topic, p), ()) in wanted {
-            let configs = meta
-                .topics
-                .get(&topic)
-                .map(|t| t.configs.clone())
-                .unwrap_or_default();
+            // The topic's overrides over this node's dynamic log defaults.
+            let configs = crate::cluster::broker_config::topic_overrides(
+                &meta.broker_configs,
+                self.config.node_id,
+                &meta
+                    .topics
+                    .get(&topic)
+                    .map(|t| t.configs.clone())
+                    .unwrap_or_default(),
+            );
             if let Some(part) = self.partition(&topic, p) {
                 let (lc, max) = crate::cluster::topic_config::log_config(&self.config, &configs);
                 part.set_config(lc, max);

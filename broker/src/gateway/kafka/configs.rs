@@ -1,6 +1,7 @@
-//! DescribeConfigs, IncrementalAlterConfigs and AlterConfigs for topics (and a read-only
-//! view of the broker's own configs). Every config a topic has is described, defaults
-//! included, with its source (KAFKA-NOTES.md, Topics and configs).
+//! DescribeConfigs, IncrementalAlterConfigs and AlterConfigs for topics, groups and
+//! brokers (this node's dynamic configs and the cluster default, `cluster::broker_config`).
+//! Every config a topic or this node has is described, defaults included, with its source
+//! (KAFKA-NOTES.md, Topics and configs).
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -16,9 +17,9 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::{topics, Ctx, FramingError};
-use crate::cluster::group_config;
-use crate::cluster::metadata::Command;
+use crate::cluster::metadata::{Command, Metadata};
 use crate::cluster::topic_config::{self, TOPIC_CONFIGS};
+use crate::cluster::{broker_config, group_config};
 use crate::common::errors::code;
 use crate::security::acl::{op as acl_op, resource};
 use crate::shard::Shard;
@@ -69,7 +70,7 @@ pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes
                         .with_error_code(code::UNKNOWN_TOPIC_OR_PARTITION)
                         .with_error_message(Some(s(format!("topic {name} does not exist")))),
                     Some(t) => base.with_configs(
-                        topic_config_values(&shard.config, &t.configs)
+                        topic_config_values(shard, &t.configs)
                             .into_iter()
                             .filter(|c| wanted(c.name))
                             .map(|c| {
@@ -79,14 +80,14 @@ pub async fn describe(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes
                             .collect(),
                     ),
                 },
-                RESOURCE_BROKER if name.is_empty() || name == shard.config.node_id.to_string() => {
-                    base.with_configs(
-                        broker_configs(shard)
-                            .into_iter()
-                            .filter(|(k, ..)| wanted(k))
-                            .map(|(k, v, kind)| entry(k, v, SOURCE_STATIC_BROKER, true, kind, None))
-                            .collect(),
-                    )
+                RESOURCE_BROKER if name == shard.config.node_id.to_string() => base.with_configs(
+                    broker_entries(shard, &meta)
+                        .into_iter()
+                        .filter(|e| wanted(e.name.as_str()))
+                        .collect(),
+                ),
+                RESOURCE_BROKER if name == broker_config::CLUSTER_DEFAULT => {
+                    base.with_configs(cluster_default_entries(&meta, &wanted))
                 }
                 RESOURCE_GROUP => base.with_configs(group_entries(shard, name, &wanted)),
                 _ => base
@@ -151,19 +152,21 @@ pub struct TopicConfigValue {
 }
 
 /// Every config a topic has, defaults included, in TOPIC_CONFIGS order: `set` holds the
-/// ones set on the topic, the rest come from the broker's settings or Kafka's defaults.
-pub fn topic_config_values(
-    config: &crate::common::config::Config,
-    set: &BTreeMap<String, String>,
-) -> Vec<TopicConfigValue> {
+/// ones set on the topic, the rest come from this node's dynamic broker configs, its
+/// static settings, or Kafka's defaults.
+pub fn topic_config_values(shard: &Shard, set: &BTreeMap<String, String>) -> Vec<TopicConfigValue> {
+    let meta = shard.metadata();
+    let dynamic = broker_config::dynamic_values(&meta.broker_configs, shard.config.node_id);
     TOPIC_CONFIGS
         .iter()
         .map(|d| {
-            let (default, from_broker) = topic_config::default_value(config, d.name);
-            let (value, source) = match set.get(d.name) {
-                Some(v) => (v.clone(), SOURCE_TOPIC),
-                None if from_broker => (default, SOURCE_STATIC_BROKER),
-                None => (default, SOURCE_DEFAULT),
+            let (default, from_broker) = topic_config::default_value(&shard.config, d.name);
+            let set_dynamically = broker_config::synonym_of(d.name).and_then(|b| dynamic.get(b));
+            let (value, source) = match (set.get(d.name), set_dynamically) {
+                (Some(v), _) => (v.clone(), SOURCE_TOPIC),
+                (None, Some(&(v, source))) => (v.to_string(), source),
+                (None, None) if from_broker => (default, SOURCE_STATIC_BROKER),
+                (None, None) => (default, SOURCE_DEFAULT),
             };
             TopicConfigValue {
                 name: d.name,
@@ -194,7 +197,61 @@ fn entry(
         .with_documentation(doc.map(s))
 }
 
-fn broker_configs(shard: &Shard) -> Vec<(&'static str, String, i8)> {
+/// The cluster default's configs as DescribeConfigs shows them: only what is set
+/// dynamically, as Kafka.
+fn cluster_default_entries(
+    meta: &Metadata,
+    wanted: &dyn Fn(&str) -> bool,
+) -> Vec<DescribeConfigsResourceResult> {
+    meta.broker_configs
+        .get(broker_config::CLUSTER_DEFAULT)
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| wanted(k))
+        .map(|(k, v)| {
+            let kind = broker_config::def(k).map_or(TYPE_STRING, |d| d.kind.code());
+            let source = broker_config::SOURCE_DYNAMIC_DEFAULT;
+            entry(k, v.clone(), source, false, kind, None)
+        })
+        .collect()
+}
+
+/// This node's broker configs as DescribeConfigs shows them: its static settings, and
+/// every dynamic config with the value it runs with (set for this node, the cluster
+/// default, the static setting or Kafka's default); only the dynamic ones are writable.
+fn broker_entries(shard: &Shard, meta: &Metadata) -> Vec<DescribeConfigsResourceResult> {
+    let dynamic = broker_config::dynamic_values(&meta.broker_configs, shard.config.node_id);
+    let mut values: BTreeMap<&str, (String, i8, i8)> = static_broker_configs(shard)
+        .into_iter()
+        .map(|(k, v, kind)| (k, (v, SOURCE_STATIC_BROKER, kind)))
+        .collect();
+    for d in broker_config::DYNAMIC_CONFIGS {
+        let fallback = || match d.topic {
+            Some(t) => match topic_config::default_value(&shard.config, t) {
+                (v, true) => (v, SOURCE_STATIC_BROKER),
+                (v, false) => (v, SOURCE_DEFAULT),
+            },
+            None => (d.default.to_string(), SOURCE_DEFAULT),
+        };
+        let (value, source) = match dynamic.get(d.name) {
+            Some(&(v, source)) => (v.to_string(), source),
+            None => values
+                .get(d.name)
+                .map_or_else(fallback, |(v, source, _)| (v.clone(), *source)),
+        };
+        values.insert(d.name, (value, source, d.kind.code()));
+    }
+    values
+        .into_iter()
+        .map(|(k, (v, source, kind))| {
+            let read_only = broker_config::def(k).is_none();
+            entry(k, v, source, read_only, kind, None)
+        })
+        .collect()
+}
+
+/// The broker's settings from its flags and file, as (name, value, ConfigType code).
+fn static_broker_configs(shard: &Shard) -> Vec<(&'static str, String, i8)> {
     let c = &shard.config;
     vec![
         (
@@ -358,52 +415,26 @@ async fn alter(
     let mut cmds = Vec::new();
     let mut slots = Vec::new();
     for (kind, name, changes, replace) in resources {
-        if kind == RESOURCE_GROUP && !replace {
-            let cmd = group_change(&name, changes);
-            match cmd {
-                Ok(cmd) => {
-                    out.push((0, None));
-                    if !validate_only {
-                        slots.push(out.len() - 1);
-                        cmds.push(cmd);
-                    }
-                }
-                Err(m) => out.push((code::INVALID_CONFIG, Some(m))),
+        let change = match kind {
+            RESOURCE_GROUP if !replace => {
+                group_change(&name, changes).map_err(|m| (code::INVALID_CONFIG, m))
             }
-            continue;
-        }
-        if kind != RESOURCE_TOPIC {
-            out.push((
+            RESOURCE_BROKER => broker_change(shard, &meta, &name, changes, replace),
+            RESOURCE_TOPIC => topic_change(shard, &meta, name, changes, replace),
+            _ => Err((
                 code::INVALID_REQUEST,
-                Some("only topic configs can be altered".to_string()),
-            ));
-            continue;
-        }
-        let Some(topic) = meta.topics.get(&name) else {
-            out.push((
-                code::UNKNOWN_TOPIC_OR_PARTITION,
-                Some(format!("topic {name} does not exist")),
-            ));
-            continue;
+                "only topic, broker and group configs can be altered".to_string(),
+            )),
         };
-        let changes = match changes {
-            Ok(c) => c,
-            Err(m) => {
-                out.push((code::INVALID_CONFIG, Some(m)));
-                continue;
+        match change {
+            Ok(cmd) => {
+                out.push((0, None));
+                if !validate_only {
+                    slots.push(out.len() - 1);
+                    cmds.push(cmd);
+                }
             }
-        };
-        let (set, delete) = match resolve(&shard.config, &topic.configs, changes, replace) {
-            Ok(c) => c,
-            Err(m) => {
-                out.push((code::INVALID_CONFIG, Some(m)));
-                continue;
-            }
-        };
-        out.push((0, None));
-        if !validate_only {
-            slots.push(out.len() - 1);
-            cmds.push(Command::AlterConfig { name, set, delete });
+            Err((code, m)) => out.push((code, Some(m))),
         }
     }
     if !cmds.is_empty() {
@@ -414,6 +445,25 @@ async fn alter(
         }
     }
     out
+}
+
+/// A topic's config changes as the command that makes them, checked; the error is
+/// (code, message).
+fn topic_change(
+    shard: &Shard,
+    meta: &Metadata,
+    name: String,
+    changes: Result<Vec<Change>, String>,
+    replace: bool,
+) -> Result<Command, (i16, String)> {
+    let Some(topic) = meta.topics.get(&name) else {
+        let m = format!("topic {name} does not exist");
+        return Err((code::UNKNOWN_TOPIC_OR_PARTITION, m));
+    };
+    let changes = changes.map_err(|m| (code::INVALID_CONFIG, m))?;
+    let (set, delete) = resolve(&shard.config, &topic.configs, changes, replace)
+        .map_err(|m| (code::INVALID_CONFIG, m))?;
+    Ok(Command::AlterConfig { name, set, delete })
 }
 
 /// A group's config changes (SET and DELETE only) as the command that makes them, checked.
@@ -436,6 +486,82 @@ fn group_change(group: &str, changes: Result<Vec<Change>, String>) -> Result<Com
     group_config::validate(&set)?;
     Ok(Command::AlterGroupConfig {
         group: group.to_string(),
+        set,
+        delete,
+    })
+}
+
+/// A broker resource's config changes (this node's id, or "" for the cluster default) as
+/// the command that makes them, checked; `replace` (AlterConfigs) drops every dynamic
+/// value of the resource it does not set again. The error is (code, message).
+fn broker_change(
+    shard: &Shard,
+    meta: &Metadata,
+    name: &str,
+    changes: Result<Vec<Change>, String>,
+    replace: bool,
+) -> Result<Command, (i16, String)> {
+    let me = shard.config.node_id.to_string();
+    if name != me && name != broker_config::CLUSTER_DEFAULT {
+        // Kafka's clients send a broker's configs to that broker.
+        let m = format!("this is node {me}: a broker resource names this node, or is empty for the cluster default; got '{name}'");
+        return Err((code::INVALID_REQUEST, m));
+    }
+    let changes = changes.map_err(|m| (code::INVALID_CONFIG, m))?;
+    let refused = |e: broker_config::Refusal| (e.kafka_code(), e.to_string());
+    let own = meta.broker_configs.get(name);
+    // What APPEND and SUBTRACT start from: the resource's value, else what it inherits.
+    let inherited = |k: &str| -> String {
+        let default = meta
+            .broker_configs
+            .get(broker_config::CLUSTER_DEFAULT)
+            .filter(|_| name != broker_config::CLUSTER_DEFAULT)
+            .and_then(|d| d.get(k));
+        match (default, broker_config::def(k)) {
+            (Some(v), _) => v.clone(),
+            (None, Some(d)) => d.topic.map_or_else(
+                || d.default.to_string(),
+                |t| topic_config::default_value(&shard.config, t).0,
+            ),
+            (None, None) => String::new(),
+        }
+    };
+    let mut set: BTreeMap<String, String> = BTreeMap::new();
+    let mut delete: Vec<String> = if replace {
+        own.map(|o| o.keys().cloned().collect()).unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    for (k, op) in changes {
+        let def = broker_config::def(&k)
+            .ok_or_else(|| refused(broker_config::Refusal::NotDynamic(k.clone())))?;
+        let now = |set: &BTreeMap<String, String>| {
+            set.get(&k)
+                .or(own.and_then(|o| o.get(&k)))
+                .cloned()
+                .unwrap_or_else(|| inherited(&k))
+        };
+        let value = match op {
+            Op::Set(v) => Some(v),
+            Op::Delete => None,
+            Op::Append(_) | Op::Subtract(_) if def.kind != topic_config::Kind::List => {
+                let m = format!("{k} is not a list config: APPEND and SUBTRACT do not apply");
+                return Err((code::INVALID_CONFIG, m));
+            }
+            Op::Append(v) => Some(list_op(&now(&set), &v, true)),
+            Op::Subtract(v) => Some(list_op(&now(&set), &v, false)),
+        };
+        match value {
+            Some(v) => {
+                broker_config::validate(&k, &v).map_err(refused)?;
+                delete.retain(|d| d != &k);
+                set.insert(k, v);
+            }
+            None => delete.push(k),
+        }
+    }
+    Ok(Command::AlterBrokerConfig {
+        broker: name.to_string(),
         set,
         delete,
     })

@@ -446,7 +446,7 @@ pub async fn create(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
 
 /// The configs of a topic created with `set`, as CreateTopics v5+ lists them.
 fn created_configs(shard: &Shard, set: &BTreeMap<String, String>) -> Vec<CreatableTopicConfigs> {
-    super::configs::topic_config_values(&shard.config, set)
+    super::configs::topic_config_values(shard, set)
         .into_iter()
         .map(|c| {
             CreatableTopicConfigs::default()
