@@ -1,6 +1,7 @@
 """`strandctl` (tools/) against a real strand (issue 8): topic create/list/describe/
 alter-config/add-partitions/delete, produce -> consume round trips (text and JSON, keys and
-headers), group describe and reset-offsets against a confluent-kafka consumer group,
+headers), group describe and reset-offsets against a confluent-kafka consumer group, broker
+alter-config/describe-config (dynamic broker configs),
 cluster info/health, tune check, config validate, self-test, and the error for a broker
 that is not there.
 
@@ -286,6 +287,43 @@ def test_cluster_info_and_health(ctl_broker):
     assert "ready  true" in r.stdout, r.stdout
     shards = table(r.stdout, "SHARD")
     assert [s["SHARD"] for s in shards] == ["0", "1"], r.stdout
+
+
+def test_broker_configs_of_a_node_and_the_cluster_default(strand):
+    """`strandctl broker alter-config/describe-config` (kafka-configs.sh --entity-type
+    brokers): the cluster default and a node's own value, cross-checked with what
+    confluent-kafka's DescribeConfigs says a topic runs with; a config that cannot change
+    while the broker runs is refused (exit 4)."""
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    b = strand(name="brokercfg")
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    [node] = [str(n) for n in admin.list_topics(timeout=10).brokers]
+    ctl(b, "broker", "alter-config", "--default", "--set", "log.retention.ms=86400000")
+    ctl(b, "broker", "alter-config", "--id", node, "--set", "log.segment.bytes=2097152")
+    assert table(ctl(b, "broker", "describe-config", "--default").stdout, "CONFIG") == [
+        {"CONFIG": "log.retention.ms", "VALUE": "86400000", "SOURCE": "DYNAMIC_DEFAULT_BROKER",
+         "DYNAMIC": "yes"}]
+    mine = table(ctl(b, "broker", "describe-config", "--id", node).stdout, "CONFIG")
+    assert {"CONFIG": "log.segment.bytes", "VALUE": "2097152", "SOURCE": "DYNAMIC_BROKER",
+            "DYNAMIC": "yes"} in mine, mine
+    every = table(ctl(b, "broker", "describe-config", "--id", node, "--all").stdout, "CONFIG")
+    assert {"CONFIG": "broker.id", "VALUE": node, "SOURCE": "STATIC_BROKER",
+            "DYNAMIC": "no"} in every, every
+
+    t = name("brokercfg")
+    ctl(b, "topic", "create", t)
+    r = ConfigResource(ResourceType.TOPIC, t)
+    configs = admin.describe_configs([r])[r].result(15)
+    assert (configs["retention.ms"].value, configs["segment.bytes"].value) == \
+        ("86400000", "2097152")
+
+    refused = ctl(b, "broker", "alter-config", "--id", node, "--set", "broker.id=7", expect_rc=4)
+    assert "cannot be updated dynamically" in refused.stderr, refused.stderr
+    ctl(b, "broker", "alter-config", "--default", "--delete", "log.retention.ms")
+    assert "no dynamic configs" in ctl(b, "broker", "describe-config", "--default").stdout
+    configs = admin.describe_configs([r])[r].result(15)
+    assert configs["retention.ms"].value == "604800000"
 
 
 def test_unreachable_broker_is_a_clear_error(ctl_broker):

@@ -87,6 +87,10 @@ pub enum Command {
     /// Cluster metadata and health.
     #[command(subcommand, after_help = EXIT_CODES_HELP)]
     Cluster(ClusterCmd),
+    /// Dynamic broker configs of a node or the cluster default (like `kafka-configs.sh
+    /// --entity-type brokers`).
+    #[command(subcommand, after_help = EXIT_CODES_HELP)]
+    Broker(BrokerCmd),
     /// Strand configuration files.
     #[command(subcommand, after_help = EXIT_CODES_HELP)]
     Config(ConfigCmd),
@@ -584,6 +588,45 @@ pub enum ClusterCmd {
         /// Wait up to this many seconds until no partition names the node.
         #[arg(long)]
         wait_s: Option<u64>,
+    },
+}
+
+/// Which broker resource: one node, or the cluster default.
+#[derive(Args, Debug)]
+#[group(required = true, multiple = false)]
+pub struct BrokerTarget {
+    /// A node's own configs (`--entity-name N`); asked of that node.
+    #[arg(long)]
+    pub id: Option<i32>,
+    /// The cluster default every node runs with unless it sets its own (`--entity-default`).
+    #[arg(long)]
+    pub default: bool,
+}
+
+/// `broker ...`
+#[derive(Subcommand, Debug)]
+pub enum BrokerCmd {
+    /// Show the dynamic configs set (DescribeConfigs); `--all` shows every config of a node.
+    DescribeConfig {
+        #[command(flatten)]
+        target: BrokerTarget,
+        /// Every config with its source, not only those set dynamically.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Set or remove dynamic configs (IncrementalAlterConfigs), e.g.
+    /// `--default --set log.retention.ms=86400000`: log defaults apply at once to topics that
+    /// set none.
+    #[command(group(ArgGroup::new("change").required(true).multiple(true).args(["set", "delete"])))]
+    AlterConfig {
+        #[command(flatten)]
+        target: BrokerTarget,
+        /// KEY=VALUE to set (repeatable).
+        #[arg(long, value_parser = parse_key_value)]
+        set: Vec<(String, String)>,
+        /// KEY to remove (back to the cluster default or the broker's own setting; repeatable).
+        #[arg(long)]
+        delete: Vec<String>,
     },
 }
 

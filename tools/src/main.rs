@@ -14,6 +14,7 @@
 
 mod acl;
 mod admin_http;
+mod broker;
 mod cli;
 mod cluster;
 mod config_validate;
@@ -161,6 +162,7 @@ fn run(cli: &Cli) -> anyhow::Result<Outcome> {
             eprint!("{summary}");
             Ok(Outcome::Ok)
         }
+        Command::Broker(cmd) => print(&broker::run(&mut connect()?, cmd)?),
         Command::Cluster(ClusterCmd::Info) => print(&cluster::info(&mut connect()?)?),
         Command::Cluster(ClusterCmd::RemoveNode { id }) => {
             print(&cluster::remove_node(&mut connect()?, *id)?)

@@ -58,7 +58,9 @@ pub fn run(client: &mut KafkaClient, cmd: &TopicCmd, admin: &str) -> Result<Stri
             Ok(out)
         }
         TopicCmd::Delete { names } => delete(client, names),
-        TopicCmd::AlterConfig { name, set, delete } => alter_config(client, name, set, delete),
+        TopicCmd::AlterConfig { name, set, delete } => {
+            alter_config(client, RESOURCE_TOPIC, name, name, set, delete)
+        }
         TopicCmd::AddPartitions { name, total } => add_partitions(client, name, *total),
         TopicCmd::Move {
             name,
@@ -357,9 +359,14 @@ pub fn delete(client: &mut KafkaClient, names: &[String]) -> Result<String, Kafk
     Ok(out)
 }
 
-fn alter_config(
+/// Sets and deletes configs of one resource (IncrementalAlterConfigs): a topic, or a
+/// broker (`resource_type` 4: a node id, or "" for the cluster default); `label` names it
+/// in what is printed.
+pub fn alter_config(
     client: &mut KafkaClient,
+    resource_type: i8,
     name: &str,
+    label: &str,
     set: &[(String, String)],
     delete: &[String],
 ) -> Result<String, KafkaError> {
@@ -380,7 +387,7 @@ fn alter_config(
     }));
     let req = IncrementalAlterConfigsRequest::default().with_resources(vec![
         AlterConfigsResource::default()
-            .with_resource_type(RESOURCE_TOPIC)
+            .with_resource_type(resource_type)
             .with_resource_name(str_bytes(name))
             .with_configs(configs),
     ]);
@@ -388,16 +395,16 @@ fn alter_config(
     for r in &resp.responses {
         check_code(
             r.error_code,
-            &format!("alter configs of {name}"),
+            &format!("alter configs of {label}"),
             r.error_message.as_ref(),
         )?;
     }
     let mut out = String::new();
     for (k, v) in set {
-        out.push_str(&format!("{name}: set {k}={v}\n"));
+        out.push_str(&format!("{label}: set {k}={v}\n"));
     }
     for k in delete {
-        out.push_str(&format!("{name}: reset {k} to its default\n"));
+        out.push_str(&format!("{label}: reset {k} to its default\n"));
     }
     Ok(out)
 }
