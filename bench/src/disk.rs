@@ -72,7 +72,15 @@ pub(crate) struct Physics {
     /// write+fdatasync latency of the smallest size into blocks written with zeros first
     /// (no extent to convert: what the broker's flushes meet, `ZERO_AHEAD_BYTES`).
     pub(crate) sync_zeroed: Option<(usize, Latency)>,
+    /// [`SYNC_FILES`] files, one 4 KiB write to each at once into zeroed blocks, until all
+    /// are durable: (each write `O_DSYNC`, as the broker's partitions flush today; plain
+    /// writes, then one `fdatasync` of one of the files).
+    pub(crate) sync_files: Option<(Latency, Latency)>,
 }
+
+/// Files written at once by the many-files durability measurement (issue 25's 16
+/// partitions on one shard).
+pub(crate) const SYNC_FILES: usize = 16;
 
 /// What the raw measurement does.
 pub(crate) struct RawParams {
@@ -166,6 +174,16 @@ async fn run_all(args: &DiskArgs, work: &Path) -> anyhow::Result<()> {
             "raw write+fdatasync {:>5} KiB: {}",
             size / 1024,
             l.summary()
+        );
+    }
+    if let Some((each, shared)) = &physics.sync_files {
+        println!(
+            "raw {SYNC_FILES} files x 4 KiB, O_DSYNC each: {}",
+            each.summary()
+        );
+        println!(
+            "raw {SYNC_FILES} files x 4 KiB, one fdatasync: {}",
+            shared.summary()
         );
     }
     println!();
@@ -278,12 +296,76 @@ async fn measure_physics(
         )),
         None => None,
     };
+    let samples = args.sync_samples.max(1);
+    let sync_files = Some((
+        files_sync_latency(work, samples, false).await?,
+        files_sync_latency(work, samples, true).await?,
+    ));
     Ok(Physics {
         write_mib_s,
         read_mib_s,
         sync,
         sync_zeroed,
+        sync_files,
     })
+}
+
+/// [`SYNC_FILES`] files written with zeros and synced first; then per sample one 4 KiB
+/// write to each at once, until all are durable: each write `O_DSYNC` (`shared` false),
+/// or plain writes and then one `fdatasync` of the first file (`shared`). The second is
+/// durable for all of them only because the writes change no metadata (written blocks,
+/// no size change) and a file's fdatasync flushes the device's write cache, which holds
+/// every write completed before it: the floor of a shard flushing its partitions with one
+/// device flush (issue 25), measured, not promised by POSIX.
+async fn files_sync_latency(work: &Path, samples: usize, shared: bool) -> anyhow::Result<Latency> {
+    const WRITE_BYTES: usize = 4096;
+    let total = (WRITE_BYTES * samples) as u64;
+    let sync = if shared {
+        WriteSync::Fdatasync
+    } else {
+        WriteSync::EachWrite
+    };
+    let zeros = vec![0u8; 1 << 20];
+    let mut files = Vec::with_capacity(SYNC_FILES);
+    for i in 0..SYNC_FILES {
+        let path = work.join(format!("raw-files-{i}"));
+        let file = SegmentFile::create(&path, sync).await?;
+        let mut pos = 0;
+        while pos < total {
+            let n = (total - pos).min(zeros.len() as u64).next_multiple_of(4096);
+            file.write_aligned(pos, &zeros[..n as usize])
+                .await
+                .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+            pos += n;
+        }
+        file.fdatasync()
+            .await
+            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        files.push((path, file));
+    }
+    let data = vec![0x5Au8; WRITE_BYTES];
+    let mut lat = Latency::new();
+    for i in 0..samples {
+        let pos = (i * WRITE_BYTES) as u64;
+        let t = Instant::now();
+        let writes = files.iter().map(|(_, f)| f.write_aligned(pos, &data));
+        for r in join_all(writes).await {
+            r.map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        }
+        if shared {
+            files[0]
+                .1
+                .fdatasync()
+                .await
+                .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        }
+        lat.record(t.elapsed());
+    }
+    for (path, file) in files {
+        file.close().await?;
+        std::fs::remove_file(&path)?;
+    }
+    Ok(lat)
 }
 
 /// Appends of `size` bytes at increasing positions, each followed by fdatasync, into

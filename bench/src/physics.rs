@@ -112,12 +112,26 @@ pub struct PhysicsReport {
     /// writes its active segments); absent in reports of older versions.
     #[serde(default)]
     pub sync_zeroed: Option<SyncLatency>,
+    /// `disk::SYNC_FILES` files, a 4 KiB write to each at once into zeroed blocks, until
+    /// all are durable; absent in reports of older versions.
+    #[serde(default)]
+    pub sync_files: Option<FilesSync>,
     pub rtt_target: String,
     pub rtt_kind: TargetKind,
     /// Request/response round trips (echo or ApiVersions).
     pub rtt: Percentiles,
     /// TCP connect time (SYN .. SYN-ACK: about one round trip).
     pub connect: Percentiles,
+}
+
+/// Many files made durable at once (issue 25's flush of a shard's partitions).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FilesSync {
+    pub files: usize,
+    /// Each write `O_DSYNC`: the broker's partitions' flushes today.
+    pub each_dsync: Percentiles,
+    /// Plain writes, then one `fdatasync` of one file (the device flush covers them all).
+    pub one_fdatasync: Percentiles,
 }
 
 impl PhysicsReport {
@@ -180,6 +194,11 @@ pub fn measure(args: &PhysicsArgs) -> anyhow::Result<PhysicsReport> {
         sync_zeroed: disk.sync_zeroed.as_ref().map(|(size, l)| SyncLatency {
             size_bytes: *size,
             latency: l.percentiles(),
+        }),
+        sync_files: disk.sync_files.as_ref().map(|(each, shared)| FilesSync {
+            files: crate::disk::SYNC_FILES,
+            each_dsync: each.percentiles(),
+            one_fdatasync: shared.percentiles(),
         }),
         rtt_target,
         rtt_kind: args.target_kind,
@@ -259,6 +278,13 @@ pub fn table(r: &PhysicsReport) -> String {
         s += &row(
             &format!("  ... {} KiB, zeroed", sync.size_bytes / 1024),
             &sync.latency,
+        );
+    }
+    if let Some(f) = &r.sync_files {
+        s += &row(&format!("{} files 4 KiB, O_DSYNC", f.files), &f.each_dsync);
+        s += &row(
+            &format!("{} files, one fdatasync", f.files),
+            &f.one_fdatasync,
         );
     }
     s += &row(
