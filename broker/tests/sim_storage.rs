@@ -149,7 +149,7 @@ fn catches(bug: &'static str) {
 
 /// A store that acknowledges data that never reached the disk durably must be caught.
 #[test]
-fn a_segment_file_without_o_dsync_is_caught() {
+fn a_flush_without_its_sync_is_caught() {
     catches("drop-dsync");
 }
 

@@ -219,15 +219,20 @@ impl SegmentFile {
     /// returns once they are durable, as [`SegmentFile::write_durable`]. `pos` and the
     /// source's length must be aligned; the write holds the memory until it completes.
     pub async fn write_durable_from(&self, pos: u64, src: WriteSource) -> Result<(), IoFault> {
+        self.write_from(pos, src).await?;
+        self.sync_after_write().await
+    }
+
+    /// Writes `src` at `pos` as [`SegmentFile::write_durable_from`] does, and returns on
+    /// completion: durable only on a file opened [`WriteSync::EachWrite`]; otherwise once an
+    /// fdatasync (or a device flush, `device_flush`) follows.
+    pub async fn write_from(&self, pos: u64, src: WriteSource) -> Result<(), IoFault> {
         assert_eq!(pos % WRITE_ALIGN_BYTES, 0, "unaligned write position {pos}");
         let len = src.len();
         assert_eq!(len as u64 % WRITE_ALIGN_BYTES, 0, "unaligned write length");
         let file = match &self.file {
             Backend::Dma(f) => f,
-            Backend::Sim(f) => {
-                f.write(pos, src.as_slice()).map_err(classify)?;
-                return self.sync_after_write().await;
-            }
+            Backend::Sim(f) => return f.write(pos, src.as_slice()).map_err(classify),
         };
         let written = file
             .write_at(src.into_dma_buffer(), pos)
@@ -236,7 +241,23 @@ impl SegmentFile {
         if written != len {
             return Err(IoFault::NoSpace);
         }
-        self.sync_after_write().await
+        Ok(())
+    }
+
+    /// Writes `len` bytes made by `fill` at `pos` (both aligned); returns on completion,
+    /// durable as [`SegmentFile::write_from`].
+    pub async fn write_filled(
+        &self,
+        pos: u64,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<(), IoFault> {
+        self.write_with(pos, len, fill).await
+    }
+
+    /// When this file's writes become durable.
+    pub fn sync_mode(&self) -> WriteSync {
+        self.sync
     }
 
     async fn sync_after_write(&self) -> Result<(), IoFault> {
@@ -250,7 +271,12 @@ impl SegmentFile {
     pub async fn fdatasync(&self) -> Result<(), IoFault> {
         match &self.file {
             Backend::Dma(f) => f.fdatasync().await.map_err(|e| classify(to_io(e))),
-            Backend::Sim(f) => f.fdatasync().map_err(classify),
+            Backend::Sim(f) => {
+                if f.slow_syncs() {
+                    yield_once().await;
+                }
+                f.fdatasync().map_err(classify)
+            }
         }
     }
 
@@ -922,6 +948,21 @@ pub async fn prime_device_probe(dir: &Path) -> Result<(), StorageError> {
     remove_file(&probe).await?;
     PRIMED.with(|p| p.borrow_mut().push(dev));
     Ok(())
+}
+
+/// Returns `Pending` once (waking itself), then `Ready`: lets the other tasks of a
+/// simulated run go first.
+async fn yield_once() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if yielded {
+            return std::task::Poll::Ready(());
+        }
+        yielded = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    })
+    .await;
 }
 
 #[cfg(test)]

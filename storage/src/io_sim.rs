@@ -17,6 +17,11 @@
 //!   reaches is gone.
 //! - A failed fdatasync drops the pending writes without making them durable while reads
 //!   still see them (Linux's behaviour: a retried fsync then succeeds and saves nothing).
+//! - Every fdatasync (and `O_DSYNC` write) that succeeds also flushes the device's write
+//!   cache: in every other file, the longest prefix of its queue made only of writes into
+//!   blocks already durably written (no allocation, no size change) becomes durable, as a
+//!   block-layer flush makes every completed overwrite durable. A write into blocks never
+//!   durably written (fallocated or past the end) needs its own file's sync.
 //! - After a crash, handles opened before it fail with EIO.
 //!
 //! Production never enters a disk, so a planted bug ([`planted`]) cannot be switched on in
@@ -56,6 +61,9 @@ pub struct DiskFaults {
 pub struct DiskOptions {
     /// Names of planted bugs that code under test checks with [`planted`].
     pub planted: BTreeSet<&'static str>,
+    /// Each fdatasync first yields to the other tasks once (a real one takes time), so
+    /// flushes of several logs overlap and share device flushes (`device_flush`).
+    pub slow_syncs: bool,
 }
 
 /// A simulated disk; clones share it.
@@ -81,6 +89,41 @@ struct FileNode {
     live: Vec<u8>,
     durable: Vec<u8>,
     pending: Vec<Pending>,
+    /// Indexes of the `BLOCK_BYTES` blocks durably written (a fallocated or zero-extended
+    /// block is not): a device flush makes an overwrite of these durable.
+    written: BTreeSet<u64>,
+}
+
+/// Block of the device-flush model: what a write allocates or converts as a whole.
+const BLOCK_BYTES: u64 = 4096;
+
+/// The blocks `[pos, pos + len)` touches.
+fn blocks_of(pos: u64, len: usize) -> std::ops::Range<u64> {
+    let end = pos + len as u64;
+    pos / BLOCK_BYTES..end.div_ceil(BLOCK_BYTES)
+}
+
+impl FileNode {
+    /// Applies `p` to the durable image and keeps `written` in step.
+    fn make_durable(&mut self, p: &Pending) {
+        apply(&mut self.durable, p);
+        match p {
+            Pending::Write { pos, bytes } => self.written.extend(blocks_of(*pos, bytes.len())),
+            Pending::SetLen(n) => self.written.retain(|b| b * BLOCK_BYTES < *n),
+        }
+    }
+
+    /// Whether a device flush makes `p` durable: an overwrite of durably written blocks
+    /// that does not grow the file.
+    fn flushed_by_device(&self, p: &Pending) -> bool {
+        match p {
+            Pending::Write { pos, bytes } => {
+                pos + bytes.len() as u64 <= self.durable.len() as u64
+                    && blocks_of(*pos, bytes.len()).all(|b| self.written.contains(&b))
+            }
+            Pending::SetLen(_) => false,
+        }
+    }
 }
 
 /// One queued directory change: its entries set (Some) or removed (None) at once.
@@ -322,6 +365,17 @@ impl DiskState {
                 }
             }
             if let Some(f) = self.files.get_mut(&id) {
+                // Blocks written by what the crash kept are not counted as durably
+                // written, and any size change queued may have freed blocks (the model
+                // stays on the side of needing a sync).
+                let len = pending
+                    .iter()
+                    .filter_map(|p| match p {
+                        Pending::SetLen(n) => Some(*n),
+                        Pending::Write { .. } => None,
+                    })
+                    .fold(durable.len() as u64, u64::min);
+                f.written.retain(|b| b * BLOCK_BYTES < len);
                 f.live = durable.clone();
                 f.durable = durable;
             }
@@ -390,10 +444,27 @@ impl DiskState {
             return Err(eio("fdatasync failed"));
         }
         for p in &pending {
-            apply(&mut f.durable, p);
+            f.make_durable(p);
         }
+        self.flush_device();
         self.generation += 1;
         Ok(())
+    }
+
+    /// A device cache flush: every file's leading overwrites of durably written blocks
+    /// become durable (see the module doc).
+    fn flush_device(&mut self) {
+        for f in self.files.values_mut() {
+            let n = f
+                .pending
+                .iter()
+                .take_while(|p| f.flushed_by_device(p))
+                .count();
+            let flushed: Vec<Pending> = f.pending.drain(..n).collect();
+            for p in &flushed {
+                f.make_durable(p);
+            }
+        }
     }
 }
 
@@ -789,6 +860,11 @@ impl SimFile {
         })
     }
 
+    /// Whether the disk was made with [`DiskOptions::slow_syncs`].
+    pub fn slow_syncs(&self) -> bool {
+        self.disk.0.borrow().opts.slow_syncs
+    }
+
     /// fdatasync: everything queued becomes durable.
     pub fn fdatasync(&self) -> io::Result<()> {
         let id = self.inode;
@@ -903,6 +979,43 @@ mod tests {
         f.fdatasync().expect("a retry succeeds");
         assert_eq!(f.read(0, 3).expect("read"), b"abc", "reads still see them");
         assert_eq!(d.durable_bytes(Path::new("/f")), Some(Vec::new()));
+    }
+
+    #[test]
+    fn another_files_sync_makes_overwrites_of_written_blocks_durable_and_nothing_else() {
+        let d = disk();
+        let a = d
+            .open(Path::new("/a"), true, true, false)
+            .expect("create a");
+        let b = d
+            .open(Path::new("/b"), true, true, false)
+            .expect("create b");
+        d.fsync_dir(Path::new("/")).expect("fsync");
+        b.write(0, &[1; 8192]).expect("write b");
+        b.set_len(3 * 4096).expect("preallocate b");
+        b.fdatasync().expect("sync b");
+        // An overwrite of written blocks, then a write into the preallocated block.
+        b.write(4096, &[2; 4096]).expect("overwrite");
+        b.write(8192, &[3; 4096]).expect("into unwritten");
+        a.write(0, b"a").expect("write a");
+        a.fdatasync().expect("sync a");
+        let durable = d.durable_bytes(Path::new("/b")).expect("b");
+        assert_eq!(
+            &durable[4096..8192],
+            &[2; 4096],
+            "the overwrite rode a's flush"
+        );
+        assert_eq!(
+            &durable[8192..],
+            &[0; 4096],
+            "the unwritten block waits for b's sync"
+        );
+        // Once b's sync made the block written, a later overwrite rides a's flush.
+        b.fdatasync().expect("sync b");
+        b.write(8192, &[4; 4096]).expect("overwrite");
+        a.fdatasync().expect("sync a");
+        let durable = d.durable_bytes(Path::new("/b")).expect("b");
+        assert_eq!(&durable[8192..], &[4; 4096]);
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod budget;
 pub mod cache;
 pub mod clock;
 pub mod config;
+pub mod device_flush;
 pub mod error;
 pub mod frame;
 pub mod fuzz;

@@ -150,8 +150,8 @@ pub struct LogStats {
     pub writes: u64,
     /// Bytes written (aligned, rewrites included).
     pub bytes_written: u64,
-    /// Durable writes issued: `O_DSYNC` writes of the flush path (each one a write and an
-    /// fdatasync in one operation), and fdatasync calls.
+    /// fdatasync calls of this log's own (the device flushes logs share are counted by
+    /// `device_flush::rounds`).
     pub fdatasyncs: u64,
     /// Segments rolled.
     pub rolls: u64,
@@ -202,6 +202,9 @@ pub struct Log {
     /// Where the next read by Kafka offset starts if its reader reads in order (segment,
     /// position), as the last read from disk predicted (`read_ahead`).
     pub(crate) read_next: std::cell::Cell<Option<(RaftIndex, FilePos)>>,
+    /// The directory does O_DIRECT (a buffered write's pages are not in the device's cache,
+    /// so only O_DIRECT writes may join the shard's device flush, `device_flush`).
+    pub(crate) direct_io: bool,
 }
 
 impl Drop for Log {

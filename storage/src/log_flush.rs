@@ -1,5 +1,7 @@
-//! Group commit: one durable write per segment with pending bytes, per flush (an O_DSYNC
-//! write: the write and its fdatasync in one operation, see `io::WriteSync`).
+//! Group commit: one durable write per segment with pending bytes, per flush: a write and
+//! then this file's fdatasync, or, for a write into blocks already written and durable, a
+//! write and the device flush the shard's logs share (`device_flush`: one flush for many
+//! partitions).
 //!
 //! A flush is three steps so appends continue while the I/O is in flight:
 //! [`Log::begin_flush`] (synchronous: copies the pending tail into a job),
@@ -51,6 +53,10 @@ struct WriteOp {
     finalize: Option<(u64, Vec<u8>, Vec<u8>)>,
     last_index: RaftIndex,
     next_offset: KafkaOffset,
+    /// End of the blocks written and durable before this flush (`Tail::zeroed_to`): a
+    /// data write below it needs only a device flush (`device_flush`), if O_DIRECT.
+    written_to: u64,
+    direct_io: bool,
 }
 
 /// A segment whose write and fdatasync succeeded.
@@ -141,6 +147,8 @@ impl Log {
                 finalize,
                 last_index: seg.meta.last_index.unwrap_or(RaftIndex(0)),
                 next_offset: seg.meta.next_offset,
+                written_to: tail.zeroed_to,
+                direct_io: self.direct_io,
             });
         }
         if ops.is_empty() {
@@ -303,7 +311,7 @@ async fn run_op(
     let file = match &op.file {
         Some(f) => f.clone(),
         None => {
-            let f = SegmentFile::create(&path(), WriteSync::EachWrite)
+            let f = SegmentFile::create(&path(), WriteSync::Fdatasync)
                 .await
                 .map_err(fault_of)?;
             // The simulator's planted bug skips it (a crash may then forget the file).
@@ -321,22 +329,6 @@ async fn run_op(
             Err(e) => tracing::debug!(path = %path().display(), ?e, "preallocation failed"),
         }
     }
-    // The zeros go beside the data write (after its end), so they cost it no wait of its
-    // own; a failed zero write only leaves those blocks unwritten.
-    let data = async {
-        let Some(bytes) = &op.data else {
-            return Ok(0);
-        };
-        let _first = crate::budget::ForegroundWrite::begin();
-        let len = bytes.write_len();
-        // From the tail's memory as it is when one chunk holds it all (the usual case),
-        // else copied into a DMA buffer.
-        match bytes.in_place() {
-            Some(src) => file.write_durable_from(op.pos, src).await,
-            None => file.write_durable(op.pos, len, |b| bytes.fill(b)).await,
-        }
-        .map(|()| len)
-    };
     // Zeros only into space this op's preallocation (if it had one) reserved: they must
     // not take the blocks a data write on a full disk needs.
     // And at most `ZERO_AHEAD_IN_FLIGHT_BYTES_MAX` of zeros in flight on this thread
@@ -345,6 +337,25 @@ async fn run_op(
         .zero
         .filter(|_| op.preallocate_to.is_none() || prealloc > 0)
         .filter(|(from, to)| ZEROING_BYTES.get() + (to - from) <= ZERO_AHEAD_IN_FLIGHT_BYTES_MAX);
+    let shared = joins_device_flush(op, &file, zero.is_some());
+    // The zeros go beside the data write (after its end); a failed zero write only leaves
+    // those blocks unwritten.
+    let data = async {
+        let Some(bytes) = &op.data else {
+            return Ok(0);
+        };
+        // A device flush about to begin waits for this write to join it.
+        let _writing = shared.then(crate::device_flush::begin_write);
+        let _first = crate::budget::ForegroundWrite::begin();
+        let len = bytes.write_len();
+        // From the tail's memory as it is when one chunk holds it all (the usual case),
+        // else copied into a DMA buffer.
+        match bytes.in_place() {
+            Some(src) => file.write_from(op.pos, src).await,
+            None => file.write_filled(op.pos, len, |b| bytes.fill(b)).await,
+        }
+        .map(|()| len)
+    };
     let zeros = async {
         let (from, to) = zero?;
         let len = usize::try_from(to - from).ok()?;
@@ -362,10 +373,12 @@ async fn run_op(
     let (wrote, zeroed) = futures::join!(data, zeros);
     let mut zeroed_to = zeroed.unwrap_or(0);
     let wrote = wrote? as u64;
+    if wrote > 0 || zeroed.is_some() {
+        make_durable(&file, shared, out).await?;
+    }
     if wrote > 0 {
         out.writes += 1;
         out.bytes_written += wrote;
-        out.fdatasyncs += 1;
         zeroed_to = zeroed_to.max(op.pos + wrote);
     }
     let mut finalized = false;
@@ -373,6 +386,41 @@ async fn run_op(
         finalized = finalize(&file, &path(), *size, index, time).await;
     }
     Ok((file, prealloc, zeroed_to, finalized))
+}
+
+/// Whether `op`'s data write needs only the device flush the shard's logs share: an
+/// O_DIRECT write (a buffered one's pages would wait for their own file's sync) that lands
+/// in blocks written and durable before (no extent to convert, no size change: the file
+/// was preallocated past them) and nothing else of the op (a new file, a preallocation,
+/// zeros) needs the file synced.
+fn joins_device_flush(op: &WriteOp, file: &SegmentFile, zeroing: bool) -> bool {
+    op.direct_io
+        && file.sync_mode() == WriteSync::Fdatasync
+        && op.file.is_some()
+        && op.preallocate_to.is_none()
+        && !zeroing
+        && op.data.as_ref().is_some_and(|d| {
+            op.pos + d.write_len() as u64 <= op.written_to
+                || crate::io_sim::planted("shared-flush-anywhere")
+        })
+}
+
+/// Makes an op's completed writes durable: the shared device flush, or this file's own
+/// fdatasync (which also makes the zeros' blocks written for later flushes); a file opened
+/// `O_DSYNC` already is.
+async fn make_durable(
+    file: &SharedFile,
+    shared: bool,
+    out: &mut FlushOutcome,
+) -> Result<(), IoFault> {
+    if shared {
+        return crate::device_flush::after_write(file).await;
+    }
+    if file.sync_mode() == WriteSync::Fdatasync && !crate::io_sim::planted("drop-dsync") {
+        file.fdatasync().await?;
+        out.fdatasyncs += 1;
+    }
+    Ok(())
 }
 
 /// Trims a closed segment to its logical size and writes its index files. Best effort:

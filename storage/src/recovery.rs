@@ -56,12 +56,14 @@ impl Log {
             .validate()
             .map_err(|e| StorageError::Environment(format!("bad log config: {e}")))?;
         io::create_dir_all(dir).await?;
-        if let Err(e) = io::probe_direct_io(dir).await {
-            if !config.allow_buffered_io {
-                return Err(e);
+        let direct_io = match io::probe_direct_io(dir).await {
+            Ok(()) => true,
+            Err(e) if config.allow_buffered_io => {
+                tracing::warn!(dir = %dir.display(), error = %e, "using buffered i/o as configured");
+                false
             }
-            tracing::warn!(dir = %dir.display(), error = %e, "using buffered i/o as configured");
-        }
+            Err(e) => return Err(e),
+        };
         io::prime_device_probe(dir).await?;
         let names = list_segments(dir).await?;
         let now_ms = clock.now_ms();
@@ -126,6 +128,7 @@ impl Log {
             log_start_write: futures::lock::Mutex::new(()),
             files_lock: futures::lock::Mutex::new(()),
             read_next: std::cell::Cell::new(None),
+            direct_io,
             st: std::cell::RefCell::new(State {
                 segments,
                 log_start_offset,
@@ -233,7 +236,8 @@ async fn open_tail(
     e: Expect,
     now_ms: i64,
 ) -> Result<Option<Segment>, StorageError> {
-    let file = SegmentFile::open(path, WriteSync::EachWrite).await?;
+    // Plain writes: the flush syncs this file, or joins the shard's device flush.
+    let file = SegmentFile::open(path, WriteSync::Fdatasync).await?;
     let size = file.size_bytes().await?;
     let s = scan_segment(&file, name, size, e, now_ms).await?;
     if let Some((pos, reason)) = &s.bad {

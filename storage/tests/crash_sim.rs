@@ -87,16 +87,26 @@ impl Model {
     }
 }
 
-async fn open(clock: &Rc<SimClock>) -> Result<Log, String> {
+async fn open(dir: &str, config: LogConfig, clock: &Rc<SimClock>) -> Result<Log, String> {
     let cache = Rc::new(BatchCache::new(1 << 20));
-    Log::open(Path::new(DIR), config(), clock.clone(), cache)
+    Log::open(Path::new(dir), config, clock.clone(), cache)
         .await
-        .map_err(|e| format!("open: {e}"))
+        .map_err(|e| format!("open {dir}: {e}"))
 }
 
 /// Recovery as the log's owner does it, then the invariant.
 async fn recover(m: &mut Model, clock: &Rc<SimClock>) -> Result<Log, String> {
-    let log = open(clock).await?;
+    recover_in(DIR, config(), m, clock).await
+}
+
+/// [`recover`] of the log in `dir`.
+async fn recover_in(
+    dir: &str,
+    config: LogConfig,
+    m: &mut Model,
+    clock: &Rc<SimClock>,
+) -> Result<Log, String> {
+    let log = open(dir, config, clock).await?;
     if let Some((index, kafka_end)) = m.point {
         if log.last_index().0 < index {
             log.reset(RaftIndex(index + 1), KafkaOffset(kafka_end))
@@ -377,6 +387,7 @@ fn acknowledged_entries_survive_every_crash() {
 fn catches(bug: &'static str) {
     let opts = DiskOptions {
         planted: BTreeSet::from([bug]),
+        ..DiskOptions::default()
     };
     let failures: Vec<String> = (0..40)
         .filter_map(|s| run_seed(s, opts.clone()).err())
@@ -394,12 +405,167 @@ fn catches(bug: &'static str) {
     );
 }
 
+/// A flush that skips its file's fdatasync (or a file that forgets O_DSYNC).
 #[test]
-fn a_segment_file_without_o_dsync_is_caught() {
+fn a_flush_without_its_sync_is_caught() {
     catches("drop-dsync");
 }
 
 #[test]
 fn a_new_segment_whose_directory_is_not_fsynced_is_caught() {
     catches("no-dir-fsync");
+}
+
+// --- Logs of one shard sharing device flushes ---------------------------------------------
+
+/// Logs written and flushed together in [`shared_flush_seed`].
+const SHARED_LOGS: usize = 3;
+
+/// Segments large enough for zeros to go ahead (`ZERO_AHEAD_MIN_SEGMENT_BYTES`), so small
+/// flushes land in written blocks and join the shard's shared device flush.
+fn shared_config() -> LogConfig {
+    LogConfig {
+        segment_bytes: 512 * 1024,
+        retention_ms: -1,
+        retention_bytes: -1,
+        preallocate_bytes: 1 << 20,
+        allow_buffered_io: true,
+        ..LogConfig::default()
+    }
+}
+
+/// Several logs on one disk: each round appends to every log, then flushes them all at
+/// once (fdatasyncs yield, so flushes overlap and share device flushes); crashes fall
+/// between rounds and inside them. Every entry a flush acknowledged must survive. Returns
+/// how many writes another file's fdatasync made durable.
+fn shared_flush_seed(seed: u64, opts: DiskOptions) -> Result<u64, String> {
+    let disk = SimDisk::new(
+        seed,
+        DiskOptions {
+            slow_syncs: true,
+            ..opts
+        },
+    );
+    let _entered = disk.enter();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let clock = Rc::new(SimClock(Cell::new(1_000_000)));
+    let dirs: Vec<String> = (0..SHARED_LOGS).map(|i| format!("/data/s-{i}")).collect();
+    let mut models: Vec<Model> = (0..SHARED_LOGS).map(|_| Model::default()).collect();
+    let covered_before = strand_storage::device_flush::covered();
+    block_on(async {
+        let mut logs = restart_all(&disk, &dirs, &mut models, &clock).await?;
+        for _ in 0..OPS_PER_SEED {
+            clock.0.set(clock.0.get() + 7);
+            if rng.gen_ratio(1, 10) {
+                disk.crash_after_ops(rng.gen_range(1..12));
+            }
+            let mut failed = None;
+            for (m, log) in models.iter_mut().zip(&logs) {
+                for _ in 0..rng.gen_range(1..3) {
+                    if let Err(e) = append(&mut rng, m, log) {
+                        failed = Some(e);
+                    }
+                }
+            }
+            let flushes = logs.iter().map(|l| l.flush());
+            let results = futures::future::join_all(flushes).await;
+            for (m, r) in models.iter_mut().zip(results) {
+                match r {
+                    Ok(d) => acknowledge(m, d.last_index.0),
+                    Err(e) => failed = Some(e.to_string()),
+                }
+            }
+            if disk.crashed() {
+                disk.crash();
+                drop(logs);
+                logs = restart_all(&disk, &dirs, &mut models, &clock).await?;
+            } else if let Some(e) = failed {
+                return Err(format!("operation failed without a fault: {e}"));
+            }
+        }
+        disk.crash();
+        drop(logs);
+        restart_all(&disk, &dirs, &mut models, &clock)
+            .await
+            .map(drop)
+    })
+    .map_err(|e| format!("seed {seed}: {e}"))?;
+    Ok(strand_storage::device_flush::covered() - covered_before)
+}
+
+fn acknowledge(m: &mut Model, durable: u64) {
+    let done: Vec<u64> = m.unacked.range(..=durable).map(|(&i, _)| i).collect();
+    for i in done {
+        if let Some(e) = m.unacked.remove(&i) {
+            m.acked.insert(i, e);
+        }
+    }
+}
+
+/// Recovers every log until a recovery is not cut short by an armed crash point.
+async fn restart_all(
+    disk: &SimDisk,
+    dirs: &[String],
+    models: &mut [Model],
+    clock: &Rc<SimClock>,
+) -> Result<Vec<Log>, String> {
+    'again: loop {
+        let mut logs = Vec::new();
+        for (dir, m) in dirs.iter().zip(models.iter_mut()) {
+            match recover_in(dir, shared_config(), m, clock).await {
+                Ok(log) => logs.push(log),
+                Err(_) if disk.crashed() => {
+                    disk.crash();
+                    continue 'again;
+                }
+                Err(e) => return Err(format!("{dir}: {e}")),
+            }
+        }
+        return Ok(logs);
+    }
+}
+
+#[test]
+fn entries_of_logs_sharing_device_flushes_survive_every_crash() {
+    let seeds: Vec<u64> = (0..200).collect();
+    let mut covered = 0;
+    for &seed in &seeds {
+        match shared_flush_seed(seed, DiskOptions::default()) {
+            Ok(n) => covered += n,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    // The path under test ran: writes made durable by another log's fdatasync.
+    assert!(
+        covered > 0,
+        "no write was made durable by another file's sync in {} seeds",
+        seeds.len()
+    );
+    eprintln!(
+        "{} seeds, {covered} writes made durable by another file's sync",
+        seeds.len()
+    );
+}
+
+/// The shared flush used for writes outside durably written blocks loses them.
+#[test]
+fn a_shared_device_flush_of_unwritten_blocks_is_caught() {
+    let opts = DiskOptions {
+        planted: BTreeSet::from(["shared-flush-anywhere"]),
+        ..DiskOptions::default()
+    };
+    let failures: Vec<String> = (0..40)
+        .filter_map(|s| shared_flush_seed(s, opts.clone()).err())
+        .collect();
+    eprintln!(
+        "shared-flush-anywhere: {} of 40 seeds failed; first: {:?}",
+        failures.len(),
+        failures.first()
+    );
+    assert!(
+        failures
+            .iter()
+            .any(|f| f.contains("lost write") || f.contains("changed")),
+        "the planted bug went unnoticed in 40 seeds: {failures:?}"
+    );
 }

@@ -177,6 +177,8 @@ impl SimStore for RaftLogStore {
                 o.seed ^ node.0.wrapping_mul(0x9e37_79b9),
                 DiskOptions {
                     planted: o.planted.clone(),
+                    // The node's groups' flushes overlap and share device flushes.
+                    slow_syncs: true,
                 },
             ),
             voters: voters.to_vec(),

@@ -557,6 +557,8 @@ impl Shard {
             storage.disk_reads += s.disk_reads;
             log_bytes += p.log().size_bytes();
         }
+        // The device flushes this shard's logs shared (one fdatasync for many partitions).
+        storage.fdatasyncs += strand_storage::device_flush::rounds();
         let requests = self
             .api_names
             .iter()
