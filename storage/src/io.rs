@@ -890,6 +890,26 @@ pub fn filesystem_space_blocking(dir: &Path) -> Result<FilesystemSpace, StorageE
 }
 
 fn is_tmpfs(dir: &Path) -> Result<bool, StorageError> {
+    Ok(fs_magic(dir)? == libc::TMPFS_MAGIC)
+}
+
+/// Whether an O_DIRECT overwrite of written blocks in `dir` changes no metadata, so that a
+/// device cache flush makes it durable (`device_flush`): ext4 and XFS overwrite in place;
+/// copy-on-write filesystems (btrfs, ZFS) allocate new blocks on every write, and anything
+/// else is not assumed to. Off the shard's thread; the simulated disk models ext4.
+pub async fn overwrites_in_place(dir: &Path) -> bool {
+    if sim().is_some() {
+        return true;
+    }
+    let dir = dir.to_path_buf();
+    off_shard(move || {
+        fs_magic(&dir).is_ok_and(|m| m == libc::EXT4_SUPER_MAGIC || m == libc::XFS_SUPER_MAGIC)
+    })
+    .await
+}
+
+/// statfs's `f_type` of the filesystem holding `dir`.
+fn fs_magic(dir: &Path) -> Result<libc::c_long, StorageError> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
         .map_err(|_| StorageError::Usage("data directory path contains a NUL byte"))?;
@@ -900,7 +920,7 @@ fn is_tmpfs(dir: &Path) -> Result<bool, StorageError> {
     if rc != 0 {
         return Err(StorageError::io(dir, io::Error::last_os_error()));
     }
-    Ok(st.f_type == libc::TMPFS_MAGIC)
+    Ok(st.f_type)
 }
 
 /// Makes glommio probe io_uring polled I/O (IOPOLL) support on `dir`'s device with a real

@@ -57,7 +57,9 @@ impl Log {
             .map_err(|e| StorageError::Environment(format!("bad log config: {e}")))?;
         io::create_dir_all(dir).await?;
         let direct_io = match io::probe_direct_io(dir).await {
-            Ok(()) => true,
+            // Writes may join the shard's device flush only where an overwrite changes no
+            // metadata (`device_flush`); elsewhere each log syncs its own file.
+            Ok(()) => io::overwrites_in_place(dir).await,
             Err(e) if config.allow_buffered_io => {
                 tracing::warn!(dir = %dir.display(), error = %e, "using buffered i/o as configured");
                 false
