@@ -420,6 +420,7 @@ async fn start_single_node_metadata(shard: &Rc<Shard>) -> anyhow::Result<()> {
     let config = &shard.config;
     let lc = LogConfig {
         allow_buffered_io: config.allow_buffered_io,
+        shared_device_flush: config.shared_device_flush,
         ..LogConfig::default()
     };
     let mut store = MetaStore::open(&config.data_dir, lc)

@@ -69,6 +69,10 @@ pub struct LogConfig {
     /// meanwhile into it. 0 (the default) starts the next flush as soon as the previous
     /// one ends. The broker's flush loop applies it (`group_commit_min_interval_us`).
     pub flush_min_interval_us: u64,
+    /// A flush whose O_DIRECT write lands in blocks already written may be made durable
+    /// by the device flush the thread's logs share (`device_flush`) rather than its own
+    /// fdatasync (only on filesystems that overwrite in place).
+    pub shared_device_flush: bool,
 }
 
 impl Default for LogConfig {
@@ -81,6 +85,7 @@ impl Default for LogConfig {
             preallocate_bytes: PREALLOCATE_STEP_BYTES,
             allow_buffered_io: false,
             flush_min_interval_us: 0,
+            shared_device_flush: true,
         }
     }
 }

@@ -37,6 +37,8 @@ struct Group {
     rounds: u64,
     /// Writes made durable by another file's fdatasync (a round's waiters but its first).
     covered: u64,
+    /// Writes made durable by rounds (every waiter of every round).
+    joined: u64,
     /// Writes begun ([`begin_write`]) and ended so far: a round waits for the writes begun
     /// before its first waiter's ended, so that they join it rather than the next.
     begun: u64,
@@ -101,6 +103,7 @@ pub async fn after_write(file: &SharedFile) -> Result<(), IoFault> {
             g.in_flight = true;
             g.rounds += 1;
             g.covered += g.waiting.len().saturating_sub(1) as u64;
+            g.joined += g.waiting.len() as u64;
             Some(std::mem::take(&mut g.waiting))
         });
         match lead {
@@ -113,6 +116,11 @@ pub async fn after_write(file: &SharedFile) -> Result<(), IoFault> {
 /// Device flushes (rounds) run on this thread so far.
 pub fn rounds() -> u64 {
     GROUP.with(|g| g.borrow().rounds)
+}
+
+/// Writes made durable on this thread by rounds so far (each round's waiters).
+pub fn joined() -> u64 {
+    GROUP.with(|g| g.borrow().joined)
 }
 
 /// Writes made durable on this thread by another file's fdatasync so far.

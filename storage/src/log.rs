@@ -153,6 +153,11 @@ pub struct LogStats {
     /// fdatasync calls of this log's own (the device flushes logs share are counted by
     /// `device_flush::rounds`).
     pub fdatasyncs: u64,
+    /// Shared device flushes of the thread (`device_flush::rounds`; set by the shard's
+    /// aggregate, 0 for one log).
+    pub device_flushes: u64,
+    /// Flushes made durable by them (`device_flush::joined`; as `device_flushes`).
+    pub device_flush_writes: u64,
     /// Segments rolled.
     pub rolls: u64,
     /// Reads from disk (read-aheads included).

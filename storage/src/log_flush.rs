@@ -54,8 +54,10 @@ struct WriteOp {
     last_index: RaftIndex,
     next_offset: KafkaOffset,
     /// End of the blocks written and durable before this flush (`Tail::zeroed_to`): a
-    /// data write below it needs only a device flush (`device_flush`), if O_DIRECT.
+    /// data write below it needs only a device flush (`device_flush`), if `direct_io`.
     written_to: u64,
+    /// The log does O_DIRECT on a filesystem that overwrites in place, and its config
+    /// lets it share device flushes.
     direct_io: bool,
 }
 
@@ -148,7 +150,7 @@ impl Log {
                 last_index: seg.meta.last_index.unwrap_or(RaftIndex(0)),
                 next_offset: seg.meta.next_offset,
                 written_to: tail.zeroed_to,
-                direct_io: self.direct_io,
+                direct_io: self.direct_io && self.config.borrow().shared_device_flush,
             });
         }
         if ops.is_empty() {

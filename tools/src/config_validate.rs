@@ -114,6 +114,7 @@ const KEYS: &[(&str, Kind)] = &[
         },
     ),
     ("allow_buffered_io", Kind::Bool),
+    ("shared_device_flush", Kind::Bool),
     (
         "segment_bytes",
         Kind::Int {

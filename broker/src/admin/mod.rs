@@ -174,6 +174,20 @@ pub fn render_metrics(shards: &[ShardSnapshot]) -> String {
         true,
     );
     per_shard(
+        "strand_storage_device_flushes",
+        "fdatasync calls that made several partitions durable at once (one device cache flush; counted in strand_storage_fdatasync too)",
+        &mut reg,
+        &|s| s.storage.device_flushes,
+        true,
+    );
+    per_shard(
+        "strand_storage_device_flush_writes",
+        "Partition flushes made durable by a shared device flush",
+        &mut reg,
+        &|s| s.storage.device_flush_writes,
+        true,
+    );
+    per_shard(
         "strand_storage_segment_rolls",
         "Segments rolled",
         &mut reg,

@@ -424,6 +424,7 @@ async fn start_controller<H: ClusterHost>(
     }
     let lc = LogConfig {
         allow_buffered_io: c.allow_buffered_io,
+        shared_device_flush: c.shared_device_flush,
         ..LogConfig::default()
     };
     let cache = Rc::new(strand_storage::BatchCache::new(16 << 20));

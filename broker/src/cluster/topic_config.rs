@@ -307,6 +307,7 @@ pub fn log_config(broker: &Config, overrides: &BTreeMap<String, String>) -> (Log
     let mut lc = LogConfig {
         segment_bytes: broker.segment_bytes,
         allow_buffered_io: broker.allow_buffered_io,
+        shared_device_flush: broker.shared_device_flush,
         flush_min_interval_us: broker.group_commit_min_interval_us,
         ..LogConfig::default()
     };

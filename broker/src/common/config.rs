@@ -220,6 +220,11 @@ pub struct Flags {
     /// predictable latency; for tmpfs test setups).
     #[arg(long, env = "STRAND_ALLOW_BUFFERED_IO")]
     pub allow_buffered_io: Option<bool>,
+    /// Let a shard's partitions whose writes land in blocks already written share one
+    /// fdatasync (one device cache flush) instead of one each; only ever on ext4 or XFS
+    /// with O_DIRECT. Default true; false syncs every partition's file on its own.
+    #[arg(long, env = "STRAND_SHARED_DEVICE_FLUSH")]
+    pub shared_device_flush: Option<bool>,
     /// Default `segment.bytes` of new partitions.
     #[arg(long, env = "STRAND_SEGMENT_BYTES")]
     pub segment_bytes: Option<u64>,
@@ -516,6 +521,7 @@ struct FileConfig {
     auto_create_topics: Option<bool>,
     num_partitions: Option<i32>,
     allow_buffered_io: Option<bool>,
+    shared_device_flush: Option<bool>,
     segment_bytes: Option<u64>,
     group_commit_min_interval_us: Option<u64>,
     produce_slow_log_ms: Option<u64>,
@@ -823,6 +829,8 @@ pub struct Config {
     pub num_partitions: i32,
     /// Buffered I/O allowed.
     pub allow_buffered_io: bool,
+    /// Partitions' flushes may share a device flush (`storage::device_flush`).
+    pub shared_device_flush: bool,
     /// Default `segment.bytes`.
     pub segment_bytes: u64,
     /// Least microseconds between two flush starts of a partition (0: none).
@@ -1025,6 +1033,10 @@ impl Config {
                 .allow_buffered_io
                 .or(file.allow_buffered_io)
                 .unwrap_or(false),
+            shared_device_flush: flags
+                .shared_device_flush
+                .or(file.shared_device_flush)
+                .unwrap_or(true),
             segment_bytes: flags
                 .segment_bytes
                 .or(file.segment_bytes)

@@ -558,7 +558,9 @@ impl Shard {
             log_bytes += p.log().size_bytes();
         }
         // The device flushes this shard's logs shared (one fdatasync for many partitions).
-        storage.fdatasyncs += strand_storage::device_flush::rounds();
+        storage.device_flushes = strand_storage::device_flush::rounds();
+        storage.fdatasyncs += storage.device_flushes;
+        storage.device_flush_writes = strand_storage::device_flush::joined();
         let requests = self
             .api_names
             .iter()
