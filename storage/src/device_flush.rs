@@ -131,10 +131,17 @@ pub fn covered() -> u64 {
 /// One round: an fdatasync of the first waiter's file, then every waiter of the round is
 /// answered, and the tasks waiting for the next round are woken (one of them leads it).
 async fn run_round(round: Vec<(SharedFile, SlotRef)>) {
-    let result = match round.first() {
-        Some((file, _)) => file.fdatasync().await,
+    let mut guard = RoundGuard(Some(round));
+    let first = guard
+        .0
+        .as_ref()
+        .and_then(|r| r.first())
+        .map(|w| w.0.clone());
+    let result = match first {
+        Some(file) => file.fdatasync().await,
         None => Ok(()),
     };
+    let round = guard.0.take().unwrap_or_default();
     for (_, slot) in round {
         let mut s = slot.borrow_mut();
         s.answer = Some(clone_result(&result));
@@ -152,6 +159,34 @@ async fn run_round(round: Vec<(SharedFile, SlotRef)>) {
     });
     for w in next {
         w.wake();
+    }
+}
+
+/// A running round's waiters until it is answered. If the leading task is dropped while
+/// the round's fdatasync runs (the flush that led it was cancelled), they go back to the
+/// waiting list and are woken, and the round no longer counts as running: one of them
+/// leads the next, rather than every later flush of the shard waiting for ever.
+struct RoundGuard(Option<Vec<(SharedFile, SlotRef)>>);
+
+impl Drop for RoundGuard {
+    fn drop(&mut self) {
+        let Some(round) = self.0.take() else {
+            return;
+        };
+        let wake: Vec<Waker> = GROUP.with(|g| {
+            let mut g = g.borrow_mut();
+            g.in_flight = false;
+            let mut waiting = round;
+            waiting.append(&mut g.waiting);
+            g.waiting = waiting;
+            g.waiting
+                .iter()
+                .filter_map(|(_, s)| s.borrow_mut().waker.take())
+                .collect()
+        });
+        for w in wake {
+            w.wake();
+        }
     }
 }
 
@@ -181,5 +216,67 @@ fn clone_result(r: &Result<(), IoFault>) -> Result<(), IoFault> {
             e.kind(),
             format!("device flush: {e}"),
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::path::Path;
+    use std::rc::Rc;
+    use std::task::{Context, Poll};
+
+    use super::*;
+    use crate::io::{SegmentFile, WriteSync};
+    use crate::io_sim::{block_on, DiskOptions, SimDisk};
+
+    fn file(d: &SimDisk, name: &str) -> SharedFile {
+        d.mkdir(Path::new("/d")).ok();
+        let f = block_on(SegmentFile::create(
+            &Path::new("/d").join(name),
+            WriteSync::Fdatasync,
+        ))
+        .expect("create");
+        Rc::new(f)
+    }
+
+    #[test]
+    fn writes_waiting_while_a_round_runs_share_the_next_and_a_dropped_leader_hands_over() {
+        let d = SimDisk::new(
+            7,
+            DiskOptions {
+                slow_syncs: true,
+                ..DiskOptions::default()
+            },
+        );
+        let _e = d.enter();
+        let (a, b, c) = (file(&d, "a"), file(&d, "b"), file(&d, "c"));
+        let waker = futures::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        let before = (rounds(), joined());
+        // a leads a round; its fdatasync yields once (slow syncs).
+        let mut fa = Box::pin(after_write(&a));
+        assert!(fa.as_mut().poll(&mut cx).is_pending());
+        // b and c complete their writes meanwhile: they wait for the next round.
+        let mut waiters = vec![Box::pin(after_write(&b)), Box::pin(after_write(&c))];
+        for w in &mut waiters {
+            assert!(w.as_mut().poll(&mut cx).is_pending());
+        }
+        // The leader is dropped in the middle of its round: the round is not lost.
+        drop(fa);
+        let mut answered = [false, false];
+        for _ in 0..10 {
+            for (w, done) in waiters.iter_mut().zip(&mut answered) {
+                if !*done {
+                    if let Poll::Ready(r) = w.as_mut().poll(&mut cx) {
+                        r.expect("durable");
+                        *done = true;
+                    }
+                }
+            }
+        }
+        assert_eq!(answered, [true, true], "b and c were answered");
+        // a's dropped round, then one round for a, b and c together.
+        assert_eq!((rounds() - before.0, joined() - before.1), (2, 4));
     }
 }
