@@ -330,17 +330,7 @@ async fn files_sync_latency(work: &Path, samples: usize, shared: bool) -> anyhow
     for i in 0..SYNC_FILES {
         let path = work.join(format!("raw-files-{i}"));
         let file = SegmentFile::create(&path, sync).await?;
-        let mut pos = 0;
-        while pos < total {
-            let n = (total - pos).min(zeros.len() as u64).next_multiple_of(4096);
-            file.write_aligned(pos, &zeros[..n as usize])
-                .await
-                .map_err(|e| anyhow::anyhow!("{e:?}"))?;
-            pos += n;
-        }
-        file.fdatasync()
-            .await
-            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        write_zeros_synced(&file, total, &zeros).await?;
         files.push((path, file));
     }
     let data = vec![0x5Au8; WRITE_BYTES];
@@ -368,6 +358,20 @@ async fn files_sync_latency(work: &Path, samples: usize, shared: bool) -> anyhow
     Ok(lat)
 }
 
+/// Writes `zeros` over the first `total` bytes of `file` (rounded up to 4 KiB), then
+/// fdatasyncs: later writes there land in written blocks.
+async fn write_zeros_synced(file: &SegmentFile, total: u64, zeros: &[u8]) -> anyhow::Result<()> {
+    let mut pos = 0;
+    while pos < total {
+        let n = (total - pos).min(zeros.len() as u64).next_multiple_of(4096);
+        file.write_aligned(pos, &zeros[..n as usize])
+            .await
+            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        pos += n;
+    }
+    file.fdatasync().await.map_err(|e| anyhow::anyhow!("{e:?}"))
+}
+
 /// Appends of `size` bytes at increasing positions, each followed by fdatasync, into
 /// `fallocate`d space, or (`zeroed`) into blocks written with zeros and synced first.
 async fn sync_latency(
@@ -383,18 +387,7 @@ async fn sync_latency(
         .await
         .map_err(|e| anyhow::anyhow!("{e:?}"))?;
     if zeroed {
-        let zeros = vec![0u8; 1 << 20];
-        let mut pos = 0;
-        while pos < total {
-            let n = (total - pos).min(zeros.len() as u64).next_multiple_of(4096);
-            file.write_aligned(pos, &zeros[..n as usize])
-                .await
-                .map_err(|e| anyhow::anyhow!("{e:?}"))?;
-            pos += n;
-        }
-        file.fdatasync()
-            .await
-            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        write_zeros_synced(&file, total, &vec![0u8; 1 << 20]).await?;
     }
     let data = vec![0x5Au8; size];
     let mut lat = Latency::new();

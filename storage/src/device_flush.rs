@@ -64,14 +64,9 @@ impl Drop for Writing {
                 return Vec::new();
             }
             // A waiter whose awaited writes have all ended may lead the next round.
-            g.waiting
-                .iter()
-                .filter_map(|(_, s)| s.borrow_mut().waker.take())
-                .collect()
+            take_wakers(&g)
         });
-        for w in wake {
-            w.wake();
-        }
+        wake_all(wake);
     }
 }
 
@@ -152,12 +147,22 @@ async fn run_round(round: Vec<(SharedFile, SlotRef)>) {
     let next: Vec<Waker> = GROUP.with(|g| {
         let mut g = g.borrow_mut();
         g.in_flight = false;
-        g.waiting
-            .iter()
-            .filter_map(|(_, s)| s.borrow_mut().waker.take())
-            .collect()
+        take_wakers(&g)
     });
-    for w in next {
+    wake_all(next);
+}
+
+/// The wakers of the tasks waiting for the next round (each woken once).
+fn take_wakers(g: &Group) -> Vec<Waker> {
+    g.waiting
+        .iter()
+        .filter_map(|(_, s)| s.borrow_mut().waker.take())
+        .collect()
+}
+
+/// Wakes `wakers`, outside the group's borrow (a woken task may poll at once).
+fn wake_all(wakers: Vec<Waker>) {
+    for w in wakers {
         w.wake();
     }
 }
@@ -179,14 +184,9 @@ impl Drop for RoundGuard {
             let mut waiting = round;
             waiting.append(&mut g.waiting);
             g.waiting = waiting;
-            g.waiting
-                .iter()
-                .filter_map(|(_, s)| s.borrow_mut().waker.take())
-                .collect()
+            take_wakers(&g)
         });
-        for w in wake {
-            w.wake();
-        }
+        wake_all(wake);
     }
 }
 

@@ -90,11 +90,7 @@ fn describe(
             if !all && !dynamic {
                 continue;
             }
-            let value = if c.is_sensitive {
-                "(sensitive)".to_string()
-            } else {
-                c.value.as_ref().map_or("-", |v| v.as_str()).to_string()
-            };
+            let value = crate::topic::shown_value(c);
             table.row(vec![
                 c.name.to_string(),
                 value,

@@ -253,11 +253,7 @@ fn describe(client: &mut KafkaClient, name: &str, all_configs: bool) -> Result<S
             if !all_configs && c.config_source != SOURCE_TOPIC {
                 continue;
             }
-            let value = if c.is_sensitive {
-                "(sensitive)".to_string()
-            } else {
-                c.value.as_ref().map_or("-", |v| v.as_str()).to_string()
-            };
+            let value = shown_value(c);
             configs.row(vec![
                 c.name.to_string(),
                 value,
@@ -323,6 +319,17 @@ fn compaction(admin: &str, name: &str) -> String {
         return format!("\ncompaction: no partition of {name} on the node at {admin}\n");
     }
     format!("\ncompaction (node at {admin}):\n{}", table.render())
+}
+
+/// A described config's value as printed: hidden when sensitive, `-` when null.
+pub fn shown_value(
+    c: &kafka_protocol::messages::describe_configs_response::DescribeConfigsResourceResult,
+) -> String {
+    if c.is_sensitive {
+        "(sensitive)".to_string()
+    } else {
+        c.value.as_ref().map_or("-", |v| v.as_str()).to_string()
+    }
 }
 
 /// Kafka's name of a DescribeConfigs `config_source`.
