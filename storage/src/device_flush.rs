@@ -35,8 +35,6 @@ struct Group {
     waiting: Vec<(SharedFile, SlotRef)>,
     /// Rounds run on this thread.
     rounds: u64,
-    /// Writes made durable by another file's fdatasync (a round's waiters but its first).
-    covered: u64,
     /// Writes made durable by rounds (every waiter of every round).
     joined: u64,
     /// Writes begun ([`begin_write`]) and ended so far: a round waits for the writes begun
@@ -97,7 +95,6 @@ pub async fn after_write(file: &SharedFile) -> Result<(), IoFault> {
             }
             g.in_flight = true;
             g.rounds += 1;
-            g.covered += g.waiting.len().saturating_sub(1) as u64;
             g.joined += g.waiting.len() as u64;
             Some(std::mem::take(&mut g.waiting))
         });
@@ -118,9 +115,13 @@ pub fn joined() -> u64 {
     GROUP.with(|g| g.borrow().joined)
 }
 
-/// Writes made durable on this thread by another file's fdatasync so far.
+/// Writes made durable on this thread by another file's fdatasync so far: every waiter
+/// of a round but the one whose file it synced (a round always holds its leader).
 pub fn covered() -> u64 {
-    GROUP.with(|g| g.borrow().covered)
+    GROUP.with(|g| {
+        let g = g.borrow();
+        g.joined - g.rounds
+    })
 }
 
 /// One round: an fdatasync of the first waiter's file, then every waiter of the round is
