@@ -893,17 +893,23 @@ fn is_tmpfs(dir: &Path) -> Result<bool, StorageError> {
     Ok(fs_magic(dir)? == libc::TMPFS_MAGIC)
 }
 
-/// Whether an O_DIRECT overwrite of written blocks in `dir` changes no metadata, so that a
-/// device cache flush makes it durable (`device_flush`): ext4 and XFS overwrite in place;
-/// copy-on-write filesystems (btrfs, ZFS) allocate new blocks on every write, and anything
-/// else is not assumed to. Off the shard's thread; the simulated disk models ext4.
-pub async fn overwrites_in_place(dir: &Path) -> bool {
+/// The device (`st_dev`) holding `dir` when an O_DIRECT overwrite of written blocks there
+/// changes no metadata, so that a device cache flush makes it durable (`device_flush`):
+/// ext4 and XFS overwrite in place; copy-on-write filesystems (btrfs, ZFS) allocate new
+/// blocks on every write, and anything else is not assumed to (`None`). Off the shard's
+/// thread; the simulated disk models ext4 on one device (0).
+pub async fn in_place_device(dir: &Path) -> Option<u64> {
     if sim().is_some() {
-        return true;
+        return Some(0);
     }
     let dir = dir.to_path_buf();
     off_shard(move || {
-        fs_magic(&dir).is_ok_and(|m| m == libc::EXT4_SUPER_MAGIC || m == libc::XFS_SUPER_MAGIC)
+        use std::os::unix::fs::MetadataExt;
+        let in_place =
+            fs_magic(&dir).is_ok_and(|m| m == libc::EXT4_SUPER_MAGIC || m == libc::XFS_SUPER_MAGIC);
+        in_place
+            .then(|| std::fs::metadata(&dir).ok().map(|m| m.dev()))
+            .flatten()
     })
     .await
 }

@@ -207,11 +207,11 @@ pub struct Log {
     /// Where the next read by Kafka offset starts if its reader reads in order (segment,
     /// position), as the last read from disk predicted (`read_ahead`).
     pub(crate) read_next: std::cell::Cell<Option<(RaftIndex, FilePos)>>,
-    /// The directory does O_DIRECT on a filesystem that overwrites in place
-    /// (`io::overwrites_in_place`): only then may a flush join the shard's device flush
-    /// (`device_flush`; a buffered write's pages, or a copy-on-write filesystem's new
-    /// blocks, need their own file's sync).
-    pub(crate) direct_io: bool,
+    /// The device of the directory when it does O_DIRECT on a filesystem that overwrites
+    /// in place (`io::in_place_device`): only then may a flush join the shard's device
+    /// flush of that device (`device_flush`; a buffered write's pages, or a copy-on-write
+    /// filesystem's new blocks, need their own file's sync).
+    pub(crate) flush_device: Option<u64>,
 }
 
 impl Drop for Log {

@@ -54,11 +54,11 @@ struct WriteOp {
     last_index: RaftIndex,
     next_offset: KafkaOffset,
     /// End of the blocks written and durable before this flush (`Tail::zeroed_to`): a
-    /// data write below it needs only a device flush (`device_flush`), if `direct_io`.
+    /// data write below it needs only a device flush (`device_flush`), if `flush_device`.
     written_to: u64,
-    /// The log does O_DIRECT on a filesystem that overwrites in place, and its config
-    /// lets it share device flushes.
-    direct_io: bool,
+    /// The device of the log's directory when it does O_DIRECT on a filesystem that
+    /// overwrites in place and its config lets it share device flushes.
+    flush_device: Option<u64>,
 }
 
 /// A segment whose write and fdatasync succeeded.
@@ -150,7 +150,9 @@ impl Log {
                 last_index: seg.meta.last_index.unwrap_or(RaftIndex(0)),
                 next_offset: seg.meta.next_offset,
                 written_to: tail.zeroed_to,
-                direct_io: self.direct_io && self.config.borrow().shared_device_flush,
+                flush_device: self
+                    .flush_device
+                    .filter(|_| self.config.borrow().shared_device_flush),
             });
         }
         if ops.is_empty() {
@@ -347,7 +349,7 @@ async fn run_op(
             return Ok(0);
         };
         // A device flush about to begin waits for this write to join it.
-        let _writing = shared.then(crate::device_flush::begin_write);
+        let _writing = shared.map(|_| crate::device_flush::begin_write());
         let _first = crate::budget::ForegroundWrite::begin();
         let len = bytes.write_len();
         // From the tail's memory as it is when one chunk holds it all (the usual case),
@@ -390,21 +392,22 @@ async fn run_op(
     Ok((file, prealloc, zeroed_to, finalized))
 }
 
-/// Whether `op`'s data write needs only the device flush the shard's logs share: an
-/// O_DIRECT write (a buffered one's pages would wait for their own file's sync) that lands
-/// in blocks written and durable before (no extent to convert, no size change: the file
-/// was preallocated past them) and nothing else of the op (a new file, a preallocation,
-/// zeros) needs the file synced.
-fn joins_device_flush(op: &WriteOp, file: &SegmentFile, zeroing: bool) -> bool {
-    op.direct_io
-        && file.sync_mode() == WriteSync::Fdatasync
-        && op.file.is_some()
-        && op.preallocate_to.is_none()
-        && !zeroing
-        && op.data.as_ref().is_some_and(|d| {
-            op.pos + d.write_len() as u64 <= op.written_to
-                || crate::io_sim::planted("shared-flush-anywhere")
-        })
+/// The device whose flush, shared by the shard's logs on it, is all that `op`'s data write
+/// needs: so for an O_DIRECT write (a buffered one's pages would wait for their own file's
+/// sync) that lands in blocks written and durable before (no extent to convert, no size
+/// change: the file was preallocated past them) when nothing else of the op (a new file, a
+/// preallocation, zeros) needs the file synced; `None` otherwise.
+fn joins_device_flush(op: &WriteOp, file: &SegmentFile, zeroing: bool) -> Option<u64> {
+    op.flush_device.filter(|_| {
+        file.sync_mode() == WriteSync::Fdatasync
+            && op.file.is_some()
+            && op.preallocate_to.is_none()
+            && !zeroing
+            && op.data.as_ref().is_some_and(|d| {
+                op.pos + d.write_len() as u64 <= op.written_to
+                    || crate::io_sim::planted("shared-flush-anywhere")
+            })
+    })
 }
 
 /// Makes an op's completed writes durable: the shared device flush, or this file's own
@@ -412,11 +415,11 @@ fn joins_device_flush(op: &WriteOp, file: &SegmentFile, zeroing: bool) -> bool {
 /// `O_DSYNC` already is.
 async fn make_durable(
     file: &SharedFile,
-    shared: bool,
+    shared: Option<u64>,
     out: &mut FlushOutcome,
 ) -> Result<(), IoFault> {
-    if shared {
-        return crate::device_flush::after_write(file).await;
+    if let Some(device) = shared {
+        return crate::device_flush::after_write(file, device).await;
     }
     if file.sync_mode() == WriteSync::Fdatasync && !crate::io_sim::planted("drop-dsync") {
         file.fdatasync().await?;

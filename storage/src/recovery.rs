@@ -56,13 +56,13 @@ impl Log {
             .validate()
             .map_err(|e| StorageError::Environment(format!("bad log config: {e}")))?;
         io::create_dir_all(dir).await?;
-        let direct_io = match io::probe_direct_io(dir).await {
+        let flush_device = match io::probe_direct_io(dir).await {
             // Writes may join the shard's device flush only where an overwrite changes no
             // metadata (`device_flush`); elsewhere each log syncs its own file.
-            Ok(()) => io::overwrites_in_place(dir).await,
+            Ok(()) => io::in_place_device(dir).await,
             Err(e) if config.allow_buffered_io => {
                 tracing::warn!(dir = %dir.display(), error = %e, "using buffered i/o as configured");
-                false
+                None
             }
             Err(e) => return Err(e),
         };
@@ -130,7 +130,7 @@ impl Log {
             log_start_write: futures::lock::Mutex::new(()),
             files_lock: futures::lock::Mutex::new(()),
             read_next: std::cell::Cell::new(None),
-            direct_io,
+            flush_device,
             st: std::cell::RefCell::new(State {
                 segments,
                 log_start_offset,
