@@ -1,9 +1,10 @@
 //! `--protocol native`: load through Strand's native protocol with `strand-client`.
 //!
 //! Batches are encoded exactly as for the Kafka driver (`kafka_driver::encode_batch`) and
-//! sent with [`strand_client::Client::produce_batch`] straight to the shard that owns each
-//! partition, one request per batch, at most `max_in_flight` requests per producer (the
-//! Kafka driver bounds per connection; with one shard per connection they agree). Topic
+//! sent with [`strand_client::Client::produce_batches`] straight to the shards that own
+//! their partitions: what the harness sends at once goes as one request per shard (as the
+//! Kafka driver sends one Produce per broker), at most `max_in_flight` such sends in flight
+//! per producer. Topic
 //! creation and deletion use the node's Kafka listener, which the handshake announces:
 //! the native protocol has no topic administration.
 //! Consumed bytes count keys and values (the client decodes records), not batch bytes.
@@ -12,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use strand_client::{Client, ClientConfig, Consumer, ConsumerConfig, Offset};
+use strand_client::{Client, ClientConfig, Consumer, ConsumerConfig, Offset, TopicBatch};
 use tokio::sync::Semaphore;
 
 use crate::driver::{
@@ -136,43 +137,53 @@ impl ProduceSession for NativeProducer {
                 Acks::Leader => strand_client::Acks::Leader,
                 Acks::All => strand_client::Acks::All,
             };
-            let mut sent = Vec::with_capacity(batches.len());
-            for (i, batch) in batches.iter().enumerate() {
-                let bytes = encode_batch(batch, self.opts.codec, &mut self.buf)?;
-                let permit = self
-                    .slots
-                    .clone()
-                    .acquire_owned()
-                    .await
-                    .map_err(|_| DriverError::Protocol("producer closed".into()))?;
-                let client = self.client.clone();
-                let topic = self.opts.topic.clone();
-                let partition = batch.partition;
-                let sent_at = Instant::now();
-                let task = tokio::spawn(async move {
-                    let r = client
-                        .produce_batch(&topic, partition, acks, bytes, PRODUCE_TIMEOUT)
-                        .await;
-                    drop(permit);
-                    (r, Instant::now())
-                });
-                let answer = Box::pin(async move {
-                    let (r, at) = task
-                        .await
-                        .map_err(|e| DriverError::Protocol(format!("send task: {e}")))?;
-                    let failed = match r {
-                        Ok(_) => Vec::new(),
-                        Err(e) => vec![(i, client_error(e))],
-                    };
-                    Ok(Acked { at, failed })
-                });
-                sent.push(SentRequest {
-                    batch_indices: vec![i],
-                    sent_at,
-                    answer,
-                });
+            let mut encoded = Vec::with_capacity(batches.len());
+            for batch in batches {
+                encoded.push((
+                    batch.partition,
+                    encode_batch(batch, self.opts.codec, &mut self.buf)?,
+                ));
             }
-            Ok(sent)
+            let permit = self
+                .slots
+                .clone()
+                .acquire_owned()
+                .await
+                .map_err(|_| DriverError::Protocol("producer closed".into()))?;
+            let client = self.client.clone();
+            let topic = self.opts.topic.clone();
+            let sent_at = Instant::now();
+            let task = tokio::spawn(async move {
+                let batches: Vec<TopicBatch<'_>> = encoded
+                    .into_iter()
+                    .map(|(partition, batch)| TopicBatch {
+                        topic: &topic,
+                        partition,
+                        batch,
+                    })
+                    .collect();
+                let r = client
+                    .produce_batches(acks, &batches, PRODUCE_TIMEOUT)
+                    .await;
+                drop(permit);
+                (r, Instant::now())
+            });
+            let answer = Box::pin(async move {
+                let (results, at) = task
+                    .await
+                    .map_err(|e| DriverError::Protocol(format!("send task: {e}")))?;
+                let failed = results
+                    .into_iter()
+                    .enumerate()
+                    .filter_map(|(i, r)| r.err().map(|e| (i, client_error(e))))
+                    .collect();
+                Ok(Acked { at, failed })
+            });
+            Ok(vec![SentRequest {
+                batch_indices: (0..batches.len()).collect(),
+                sent_at,
+                answer,
+            }])
         })
     }
 }

@@ -84,6 +84,17 @@ pub(crate) struct Inner {
     conns: tokio::sync::Mutex<HashMap<u16, Arc<Connection>>>,
 }
 
+/// One pre-built Kafka RecordBatch v2 for a partition ([`Client::produce_batches`]).
+#[derive(Debug, Clone)]
+pub struct TopicBatch<'a> {
+    /// Topic.
+    pub topic: &'a str,
+    /// Partition.
+    pub partition: i32,
+    /// The batch.
+    pub batch: bytes::Bytes,
+}
+
 /// A handle to a Strand node; cheap to clone and share across tasks.
 #[derive(Clone)]
 pub struct Client {
@@ -192,35 +203,107 @@ impl Client {
         batch: bytes::Bytes,
         timeout: Duration,
     ) -> Result<i64> {
-        let conn = self.shard_connection(topic, partition).await?;
-        let req = BodyT::ProduceRequest(Box::new(ProduceRequestT {
-            acks: acks.wire(),
-            timeout_ms: i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX),
-            partitions: Some(vec![ProducePartitionT {
-                topic: Some(topic.to_string()),
-                partition,
-                records: Some(batch.to_vec()),
-            }]),
-        }));
-        if acks == crate::Acks::None {
-            conn.send_only(req).await?;
-            return Ok(-1);
+        let batches = [TopicBatch {
+            topic,
+            partition,
+            batch,
+        }];
+        let mut results = self.produce_batches(acks, &batches, timeout).await;
+        results
+            .pop()
+            .unwrap_or_else(|| Err(Error::Protocol("produce answered nothing".into())))
+    }
+
+    /// Sends pre-built batches of many partitions: one request to each shard that owns
+    /// some of them (its partitions answered together, as a Kafka broker answers one
+    /// Produce of many partitions), every shard at once. Returns each batch's base offset
+    /// (-1 with `Acks::None`) or error, in the order given. No retry; a "moved" answer
+    /// updates the shard map before its error is returned.
+    pub async fn produce_batches(
+        &self,
+        acks: crate::Acks,
+        batches: &[TopicBatch<'_>],
+        timeout: Duration,
+    ) -> Vec<Result<i64>> {
+        let mut results: Vec<Result<i64>> = vec![Ok(-1); batches.len()];
+        // (connection, indexes of its batches), in the order shards are first met.
+        let mut groups: Vec<(Arc<Connection>, Vec<usize>)> = Vec::new();
+        for (i, b) in batches.iter().enumerate() {
+            match self.shard_connection(b.topic, b.partition).await {
+                Ok(conn) => match groups.iter_mut().find(|(c, _)| Arc::ptr_eq(c, &conn)) {
+                    Some((_, members)) => members.push(i),
+                    None => groups.push((conn, vec![i])),
+                },
+                Err(e) => results[i] = Err(e),
+            }
         }
-        let BodyT::ProduceResponse(r) = conn.request(req, timeout).await? else {
-            return Err(Error::Protocol(
-                "produce answered with another message".into(),
-            ));
-        };
-        let p = r
-            .partitions
-            .and_then(|mut v| v.pop())
-            .ok_or_else(|| Error::Protocol("produce response without the partition".into()))?;
-        match p.error {
+        let sends = groups.into_iter().map(|(conn, members)| async move {
+            let req = BodyT::ProduceRequest(Box::new(ProduceRequestT {
+                acks: acks.wire(),
+                timeout_ms: i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX),
+                partitions: Some(
+                    members
+                        .iter()
+                        .map(|&i| ProducePartitionT {
+                            topic: Some(batches[i].topic.to_string()),
+                            partition: batches[i].partition,
+                            records: Some(batches[i].batch.to_vec()),
+                        })
+                        .collect(),
+                ),
+            }));
+            let answer = if acks == crate::Acks::None {
+                conn.send_only(req).await.map(|()| None)
+            } else {
+                conn.request(req, timeout).await.map(Some)
+            };
+            (members, answer)
+        });
+        for (members, answer) in futures::future::join_all(sends).await {
+            let answered = match answer {
+                Ok(None) => continue,
+                Ok(Some(BodyT::ProduceResponse(r))) => r.partitions.unwrap_or_default(),
+                Ok(Some(_)) => {
+                    let e = Error::Protocol("produce answered with another message".into());
+                    for i in members {
+                        results[i] = Err(e.clone());
+                    }
+                    continue;
+                }
+                Err(e) => {
+                    for i in members {
+                        results[i] = Err(e.clone());
+                    }
+                    continue;
+                }
+            };
+            for (n, i) in members.into_iter().enumerate() {
+                let b = &batches[i];
+                // The broker answers the partitions in the order asked.
+                results[i] = match answered.get(n) {
+                    Some(p)
+                        if p.partition == b.partition && p.topic.as_deref() == Some(b.topic) =>
+                    {
+                        self.partition_result(b.topic, p)
+                    }
+                    _ => Err(Error::Protocol(format!(
+                        "produce response without {}-{}",
+                        b.topic, b.partition
+                    ))),
+                };
+            }
+        }
+        results
+    }
+
+    /// A produce answer's outcome for one partition; a "moved" error updates the map.
+    fn partition_result(&self, topic: &str, p: &ProducePartitionResultT) -> Result<i64> {
+        match &p.error {
             Some(e) => {
                 if e.moved_to_shard >= 0 {
-                    self.moved(topic, partition, e.moved_to_shard, e.moved_to_port);
+                    self.moved(topic, p.partition, e.moved_to_shard, e.moved_to_port);
                 }
-                Err(Error::from_wire(&e))
+                Err(Error::from_wire(e))
             }
             None => Ok(p.base_offset),
         }

@@ -47,7 +47,7 @@ mod producer;
 mod records;
 mod tls;
 
-pub use client::{Client, ClientConfig};
+pub use client::{Client, ClientConfig, TopicBatch};
 pub use consumer::{ConsumedRecord, Consumer, ConsumerConfig, Offset};
 pub use error::{Error, Result};
 pub use producer::{

@@ -8,7 +8,9 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::time::Duration;
 
-use strand_client::{Client, ClientConfig, ConsumerConfig, Offset, ProducerConfig, ProducerRecord};
+use strand_client::{
+    Acks, Client, ClientConfig, ConsumerConfig, Offset, ProducerConfig, ProducerRecord, TopicBatch,
+};
 use strand_tests::broker::{Broker, Options};
 use strand_wire::native::generated::*;
 use strand_wire::native::{
@@ -133,6 +135,72 @@ fn native_traffic_never_hops_shards_and_kafka_offsets_match() {
             2,
             "one connection per shard"
         );
+    });
+}
+
+/// One Kafka RecordBatch v2 holding `value`.
+fn one_record_batch(value: &str) -> bytes::Bytes {
+    let mut b = strand_wire::BatchBuilder::new(1_700_000_000_000);
+    b.push(0, None, Some(value.as_bytes()), &[]);
+    b.build()
+}
+
+#[test]
+fn batches_of_many_partitions_go_as_one_request_per_shard_each_answered() {
+    let broker = Broker::start(
+        tmp(),
+        Options {
+            smp: 2,
+            num_partitions: 8,
+            ..Options::default()
+        },
+    );
+    runtime().block_on(async {
+        let c = client(&broker).await;
+        assert_eq!(c.partition_count("many").await.expect("created"), 8);
+        let send = |round: usize, partitions: i32| {
+            let c = c.clone();
+            async move {
+                let batches: Vec<TopicBatch<'_>> = (0..partitions)
+                    .map(|p| TopicBatch {
+                        topic: "many",
+                        partition: p,
+                        batch: one_record_batch(&format!("r{round}-p{p}")),
+                    })
+                    .collect();
+                c.produce_batches(Acks::All, &batches, Duration::from_secs(10))
+                    .await
+            }
+        };
+        // Every partition, and one that does not exist: its error is its own.
+        let first = send(0, 9).await;
+        assert!(
+            matches!(
+                first[8],
+                Err(strand_client::Error::UnknownPartition { partition: 8, .. })
+            ),
+            "{:?}",
+            first[8]
+        );
+        let requests_before = broker.metric_sum("strand_native_requests_total");
+        let second = send(1, 8).await;
+        let requests = broker.metric_sum("strand_native_requests_total") - requests_before;
+        assert_eq!(requests, 2.0, "one produce request per shard");
+        for (p, (a, b)) in first.iter().zip(&second).enumerate() {
+            assert_eq!(a.as_ref().ok(), Some(&0), "partition {p}: {a:?}");
+            assert_eq!(b.as_ref().ok(), Some(&1), "partition {p}: {b:?}");
+        }
+        let records = consume_all(&c, "many", 16).await;
+        let mut values: Vec<String> = records
+            .iter()
+            .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned())
+            .collect();
+        values.sort();
+        let mut want: Vec<String> = (0..2)
+            .flat_map(|round| (0..8).map(move |p| format!("r{round}-p{p}")))
+            .collect();
+        want.sort();
+        assert_eq!(values, want);
     });
 }
 
