@@ -12,7 +12,7 @@ export STRAND_REQUIRE_CLIENTS := 1
 export STRAND_REQUIRE_ROOT_TESTS := 1
 endif
 
-.PHONY: build run run-cluster test compat compat-cluster diff bench bench-kafka bench-suite bench-cluster fmt lint deps soak fuzz gen clean install sim sim-storage
+.PHONY: build run run-cluster test compat compat-cluster diff bench bench-kafka bench-suite bench-cluster bench-goals fmt lint deps soak fuzz gen clean install sim sim-storage
 
 build:
 	$(CARGO) build --release --workspace
@@ -112,6 +112,13 @@ gen:
 bench-suite:
 	$(CARGO) build --release -p strand-broker -p strand-bench
 	BENCH_DATA_DIR=$(abspath $(DATA_DIR))/bench-suite bench/suite.sh
+
+## bench-goals: every goal of issue 25 (engine, produce/consume against Kafka and Tansu, cold
+## consume, open loop, native against the gateway, 3 nodes) in one sitting, about 25 minutes;
+## outputs and summary.txt in target/bench-goals/<time>/.
+bench-goals:
+	$(CARGO) build --release -p strand-broker -p strand-bench -p strandctl
+	bench/goals.sh
 
 ## bench-cluster: 3-node RF=3 acks=all produce latency next to the physics (fdatasync p99 +
 ## 2 x loopback RTT p99) and the CPU/memory cost of idle partitions (IDLE_COUNTS="1000 10000")

@@ -153,10 +153,13 @@ def main() -> int:
     meta = read_meta(run / "meta.txt")
     # Apache Kafka is in the run unless KAFKA=0 (then meta.txt names no kafka).
     brokers = [b for b in BROKERS if not b.startswith("kafka") or "kafka" in meta]
+    # The message sizes the run measured (SIZES; both unless meta.txt says otherwise).
+    sizes = {int(s) for s in meta.get("sizes", "100,1024").split(",") if s}
+    cases = [(mode, size) for mode, size in CASES if size in sizes]
     failed = False
     results = {}
     for broker in brokers:
-        for mode, size in CASES:
+        for mode, size in cases:
             base = run / f"{broker}-{mode}-{size}"
             m = read_meta(base.with_suffix(".meta"))
             r = parse_output(base.with_suffix(".out"), mode)
@@ -217,7 +220,7 @@ def main() -> int:
         f" {'Strand/' + LABEL[b]:>18}" for b in peers)
     print(hdr)
     print("-" * len(hdr))
-    for mode, size in CASES:
+    for mode, size in cases:
         rs = {b: results.get((b, mode, size)) for b in brokers}
         count = None
         for r in rs.values():
@@ -258,7 +261,7 @@ def main() -> int:
           f" {'slowest 1s':>10} {'stalls':>6} {'broker':>6} {'client':>6} {'other':>6}  notes")
     print(dh)
     for broker in brokers:
-        for mode, size in CASES:
+        for mode, size in cases:
             r = results.get((broker, mode, size))
             name = f"{mode} {size}"
             if not r or "meta" not in r:

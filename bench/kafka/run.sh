@@ -8,11 +8,11 @@
 #   bench/kafka/run.sh            # everything; prints the table at the end
 #
 # Knobs (environment): MSGS_100 (messages of 100 B, default 10000000), MSGS_1K (messages
-# of 1 KiB, default 2000000), PARTITIONS (6), LINGER_MS (5), CASE_TIMEOUT_S (120),
-# BENCH_DATA_DIR (data/bench-kafka; must do O_DIRECT, so not tmpfs), STRAND_BIN,
-# STRAND_BENCH_BIN, BENCH_PYTHON (a python with confluent-kafka; default .venv/bin/python,
-# else a venv under target/bench-kafka is made with pip), STRAND_SMP (passed on as --smp),
-# KAFKA (1; 0 leaves Apache Kafka out).
+# of 1 KiB, default 2000000), SIZES (the sizes run, default "100 1024"), PARTITIONS (6),
+# LINGER_MS (5), CASE_TIMEOUT_S (120), BENCH_DATA_DIR (data/bench-kafka; must do O_DIRECT,
+# so not tmpfs), STRAND_BIN, STRAND_BENCH_BIN, BENCH_PYTHON (a python with confluent-kafka;
+# default .venv/bin/python, else a venv under target/bench-kafka is made with pip),
+# STRAND_SMP (passed on as --smp), KAFKA (1; 0 leaves Apache Kafka out).
 #
 # Logs of every run stay in target/bench-kafka/runs/<time>/ (broker logs, the load
 # tool's full output, librdkafka statistics); target/bench-kafka/runs/latest points there.
@@ -28,6 +28,7 @@ sync
 
 MSGS_100="${MSGS_100:-10000000}"
 MSGS_1K="${MSGS_1K:-2000000}"
+SIZES="${SIZES:-100 1024}"
 PARTITIONS="${PARTITIONS:-6}"
 LINGER_MS="${LINGER_MS:-5}"
 CASE_TIMEOUT_S="${CASE_TIMEOUT_S:-120}"
@@ -105,6 +106,7 @@ FSTYPE="$(findmnt -n -o FSTYPE -T "$BENCH_DATA_DIR" 2>/dev/null || stat -f -c %T
   echo "data_dir=$BENCH_DATA_DIR ($FSTYPE on $(df --output=source "$BENCH_DATA_DIR" | tail -n1))"
   echo "partitions=$PARTITIONS"
   echo "linger_ms=$LINGER_MS"
+  echo "sizes=${SIZES// /,}"
 } > "$RUN/meta.txt"
 
 # ---- the machine's physics -------------------------------------------------------------
@@ -315,7 +317,8 @@ bench_broker() {
     return
   fi
   echo "$name bootstrap=$BOOTSTRAP pid=$BROKER_PID log=$BROKER_LOG" >> "$RUN/meta.txt"
-  for size in 100 1024; do
+  for size in $SIZES; do
+    [[ "$size" == 100 || "$size" == 1024 ]] || die "SIZES: 100 and/or 1024, not $size"
     count=$MSGS_100; (( size == 1024 )) && count=$MSGS_1K
     topic="bench-$size"
     if ! timeout 60 "$PY" "$HERE/create_topic.py" "$BOOTSTRAP" "$topic" "$PARTITIONS" \
