@@ -37,7 +37,9 @@ use strand_wire::RecordBatch;
 use crate::common::errors::KafkaError;
 use crate::common::logging::{RateLimit, STORAGE_ERROR_LOG_INTERVAL};
 use crate::common::metrics::{ProduceStage, ShardMetrics};
-use crate::partition::checkpoint::{Checkpoint, CheckpointError, CHECKPOINT_INTERVAL_BYTES};
+use crate::partition::checkpoint::{
+    Checkpoint, CheckpointError, CHECKPOINT_ADVANCE_BYTES, CHECKPOINT_INTERVAL_BYTES,
+};
 use crate::partition::compacted::{Compacted, KeyScope, PendingRecord, PendingTxnRecords};
 use crate::partition::producer_state::{batch_ids, ProducerStates, Verdict, PENDING_OFFSET};
 use crate::partition::turns::{Turn, Turns};
@@ -184,6 +186,11 @@ pub struct Partition {
     checkpointing: Cell<bool>,
     /// The log's `bytes_appended` when the last checkpoint advance started.
     checkpoint_mark_bytes: Cell<u64>,
+    /// The log's `bytes_appended` when the last advance that saved the checkpoint started.
+    checkpoint_saved_mark_bytes: Cell<u64>,
+    /// The offset of the checkpoint in the partition's file (saved, loaded or adopted):
+    /// the one in memory moves more often than it is saved.
+    checkpoint_saved: Cell<KafkaOffset>,
     metrics: Rc<ShardMetrics>,
     /// At most one storage-error log line per partition per interval.
     storage_error_log: RateLimit,
@@ -243,6 +250,8 @@ impl Partition {
             keyed: Cell::new(None),
             checkpointing: Cell::new(false),
             checkpoint_mark_bytes: Cell::new(0),
+            checkpoint_saved_mark_bytes: Cell::new(0),
+            checkpoint_saved: Cell::new(KafkaOffset(0)),
             metrics,
             storage_error_log: RateLimit::new(STORAGE_ERROR_LOG_INTERVAL),
             replication: RefCell::new(None),
@@ -812,6 +821,7 @@ impl Partition {
     ) -> Result<(), StorageError> {
         self.keyed.set(keyed);
         let loaded = Checkpoint::load(&self.log, keyed, replicated).await;
+        self.checkpoint_saved.set(loaded.offset);
         *self.checkpoint.borrow_mut() = loaded;
         self.rebuild_producer_state().await
     }
@@ -899,30 +909,36 @@ impl Partition {
     }
 
     /// Moves the checkpoint up to `committed_end` in the background once
-    /// `CHECKPOINT_INTERVAL_BYTES` were appended since the last move, and saves it.
+    /// `CHECKPOINT_ADVANCE_BYTES` were appended since the last move, and saves it once
+    /// `CHECKPOINT_INTERVAL_BYTES` were appended since the last save.
     ///
-    /// One background move at a time per shard (`SHARD_CHECKPOINT_MOVING`): a move reads
-    /// back and parses what was appended since the last one (16 MiB), and partitions loaded
-    /// alike reach their interval together — 16 partitions moving at once held a shard's
-    /// produce answers for ~20 ms every 256 MiB written (open loop, 70k rec/s of 1 KiB:
-    /// p99.9 of each such second ~100 ms). A partition that finds a move running tries
-    /// again at its next flush.
+    /// A move replays what was appended since the last one: 2 MiB, which the batch cache
+    /// still holds under load (16 MiB moves read it back from disk). One background move at
+    /// a time per shard (`SHARD_CHECKPOINT_MOVING`): partitions loaded alike reach their
+    /// interval together — 16 partitions moving at once held a shard's produce answers for
+    /// ~20 ms every 256 MiB written (open loop, 70k rec/s of 1 KiB: p99.9 of each such
+    /// second ~100 ms). A partition that finds a move running tries again at its next flush.
     fn maybe_checkpoint(self: &Rc<Self>, committed_end: KafkaOffset) {
         let appended = self.log.stats().bytes_appended;
         let since = appended.saturating_sub(self.checkpoint_mark_bytes.get());
         if self.checkpointing.get()
-            || since < CHECKPOINT_INTERVAL_BYTES
+            || since < CHECKPOINT_ADVANCE_BYTES
             || committed_end <= self.checkpoint.borrow().offset
             || SHARD_CHECKPOINT_MOVING.get()
         {
             return;
         }
+        let save = appended.saturating_sub(self.checkpoint_saved_mark_bytes.get())
+            >= CHECKPOINT_INTERVAL_BYTES;
         SHARD_CHECKPOINT_MOVING.set(true);
         self.checkpointing.set(true);
         self.checkpoint_mark_bytes.set(appended);
+        if save {
+            self.checkpoint_saved_mark_bytes.set(appended);
+        }
         let me = self.clone();
         crate::runtime::task::spawn_local(async move {
-            if let Err(e) = me.advance_checkpoint(committed_end).await {
+            if let Err(e) = me.advance_checkpoint(committed_end, save).await {
                 tracing::warn!(topic = %me.topic, partition = me.index, error = %e,
                     "partition-state checkpoint not moved; the next one retries");
             }
@@ -932,10 +948,10 @@ impl Partition {
     }
 
     /// Moves the checkpoint up to `committed_end` now (after a background move running)
-    /// and saves it; nothing when it is there already.
+    /// and saves it unless the saved one is there already.
     async fn checkpoint_through(&self, committed_end: KafkaOffset) -> Result<(), StorageError> {
         self.lock_checkpoint().await;
-        let r = self.advance_checkpoint(committed_end).await;
+        let r = self.advance_checkpoint(committed_end, true).await;
         self.checkpointing.set(false);
         r
     }
@@ -1011,21 +1027,31 @@ impl Partition {
         self.checkpointing.set(true);
     }
 
-    /// Replays the committed log up to `committed_end` into a copy of the checkpoint, then
-    /// keeps and saves it. The caller holds `checkpointing`.
-    async fn advance_checkpoint(&self, committed_end: KafkaOffset) -> Result<(), StorageError> {
-        if committed_end <= self.checkpoint.borrow().offset {
+    /// Replays the committed log up to `committed_end` into a copy of the checkpoint and
+    /// keeps it; with `save`, then saves it unless the saved one is as far. The caller
+    /// holds `checkpointing`.
+    async fn advance_checkpoint(
+        &self,
+        committed_end: KafkaOffset,
+        save: bool,
+    ) -> Result<(), StorageError> {
+        if committed_end > self.checkpoint.borrow().offset {
+            let mut next = self.checkpoint.borrow().clone();
+            next.advance(&self.log, committed_end).await?;
+            next.txns.settle(next.offset.0);
+            *self.checkpoint.borrow_mut() = next;
+            // Aborted transactions wholly below the log start can no longer be fetched.
+            self.txns
+                .borrow_mut()
+                .trim_below(self.log.log_start_offset().0);
+        }
+        if !save || self.checkpoint.borrow().offset <= self.checkpoint_saved.get() {
             return Ok(());
         }
-        let mut next = self.checkpoint.borrow().clone();
-        next.advance(&self.log, committed_end).await?;
-        next.txns.settle(next.offset.0);
-        *self.checkpoint.borrow_mut() = next.clone();
-        // Aborted transactions wholly below the log start can no longer be fetched.
-        self.txns
-            .borrow_mut()
-            .trim_below(self.log.log_start_offset().0);
-        next.save(self.log.dir()).await
+        let current = self.checkpoint.borrow().clone();
+        current.save(self.log.dir()).await?;
+        self.checkpoint_saved.set(current.offset);
+        Ok(())
     }
 
     /// The checkpoint, for a snapshot of the compaction point to ship (`RaftLogStore`): it
@@ -1057,10 +1083,13 @@ impl Partition {
         if shipped.offset > self.checkpoint.borrow().offset {
             *self.checkpoint.borrow_mut() = shipped.clone();
             match shipped.save(self.log.dir()).await {
-                Ok(()) => tracing::info!(topic = %self.topic, partition = self.index,
-                    offset = shipped.offset.0, "partition state taken from the leader's snapshot"),
+                Ok(()) => {
+                    self.checkpoint_saved.set(shipped.offset);
+                    tracing::info!(topic = %self.topic, partition = self.index,
+                    offset = shipped.offset.0, "partition state taken from the leader's snapshot");
+                }
                 Err(e) => tracing::warn!(topic = %self.topic, partition = self.index, error = %e,
-                    "snapshot's partition state not saved; the next checkpoint move saves it"),
+                    "snapshot's partition state not saved; the next checkpoint save saves it"),
             }
         }
         self.checkpointing.set(false);
@@ -1930,6 +1959,48 @@ mod tests {
             c.compact = false;
             part.set_cleanup(c);
             assert_eq!(part.compaction_due(now_ms + 1_000_000_000), None);
+        })
+        .expect("runtime");
+    }
+
+    /// Waits for a background checkpoint move to end.
+    async fn checkpoint_settled(part: &Partition) {
+        while part.checkpointing.get() {
+            crate::runtime::task::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    }
+
+    #[test]
+    fn the_checkpoint_moves_in_memory_often_and_is_saved_every_interval() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("t-0");
+        strand_storage::io_runtime::block_on("partition-test", 1, async {
+            let part = open(&dir).await;
+            let saved = || async { Checkpoint::load(part.log(), None, false).await.offset };
+            // A few moves' worth: the checkpoint in memory moves, the file stays as opened.
+            let moves = (3 * CHECKPOINT_ADVANCE_BYTES as usize / VALUE_BYTES) as i32;
+            for seq in 0..moves {
+                produce(&part, 1, seq).await;
+                checkpoint_settled(&part).await;
+            }
+            let in_memory = part.checkpoint.borrow().offset;
+            assert!(in_memory.0 > 0, "the checkpoint moved in memory");
+            assert_eq!(saved().await, KafkaOffset(0), "and was not saved yet");
+            // Deleting records below it saves it first (the file must cover them).
+            part.checkpoint_before_delete(in_memory, "test").await;
+            assert_eq!(saved().await, in_memory);
+            // Past the interval since the last save, a move saves it.
+            let interval = (CHECKPOINT_INTERVAL_BYTES as usize / VALUE_BYTES) as i32;
+            for seq in moves..moves + interval + 2 * moves {
+                produce(&part, 1, seq).await;
+                checkpoint_settled(&part).await;
+            }
+            let after = saved().await;
+            assert!(
+                after > in_memory,
+                "saved again: {after:?} after {in_memory:?}"
+            );
+            assert!(after <= part.checkpoint.borrow().offset);
         })
         .expect("runtime");
     }
