@@ -103,7 +103,8 @@ if step 3; then
   say "3. produce and consume, 1 KiB, 6 partitions: Strand, Tansu, Kafka, Kafka fsync"
   SIZES=1024 BENCH_DATA_DIR="$BENCH_DATA_DIR/kafka" bench/kafka/run.sh \
     > "$OUT_DIR/kafka.txt" 2>&1 || say "bench/kafka/run.sh failed (see $OUT_DIR/kafka.txt)"
-  summary "rdkafka_performance, 1 KiB, 6 partitions" "$OUT_DIR/kafka.txt" "."
+  summary "rdkafka_performance, 1 KiB, 6 partitions" "$OUT_DIR/kafka.txt" \
+    "^case|^(produce|consume) 1024|raw O_DIRECT|RESULT"
 fi
 
 if step 4; then
@@ -153,10 +154,9 @@ fi
 
 if step 7; then
   say "7. three nodes, RF 3, acks=all, against the replicated-write floor"
-  OUT_DIR="$OUT_DIR/cluster" BENCH_DATA_DIR="$BENCH_DATA_DIR/cluster" IDLE_COUNTS="" \
-    bench/cluster.sh > "$OUT_DIR/cluster.txt" 2>&1 ||
+  OUT_DIR="$OUT_DIR/cluster" BENCH_DATA_DIR="$BENCH_DATA_DIR/cluster" bench/cluster.sh > "$OUT_DIR/cluster.txt" 2>&1 ||
     say "bench/cluster.sh failed (see $OUT_DIR/cluster.txt)"
-  summary "three nodes" "$OUT_DIR/cluster.txt" "floor|x floor|produce|CPU"
+  summary "three nodes" "$OUT_DIR/cluster.txt" "floor|produce|CPU|^\\| [0-9]"
 fi
 
 say "done: $OUT_DIR/summary.txt"
