@@ -51,7 +51,9 @@ for v in $(compgen -e | grep '^STRAND_' || true); do export -n "$v"; done
 
 say() { echo "bench-cluster: $*" >&2; }
 
-cargo build --release -p strand-broker -p strand-bench -p strandctl
+# OUT_DIR is this script's knob, and also what rustc's env!("OUT_DIR") reads: a caller's
+# value in cargo's environment rebuilt ring and rustls (two minutes) on every run.
+env -u OUT_DIR cargo build --release -p strand-broker -p strand-bench -p strandctl
 # Write back what is still dirty (a build just before: its hundreds of MB of output would
 # go to disk during the measurement; seen in bench-cluster: the floor's p99.9 1.5 ms
 # without, 30-45 ms with, and produce p99 2 ms against 46-79 ms).
