@@ -259,15 +259,38 @@ mod tests {
         Rc::new(f)
     }
 
-    #[test]
-    fn writes_waiting_while_a_round_runs_share_the_next_and_a_dropped_leader_hands_over() {
-        let d = SimDisk::new(
-            7,
+    /// A simulated disk whose syncs yield once, so rounds overlap.
+    fn slow_disk(seed: u64) -> SimDisk {
+        SimDisk::new(
+            seed,
             DiskOptions {
                 slow_syncs: true,
                 ..DiskOptions::default()
             },
-        );
+        )
+    }
+
+    type Waiting<'a> = std::pin::Pin<Box<dyn Future<Output = Result<(), IoFault>> + 'a>>;
+
+    /// Polls the waiters (ten turns) and says which were answered, each durably.
+    fn answered(waiters: &mut [Waiting<'_>], cx: &mut Context<'_>) -> Vec<bool> {
+        let mut done = vec![false; waiters.len()];
+        for _ in 0..10 {
+            for (w, d) in waiters.iter_mut().zip(&mut done) {
+                if !*d {
+                    if let Poll::Ready(r) = w.as_mut().poll(cx) {
+                        r.expect("durable");
+                        *d = true;
+                    }
+                }
+            }
+        }
+        done
+    }
+
+    #[test]
+    fn writes_waiting_while_a_round_runs_share_the_next_and_a_dropped_leader_hands_over() {
+        let d = slow_disk(7);
         let _e = d.enter();
         let (a, b, c) = (file(&d, "a"), file(&d, "b"), file(&d, "c"));
         let waker = futures::task::noop_waker();
@@ -277,61 +300,40 @@ mod tests {
         let mut fa = Box::pin(after_write(&a, 0));
         assert!(fa.as_mut().poll(&mut cx).is_pending());
         // b and c complete their writes meanwhile: they wait for the next round.
-        let mut waiters = vec![Box::pin(after_write(&b, 0)), Box::pin(after_write(&c, 0))];
+        let mut waiters: Vec<Waiting<'_>> =
+            vec![Box::pin(after_write(&b, 0)), Box::pin(after_write(&c, 0))];
         for w in &mut waiters {
             assert!(w.as_mut().poll(&mut cx).is_pending());
         }
         // The leader is dropped in the middle of its round: the round is not lost.
         drop(fa);
-        let mut answered = [false, false];
-        for _ in 0..10 {
-            for (w, done) in waiters.iter_mut().zip(&mut answered) {
-                if !*done {
-                    if let Poll::Ready(r) = w.as_mut().poll(&mut cx) {
-                        r.expect("durable");
-                        *done = true;
-                    }
-                }
-            }
-        }
-        assert_eq!(answered, [true, true], "b and c were answered");
+        assert_eq!(
+            answered(&mut waiters, &mut cx),
+            [true, true],
+            "b and c were answered"
+        );
         // a's dropped round, then one round for a, b and c together.
         assert_eq!((rounds() - before.0, joined() - before.1), (2, 4));
     }
 
     #[test]
     fn a_round_answers_only_the_writes_on_its_own_device() {
-        let d = SimDisk::new(
-            8,
-            DiskOptions {
-                slow_syncs: true,
-                ..DiskOptions::default()
-            },
-        );
+        let d = slow_disk(8);
         let _e = d.enter();
         let (a, b, c) = (file(&d, "a"), file(&d, "b"), file(&d, "c"));
         let waker = futures::task::noop_waker();
         let mut cx = Context::from_waker(&waker);
         let before = (rounds(), joined());
         // a's round runs (device 1); b (device 2) and c (device 1) wait meanwhile.
-        let mut fa = Box::pin(after_write(&a, 1));
-        assert!(fa.as_mut().poll(&mut cx).is_pending());
-        let mut fb = Box::pin(after_write(&b, 2));
-        let mut fc = Box::pin(after_write(&c, 1));
-        assert!(fb.as_mut().poll(&mut cx).is_pending());
-        assert!(fc.as_mut().poll(&mut cx).is_pending());
-        let mut done = [false; 3];
-        for _ in 0..20 {
-            for (f, d) in [&mut fa, &mut fb, &mut fc].into_iter().zip(&mut done) {
-                if !*d {
-                    if let Poll::Ready(r) = f.as_mut().poll(&mut cx) {
-                        r.expect("durable");
-                        *d = true;
-                    }
-                }
-            }
+        let mut waiters: Vec<Waiting<'_>> = vec![
+            Box::pin(after_write(&a, 1)),
+            Box::pin(after_write(&b, 2)),
+            Box::pin(after_write(&c, 1)),
+        ];
+        for w in &mut waiters {
+            assert!(w.as_mut().poll(&mut cx).is_pending());
         }
-        assert_eq!(done, [true; 3]);
+        assert_eq!(answered(&mut waiters, &mut cx), [true; 3]);
         // a's round, then one for each device: b's cannot be answered by c's file's sync.
         assert_eq!((rounds() - before.0, joined() - before.1), (3, 3));
     }

@@ -30,6 +30,18 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("tokio runtime")
 }
 
+/// A broker of two shards whose auto-created topics get `partitions` partitions.
+fn two_shards(partitions: i32) -> Broker {
+    Broker::start(
+        tmp(),
+        Options {
+            smp: 2,
+            num_partitions: partitions,
+            ..Options::default()
+        },
+    )
+}
+
 async fn client(b: &Broker) -> Client {
     Client::connect(ClientConfig::new(b.native_addr().to_string()))
         .await
@@ -57,19 +69,8 @@ async fn consume_all(c: &Client, topic: &str, want: usize) -> Vec<strand_client:
 }
 
 #[test]
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
-)]
 fn native_traffic_never_hops_shards_and_kafka_offsets_match() {
-    let broker = Broker::start(
-        tmp(),
-        Options {
-            smp: 2,
-            num_partitions: 8,
-            ..Options::default()
-        },
-    );
+    let broker = two_shards(8);
     let broker_shards = 2;
     runtime().block_on(async {
         let c = client(&broker).await;
@@ -147,14 +148,7 @@ fn one_record_batch(value: &str) -> bytes::Bytes {
 
 #[test]
 fn batches_of_many_partitions_go_as_one_request_per_shard_each_answered() {
-    let broker = Broker::start(
-        tmp(),
-        Options {
-            smp: 2,
-            num_partitions: 8,
-            ..Options::default()
-        },
-    );
+    let broker = two_shards(8);
     runtime().block_on(async {
         let c = client(&broker).await;
         assert_eq!(c.partition_count("many").await.expect("created"), 8);
@@ -206,14 +200,7 @@ fn batches_of_many_partitions_go_as_one_request_per_shard_each_answered() {
 
 #[test]
 fn a_stale_shard_map_recovers_through_moved() {
-    let broker = Broker::start(
-        tmp(),
-        Options {
-            smp: 2,
-            num_partitions: 2,
-            ..Options::default()
-        },
-    );
+    let broker = two_shards(2);
     runtime().block_on(async {
         let c = client(&broker).await;
         c.partition_count("moving").await.expect("created");
