@@ -78,6 +78,37 @@ impl Drop for Writing {
 
 thread_local! {
     static GROUP: RefCell<Group> = RefCell::new(Group::default());
+    /// Per device, a file never written ([`SegmentFile::clean_anchor`]) whose `fdatasync`
+    /// leads this thread's rounds: a log file with extent conversions pending (zeros
+    /// written ahead, not yet synced) would make the round a journal commit.
+    /// Held by the logs on that device (closed with the last of them).
+    static ANCHORS: RefCell<Vec<(u64, std::rc::Weak<crate::io::SegmentFile>)>> =
+        const { RefCell::new(Vec::new()) };
+}
+
+/// This thread's clean file for the rounds of `device`, made in `dir` (on that device)
+/// when no log holds one; the caller (a log) keeps it open. `None` (the simulated disk, no
+/// `O_TMPFILE`): rounds sync their first waiter's file.
+pub async fn anchor(dir: &std::path::Path, device: u64) -> Option<SharedFile> {
+    if let Some(f) = anchor_of(device) {
+        return Some(f);
+    }
+    let f = Rc::new(crate::io::SegmentFile::clean_anchor(dir).await?);
+    ANCHORS.with(|a| {
+        let mut a = a.borrow_mut();
+        a.retain(|(d, w)| *d != device && w.strong_count() > 0);
+        a.push((device, Rc::downgrade(&f)));
+    });
+    Some(f)
+}
+
+fn anchor_of(device: u64) -> Option<SharedFile> {
+    ANCHORS.with(|a| {
+        a.borrow()
+            .iter()
+            .find(|(d, _)| *d == device)
+            .and_then(|(_, f)| f.upgrade())
+    })
 }
 
 /// Returns once the write just completed to `file`, on `device`, is durable: by the next
@@ -142,15 +173,16 @@ pub fn covered() -> u64 {
     })
 }
 
-/// One round: an fdatasync of the first waiter's file, then every waiter of the round is
-/// answered, and the tasks waiting for the next round are woken (one of them leads it).
+/// One round: an fdatasync of the device's clean anchor (else of the first waiter's
+/// file), then every waiter of the round is answered, and the tasks waiting for the next
+/// round are woken (one of them leads it).
 async fn run_round(round: Vec<Waiter>) {
     let mut guard = RoundGuard(Some(round));
     let first = guard
         .0
         .as_ref()
         .and_then(|r| r.first())
-        .map(|w| w.file.clone());
+        .map(|w| anchor_of(w.device).unwrap_or_else(|| w.file.clone()));
     let result = match first {
         Some(file) => file.fdatasync().await,
         None => Ok(()),

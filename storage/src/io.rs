@@ -157,6 +157,32 @@ impl SegmentFile {
         })
     }
 
+    /// An unnamed file in `dir` (`O_TMPFILE`: no directory entry, gone when closed),
+    /// created and made durable once, then never written: its `fdatasync` has no metadata
+    /// to commit, so it is only a flush of the device's write cache (`device_flush`'s
+    /// rounds use it). `None` on the simulated disk or where the filesystem refuses
+    /// `O_TMPFILE`.
+    pub async fn clean_anchor(dir: &Path) -> Option<SegmentFile> {
+        if sim().is_some() {
+            return None;
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .tmpfile(true)
+            .dma_open(dir)
+            .await
+            .ok()?;
+        let f = SegmentFile {
+            file: Backend::Dma(file),
+            path: dir.to_path_buf(),
+            sync: WriteSync::Fdatasync,
+        };
+        // Its creation's metadata is committed now, never again.
+        f.fdatasync().await.ok()?;
+        Some(f)
+    }
+
     /// The file's path.
     pub fn path(&self) -> &Path {
         &self.path

@@ -41,9 +41,12 @@ pub(crate) struct Tail {
     pub(crate) base_pos: u64,
     pub(crate) flushed_pos: u64,
     pub(crate) preallocated_to: u64,
-    /// File bytes before this are written blocks (data or zeros): a durable write there
-    /// changes no extent (see `config::ZERO_AHEAD_BYTES`).
+    /// File bytes before this are written blocks (data or zeros), durably: a durable write
+    /// there changes no extent (see `config::ZERO_AHEAD_BYTES`).
     pub(crate) zeroed_to: u64,
+    /// File bytes before this are written blocks, durably or not yet (zeros written ahead
+    /// whose extents' conversion awaits the file's next own sync); `>= zeroed_to`.
+    pub(crate) zeros_to: u64,
 }
 
 /// A segment and its I/O state.
@@ -212,6 +215,9 @@ pub struct Log {
     /// flush of that device (`device_flush`; a buffered write's pages, or a copy-on-write
     /// filesystem's new blocks, need their own file's sync).
     pub(crate) flush_device: Option<u64>,
+    /// Keeps the shard's clean file for that device's shared flushes open
+    /// (`device_flush::anchor`).
+    pub(crate) _flush_anchor: Option<crate::io::SharedFile>,
 }
 
 impl Drop for Log {

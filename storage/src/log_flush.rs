@@ -9,20 +9,26 @@
 //! (synchronous: advances `flushed_pos`, trims tails, reports what is durable).
 //! Only one flush may be in flight per log.
 //!
-//! Beside a small data write, a flush may write zeros over preallocated space after it
-//! (`config::ZERO_AHEAD_BYTES`), so later durable writes land in written blocks.
+//! Beside a small data write, a flush may write a piece of zeros over preallocated space
+//! after it (`config::ZERO_AHEAD_BYTES`), so later durable writes land in written blocks.
+//! The zeros get no sync of their own: they count as written (`Tail::zeros_to`) at once
+//! and as durable (`Tail::zeroed_to`) after the file's next own fdatasync, which a flush
+//! does when the durable ones end near its data (`config::ZERO_SYNC_MARGIN_BYTES`).
 //!
 //! Invariant: `durable` only advances over bytes whose durable write returned `Ok`, and
 //! over new files only after their directory entry was fsynced. Zeros are written only
 //! after the end of the data a flush writes, never over data, and only into space the
-//! segment's preallocation reserved.
+//! segment's preallocation reserved. `Tail::zeroed_to` only advances over blocks whose
+//! write completed before an own sync of the file, so a write joining the shared device
+//! flush (below it) never needs metadata made durable.
 
 use std::path::PathBuf;
 use std::rc::Rc;
 
 use crate::config::{
     PREALLOCATE_MIN_BYTES, ZERO_AHEAD_BYTES, ZERO_AHEAD_FLUSH_BYTES_MAX,
-    ZERO_AHEAD_IN_FLIGHT_BYTES_MAX, ZERO_AHEAD_MIN_SEGMENT_BYTES,
+    ZERO_AHEAD_IN_FLIGHT_BYTES_MAX, ZERO_AHEAD_MIN_SEGMENT_BYTES, ZERO_PIECE_BYTES,
+    ZERO_SYNC_MARGIN_BYTES,
 };
 use crate::error::StorageError;
 use crate::io::{self, align_down, align_up, IoFault, SegmentFile, SharedFile, WriteSync};
@@ -56,6 +62,11 @@ struct WriteOp {
     /// End of the blocks written and durable before this flush (`Tail::zeroed_to`): a
     /// data write below it needs only a device flush (`device_flush`), if `flush_device`.
     written_to: u64,
+    /// End of the blocks written before this flush, durably or not (`Tail::zeros_to`).
+    zeros_to: u64,
+    /// Sync the file itself (not the shared device flush), making the zeros written so
+    /// far durable: the durable ones end near the data.
+    commit: bool,
     /// The device of the log's directory when it does O_DIRECT on a filesystem that
     /// overwrites in place and its config lets it share device flushes.
     flush_device: Option<u64>,
@@ -67,8 +78,10 @@ struct DoneOp {
     file: SharedFile,
     target_pos: u64,
     preallocated_to: u64,
-    /// End of the written blocks (data, and zeros when their write succeeded).
+    /// End of the blocks written and durable (data, zeros synced by this op).
     zeroed_to: u64,
+    /// End of the written blocks, durable or not.
+    zeros_to: u64,
     finalized: bool,
     last_index: RaftIndex,
     next_offset: KafkaOffset,
@@ -131,13 +144,16 @@ impl Log {
                 && step > 0
                 && want >= ZERO_AHEAD_MIN_SEGMENT_BYTES
                 && want - tail.base_pos <= ZERO_AHEAD_FLUSH_BYTES_MAX
-                && tail.zeroed_to < want + ZERO_AHEAD_BYTES / 2)
+                && tail.zeros_to < want + ZERO_AHEAD_BYTES)
                 .then(|| {
-                    let from = tail.zeroed_to.max(want);
+                    let from = tail.zeros_to.max(want);
                     let end = preallocate_to.unwrap_or(tail.preallocated_to);
-                    (from, (from + ZERO_AHEAD_BYTES).min(end))
+                    (from, (from + ZERO_PIECE_BYTES).min(end))
                 })
                 .filter(|(from, to)| to > from);
+            let commit = pending
+                && tail.zeros_to > tail.zeroed_to
+                && tail.zeroed_to < want + ZERO_SYNC_MARGIN_BYTES;
             ops.push(WriteOp {
                 name: seg.meta.name,
                 file: seg.file.clone(),
@@ -150,6 +166,8 @@ impl Log {
                 last_index: seg.meta.last_index.unwrap_or(RaftIndex(0)),
                 next_offset: seg.meta.next_offset,
                 written_to: tail.zeroed_to,
+                zeros_to: tail.zeros_to,
+                commit,
                 flush_device: self
                     .flush_device
                     .filter(|_| self.config.borrow().shared_device_flush),
@@ -185,6 +203,7 @@ impl Log {
                 target_pos,
                 preallocated_to: prealloc,
                 zeroed_to,
+                zeros_to,
                 finalized,
                 ..
             } = done;
@@ -219,6 +238,7 @@ impl Log {
             tail.flushed_pos = target_pos;
             tail.preallocated_to = tail.preallocated_to.max(prealloc);
             tail.zeroed_to = tail.zeroed_to.max(zeroed_to);
+            tail.zeros_to = tail.zeros_to.max(zeros_to).max(tail.zeroed_to);
             // A closed, fully flushed segment is never written again, so its buffer can go;
             // otherwise keep the partial last page for the next aligned rewrite.
             let done = seg.closed && target_pos == seg.meta.size_bytes;
@@ -286,13 +306,14 @@ impl FlushJob {
         for op in self.ops {
             let path = || crate::log::segment_path(&self.dir, &op.name);
             match run_op(&self.dir, &op, path, &mut out).await {
-                Ok((file, preallocated_to, zeroed_to, finalized)) => out.done.push(DoneOp {
+                Ok(r) => out.done.push(DoneOp {
                     key: op.name.raft_base_index,
-                    file,
+                    file: r.file,
                     target_pos: op.target_pos,
-                    preallocated_to,
-                    zeroed_to,
-                    finalized,
+                    preallocated_to: r.preallocated_to,
+                    zeroed_to: r.zeroed_to,
+                    zeros_to: r.zeros_to,
+                    finalized: r.finalized,
                     last_index: op.last_index,
                     next_offset: op.next_offset,
                 }),
@@ -311,7 +332,7 @@ async fn run_op(
     op: &WriteOp,
     path: impl Fn() -> PathBuf,
     out: &mut FlushOutcome,
-) -> Result<(SharedFile, u64, u64, bool), IoFault> {
+) -> Result<OpResult, IoFault> {
     let file = match &op.file {
         Some(f) => f.clone(),
         None => {
@@ -341,7 +362,7 @@ async fn run_op(
         .zero
         .filter(|_| op.preallocate_to.is_none() || prealloc > 0)
         .filter(|(from, to)| ZEROING_BYTES.get() + (to - from) <= ZERO_AHEAD_IN_FLIGHT_BYTES_MAX);
-    let shared = joins_device_flush(op, &file, zero.is_some());
+    let shared = joins_device_flush(op, &file);
     // The zeros go beside the data write (after its end); a failed zero write only leaves
     // those blocks unwritten.
     let data = async {
@@ -360,49 +381,84 @@ async fn run_op(
         }
         .map(|()| len)
     };
-    let zeros = async {
-        let (from, to) = zero?;
-        let len = usize::try_from(to - from).ok()?;
-        ZEROING_BYTES.set(ZEROING_BYTES.get() + len as u64);
-        let r = file.write_zeros(from, len).await;
-        ZEROING_BYTES.set(ZEROING_BYTES.get() - len as u64);
-        match r {
-            Ok(()) => Some(to),
-            Err(e) => {
-                tracing::debug!(path = %path().display(), ?e, "zeroing ahead failed");
-                None
-            }
-        }
-    };
-    let (wrote, zeroed) = futures::join!(data, zeros);
-    let mut zeroed_to = zeroed.unwrap_or(0);
+    let (wrote, zeroed) = futures::join!(data, write_zeros(&file, zero, &path));
     let wrote = wrote? as u64;
-    if wrote > 0 || zeroed.is_some() {
-        make_durable(&file, shared, out).await?;
-    }
+    // The written blocks run on from the start: earlier flushes' (`op.zeros_to`), this
+    // data write (from at most there), this piece of zeros (from the data's end on).
+    let mut zeros_to = op.zeros_to.max(zeroed.unwrap_or(0));
+    let mut zeroed_to = 0;
     if wrote > 0 {
         out.writes += 1;
         out.bytes_written += wrote;
-        zeroed_to = zeroed_to.max(op.pos + wrote);
+        zeros_to = zeros_to.max(op.pos + wrote);
+    }
+    if wrote > 0 || zeroed.is_some() {
+        make_durable(&file, shared, out).await?;
+        // The file's own sync (or O_DSYNC) made every write completed before it durable,
+        // zeros and their extents' conversion included; the shared device flush only
+        // this data write, which was in durable blocks already.
+        // The simulator's planted bug counts zeros as durable without that sync.
+        if shared.is_none() || crate::io_sim::planted("zeros-durable-unsynced") {
+            zeroed_to = zeros_to;
+        }
     }
     let mut finalized = false;
     if let Some((size, index, time)) = &op.finalize {
         finalized = finalize(&file, &path(), *size, index, time).await;
     }
-    Ok((file, prealloc, zeroed_to, finalized))
+    Ok(OpResult {
+        file,
+        preallocated_to: prealloc,
+        zeroed_to,
+        zeros_to,
+        finalized,
+    })
+}
+
+/// Writes the piece of zeros `[from, to)`; its end when written (a failure only leaves
+/// those blocks unwritten).
+async fn write_zeros(
+    file: &SegmentFile,
+    zero: Option<(u64, u64)>,
+    path: impl Fn() -> PathBuf,
+) -> Option<u64> {
+    let (from, to) = zero?;
+    let len = usize::try_from(to - from).ok()?;
+    ZEROING_BYTES.set(ZEROING_BYTES.get() + len as u64);
+    let r = file.write_zeros(from, len).await;
+    ZEROING_BYTES.set(ZEROING_BYTES.get() - len as u64);
+    match r {
+        Ok(()) => Some(to),
+        Err(e) => {
+            tracing::debug!(path = %path().display(), ?e, "zeroing ahead failed");
+            None
+        }
+    }
+}
+
+/// What one op left: its file, and how far it is preallocated, written and durable, and
+/// written (0: not changed by the op).
+struct OpResult {
+    file: SharedFile,
+    preallocated_to: u64,
+    zeroed_to: u64,
+    zeros_to: u64,
+    finalized: bool,
 }
 
 /// The device whose flush, shared by the shard's logs on it, is all that `op`'s data write
 /// needs: so for an O_DIRECT write (a buffered one's pages would wait for their own file's
 /// sync) that lands in blocks written and durable before (no extent to convert, no size
 /// change: the file was preallocated past them) when nothing else of the op (a new file, a
-/// preallocation, zeros) needs the file synced; `None` otherwise.
-fn joins_device_flush(op: &WriteOp, file: &SegmentFile, zeroing: bool) -> Option<u64> {
+/// preallocation, zeros written ahead to make durable: `commit`) needs the file synced;
+/// `None` otherwise. A piece of zeros the op writes does not need it (it counts as durable
+/// only after a later own sync).
+fn joins_device_flush(op: &WriteOp, file: &SegmentFile) -> Option<u64> {
     op.flush_device.filter(|_| {
         file.sync_mode() == WriteSync::Fdatasync
             && op.file.is_some()
             && op.preallocate_to.is_none()
-            && !zeroing
+            && !op.commit
             && op.data.as_ref().is_some_and(|d| {
                 op.pos + d.write_len() as u64 <= op.written_to
                     || crate::io_sim::planted("shared-flush-anywhere")
@@ -410,9 +466,9 @@ fn joins_device_flush(op: &WriteOp, file: &SegmentFile, zeroing: bool) -> Option
     })
 }
 
-/// Makes an op's completed writes durable: the shared device flush, or this file's own
-/// fdatasync (which also makes the zeros' blocks written for later flushes); a file opened
-/// `O_DSYNC` already is.
+/// Makes an op's completed writes durable: the shared device flush (the data write only),
+/// or this file's own fdatasync (every completed write, zeros and their extents'
+/// conversion included); a file opened `O_DSYNC` already is.
 async fn make_durable(
     file: &SharedFile,
     shared: Option<u64>,

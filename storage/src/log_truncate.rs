@@ -181,6 +181,7 @@ impl Log {
                     flushed_pos: cut_pos,
                     preallocated_to: cut_pos,
                     zeroed_to: cut_pos,
+                    zeros_to: cut_pos,
                 };
                 seg.tail = Some(t);
             }

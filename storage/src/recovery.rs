@@ -67,6 +67,12 @@ impl Log {
             Err(e) => return Err(e),
         };
         io::prime_device_probe(dir).await?;
+        // After the probe: glommio judges a device's polled I/O by the first file opened on
+        // it, and an empty unnamed file misleads it.
+        let flush_anchor = match flush_device {
+            Some(device) => crate::device_flush::anchor(dir, device).await,
+            None => None,
+        };
         let names = list_segments(dir).await?;
         let now_ms = clock.now_ms();
         let mut segments: Vec<Segment> = Vec::with_capacity(names.len());
@@ -131,6 +137,7 @@ impl Log {
             files_lock: futures::lock::Mutex::new(()),
             read_next: std::cell::Cell::new(None),
             flush_device,
+            _flush_anchor: flush_anchor,
             st: std::cell::RefCell::new(State {
                 segments,
                 log_start_offset,
@@ -221,6 +228,7 @@ async fn open_closed(
         flushed_pos: s.valid_end,
         preallocated_to: 0,
         zeroed_to: s.valid_end,
+        zeros_to: s.valid_end,
     };
     Ok(Some(Segment {
         meta: s.meta,
@@ -272,6 +280,7 @@ async fn open_tail(
         flushed_pos: s.valid_end,
         preallocated_to: s.valid_end,
         zeroed_to: s.valid_end,
+        zeros_to: s.valid_end,
     };
     for ext in ["index", "timeindex"] {
         io::remove_file(&path.with_extension(ext)).await?;

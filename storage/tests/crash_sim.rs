@@ -555,3 +555,10 @@ fn entries_of_logs_sharing_device_flushes_survive_every_crash() {
 fn a_shared_device_flush_of_unwritten_blocks_is_caught() {
     catches_in("shared-flush-anywhere", shared_flush_seed);
 }
+
+/// Zeros written ahead counted durable before any sync of their file: a later write there
+/// joins the shared flush and is lost with the extents' conversion.
+#[test]
+fn zeros_counted_durable_before_their_sync_is_caught() {
+    catches_in("zeros-durable-unsynced", shared_flush_seed);
+}
