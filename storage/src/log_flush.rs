@@ -61,7 +61,7 @@ struct WriteOp {
     next_offset: KafkaOffset,
     /// End of the blocks written and durable before this flush (`Tail::zeroed_to`): a
     /// data write below it needs only a device flush (`device_flush`), if `flush_device`.
-    written_to: u64,
+    durable_to: u64,
     /// End of the blocks written before this flush, durably or not (`Tail::zeros_to`).
     zeros_to: u64,
     /// Sync the file itself (not the shared device flush), making the zeros written so
@@ -165,7 +165,7 @@ impl Log {
                 finalize,
                 last_index: seg.meta.last_index.unwrap_or(RaftIndex(0)),
                 next_offset: seg.meta.next_offset,
-                written_to: tail.zeroed_to,
+                durable_to: tail.zeroed_to,
                 zeros_to: tail.zeros_to,
                 commit,
                 flush_device: self
@@ -460,7 +460,7 @@ fn joins_device_flush(op: &WriteOp, file: &SegmentFile) -> Option<u64> {
             && op.preallocate_to.is_none()
             && !op.commit
             && op.data.as_ref().is_some_and(|d| {
-                op.pos + d.write_len() as u64 <= op.written_to
+                op.pos + d.write_len() as u64 <= op.durable_to
                     || crate::io_sim::planted("shared-flush-anywhere")
             })
     })

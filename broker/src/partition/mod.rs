@@ -2019,9 +2019,7 @@ mod tests {
                 assert!(seq < limit, "no checkpoint after {seq} batches");
                 first = produce(&part, 1, seq).await;
                 seq += 1;
-                while part.checkpointing.get() {
-                    crate::runtime::task::sleep(std::time::Duration::from_millis(1)).await;
-                }
+                checkpoint_settled(&part).await;
             }
             let second = produce(&part, 2, 0).await;
             let last = [(1, seq - 1, first), (2, 0, second)];
@@ -2338,9 +2336,7 @@ mod tests {
                     .await
                     .expect("produced");
                 n += 1;
-                while part.checkpointing.get() {
-                    crate::runtime::task::sleep(std::time::Duration::from_millis(1)).await;
-                }
+                checkpoint_settled(&part).await;
             }
             let start = part.checkpoint.borrow().offset;
             let expect: Vec<(i32, i64)> = (0..4)
