@@ -232,8 +232,11 @@ fn produce_and_fetch_allocate_per_request_never_per_record() {
     }
 }
 
-/// Native produce of the one- and many-record batches, then native fetches of one of
-/// each from offset 0: allocations per request of each.
+/// Native produce of the one- and many-record batches, then native fetches of the last
+/// batch of each (a consumer at the tail): allocations per request of each. (From offset 0
+/// the two fetches would take different paths — the one-record topic's first batch is no
+/// longer in the batch cache and its reader looks sequential, served from the read-ahead's
+/// leftover — and compare a disk read with a cache hit.)
 fn native_path(addr: SocketAddr, one: &Bytes, many: &Bytes) -> [u64; 4] {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -244,25 +247,26 @@ fn native_path(addr: SocketAddr, one: &Bytes, many: &Bytes) -> [u64; 4] {
             strand_client::ClientConfig::new(addr.to_string()),
         ))
         .expect("native handshake");
-    let send = |topic: &str, b: &Bytes| {
-        rt.block_on(client.produce_batch(
-            topic,
-            0,
-            strand_client::Acks::Leader,
-            b.clone(),
-            Duration::from_secs(10),
-        ))
-        .expect("native produce");
+    let send_acked = |topic: &str, b: &Bytes, acks| {
+        rt.block_on(client.produce_batch(topic, 0, acks, b.clone(), Duration::from_secs(10)))
+            .expect("native produce")
     };
+    let send = |topic: &str, b: &Bytes| send_acked(topic, b, strand_client::Acks::Leader);
     for _ in 0..REQUESTS {
         send("one", one);
         send("many", many);
     }
     let produce = [
-        per_request(|| send("one", one)),
-        per_request(|| send("many", many)),
+        per_request(|| {
+            send("one", one);
+        }),
+        per_request(|| {
+            send("many", many);
+        }),
     ];
     let fetch = [("one", one), ("many", many)].map(|(topic, b)| {
+        // acks=all: below the high watermark when the fetches come.
+        let last = send_acked(topic, b, strand_client::Acks::All);
         let bytes = i32::try_from(b.len()).expect("small batch");
         let mut consumer = client.consumer(strand_client::ConsumerConfig {
             max_wait: Duration::ZERO,
@@ -270,11 +274,11 @@ fn native_path(addr: SocketAddr, one: &Bytes, many: &Bytes) -> [u64; 4] {
             max_bytes: bytes,
             ..strand_client::ConsumerConfig::default()
         });
-        rt.block_on(consumer.assign(topic, 0, strand_client::Offset::At(0)))
+        rt.block_on(consumer.assign(topic, 0, strand_client::Offset::At(last)))
             .expect("assign");
         let records = if topic == "one" { 1 } else { MANY };
         per_request(|| {
-            consumer.seek(topic, 0, 0).expect("assigned");
+            consumer.seek(topic, 0, last).expect("assigned");
             let got = rt.block_on(consumer.poll()).expect("native fetch");
             assert_eq!(got.len(), records, "one batch per fetch");
         })

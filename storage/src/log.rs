@@ -165,6 +165,8 @@ pub struct LogStats {
     pub rolls: u64,
     /// Reads from disk (read-aheads included).
     pub disk_reads: u64,
+    /// Bytes asked of the disk by them.
+    pub disk_read_bytes: u64,
 }
 
 /// One entry to append.

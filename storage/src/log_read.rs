@@ -5,7 +5,9 @@
 //! `READ_WINDOW_BYTES` and `READ_WINDOW_MAX_BYTES`: a consumer fetching 1 MiB gets one
 //! read, not four in a row), and the active segment's bytes not
 //! yet on disk come from its tail buffer. A sequential reader's next window is read ahead
-//! (`read_ahead`). Every frame read from disk has both CRCs checked;
+//! (`read_ahead`), beginning where the whole frames of its last window end: those past
+//! where it stopped are kept and served first, so no byte is read from disk twice. Every
+//! frame read from disk has both CRCs checked;
 //! a bad frame below the logical end fences the log with the file and position.
 //!
 //! Invariant: a read never returns a frame past the log end at the time of the read, and
@@ -16,7 +18,7 @@ use bytes::{Bytes, BytesMut};
 use crate::error::StorageError;
 use crate::frame::{decode_frame, decode_header, FrameError, FrameHeader};
 use crate::log::Log;
-use crate::read_ahead::Ahead;
+use crate::read_ahead::{Ahead, Leftover};
 use crate::types::{FilePos, KafkaOffset, RaftIndex};
 
 /// Bytes read from disk per window at least (frames larger than the window are read whole).
@@ -69,6 +71,34 @@ enum Walk {
     Stop,
 }
 
+/// A window a walk read: `bytes` of segment `key` from `pos`.
+struct Window {
+    key: RaftIndex,
+    pos: u64,
+    bytes: Bytes,
+}
+
+impl Window {
+    /// The whole frames from `pos` (a frame boundary inside the window) to the last one
+    /// the window holds entirely; `None` when there is none.
+    fn whole_frames_from(self, pos: u64) -> Option<Leftover> {
+        let start = usize::try_from(pos.checked_sub(self.pos)?).ok()?;
+        let mut at = start;
+        while let Ok(h) = decode_header(self.bytes.get(at..)?) {
+            let end = at.checked_add(h.frame_len_bytes as usize)?;
+            if end > self.bytes.len() || end == at {
+                break;
+            }
+            at = end;
+        }
+        (at > start).then(|| Leftover {
+            pos,
+            bytes: self.bytes.slice(start..at),
+            window_bytes: self.bytes.len(),
+        })
+    }
+}
+
 impl Log {
     /// Reads whole batches starting with the one containing `from`, stopping before a
     /// batch that would exceed `max_bytes` (the first batch is returned regardless when
@@ -118,27 +148,35 @@ impl Log {
         if !cached {
             let started = self.locate(Start::Offset(from));
             let window = window_for(max_bytes);
-            self.walk(Start::Offset(from), window, &mut take).await?;
-            self.read_ahead_after(started, out.next_offset, window);
+            let last = self.walk(Start::Offset(from), window, &mut take).await?;
+            self.read_ahead_after(started, out.next_offset, window, last);
         }
         Ok(out)
     }
 
-    /// After a read from disk that started at `started` and ended before `next`: predicts
-    /// where the next read starts and, when this read started where the previous one
-    /// predicted (a sequential reader), begins reading `window` bytes from there (see
-    /// `read_ahead`).
+    /// After a read from disk that started at `started` and ended before `next`, its last
+    /// window `last`: predicts where the next read starts and, when this read started
+    /// where the previous one predicted (a sequential reader), keeps the whole frames of
+    /// `last` from there as the leftover and begins reading `window` bytes from where they
+    /// end (see `read_ahead`).
     fn read_ahead_after(
         &self,
         started: Option<(RaftIndex, FilePos)>,
         next: KafkaOffset,
         window: u64,
+        last: Option<Window>,
     ) {
         let next_at = self.locate(Start::Offset(next));
         let predicted = self.read_next.replace(next_at);
         let Some((key, pos)) = next_at.filter(|_| started.is_some() && started == predicted) else {
             return;
         };
+        let leftover = last
+            .filter(|w| w.key == key)
+            .and_then(|w| w.whole_frames_from(pos.0));
+        let from = leftover
+            .as_ref()
+            .map_or(pos.0, |l| l.pos + l.bytes.len() as u64);
         let (file, len, swaps) = {
             let st = self.st.borrow();
             let Some(seg) = st.segment(key) else {
@@ -148,23 +186,39 @@ impl Log {
                 .tail
                 .as_ref()
                 .map_or(seg.meta.size_bytes, |t| t.base_pos.min(seg.meta.size_bytes));
-            let (Some(file), true) = (seg.file.clone(), pos.0 < durable_end) else {
+            let (Some(file), true) = (seg.file.clone(), from < durable_end) else {
                 return;
             };
-            (file, (durable_end - pos.0).min(window), st.swaps)
+            (file, (durable_end - from).min(window), st.swaps)
         };
+        {
+            let mut aheads = self.cache.read_ahead.borrow_mut();
+            if aheads.reading_at(self.cache_id, key, from, swaps) {
+                // A read that stopped inside the leftover: the disk read is under way.
+                aheads.set_leftover(self.cache_id, leftover);
+                return;
+            }
+        }
         let len = usize::try_from(len).unwrap_or(usize::MAX);
-        if let Some(bytes) = file.prefetch(pos.0, len) {
-            self.st.borrow_mut().stats.disk_reads += 1;
+        if let Some(bytes) = file.prefetch(from, len) {
+            self.count_disk_read(len);
             let ahead = Ahead {
                 key,
-                pos: pos.0,
+                pos: from,
                 len,
                 swaps,
                 bytes,
+                leftover,
             };
             self.cache.read_ahead.borrow_mut().put(self.cache_id, ahead);
         }
+    }
+
+    /// Counts a read of `len` bytes from disk.
+    fn count_disk_read(&self, len: usize) {
+        let stats = &mut self.st.borrow_mut().stats;
+        stats.disk_reads += 1;
+        stats.disk_read_bytes += len as u64;
     }
 
     /// Drops the log's read-ahead and its prediction (its bytes may change).
@@ -304,18 +358,20 @@ impl Log {
         st.segments.get(k + 1).map(|s| s.meta.name.raft_base_index)
     }
 
-    /// Visits frames in log order from `start` until `visit` stops or the log ends. A frame
-    /// whose header is read but whose body the window cut is first shown to `visit` without
-    /// its body: `Stop` ends the walk there; `Continue` reads on (and visits it whole).
+    /// Visits frames in log order from `start` until `visit` stops or the log ends, and
+    /// returns the last window it read. A frame whose header is read but whose body the
+    /// window cut is first shown to `visit` without its body: `Stop` ends the walk there;
+    /// `Continue` reads on (and visits it whole).
     async fn walk(
         &self,
         start: Start,
         window_bytes: u64,
         visit: &mut dyn FnMut(&FrameHeader, Option<&Bytes>) -> Walk,
-    ) -> Result<(), StorageError> {
+    ) -> Result<Option<Window>, StorageError> {
         let Some((mut key, mut pos)) = self.locate(start) else {
-            return Ok(());
+            return Ok(None);
         };
+        let mut last = None;
         let mut want = window_bytes;
         // A compaction rewrite moves frames within their segment: on one, the walk goes
         // back to where it was by Raft index (which a rewrite keeps), skipping what it
@@ -323,12 +379,12 @@ impl Log {
         let (mut swaps, mut resume, mut visited_below) =
             (self.st.borrow().swaps, start, RaftIndex(0));
         loop {
-            let window = self.read_span(key, pos.0, want).await?;
+            let window = self.read_window(key, pos.0, want).await?;
             let now_swaps = self.st.borrow().swaps;
             if now_swaps != swaps {
                 swaps = now_swaps;
                 let Some(at) = self.locate(resume) else {
-                    return Ok(());
+                    return Ok(None);
                 };
                 (key, pos, want) = (at.0, at.1, window_bytes);
                 continue;
@@ -336,10 +392,15 @@ impl Log {
             if window.is_empty() {
                 match self.next_segment(key) {
                     Some(next) => (key, pos, want) = (next, FilePos(0), window_bytes),
-                    None => return Ok(()),
+                    None => return Ok(last),
                 }
                 continue;
             }
+            last = Some(Window {
+                key,
+                pos: pos.0,
+                bytes: window.clone(),
+            });
             let mut at = 0usize;
             while at < window.len() {
                 match decode_frame(&window[at..]) {
@@ -347,7 +408,7 @@ impl Log {
                         let body = window.slice(at + body.start..at + body.end);
                         if h.index >= visited_below {
                             if visit(&h, Some(&body)) == Walk::Stop {
-                                return Ok(());
+                                return Ok(last);
                             }
                             visited_below = h.index.next();
                             resume = Start::Index(visited_below);
@@ -360,7 +421,7 @@ impl Log {
                         // the next window just to find that out.
                         if let Ok(h) = decode_header(&window[at..]) {
                             if h.index >= visited_below && visit(&h, None) == Walk::Stop {
-                                return Ok(());
+                                return Ok(last);
                             }
                         }
                         break;
@@ -370,16 +431,7 @@ impl Log {
                         want = (needed as u64).max(want + 1);
                         break;
                     }
-                    Err(e) => {
-                        let path = self.segment_path(key);
-                        let at_pos = FilePos(pos.0 + at as u64);
-                        let _ = self.fence(format!("{e} in {} at {at_pos:?}", path.display()));
-                        return Err(StorageError::Corrupt {
-                            path,
-                            pos: at_pos,
-                            reason: e.to_string(),
-                        });
-                    }
+                    Err(e) => return Err(self.corrupt_at(key, FilePos(pos.0 + at as u64), &e)),
                 }
             }
             if at > 0 {
@@ -389,11 +441,46 @@ impl Log {
         }
     }
 
+    /// Fences the log for the bad frame `e` of segment `key` at `pos`, and says so.
+    fn corrupt_at(&self, key: RaftIndex, pos: FilePos, e: &FrameError) -> StorageError {
+        let path = self.segment_path(key);
+        let _ = self.fence(format!("{e} in {} at {pos:?}", path.display()));
+        StorageError::Corrupt {
+            path,
+            pos,
+            reason: e.to_string(),
+        }
+    }
+
     pub(crate) fn segment_path(&self, key: RaftIndex) -> std::path::PathBuf {
         let st = self.st.borrow();
         match st.segment(key) {
             Some(s) => s.path(&self.dir),
             None => self.dir.clone(),
+        }
+    }
+
+    /// The next bytes of segment `key` from `pos` for a walk: the leftover frames of a
+    /// sequential reader's last window when they start exactly there (whole frames, maybe
+    /// fewer bytes than `want`), else `read_span`.
+    async fn read_window(
+        &self,
+        key: RaftIndex,
+        pos: u64,
+        want: u64,
+    ) -> Result<Bytes, StorageError> {
+        let swaps = self.st.borrow().swaps;
+        let leftover =
+            self.cache
+                .read_ahead
+                .borrow_mut()
+                .take_leftover(self.cache_id, key, pos, swaps);
+        match leftover {
+            Some(bytes) => {
+                let len = usize::try_from(want).unwrap_or(usize::MAX).min(bytes.len());
+                Ok(bytes.slice(..len))
+            }
+            None => self.read_span(key, pos, want).await,
         }
     }
 
@@ -442,7 +529,7 @@ impl Log {
             let bytes = match self.read_ahead_of(key, p, len_now).await {
                 Some(bytes) => bytes,
                 None => {
-                    self.st.borrow_mut().stats.disk_reads += 1;
+                    self.count_disk_read(len_now);
                     file.read(p, len_now).await?
                 }
             };

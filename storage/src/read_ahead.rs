@@ -14,6 +14,11 @@
 //! - A read-ahead is used only by a read of its segment at exactly its position, only
 //!   when it holds every byte asked for, and never after those bytes may have changed: a
 //!   compaction swap makes it stale (`swaps`), suffix truncation and reset drop it.
+//! - No byte is read from disk twice by a sequential reader: the whole frames of the last
+//!   window past where the reader stopped are kept as the read-ahead's `leftover`, the
+//!   disk read begins where they end, and the next read takes the leftover first (served
+//!   only to a read starting exactly at it, under the same conditions as the read-ahead).
+//!   Bytes a leftover keeps alive count in the shard's bound: the whole window it slices.
 //! - On the simulated disk nothing is read ahead (its reads complete at once).
 
 use std::collections::VecDeque;
@@ -39,9 +44,26 @@ pub(crate) struct Ahead {
     pub(crate) swaps: u64,
     /// The bytes, once read (the sender is dropped on a read error).
     pub(crate) bytes: Prefetch,
+    /// Whole frames read already that end at `pos`, where the next read begins.
+    pub(crate) leftover: Option<Leftover>,
+}
+
+/// Whole frames of a window read before, right in front of a read-ahead.
+pub(crate) struct Leftover {
+    /// Where in the segment they start.
+    pub(crate) pos: u64,
+    /// The frames (a slice of the window).
+    pub(crate) bytes: Bytes,
+    /// Bytes of the window they slice, which they keep in memory.
+    pub(crate) window_bytes: usize,
 }
 
 impl Ahead {
+    /// Bytes of memory it holds, or will once read.
+    fn held_bytes(&self) -> usize {
+        self.len + self.leftover.as_ref().map_or(0, |l| l.window_bytes)
+    }
+
     /// The first `len` bytes, once read; `None` after a read error or when fewer were read.
     pub(crate) async fn bytes(self, len: usize) -> Option<Bytes> {
         let bytes = self.bytes.await.ok()?;
@@ -64,15 +86,60 @@ impl ReadAheads {
     /// beyond the shard's bound.
     pub(crate) fn put(&mut self, log: LogId, a: Ahead) {
         self.remove(log);
-        self.bytes += a.len;
+        self.bytes += a.held_bytes();
         self.begun += 1;
         self.entries.push_back((log, a));
+        self.keep_bound();
+    }
+
+    /// Drops the oldest read-aheads until the shard's bound holds.
+    fn keep_bound(&mut self) {
         while self.bytes > READ_AHEAD_SHARD_BYTES_MAX {
             let Some((_, old)) = self.entries.pop_front() else {
                 break;
             };
-            self.bytes -= old.len;
+            self.bytes -= old.held_bytes();
         }
+    }
+
+    /// `log`'s read-ahead, when it reads segment `key` from `pos` and is not stale.
+    fn current(&mut self, log: LogId, key: RaftIndex, swaps: u64) -> Option<&mut Ahead> {
+        let (_, a) = self.entries.iter_mut().find(|(l, _)| *l == log)?;
+        (a.key == key && a.swaps == swaps).then_some(a)
+    }
+
+    /// Whether `log` reads ahead segment `key` from exactly `pos` (not stale).
+    pub(crate) fn reading_at(&mut self, log: LogId, key: RaftIndex, pos: u64, swaps: u64) -> bool {
+        self.current(log, key, swaps).is_some_and(|a| a.pos == pos)
+    }
+
+    /// Gives `log`'s read-ahead the frames `leftover` in front of it (replacing any).
+    pub(crate) fn set_leftover(&mut self, log: LogId, leftover: Option<Leftover>) {
+        let Some((_, a)) = self.entries.iter_mut().find(|(l, _)| *l == log) else {
+            return;
+        };
+        let before = a.held_bytes();
+        a.leftover = leftover;
+        self.bytes = self.bytes - before + a.held_bytes();
+        self.keep_bound();
+    }
+
+    /// The leftover frames of `log`'s read-ahead when a read of segment `key` starts
+    /// exactly at them, made when the log had seen `swaps` compaction swaps; taken once.
+    pub(crate) fn take_leftover(
+        &mut self,
+        log: LogId,
+        key: RaftIndex,
+        pos: u64,
+        swaps: u64,
+    ) -> Option<Bytes> {
+        let a = self.current(log, key, swaps)?;
+        if a.leftover.as_ref()?.pos != pos {
+            return None;
+        }
+        let l = a.leftover.take()?;
+        self.bytes -= l.window_bytes;
+        Some(l.bytes)
     }
 
     /// `log`'s read-ahead if it serves a read of `len` bytes of segment `key` at `pos`
@@ -91,7 +158,7 @@ impl ReadAheads {
             return None;
         }
         let (_, a) = self.entries.remove(k)?;
-        self.bytes -= a.len;
+        self.bytes -= a.held_bytes();
         self.used += 1;
         Some(a)
     }
@@ -100,7 +167,7 @@ impl ReadAheads {
     pub(crate) fn remove(&mut self, log: LogId) {
         if let Some(k) = self.entries.iter().position(|(l, _)| *l == log) {
             if let Some((_, a)) = self.entries.remove(k) {
-                self.bytes -= a.len;
+                self.bytes -= a.held_bytes();
             }
         }
     }
@@ -124,6 +191,7 @@ mod tests {
             len,
             swaps: 0,
             bytes: rx,
+            leftover: None,
         };
         (a, tx)
     }
@@ -160,6 +228,61 @@ mod tests {
         );
         assert_eq!(r.bytes(), 0);
         assert_eq!((r.begun, r.used), (1, 1));
+    }
+
+    #[test]
+    fn a_leftover_serves_once_the_read_starting_at_it_and_counts_its_window() {
+        let mut r = ReadAheads::default();
+        let (mut a, _tx) = ahead(1, 4096, 1000);
+        a.leftover = Some(Leftover {
+            pos: 3000,
+            bytes: Bytes::from(vec![7u8; 1096]),
+            window_bytes: 5000,
+        });
+        r.put(7, a);
+        assert_eq!(r.bytes(), 6000);
+        assert!(r.reading_at(7, RaftIndex(1), 4096, 0));
+        assert!(
+            !r.reading_at(7, RaftIndex(1), 3000, 0),
+            "the disk read is at 4096"
+        );
+        assert!(
+            r.take_leftover(7, RaftIndex(1), 3001, 0).is_none(),
+            "another position"
+        );
+        assert!(
+            r.take_leftover(7, RaftIndex(2), 3000, 0).is_none(),
+            "another segment"
+        );
+        assert!(
+            r.take_leftover(7, RaftIndex(1), 3000, 1).is_none(),
+            "after a swap"
+        );
+        assert!(
+            r.take_leftover(8, RaftIndex(1), 3000, 0).is_none(),
+            "another log"
+        );
+        assert_eq!(
+            r.take_leftover(7, RaftIndex(1), 3000, 0).map(|b| b.len()),
+            Some(1096)
+        );
+        assert!(
+            r.take_leftover(7, RaftIndex(1), 3000, 0).is_none(),
+            "taken once"
+        );
+        assert_eq!(r.bytes(), 1000);
+        // A later read that stopped inside a leftover gives the read-ahead a new one.
+        r.set_leftover(
+            7,
+            Some(Leftover {
+                pos: 3500,
+                bytes: Bytes::from(vec![7u8; 596]),
+                window_bytes: 1096,
+            }),
+        );
+        assert_eq!(r.bytes(), 2096);
+        assert!(r.take(7, RaftIndex(1), 4096, 1000, 0).is_some());
+        assert_eq!(r.bytes(), 0, "the leftover goes with its read-ahead");
     }
 
     #[test]

@@ -1052,6 +1052,44 @@ fn a_sequential_reader_from_disk_is_read_ahead_and_reads_what_was_written() {
 }
 
 #[test]
+fn a_sequential_reader_reads_each_byte_from_disk_once() {
+    let dir = tempfile::tempdir_in(".").expect("tempdir");
+    run(async {
+        let cache = Rc::new(BatchCache::new(0));
+        let clock = Rc::new(FakeClock(Cell::new(1_000_000)));
+        let log = Log::open(dir.path(), config(8 << 20), clock, Rc::clone(&cache))
+            .await
+            .expect("open");
+        for i in 0..3000 {
+            log.append_one(&data(1, batch(1, 1_000 + i, 1000)))
+                .expect("append");
+        }
+        log.flush().await.expect("flush");
+        let size = log.size_bytes();
+        // Reads of 64 KiB in windows of 256 KiB (`READ_WINDOW_BYTES`): without the
+        // leftover frames each read would read its window again from where it stopped
+        // (about four times the log); with them, the log once, blocks at the windows'
+        // edges, and the second read's window again (no read-ahead yet: the first read
+        // only predicts where it starts).
+        let want: Vec<(i64, i64)> = (0..3000).map(|i| (i, 1_000 + i)).collect();
+        assert_eq!(consume(&log, 0, 64 * 1024).await, want);
+        let read = log.stats().disk_read_bytes;
+        assert!(
+            read <= size + 2 * strand_storage::log_read::READ_WINDOW_BYTES,
+            "read {read} bytes from disk for a log of {size}"
+        );
+        let s = cache.stats();
+        assert!(s.read_aheads >= 8, "{s:?}");
+        assert!(s.read_aheads_used + 1 >= s.read_aheads, "{s:?}");
+        // A reader stopping inside the leftover and another reading whatever size: still
+        // every batch in order.
+        for max_bytes in [1, 5_000, 300 * 1024] {
+            assert_eq!(consume(&log, 7, max_bytes).await, want[7..].to_vec());
+        }
+    });
+}
+
+#[test]
 fn a_read_ahead_never_serves_bytes_a_truncation_replaced() {
     let dir = tempfile::tempdir_in(".").expect("tempdir");
     run(async {

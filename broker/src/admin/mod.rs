@@ -223,6 +223,13 @@ pub fn render_metrics(shards: &[ShardSnapshot]) -> String {
         true,
     );
     per_shard(
+        "strand_storage_disk_read_bytes",
+        "Bytes partition logs asked of the disk (read-aheads included)",
+        &mut reg,
+        &|s| s.storage.disk_read_bytes,
+        true,
+    );
+    per_shard(
         "strand_read_aheads",
         "Windows read ahead for sequential readers from disk",
         &mut reg,

@@ -555,6 +555,7 @@ impl Shard {
             storage.frames_appended += s.frames_appended;
             storage.writes += s.writes;
             storage.disk_reads += s.disk_reads;
+            storage.disk_read_bytes += s.disk_read_bytes;
             log_bytes += p.log().size_bytes();
         }
         // The device flushes this shard's logs shared (one fdatasync for many partitions).
