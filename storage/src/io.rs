@@ -1086,4 +1086,43 @@ mod tests {
         })
         .expect("executor");
     }
+
+    /// Reads of 1–2 MiB (fetch and read-ahead windows) land in buffers of one 2 MiB class,
+    /// aligned to 2 MiB (a transparent huge page when the kernel has one: one request to
+    /// the device), reused once dropped, and return the file's bytes every time.
+    #[test]
+    fn window_reads_reuse_aligned_buffers_of_one_class() {
+        const CLASS: usize = 2 << 20;
+        let tmp = tempfile::tempdir_in(".").expect("tempdir");
+        let path = tmp.path().join("seg");
+        let size = 3 << 20;
+        let data: Vec<u8> = (0..size).map(|i| (i * 13 + i / 4096) as u8).collect();
+        crate::io_runtime::block_on("read-class-test", 1, async move {
+            prime_device_probe(tmp.path()).await.expect("probe");
+            let f = SegmentFile::create(&path, WriteSync::Fdatasync)
+                .await
+                .expect("create");
+            f.write_aligned(0, &data).await.expect("write");
+            let first = f.read(0, 1_500_000).await.expect("read");
+            assert_eq!(&first[..], &data[..1_500_000]);
+            let at = first.as_ptr() as usize;
+            assert_eq!(at % CLASS, 0, "aligned to the class");
+            drop(first);
+            let second = f.read(4096, 1 << 20).await.expect("read");
+            assert_eq!(second.as_ptr() as usize, at, "the same buffer again");
+            assert_eq!(
+                &second[..],
+                &data[4096..4096 + (1 << 20)],
+                "the file's bytes"
+            );
+            // Another read while the first is held gets a buffer of its own.
+            let third = f.read(777, 1_200_000).await.expect("read");
+            assert_ne!(third.as_ptr() as usize & !(CLASS - 1), at);
+            assert_eq!(&third[..], &data[777..777 + 1_200_000]);
+            assert_eq!(glommio::io::heap_buffer_bytes(1_200_000), CLASS);
+            assert_eq!(glommio::io::heap_buffer_bytes(100_000), 102_400);
+            f.close().await.expect("close");
+        })
+        .expect("executor");
+    }
 }

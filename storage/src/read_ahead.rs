@@ -58,10 +58,19 @@ pub(crate) struct Leftover {
     pub(crate) window_bytes: usize,
 }
 
-impl Ahead {
-    /// Bytes of memory it holds, or will once read.
+impl Leftover {
+    /// Bytes of memory it keeps: the buffer of the window it slices.
     fn held_bytes(&self) -> usize {
-        self.len + self.leftover.as_ref().map_or(0, |l| l.window_bytes)
+        glommio::io::heap_buffer_bytes(self.window_bytes)
+    }
+}
+
+impl Ahead {
+    /// Bytes of memory it holds, or will once read (a read's buffer is of its size class,
+    /// `glommio::io::heap_buffer_bytes`).
+    fn held_bytes(&self) -> usize {
+        glommio::io::heap_buffer_bytes(self.len)
+            + self.leftover.as_ref().map_or(0, Leftover::held_bytes)
     }
 
     /// The first `len` bytes, once read; `None` after a read error or when fewer were read.
@@ -138,7 +147,7 @@ impl ReadAheads {
             return None;
         }
         let l = a.leftover.take()?;
-        self.bytes -= l.window_bytes;
+        self.bytes -= l.held_bytes();
         Some(l.bytes)
     }
 
@@ -233,14 +242,14 @@ mod tests {
     #[test]
     fn a_leftover_serves_once_the_read_starting_at_it_and_counts_its_window() {
         let mut r = ReadAheads::default();
-        let (mut a, _tx) = ahead(1, 4096, 1000);
+        let (mut a, _tx) = ahead(1, 4096, 8192);
         a.leftover = Some(Leftover {
             pos: 3000,
             bytes: Bytes::from(vec![7u8; 1096]),
-            window_bytes: 5000,
+            window_bytes: 10_000,
         });
         r.put(7, a);
-        assert_eq!(r.bytes(), 6000);
+        assert_eq!(r.bytes(), 8192 + 12_288, "the window's buffer: 4 KiB pages");
         assert!(r.reading_at(7, RaftIndex(1), 4096, 0));
         assert!(
             !r.reading_at(7, RaftIndex(1), 3000, 0),
@@ -270,19 +279,23 @@ mod tests {
             r.take_leftover(7, RaftIndex(1), 3000, 0).is_none(),
             "taken once"
         );
-        assert_eq!(r.bytes(), 1000);
+        assert_eq!(r.bytes(), 8192);
         // A later read that stopped inside a leftover gives the read-ahead a new one.
         r.set_leftover(
             7,
             Some(Leftover {
                 pos: 3500,
                 bytes: Bytes::from(vec![7u8; 596]),
-                window_bytes: 1096,
+                window_bytes: 4096,
             }),
         );
-        assert_eq!(r.bytes(), 2096);
+        assert_eq!(r.bytes(), 8192 + 4096);
         assert!(r.take(7, RaftIndex(1), 4096, 1000, 0).is_some());
         assert_eq!(r.bytes(), 0, "the leftover goes with its read-ahead");
+        // A window of about 1 MiB is read into a buffer of the 2 MiB class, and counts so.
+        let (a, _tx) = ahead(1, 0, 1_100_000);
+        r.put(7, a);
+        assert_eq!(r.bytes(), 2 << 20);
     }
 
     #[test]

@@ -173,7 +173,7 @@ pub use self::{
 };
 pub use crate::sys::DmaBuffer;
 /// strand patch: see `ReadResult::into_heap`.
-pub use crate::sys::HeapBuffer;
+pub use crate::sys::{heap_buffer_bytes, HeapBuffer};
 
 #[cfg(test)]
 mod test {

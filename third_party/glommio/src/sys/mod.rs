@@ -192,7 +192,7 @@ pub(crate) mod source;
 pub(crate) mod sysfs;
 mod uring;
 
-pub use self::dma_buffer::{DmaBuffer, HeapBuffer};
+pub use self::dma_buffer::{heap_buffer_bytes, DmaBuffer, HeapBuffer};
 pub(crate) use self::{source::*, uring::*};
 use crate::error::{ExecutorErrorKind, GlommioError};
 use smallvec::SmallVec;
