@@ -387,6 +387,12 @@ impl SegmentFile {
     }
 }
 
+/// Bytes of memory the buffer of a read of `len` bytes occupies: its size class (reads of
+/// 1-2 MiB take a 2 MiB buffer, see vendored glommio's `heap_buffer_bytes`).
+pub(crate) fn read_buffer_bytes(len: usize) -> usize {
+    glommio::io::heap_buffer_bytes(len)
+}
+
 /// Shared handle to a segment file; reads in flight keep a removed file readable.
 pub type SharedFile = Rc<SegmentFile>;
 
@@ -1119,8 +1125,8 @@ mod tests {
             let third = f.read(777, 1_200_000).await.expect("read");
             assert_ne!(third.as_ptr() as usize & !(CLASS - 1), at);
             assert_eq!(&third[..], &data[777..777 + 1_200_000]);
-            assert_eq!(glommio::io::heap_buffer_bytes(1_200_000), CLASS);
-            assert_eq!(glommio::io::heap_buffer_bytes(100_000), 102_400);
+            assert_eq!(read_buffer_bytes(1_200_000), CLASS);
+            assert_eq!(read_buffer_bytes(100_000), 102_400);
             f.close().await.expect("close");
         })
         .expect("executor");

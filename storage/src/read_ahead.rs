@@ -26,7 +26,7 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 
 use crate::cache::LogId;
-use crate::io::Prefetch;
+use crate::io::{read_buffer_bytes, Prefetch};
 use crate::types::RaftIndex;
 
 /// Bytes of read-ahead a shard holds at most, over all its logs.
@@ -61,16 +61,15 @@ pub(crate) struct Leftover {
 impl Leftover {
     /// Bytes of memory it keeps: the buffer of the window it slices.
     fn held_bytes(&self) -> usize {
-        glommio::io::heap_buffer_bytes(self.window_bytes)
+        read_buffer_bytes(self.window_bytes)
     }
 }
 
 impl Ahead {
     /// Bytes of memory it holds, or will once read (a read's buffer is of its size class,
-    /// `glommio::io::heap_buffer_bytes`).
+    /// `io::read_buffer_bytes`).
     fn held_bytes(&self) -> usize {
-        glommio::io::heap_buffer_bytes(self.len)
-            + self.leftover.as_ref().map_or(0, Leftover::held_bytes)
+        read_buffer_bytes(self.len) + self.leftover.as_ref().map_or(0, Leftover::held_bytes)
     }
 
     /// The first `len` bytes, once read; `None` after a read error or when fewer were read.
