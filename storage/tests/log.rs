@@ -996,6 +996,23 @@ fn a_dropped_segment_file_is_closed_once_its_readers_are_done() {
     });
 }
 
+/// A log in `dir` without a batch cache (every read goes to disk), segments of
+/// `segment_bytes`, holding `count` batches of one 1,000-byte record with timestamps from
+/// 1,000, flushed.
+async fn log_on_disk(dir: &Path, segment_bytes: u64, count: i64) -> (Rc<BatchCache>, Log) {
+    let cache = Rc::new(BatchCache::new(0));
+    let clock = Rc::new(FakeClock(Cell::new(1_000_000)));
+    let log = Log::open(dir, config(segment_bytes), clock, Rc::clone(&cache))
+        .await
+        .expect("open");
+    for i in 0..count {
+        log.append_one(&data(1, batch(1, 1_000 + i, 1000)))
+            .expect("append");
+    }
+    log.flush().await.expect("flush");
+    (cache, log)
+}
+
 /// Reads from `from` to the log end in reads of `max_bytes`, as a consumer does; returns
 /// each batch's (base offset, first timestamp).
 async fn consume(log: &Log, from: i64, max_bytes: usize) -> Vec<(i64, i64)> {
@@ -1020,16 +1037,7 @@ async fn consume(log: &Log, from: i64, max_bytes: usize) -> Vec<(i64, i64)> {
 fn a_sequential_reader_from_disk_is_read_ahead_and_reads_what_was_written() {
     let dir = tempfile::tempdir_in(".").expect("tempdir");
     run(async {
-        let cache = Rc::new(BatchCache::new(0));
-        let clock = Rc::new(FakeClock(Cell::new(1_000_000)));
-        let log = Log::open(dir.path(), config(1 << 20), clock, Rc::clone(&cache))
-            .await
-            .expect("open");
-        for i in 0..2000 {
-            log.append_one(&data(1, batch(1, 1_000 + i, 1000)))
-                .expect("append");
-        }
-        log.flush().await.expect("flush");
+        let (cache, log) = log_on_disk(dir.path(), 1 << 20, 2000).await;
         log.flush().await.expect("finalize");
         let want: Vec<(i64, i64)> = (0..2000).map(|i| (i, 1_000 + i)).collect();
         assert_eq!(consume(&log, 0, 64 * 1024).await, want);
@@ -1055,16 +1063,7 @@ fn a_sequential_reader_from_disk_is_read_ahead_and_reads_what_was_written() {
 fn a_sequential_reader_reads_each_byte_from_disk_once() {
     let dir = tempfile::tempdir_in(".").expect("tempdir");
     run(async {
-        let cache = Rc::new(BatchCache::new(0));
-        let clock = Rc::new(FakeClock(Cell::new(1_000_000)));
-        let log = Log::open(dir.path(), config(8 << 20), clock, Rc::clone(&cache))
-            .await
-            .expect("open");
-        for i in 0..3000 {
-            log.append_one(&data(1, batch(1, 1_000 + i, 1000)))
-                .expect("append");
-        }
-        log.flush().await.expect("flush");
+        let (cache, log) = log_on_disk(dir.path(), 8 << 20, 3000).await;
         let size = log.size_bytes();
         // Reads of 64 KiB in windows of 256 KiB (`READ_WINDOW_BYTES`): without the
         // leftover frames each read would read its window again from where it stopped
@@ -1093,16 +1092,7 @@ fn a_sequential_reader_reads_each_byte_from_disk_once() {
 fn a_read_ahead_never_serves_bytes_a_truncation_replaced() {
     let dir = tempfile::tempdir_in(".").expect("tempdir");
     run(async {
-        let cache = Rc::new(BatchCache::new(0));
-        let clock = Rc::new(FakeClock(Cell::new(1_000_000)));
-        let log = Log::open(dir.path(), config(8 << 20), clock, Rc::clone(&cache))
-            .await
-            .expect("open");
-        for i in 0..1000 {
-            log.append_one(&data(1, batch(1, 1_000 + i, 1000)))
-                .expect("append");
-        }
-        log.flush().await.expect("flush");
+        let (cache, log) = log_on_disk(dir.path(), 8 << 20, 1000).await;
         // Two reads in order: the second begins reading ahead from where it ends.
         let mut at = 0;
         for _ in 0..2 {
