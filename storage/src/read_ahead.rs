@@ -83,7 +83,6 @@ impl Ahead {
 #[derive(Default)]
 pub(crate) struct ReadAheads {
     entries: VecDeque<(LogId, Ahead)>,
-    bytes: usize,
     /// Read-aheads begun, and read by the read they were for.
     pub(crate) begun: u64,
     pub(crate) used: u64,
@@ -94,7 +93,6 @@ impl ReadAheads {
     /// beyond the shard's bound.
     pub(crate) fn put(&mut self, log: LogId, a: Ahead) {
         self.remove(log);
-        self.bytes += a.held_bytes();
         self.begun += 1;
         self.entries.push_back((log, a));
         self.keep_bound();
@@ -102,11 +100,10 @@ impl ReadAheads {
 
     /// Drops the oldest read-aheads until the shard's bound holds.
     fn keep_bound(&mut self) {
-        while self.bytes > READ_AHEAD_SHARD_BYTES_MAX {
-            let Some((_, old)) = self.entries.pop_front() else {
+        while self.bytes() > READ_AHEAD_SHARD_BYTES_MAX {
+            if self.entries.pop_front().is_none() {
                 break;
-            };
-            self.bytes -= old.held_bytes();
+            }
         }
     }
 
@@ -126,9 +123,7 @@ impl ReadAheads {
         let Some((_, a)) = self.entries.iter_mut().find(|(l, _)| *l == log) else {
             return;
         };
-        let before = a.held_bytes();
         a.leftover = leftover;
-        self.bytes = self.bytes - before + a.held_bytes();
         self.keep_bound();
     }
 
@@ -145,9 +140,7 @@ impl ReadAheads {
         if a.leftover.as_ref()?.pos != pos {
             return None;
         }
-        let l = a.leftover.take()?;
-        self.bytes -= l.held_bytes();
-        Some(l.bytes)
+        a.leftover.take().map(|l| l.bytes)
     }
 
     /// `log`'s read-ahead if it serves a read of `len` bytes of segment `key` at `pos`
@@ -166,7 +159,6 @@ impl ReadAheads {
             return None;
         }
         let (_, a) = self.entries.remove(k)?;
-        self.bytes -= a.held_bytes();
         self.used += 1;
         Some(a)
     }
@@ -174,16 +166,14 @@ impl ReadAheads {
     /// Drops `log`'s read-ahead.
     pub(crate) fn remove(&mut self, log: LogId) {
         if let Some(k) = self.entries.iter().position(|(l, _)| *l == log) {
-            if let Some((_, a)) = self.entries.remove(k) {
-                self.bytes -= a.held_bytes();
-            }
+            self.entries.remove(k);
         }
     }
 
-    /// Bytes held.
-    #[cfg(test)]
+    /// Bytes of memory held, summed when asked (one entry per log read in order from
+    /// disk; asked once per read-ahead begun).
     pub(crate) fn bytes(&self) -> usize {
-        self.bytes
+        self.entries.iter().map(|(_, a)| a.held_bytes()).sum()
     }
 }
 
