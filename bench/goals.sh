@@ -12,7 +12,8 @@
 #      restarted (one shard on CPU 1, the consumer on CPU 0), then read from its start with
 #      1 MiB per partition per fetch (`strand-bench consume`), over raw O_DIRECT read;
 #   5. open loop at 50% of each broker's own saturation, 16 partitions, acks=1 and all
-#      (bench/suite.sh: Strand, Tansu, Kafka, Kafka with an fsync per batch);
+#      (bench/suite.sh: Strand, Tansu, Kafka, Kafka with an fsync per batch), and each
+#      peer again at the rate Strand carried at its 50% (`--peers-at-subject-rate`);
 #   6. the native client's p99 against the Kafka gateway's at the same open-loop load
 #      (NATIVE_RATE records/s, 16 partitions, acks=all), alternated NATIVE_PAIRS times;
 #   7. three nodes, RF 3, acks=all against the replicated-write floor of the same run
@@ -128,7 +129,7 @@ fi
 if step 5; then
   say "5. open loop at 50% of saturation, 16 partitions"
   OUT_DIR="$OUT_DIR/suite" BENCH_DATA_DIR="$BENCH_DATA_DIR/suite" bench/suite.sh \
-    --partition-counts 16 --levels 0.5 > "$OUT_DIR/suite.txt" 2>&1 ||
+    --partition-counts 16 --levels 0.5 --peers-at-subject-rate > "$OUT_DIR/suite.txt" 2>&1 ||
     say "bench/suite.sh failed (see $OUT_DIR/suite.txt)"
   summary "open loop (suite report)" "$OUT_DIR/suite/report.md" "\|"
 fi

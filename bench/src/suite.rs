@@ -45,6 +45,10 @@ pub struct SuiteArgs {
     /// Load levels after saturation, as fractions of it.
     #[arg(long, value_delimiter = ',', default_value = "0.5,0.9")]
     levels: Vec<f64>,
+    /// Also run every peer at the broker under test's absolute rate of each level (rows
+    /// `NAME@50%`): a peer's own 50% may be far from the load the broker under test carried.
+    #[arg(long)]
+    peers_at_subject_rate: bool,
     #[command(flatten)]
     load: WorkloadArgs,
 }
@@ -143,7 +147,13 @@ pub fn run(args: SuiteArgs) -> anyhow::Result<()> {
                     physics: &physics,
                 };
                 let topic = spec.topic.clone();
-                cells.extend(rt.block_on(run_cell(&ctx, spec, &args.levels)));
+                let subject = &targets[0].name;
+                let fixed = if args.peers_at_subject_rate && name != subject {
+                    subject_rates(&cells, subject, partitions, acks, &args.levels)
+                } else {
+                    Vec::new()
+                };
+                cells.extend(rt.block_on(run_cell(&ctx, spec, &args.levels, &fixed)));
                 // A cell can write gigabytes; the broker keeps them until the topic goes.
                 if let Err(e) = rt.block_on(delete_topic(bootstrap, args.load.protocol, &topic)) {
                     eprintln!(
@@ -183,8 +193,38 @@ fn acks_text(a: Acks) -> &'static str {
     }
 }
 
-/// Saturation, then each level of it, for one (target, partitions, acks).
-async fn run_cell(ctx: &CellCtx<'_>, spec: LoadSpec, levels: &[f64]) -> Vec<Cell> {
+/// The rates the broker under test (`subject`) was loaded with at each level of
+/// (partitions, acks), named `SUBJECT@LEVEL`: its saturation times the level.
+fn subject_rates(
+    cells: &[Cell],
+    subject: &str,
+    partitions: i32,
+    acks: Acks,
+    levels: &[f64],
+) -> Vec<(String, f64)> {
+    let Some(Ok(max)) = find(cells, subject, partitions, acks, "max").map(|c| &c.result) else {
+        return Vec::new();
+    };
+    levels
+        .iter()
+        .map(|&level| {
+            (
+                format!("{subject}@{:.0}%", level * 100.0),
+                max.produced_records_per_s * level,
+            )
+        })
+        .filter(|&(_, rate)| rate > 0.0)
+        .collect()
+}
+
+/// Saturation, then each level of it, then each `(name, records/s)` of `fixed`, for one
+/// (target, partitions, acks).
+async fn run_cell(
+    ctx: &CellCtx<'_>,
+    spec: LoadSpec,
+    levels: &[f64],
+    fixed: &[(String, f64)],
+) -> Vec<Cell> {
     let mut out = Vec::new();
     let mut max = spec.clone();
     max.rate = Rate::Max;
@@ -213,6 +253,11 @@ async fn run_cell(ctx: &CellCtx<'_>, spec: LoadSpec, levels: &[f64]) -> Vec<Cell
                 plots: Vec::new(),
             }),
         }
+    }
+    for (name, rate) in fixed {
+        let mut s = spec.clone();
+        s.rate = Rate::PerSec(*rate);
+        out.push(one(ctx, s, name.clone()).await);
     }
     out
 }
@@ -322,7 +367,8 @@ fn report(
          flight per connection, {:?} compression, {} s measured after {} s warm-up per run. \
          `max` is closed loop (saturation; its latency is what a bounded in-flight window \
          sees); the percentages are open-loop runs at that share of the same broker's \
-         saturation, latency measured from each record's intended send time.\n",
+         saturation, latency measured from each record's intended send time; `NAME@50%` \
+         rows run the peers at the rate NAME carried at its 50%.\n",
         l.record_bytes,
         l.producers,
         l.linger_ms,
