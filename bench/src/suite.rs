@@ -108,19 +108,7 @@ pub fn run(args: SuiteArgs) -> anyhow::Result<()> {
         )?;
         eprint!("{}", crate::physics::table(p));
     }
-    let mut targets = vec![Target {
-        name: args.name.clone(),
-        bootstrap: args.load.bootstrap.clone(),
-        topic_configs: args.load.topic_configs.clone(),
-    }];
-    if let Some(peer) = &args.peer_bootstrap {
-        targets.push(Target {
-            name: args.peer_name.clone(),
-            bootstrap: peer.clone(),
-            topic_configs: args.load.topic_configs.clone(),
-        });
-    }
-    targets.extend(args.peers.iter().cloned());
+    let targets = targets(&args);
     let run_tag = format!("{:08x}", rand::random::<u32>());
     let rt = runtime()?;
     let mut cells = Vec::new();
@@ -169,6 +157,24 @@ pub fn run(args: SuiteArgs) -> anyhow::Result<()> {
     print!("{report}");
     eprintln!("report written to {}", path.display());
     Ok(())
+}
+
+/// The broker under test, then its peers, in the order they run.
+fn targets(args: &SuiteArgs) -> Vec<Target> {
+    let mut targets = vec![Target {
+        name: args.name.clone(),
+        bootstrap: args.load.bootstrap.clone(),
+        topic_configs: args.load.topic_configs.clone(),
+    }];
+    if let Some(peer) = &args.peer_bootstrap {
+        targets.push(Target {
+            name: args.peer_name.clone(),
+            bootstrap: peer.clone(),
+            topic_configs: args.load.topic_configs.clone(),
+        });
+    }
+    targets.extend(args.peers.iter().cloned());
+    targets
 }
 
 async fn delete_topic(bootstrap: &str, protocol: Protocol, topic: &str) -> anyhow::Result<()> {
