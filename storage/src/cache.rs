@@ -82,6 +82,9 @@ pub struct CacheStats {
     pub read_aheads: u64,
     /// Read-aheads that served the read they were begun for.
     pub read_aheads_used: u64,
+    /// Memory the read-aheads hold now: the buffers of reads under way and of leftover
+    /// frames, counted by their size class (`io::read_buffer_bytes`).
+    pub read_ahead_bytes: usize,
 }
 
 /// Heap bytes the allocator spends per allocation beyond its size (glibc: a chunk header
@@ -306,6 +309,7 @@ impl BatchCache {
             misses: i.misses,
             read_aheads: self.read_ahead.borrow().begun,
             read_aheads_used: self.read_ahead.borrow().used,
+            read_ahead_bytes: self.read_ahead.borrow().bytes(),
         }
     }
 }

@@ -389,7 +389,7 @@ impl SegmentFile {
 
 /// Bytes of memory the buffer of a read of `len` bytes occupies: its size class (reads of
 /// 1-2 MiB take a 2 MiB buffer, see vendored glommio's `heap_buffer_bytes`).
-pub(crate) fn read_buffer_bytes(len: usize) -> usize {
+pub fn read_buffer_bytes(len: usize) -> usize {
     glommio::io::heap_buffer_bytes(len)
 }
 

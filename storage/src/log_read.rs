@@ -71,11 +71,13 @@ enum Walk {
     Stop,
 }
 
-/// A window a walk read: `bytes` of segment `key` from `pos`.
+/// A window a walk read: `bytes` of segment `key` from `pos`, held in a buffer that was
+/// read as `buffer_bytes` (a leftover's bytes are a slice of the window read before).
 struct Window {
     key: RaftIndex,
     pos: u64,
     bytes: Bytes,
+    buffer_bytes: usize,
 }
 
 impl Window {
@@ -94,7 +96,7 @@ impl Window {
         (at > start).then(|| Leftover {
             pos,
             bytes: self.bytes.slice(start..at),
-            window_bytes: self.bytes.len(),
+            window_bytes: self.buffer_bytes,
         })
     }
 }
@@ -379,7 +381,7 @@ impl Log {
         let (mut swaps, mut resume, mut visited_below) =
             (self.st.borrow().swaps, start, RaftIndex(0));
         loop {
-            let window = self.read_window(key, pos.0, want).await?;
+            let (window, buffer_bytes) = self.read_window(key, pos.0, want).await?;
             let now_swaps = self.st.borrow().swaps;
             if now_swaps != swaps {
                 swaps = now_swaps;
@@ -400,6 +402,7 @@ impl Log {
                 key,
                 pos: pos.0,
                 bytes: window.clone(),
+                buffer_bytes,
             });
             let mut at = 0usize;
             while at < window.len() {
@@ -462,13 +465,14 @@ impl Log {
 
     /// The next bytes of segment `key` from `pos` for a walk: the leftover frames of a
     /// sequential reader's last window when they start exactly there (whole frames, maybe
-    /// fewer bytes than `want`), else `read_span`.
+    /// fewer bytes than `want`), else `read_span`; with the size of the buffer they are
+    /// held in, which the read-ahead's bound counts for a leftover cut from them.
     async fn read_window(
         &self,
         key: RaftIndex,
         pos: u64,
         want: u64,
-    ) -> Result<Bytes, StorageError> {
+    ) -> Result<(Bytes, usize), StorageError> {
         let swaps = self.st.borrow().swaps;
         let leftover =
             self.cache
@@ -476,11 +480,17 @@ impl Log {
                 .borrow_mut()
                 .take_leftover(self.cache_id, key, pos, swaps);
         match leftover {
-            Some(bytes) => {
-                let len = usize::try_from(want).unwrap_or(usize::MAX).min(bytes.len());
-                Ok(bytes.slice(..len))
+            Some(l) => {
+                let len = usize::try_from(want)
+                    .unwrap_or(usize::MAX)
+                    .min(l.bytes.len());
+                Ok((l.bytes.slice(..len), l.window_bytes))
             }
-            None => self.read_span(key, pos, want).await,
+            None => {
+                let bytes = self.read_span(key, pos, want).await?;
+                let len = bytes.len();
+                Ok((bytes, len))
+            }
         }
     }
 

@@ -135,12 +135,12 @@ impl ReadAheads {
         key: RaftIndex,
         pos: u64,
         swaps: u64,
-    ) -> Option<Bytes> {
+    ) -> Option<Leftover> {
         let a = self.current(log, key, swaps)?;
         if a.leftover.as_ref()?.pos != pos {
             return None;
         }
-        a.leftover.take().map(|l| l.bytes)
+        a.leftover.take()
     }
 
     /// `log`'s read-ahead if it serves a read of `len` bytes of segment `key` at `pos`
@@ -261,7 +261,8 @@ mod tests {
             "another log"
         );
         assert_eq!(
-            r.take_leftover(7, RaftIndex(1), 3000, 0).map(|b| b.len()),
+            r.take_leftover(7, RaftIndex(1), 3000, 0)
+                .map(|l| l.bytes.len()),
             Some(1096)
         );
         assert!(

@@ -1089,6 +1089,34 @@ fn a_sequential_reader_reads_each_byte_from_disk_once() {
 }
 
 #[test]
+fn a_leftover_cut_from_a_leftover_counts_the_whole_buffer_it_holds() {
+    let dir = tempfile::tempdir_in(".").expect("tempdir");
+    run(async {
+        let (cache, log) = log_on_disk(dir.path(), 8 << 20, 1000).await;
+        // Reads of one batch each: the second keeps the rest of its 256 KiB window as the
+        // leftover and reads ahead; every read after it is served from the leftover and
+        // leaves a shorter leftover that is still a slice of the same window's buffer.
+        let mut held = Vec::new();
+        for at in 0..100 {
+            let r = log
+                .read(KafkaOffset(at), log.log_end_offset(), 1, true)
+                .await
+                .expect("read");
+            assert_eq!(r.next_offset, KafkaOffset(at + 1));
+            held.push(cache.stats().read_ahead_bytes);
+        }
+        let window = strand_storage::io::read_buffer_bytes(
+            usize::try_from(strand_storage::log_read::READ_WINDOW_BYTES).expect("window"),
+        );
+        assert!(held[2] >= window, "the leftover's window: {}", held[2]);
+        assert!(
+            held[2..].iter().all(|&h| h == held[2]),
+            "the same buffers held while the leftover shrinks: {held:?}"
+        );
+    });
+}
+
+#[test]
 fn a_read_ahead_never_serves_bytes_a_truncation_replaced() {
     let dir = tempfile::tempdir_in(".").expect("tempdir");
     run(async {

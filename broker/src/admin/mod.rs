@@ -244,6 +244,13 @@ pub fn render_metrics(shards: &[ShardSnapshot]) -> String {
         true,
     );
     per_shard(
+        "strand_read_ahead_bytes",
+        "Memory held by read-aheads: reads under way and leftover frames, by buffer size class",
+        &mut reg,
+        &|s| s.cache.read_ahead_bytes as u64,
+        false,
+    );
+    per_shard(
         "strand_batch_cache_bytes",
         "Heap bytes held by the batch cache (frames and their bookkeeping)",
         &mut reg,
