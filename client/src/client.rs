@@ -262,14 +262,15 @@ impl Client {
         for (members, answer) in futures::future::join_all(sends).await {
             let answered = match answer {
                 Ok(None) => continue,
-                Ok(Some(BodyT::ProduceResponse(r))) => r.partitions.unwrap_or_default(),
-                Ok(Some(_)) => {
-                    let e = Error::Protocol("produce answered with another message".into());
-                    for i in members {
-                        results[i] = Err(e.clone());
-                    }
-                    continue;
-                }
+                Ok(Some(BodyT::ProduceResponse(r))) => Ok(r.partitions.unwrap_or_default()),
+                Ok(Some(_)) => Err(Error::Protocol(
+                    "produce answered with another message".into(),
+                )),
+                Err(e) => Err(e),
+            };
+            // A failed request fails each of its batches.
+            let answered = match answered {
+                Ok(a) => a,
                 Err(e) => {
                     for i in members {
                         results[i] = Err(e.clone());
