@@ -10,7 +10,8 @@
 #      with flush.messages=1 (bench/kafka/run.sh, SIZES=1024);
 #   4. consume from disk with a cold cache: a topic of 6 partitions written, the broker
 #      restarted (one shard on CPU 1, the consumer on CPU 0), then read from its start with
-#      1 MiB per partition per fetch (`strand-bench consume`), over raw O_DIRECT read;
+#      1 MiB per partition per fetch (`strand-bench consume`), over raw O_DIRECT read (of
+#      step 1, and measured right before and after the consume);
 #   5. open loop at 50% of each broker's own saturation, 16 partitions, acks=1 and all
 #      (bench/suite.sh: Strand, Tansu, Kafka, Kafka with an fsync per batch), and each
 #      peer again at the rate Strand carried at its 50% (`--peers-at-subject-rate`);
@@ -108,6 +109,15 @@ if step 3; then
     "^case|^(produce|consume) 1024|raw O_DIRECT|RESULT"
 fi
 
+# cold_raw WHEN: the raw O_DIRECT read bandwidth (1 GiB, on CPU 1 like the broker) just
+# before or after the cold consume: the raw figure the consume ran beside.
+cold_raw() {
+  { echo "# $1"
+    taskset -c 1 "$BENCH" disk --dir "$BENCH_DATA_DIR/raw" --partitions 1 --batch-bytes 1024 \
+      --engine-secs 0.1 --sync-samples 10 --total-bytes 1073741824 2>&1 | grep "raw O_DIRECT"
+  } >> "$OUT_DIR/cold-raw.txt"
+}
+
 if step 4; then
   say "4. consume from disk, cache cold"
   log="$OUT_DIR/cold-strand.log"
@@ -117,13 +127,17 @@ if step 4; then
     --no-physics > "$OUT_DIR/cold-produce.txt" 2>&1
   stop_broker
   sync
+  cold_raw before
   start_broker "$log" taskset -c 1 "$STRAND" --smp 1 --data-dir "$BENCH_DATA_DIR/cold"
   taskset -c 0 "$BENCH" consume --bootstrap "127.0.0.1:$KAFKA_PORT" --topic cold \
     --duration-s 3 --warmup-s 0 --no-physics > "$OUT_DIR/cold-consume.txt" 2>&1
   stop_broker
+  cold_raw after
   rm -rf "$BENCH_DATA_DIR/cold"
   summary "cold consume (produce, restart, consume 3 s)" "$OUT_DIR/cold-consume.txt" \
     "MiB/s|rec/s|fetch"
+  summary "raw O_DIRECT read right before and after the cold consume (CPU 1)" \
+    "$OUT_DIR/cold-raw.txt" "raw O_DIRECT"
 fi
 
 if step 5; then
