@@ -135,6 +135,8 @@ fn commands() -> Vec<Command> {
             replicas: vec![vec![1]],
             // Some(_) is in the log from this version on; None keeps the seed as it was.
             from_count: None,
+            // Likewise: 0 is not written.
+            token: 0,
         },
         Command::ReserveProducerIds {
             up_to: 1000,
@@ -156,7 +158,10 @@ fn commands() -> Vec<Command> {
             set: configs,
             delete: vec!["segment.ms".into()],
         },
-        Command::DeleteTopic { name: "t".into() },
+        Command::DeleteTopic {
+            name: "t".into(),
+            token: 0,
+        },
         Command::RemoveNode { id: 2 },
         Command::CreateAcls { acls: vec![acl()] },
         Command::DeleteAcls { acls: vec![acl()] },

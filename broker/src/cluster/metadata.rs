@@ -46,6 +46,12 @@ pub enum Command {
     DeleteTopic {
         /// Topic name.
         name: String,
+        /// Names the request (random; 0 in entries written before it was recorded): the
+        /// apply remembers it (`Metadata::deletions`), so of two nodes deleting one topic at
+        /// once the one whose entry lost tells (Kafka answers the second
+        /// UNKNOWN_TOPIC_OR_PARTITION).
+        #[serde(default, skip_serializing_if = "is_zero_token")]
+        token: u128,
     },
     /// Adds partitions to a topic.
     CreatePartitions {
@@ -61,6 +67,11 @@ pub enum Command {
         /// second INVALID_PARTITIONS). None in entries written before it was recorded.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         from_count: Option<usize>,
+        /// Names the request (random; 0 in older entries): the apply keeps it in the
+        /// topic (`Topic::grown_by`), so a node whose request lost the race answers
+        /// INVALID_PARTITIONS, as Kafka does, rather than success.
+        #[serde(default, skip_serializing_if = "is_zero_token")]
+        token: u128,
     },
     /// A node announces its listeners (cluster mode).
     RegisterNode(NodeInfo),
@@ -240,6 +251,10 @@ pub struct NodeInfo {
     pub incarnation: u64,
 }
 
+fn is_zero_token(n: &u128) -> bool {
+    *n == 0
+}
+
 fn is_zero(n: &u64) -> bool {
     *n == 0
 }
@@ -296,6 +311,9 @@ pub struct Topic {
     /// Partitions ever moved: a node that hosts one without a log joins as a learner
     /// instead of as one of the `origin` voters (it may have been removed since).
     pub moved: std::collections::BTreeSet<i32>,
+    /// The token of the CreatePartitions that grew it last (0: none, or one written
+    /// without a token).
+    pub grown_by: u128,
 }
 
 /// A partition move in progress.
@@ -409,7 +427,14 @@ pub struct Metadata {
     /// Dynamic broker configs by resource name (a node id, or "" for the cluster default;
     /// `cluster::broker_config`).
     pub broker_configs: BTreeMap<String, BTreeMap<String, String>>,
+    /// The last [`DELETIONS_REMEMBERED`] topic deletions applied with a token: (name,
+    /// token), oldest first.
+    pub deletions: std::collections::VecDeque<(String, u128)>,
 }
+
+/// Topic deletions the metadata remembers (`Metadata::deletions`): a proposer looks its
+/// own up within seconds of proposing it, and concurrent deletions are few.
+pub const DELETIONS_REMEMBERED: usize = 1024;
 
 /// A stored SCRAM credential (RFC 5802: never the password).
 #[derive(Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -705,7 +730,7 @@ impl Metadata {
                 }
                 check_count(shards.len())
             }
-            Command::DeleteTopic { name } | Command::AlterConfig { name, .. } => self
+            Command::DeleteTopic { name, .. } | Command::AlterConfig { name, .. } => self
                 .topics
                 .get(name)
                 .map(|_| ())
@@ -903,17 +928,25 @@ impl Metadata {
                     origin_incarnations: self.incarnations_of(replicas),
                     moving: BTreeMap::new(),
                     moved: Default::default(),
+                    grown_by: 0,
                 };
                 self.topics_created += 1;
                 self.topics.insert(name.clone(), t);
             }
-            Command::DeleteTopic { name } => {
+            Command::DeleteTopic { name, token } => {
                 self.topics.remove(name);
+                if *token != 0 {
+                    self.deletions.push_back((name.clone(), *token));
+                    if self.deletions.len() > DELETIONS_REMEMBERED {
+                        self.deletions.pop_front();
+                    }
+                }
             }
             Command::CreatePartitions {
                 name,
                 shards,
                 replicas,
+                token,
                 ..
             } => {
                 let incarnations = self.incarnations_of(replicas);
@@ -922,6 +955,7 @@ impl Metadata {
                     t.replicas.extend_from_slice(replicas);
                     t.origin.extend_from_slice(replicas);
                     t.origin_incarnations.extend(incarnations);
+                    t.grown_by = *token;
                 }
             }
             Command::ReassignPartition {
@@ -1089,13 +1123,17 @@ mod tests {
             shards: vec![1],
             replicas: Vec::new(),
             from_count: Some(2),
+            token: 7,
         };
         m.apply(&add).expect("add partitions");
         // A second request that grew from 2 too (sent at the same time) adds nothing.
         assert_eq!(m.apply(&add), Err(MetaError::InvalidPartitions(3)));
         assert_eq!(m.shard_of("a", 2), Some(1));
-        m.apply(&Command::DeleteTopic { name: "a".into() })
-            .expect("delete");
+        m.apply(&Command::DeleteTopic {
+            name: "a".into(),
+            token: 9,
+        })
+        .expect("delete");
         assert_eq!(m.shard_of("a", 0), None);
         assert_eq!(m.version, 3);
     }
@@ -1188,6 +1226,7 @@ mod tests {
             shards: vec![0],
             replicas: vec![vec![1, 2, 4]],
             from_count: None,
+            token: 0,
         })
         .expect("add a partition");
         let t = &m.topics["t"];

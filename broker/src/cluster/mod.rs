@@ -578,9 +578,13 @@ fn committed(
         .then(|| cmds.iter().map(|c| lost_race(m, c)).collect())
 }
 
-/// The error a committed `cmd` ended with when another node's change won: a topic created
-/// by another node's request at the same time has another id (Kafka's controller answers
-/// the second TOPIC_ALREADY_EXISTS).
+/// The error a committed `cmd` ended with when another node's change won, as Kafka's
+/// controller answers the second of two such requests: a topic created by another node's
+/// request at the same time has another id (TOPIC_ALREADY_EXISTS); a topic deleted by
+/// another request has no deletion of this one's token (UNKNOWN_TOPIC_OR_PARTITION); a
+/// topic grown by another request to the count this one asked for was not grown by its
+/// token (INVALID_PARTITIONS; a later growth by a third request reads the same, which
+/// only a request racing two others can meet).
 fn lost_race(m: &Metadata, cmd: &Command) -> Option<MetaError> {
     match cmd {
         Command::CreateTopic { name, id, .. } => m
@@ -588,6 +592,14 @@ fn lost_race(m: &Metadata, cmd: &Command) -> Option<MetaError> {
             .get(name)
             .is_some_and(|t| t.id != *id)
             .then(|| MetaError::TopicExists(name.clone())),
+        Command::DeleteTopic { name, token } if *token != 0 => {
+            (!m.deletions.iter().any(|(n, t)| n == name && t == token))
+                .then(|| MetaError::UnknownTopic(name.clone()))
+        }
+        Command::CreatePartitions { name, token, .. } if *token != 0 => {
+            let t = m.topics.get(name)?;
+            (t.grown_by != *token).then_some(MetaError::InvalidPartitions(t.shards.len() as i64))
+        }
         _ => None,
     }
 }
@@ -615,7 +627,7 @@ fn visible(m: &Metadata, after: &Metadata, cmd: &Command) -> bool {
         Command::RegisterNode(n) => m.nodes.get(&n.id) == Some(n),
         Command::AdmitNode { token, .. } => m.join_tokens.contains_key(token),
         Command::CreateTopic { name, .. } => m.topics.contains_key(name),
-        Command::DeleteTopic { name } => !m.topics.contains_key(name),
+        Command::DeleteTopic { name, .. } => !m.topics.contains_key(name),
         Command::CreatePartitions { name, .. } => {
             let want = after.topics.get(name).map_or(0, |t| t.shards.len());
             m.topics.get(name).is_some_and(|t| t.shards.len() >= want)
@@ -1159,6 +1171,52 @@ mod tests {
         assert!(with_lost_races(vec![Ok(())], lost)[0].is_ok());
         // Not committed yet: no answer.
         assert!(committed(&Metadata::default(), &ours, &cmds[..1], &cmds[..1]).is_none());
+    }
+
+    #[test]
+    fn a_deletion_or_growth_that_another_request_beat_is_answered_as_kafka_answers_it() {
+        use super::{committed, with_lost_races, Command, MetaError, Metadata};
+        let mut base = Metadata::default();
+        base.apply(&create("t", 1)).expect("the topic");
+        let delete = |token| Command::DeleteTopic {
+            name: "t".into(),
+            token,
+        };
+        let grow = |token| Command::CreatePartitions {
+            name: "t".into(),
+            shards: vec![0],
+            replicas: vec![REPLICAS.to_vec()],
+            from_count: Some(1),
+            token,
+        };
+        // Two deletions of one topic through two nodes: the controller log applied 20's.
+        let mut ours = base.clone();
+        ours.apply(&delete(10)).expect("our trial");
+        let mut theirs = base.clone();
+        theirs.apply(&delete(20)).expect("their deletion");
+        assert!(theirs.apply(&delete(10)).is_err(), "ours refused on apply");
+        let lost = committed(&theirs, &ours, &[delete(10)], &[delete(10)]).expect("visible");
+        assert!(
+            matches!(&with_lost_races(vec![Ok(())], lost)[..], [Err(MetaError::UnknownTopic(t))] if t == "t")
+        );
+        let lost = committed(&theirs, &ours, &[delete(20)], &[delete(20)]).expect("visible");
+        assert!(with_lost_races(vec![Ok(())], lost)[0].is_ok(), "theirs won");
+        // Two growths to the same count: the second refused on apply, answered so.
+        let mut ours = base.clone();
+        ours.apply(&grow(10)).expect("our trial");
+        let mut theirs = base.clone();
+        theirs.apply(&grow(20)).expect("their growth");
+        assert!(theirs.apply(&grow(10)).is_err(), "ours refused on apply");
+        let lost = committed(&theirs, &ours, &[grow(10)], &[grow(10)]).expect("visible");
+        assert!(matches!(
+            &with_lost_races(vec![Ok(())], lost)[..],
+            [Err(MetaError::InvalidPartitions(2))]
+        ));
+        let lost = committed(&theirs, &ours, &[grow(20)], &[grow(20)]).expect("visible");
+        assert!(with_lost_races(vec![Ok(())], lost)[0].is_ok(), "theirs won");
+        // Entries without a token (older binaries) are answered as before: success.
+        let lost = committed(&theirs, &ours, &[grow(0)], &[grow(0)]).expect("visible");
+        assert!(with_lost_races(vec![Ok(())], lost)[0].is_ok());
     }
 
     fn change(group: u64, leader: i32, epoch: i32) -> crate::replication::LeaderChange {

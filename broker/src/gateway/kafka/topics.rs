@@ -492,7 +492,10 @@ pub async fn delete(shard: &Rc<Shard>, ctx: &Ctx, body: Bytes) -> Result<Bytes, 
                     r = r.with_topic_id(uuid::Uuid::from_u128(meta.topics[&n].id));
                 }
                 slots.push(results.len());
-                cmds.push(Command::DeleteTopic { name: n });
+                cmds.push(Command::DeleteTopic {
+                    name: n,
+                    token: uuid::Uuid::new_v4().as_u128(),
+                });
             }
             _ => {
                 r = r.with_error_code(if id.is_nil() {
@@ -617,6 +620,7 @@ pub async fn create_partitions(
                 replicas: chosen
                     .unwrap_or_else(|| replicas_for(shard, name, current, wanted - current, rf)),
                 from_count: Some(current),
+                token: uuid::Uuid::new_v4().as_u128(),
             });
         }
     }
