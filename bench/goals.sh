@@ -137,7 +137,7 @@ if step 4; then
   summary "cold consume (produce, restart, consume 3 s)" "$OUT_DIR/cold-consume.txt" \
     "MiB/s|rec/s|fetch"
   summary "raw O_DIRECT read right before and after the cold consume (CPU 1)" \
-    "$OUT_DIR/cold-raw.txt" "raw O_DIRECT"
+    "$OUT_DIR/cold-raw.txt" "^# (before|after)|raw O_DIRECT"
 fi
 
 if step 5; then
