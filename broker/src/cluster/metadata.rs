@@ -427,9 +427,10 @@ pub struct Metadata {
     /// Dynamic broker configs by resource name (a node id, or "" for the cluster default;
     /// `cluster::broker_config`).
     pub broker_configs: BTreeMap<String, BTreeMap<String, String>>,
-    /// The last [`DELETIONS_REMEMBERED`] topic deletions applied with a token: (name,
-    /// token), oldest first.
-    pub deletions: std::collections::VecDeque<(String, u128)>,
+    /// The tokens of the last [`DELETIONS_REMEMBERED`] topic deletions applied with one,
+    /// oldest first (random, so a token names its request alone; no names: the metadata
+    /// is copied at every change).
+    pub deletions: std::collections::VecDeque<u128>,
 }
 
 /// Topic deletions the metadata remembers (`Metadata::deletions`): a proposer looks its
@@ -936,7 +937,7 @@ impl Metadata {
             Command::DeleteTopic { name, token } => {
                 self.topics.remove(name);
                 if *token != 0 {
-                    self.deletions.push_back((name.clone(), *token));
+                    self.deletions.push_back(*token);
                     if self.deletions.len() > DELETIONS_REMEMBERED {
                         self.deletions.pop_front();
                     }

@@ -593,8 +593,7 @@ fn lost_race(m: &Metadata, cmd: &Command) -> Option<MetaError> {
             .is_some_and(|t| t.id != *id)
             .then(|| MetaError::TopicExists(name.clone())),
         Command::DeleteTopic { name, token } if *token != 0 => {
-            (!m.deletions.iter().any(|(n, t)| n == name && t == token))
-                .then(|| MetaError::UnknownTopic(name.clone()))
+            (!m.deletions.contains(token)).then(|| MetaError::UnknownTopic(name.clone()))
         }
         Command::CreatePartitions { name, token, .. } if *token != 0 => {
             let t = m.topics.get(name)?;
