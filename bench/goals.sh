@@ -113,8 +113,8 @@ fi
 # before or after the cold consume: the raw figure the consume ran beside.
 cold_raw() {
   { echo "# $1"
-    taskset -c 1 "$BENCH" disk --dir "$BENCH_DATA_DIR/raw" --partitions 1 --batch-bytes 1024 \
-      --engine-secs 0.1 --sync-samples 10 --total-bytes 1073741824 2>&1 | grep "raw O_DIRECT"
+    taskset -c 1 "$BENCH" disk --dir "$BENCH_DATA_DIR/raw" --bandwidth-only \
+      --total-bytes 1073741824 2>&1 | grep "raw O_DIRECT"
   } >> "$OUT_DIR/cold-raw.txt"
 }
 

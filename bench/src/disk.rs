@@ -63,6 +63,10 @@ pub struct DiskArgs {
     /// broker's way). Measured slower on a virtio disk (issue 25's note, session 32).
     #[arg(long)]
     flush_rounds: bool,
+    /// Measure only the raw O_DIRECT sequential write and read bandwidth (no latencies, no
+    /// engine cases): the raw figure beside another measurement (`make bench-goals`).
+    #[arg(long)]
+    bandwidth_only: bool,
 }
 
 /// The physics of the disk.
@@ -164,14 +168,21 @@ async fn run_all(args: &DiskArgs, work: &Path) -> anyhow::Result<()> {
         total_bytes: args.total_bytes,
         sync_samples: args.sync_samples,
     };
+    let print_bandwidth = |write_mib_s: f64, read_mib_s: f64| {
+        println!(
+            "raw O_DIRECT sequential write: {write_mib_s:.1} MiB/s  read: {read_mib_s:.1} MiB/s  \
+             (block {} KiB, qd {})",
+            args.block_bytes / 1024,
+            args.queue_depth
+        );
+    };
+    if args.bandwidth_only {
+        let (write_mib_s, read_mib_s) = raw_bandwidth(&params, work, true).await?;
+        print_bandwidth(write_mib_s, read_mib_s.unwrap_or_default());
+        return Ok(());
+    }
     let physics = measure_physics(&params, work, &SYNC_SIZES_BYTES).await?;
-    println!(
-        "raw O_DIRECT sequential write: {:.1} MiB/s  read: {:.1} MiB/s  (block {} KiB, qd {})",
-        physics.write_mib_s,
-        physics.read_mib_s,
-        args.block_bytes / 1024,
-        args.queue_depth
-    );
+    print_bandwidth(physics.write_mib_s, physics.read_mib_s);
     for (size, l) in &physics.sync {
         println!(
             "raw write+fdatasync {:>5} KiB: {}",
@@ -227,7 +238,7 @@ async fn engine_table(
                 ("latency", 1),
             ] {
                 let now = if mode == "thruput" {
-                    Some(raw_bandwidth(&adjacent, work).await?.0)
+                    Some(raw_bandwidth(&adjacent, work, false).await?.0)
                 } else {
                     None
                 };
@@ -268,7 +279,8 @@ async fn measure_physics(
     work: &Path,
     sizes: &[usize],
 ) -> anyhow::Result<Physics> {
-    let (write_mib_s, read_mib_s) = raw_bandwidth(args, work).await?;
+    let (write_mib_s, read_mib_s) = raw_bandwidth(args, work, true).await?;
+    let read_mib_s = read_mib_s.unwrap_or_default();
     let mut sync = Vec::new();
     for &size in sizes {
         let samples = if size >= 1 << 20 {
@@ -299,9 +311,14 @@ async fn measure_physics(
     })
 }
 
-/// Raw O_DIRECT sequential write (then fdatasync) and read bandwidth in MiB/s: `total_bytes`
-/// in blocks of `block_bytes`, `queue_depth` in flight, in a file under `work` (removed).
-async fn raw_bandwidth(args: &RawParams, work: &Path) -> anyhow::Result<(f64, f64)> {
+/// Raw O_DIRECT sequential write (then fdatasync) bandwidth in MiB/s, and with `read` the
+/// read bandwidth of reading it back: `total_bytes` in blocks of `block_bytes`,
+/// `queue_depth` in flight, in a file under `work` (removed).
+async fn raw_bandwidth(
+    args: &RawParams,
+    work: &Path,
+    read: bool,
+) -> anyhow::Result<(f64, Option<f64>)> {
     let block = args.block_bytes.max(4096) & !4095;
     let blocks = (args.total_bytes / block as u64).max(1);
     let path = work.join("raw-bandwidth");
@@ -333,23 +350,27 @@ async fn raw_bandwidth(args: &RawParams, work: &Path) -> anyhow::Result<(f64, f6
         .await
         .map_err(|e| anyhow::anyhow!("fdatasync: {e:?}"))?;
     let write_mib_s = (blocks * block as u64) as f64 / MIB / start.elapsed().as_secs_f64();
-    let start = Instant::now();
-    let readers = (0..qd).map(|w| {
-        let file = file.clone();
-        async move {
-            let mut i = w;
-            while i < blocks {
-                file.read(i * block as u64, block).await?;
-                i += qd;
+    let read_mib_s = if read {
+        let start = Instant::now();
+        let readers = (0..qd).map(|w| {
+            let file = file.clone();
+            async move {
+                let mut i = w;
+                while i < blocks {
+                    file.read(i * block as u64, block).await?;
+                    i += qd;
+                }
+                anyhow::Ok(())
             }
-            anyhow::Ok(())
-        }
-    });
-    join_all(readers)
-        .await
-        .into_iter()
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let read_mib_s = (blocks * block as u64) as f64 / MIB / start.elapsed().as_secs_f64();
+        });
+        join_all(readers)
+            .await
+            .into_iter()
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Some((blocks * block as u64) as f64 / MIB / start.elapsed().as_secs_f64())
+    } else {
+        None
+    };
     drop(file);
     std::fs::remove_file(&path)?;
     Ok((write_mib_s, read_mib_s))
