@@ -225,7 +225,31 @@ impl Client {
         batches: &[TopicBatch<'_>],
         timeout: Duration,
     ) -> Vec<Result<i64>> {
-        let mut results: Vec<Result<i64>> = vec![Ok(-1); batches.len()];
+        self.send_produce(acks, batches, timeout)
+            .await
+            .answers(timeout)
+            .await
+    }
+
+    /// The sending half of [`Client::produce_batches`] (`timeout` is the broker's, for
+    /// the acknowledgement): returns once every request is
+    /// queued on its connection, so batches of one partition sent by calls awaited one
+    /// after another reach its shard in that order (a pipelining idempotent producer).
+    pub(crate) async fn send_produce(
+        &self,
+        acks: crate::Acks,
+        batches: &[TopicBatch<'_>],
+        timeout: Duration,
+    ) -> ProduceSent {
+        let mut sent = ProduceSent {
+            client: self.clone(),
+            batches: batches
+                .iter()
+                .map(|b| (b.topic.to_string(), b.partition))
+                .collect(),
+            results: (0..batches.len()).map(|_| Ok(-1)).collect(),
+            requests: Vec::new(),
+        };
         // (connection, indexes of its batches), in the order shards are first met.
         let mut groups: Vec<(Arc<Connection>, Vec<usize>)> = Vec::new();
         for (i, b) in batches.iter().enumerate() {
@@ -234,10 +258,10 @@ impl Client {
                     Some((_, members)) => members.push(i),
                     None => groups.push((conn, vec![i])),
                 },
-                Err(e) => results[i] = Err(e),
+                Err(e) => sent.results[i] = Err(e),
             }
         }
-        let sends = groups.into_iter().map(|(conn, members)| async move {
+        for (conn, members) in groups {
             let req = BodyT::ProduceRequest(Box::new(ProduceRequestT {
                 acks: acks.wire(),
                 timeout_ms: i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX),
@@ -252,49 +276,22 @@ impl Client {
                         .collect(),
                 ),
             }));
-            let answer = if acks == crate::Acks::None {
+            let request = if acks == crate::Acks::None {
                 conn.send_only(req).await.map(|()| None)
             } else {
-                conn.request(req, timeout).await.map(Some)
+                conn.send_request(req).await.map(Some)
             };
-            (members, answer)
-        });
-        for (members, answer) in futures::future::join_all(sends).await {
-            let answered = match answer {
-                Ok(None) => continue,
-                Ok(Some(BodyT::ProduceResponse(r))) => Ok(r.partitions.unwrap_or_default()),
-                Ok(Some(_)) => Err(Error::Protocol(
-                    "produce answered with another message".into(),
-                )),
-                Err(e) => Err(e),
-            };
-            // A failed request fails each of its batches.
-            let answered = match answered {
-                Ok(a) => a,
+            match request {
+                Ok(Some(request)) => sent.requests.push((members, request)),
+                Ok(None) => {}
                 Err(e) => {
                     for i in members {
-                        results[i] = Err(e.clone());
+                        sent.results[i] = Err(e.clone());
                     }
-                    continue;
                 }
-            };
-            for (n, i) in members.into_iter().enumerate() {
-                let b = &batches[i];
-                // The broker answers the partitions in the order asked.
-                results[i] = match answered.get(n) {
-                    Some(p)
-                        if p.partition == b.partition && p.topic.as_deref() == Some(b.topic) =>
-                    {
-                        self.partition_result(b.topic, p)
-                    }
-                    _ => Err(Error::Protocol(format!(
-                        "produce response without {}-{}",
-                        b.topic, b.partition
-                    ))),
-                };
             }
         }
-        results
+        sent
     }
 
     /// A produce answer's outcome for one partition; a "moved" error updates the map.
@@ -487,5 +484,65 @@ impl Client {
             .filter(|c| !c.is_closed())
             .map(|c| c.addr())
             .collect()
+    }
+}
+
+/// Produce requests queued on their connections ([`Client::send_produce`]), their answers
+/// to come.
+pub(crate) struct ProduceSent {
+    client: Client,
+    /// Each batch's topic and partition, in the order given.
+    batches: Vec<(String, i32)>,
+    /// Each batch's outcome so far (failed to send, or -1 until answered).
+    results: Vec<Result<i64>>,
+    /// Each request: the indexes of its batches, and the request.
+    requests: Vec<(Vec<usize>, crate::connection::Sent)>,
+}
+
+impl ProduceSent {
+    /// Each batch's base offset (-1 with `Acks::None`) or error, in the order given; a
+    /// request unanswered after `timeout` fails its batches with `Error::Timeout`.
+    pub(crate) async fn answers(self, timeout: Duration) -> Vec<Result<i64>> {
+        let ProduceSent {
+            client,
+            batches,
+            mut results,
+            requests,
+        } = self;
+        let answers = requests
+            .into_iter()
+            .map(|(members, request)| async move { (members, request.answer(timeout).await) });
+        for (members, answer) in futures::future::join_all(answers).await {
+            let answered = match answer {
+                Ok((BodyT::ProduceResponse(r), _)) => Ok(r.partitions.unwrap_or_default()),
+                Ok(_) => Err(Error::Protocol(
+                    "produce answered with another message".into(),
+                )),
+                Err(e) => Err(e),
+            };
+            // A failed request fails each of its batches.
+            let answered = match answered {
+                Ok(a) => a,
+                Err(e) => {
+                    for i in members {
+                        results[i] = Err(e.clone());
+                    }
+                    continue;
+                }
+            };
+            for (n, i) in members.into_iter().enumerate() {
+                let (topic, partition) = &batches[i];
+                // The broker answers the partitions in the order asked.
+                results[i] = match answered.get(n) {
+                    Some(p) if p.partition == *partition && p.topic.as_deref() == Some(topic) => {
+                        client.partition_result(topic, p)
+                    }
+                    _ => Err(Error::Protocol(format!(
+                        "produce response without {topic}-{partition}"
+                    ))),
+                };
+            }
+        }
+        results
     }
 }

@@ -20,7 +20,7 @@ use strand_wire::native::{
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 use crate::client::ClientConfig;
 use crate::error::{Error, Result};
@@ -90,7 +90,7 @@ pub(crate) struct Connection {
     writer: mpsc::Sender<Bytes>,
     pending: Arc<Mutex<Pending>>,
     next_correlation_id: AtomicU64,
-    slots: Semaphore,
+    slots: Arc<Semaphore>,
     encoder: Mutex<Encoder>,
     closed: Arc<AtomicBool>,
 }
@@ -201,7 +201,7 @@ impl Connection {
             writer: tx,
             pending,
             next_correlation_id: AtomicU64::new(1),
-            slots: Semaphore::new(max_in_flight.max(1)),
+            slots: Arc::new(Semaphore::new(max_in_flight.max(1))),
             encoder: Mutex::new(Encoder::new()),
             closed,
         })
@@ -222,7 +222,7 @@ impl Connection {
     }
 
     /// Sends `body` and waits for its answer (an `ErrorResponse` becomes an `Err`).
-    pub(crate) async fn request(&self, body: BodyT, timeout: Duration) -> Result<BodyT> {
+    pub(crate) async fn request(self: &Arc<Self>, body: BodyT, timeout: Duration) -> Result<BodyT> {
         self.request_with_trailer(body, timeout)
             .await
             .map(|(body, _)| body)
@@ -230,13 +230,21 @@ impl Connection {
 
     /// [`Connection::request`], with the answer's frame trailer (a fetch's records).
     pub(crate) async fn request_with_trailer(
-        &self,
+        self: &Arc<Self>,
         body: BodyT,
         timeout: Duration,
     ) -> Result<(BodyT, Bytes)> {
-        let _slot = self
+        self.send_request(body).await?.answer(timeout).await
+    }
+
+    /// Queues `body` for the socket once a slot is free and returns its answer to await.
+    /// Requests queued one after another (each call awaited before the next) leave in
+    /// that order: a producer's batches of one partition reach the broker in sequence.
+    pub(crate) async fn send_request(self: &Arc<Self>, body: BodyT) -> Result<Sent> {
+        let slot = self
             .slots
-            .acquire()
+            .clone()
+            .acquire_owned()
             .await
             .map_err(|_| self.closed_error())?;
         let id = self.next_correlation_id.fetch_add(1, Ordering::Relaxed);
@@ -256,24 +264,12 @@ impl Connection {
             lock(&self.pending).waiters.remove(&id);
             return Err(self.closed_error());
         }
-        let answer = match tokio::time::timeout(timeout, rx).await {
-            Ok(Ok(a)) => a,
-            Ok(Err(_)) => Err(self.closed_error()),
-            Err(_) => {
-                lock(&self.pending).waiters.remove(&id);
-                Err(Error::Timeout {
-                    timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
-                })
-            }
-        }?;
-        match answer {
-            (BodyT::ErrorResponse(e), _) => Err(e
-                .error
-                .as_deref()
-                .map(Error::from_wire)
-                .unwrap_or_else(|| Error::Protocol("error response without an error".into()))),
-            other => Ok(other),
-        }
+        Ok(Sent {
+            conn: self.clone(),
+            id,
+            rx,
+            _slot: slot,
+        })
     }
 
     /// Sends `body` expecting no answer (produce with acks 0).
@@ -293,6 +289,41 @@ impl Connection {
                 .closed
                 .clone()
                 .unwrap_or_else(|| "connection closed".into()),
+        }
+    }
+}
+
+/// A request on its way: [`Sent::answer`] waits for what the broker says. Holds one of
+/// the connection's in-flight slots until answered or dropped.
+pub(crate) struct Sent {
+    conn: Arc<Connection>,
+    id: u64,
+    rx: oneshot::Receiver<Result<(BodyT, Bytes)>>,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl Sent {
+    /// The answer and its frame trailer, or `Error::Timeout` after `timeout` (an
+    /// `ErrorResponse` becomes an `Err`).
+    pub(crate) async fn answer(self, timeout: Duration) -> Result<(BodyT, Bytes)> {
+        let conn = &self.conn;
+        let answer = match tokio::time::timeout(timeout, self.rx).await {
+            Ok(Ok(a)) => a,
+            Ok(Err(_)) => Err(conn.closed_error()),
+            Err(_) => {
+                lock(&conn.pending).waiters.remove(&self.id);
+                Err(Error::Timeout {
+                    timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+                })
+            }
+        }?;
+        match answer {
+            (BodyT::ErrorResponse(e), _) => Err(e
+                .error
+                .as_deref()
+                .map(Error::from_wire)
+                .unwrap_or_else(|| Error::Protocol("error response without an error".into()))),
+            other => Ok(other),
         }
     }
 }

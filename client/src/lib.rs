@@ -52,6 +52,7 @@ pub use consumer::{ConsumedRecord, Consumer, ConsumerConfig, Offset};
 pub use error::{Error, Result};
 pub use producer::{
     Acks, Compression, DeliveryFuture, Producer, ProducerConfig, ProducerRecord, RecordMetadata,
+    BATCHES_IN_FLIGHT_IDEMPOTENT_MAX,
 };
 /// rustls, whose `ClientConfig` `ClientConfig::tls` takes.
 pub use rustls;

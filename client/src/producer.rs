@@ -3,14 +3,22 @@
 //! One background task (the accumulator) owns every partition's open batch and queue;
 //! [`Producer::send`] hands it a record and returns a [`DeliveryFuture`]. A batch is sealed
 //! when it reaches `batch_size_bytes` or has waited `linger`, and sent to the connection of
-//! the shard that owns its partition, one request per batch.
+//! the shard that owns its partition: the batches sent in one turn go as one request per
+//! shard (at most one batch per partition in a request), and up to
+//! `max_in_flight_per_partition` batches of a partition are in flight at once.
 //!
-//! Invariants: with idempotence, at most one batch per partition is in flight, and its
-//! sequence numbers are assigned when it is sent; a retry resends the same bytes (same
-//! producer id and sequence), so the broker answers a duplicate with the original offset.
-//! After a batch fails for good, the producer takes a new producer id before sending more,
-//! so no later batch can be mistaken for it. Buffered record bytes are bounded by
-//! `buffer_bytes_max` (then `send` waits).
+//! Invariants: a partition's batches are queued on the connection in sequence order by the
+//! accumulator itself (never by racing tasks), and its flights are kept in that order.
+//! With idempotence at most `BATCHES_IN_FLIGHT_IDEMPOTENT_MAX` batches of a partition are
+//! in flight (what the broker remembers per producer), sequence numbers are assigned when a
+//! batch is first sent, and a retry resends the same bytes (same producer id and
+//! sequence), so the broker answers a duplicate with the original offset. A batch answered
+//! retriably (or out of order while an earlier batch of its partition is unresolved) is
+//! sent again once nothing of its partition is in flight, one batch at a time, in order,
+//! before any new batch. After a batch fails for good, the producer takes a new producer
+//! id before sending more and resends its unacknowledged batches renumbered under it, so
+//! no later batch can be mistaken for the failed one. Buffered record bytes are bounded
+//! by `buffer_bytes_max` (then `send` waits).
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -24,7 +32,7 @@ use strand_wire::native::generated::*;
 use strand_wire::BatchBuilder;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::client::Client;
+use crate::client::{Client, TopicBatch};
 use crate::clock;
 use crate::error::{Error, Result};
 use strand_wire::partitioner::partition_for_key;
@@ -33,6 +41,10 @@ use strand_wire::partitioner::partition_for_key;
 const COMMAND_QUEUE_RECORDS: usize = 1024;
 /// Completions queued from sender tasks to the accumulator.
 const COMPLETION_QUEUE: usize = 1024;
+/// Batches of one partition in flight at most with idempotence: the broker remembers the
+/// last five batches of each producer (Kafka's cap for `max.in.flight.requests.per.connection`
+/// with idempotence), so a retry of any of them is recognised as a duplicate.
+pub const BATCHES_IN_FLIGHT_IDEMPOTENT_MAX: usize = 5;
 
 /// How many replicas must have a batch before it counts as written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,7 +92,8 @@ pub struct ProducerConfig {
     pub compression: Compression,
     /// Producer id + sequence numbers: retries never duplicate (needs `acks = All`).
     pub idempotent: bool,
-    /// Batches of one partition in flight (1 when idempotent).
+    /// Batches of one partition in flight (at most `BATCHES_IN_FLIGHT_IDEMPOTENT_MAX` when
+    /// idempotent).
     pub max_in_flight_per_partition: usize,
     /// How long a record may take from `send` to acknowledged, retries included.
     pub delivery_timeout: Duration,
@@ -232,6 +245,7 @@ impl Producer {
             parts: HashMap::new(),
             sticky: HashMap::new(),
             buffered_bytes: 0,
+            next_flight_id: 0,
             done_tx,
             flush_waiters: Vec::new(),
         };
@@ -289,20 +303,46 @@ struct Sealed {
     deadline: tokio::time::Instant,
 }
 
+/// A batch sent and not yet acknowledged or failed for good.
+struct Flight {
+    /// Names the flight in its completion.
+    id: u64,
+    records: i32,
+    /// The bytes as sent (a retry sends them again).
+    batch: Bytes,
+    waiters: Vec<Waiter>,
+    bytes: usize,
+    deadline: tokio::time::Instant,
+    /// Its answer is awaited (false: answered retriably, to be sent again).
+    out: bool,
+}
+
 #[derive(Default)]
 struct PartQueue {
     open: Option<OpenBatch>,
     sealed: VecDeque<Sealed>,
-    in_flight: usize,
+    /// Sent batches not yet acknowledged or failed for good, in the order sent.
+    flights: VecDeque<Flight>,
     next_sequence: i32,
+    /// A batch to send again waits until then (the retry backoff).
+    resend_after: Option<tokio::time::Instant>,
+}
+
+impl PartQueue {
+    fn out(&self) -> usize {
+        self.flights.iter().filter(|f| f.out).count()
+    }
+
+    /// Some batch was answered retriably and waits to be sent again.
+    fn recovering(&self) -> bool {
+        self.flights.iter().any(|f| !f.out)
+    }
 }
 
 struct Completion {
     topic: String,
     partition: i32,
-    waiters: Vec<Waiter>,
-    bytes: usize,
-    records: i32,
+    id: u64,
     result: Result<i64>,
 }
 
@@ -316,6 +356,7 @@ struct Accumulator {
     /// (current partition, partition count).
     sticky: HashMap<String, (u32, u32)>,
     buffered_bytes: usize,
+    next_flight_id: u64,
     done_tx: mpsc::Sender<Completion>,
     flush_waiters: Vec<oneshot::Sender<()>>,
 }
@@ -333,6 +374,12 @@ impl Accumulator {
                 .values()
                 .filter_map(|q| q.open.as_ref().map(|b| b.opened_at + self.config.linger))
                 .min();
+            let resend_deadline = self
+                .parts
+                .values()
+                .filter(|q| q.recovering() && q.out() == 0)
+                .filter_map(|q| q.resend_after)
+                .min();
             let room = self.buffered_bytes < self.config.buffer_bytes_max;
             tokio::select! {
                 cmd = rx.recv(), if open && room => match cmd {
@@ -348,6 +395,7 @@ impl Accumulator {
                 },
                 Some(done) = done_rx.recv() => self.complete(done),
                 _ = sleep_until(linger_deadline), if linger_deadline.is_some() => self.seal_expired(),
+                _ = sleep_until(resend_deadline), if resend_deadline.is_some() => {}
             }
             self.dispatch().await;
             if self.idle() {
@@ -364,7 +412,7 @@ impl Accumulator {
     fn idle(&self) -> bool {
         self.parts
             .values()
-            .all(|q| q.open.is_none() && q.sealed.is_empty() && q.in_flight == 0)
+            .all(|q| q.open.is_none() && q.sealed.is_empty() && q.flights.is_empty())
     }
 
     async fn add(&mut self, rec: ProducerRecord, tx: oneshot::Sender<Result<RecordMetadata>>) {
@@ -495,118 +543,329 @@ impl Accumulator {
         }
     }
 
-    async fn dispatch(&mut self) {
-        let limit = if self.config.idempotent {
-            1
+    /// Batches of one partition in flight at most.
+    fn in_flight_limit(&self) -> usize {
+        let limit = self.config.max_in_flight_per_partition.max(1);
+        if self.config.idempotent {
+            limit.min(BATCHES_IN_FLIGHT_IDEMPOTENT_MAX)
         } else {
-            self.config.max_in_flight_per_partition.max(1)
-        };
-        let ready = self
-            .parts
-            .values()
-            .any(|q| !q.sealed.is_empty() && q.in_flight < limit);
-        if !ready {
+            limit
+        }
+    }
+
+    /// Sends what may go now: each recovering partition's next batch to send again (once
+    /// nothing of it is in flight and its backoff passed), and sealed batches of the
+    /// others up to the in-flight limit; in rounds of at most one batch per partition, one
+    /// request per shard each, queued in order.
+    async fn dispatch(&mut self) {
+        if !self.producer_id_current().await {
             return;
         }
-        if self.renew_producer_id && self.parts.values().all(|q| q.in_flight == 0) {
-            match init_producer_id(&self.client).await {
-                Ok(id) => {
-                    self.producer_id = Some(id);
-                    self.renew_producer_id = false;
-                    for q in self.parts.values_mut() {
-                        q.next_sequence = 0;
-                    }
-                }
-                Err(e) => {
-                    self.fail_sealed(&e);
-                    return;
-                }
+        let now = clock::now();
+        let plan = self.plan(now);
+        for (key, id) in plan.expired {
+            let e = Error::Timeout {
+                timeout_ms: u64::try_from(self.config.delivery_timeout.as_millis())
+                    .unwrap_or(u64::MAX),
+            };
+            self.fail_flight(&key, id, e);
+        }
+        if !plan.refresh.is_empty() {
+            // The shard map may be stale (moved partition, restarted broker with new shard
+            // ports). Best effort: if this fails, the resend fails and is retried too.
+            let topics: Vec<&str> = plan.refresh.iter().map(String::as_str).collect();
+            let _ = self.client.refresh_metadata(&topics).await;
+        }
+        for round in plan.rounds {
+            self.send_round(round, now).await;
+        }
+    }
+
+    /// Whether batches may be sent under the current producer id: takes a new one when a
+    /// batch failed for good and nothing is in flight any more (false while waiting).
+    async fn producer_id_current(&mut self) -> bool {
+        if !self.renew_producer_id {
+            return true;
+        }
+        if self.parts.values().any(|q| q.out() > 0) {
+            return false; // wait for in-flight batches of the old producer id
+        }
+        let waiting = self
+            .parts
+            .values()
+            .any(|q| !q.sealed.is_empty() || !q.flights.is_empty());
+        if !waiting {
+            return false;
+        }
+        match init_producer_id(&self.client).await {
+            Ok(id) => {
+                self.renumber(id);
+                true
+            }
+            Err(e) => {
+                self.fail_unsent(&e);
+                false
             }
         }
-        if self.renew_producer_id {
-            return; // wait for in-flight batches of the old producer id
-        }
+    }
+
+    /// What to send now (and which resends ran out of time, which topics to look up).
+    fn plan(&mut self, now: tokio::time::Instant) -> Plan {
+        let limit = self.in_flight_limit();
         let zstd_level = match self.config.compression {
             Compression::None => None,
             Compression::Zstd { level } => Some(level),
         };
-        for ((topic, partition), q) in self.parts.iter_mut() {
-            while q.in_flight < limit {
+        let mut plan = Plan::default();
+        for (key, q) in self.parts.iter_mut() {
+            if q.recovering() {
+                if q.out() > 0 || q.resend_after.is_some_and(|t| now < t) {
+                    continue;
+                }
+                let Some(f) = q.flights.iter_mut().find(|f| !f.out) else {
+                    continue;
+                };
+                if now >= f.deadline {
+                    plan.expired.push((key.clone(), f.id));
+                    continue;
+                }
+                f.out = true;
+                if !plan.refresh.contains(&key.0) {
+                    plan.refresh.push(key.0.clone());
+                }
+                plan.push(0, Outgoing::of(key, f));
+                continue;
+            }
+            let mut round = 0;
+            while q.out() < limit {
                 let Some(s) = q.sealed.pop_front() else { break };
                 let records = s.builder.len();
                 let builder = match self.producer_id {
                     Some((id, epoch)) => s.builder.producer(id, epoch, q.next_sequence),
                     None => s.builder,
                 };
-                q.in_flight += 1;
-                let done = self.done_tx.clone();
-                let (topic, partition) = (topic.clone(), *partition);
-                let client = self.client.clone();
-                let config = self.config.clone();
-                let bytes = crate::records::build(&builder, zstd_level);
-                tokio::spawn(async move {
-                    let result = match bytes {
-                        Ok(b) => deliver(&client, &config, &topic, partition, b, s.deadline).await,
-                        Err(e) => Err(e),
-                    };
-                    let _ = done
-                        .send(Completion {
-                            topic,
-                            partition,
-                            waiters: s.waiters,
-                            bytes: s.bytes,
-                            records,
-                            result,
-                        })
-                        .await;
-                });
+                let batch = match crate::records::build(&builder, zstd_level) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        self.buffered_bytes = self.buffered_bytes.saturating_sub(s.bytes);
+                        for (w, _) in s.waiters {
+                            let _ = w.send(Err(e.clone()));
+                        }
+                        continue;
+                    }
+                };
+                // Kafka sequences wrap from i32::MAX to 0.
+                q.next_sequence = q.next_sequence.wrapping_add(records) & i32::MAX;
+                let f = Flight {
+                    id: self.next_flight_id,
+                    records,
+                    batch,
+                    waiters: s.waiters,
+                    bytes: s.bytes,
+                    deadline: s.deadline,
+                    out: true,
+                };
+                self.next_flight_id += 1;
+                plan.push(round, Outgoing::of(key, &f));
+                round += 1;
+                q.flights.push_back(f);
+            }
+        }
+        plan
+    }
+
+    /// Queues one round on the connections (in order) and leaves its answers to a task.
+    async fn send_round(&self, round: Vec<Outgoing>, now: tokio::time::Instant) {
+        let deadline = round.iter().map(|o| o.deadline).min().unwrap_or(now);
+        let timeout = self
+            .client
+            .request_timeout()
+            .min(deadline.saturating_duration_since(now))
+            .max(Duration::from_millis(1));
+        let batches: Vec<TopicBatch<'_>> = round
+            .iter()
+            .map(|o| TopicBatch {
+                topic: &o.key.0,
+                partition: o.key.1,
+                batch: o.batch.clone(),
+            })
+            .collect();
+        let sent = self
+            .client
+            .send_produce(self.config.acks, &batches, timeout)
+            .await;
+        let done = self.done_tx.clone();
+        let ids: Vec<((String, i32), u64)> = round.into_iter().map(|o| (o.key, o.id)).collect();
+        tokio::spawn(async move {
+            let results = sent.answers(timeout).await;
+            for (((topic, partition), id), result) in ids.into_iter().zip(results) {
+                let c = Completion {
+                    topic,
+                    partition,
+                    id,
+                    result,
+                };
+                if done.send(c).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+
+    /// Takes the new producer id and renumbers every partition's unacknowledged batches
+    /// under it, in order, to be sent again; sealed batches follow them.
+    fn renumber(&mut self, (id, epoch): (i64, i16)) {
+        self.producer_id = Some((id, epoch));
+        self.renew_producer_id = false;
+        let mut failed: Vec<((String, i32), u64, Error)> = Vec::new();
+        for (key, q) in self.parts.iter_mut() {
+            q.next_sequence = 0;
+            q.resend_after = None;
+            for f in q.flights.iter_mut() {
+                let mut bytes = f.batch.to_vec();
+                match strand_wire::set_producer(&mut bytes, id, epoch, q.next_sequence) {
+                    Ok(()) => {
+                        f.batch = Bytes::from(bytes);
+                        f.out = false;
+                        q.next_sequence = q.next_sequence.wrapping_add(f.records) & i32::MAX;
+                    }
+                    Err(e) => failed.push((key.clone(), f.id, Error::Records(e.to_string()))),
+                }
+            }
+        }
+        for (key, id, e) in failed {
+            self.fail_flight(&key, id, e);
+        }
+    }
+
+    /// Fails every batch not in flight (sealed, or waiting to be sent again) with `e`.
+    fn fail_unsent(&mut self, e: &Error) {
+        for q in self.parts.values_mut() {
+            let mut failed: Vec<(Vec<Waiter>, usize)> = Vec::new();
+            q.flights.retain_mut(|f| {
+                if !f.out {
+                    failed.push((std::mem::take(&mut f.waiters), f.bytes));
+                }
+                f.out
+            });
+            failed.extend(q.sealed.drain(..).map(|s| (s.waiters, s.bytes)));
+            for (waiters, bytes) in failed {
+                self.buffered_bytes = self.buffered_bytes.saturating_sub(bytes);
+                for (w, _) in waiters {
+                    let _ = w.send(Err(e.clone()));
+                }
             }
         }
     }
 
-    fn fail_sealed(&mut self, e: &Error) {
-        for q in self.parts.values_mut() {
-            for s in q.sealed.drain(..) {
-                self.buffered_bytes = self.buffered_bytes.saturating_sub(s.bytes);
-                for (w, _) in s.waiters {
-                    let _ = w.send(Err(e.clone()));
-                }
-            }
+    /// Fails flight `id` of partition `key` for good with `e`; with idempotence, the
+    /// batches after it go under a new producer id.
+    fn fail_flight(&mut self, key: &(String, i32), id: u64, e: Error) {
+        let Some(q) = self.parts.get_mut(key) else {
+            return;
+        };
+        let Some(pos) = q.flights.iter().position(|f| f.id == id) else {
+            return;
+        };
+        let Some(f) = q.flights.remove(pos) else {
+            return;
+        };
+        self.buffered_bytes = self.buffered_bytes.saturating_sub(f.bytes);
+        if self.config.idempotent {
+            // The batch may or may not be in the log: later batches must not reuse its
+            // sequence numbers under this producer id.
+            self.renew_producer_id = true;
+        }
+        for (w, _) in f.waiters {
+            let _ = w.send(Err(e.clone()));
         }
     }
 
     fn complete(&mut self, c: Completion) {
-        self.buffered_bytes = self.buffered_bytes.saturating_sub(c.bytes);
-        let key = (c.topic.clone(), c.partition);
-        if let Some(q) = self.parts.get_mut(&key) {
-            q.in_flight = q.in_flight.saturating_sub(1);
-            if c.result.is_ok() {
-                // Kafka sequences wrap from i32::MAX to 0.
-                q.next_sequence = q.next_sequence.wrapping_add(c.records) & i32::MAX;
-            }
-        }
-        match c.result {
+        let key = (c.topic, c.partition);
+        let idempotent = self.config.idempotent;
+        let renewing = self.renew_producer_id;
+        let backoff = self.config.retry_backoff;
+        let Some(q) = self.parts.get_mut(&key) else {
+            return;
+        };
+        let Some(pos) = q.flights.iter().position(|f| f.id == c.id) else {
+            return;
+        };
+        let e = match c.result {
             Ok(base) => {
-                for (i, (w, ts)) in c.waiters.into_iter().enumerate() {
+                let Some(f) = q.flights.remove(pos) else {
+                    return;
+                };
+                self.buffered_bytes = self.buffered_bytes.saturating_sub(f.bytes);
+                for (i, (w, ts)) in f.waiters.into_iter().enumerate() {
                     let offset = if base < 0 { -1 } else { base + i as i64 };
                     let _ = w.send(Ok(RecordMetadata {
-                        topic: c.topic.clone(),
-                        partition: c.partition,
+                        topic: key.0.clone(),
+                        partition: key.1,
                         offset,
                         timestamp_ms: ts,
                     }));
                 }
+                return;
             }
-            Err(e) => {
-                if self.config.idempotent {
-                    // The batch may or may not be in the log: later batches must not
-                    // reuse its sequence numbers under this producer id.
-                    self.renew_producer_id = true;
-                }
-                for (w, _) in c.waiters {
-                    let _ = w.send(Err(e.clone()));
-                }
-            }
+            Err(e) => e,
+        };
+        let now = clock::now();
+        let Some(f) = q.flights.get_mut(pos) else {
+            return;
+        };
+        // Out of order while an earlier batch of the partition is unresolved (or failed
+        // for good, its successors to be renumbered): this one waits for that one.
+        let behind = idempotent
+            && e.code() == Some(codes::OUT_OF_ORDER_SEQUENCE_NUMBER)
+            && (pos > 0 || renewing);
+        if (e.is_retriable() || behind) && now + backoff < f.deadline {
+            f.out = false;
+            q.resend_after = Some(now + backoff);
+            return;
+        }
+        self.fail_flight(&key, c.id, e);
+    }
+}
+
+/// One batch to send: its partition, flight and bytes.
+struct Outgoing {
+    key: (String, i32),
+    id: u64,
+    batch: Bytes,
+    deadline: tokio::time::Instant,
+}
+
+impl Outgoing {
+    fn of(key: &(String, i32), f: &Flight) -> Outgoing {
+        Outgoing {
+            key: key.clone(),
+            id: f.id,
+            batch: f.batch.clone(),
+            deadline: f.deadline,
+        }
+    }
+}
+
+/// What one dispatch sends, in rounds of at most one batch per partition (a partition's
+/// r-th batch in round r), and what it found.
+#[derive(Default)]
+struct Plan {
+    rounds: Vec<Vec<Outgoing>>,
+    /// Resends whose delivery timeout passed: (partition, flight id).
+    expired: Vec<((String, i32), u64)>,
+    /// Topics whose shard map to look up again before resending.
+    refresh: Vec<String>,
+}
+
+impl Plan {
+    fn push(&mut self, round: usize, o: Outgoing) {
+        while self.rounds.len() <= round {
+            self.rounds.push(Vec::new());
+        }
+        if let Some(r) = self.rounds.get_mut(round) {
+            r.push(o);
         }
     }
 }
@@ -615,37 +874,5 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     match deadline {
         Some(d) => tokio::time::sleep_until(d).await,
         None => std::future::pending().await,
-    }
-}
-
-/// Sends one batch until it is acknowledged, fails for good, or `deadline` passes.
-async fn deliver(
-    client: &Client,
-    config: &ProducerConfig,
-    topic: &str,
-    partition: i32,
-    batch: Bytes,
-    deadline: tokio::time::Instant,
-) -> Result<i64> {
-    loop {
-        let now = clock::now();
-        let timeout = client
-            .request_timeout()
-            .min(deadline.saturating_duration_since(now))
-            .max(Duration::from_millis(1));
-        let err = match client
-            .produce_batch(topic, partition, config.acks, batch.clone(), timeout)
-            .await
-        {
-            Ok(offset) => return Ok(offset),
-            Err(e) => e,
-        };
-        if !err.is_retriable() || clock::now() + config.retry_backoff >= deadline {
-            return Err(err);
-        }
-        tokio::time::sleep(config.retry_backoff).await;
-        // The shard map may be stale (moved partition, restarted broker with new shard
-        // ports). Best effort: if this fails, the next attempt fails and retries too.
-        let _ = client.refresh_metadata(&[topic]).await;
     }
 }

@@ -1,6 +1,7 @@
 //! The native protocol and `strand-client` against the real `strand` binary: shard routing
-//! with no cross-shard hop, recovery from a stale shard map through "moved", idempotent
-//! retries across kill -9 without duplicates, and hostile native frames.
+//! with no cross-shard hop, recovery from a stale shard map through "moved", a pipelined
+//! idempotent producer keeping send order, idempotent retries across kill -9 without
+//! duplicates, and hostile native frames.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -271,6 +272,57 @@ fn a_slow_native_produce_is_logged_with_its_timeline() {
         "acks=-1",
     ] {
         assert!(line.contains(part), "{part:?} missing from: {line}");
+    }
+}
+
+#[test]
+fn a_pipelined_idempotent_producer_keeps_each_partitions_send_order() {
+    // Small batches, so each partition has several in flight at once (up to five), over
+    // two shards: every record lands at its send position in its partition.
+    let broker = two_shards(4);
+    let rt = runtime();
+    let c = rt.block_on(client(&broker));
+    let producer = rt
+        .block_on(c.producer(ProducerConfig {
+            batch_size_bytes: 256,
+            linger: Duration::ZERO,
+            ..ProducerConfig::default()
+        }))
+        .expect("producer");
+    const RECORDS: usize = 4_000;
+    let deliveries = rt.block_on(async {
+        let mut deliveries = Vec::new();
+        for i in 0..RECORDS {
+            let rec = ProducerRecord::new("piped")
+                .partition((i % 4) as i32)
+                .value(format!("v{i}"));
+            deliveries.push(producer.send(rec).await.expect("queued"));
+        }
+        let mut offsets = Vec::new();
+        for d in deliveries {
+            offsets.push(d.await.expect("acknowledged"));
+        }
+        offsets
+    });
+    for (i, m) in deliveries.iter().enumerate() {
+        assert_eq!(
+            (m.partition, m.offset),
+            ((i % 4) as i32, (i / 4) as i64),
+            "record {i}"
+        );
+    }
+    let records = rt.block_on(consume_all(&c, "piped", RECORDS));
+    assert_eq!(records.len(), RECORDS);
+    for r in &records {
+        let i = usize::try_from(r.partition).expect("partition")
+            + 4 * usize::try_from(r.offset).expect("offset");
+        assert_eq!(
+            r.value.as_deref(),
+            Some(format!("v{i}").as_bytes()),
+            "offset {} of {}",
+            r.offset,
+            r.partition
+        );
     }
 }
 

@@ -39,7 +39,7 @@ pub use batch_builder::{empty_batch, BatchBuilder, BatchHeader};
 pub use control::{marker_batch, ControlError, Marker, MarkerKind};
 pub use positions::{KafkaOffset, RaftIndex, RaftTerm};
 pub use record_batch::{
-    batches, set_base_offset, set_partition_leader_epoch, Attributes, BatchError, BatchIter,
-    Compression, RecordBatch, TimestampType, BATCH_BYTES_MAX, BATCH_HEADER_BYTES,
+    batches, set_base_offset, set_partition_leader_epoch, set_producer, Attributes, BatchError,
+    BatchIter, Compression, RecordBatch, TimestampType, BATCH_BYTES_MAX, BATCH_HEADER_BYTES,
     BATCH_LENGTH_FIELD_END,
 };

@@ -511,6 +511,30 @@ pub fn set_partition_leader_epoch(batch: &mut [u8], epoch: i32) -> Result<(), Ba
     )
 }
 
+/// Writes the producer id, epoch and base sequence of the batch at the start of `batch`
+/// and its CRC computed again (the CRC covers them): a producer resending a batch under a
+/// new producer id. Fails only when `batch` is shorter than the header.
+pub fn set_producer(
+    batch: &mut [u8],
+    producer_id: i64,
+    producer_epoch: i16,
+    base_sequence: i32,
+) -> Result<(), BatchError> {
+    write_header_field(batch, PRODUCER_ID_FIELD_START, producer_id.to_be_bytes())?;
+    write_header_field(
+        batch,
+        PRODUCER_EPOCH_FIELD_START,
+        producer_epoch.to_be_bytes(),
+    )?;
+    write_header_field(
+        batch,
+        BASE_SEQUENCE_FIELD_START,
+        base_sequence.to_be_bytes(),
+    )?;
+    let crc = crc32c::crc32c(batch.get(ATTRIBUTES_FIELD_START..).unwrap_or_default());
+    write_header_field(batch, CRC_FIELD_START, crc.to_be_bytes())
+}
+
 fn write_header_field<const N: usize>(
     batch: &mut [u8],
     start: usize,

@@ -97,6 +97,9 @@ pub mod codes {
     pub const UNSUPPORTED_VERSION: i16 = 35;
     /// The request is malformed or not allowed.
     pub const INVALID_REQUEST: i16 = 42;
+    /// An idempotent batch's sequence does not follow the last one the partition has
+    /// from its producer (an earlier batch is missing).
+    pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
 }
 
 /// Why bytes are not a frame we accept.

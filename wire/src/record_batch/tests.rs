@@ -678,3 +678,26 @@ proptest! {
         crate::fuzz::record_batch(&bytes);
     }
 }
+
+#[test]
+fn set_producer_restamps_the_batch_and_keeps_it_valid() {
+    let mut b = crate::BatchBuilder::new(1_000).producer(7, 1, 40);
+    b.push(1_000, Some(b"k"), Some(b"v"), &[]);
+    let mut bytes = b.build().to_vec();
+    set_producer(&mut bytes, 9, 0, 3).expect("whole header");
+    let batch = RecordBatch::parse(Bytes::from(bytes)).expect("parses");
+    batch.validate().expect("valid after restamp");
+    assert_eq!(
+        (
+            batch.producer_id(),
+            batch.producer_epoch(),
+            batch.base_sequence()
+        ),
+        (9, 0, 3)
+    );
+    assert_eq!(batch.crc(), batch.compute_crc());
+    assert!(
+        set_producer(&mut [0u8; 60], 1, 0, 0).is_err(),
+        "short header refused"
+    );
+}
