@@ -156,13 +156,15 @@ where
     true
 }
 
-/// Ready: not stopping, (in a cluster) the cluster is ready, and every shard applied its
+/// Ready: not draining its leaderships before a stop nor stopping (a load balancer sends
+/// new clients elsewhere from the moment the controlled shutdown begins, while this node
+/// still answers the ones it has), (in a cluster) the cluster is ready, and every shard applied its
 /// first metadata snapshot, which is when the shards start serving Kafka (start.rs): its
 /// partitions are open then. A shard that does not say so within
 /// `READY_SHARDS_WAIT` makes the answer not ready.
 async fn ready(shard: &Rc<Shard>) -> bool {
     let clustered_ready = !shard.clustered() || shard.cluster_ready();
-    if shard.metadata().version == 0 || shard.stopping() || !clustered_ready {
+    if shard.metadata().version == 0 || shard.draining() || shard.stopping() || !clustered_ready {
         return false;
     }
     crate::runtime::task::timeout(READY_SHARDS_WAIT, shard.every_shard_has_metadata())

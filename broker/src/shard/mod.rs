@@ -160,6 +160,9 @@ pub struct Shard {
     /// Rate limit of the "wake recovered" warning.
     wake_log: crate::common::logging::RateLimit,
     stopping: Cell<bool>,
+    /// Controlled shutdown began: the shard hands its leaderships away and still serves,
+    /// but the node is no longer ready for new clients (`/v1/health/ready`).
+    draining: Cell<bool>,
     in_flight: Cell<usize>,
     stop_tx: RefCell<Option<oneshot::Sender<()>>>,
     in_flight_bytes: Rc<glommio::sync::Semaphore>,
@@ -252,6 +255,7 @@ impl Shard {
             stats: Cell::new(ShardStats::default()),
             wake_log: crate::common::logging::RateLimit::new(WAKE_LOG_INTERVAL),
             stopping: Cell::new(false),
+            draining: Cell::new(false),
             in_flight: Cell::new(0),
             stop_tx: RefCell::new(Some(stop_tx)),
             metadata_serial: Rc::new(glommio::sync::Semaphore::new(1)),
@@ -469,6 +473,11 @@ impl Shard {
         self.stopping.get()
     }
 
+    /// Whether a controlled shutdown began ([`Shard::drain_leadership`]); stays true.
+    pub fn draining(&self) -> bool {
+        self.draining.get()
+    }
+
     /// Whether this node is part of a replicated cluster (`--seeds` given).
     pub fn clustered(&self) -> bool {
         !self.config.seeds.is_empty()
@@ -616,6 +625,7 @@ impl Shard {
     /// Controlled shutdown, before `shutdown`: this shard's leaderships move to in-sync
     /// replicas while the node still answers clients (`replication::balance`).
     pub(crate) async fn drain_leadership(self: &Rc<Self>) {
+        self.draining.set(true);
         if let Some(rep) = self.replicator() {
             rep.drain_leadership().await;
         }
