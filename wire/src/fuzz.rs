@@ -130,14 +130,17 @@ fn read_all_fields(batch: &RecordBatch) {
 }
 
 /// Fuzz target `native_frame`: reads `data` as a stream of native frames the way the broker
-/// does (header with a small limit, then the body), decodes each body, re-encodes what
-/// decoded and decodes that again, and decodes the records of every produce batch.
+/// does (header with a small limit, then the body), decodes each body (both ways: unpacked,
+/// and as the broker takes a request, which must agree), re-encodes what decoded and
+/// decodes that again, and decodes the records of every produce batch.
 ///
 /// Panics if a decoded message does not survive re-encoding unchanged, or if the header
 /// parser accepts a length past its limit.
 pub fn native_frame(data: &[u8]) {
+    use crate::native::generated::BodyT;
     use crate::native::{
-        decode_body, split_trailer, take_trailer, Encoder, FrameHeader, FRAME_HEADER_BYTES,
+        decode_body, decode_request, split_trailer, take_trailer, Encoder, FrameHeader,
+        ProduceView, Request, FRAME_HEADER_BYTES,
     };
     const LIMIT_BYTES: usize = 1 << 20;
     let mut rest = data;
@@ -155,8 +158,23 @@ pub fn native_frame(data: &[u8]) {
             continue;
         };
         let Ok(msg) = decode_body(&body) else {
+            assert!(
+                decode_request(body).is_err(),
+                "the broker's decoding took what decode_body refused"
+            );
             continue;
         };
+        // The broker's decoding takes the same message (a Produce's batches as slices).
+        match (
+            decode_request(body.clone()).expect("decodes as decode_body did"),
+            &msg.body,
+        ) {
+            (Request::Produce(view), BodyT::ProduceRequest(r)) => {
+                assert_eq!(view, ProduceView::from((**r).clone()));
+            }
+            (Request::Other(m), _) => assert_eq!(m, msg),
+            (Request::Produce(_), _) => panic!("decode_request saw a produce decode_body did not"),
+        }
         if let crate::native::generated::BodyT::FetchResponse(f) = &msg.body {
             for part in f.partitions.iter().flatten() {
                 black_box(take_trailer(&mut trailer, part.trailer_bytes).ok());

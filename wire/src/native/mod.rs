@@ -287,6 +287,14 @@ impl Encoder {
 
 /// Verifies and unpacks a frame body into an owned message.
 pub fn decode_body(body: &[u8]) -> Result<MessageT, FrameError> {
+    let msg = verified(body)?.unpack();
+    if matches!(msg.body, BodyT::NONE) {
+        return Err(FrameError::NoBody);
+    }
+    Ok(msg)
+}
+
+fn verified(body: &[u8]) -> Result<generated::Message<'_>, FrameError> {
     let opts = flatbuffers::VerifierOptions {
         max_depth: BODY_DEPTH_MAX,
         max_tables: BODY_TABLES_MAX,
@@ -294,13 +302,96 @@ pub fn decode_body(body: &[u8]) -> Result<MessageT, FrameError> {
         max_apparent_size: body.len().saturating_mul(2).saturating_add(1024),
         ..Default::default()
     };
-    let view = generated::root_as_message_with_opts(&opts, body)
-        .map_err(|e| FrameError::Body(e.to_string()))?;
-    let msg = view.unpack();
-    if matches!(msg.body, BodyT::NONE) {
-        return Err(FrameError::NoBody);
+    generated::root_as_message_with_opts(&opts, body).map_err(|e| FrameError::Body(e.to_string()))
+}
+
+/// A request as the broker takes it: a Produce with its record batches left where they
+/// are in the frame body, anything else unpacked.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Request {
+    /// A Produce request.
+    Produce(ProduceView),
+    /// Any other message.
+    Other(MessageT),
+}
+
+/// A Produce request whose batches are slices of the frame body it came in (not copied:
+/// the broker's one copy of a batch is into its log's write buffer).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProduceView {
+    /// Acknowledgement wanted: 0, 1 or -1 (all).
+    pub acks: i8,
+    /// How long the broker may take.
+    pub timeout_ms: i32,
+    /// The batches, in the order sent.
+    pub partitions: Vec<ProduceSlice>,
+}
+
+/// One partition's batch of a [`ProduceView`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProduceSlice {
+    /// Topic (empty when absent).
+    pub topic: String,
+    /// Partition index.
+    pub partition: i32,
+    /// The record batch bytes (empty when absent).
+    pub records: Bytes,
+}
+
+impl From<generated::ProduceRequestT> for ProduceView {
+    fn from(r: generated::ProduceRequestT) -> ProduceView {
+        ProduceView {
+            acks: r.acks,
+            timeout_ms: r.timeout_ms,
+            partitions: r
+                .partitions
+                .unwrap_or_default()
+                .into_iter()
+                .map(|p| ProduceSlice {
+                    topic: p.topic.unwrap_or_default(),
+                    partition: p.partition,
+                    records: Bytes::from(p.records.unwrap_or_default()),
+                })
+                .collect(),
+        }
     }
-    Ok(msg)
+}
+
+/// Verifies a request body, as [`decode_body`]; a Produce request keeps its batches in
+/// `body` (slices of it) instead of copying each into the unpacked message.
+pub fn decode_request(body: Bytes) -> Result<Request, FrameError> {
+    let view = verified(&body)?;
+    let Some(produce) = view.body_as_produce_request() else {
+        let msg = view.unpack();
+        if matches!(msg.body, BodyT::NONE) {
+            return Err(FrameError::NoBody);
+        }
+        return Ok(Request::Other(msg));
+    };
+    let base = body.as_ptr() as usize;
+    let partitions = produce
+        .partitions()
+        .iter()
+        .flatten()
+        .map(|p| ProduceSlice {
+            topic: p.topic().unwrap_or_default().to_string(),
+            partition: p.partition(),
+            records: p.records().map_or_else(Bytes::new, |v| {
+                let records = v.bytes();
+                // The verifier checked that the vector lies inside `body`.
+                let start = (records.as_ptr() as usize).wrapping_sub(base);
+                match start.checked_add(records.len()) {
+                    Some(end) if end <= body.len() => body.slice(start..end),
+                    _ => Bytes::copy_from_slice(records),
+                }
+            }),
+        })
+        .collect();
+    Ok(Request::Produce(ProduceView {
+        acks: produce.acks(),
+        timeout_ms: produce.timeout_ms(),
+        partitions,
+    }))
 }
 
 /// An error value for a response field; `None` for code 0.

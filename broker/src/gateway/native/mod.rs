@@ -14,9 +14,8 @@ pub mod net;
 use std::rc::Rc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use strand_wire::native::generated::*;
-use strand_wire::native::{codes, error, PROTOCOL_VERSION};
+use strand_wire::native::{codes, error, ProduceView, Request, PROTOCOL_VERSION};
 
 use crate::common::errors::code;
 use crate::common::errors::KafkaError;
@@ -53,11 +52,15 @@ fn code_error(code: i16, message: &str) -> Option<Box<ErrorT>> {
 /// `received`: when the request was read (a slow produce's timeline starts there).
 pub async fn handle(
     shard: &Rc<Shard>,
-    body: BodyT,
+    request: Request,
     held: &Held,
     received: std::time::Instant,
 ) -> Option<Answer> {
     shard.count_native_request();
+    let body = match request {
+        Request::Produce(r) => return produce(shard, r, received).await.map(Answer::from),
+        Request::Other(m) => m.body,
+    };
     Some(Answer::from(match body {
         BodyT::HandshakeRequest(r) => handshake(shard, *r).await,
         BodyT::MetadataRequest(r) => {
@@ -70,7 +73,11 @@ pub async fn handle(
                 shard_ports: Some(ports(shard).await),
             }))
         }
-        BodyT::ProduceRequest(r) => return produce(shard, *r, received).await.map(Answer::from),
+        BodyT::ProduceRequest(r) => {
+            return produce(shard, ProduceView::from(*r), received)
+                .await
+                .map(Answer::from)
+        }
         BodyT::FetchRequest(r) => return Some(fetch(shard, *r, held).await),
         BodyT::ListOffsetsRequest(r) => list_offsets(shard, *r).await,
         BodyT::CommitOffsetsRequest(r) => commit_offsets(shard, *r).await,
@@ -192,20 +199,16 @@ fn not_here(shard: &Shard, topic: &str, partition: i32) -> Option<Box<ErrorT>> {
     clippy::too_many_lines,
     reason = "longer than 70 lines when the lint came in (issue 27): split it when it next changes"
 )]
-async fn produce(
-    shard: &Rc<Shard>,
-    r: ProduceRequestT,
-    received: std::time::Instant,
-) -> Option<BodyT> {
+async fn produce(shard: &Rc<Shard>, r: ProduceView, received: std::time::Instant) -> Option<BodyT> {
     let handler_started = crate::common::clock::now();
     let acks = r.acks;
-    let requested = r.partitions.unwrap_or_default();
+    let requested = r.partitions;
     let mut results: Vec<ProducePartitionResultT> = Vec::with_capacity(requested.len());
     let mut parts = Vec::new();
     let mut slots = Vec::new();
     for (i, p) in requested.into_iter().enumerate() {
-        let topic = p.topic.unwrap_or_default();
-        let batch = Bytes::from(p.records.unwrap_or_default());
+        let topic = p.topic;
+        let batch = p.records;
         let err = if !matches!(acks, -1..=1) {
             code_error(code::INVALID_REQUIRED_ACKS, "acks must be 0, 1 or -1")
         } else if let Some(e) = not_here(shard, &topic, p.partition) {

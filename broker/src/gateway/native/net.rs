@@ -21,7 +21,8 @@ use glommio::channels::local_channel;
 use glommio::net::{TcpListener, TcpStream};
 use strand_wire::native::generated::{BodyT, ErrorResponseT, MessageT};
 use strand_wire::native::{
-    codes, decode_body, error, Encoder, FrameHeader, FRAME_HEADER_BYTES, PROTOCOL_VERSION,
+    codes, decode_request, error, Encoder, FrameHeader, Request, FRAME_HEADER_BYTES,
+    PROTOCOL_VERSION,
 };
 
 use crate::common::config::REQUEST_BYTES_MAX;
@@ -160,7 +161,7 @@ async fn connection<S: AsyncRead + AsyncWrite + Unpin + 'static>(
         let (s, tx) = (shard.clone(), tx.clone());
         shard.request_started();
         spawn_local(async move {
-            let answer = crate::gateway::native::handle(&s, msg.body, &held, received).await;
+            let answer = crate::gateway::native::handle(&s, msg, &held, received).await;
             s.request_finished();
             if let Some(a) = answer {
                 let msg = MessageT { body: a.body };
@@ -186,7 +187,7 @@ async fn read_request<R: AsyncRead + Unpin>(
     rd: &mut R,
     peer: Option<SocketAddr>,
     tx: &local_channel::LocalSender<Outgoing>,
-) -> Option<(FrameHeader, MessageT, Held)> {
+) -> Option<(FrameHeader, Request, Held)> {
     let mut head = [0u8; FRAME_HEADER_BYTES];
     crate::runtime::task::timeout(IDLE_TIMEOUT, rd.read_exact(&mut head))
         .await?
@@ -223,7 +224,7 @@ async fn read_request<R: AsyncRead + Unpin>(
         tracing::debug!(?peer, "half-sent native frame: closing connection");
         return None;
     }
-    match decode_body(&body) {
+    match decode_request(Bytes::from(body)) {
         Ok(m) => Some((h, m, held)),
         Err(e) => {
             tracing::debug!(?peer, error = %e, "malformed native body: closing connection");
