@@ -247,7 +247,7 @@ impl Client {
                 .iter()
                 .map(|b| (b.topic.to_string(), b.partition))
                 .collect(),
-            results: (0..batches.len()).map(|_| Ok(-1)).collect(),
+            results: vec![Ok(-1); batches.len()],
             requests: Vec::new(),
         };
         // (connection, indexes of its batches), in the order shards are first met.

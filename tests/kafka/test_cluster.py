@@ -582,20 +582,6 @@ def test_a_stopping_node_hands_its_leaderships_away_first(ck, cluster, rf3_topic
                f"node {node} to lead partition 0 again")
 
 
-def _http_status(port: int, path: str) -> int | None:
-    """The HTTP status of GET `path` on the admin port, or None without an answer."""
-    import urllib.error
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
-            return r.status
-    except urllib.error.HTTPError as e:
-        return e.code
-    except (urllib.error.URLError, OSError):
-        return None
-
-
 def test_a_draining_node_is_not_ready_while_it_still_serves(ck, cluster, rf3_topic):
     """From the moment SIGTERM begins the controlled shutdown, /v1/health/ready answers 503
     while the node still hands its leaderships away and answers clients (liveness 200, its
@@ -605,21 +591,21 @@ def test_a_draining_node_is_not_ready_while_it_still_serves(ck, cluster, rf3_top
     0.5 s); 0.1 s into it the node must already say so. Before, it said ready until it
     stopped."""
     from strand_harness import api_versions_v0
+    from test_metrics import admin
 
     topic = rf3_topic
     node = replicas_of(cluster, topic, 0, NODE_IDS[0])[0]
     wait_until(lambda: cluster.leader_of(topic, 0) == node, LEADERS_DEADLINE_S,
                f"node {node}, the preferred replica, to lead partition 0")
-    admin = cluster[node].admin_port
-    assert _http_status(admin, "/v1/health/ready") == 200
+    assert admin(cluster[node], "/v1/health/ready")[0] == 200
     others = [n for n in NODE_IDS if n != node]
     for n in others:
         os.kill(cluster[n].proc.pid, signal.SIGSTOP)
     try:
         cluster[node].terminate()
         time.sleep(0.1)
-        ready = _http_status(admin, "/v1/health/ready")
-        live = _http_status(admin, "/v1/health/live")
+        ready = admin(cluster[node], "/v1/health/ready")[0]
+        live = admin(cluster[node], "/v1/health/live")[0]
         with socket.create_connection(("127.0.0.1", cluster[node].kafka_port), timeout=2) as s:
             s.settimeout(2)
             err, _ = api_versions_v0(s)

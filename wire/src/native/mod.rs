@@ -311,7 +311,7 @@ fn verified(body: &[u8]) -> Result<generated::Message<'_>, FrameError> {
 pub enum Request {
     /// A Produce request.
     Produce(ProduceView),
-    /// Any other message.
+    /// Any other message (never a Produce).
     Other(MessageT),
 }
 

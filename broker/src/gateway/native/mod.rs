@@ -73,11 +73,6 @@ pub async fn handle(
                 shard_ports: Some(ports(shard).await),
             }))
         }
-        BodyT::ProduceRequest(r) => {
-            return produce(shard, ProduceView::from(*r), received)
-                .await
-                .map(Answer::from)
-        }
         BodyT::FetchRequest(r) => return Some(fetch(shard, *r, held).await),
         BodyT::ListOffsetsRequest(r) => list_offsets(shard, *r).await,
         BodyT::CommitOffsetsRequest(r) => commit_offsets(shard, *r).await,
