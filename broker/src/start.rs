@@ -655,6 +655,15 @@ async fn clean_partition(
     let r = p
         .compact_now(map, budget, crate::common::clock::wall_ms())
         .await;
+    // Counted as soon as the pass's result is what Fetch serves, before the reaping below
+    // (a reader of the metrics must not see the records gone and the count not yet moved).
+    if let Ok(out) = &r {
+        p.metrics().cleaner_pass(
+            out.bytes_before.saturating_sub(out.bytes_after),
+            (out.records_removed, out.markers_removed),
+            out.unreadable_batches,
+        );
+    }
     // The pass held the replaced files until now: close them off the shard.
     p.log().reap_retired().await;
     p.metrics().cleaner_work(
@@ -663,12 +672,6 @@ async fn clean_partition(
     );
     match r {
         Ok(out) => {
-            let freed = out.bytes_before.saturating_sub(out.bytes_after);
-            p.metrics().cleaner_pass(
-                freed,
-                (out.records_removed, out.markers_removed),
-                out.unreadable_batches,
-            );
             if out.segments > 0 {
                 tracing::info!(topic = %p.topic, partition = p.index, segments = out.segments,
                     bytes_before = out.bytes_before, bytes_after = out.bytes_after,
