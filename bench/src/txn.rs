@@ -83,8 +83,30 @@ pub struct PhaseReport {
     pub records_per_s: f64,
     /// Per transaction (or idempotent request): first request sent to last answer.
     pub round: Percentiles,
+    /// AddPartitionsToTxn alone (transactions of protocol version 1 only).
+    pub add: Option<Percentiles>,
+    /// The Produce alone.
+    pub produce: Percentiles,
     /// EndTxn alone (transactions only).
     pub commit: Option<Percentiles>,
+}
+
+/// One producer's (or a phase's) latencies, each step on its own.
+#[derive(Default)]
+struct Steps {
+    round: Latency,
+    add: Latency,
+    produce: Latency,
+    commit: Latency,
+}
+
+impl Steps {
+    fn merge(&mut self, o: &Steps) {
+        self.round.merge(&o.round);
+        self.add.merge(&o.add);
+        self.produce.merge(&o.produce);
+        self.commit.merge(&o.commit);
+    }
 }
 
 pub fn run(args: TxnArgs) -> anyhow::Result<()> {
@@ -112,8 +134,23 @@ pub fn run(args: TxnArgs) -> anyhow::Result<()> {
             p.round.p999_us as f64 / 1000.0
         );
     };
+    let step = |name: &str, p: &Percentiles| {
+        println!(
+            "    {name:<8} p50 {:>7.3} ms p99 {:>7.3} ms",
+            p.p50_us as f64 / 1000.0,
+            p.p99_us as f64 / 1000.0
+        );
+    };
     row("transactions", &txn);
+    if let Some(a) = &txn.add {
+        step("add", a);
+    }
+    step("produce", &txn.produce);
+    if let Some(c) = &txn.commit {
+        step("commit", c);
+    }
     row("idempotent", &idem);
+    step("produce", &idem.produce);
     println!(
         "  idempotent / transactional records/s: {:.2}x (goal <= 1.3x)",
         idem.records_per_s / txn.records_per_s.max(1e-9)
@@ -164,25 +201,23 @@ async fn phase(args: &TxnArgs, transactional: bool) -> anyhow::Result<PhaseRepor
         let tid = transactional.then(|| format!("strand-bench-{run}-{i}"));
         tasks.push(tokio::spawn(async move { produce_loop(&args, tid).await }));
     }
-    let (mut round, mut commit, mut records) = (Latency::new(), Latency::new(), 0u64);
+    let (mut steps, mut records) = (Steps::default(), 0u64);
     for t in tasks {
-        let (r, c, n) = t.await??;
-        round.merge(&r);
-        commit.merge(&c);
+        let (s, n) = t.await??;
+        steps.merge(&s);
         records += n;
     }
     Ok(PhaseReport {
         records_per_s: records as f64 / args.duration_s,
-        round: round.percentiles(),
-        commit: transactional.then(|| commit.percentiles()),
+        round: steps.round.percentiles(),
+        add: (transactional && args.protocol == 1).then(|| steps.add.percentiles()),
+        produce: steps.produce.percentiles(),
+        commit: transactional.then(|| steps.commit.percentiles()),
     })
 }
 
-/// One producer's loop: (round latencies, commit latencies, records acknowledged).
-async fn produce_loop(
-    args: &TxnArgs,
-    tid: Option<String>,
-) -> Result<(Latency, Latency, u64), DriverError> {
+/// One producer's loop: its latencies and the records acknowledged.
+async fn produce_loop(args: &TxnArgs, tid: Option<String>) -> Result<(Steps, u64), DriverError> {
     let conn = Conn::connect(&args.bootstrap, 1).await?;
     let (coordinator, (mut pid, mut epoch)) = match &tid {
         Some(id) => {
@@ -196,13 +231,14 @@ async fn produce_loop(
     let partitions: Vec<i32> = (0..args.partitions).collect();
     let value = Bytes::from(vec![b'x'; args.record_bytes]);
     let mut sequences = vec![0i32; partitions.len()];
-    let (mut round, mut commit, mut records) = (Latency::new(), Latency::new(), 0u64);
+    let (mut steps, mut records) = (Steps::default(), 0u64);
     let end = Instant::now() + Duration::from_secs_f64(args.duration_s);
     let mut buf = BytesMut::new();
     while Instant::now() < end {
         let started = Instant::now();
         if let Some(id) = tid.as_ref().filter(|_| !v2) {
             retrying(|| add_partitions(coord, id, (pid, epoch), &args.topic, &partitions)).await?;
+            steps.add.record(started.elapsed());
         }
         let per = args.records_per_txn.div_ceil(partitions.len());
         let req = produce_request(
@@ -217,11 +253,13 @@ async fn produce_loop(
         } else {
             PRODUCE_VERSION
         };
+        let t0 = Instant::now();
         produce_retrying(&conn, &req, version).await?;
+        steps.produce.record(t0.elapsed());
         if let Some(id) = &tid {
             let t0 = Instant::now();
             let next = retrying(|| end_txn(coord, id, (pid, epoch), v2)).await?;
-            commit.record(t0.elapsed());
+            steps.commit.record(t0.elapsed());
             if v2 && next != (pid, epoch) {
                 // The next transaction is the new epoch's (or producer id's): its
                 // sequences start again at 0.
@@ -229,10 +267,10 @@ async fn produce_loop(
                 sequences.iter_mut().for_each(|s| *s = 0);
             }
         }
-        round.record(started.elapsed());
+        steps.round.record(started.elapsed());
         records += (per * partitions.len()) as u64;
     }
-    Ok((round, commit, records))
+    Ok((steps, records))
 }
 
 /// One Produce with a batch of `records_per_txn / partitions` records per partition,

@@ -167,10 +167,10 @@ impl Shard {
                 (part, turn)
             })
             .collect();
-        // Transaction version 2: the partitions starting the producer's transaction here
-        // are added in one ask (not one per partition, each waiting for the last).
-        let added = self.add_to_txn_at_once(&parts).await;
-        let added = &added;
+        // The partitions starting the producer's transaction here are verified (or, with
+        // transaction version 2, added) in one ask, not one per partition.
+        let checked = self.check_txn_at_once(&parts).await;
+        let checked = &checked;
         let futs = parts.into_iter().zip(placed).map(|(p, (part, turn))| {
             async move {
                 let part = match part {
@@ -187,13 +187,7 @@ impl Shard {
                 };
                 let r = match (p.transactional_id.as_deref(), turn) {
                     (Some(id), Some(turn)) => {
-                        let verified = match added {
-                            Some((tps, r)) if tps.contains(&(p.topic.clone(), p.partition)) => *r,
-                            _ => {
-                                self.verify_txn_append(&part, id, &p.batch, p.add_to_txn)
-                                    .await
-                            }
-                        };
+                        let verified = self.txn_verified(checked.as_ref(), &part, id, &p).await;
                         match verified {
                             Ok(()) => part.produce_transactional(p.batch, acks_all, turn).await,
                             // The turn ends failed: the producer's later batches wait for

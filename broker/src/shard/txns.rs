@@ -28,6 +28,16 @@ const TXN_ADD_RETRY_MAX: Duration = Duration::from_millis(100);
 /// The wait between those asks (`add.partitions.to.txn.retry.backoff.ms`).
 const TXN_ADD_RETRY_BACKOFF: Duration = Duration::from_millis(20);
 
+/// The answer of [`Shard::check_txn_at_once`].
+pub(crate) struct TxnChecked {
+    /// The partitions asked for.
+    pub partitions: Vec<(String, i32)>,
+    /// Added (transaction version 2) rather than verified.
+    pub add: bool,
+    /// The coordinator's answer for all of them, as a Produce gets it.
+    pub answer: Result<(), i16>,
+}
+
 /// The error a Produce gets for a coordinator's answer to its verification or add
 /// (Kafka's `AddPartitionsToTxnManager`): a fenced producer is INVALID_PRODUCER_EPOCH, a
 /// coordinator that cannot answer NOT_ENOUGH_REPLICAS (retriable for every client), and
@@ -291,18 +301,20 @@ impl Shard {
         self.ask_for_produce(check, add).await
     }
 
-    /// Transaction version 2, for a Produce's parts on this shard: adds at once every
-    /// partition whose transactional batch starts the producer's transaction here (the
-    /// first producer's: a request carries one). The partitions asked for and the answer
-    /// (`verify_txn_append`'s), or `None` when none needs adding.
-    pub(crate) async fn add_to_txn_at_once(
+    /// For a Produce's parts on this shard: checks at once every partition whose
+    /// transactional batch starts the producer's transaction here (a request carries one
+    /// producer's) with its coordinator — one ask, not one per partition, each waiting
+    /// for the last. Transaction version 2 adds them; version 1 verifies them (KIP-890
+    /// part 1), and a failed verification of several is asked again per partition by the
+    /// caller (`verify_txn_append`), so that only the partitions not in the transaction
+    /// fail, as Kafka answers. The partitions asked for, whether they were added, and the
+    /// answer (`verify_txn_append`'s), or `None` when none needs a check.
+    pub(crate) async fn check_txn_at_once(
         self: &Rc<Self>,
         parts: &[super::ops::ProducePart],
-    ) -> Option<(Vec<(String, i32)>, Result<(), i16>)> {
-        let mut check: Option<TxnCheck> = None;
-        // Only a transactional request's parts are looked at (Produce v12 carries every
-        // Java 4.x producer's batches, most of them not transactional).
-        for p in parts.iter().filter(|p| p.add_to_txn) {
+    ) -> Option<TxnChecked> {
+        let mut check: Option<(TxnCheck, bool)> = None;
+        for p in parts {
             let Some(id) = &p.transactional_id else {
                 continue;
             };
@@ -316,19 +328,53 @@ impl Shard {
             if !view.attributes().is_transactional() || part.has_open_txn(pid, epoch) {
                 continue;
             }
-            let c = check.get_or_insert_with(|| TxnCheck {
-                transactional_id: id.clone(),
-                producer_id: pid,
-                producer_epoch: epoch,
-                partitions: Vec::new(),
+            let (c, add) = check.get_or_insert_with(|| {
+                let c = TxnCheck {
+                    transactional_id: id.clone(),
+                    producer_id: pid,
+                    producer_epoch: epoch,
+                    partitions: Vec::new(),
+                };
+                (c, p.add_to_txn)
             });
-            if (c.producer_id, c.producer_epoch) == (pid, epoch) {
+            if (&c.transactional_id, c.producer_id, c.producer_epoch, *add)
+                == (id, pid, epoch, p.add_to_txn)
+            {
                 c.partitions.push((p.topic.clone(), p.partition));
             }
         }
-        let check = check?;
+        let (check, add) = check?;
         let partitions = check.partitions.clone();
-        Some((partitions, self.ask_for_produce(check, true).await))
+        Some(TxnChecked {
+            partitions,
+            add,
+            answer: self.ask_for_produce(check, add).await,
+        })
+    }
+
+    /// Whether the transactional batch of `p` (on `part`, of transactional id `id`) may be
+    /// appended: the answer of the request's check (`check_txn_at_once`) when it covered
+    /// this partition, except a failed verification of several partitions, which is asked
+    /// again for this one alone (only the partitions not in the transaction fail).
+    pub(crate) async fn txn_verified(
+        self: &Rc<Self>,
+        checked: Option<&TxnChecked>,
+        part: &Partition,
+        id: &str,
+        p: &super::ops::ProducePart,
+    ) -> Result<(), i16> {
+        let asked = checked.filter(|c| {
+            c.partitions
+                .iter()
+                .any(|(t, i)| *t == p.topic && *i == p.partition)
+        });
+        match asked {
+            Some(c) if c.answer.is_ok() || c.add || c.partitions.len() == 1 => c.answer,
+            _ => {
+                self.verify_txn_append(part, id, &p.batch, p.add_to_txn)
+                    .await
+            }
+        }
     }
 
     /// Asks the check's coordinator to verify (or `add`) its partitions for a Produce:
