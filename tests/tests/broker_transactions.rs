@@ -5,7 +5,8 @@
 //! without transactions: the last stable offset is the high watermark, the
 //! aborted-transaction list is empty, and read_uncommitted gets null. A transaction's
 //! Produce naming partitions it added and partitions it did not is refused for the latter
-//! only, as Kafka's per-partition verification answers.
+//! only, as Kafka's per-partition verification answers. A commit's completion record,
+//! written lazily, is durable shortly after with no further write.
 
 use bytes::Bytes;
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
@@ -277,5 +278,41 @@ fn a_produce_naming_partitions_outside_the_transaction_is_refused_for_those_only
         // Five records and the commit marker.
         assert_eq!(c.latest_offset(TOPIC, p), 6, "partition {p}");
     }
+    broker.stop();
+}
+
+#[test]
+fn a_commits_completion_is_made_durable_without_another_write() {
+    // The Complete* record is written lazily (the id's next change takes it along); with
+    // no next change it is flushed on its own shortly after. Were it lost, the
+    // coordinator would find the transaction in PrepareCommit after a restart and write
+    // its marker again: one more offset in the partition.
+    let mut broker = Broker::start(env!("CARGO_TARGET_TMPDIR").as_ref(), Options::default());
+    let mut c = broker.connect();
+    c.create_topic(TOPIC, 1);
+    let tid = "lazy-complete";
+    let (pid, epoch) = init_transactional(&mut c, tid);
+    assert_eq!(add_partitions(&mut c, tid, (pid, epoch), &[0]), vec![0]);
+    assert_eq!(produce_to_each(&mut c, tid, (pid, epoch), 1), vec![(0, 0)]);
+    let end = EndTxnRequest::default()
+        .with_transactional_id(TransactionalId(StrBytes::from_string(tid.into())))
+        .with_producer_id(ProducerId(pid))
+        .with_producer_epoch(epoch)
+        .with_committed(true);
+    assert_eq!(c.request(3, &end).error_code, 0);
+    assert_eq!(c.latest_offset(TOPIC, 0), 6, "five records and the marker");
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    broker.kill9();
+    broker.restart();
+    let mut c = broker.connect();
+    // The coordinator has loaded the id (and completed it, had it found it preparing).
+    let (pid2, _) = init_transactional(&mut c, tid);
+    assert_eq!(pid2, pid, "the same producer id, a new epoch");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(
+        c.latest_offset(TOPIC, 0),
+        6,
+        "no marker written again: the completion was durable"
+    );
     broker.stop();
 }

@@ -56,6 +56,10 @@ thread_local! {
 /// the connection pipeline depth bounds; this caps one partition's list regardless.
 pub const WAITERS_MAX: usize = 65_536;
 
+/// How long an append made with [`Partition::append_lazily`] waits for another flush of
+/// its partition to take it along before it starts one of its own.
+const LAZY_FLUSH_DELAY: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// A waiter list is swept of senders whose receivers are gone each time its length reaches
 /// a power of two from this on (amortised O(1) per waiter).
 const WAITERS_SWEEP_FLOOR: usize = 64;
@@ -162,6 +166,10 @@ pub struct Partition {
     // Invariant: never decreases; <= log end offset.
     high_watermark: Cell<KafkaOffset>,
     flushing: Cell<bool>,
+    /// The append being made is lazy (`append_lazily`): it starts no flush itself.
+    append_is_lazy: Cell<bool>,
+    /// A lazy append's own flush is scheduled (`flush_later`).
+    lazy_flush_armed: Cell<bool>,
     durable_waiters: RefCell<Vec<DurableWaiter>>,
     append_watchers: RefCell<Vec<oneshot::Sender<()>>>,
     max_message_bytes: Cell<usize>,
@@ -238,6 +246,8 @@ impl Partition {
             log,
             high_watermark: Cell::new(hw),
             flushing: Cell::new(false),
+            append_is_lazy: Cell::new(false),
+            lazy_flush_armed: Cell::new(false),
             durable_waiters: RefCell::new(Vec::new()),
             append_watchers: RefCell::new(Vec::new()),
             max_message_bytes: Cell::new(max_message_bytes),
@@ -462,6 +472,24 @@ impl Partition {
         self.produce_checked(batch, acks_all, None).await
     }
 
+    /// [`Self::produce`] with acks=1 of a batch whose durability nothing waits for and
+    /// that a later append can take along (a coordinator's record whose loss only repeats
+    /// work): it starts no flush of its own for `LAZY_FLUSH_DELAY`, so the partition's
+    /// next durable append (usually the same transactional id's next change, a moment
+    /// later) does not wait for a flush of this one before its own. Its flush is at most
+    /// that late, and shutdown flushes it. A replicated partition appends it as any other.
+    pub async fn append_lazily(self: &Rc<Self>, batch: Bytes) -> Result<Produced, KafkaError> {
+        if self.replicated() {
+            return self.produce(batch, false).await;
+        }
+        // Nothing awaits before the append of an unreplicated, unverified batch, which
+        // reads the flag back.
+        self.append_is_lazy.set(true);
+        let r = self.produce_checked(batch, false, None).await;
+        self.append_is_lazy.set(false);
+        r
+    }
+
     /// [`Self::produce`] for a batch that may be transactional: the caller verified with
     /// the transaction's coordinator that this partition is in its producer's open
     /// transaction (KIP-890 part 1, so no transaction is left hanging). Its sequence is
@@ -634,7 +662,11 @@ impl Partition {
         let backpressure = (!acks_all)
             .then(|| self.backpressure(appended.pending_bytes))
             .flatten();
-        self.ensure_flushing();
+        if self.append_is_lazy.replace(false) {
+            self.flush_later();
+        } else {
+            self.ensure_flushing();
+        }
         if let Some(rx) = backpressure {
             // The answer is the append's; only its timing waits for the disk.
             let _ = rx.await;
@@ -1157,6 +1189,20 @@ impl Partition {
         let (tx, rx) = oneshot::channel();
         add_waiter(&mut self.append_watchers.borrow_mut(), tx, WAITERS_MAX);
         rx
+    }
+
+    /// Starts a flush `LAZY_FLUSH_DELAY` from now unless one is scheduled already (a flush
+    /// started sooner takes the pending appends along; this one then finds nothing).
+    fn flush_later(self: &Rc<Self>) {
+        if self.lazy_flush_armed.replace(true) {
+            return;
+        }
+        let me = self.clone();
+        crate::runtime::task::spawn_local(async move {
+            crate::runtime::task::sleep(LAZY_FLUSH_DELAY).await;
+            me.lazy_flush_armed.set(false);
+            me.ensure_flushing();
+        });
     }
 
     fn ensure_flushing(self: &Rc<Self>) {

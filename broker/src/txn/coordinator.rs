@@ -9,7 +9,8 @@
 //! Invariants:
 //! - Every transition is a record in `__transaction_state`, durable (acks=all) before the
 //!   coordinator installs it and before it answers (`persist`), except Complete*, which is
-//!   installed once appended (`persist_completion`: losing it only repeats the markers).
+//!   installed once appended and flushed lazily (`persist_completion`: losing it only
+//!   repeats the markers).
 //! - One change per transactional id at a time: a request finding the id `busy` (a change
 //!   being persisted, or markers being written) is answered CONCURRENT_TRANSACTIONS, which
 //!   clients retry (an add waits up to ADD_BUSY_WAIT first).
@@ -139,7 +140,8 @@ async fn persist<H: TxnHost>(host: &H, m: &TxnMetadata) -> Result<(), i16> {
 }
 
 /// Writes `m` to its id's `__transaction_state` partition and installs it; `durable`:
-/// once durable (acks=all), else once appended on this node (acks=1).
+/// once durable (acks=all), else once appended on this node (acks=1), flushed lazily
+/// (`Partition::append_lazily`: the id's next change, durable, takes it along).
 async fn write_state<H: TxnHost>(host: &H, m: &TxnMetadata, durable: bool) -> Result<(), i16> {
     let Some(part) = state_partition(host, &m.transactional_id) else {
         return Err(code::NOT_COORDINATOR);
@@ -149,7 +151,12 @@ async fn write_state<H: TxnHost>(host: &H, m: &TxnMetadata, durable: bool) -> Re
     let key = super::records::encode_key(&m.transactional_id);
     let value = super::records::encode_value(m);
     b.push(now, Some(&key), Some(&value), &[]);
-    if let Err(e) = part.produce(b.build(), durable).await {
+    let written = if durable {
+        part.produce(b.build(), true).await
+    } else {
+        part.append_lazily(b.build()).await
+    };
+    if let Err(e) = written {
         tracing::warn!(transactional_id = %m.transactional_id, error = %e,
             "writing __transaction_state failed");
         return Err(code::COORDINATOR_NOT_AVAILABLE);
