@@ -196,6 +196,16 @@ fn add_partitions(
         .collect()
 }
 
+/// EndTxn v3 of `tid`, committing or aborting: its code.
+fn end_txn(c: &mut Client, tid: &str, (pid, epoch): (i64, i16), commit: bool) -> i16 {
+    let end = EndTxnRequest::default()
+        .with_transactional_id(TransactionalId(StrBytes::from_string(tid.into())))
+        .with_producer_id(ProducerId(pid))
+        .with_producer_epoch(epoch)
+        .with_committed(commit);
+    c.request(3, &end).error_code
+}
+
 /// One transactional Produce v9 of `tid` with a batch for each of TOPIC's first
 /// `partitions`: (partition, code) as answered.
 fn produce_to_each(
@@ -268,12 +278,7 @@ fn a_produce_naming_partitions_outside_the_transaction_is_refused_for_those_only
         );
     }
 
-    let end = EndTxnRequest::default()
-        .with_transactional_id(TransactionalId(StrBytes::from_string(tid.into())))
-        .with_producer_id(ProducerId(pid))
-        .with_producer_epoch(epoch)
-        .with_committed(true);
-    assert_eq!(c.request(3, &end).error_code, 0);
+    assert_eq!(end_txn(&mut c, tid, (pid, epoch), true), 0);
     for p in [0, 3] {
         // Five records and the commit marker.
         assert_eq!(c.latest_offset(TOPIC, p), 6, "partition {p}");
@@ -294,12 +299,7 @@ fn a_commits_completion_is_made_durable_without_another_write() {
     let (pid, epoch) = init_transactional(&mut c, tid);
     assert_eq!(add_partitions(&mut c, tid, (pid, epoch), &[0]), vec![0]);
     assert_eq!(produce_to_each(&mut c, tid, (pid, epoch), 1), vec![(0, 0)]);
-    let end = EndTxnRequest::default()
-        .with_transactional_id(TransactionalId(StrBytes::from_string(tid.into())))
-        .with_producer_id(ProducerId(pid))
-        .with_producer_epoch(epoch)
-        .with_committed(true);
-    assert_eq!(c.request(3, &end).error_code, 0);
+    assert_eq!(end_txn(&mut c, tid, (pid, epoch), true), 0);
     assert_eq!(c.latest_offset(TOPIC, 0), 6, "five records and the marker");
     std::thread::sleep(std::time::Duration::from_millis(600));
     broker.kill9();
