@@ -131,6 +131,8 @@ pub struct ConsumeStats {
     pub foreign_records: u64,
     pub errors: BTreeMap<String, u64>,
     pub seconds: Vec<Second>,
+    /// When the last record inside the measured window arrived (consume mode).
+    pub last_record_at: Option<Instant>,
 }
 
 /// Counters the progress bar reads.
@@ -678,6 +680,9 @@ pub async fn consume_loop(
         if e2e {
             record_e2e(&mut st, &fetched.values, at, &win, &stop);
         } else if let Some(s) = win.second_of(at).filter(|_| at < win.end) {
+            if fetched.records > 0 {
+                st.last_record_at = Some(at);
+            }
             st.records += fetched.records;
             st.bytes += fetched.bytes;
             second_mut(&mut st.seconds, s).consumed_records += fetched.records;
@@ -735,6 +740,26 @@ pub struct RunStats {
     pub partitions: i32,
     /// Seconds measured (after warm-up).
     pub measured_s: f64,
+    /// Consume mode: the seconds after which the consumers read nothing more, when they
+    /// went idle at least `DRAINED_IDLE` before the window ended (the topic was read to
+    /// its end sooner than the run lasted).
+    pub drained_s: Option<f64>,
+}
+
+/// How long before the window's end consumers must have read their last record for the
+/// topic to count as drained.
+const DRAINED_IDLE: Duration = Duration::from_secs(1);
+
+/// [`RunStats::drained_s`] of a window measured from `measure_from` to `end` whose last
+/// record arrived at `last_record_at`.
+pub fn drained_after(
+    last_record_at: Option<Instant>,
+    measure_from: Instant,
+    end: Instant,
+) -> Option<f64> {
+    let last = last_record_at?;
+    (end.saturating_duration_since(last) >= DRAINED_IDLE)
+        .then(|| last.saturating_duration_since(measure_from).as_secs_f64())
 }
 
 fn merge_produce(into: &mut ProduceStats, s: ProduceStats) {
@@ -757,6 +782,7 @@ fn merge_consume(into: &mut ConsumeStats, s: ConsumeStats) {
     into.records += s.records;
     into.bytes += s.bytes;
     into.foreign_records += s.foreign_records;
+    into.last_record_at = into.last_record_at.max(s.last_record_at);
     merge_seconds(&mut into.seconds, s.seconds);
     for (k, v) in s.errors {
         *into.errors.entry(k).or_default() += v;
@@ -911,20 +937,41 @@ pub async fn run(
                 .or_default() += acked - read;
         }
     }
+    let drained_s = match spec.mode {
+        Mode::Consume => drained_after(consume.last_record_at, win.measure_from, win.end),
+        _ => None,
+    };
     Ok(RunStats {
         produce,
         consume,
         partitions,
         measured_s: spec.duration_s,
+        drained_s,
     })
 }
 
 #[cfg(test)]
 mod tests {
     //! The coordinated-omission correction on a scripted timeline (no clock, no socket):
-    //! what the recorder makes of known send and ack instants.
+    //! what the recorder makes of known send and ack instants; when a consume run counts
+    //! as having drained its topic.
 
     use super::*;
+
+    #[test]
+    fn a_topic_read_to_its_end_early_is_drained_after_its_last_record() {
+        let from = Instant::now();
+        let end = from + Duration::from_secs(10);
+        let at = |ms: u64| Some(from + Duration::from_millis(ms));
+        assert_eq!(drained_after(at(1_500), from, end), Some(1.5));
+        assert_eq!(
+            drained_after(at(9_000), from, end),
+            Some(9.0),
+            "idle 1 s at the end"
+        );
+        assert_eq!(drained_after(at(9_500), from, end), None, "still reading");
+        assert_eq!(drained_after(None, from, end), None, "nothing read");
+    }
 
     const STALL: Duration = Duration::from_millis(100);
     const FAST_ACK: Duration = Duration::from_micros(100);

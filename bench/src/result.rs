@@ -51,6 +51,10 @@ pub struct RunResult {
     pub consumed_records: u64,
     pub consumed_records_per_s: f64,
     pub consumed_mib_per_s: f64,
+    /// Consume mode: seconds after which the topic was read to its end, when sooner than
+    /// the run (the rates above count the whole run; `drained_*` count these seconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drained_s: Option<f64>,
     pub foreign_records: u64,
     /// Latency from each record's intended send time (coordinated omission corrected).
     pub produce_latency: Option<Percentiles>,
@@ -149,6 +153,7 @@ impl RunResult {
             consumed_records: c.records,
             consumed_records_per_s: c.records as f64 / secs,
             consumed_mib_per_s: c.bytes as f64 / MIB / secs,
+            drained_s: stats.drained_s,
             foreign_records: c.foreign_records,
             produce_latency: some(&p.corrected),
             produce_latency_uncorrected: some(&p.uncorrected),
@@ -252,6 +257,16 @@ impl RunResult {
                 self.consumed_records,
                 self.foreign_records
             );
+            if let Some(d) = self.drained_s.filter(|d| *d > 0.0) {
+                let bytes = self.consumed_mib_per_s * self.measured_s;
+                t += &format!(
+                    "drained  {:>12.0} rec/s {:>9.2} MiB/s over {d:.3} s: the topic's end, \
+                     read before the run's {:.0} s ended (the line above counts all of them)\n",
+                    self.consumed_records as f64 / d,
+                    bytes / d,
+                    self.measured_s
+                );
+            }
         }
         t += &format!("{:<24}", "latency (ms)");
         for n in PERCENTILE_NAMES {
