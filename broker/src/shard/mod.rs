@@ -148,7 +148,7 @@ pub struct Shard {
     /// Transactional ids coordinated by this shard.
     pub(crate) txns: RefCell<HashMap<String, crate::txn::metadata::TxnMetadata>>,
     /// Transactional ids with a change in progress (`txn::coordinator::Busy`).
-    pub(crate) txns_busy: RefCell<std::collections::HashSet<String>>,
+    pub(crate) txns_busy: crate::txn::coordinator::BusyIds,
     /// Cluster mode: `__transaction_state` partitions being replayed after this node
     /// became their leader.
     pub(crate) txns_loading: RefCell<std::collections::BTreeSet<i32>>,
@@ -240,7 +240,7 @@ impl Shard {
             share_states_loading: RefCell::new(std::collections::BTreeSet::new()),
             groups_loading: RefCell::new(std::collections::BTreeSet::new()),
             txns: RefCell::new(HashMap::new()),
-            txns_busy: RefCell::new(std::collections::HashSet::new()),
+            txns_busy: RefCell::new(HashMap::new()),
             txns_loading: RefCell::new(std::collections::BTreeSet::new()),
             txns_resume: Cell::new(false),
             requests: RefCell::new(vec![0; api_names.len()]),

@@ -66,7 +66,7 @@ impl crate::txn::coordinator::TxnHost for Shard {
         &self.txns
     }
 
-    fn txns_busy(&self) -> &std::cell::RefCell<std::collections::HashSet<String>> {
+    fn txns_busy(&self) -> &crate::txn::coordinator::BusyIds {
         &self.txns_busy
     }
 

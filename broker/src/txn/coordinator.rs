@@ -19,9 +19,10 @@
 //!   node stops coordinating the id; the next coordinator finishes it after its load).
 
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::task::{Poll, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -44,8 +45,6 @@ const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// How long an add waits for another change of its id to end before it is answered
 /// CONCURRENT_TRANSACTIONS.
 const ADD_BUSY_WAIT: Duration = Duration::from_millis(50);
-/// How often such a wait looks again.
-const BUSY_POLL: Duration = Duration::from_micros(200);
 /// How long EndTxn waits for the markers before it answers anyway (the outcome is
 /// durable once Prepare* is: the markers follow, and a client retrying EndTxn is answered
 /// CONCURRENT_TRANSACTIONS until they are written).
@@ -55,8 +54,8 @@ pub const END_TXN_WAIT: Duration = Duration::from_secs(10);
 pub trait TxnHost: 'static {
     /// The transactional ids this shard coordinates (loaded from its partitions).
     fn txns(&self) -> &RefCell<HashMap<String, TxnMetadata>>;
-    /// Ids with a change in progress.
-    fn txns_busy(&self) -> &RefCell<HashSet<String>>;
+    /// Ids with a change in progress, each with the tasks waiting for it to end.
+    fn txns_busy(&self) -> &BusyIds;
     /// `transaction.max.timeout.ms`.
     fn txn_max_timeout_ms(&self) -> i32;
     /// The metadata snapshot this shard applied.
@@ -74,6 +73,44 @@ pub trait TxnHost: 'static {
     fn txn_ended(&self, committed: bool, duration: Duration);
 }
 
+/// Transactional ids with a change in progress, each with the wakers of the tasks waiting
+/// to take it ([`Busy::wait_take`]), woken when it ends.
+pub type BusyIds = RefCell<HashMap<String, Vec<Waker>>>;
+
+/// Marks `id` busy in `ids`; false when it already is.
+fn mark_busy(ids: &BusyIds, id: &str) -> bool {
+    let mut busy = ids.borrow_mut();
+    if busy.contains_key(id) {
+        return false;
+    }
+    busy.insert(id.to_string(), Vec::new());
+    true
+}
+
+/// Marks `id` busy in `ids` once it is not, waiting up to `max`: woken when the change in
+/// progress ends (not polled), so the next change starts at once. False on timeout.
+async fn mark_busy_within(ids: &BusyIds, id: &str, max: Duration) -> bool {
+    let take = futures::future::poll_fn(|cx| {
+        if mark_busy(ids, id) {
+            return Poll::Ready(());
+        }
+        if let Some(waiters) = ids.borrow_mut().get_mut(id) {
+            if !waiters.iter().any(|w| w.will_wake(cx.waker())) {
+                waiters.push(cx.waker().clone());
+            }
+        }
+        Poll::Pending
+    });
+    crate::runtime::task::timeout(max, take).await.is_some()
+}
+
+/// Unmarks `id` and wakes the tasks waiting for it: each looks again, one takes it, the
+/// others wait on.
+fn unmark_busy(ids: &BusyIds, id: &str) {
+    let waiters = ids.borrow_mut().remove(id);
+    waiters.into_iter().flatten().for_each(Waker::wake);
+}
+
 /// A transactional id marked busy; unmarked when dropped.
 pub struct Busy<H: TxnHost> {
     host: Rc<H>,
@@ -83,38 +120,29 @@ pub struct Busy<H: TxnHost> {
 impl<H: TxnHost> Busy<H> {
     /// Marks `id` busy, or `None` when it already is.
     pub fn take(host: &Rc<H>, id: &str) -> Option<Busy<H>> {
-        if !host.txns_busy().borrow_mut().insert(id.to_string()) {
-            return None;
-        }
-        Some(Busy {
+        mark_busy(host.txns_busy(), id).then(|| Busy {
             host: host.clone(),
             id: id.to_string(),
         })
     }
-}
 
-impl<H: TxnHost> Busy<H> {
     /// Marks `id` busy once it is not (the change in progress ends), waiting up to `max`:
     /// a partition leader's add for each partition of a transaction's first batches
     /// (transaction version 2) arrive together, and each is persisted in turn instead of
     /// sending all but one back to retry.
     pub async fn wait_take(host: &Rc<H>, id: &str, max: Duration) -> Option<Busy<H>> {
-        let deadline = crate::common::clock::now() + max;
-        loop {
-            if let Some(b) = Busy::take(host, id) {
-                return Some(b);
-            }
-            if crate::common::clock::now() >= deadline {
-                return None;
-            }
-            sleep(BUSY_POLL).await;
-        }
+        mark_busy_within(host.txns_busy(), id, max)
+            .await
+            .then(|| Busy {
+                host: host.clone(),
+                id: id.to_string(),
+            })
     }
 }
 
 impl<H: TxnHost> Drop for Busy<H> {
     fn drop(&mut self) {
-        self.host.txns_busy().borrow_mut().remove(&self.id);
+        unmark_busy(self.host.txns_busy(), &self.id);
     }
 }
 
@@ -537,4 +565,44 @@ pub fn replay_batch(txns: &mut HashMap<String, TxnMetadata>, batch: Bytes) {
     crate::partition::lookup::for_each_keyed_record(batch, |k, v| {
         super::records::apply(txns, k, v)
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::task::{sleep, spawn_local};
+    use std::cell::Cell;
+
+    #[test]
+    fn a_busy_id_is_taken_by_one_waiter_at_each_release() {
+        strand_storage::io_runtime::block_on("txn-busy-test", 1, async {
+            let ids: Rc<BusyIds> = Rc::default();
+            assert!(mark_busy(&ids, "t"));
+            assert!(!mark_busy(&ids, "t"), "busy already");
+            assert!(mark_busy(&ids, "other"), "ids are apart");
+            assert!(
+                !mark_busy_within(&ids, "t", Duration::from_millis(20)).await,
+                "held: the wait times out"
+            );
+            let taken = Rc::new(Cell::new(0));
+            for _ in 0..2 {
+                let (ids, taken) = (ids.clone(), taken.clone());
+                spawn_local(async move {
+                    if mark_busy_within(&ids, "t", Duration::from_secs(30)).await {
+                        taken.set(taken.get() + 1);
+                    }
+                });
+            }
+            sleep(Duration::from_millis(5)).await;
+            assert_eq!(taken.get(), 0);
+            unmark_busy(&ids, "t");
+            sleep(Duration::from_millis(5)).await;
+            assert_eq!(taken.get(), 1, "one waiter takes it, the other waits on");
+            unmark_busy(&ids, "t");
+            sleep(Duration::from_millis(5)).await;
+            assert_eq!(taken.get(), 2);
+            assert!(ids.borrow().contains_key("t"), "the second waiter holds it");
+        })
+        .expect("executor");
+    }
 }
