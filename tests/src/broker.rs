@@ -823,17 +823,23 @@ impl Client {
 
     /// Waits until FindCoordinator (v3, group key) answers error 0 for `group`.
     pub fn wait_coordinator(&mut self, group: &str, deadline: Deadline) {
+        self.wait_coordinator_of(group, 0, deadline);
+    }
+
+    /// Waits until FindCoordinator (v3) answers error 0 for `key` of `key_type` (0 group,
+    /// 1 transactional id: the first one creates `__transaction_state`).
+    pub fn wait_coordinator_of(&mut self, key: &str, key_type: i8, deadline: Deadline) {
         loop {
             let req = FindCoordinatorRequest::default()
-                .with_key(StrBytes::from_string(group.to_string()))
-                .with_key_type(0);
+                .with_key(StrBytes::from_string(key.to_string()))
+                .with_key_type(key_type);
             let resp = self.request(3, &req);
             if resp.error_code == 0 {
                 return;
             }
             assert!(
                 deadline.remaining().is_some(),
-                "no coordinator for {group}: {resp:?}"
+                "no coordinator for {key}: {resp:?}"
             );
             std::thread::sleep(POLL);
         }

@@ -14,11 +14,12 @@ use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    AddPartitionsToTxnRequest, EndTxnRequest, FetchRequest, FindCoordinatorRequest,
-    InitProducerIdRequest, ListOffsetsRequest, ProduceRequest, ProducerId, TransactionalId,
+    AddPartitionsToTxnRequest, EndTxnRequest, FetchRequest, InitProducerIdRequest,
+    ListOffsetsRequest, ProduceRequest, ProducerId, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 use strand_tests::broker::{topic_name, Broker, Client, Options};
+use strand_tests::clock::Deadline;
 use strand_wire::{Attributes, BatchBuilder, BatchHeader, RecordBatch, BATCH_HEADER_BYTES};
 
 const TOPIC: &str = "txn";
@@ -137,21 +138,7 @@ fn a_transactional_batch_is_refused_and_read_committed_sees_the_high_watermark()
 /// coordinator loads: (producer id, epoch).
 fn init_transactional(c: &mut Client, tid: &str) -> (i64, i16) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let req = FindCoordinatorRequest::default()
-            .with_key(StrBytes::from_string(tid.into()))
-            .with_key_type(1);
-        let resp = c.request(3, &req);
-        if resp.error_code == 0 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "FindCoordinator: error {}",
-            resp.error_code
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    c.wait_coordinator_of(tid, 1, Deadline::after(std::time::Duration::from_secs(30)));
     loop {
         let req = InitProducerIdRequest::default()
             .with_transactional_id(Some(TransactionalId(StrBytes::from_string(tid.into()))))

@@ -56,6 +56,27 @@ thread_local! {
 /// the connection pipeline depth bounds; this caps one partition's list regardless.
 pub const WAITERS_MAX: usize = 65_536;
 
+/// When an append is answered, and what starts its flush.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum AnswerWhen {
+    /// Once appended (acks=1); the append starts a flush.
+    Appended,
+    /// Once appended, and no flush of its own for `LAZY_FLUSH_DELAY` (`append_lazily`).
+    AppendedLazily,
+    /// Once durable (acks=all).
+    Durable,
+}
+
+impl AnswerWhen {
+    fn of(acks_all: bool) -> AnswerWhen {
+        if acks_all {
+            AnswerWhen::Durable
+        } else {
+            AnswerWhen::Appended
+        }
+    }
+}
+
 /// How long an append made with [`Partition::append_lazily`] waits for another flush of
 /// its partition to take it along before it starts one of its own.
 const LAZY_FLUSH_DELAY: std::time::Duration = std::time::Duration::from_millis(100);
@@ -166,8 +187,6 @@ pub struct Partition {
     // Invariant: never decreases; <= log end offset.
     high_watermark: Cell<KafkaOffset>,
     flushing: Cell<bool>,
-    /// The append being made is lazy (`append_lazily`): it starts no flush itself.
-    append_is_lazy: Cell<bool>,
     /// A lazy append's own flush is scheduled (`flush_later`).
     lazy_flush_armed: Cell<bool>,
     durable_waiters: RefCell<Vec<DurableWaiter>>,
@@ -246,7 +265,6 @@ impl Partition {
             log,
             high_watermark: Cell::new(hw),
             flushing: Cell::new(false),
-            append_is_lazy: Cell::new(false),
             lazy_flush_armed: Cell::new(false),
             durable_waiters: RefCell::new(Vec::new()),
             append_watchers: RefCell::new(Vec::new()),
@@ -469,7 +487,8 @@ impl Partition {
         batch: Bytes,
         acks_all: bool,
     ) -> Result<Produced, KafkaError> {
-        self.produce_checked(batch, acks_all, None).await
+        self.produce_checked(batch, AnswerWhen::of(acks_all), None)
+            .await
     }
 
     /// [`Self::produce`] with acks=1 of a batch whose durability nothing waits for and
@@ -479,15 +498,8 @@ impl Partition {
     /// later) does not wait for a flush of this one before its own. Its flush is at most
     /// that late, and shutdown flushes it. A replicated partition appends it as any other.
     pub async fn append_lazily(self: &Rc<Self>, batch: Bytes) -> Result<Produced, KafkaError> {
-        if self.replicated() {
-            return self.produce(batch, false).await;
-        }
-        // Nothing awaits before the append of an unreplicated, unverified batch, which
-        // reads the flag back.
-        self.append_is_lazy.set(true);
-        let r = self.produce_checked(batch, false, None).await;
-        self.append_is_lazy.set(false);
-        r
+        self.produce_checked(batch, AnswerWhen::AppendedLazily, None)
+            .await
     }
 
     /// [`Self::produce`] for a batch that may be transactional: the caller verified with
@@ -501,7 +513,8 @@ impl Partition {
         acks_all: bool,
         turn: Turn,
     ) -> Result<Produced, KafkaError> {
-        self.produce_checked(batch, acks_all, Some(turn)).await
+        self.produce_checked(batch, AnswerWhen::of(acks_all), Some(turn))
+            .await
     }
 
     /// The turn of `producer_id`'s transactional batch of `epoch` starting at `first_seq`:
@@ -514,7 +527,7 @@ impl Partition {
     async fn produce_checked(
         self: &Rc<Self>,
         batch: Bytes,
-        acks_all: bool,
+        ack: AnswerWhen,
         mut verified: Option<Turn>,
     ) -> Result<Produced, KafkaError> {
         let started = crate::common::clock::now();
@@ -544,14 +557,7 @@ impl Partition {
             return Err(KafkaError::MessageTooLarge);
         }
         let mut produced = self
-            .append_batch(
-                stamped.batch,
-                &stamped.view,
-                ids,
-                acks_all,
-                started,
-                verified,
-            )
+            .append_batch(stamped.batch, &stamped.view, ids, ack, started, verified)
             .await?;
         if produced.timing.is_some() {
             // Appended now (not the retry of an earlier append, which Kafka answers -1).
@@ -585,7 +591,7 @@ impl Partition {
         let started = crate::common::clock::now();
         let view = RecordBatch::parse(batch.clone()).map_err(KafkaError::from_batch)?;
         let p = self
-            .append_batch(batch, &view, None, true, started, None)
+            .append_batch(batch, &view, None, AnswerWhen::Durable, started, None)
             .await?;
         Ok(p.base_offset)
     }
@@ -607,23 +613,25 @@ impl Partition {
             .borrow()
             .check_marker(producer_id, producer_epoch)?;
         let p = self
-            .append_batch(batch, &view, None, true, started, None)
+            .append_batch(batch, &view, None, AnswerWhen::Durable, started, None)
             .await?;
         Ok(p.base_offset)
     }
 
     /// Appends a checked batch (a producer's with its idempotence fields `ids`, a marker,
-    /// or a coordinator's); with `acks_all`, waits until durable. A transactional batch's
-    /// `turn` ends once its sequence is checked and recorded (it fails if it is not).
+    /// or a coordinator's), answered as `ack` says. A transactional batch's `turn` ends
+    /// once its sequence is checked and recorded (it fails if it is not). A replicated
+    /// partition's appends are persisted by its replicator (`AppendedLazily` is `Appended`).
     async fn append_batch(
         self: &Rc<Self>,
         batch: Bytes,
         view: &RecordBatch,
         ids: Option<(i64, i16, i32, i32)>,
-        acks_all: bool,
+        ack: AnswerWhen,
         started: std::time::Instant,
         mut turn: Option<Turn>,
     ) -> Result<Produced, KafkaError> {
+        let acks_all = ack == AnswerWhen::Durable;
         let replication = self.replication.borrow().clone();
         if let Some(rep) = replication {
             return self
@@ -662,7 +670,7 @@ impl Partition {
         let backpressure = (!acks_all)
             .then(|| self.backpressure(appended.pending_bytes))
             .flatten();
-        if self.append_is_lazy.replace(false) {
+        if ack == AnswerWhen::AppendedLazily {
             self.flush_later();
         } else {
             self.ensure_flushing();

@@ -30,10 +30,8 @@ const TXN_ADD_RETRY_BACKOFF: Duration = Duration::from_millis(20);
 
 /// The answer of [`Shard::check_txn_at_once`].
 pub(crate) struct TxnChecked {
-    /// The partitions asked for.
+    /// The partitions asked for (added with transaction version 2, else verified).
     pub partitions: Vec<(String, i32)>,
-    /// Added (transaction version 2) rather than verified.
-    pub add: bool,
     /// The coordinator's answer for all of them, as a Produce gets it.
     pub answer: Result<(), i16>,
 }
@@ -307,8 +305,7 @@ impl Shard {
     /// for the last. Transaction version 2 adds them; version 1 verifies them (KIP-890
     /// part 1), and a failed verification of several is asked again per partition by the
     /// caller (`verify_txn_append`), so that only the partitions not in the transaction
-    /// fail, as Kafka answers. The partitions asked for, whether they were added, and the
-    /// answer (`verify_txn_append`'s), or `None` when none needs a check.
+    /// fail, as Kafka answers. The partitions asked for and the answer (`verify_txn_append`'s), or `None` when none needs a check.
     pub(crate) async fn check_txn_at_once(
         self: &Rc<Self>,
         parts: &[super::ops::ProducePart],
@@ -347,7 +344,6 @@ impl Shard {
         let partitions = check.partitions.clone();
         Some(TxnChecked {
             partitions,
-            add,
             answer: self.ask_for_produce(check, add).await,
         })
     }
@@ -369,7 +365,7 @@ impl Shard {
                 .any(|(t, i)| *t == p.topic && *i == p.partition)
         });
         match asked {
-            Some(c) if c.answer.is_ok() || c.add || c.partitions.len() == 1 => c.answer,
+            Some(c) if c.answer.is_ok() || p.add_to_txn || c.partitions.len() == 1 => c.answer,
             _ => {
                 self.verify_txn_append(part, id, &p.batch, p.add_to_txn)
                     .await
