@@ -991,21 +991,55 @@ pub async fn prime_device_probe(dir: &Path) -> Result<(), StorageError> {
         )
         .replace(['(', ')'], ""),
     );
-    let written = probe.clone();
-    off_shard(move || {
-        std::fs::write(&written, vec![0u8; WRITE_ALIGN_BYTES as usize])
-            .map_err(|e| StorageError::io(&written, e))
-    })
-    .await?;
-    let file = DmaFile::open(&probe)
+    let (owned_dir, written) = (dir.to_path_buf(), probe.clone());
+    let (target, ours) = off_shard(move || probe_target(&owned_dir, &written)).await?;
+    let file = DmaFile::open(&target)
         .await
-        .map_err(|e| StorageError::io(&probe, to_io(e)));
+        .map_err(|e| StorageError::io(&target, to_io(e)));
     if let Ok(f) = file {
         let _ = f.close().await;
     }
-    remove_file(&probe).await?;
+    if ours {
+        remove_file(&target).await?;
+    }
     PRIMED.with(|p| p.borrow_mut().push(dev));
     Ok(())
+}
+
+/// A non-empty file on `dir`'s device for the probe read: `probe`, written now (`true`:
+/// remove it after), or, when the disk is full, a file of at least one block already in
+/// `dir` or one level below (a segment), so that a broker whose disk filled up still
+/// starts and serves what it holds.
+fn probe_target(dir: &Path, probe: &Path) -> Result<(PathBuf, bool), StorageError> {
+    let e = match std::fs::write(probe, vec![0u8; WRITE_ALIGN_BYTES as usize]) {
+        Ok(()) => return Ok((probe.to_path_buf(), true)),
+        Err(e) => e,
+    };
+    if e.raw_os_error() != Some(libc::ENOSPC) {
+        return Err(StorageError::io(probe, e));
+    }
+    let _ = std::fs::remove_file(probe);
+    let big_enough = |p: &Path| {
+        std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file() && m.len() >= WRITE_ALIGN_BYTES)
+    };
+    let entries = |d: &Path| -> Vec<PathBuf> {
+        std::fs::read_dir(d)
+            .map(|it| it.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default()
+    };
+    let top = entries(dir);
+    let found = top.iter().find(|p| big_enough(p)).cloned().or_else(|| {
+        top.iter()
+            .filter(|p| p.is_dir())
+            .find_map(|d| entries(d).into_iter().find(|p| big_enough(p)))
+    });
+    match found {
+        Some(p) => {
+            tracing::warn!(dir = %dir.display(), "disk full: probing I/O polling with an existing file");
+            Ok((p, false))
+        }
+        None => Err(StorageError::io(probe, e)),
+    }
 }
 
 /// Returns `Pending` once (waking itself), then `Ready`: lets the other tasks of a

@@ -260,7 +260,8 @@ impl Log {
         match outcome.error {
             None => Ok(self.durable()),
             Some((path, IoFault::NoSpace)) => {
-                tracing::warn!(path = %path.display(), "disk full: flush failed, data kept pending");
+                // Its user logs it (rate-limited): a full disk fails every retry of every flush.
+                tracing::debug!(path = %path.display(), "disk full: flush failed, data kept pending");
                 Err(StorageError::NoSpace { path })
             }
             Some((path, IoFault::Other(e))) => Err(self.fence(format!(

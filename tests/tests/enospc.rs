@@ -12,14 +12,12 @@
 //! Needs root, `mkfs.ext4` and loop mounts; otherwise it prints `skipped: <reason>`, or
 //! fails when `STRAND_REQUIRE_ROOT_TESTS=1` (CI).
 
-use std::ffi::OsStr;
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
 use strand_storage::{AppendEntry, Log, LogConfig, RaftIndex, StorageError};
 use strand_tests::crash_workload::{self, Offsets};
 use strand_tests::harness;
+use strand_tests::mount::LoopMount;
 use strand_tests::seed;
 
 const IMAGE_BYTES: u64 = 16 * 1024 * 1024;
@@ -44,27 +42,16 @@ fn config() -> LogConfig {
 #[test]
 fn enospc_is_an_error_that_loses_nothing_and_heals() {
     let root = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
-    let mount = match Mount::new(root.path()) {
-        Ok(m) => m,
-        Err(reason) if std::env::var("STRAND_REQUIRE_ROOT_TESTS").is_ok_and(|v| v == "1") => {
-            panic!("{reason} (and STRAND_REQUIRE_ROOT_TESTS=1)")
-        }
-        Err(reason) => {
-            eprintln!("skipped: {reason}");
-            return;
-        }
+    let Some(mount) = LoopMount::or_skip(root.path(), IMAGE_BYTES) else {
+        return;
     };
     let seed = seed::test_seed("enospc");
-    let filler = mount.point.join("filler");
-    std::fs::write(&filler, vec![0x5a; FILLER_BYTES]).expect("write filler");
-    std::fs::File::open(&filler)
-        .and_then(|f| f.sync_all())
-        .expect("sync filler");
+    let filler = mount.fill("filler", FILLER_BYTES);
     let dir = mount.point.join("log");
-    harness::run("enospc", scenario(&dir, &filler, &mount.point, seed.value));
+    harness::run("enospc", scenario(&dir, &filler, &mount, seed.value));
 }
 
-async fn scenario(dir: &Path, filler: &Path, mount_point: &Path, seed: u64) {
+async fn scenario(dir: &Path, filler: &Path, mount: &LoopMount, seed: u64) {
     let mut offsets = Offsets::new(seed);
     let log = harness::open_log(dir, config(), 0).await.expect("open log");
     let acked = fill_until_enospc(&log, seed).await;
@@ -94,12 +81,7 @@ async fn scenario(dir: &Path, filler: &Path, mount_point: &Path, seed: u64) {
     crash_workload::check_entries(&log, seed, &mut offsets, log.last_index()).await;
 
     // Space returns: the retried flush makes everything durable.
-    std::fs::remove_file(filler).expect("delete filler");
-    // Commits the unlink, so the freed blocks are allocatable now rather than after ext4's
-    // next journal commit.
-    std::fs::File::open(mount_point)
-        .and_then(|d| d.sync_all())
-        .expect("sync mount point");
+    mount.free(filler);
     let last = log.last_index();
     let d = log.flush().await.expect("flush once space returns");
     assert_eq!(
@@ -158,64 +140,4 @@ fn append_next(log: &Log, seed: u64, n: u64) -> Result<u64, StorageError> {
         .collect();
     log.append(&entries)?;
     Ok(entries.iter().map(|e| e.body.len() as u64).sum())
-}
-
-/// A loop-mounted ext4 image, unmounted on drop (also when the test panics).
-struct Mount {
-    point: PathBuf,
-}
-
-impl Mount {
-    /// Creates and mounts the image under `root`; `Err` says why this machine cannot.
-    fn new(root: &Path) -> Result<Mount, String> {
-        let uid = std::fs::metadata("/proc/self")
-            .map_err(|e| format!("no /proc: {e}"))?
-            .uid();
-        if uid != 0 {
-            return Err(format!("loop mounts need root (uid {uid})"));
-        }
-        let image = root.join("fs.img");
-        let file = std::fs::File::create(&image).map_err(|e| format!("create image: {e}"))?;
-        file.set_len(IMAGE_BYTES)
-            .map_err(|e| format!("size image: {e}"))?;
-        // 4 KiB blocks as on a real data disk; no root reserve, so "full" is simply full.
-        let args = ["-q", "-F", "-m", "0", "-b", "4096"].map(OsStr::new);
-        run("mkfs.ext4", &[&args[..], &[image.as_os_str()]].concat())?;
-        let point = root.join("mnt");
-        std::fs::create_dir(&point).map_err(|e| format!("create mount point: {e}"))?;
-        let args = ["-o", "loop"].map(OsStr::new);
-        run(
-            "mount",
-            &[&args[..], &[image.as_os_str(), point.as_os_str()]].concat(),
-        )?;
-        Ok(Mount { point })
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let unmounted = Command::new("umount").arg(&self.point).status();
-        if !unmounted.is_ok_and(|s| s.success()) {
-            // Busy (a file still open after a panic): detach lazily so the loop device and
-            // the image are released as soon as the last file closes.
-            let lazy = Command::new("umount").arg("-l").arg(&self.point).status();
-            eprintln!(
-                "umount {} failed; lazy umount: {lazy:?}",
-                self.point.display()
-            );
-        }
-    }
-}
-
-/// Runs `program args`; `Err` carries why it did not succeed.
-fn run(program: &str, args: &[&OsStr]) -> Result<(), String> {
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .map_err(|e| format!("cannot run {program}: {e}"))?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        return Err(format!("{program} {args:?} failed ({}): {err}", out.status));
-    }
-    Ok(())
 }

@@ -81,6 +81,11 @@ impl AnswerWhen {
 /// its partition to take it along before it starts one of its own.
 const LAZY_FLUSH_DELAY: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// After a flush failed for lack of space (the data stays pending), how long until it is
+/// tried again: the data becomes durable and readable once space returns, also when
+/// nothing else is written.
+const FLUSH_RETRY_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// A waiter list is swept of senders whose receivers are gone each time its length reaches
 /// a power of two from this on (amortised O(1) per waiter).
 const WAITERS_SWEEP_FLOOR: usize = 64;
@@ -187,8 +192,9 @@ pub struct Partition {
     // Invariant: never decreases; <= log end offset.
     high_watermark: Cell<KafkaOffset>,
     flushing: Cell<bool>,
-    /// A lazy append's own flush is scheduled (`flush_later`).
-    lazy_flush_armed: Cell<bool>,
+    /// A flush is scheduled (`flush_later`: a lazy append's own, or the retry of one that
+    /// found the disk full).
+    flush_armed: Cell<bool>,
     durable_waiters: RefCell<Vec<DurableWaiter>>,
     append_watchers: RefCell<Vec<oneshot::Sender<()>>>,
     max_message_bytes: Cell<usize>,
@@ -265,7 +271,7 @@ impl Partition {
             log,
             high_watermark: Cell::new(hw),
             flushing: Cell::new(false),
-            lazy_flush_armed: Cell::new(false),
+            flush_armed: Cell::new(false),
             durable_waiters: RefCell::new(Vec::new()),
             append_watchers: RefCell::new(Vec::new()),
             max_message_bytes: Cell::new(max_message_bytes),
@@ -640,7 +646,7 @@ impl Partition {
         }
         if let Some(base_offset) = self.check_sequence(ids, &mut turn)? {
             if acks_all {
-                self.wait_committed(KafkaOffset(base_offset)).await;
+                self.wait_original_durable(KafkaOffset(base_offset)).await?;
             }
             return Ok(Produced {
                 base_offset: KafkaOffset(base_offset),
@@ -671,7 +677,7 @@ impl Partition {
             .then(|| self.backpressure(appended.pending_bytes))
             .flatten();
         if ack == AnswerWhen::AppendedLazily {
-            self.flush_later();
+            self.flush_later(LAZY_FLUSH_DELAY);
         } else {
             self.ensure_flushing();
         }
@@ -838,6 +844,21 @@ impl Partition {
             }),
             log_append_time_ms: None,
         })
+    }
+
+    /// Waits until a retried batch's original, appended to this (unreplicated) log at
+    /// `offset`, is durable. A failed flush fails the wait as it fails the original's
+    /// (KAFKA_STORAGE_ERROR on a full disk: the client retries, and a retry after space
+    /// returned finds it durable) instead of holding the request until the client gives up.
+    async fn wait_original_durable(self: &Rc<Self>, offset: KafkaOffset) -> Result<(), KafkaError> {
+        if self.high_watermark.get() > offset {
+            return Ok(());
+        }
+        // Everything appended so far, the original included.
+        let rx = self.wait_durable(self.log.last_index());
+        self.ensure_flushing();
+        rx.await.map_err(|_| KafkaError::NotLeader)??;
+        Ok(())
     }
 
     /// Waits until the high watermark passes `offset` (a retried batch's original).
@@ -1199,16 +1220,16 @@ impl Partition {
         rx
     }
 
-    /// Starts a flush `LAZY_FLUSH_DELAY` from now unless one is scheduled already (a flush
-    /// started sooner takes the pending appends along; this one then finds nothing).
-    fn flush_later(self: &Rc<Self>) {
-        if self.lazy_flush_armed.replace(true) {
+    /// Starts a flush `delay` from now unless one is scheduled already (a flush started
+    /// sooner takes the pending appends along; this one then finds nothing).
+    fn flush_later(self: &Rc<Self>, delay: std::time::Duration) {
+        if self.flush_armed.replace(true) {
             return;
         }
         let me = self.clone();
         crate::runtime::task::spawn_local(async move {
-            crate::runtime::task::sleep(LAZY_FLUSH_DELAY).await;
-            me.lazy_flush_armed.set(false);
+            crate::runtime::task::sleep(delay).await;
+            me.flush_armed.set(false);
             me.ensure_flushing();
         });
     }
@@ -1244,8 +1265,7 @@ impl Partition {
                 Ok(Some(job)) => job,
                 Ok(None) => break,
                 Err(e) => {
-                    let e = self.storage_error(e);
-                    self.fail_waiters(e);
+                    self.flush_failed(e);
                     break;
                 }
             };
@@ -1259,8 +1279,7 @@ impl Partition {
                     self.maybe_checkpoint(d.next_offset);
                 }
                 Err(e) => {
-                    let e = self.storage_error(e);
-                    self.fail_waiters(e);
+                    self.flush_failed(e);
                     break;
                 }
             }
@@ -1292,6 +1311,17 @@ impl Partition {
             } else {
                 k += 1;
             }
+        }
+    }
+
+    /// A failed flush fails the produces waiting for it; on a full disk the data stays
+    /// pending and the flush is tried again `FLUSH_RETRY_DELAY` later.
+    fn flush_failed(self: &Rc<Self>, e: StorageError) {
+        let retry = matches!(e, StorageError::NoSpace { .. });
+        let e = self.storage_error(e);
+        self.fail_waiters(e);
+        if retry {
+            self.flush_later(FLUSH_RETRY_DELAY);
         }
     }
 
