@@ -6,6 +6,7 @@ hopes. A broker's stderr goes to a file whose tail is attached to a failing test
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import re
@@ -635,6 +636,61 @@ def produce_one_error(producer, topic: str, timeout_s: float = 20, **kwargs):
         errors.append(e.args[0])
     assert errors, f"no delivery report within {timeout_s} s"
     return errors[0]
+
+
+# -- a small disk to fill ---------------------------------------------------------------------
+
+def _run_quietly(*cmd: str) -> str | None:
+    """None when `cmd` succeeded, else why not."""
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"{cmd[0]}: {e}"
+    return None if r.returncode == 0 else f"{' '.join(cmd)}: {r.stderr.strip()}"
+
+
+@contextlib.contextmanager
+def loop_mounted_disk(name: str, size_bytes: int):
+    """An ext4 file system of `size_bytes` on a loop-mounted image under RUN_ROOT (no root
+    reserve: full is full); yields its mount point, unmounted and removed after. Needs
+    root, mkfs.ext4 and loop devices: skipped otherwise, failed when
+    STRAND_REQUIRE_ROOT_TESTS=1 (CI)."""
+    why = None
+    if os.geteuid() != 0:
+        why = "needs root to loop-mount an ext4 image"
+    elif shutil.which("mkfs.ext4") is None or shutil.which("mount") is None:
+        why = "needs mkfs.ext4 and mount (apt: e2fsprogs, mount)"
+    root = RUN_ROOT / f"{os.getpid()}-{name}-{os.urandom(4).hex()}"
+    image, point = root / "image.ext4", root / "mnt"
+    if why is None:
+        point.mkdir(parents=True)
+        with open(image, "wb") as f:
+            f.truncate(size_bytes)
+        why = _run_quietly("mkfs.ext4", "-q", "-F", "-m", "0", "-b", "4096", str(image)) \
+            or _run_quietly("mount", "-o", "loop", str(image), str(point))
+    if why is not None:
+        shutil.rmtree(root, ignore_errors=True)
+        if os.environ.get("STRAND_REQUIRE_ROOT_TESTS") == "1":
+            pytest.fail(f"{why} (and STRAND_REQUIRE_ROOT_TESTS=1)", pytrace=False)
+        pytest.skip(why)
+    try:
+        yield point
+    finally:
+        if _run_quietly("umount", str(point)) is not None:
+            # Busy (a process still holds a file): detach now, released at its last close.
+            _run_quietly("umount", "-l", str(point))
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def write_filler(path: Path, size_bytes: int):
+    """A file of `size_bytes`, synced: deleting it (`free_filler`) is "space returns"."""
+    path.write_bytes(b"\x5a" * size_bytes)
+    os.sync()
+
+
+def free_filler(path: Path):
+    path.unlink()
+    os.sync()
 
 
 # -- the Apache Kafka Java clients ------------------------------------------------------------

@@ -5,20 +5,17 @@ a producer sees: the broker keeps serving, answers KAFKA_STORAGE_ERROR (retriabl
 Kafka broker's offline log directory does) instead of acknowledging, accepts writes again
 once space returns, and after kill -9 every acknowledged record is there.
 
-The data directory is a small ext4 image, loop-mounted: needs root, `mkfs.ext4` and loop
-devices; otherwise skipped, or failed when STRAND_REQUIRE_ROOT_TESTS=1 (CI)."""
+The data directory is a small ext4 image, loop-mounted (`loop_mounted_disk`)."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 import uuid
 from pathlib import Path
 
 import pytest
 
-from strand_harness import RUN_ROOT, Broker, need_module, read_partition, wait_until
+from strand_harness import (Broker, free_filler, loop_mounted_disk, need_module, read_partition,
+                            wait_until, write_filler)
 
 IMAGE_BYTES = 96 * 1024 * 1024
 # Deleting it is what "space returns" means: more than the records refused while full,
@@ -36,43 +33,10 @@ ACKS1_RECORDS = 20
 MESSAGE_TIMEOUT_MS = 6000
 
 
-def _run(*cmd: str) -> str | None:
-    """None when `cmd` succeeded, else why not."""
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return f"{cmd[0]}: {e}"
-    return None if r.returncode == 0 else f"{' '.join(cmd)}: {r.stderr.strip()}"
-
-
 @pytest.fixture
 def small_disk():
-    """A mounted ext4 file system of IMAGE_BYTES; yields its mount point."""
-    why = None
-    if os.geteuid() != 0:
-        why = "needs root to loop-mount an ext4 image"
-    elif shutil.which("mkfs.ext4") is None or shutil.which("mount") is None:
-        why = "needs mkfs.ext4 and mount (apt: e2fsprogs, mount)"
-    root = RUN_ROOT / f"{os.getpid()}-disk-full-{uuid.uuid4().hex[:8]}"
-    image, point = root / "image.ext4", root / "mnt"
-    if why is None:
-        root.mkdir(parents=True)
-        point.mkdir()
-        with open(image, "wb") as f:
-            f.truncate(IMAGE_BYTES)
-        why = _run("mkfs.ext4", "-q", "-F", "-m", "0", str(image)) or _run(
-            "mount", "-o", "loop", str(image), str(point))
-    if why is not None:
-        shutil.rmtree(root, ignore_errors=True)
-        if os.environ.get("STRAND_REQUIRE_ROOT_TESTS") == "1":
-            pytest.fail(f"{why} (and STRAND_REQUIRE_ROOT_TESTS=1)", pytrace=False)
-        pytest.skip(why)
-    try:
+    with loop_mounted_disk("disk-full", IMAGE_BYTES) as point:
         yield point
-    finally:
-        if _run("umount", str(point)) is not None:
-            _run("umount", "-l", str(point))
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def _fill(ck, bootstrap: str, topic: str) -> tuple[list[bytes], list]:
@@ -128,8 +92,7 @@ def test_a_full_disk_refuses_produce_loses_nothing_and_heals(small_disk: Path):
     returns with nothing else written; then produce works again and survives kill -9."""
     ck = need_module("confluent_kafka")
     filler = small_disk / "filler"
-    filler.write_bytes(b"\x5a" * FILLER_BYTES)
-    os.sync()
+    write_filler(filler, FILLER_BYTES)
     broker = Broker(name="disk-full", smp=1)
     broker.data_dir = small_disk / "data"
     broker.start()
@@ -158,8 +121,7 @@ def test_a_full_disk_refuses_produce_loses_nothing_and_heals(small_disk: Path):
             p.produce(topic, v, partition=0)
         assert p.flush(30) == 0, "acks=1 records not answered while the disk is full"
 
-        filler.unlink()
-        os.sync()
+        free_filler(filler)
         # Nothing else is written: the broker's own retry makes them durable and readable.
         wait_until(lambda: _subsequence(acked + pending, _read_values(ck, broker, topic)),
                    30, "the acks=1 records readable once space returned")
