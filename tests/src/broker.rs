@@ -797,6 +797,19 @@ impl Client {
         }
     }
 
+    /// InitProducerId v4 without a transactional id (an idempotent producer): its
+    /// (producer id, epoch), checked error-free.
+    pub fn init_producer_id(&mut self) -> (i64, i16) {
+        let req = kafka_protocol::messages::InitProducerIdRequest::default()
+            .with_transactional_id(None)
+            .with_transaction_timeout_ms(60_000)
+            .with_producer_id((-1).into())
+            .with_producer_epoch(-1);
+        let resp = self.request(4, &req);
+        assert_eq!(resp.error_code, 0, "InitProducerId: {resp:?}");
+        (resp.producer_id.0, resp.producer_epoch)
+    }
+
     /// Produce v9 of one batch to one partition; the partition's response.
     pub fn produce(
         &mut self,

@@ -6,15 +6,14 @@
 //! pending in memory, so its retry is a duplicate of it, and a duplicate waits for its
 //! original's durability. That wait must end with the flush's error while the disk is
 //! full (it was held until the client gave up), and with the original's offset once
-//! space returns.
+//! space returns. Meanwhile new writes are refused, acks=1 too (they were kept in memory).
 //!
 //! Needs root, `mkfs.ext4` and loop mounts (`strand_tests::mount`).
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use kafka_protocol::messages::InitProducerIdRequest;
-use strand_tests::broker::{Broker, Client, Options};
+use strand_tests::broker::{Broker, Options};
 use strand_tests::clock::Deadline;
 use strand_tests::mount::LoopMount;
 use strand_wire::BatchBuilder;
@@ -44,15 +43,12 @@ fn batch(pid: i64, epoch: i16, seq: i32) -> Bytes {
     b.build()
 }
 
-fn init_producer_id(c: &mut Client) -> (i64, i16) {
-    let req = InitProducerIdRequest::default()
-        .with_transactional_id(None)
-        .with_transaction_timeout_ms(60_000)
-        .with_producer_id((-1).into())
-        .with_producer_epoch(-1);
-    let resp = c.request(4, &req);
-    assert_eq!(resp.error_code, 0, "InitProducerId: {resp:?}");
-    (resp.producer_id.0, resp.producer_epoch)
+/// A batch of no producer (acks=1 writers need no idempotence).
+fn plain_batch() -> Bytes {
+    let ts = 1_700_000_000_000;
+    let mut b = BatchBuilder::new(ts);
+    b.push(ts, None, Some(b"acks=1 while full"), &[]);
+    b.build()
 }
 
 #[test]
@@ -66,7 +62,7 @@ fn a_refused_batchs_retry_is_answered_while_full_and_finds_it_once_space_returns
     let mut c = broker.connect();
     c.set_read_timeout(ANSWER_WITHIN);
     c.create_topic(TOPIC, 1);
-    let (pid, epoch) = init_producer_id(&mut c);
+    let (pid, epoch) = c.init_producer_id();
 
     // acks=all until the disk is full: every answer before is an acknowledgement.
     let mut seq = 0;
@@ -92,6 +88,12 @@ fn a_refused_batchs_retry_is_answered_while_full_and_finds_it_once_space_returns
         c.latest_offset(TOPIC, 0),
         i64::from(refused),
         "nothing more is readable"
+    );
+    // acks=1 is refused too, not kept in memory (it would be readable at the end).
+    let r = c.produce(TOPIC, 0, plain_batch(), 1);
+    assert_eq!(
+        r.error_code, KAFKA_STORAGE_ERROR,
+        "acks=1 while full: {r:?}"
     );
 
     // Space returns: the retry finds its original, durable now, and nothing is appended

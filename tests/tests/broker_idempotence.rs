@@ -7,7 +7,6 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use bytes::Bytes;
-use kafka_protocol::messages::InitProducerIdRequest;
 use strand_tests::broker::{Broker, Client, Options, RETRIABLE_PARTITION_ERRORS};
 use strand_tests::clock::{Deadline, Stopwatch};
 use strand_wire::BatchBuilder;
@@ -29,18 +28,6 @@ fn batch(pid: i64, epoch: i16, base_seq: i32) -> Bytes {
         b.push(ts, None, Some(value.as_bytes()), &[]);
     }
     b.build()
-}
-
-/// InitProducerId v4 without a transactional id: (producer id, epoch), checked error-free.
-fn init_producer_id(c: &mut Client) -> (i64, i16) {
-    let req = InitProducerIdRequest::default()
-        .with_transactional_id(None)
-        .with_transaction_timeout_ms(60_000)
-        .with_producer_id((-1).into())
-        .with_producer_epoch(-1);
-    let resp = c.request(4, &req);
-    assert_eq!(resp.error_code, 0, "InitProducerId: {resp:?}");
-    (resp.producer_id.0, resp.producer_epoch)
 }
 
 /// Produces `batch` and checks error 0 and the base offset (retrying the errors a Kafka
@@ -83,7 +70,7 @@ fn retries_are_deduplicated_across_kill9_and_producer_ids_never_repeat() {
     c.create_topic(TOPIC, 1);
     let mut pids = BTreeSet::new();
 
-    let (pid, epoch) = init_producer_id(&mut c);
+    let (pid, epoch) = c.init_producer_id();
     assert!(pid >= 0, "producer id {pid}");
     assert_eq!(epoch, 0, "a new producer id starts at epoch 0");
     pids.insert(pid);
@@ -102,7 +89,7 @@ fn retries_are_deduplicated_across_kill9_and_producer_ids_never_repeat() {
     );
 
     // A second producer id from the same incarnation, for the uniqueness check.
-    let (other, _) = init_producer_id(&mut c);
+    let (other, _) = c.init_producer_id();
     assert!(pids.insert(other), "producer id {other} handed out twice");
 
     broker.kill9();
@@ -132,7 +119,7 @@ fn retries_are_deduplicated_across_kill9_and_producer_ids_never_repeat() {
     );
     assert_eq!(c.latest_offset(TOPIC, 0), 10);
     produce_ok(&mut c, batch(pid, 0, 5), 5, "retry of seq 5..9");
-    let (after_kill, epoch) = init_producer_id(&mut c);
+    let (after_kill, epoch) = c.init_producer_id();
     assert_eq!(epoch, 0);
     assert!(
         pids.insert(after_kill),
@@ -157,7 +144,7 @@ fn retries_are_deduplicated_across_kill9_and_producer_ids_never_repeat() {
         "retry of seq 0..4, 3 batches back",
     );
     assert_eq!(c.latest_offset(TOPIC, 0), 15);
-    let (after_stop, _) = init_producer_id(&mut c);
+    let (after_stop, _) = c.init_producer_id();
     assert!(
         pids.insert(after_stop),
         "producer id {after_stop} after a clean restart was handed out before: {pids:?}"

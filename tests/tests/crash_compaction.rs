@@ -209,16 +209,7 @@ fn idempotent_retries_survive_compaction_and_kill9() {
     let mut broker = Broker::start(env!("CARGO_TARGET_TMPDIR").as_ref(), options());
     let mut c = broker.connect();
     create_compacted_topic(&mut c);
-    let resp = c.request(
-        4,
-        &kafka_protocol::messages::InitProducerIdRequest::default()
-            .with_transactional_id(None)
-            .with_transaction_timeout_ms(60_000)
-            .with_producer_id((-1).into())
-            .with_producer_epoch(-1),
-    );
-    assert_eq!(resp.error_code, 0, "InitProducerId: {resp:?}");
-    let (pid, epoch) = (resp.producer_id.0, resp.producer_epoch);
+    let (pid, epoch) = c.init_producer_id();
     let batch = |seq: i32| {
         let mut b = BatchBuilder::new(1_700_000_000_000).producer(pid, epoch, seq);
         b.push(

@@ -195,6 +195,11 @@ pub struct Partition {
     /// A flush is scheduled (`flush_later`: a lazy append's own, or the retry of one that
     /// found the disk full).
     flush_armed: Cell<bool>,
+    /// The last flush found the disk full: appends are refused (KAFKA_STORAGE_ERROR, as a
+    /// Kafka broker refuses writes to a log directory that failed) until a flush succeeds,
+    /// so acks=0/1 producers do not pile data up in memory meanwhile; what is pending
+    /// stays, and its flush is retried every `FLUSH_RETRY_DELAY`.
+    disk_full: Cell<bool>,
     durable_waiters: RefCell<Vec<DurableWaiter>>,
     append_watchers: RefCell<Vec<oneshot::Sender<()>>>,
     max_message_bytes: Cell<usize>,
@@ -272,6 +277,7 @@ impl Partition {
             high_watermark: Cell::new(hw),
             flushing: Cell::new(false),
             flush_armed: Cell::new(false),
+            disk_full: Cell::new(false),
             durable_waiters: RefCell::new(Vec::new()),
             append_watchers: RefCell::new(Vec::new()),
             max_message_bytes: Cell::new(max_message_bytes),
@@ -653,6 +659,13 @@ impl Partition {
                 timing: None,
                 log_append_time_ms: None,
             });
+        }
+        if self.disk_full.get() {
+            // The failed flush was logged.
+            return Err(KafkaError::Storage(format!(
+                "disk full under {}: writes refused until space returns",
+                self.log.dir().display()
+            )));
         }
         let (batch_bytes, records) = (batch.len(), u64::try_from(view.record_count()).unwrap_or(0));
         let entry = AppendEntry {
@@ -1221,16 +1234,19 @@ impl Partition {
     }
 
     /// Starts a flush `delay` from now unless one is scheduled already (a flush started
-    /// sooner takes the pending appends along; this one then finds nothing).
+    /// sooner takes the pending appends along; this one then finds nothing). A partition
+    /// removed meanwhile (its topic deleted) is not kept alive for it.
     fn flush_later(self: &Rc<Self>, delay: std::time::Duration) {
         if self.flush_armed.replace(true) {
             return;
         }
-        let me = self.clone();
+        let me = Rc::downgrade(self);
         crate::runtime::task::spawn_local(async move {
             crate::runtime::task::sleep(delay).await;
-            me.flush_armed.set(false);
-            me.ensure_flushing();
+            if let Some(me) = me.upgrade() {
+                me.flush_armed.set(false);
+                me.ensure_flushing();
+            }
         });
     }
 
@@ -1263,7 +1279,11 @@ impl Partition {
             last_start = Some(crate::common::clock::now());
             let job = match self.log.begin_flush() {
                 Ok(Some(job)) => job,
-                Ok(None) => break,
+                Ok(None) => {
+                    // Nothing pending: nothing known to fail for want of space either.
+                    self.disk_full.set(false);
+                    break;
+                }
                 Err(e) => {
                     self.flush_failed(e);
                     break;
@@ -1275,6 +1295,7 @@ impl Partition {
                 .storage_flush(crate::common::clock::now() - flush_started);
             match self.log.complete_flush(outcome) {
                 Ok(d) => {
+                    self.disk_full.set(false);
                     self.on_durable(d.last_index, d.next_offset, Some(flush_started));
                     self.maybe_checkpoint(d.next_offset);
                 }
@@ -1317,10 +1338,11 @@ impl Partition {
     /// A failed flush fails the produces waiting for it; on a full disk the data stays
     /// pending and the flush is tried again `FLUSH_RETRY_DELAY` later.
     fn flush_failed(self: &Rc<Self>, e: StorageError) {
-        let retry = matches!(e, StorageError::NoSpace { .. });
+        let full = matches!(e, StorageError::NoSpace { .. });
         let e = self.storage_error(e);
         self.fail_waiters(e);
-        if retry {
+        if full {
+            self.disk_full.set(true);
             self.flush_later(FLUSH_RETRY_DELAY);
         }
     }
