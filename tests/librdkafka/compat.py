@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -143,6 +144,15 @@ class ThreeNodes:
         return [n.data_dir / "crash-report.txt" for n in self.cluster.nodes.values()]
 
 
+def keep_broker_logs(target, out: Path) -> None:
+    """Copies the brokers' logs beside the runs' logs: a failure seen later can then be
+    read against the broker's side (the Python harness removes the data directories of
+    finished runs, logs included, when the next pytest session starts)."""
+    for i, p in enumerate(target.logs()):
+        if p.exists():
+            shutil.copyfile(p, out / f"broker-{i}-{p.name}")
+
+
 def write_conf(path: Path, bootstrap: str) -> None:
     path.write_text(
         f"bootstrap.servers={bootstrap}\n"
@@ -253,6 +263,7 @@ def main() -> int:
             return 1
     finally:
         target.stop()
+        keep_broker_logs(target, out)
     (out / "summary.json").write_text(json.dumps(results, indent=1))
     crashed = (any(b"panicked at" in p.read_bytes() for p in target.logs() if p.exists())
                or any(p.exists() for p in target.crash_reports()))
