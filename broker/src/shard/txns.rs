@@ -305,7 +305,8 @@ impl Shard {
     /// for the last. Transaction version 2 adds them; version 1 verifies them (KIP-890
     /// part 1), and a failed verification of several is asked again per partition by the
     /// caller (`verify_txn_append`), so that only the partitions not in the transaction
-    /// fail, as Kafka answers. The partitions asked for and the answer (`verify_txn_append`'s), or `None` when none needs a check.
+    /// fail, as Kafka answers. The partitions asked for and the answer
+    /// (`verify_txn_append`'s), or `None` when none needs a check.
     pub(crate) async fn check_txn_at_once(
         self: &Rc<Self>,
         parts: &[super::ops::ProducePart],
